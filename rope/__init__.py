@@ -1,0 +1,13 @@
+"""Pluggable rotary position embeddings.
+
+``rope.available()`` lists the implementations, ``rope.build(name, head_dim, max_seq_len, ...)``
+makes one. This package knows nothing of training.
+"""
+
+from rope.base import RotaryEmbedding, rope_frequencies
+from rope.registry import available, build, get, register
+
+# Importing an implementation module registers it.
+from rope import reference  # noqa: E402,F401
+
+__all__ = ["RotaryEmbedding", "available", "build", "get", "register", "rope_frequencies"]

@@ -1,0 +1,123 @@
+"""Shared part of every RoPE implementation: the frequency table and input validation.
+
+Every implementation must compute the same function (the reference semantics below), so the
+frequencies, the cos/sin cache and all argument checks live here once; a subclass only supplies
+``rotate``.
+
+Semantics, for head dim D and a half split ``x1, x2 = x.chunk(2, -1)``::
+
+    y1 =  x1 * cos + x2 * sin
+    y2 = -x1 * sin + x2 * cos
+
+``variant="partial"`` (default): D/4 frequencies ``(1/base) ** linspace(0, 1, D/4)`` followed by
+D/4 zero frequencies (the last quarter of each half passes through unchanged).
+``variant="full"``: the standard D/2 frequencies ``base ** (-2i/D)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+VARIANTS = ("partial", "full")
+
+
+def rope_frequencies(head_dim: int, base: float, variant: str) -> Tensor:
+    """The D/2 angular frequencies (float64) of one head, in the order they pair with ``x1``/``x2``."""
+    if variant == "partial":
+        quarter = head_dim // 4
+        freq = (1.0 / base) ** torch.linspace(0, 1, quarter, dtype=torch.float64)
+        return torch.cat([freq, torch.zeros(quarter, dtype=torch.float64)])
+    if variant == "full":
+        half = head_dim // 2
+        return base ** (-2.0 * torch.arange(half, dtype=torch.float64) / head_dim)
+    raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+
+
+def check_head_dim(head_dim: int, variant: str) -> None:
+    """Refuse a head size the rotation cannot split."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    if not isinstance(head_dim, int) or head_dim <= 0:
+        raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
+    if variant == "partial" and head_dim % 4:
+        raise ValueError(f"head_dim must be a multiple of 4 for variant='partial' (D/4 frequencies), got {head_dim}")
+    if head_dim % 2:
+        raise ValueError(f"head_dim must be even (x is split into two halves), got {head_dim}")
+
+
+class RotaryEmbedding(nn.Module):
+    """Base class: ``y = r(x)`` or ``q2, k2 = r(q, k)`` on (B, T, H, D) tensors.
+
+    Buffers ``cos`` and ``sin`` are float32 of shape (max_seq_len, D/2), computed in float64 and
+    rounded once, so every implementation reads the same table.
+    """
+
+    registry_name: str = "?"
+
+    def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial") -> None:
+        super().__init__()
+        check_head_dim(head_dim, variant)
+        if not isinstance(max_seq_len, int) or max_seq_len <= 0:
+            raise ValueError(f"max_seq_len must be a positive int, got {max_seq_len!r}")
+        if not base > 0:
+            raise ValueError(f"base must be > 0, got {base!r}")
+        self.head_dim = head_dim
+        self.max_seq_len = max_seq_len
+        self.base = float(base)
+        self.variant = variant
+        theta = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), rope_frequencies(head_dim, base, variant))
+        self.register_buffer("cos", theta.cos().float(), persistent=False)
+        self.register_buffer("sin", theta.sin().float(), persistent=False)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base:g}, variant={self.variant!r}"
+
+    def describe(self) -> dict:
+        """What a run summary should record about this implementation."""
+        return {"rope": self.registry_name, "variant": self.variant, "compute_dtype": "float32"}
+
+    # -- validation -------------------------------------------------------------------------------
+    def _check(self, name: str, x: Tensor) -> None:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 4:
+            raise ValueError(f"{name} must have shape (B, T, H, D), got {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor (float32/bfloat16/float16), got {x.dtype}")
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"{name} has head dim {x.shape[-1]}, this RoPE was built for head_dim={self.head_dim}")
+        if x.shape[1] > self.max_seq_len:
+            raise ValueError(f"{name} has T={x.shape[1]} > max_seq_len={self.max_seq_len} of the cos/sin cache")
+
+    def _check_positions(self, positions: Tensor, B: int, T: int) -> None:
+        if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex():
+            raise TypeError(f"positions must be an integer tensor, got {getattr(positions, 'dtype', type(positions))}")
+        if positions.shape not in ((T,), (B, T)):
+            raise ValueError(f"positions must have shape (T,)=({T},) or (B, T)=({B}, {T}), got {tuple(positions.shape)}")
+        if positions.numel() and not torch.compiler.is_compiling():
+            lo, hi = int(positions.min()), int(positions.max())
+            if lo < 0 or hi >= self.max_seq_len:
+                raise ValueError(f"positions must lie in [0, max_seq_len={self.max_seq_len}), got range [{lo}, {hi}]")
+
+    def forward(self, q: Tensor, k: Tensor | None = None, *, positions: Tensor | None = None):
+        """Rotate ``q`` (and ``k``) by their positions; same shape and dtype out."""
+        self._check("q", q)
+        if k is not None:
+            self._check("k", k)
+            if k.shape[0] != q.shape[0] or k.shape[1] != q.shape[1] or k.shape[3] != q.shape[3]:
+                raise ValueError(f"q and k must agree in B, T and D, got q {tuple(q.shape)} and k {tuple(k.shape)}")
+            if k.dtype != q.dtype:
+                raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+            if k.device != q.device:
+                raise ValueError(f"q and k must be on the same device, got {q.device} and {k.device}")
+        if positions is not None:
+            self._check_positions(positions, q.shape[0], q.shape[1])
+            if positions.device != q.device:
+                raise ValueError(f"positions must be on q's device {q.device}, got {positions.device}")
+        q2, k2 = self.rotate(q, k, positions)
+        return q2 if k is None else (q2, k2)
+
+    def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """Implementation hook: inputs are validated; ``positions`` None means ``arange(T)``."""
+        raise NotImplementedError
