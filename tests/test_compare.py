@@ -1,0 +1,285 @@
+"""Run comparison (llm.compare, scripts.compare, llm.callbacks) on synthetic run dirs."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import logging
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from llm.callbacks import CompareOnMultirunEnd
+from llm.compare import (
+    CSV_FILE,
+    CURVES_FILE,
+    MD_FILE,
+    SPEED_FILE,
+    MixedRunsError,
+    NoRunsError,
+    compare_runs,
+    find_run_dirs,
+    implementation_label,
+    mean_std,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+BASE_CONFIG = {
+    "seed": 0,
+    "rope": {"name": "torch", "variant": "partial", "base": 10000.0, "compute_dtype": "float32"},
+    "model": {"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "seq_len": 128},
+    "data": {"name": "tinystories"},
+    "tokenizer": {"name": "gpt2"},
+    "train": {"max_steps": 100, "batch_size": 8, "grad_accum": 1, "lr": 1e-3, "eval_every": 50,
+              "eval_batches": 4, "compile": False, "ckpt_every": 0, "resume": False},
+    "optim": {"name": "adamw", "weight_decay": 0.1},
+    "logger": {"name": "jsonl"},
+    "sweep": {"name": "test"},
+    "out_dir": "outputs/x",
+    "device": "cpu",
+}
+
+# known numbers: (rope, dtype) -> per-seed (train_time_s, val_loss, val_acc, val_ppl, tokens_per_s)
+NUMBERS = {
+    ("torch", "float32"): [(10.0, 3.0, 0.30, 20.0, 1000.0), (12.0, 3.1, 0.32, 22.0, 1100.0),
+                           (14.0, 3.2, 0.34, 24.0, 1200.0)],
+    ("triton_v4", "float32"): [(5.0, 2.9, 0.40, 18.0, 2000.0), (6.0, 3.0, 0.41, 19.0, 2200.0),
+                               (7.0, 3.1, 0.42, 20.0, 2400.0)],
+}
+
+
+def _merge(dst: dict, overrides: dict) -> dict:
+    for k, v in overrides.items():
+        if isinstance(v, dict) and isinstance(dst.get(k), dict):
+            _merge(dst[k], v)
+        else:
+            dst[k] = v
+    return dst
+
+
+def make_run(run_dir: Path, rope: str, seed: int, numbers: tuple, *, variant: str = "partial",
+             dtype: str = "float32", status: str = "completed", overrides: dict | None = None,
+             resolved: bool = True) -> Path:
+    """A run dir as the training app writes it."""
+    train_time, val_loss, val_acc, val_ppl, tps = numbers
+    cfg = _merge(copy.deepcopy(BASE_CONFIG), {"seed": seed, "rope": {"name": rope, "variant": variant,
+                                                                     "compute_dtype": dtype}})
+    cfg = _merge(cfg, overrides or {})
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    if resolved:
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    steps = cfg["train"]["max_steps"]
+    lines = []
+    for i, step in enumerate((steps // 2, steps)):
+        frac = (i + 1) / 2
+        lines.append({"kind": "train", "step": step, "loss": val_loss + 0.1, "lr": 1e-3,
+                      "train_time_s": train_time * frac, "wall_time_s": train_time * frac + 1,
+                      "tokens": step * 1024, "tokens_per_s": tps})
+        lines.append({"kind": "val", "step": step, "val_loss": val_loss + (1.0 - frac), "val_acc": val_acc,
+                      "val_ppl": val_ppl, "train_time_s": train_time * frac, "wall_time_s": train_time * frac + 1,
+                      "tokens": step * 1024})
+    lines.append(lines[-1])  # the final line may repeat the last step
+    (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    summary = {"rope": rope, "variant": variant, "compute_dtype": dtype, "seed": seed, "params": 123456,
+               "device": "cpu", "train_time_s": train_time, "wall_time_s": train_time + 2, "val_loss": val_loss,
+               "val_acc": val_acc, "val_ppl": val_ppl, "tokens_per_s": tps, "mfu": None,
+               "git_commit": "abc1234", "step": steps, "status": status}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return run_dir
+
+
+def make_sweep(root: Path, numbers: dict = NUMBERS, overrides: dict | None = None) -> Path:
+    """A Hydra multirun dir: multirun.yaml plus one numbered job dir per (rope, seed)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    job = 0
+    for (rope, dtype), per_seed in numbers.items():
+        for seed, nums in enumerate(per_seed):
+            make_run(root / f"{job}_rope={rope},seed={seed}", rope, seed, nums, dtype=dtype,
+                     overrides=(overrides or {}).get((rope, seed)))
+            job += 1
+    return root
+
+
+def read_csv(path: Path) -> dict[str, dict[str, str]]:
+    with path.open() as f:
+        return {row["implementation"]: row for row in csv.DictReader(f)}
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    return make_sweep(tmp_path / "multirun" / "2024-01-01" / "12-00-00")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_find_run_dirs(tmp_path: Path, sweep: Path):
+    (sweep / "empty_job").mkdir()  # a failed job: no summary.json
+    single = make_run(tmp_path / "single", "none", 0, (1, 4.0, 0.1, 50.0, 10), variant="none", dtype="none")
+    dirs = find_run_dirs([sweep, single, sweep / "0_rope=torch,seed=0"])  # duplicates collapse
+    assert len(dirs) == 7
+    assert all((d / "summary.json").is_file() for d in dirs)
+    assert find_run_dirs([tmp_path / "single" / "summary.json"]) == [single.resolve()]
+    with pytest.raises(FileNotFoundError):
+        find_run_dirs([tmp_path / "nope"])
+
+
+def test_labels_and_mean_std():
+    assert implementation_label("torch", "partial", "float32") == "torch (partial, float32)"
+    assert implementation_label("torch", "partial", "bfloat16") == "torch (partial, bfloat16)"
+    assert implementation_label("none", "none", "none") == "none"
+    assert implementation_label("triton_v4", "full", None) == "triton_v4 (full)"
+    assert mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0, 3)  # sample std, ddof=1
+    assert mean_std([5.0]) == (5.0, None, 1)
+    assert mean_std([None]) == (None, None, 0)
+
+
+def test_stats_csv(sweep: Path):
+    md = compare_runs([sweep], sweep)
+    assert md == sweep / MD_FILE
+    rows = read_csv(sweep / CSV_FILE)
+    assert list(rows) == ["triton_v4 (partial, float32)", "torch (partial, float32)"]  # by mean val loss
+    for (rope, dtype), per_seed in NUMBERS.items():
+        row = rows[f"{rope} (partial, {dtype})"]
+        assert row["rope"] == rope and row["variant"] == "partial" and row["compute_dtype"] == dtype
+        assert row["n"] == "3" and row["seeds"] == "0 1 2" and row["n_excluded"] == "0"
+        for i, metric in enumerate(("train_time_s", "val_loss", "val_acc", "val_ppl", "tokens_per_s")):
+            vals = [s[i] for s in per_seed]
+            assert float(row[f"{metric}_mean"]) == pytest.approx(statistics.mean(vals))
+            assert float(row[f"{metric}_std"]) == pytest.approx(statistics.stdev(vals))
+    torch_row = rows["torch (partial, float32)"]
+    assert float(torch_row["val_loss_mean"]) == pytest.approx(3.1)
+    assert float(torch_row["val_loss_std"]) == pytest.approx(0.1)
+    assert float(torch_row["train_time_s_std"]) == pytest.approx(2.0)
+
+
+def test_markdown_and_plots(sweep: Path):
+    text = compare_runs([sweep], sweep).read_text()
+    assert "ddof=1" in text
+    assert "| Implementation | Training Time (s) | Val Loss | Val Accuracy | Val Perplexity | tokens/s | n |" in text
+    assert "| Implementation | Training Time (s) | Val Loss | Val Accuracy | Val Perplexity |\n" in text
+    assert "| triton_v4 (partial, float32) | 6.0 ± 1.0 | 3.0000 ± 0.1000 | 0.4100 ± 0.0100 | 19.00 ± 1.00 |" in text
+    assert "| torch (partial, float32) | 12.0 ± 2.0 | 3.1000 ± 0.1000 |" in text
+    assert text.index("triton_v4 (partial, float32) |") < text.index("torch (partial, float32) |")
+    assert "n_layer=2" in text and "tinystories" in text and "100 (train.max_steps)" in text
+    assert "- device: cpu" in text
+    assert "## Per-seed runs" in text and text.count("| completed |") == 6
+    for name in (CURVES_FILE, SPEED_FILE):
+        data = (sweep / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000
+
+
+def test_single_seed_and_none_row(tmp_path: Path):
+    make_run(tmp_path / "a", "torch", 0, (10.0, 3.0, 0.3, 20.0, 1000.0))
+    make_run(tmp_path / "b", "none", 0, (8.0, 3.5, 0.2, 33.0, 1500.0), variant="none", dtype="none")
+    md = compare_runs([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
+    text = md.read_text()
+    assert "| torch (partial, float32) | 10.0 ± n/a | 3.0000 ± n/a |" in text
+    assert "| none | 8.0 ± n/a |" in text
+    rows = read_csv(tmp_path / "out" / CSV_FILE)
+    assert rows["torch (partial, float32)"]["n"] == "1"
+    assert rows["torch (partial, float32)"]["val_loss_std"] == ""
+    assert list(rows) == ["torch (partial, float32)", "none"]
+
+
+def test_non_completed_runs_are_excluded_and_listed(tmp_path: Path, sweep: Path, caplog):
+    make_run(sweep / "9_rope=torch,seed=3", "torch", 3, (1.0, 9.9, 0.0, 999.0, 5.0), status="interrupted")
+    with caplog.at_level(logging.WARNING, logger="llm.compare"):
+        text = compare_runs([sweep], sweep).read_text()
+    assert "interrupted" in caplog.text
+    rows = read_csv(sweep / CSV_FILE)
+    assert rows["torch (partial, float32)"]["n"] == "3"
+    assert rows["torch (partial, float32)"]["n_excluded"] == "1"
+    assert float(rows["torch (partial, float32)"]["val_loss_mean"]) == pytest.approx(3.1)
+    assert "Not included in the statistics" in text and "| interrupted |" in text
+
+
+def test_nothing_to_compare(tmp_path: Path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NoRunsError):
+        compare_runs([tmp_path / "empty"], tmp_path)
+    make_run(tmp_path / "r", "torch", 0, (1.0, float("nan"), 0.0, float("nan"), 5.0), status="nonfinite")
+    with pytest.raises(NoRunsError, match="completed"):
+        compare_runs([tmp_path / "r"], tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [({"model": {"n_layer": 4}}, "model.n_layer"), ({"train": {"max_steps": 200}}, "train.max_steps")],
+)
+def test_mixed_runs_refused_unless_allowed(tmp_path: Path, overrides: dict, key: str):
+    sweep = make_sweep(tmp_path / "sweep", overrides={("triton_v4", 1): overrides})
+    with pytest.raises(MixedRunsError) as exc:
+        compare_runs([sweep], sweep)
+    msg = str(exc.value)
+    assert key in msg and "--allow-mixed" in msg
+    assert key in exc.value.differences
+    assert not (sweep / MD_FILE).exists()
+    text = compare_runs([sweep], sweep, allow_mixed=True).read_text()
+    assert "Mixed runs" in text and key in text
+
+
+def test_allowed_differences_are_not_mixed(tmp_path: Path):
+    root = tmp_path / "runs"
+    make_run(root / "a", "torch", 0, NUMBERS[("torch", "float32")][0], resolved=False)  # .hydra/config.yaml only
+    make_run(root / "b", "torch", 1, NUMBERS[("torch", "float32")][1],
+             overrides={"rope": {"base": 500.0}, "logger": {"name": "wandb", "project": "p"}, "out_dir": "elsewhere",
+                        "device": "cuda", "train": {"resume": True}, "sweep": {"name": "other"},
+                        "hydra": {"job": {"name": "x"}}})
+    md = compare_runs([root / "a", root / "b"])  # default out: common parent
+    assert md == root.resolve() / MD_FILE
+    assert "Mixed runs" not in md.read_text()
+
+
+def test_cli(tmp_path: Path, sweep: Path):
+    out = tmp_path / "report"
+    res = subprocess.run([sys.executable, "-m", "scripts.compare", str(sweep), "--out", str(out)],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "triton_v4 (partial, float32)" in res.stdout
+    for name in (MD_FILE, CSV_FILE, CURVES_FILE, SPEED_FILE):
+        assert (out / name).stat().st_size > 0
+
+    mixed = make_sweep(tmp_path / "mixed", overrides={("torch", 2): {"model": {"n_layer": 6}}})
+    res = subprocess.run([sys.executable, "-m", "scripts.compare", str(mixed)],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert "model.n_layer" in res.stderr and "--allow-mixed" in res.stderr
+    assert not (mixed / MD_FILE).exists()
+    res = subprocess.run([sys.executable, "-m", "scripts.compare", str(mixed), "--allow-mixed"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert (mixed / MD_FILE).is_file()  # default out: the single DIR
+
+
+def test_callback_on_multirun_end(tmp_path: Path, sweep: Path, caplog):
+    cb = CompareOnMultirunEnd()
+    cb.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    assert cb.last_report == sweep / MD_FILE
+    assert (sweep / CSV_FILE).is_file() and (sweep / CURVES_FILE).is_file() and (sweep / SPEED_FILE).is_file()
+
+    mixed = make_sweep(tmp_path / "mixed", overrides={("torch", 0): {"train": {"max_steps": 7}}})
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(mixed)}}})
+    with caplog.at_level(logging.WARNING, logger="llm.callbacks"):
+        cb.on_multirun_end(cfg)  # must not raise
+    assert "train.max_steps" in caplog.text and "--allow-mixed" in caplog.text
+    assert cb.last_report is None and not (mixed / MD_FILE).exists()
+
+    CompareOnMultirunEnd(allow_mixed=True).on_multirun_end(cfg)
+    assert (mixed / MD_FILE).is_file()
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="llm.callbacks"):
+        cb.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "missing")}}}))
+        cb.on_multirun_end(OmegaConf.create({}))  # no hydra.sweep.dir at all
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
