@@ -94,7 +94,8 @@ class RotaryEmbedding(nn.Module):
         if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex():
             raise TypeError(f"positions must be an integer tensor, got {getattr(positions, 'dtype', type(positions))}")
         if positions.shape not in ((T,), (B, T)):
-            raise ValueError(f"positions must have shape (T,)=({T},) or (B, T)=({B}, {T}), got {tuple(positions.shape)}")
+            raise ValueError(f"positions must have shape (T,)=({T},) or (B, T)=({B}, {T}), "
+                             f"got {tuple(positions.shape)}")
         if positions.numel() and not torch.compiler.is_compiling():
             lo, hi = int(positions.min()), int(positions.max())
             if lo < 0 or hi >= self.max_seq_len:

@@ -6,7 +6,8 @@ application only ever goes through :func:`build`, so it never imports a kernel d
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from rope.base import RotaryEmbedding
 

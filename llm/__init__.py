@@ -1,0 +1,1 @@
+"""ropelab training application: model, data, training loop, metrics."""

@@ -1,0 +1,179 @@
+"""A GPT with a pluggable rotary position embedding.
+
+The attention layer gets its RoPE from ``rope.build`` (the registry) and knows nothing else about
+it, so every registered kernel trains the very same model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import rope as rope_registry
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int
+    seq_len: int = 256
+    n_layer: int = 4
+    n_head: int = 4
+    n_kv_head: int | None = None  # None: same as n_head; fewer: grouped-query attention
+    n_embd: int = 128
+    d_ff: int | None = None  # None: 4 * n_embd
+    mlp: str = "gelu"  # gelu | silu (plain MLP with that activation)
+    dropout: float = 0.0
+    bias: bool = False
+    tie_embeddings: bool = True
+    scale_embeddings: bool = False  # multiply token embeddings by sqrt(n_embd)
+    norm_eps: float = 1e-6
+    vocab_multiple: int = 128
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def padded_vocab(self) -> int:
+        m = self.vocab_multiple
+        return (self.vocab_size + m - 1) // m * m
+
+    def validate(self) -> None:
+        """Refuse shapes the model cannot build, naming the config keys."""
+        if self.n_embd % self.n_head:
+            raise ValueError(f"model.n_embd={self.n_embd} must be divisible by model.n_head={self.n_head}")
+        kv = self.n_kv_head or self.n_head
+        if self.n_head % kv:
+            raise ValueError(f"model.n_head={self.n_head} must be divisible by model.n_kv_head={kv}")
+        if self.mlp not in ("gelu", "silu"):
+            raise ValueError(f"model.mlp must be one of gelu, silu; got {self.mlp!r}")
+        for key in ("seq_len", "n_layer", "n_head", "n_embd", "vocab_size"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"model.{key} must be positive, got {getattr(self, key)}")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig, rotary: nn.Module) -> None:
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.n_kv_head = cfg.n_kv_head or cfg.n_head
+        self.head_dim = cfg.head_dim
+        self.qkv = nn.Linear(cfg.n_embd, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.rotary = rotary
+        self.dropout = cfg.dropout
+        self.resid_drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, C = x.shape
+        qkv = self.qkv(x)
+        if self.n_kv_head == self.n_head:
+            # strided views of the fused projection: kernels must take them without copies
+            q, k, v = qkv.view(B, T, 3, self.n_head, self.head_dim).unbind(2)
+        else:
+            kv_width = self.n_kv_head * self.head_dim
+            q, k, v = qkv.split([self.n_head * self.head_dim, kv_width, kv_width], dim=-1)
+            q = q.view(B, T, self.n_head, self.head_dim)
+            k = k.view(B, T, self.n_kv_head, self.head_dim)
+            v = v.view(B, T, self.n_kv_head, self.head_dim)
+        q, k = self.rotary(q, k)
+        y = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+            dropout_p=self.dropout if self.training else 0.0, enable_gqa=self.n_kv_head != self.n_head,
+        )
+        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        d_ff = cfg.d_ff or 4 * cfg.n_embd
+        self.fc = nn.Linear(cfg.n_embd, d_ff, bias=cfg.bias)
+        self.proj = nn.Linear(d_ff, cfg.n_embd, bias=cfg.bias)
+        self.act = nn.GELU(approximate="tanh") if cfg.mlp == "gelu" else nn.SiLU()
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.proj(self.act(self.fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig, rotary: nn.Module) -> None:
+        super().__init__()
+        self.norm1 = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
+        self.attn = CausalSelfAttention(cfg, rotary)
+        self.norm2 = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer; ``rotary`` is any module from the RoPE registry."""
+
+    def __init__(self, cfg: GPTConfig, rotary: nn.Module) -> None:
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.rotary = rotary  # one module (one cos/sin cache) shared by every layer
+        self.embed = nn.Embedding(cfg.padded_vocab, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, rotary) for _ in range(cfg.n_layer))
+        self.norm = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
+        self.head = nn.Linear(cfg.n_embd, cfg.padded_vocab, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.embed.weight
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight"):  # GPT-2 scaled init of residual projections
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+    def num_params(self) -> int:
+        """Unique parameters (a tied head counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """Logits (B, T, padded_vocab) and, with targets, the mean cross-entropy."""
+        if idx.shape[1] > self.cfg.seq_len:
+            raise ValueError(f"sequence length {idx.shape[1]} > model.seq_len={self.cfg.seq_len}")
+        x = self.embed(idx)
+        if self.cfg.scale_embeddings:
+            x = x * math.sqrt(self.cfg.n_embd)
+        x = self.drop(x)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.norm(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+        return logits, loss
+
+    def flops_per_token(self) -> float:
+        """PaLM estimate of training FLOPs per token: 6N + 12·L·d·T (attention scores)."""
+        c = self.cfg
+        return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.seq_len
+
+
+def build_model(model_cfg, rope_cfg, vocab_size: int) -> GPT:
+    """Build the GPT of a ``model`` config group with the RoPE of a ``rope`` config group."""
+    fields = GPTConfig.__dataclass_fields__
+    kwargs = {k: v for k, v in dict(model_cfg).items() if k in fields}
+    cfg = GPTConfig(vocab_size=vocab_size, **kwargs)
+    cfg.validate()
+    rope_opts = {k: v for k, v in dict(rope_cfg).items() if k not in ("name",)}
+    rotary = rope_registry.build(rope_cfg["name"], head_dim=cfg.head_dim, max_seq_len=cfg.seq_len, **rope_opts)
+    return GPT(cfg, rotary)

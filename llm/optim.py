@@ -1,0 +1,62 @@
+"""Optimizers and the learning-rate schedule.
+
+``optim=adamw`` (default): one AdamW, no weight decay on norms/biases/embeddings.
+``optim=muon``: ``torch.optim.Muon`` for the 2-D weight matrices inside the transformer blocks and
+AdamW for everything else (embeddings, norms, the tied head), each with its own learning rate.
+Both are driven by the same warmup + cosine schedule (a multiplier on each group's base lr).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+OPTIMIZERS = ("adamw", "muon")
+
+
+def lr_multiplier(step: int, max_steps: int, warmup_steps: int, min_lr_frac: float) -> float:
+    """Linear warmup to 1, then cosine decay to ``min_lr_frac`` at ``max_steps``."""
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    decay_steps = max(1, max_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    return min_lr_frac + (1.0 - min_lr_frac) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _adamw(groups: list[dict], cfg: Mapping, lr: float, device: torch.device) -> torch.optim.AdamW:
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(cfg.get("betas", (0.9, 0.95))), eps=cfg.get("eps", 1e-8),
+                             fused=device.type == "cuda")
+
+
+def build_optimizers(model: nn.Module, cfg: Mapping, device: torch.device) -> list[torch.optim.Optimizer]:
+    """The optimizers for ``model`` described by an ``optim`` config group."""
+    name = cfg["name"]
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optim.name must be one of {', '.join(OPTIMIZERS)}; got {name!r}")
+    wd = cfg.get("weight_decay", 0.0)
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    if name == "adamw":
+        decay = [p for n, p in params.items() if p.dim() >= 2 and "embed" not in n]
+        no_decay = [p for n, p in params.items() if not (p.dim() >= 2 and "embed" not in n)]
+        groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+        return [_adamw(groups, cfg, cfg["lr"], device)]
+    # Muon: 2-D matrices of the blocks; AdamW: embeddings (tied head), norms, biases
+    muon = [p for n, p in params.items() if n.startswith("blocks.") and p.dim() == 2]
+    muon_ids = {id(p) for p in muon}
+    rest = [p for p in params.values() if id(p) not in muon_ids]
+    opt_muon = torch.optim.Muon(muon, lr=cfg["muon_lr"], weight_decay=wd, momentum=cfg.get("momentum", 0.95),
+                                nesterov=cfg.get("nesterov", True), ns_steps=cfg.get("ns_steps", 5))
+    opt_adamw = _adamw([{"params": rest, "weight_decay": cfg.get("adamw_weight_decay", 0.0)}], cfg,
+                       cfg["adamw_lr"], device)
+    return [opt_muon, opt_adamw]
+
+
+def set_lr(optimizers: list[torch.optim.Optimizer], multiplier: float) -> None:
+    """Scale every group's base lr (remembered as ``initial_lr``) by the schedule's multiplier."""
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+            group["lr"] = group["initial_lr"] * multiplier

@@ -1,0 +1,103 @@
+"""Shared helpers for the training tests: small configs, in-process and CLI runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf"
+
+# A model and data small enough for a 2-core CPU: the cl100k vocabulary still makes the embedding 3M.
+SMALL = [
+    "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.seq_len=32",
+    "train.batch_size=4", "train.eval_batches=2", "train.log_every=5", "train.eval_every=10",
+    "data.max_files=40", "logger=none",
+]
+
+
+def compose_cfg(overrides: list[str]) -> DictConfig:
+    base = SMALL if not any(o.startswith("data=") for o in overrides) else [o for o in SMALL if "max_files" not in o]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=[*base, *overrides])
+
+
+def run_inprocess(tmp: Path, overrides: list[str]) -> dict:
+    from llm.train import train
+
+    cfg = compose_cfg(overrides)
+    return train(cfg, tmp)
+
+
+def run_cli(args: list[str], timeout: float = 600, extra_env: dict | None = None,
+            module: list[str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", **(extra_env or {})}
+    flags = [a for a in args if a.startswith("-")]  # Hydra wants -m before the overrides
+    overrides = [a for a in args if not a.startswith("-")]
+    cmd = [sys.executable, "-m", *(module or ["llm.train"]), *flags, *SMALL, *overrides]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    return {m["step"]: m["loss"] for m in read_metrics(run_dir) if m["kind"] == "train"}
+
+
+def val_losses(run_dir: Path) -> dict[int, float]:
+    return {m["step"]: m["val_loss"] for m in read_metrics(run_dir) if m["kind"] == "val"}
+
+
+def read_wandb_run(wandb_file: Path) -> dict:
+    """Decode an offline ``run-*.wandb`` transaction log (LevelDB-style log of protobuf records).
+
+    wandb no longer ships a Python reader, so the tests decode the documented log framing: a 7-byte
+    file header, then 32 KiB blocks of records, each with a 7-byte header (crc32, length, type).
+    """
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    raw, block = Path(wandb_file).read_bytes(), 32768
+    assert raw[:4] == b":W&B", "not a wandb transaction log"
+    pos, payloads, partial = 7, [], b""
+    while pos + 7 <= len(raw):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", raw[pos:pos + 7])
+        if kind == 0:
+            pos += left
+            continue
+        data, pos = raw[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 1:
+            payloads.append(data)
+        elif kind == 2:
+            partial = data
+        elif kind == 3:
+            partial += data
+        elif kind == 4:
+            payloads.append(partial + data)
+    out = {"history": [], "summary": {}, "config": {}, "group": None, "name": None}
+    for data in payloads:
+        rec = pb.Record()
+        rec.ParseFromString(data)
+        kind = rec.WhichOneof("record_type")
+        if kind == "run":
+            out["group"], out["name"] = rec.run.run_group, rec.run.display_name
+            out["config"] = {i.key: json.loads(i.value_json) for i in rec.run.config.update}
+        elif kind == "history":
+            out["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
+        elif kind == "summary":
+            out["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                                   for i in rec.summary.update})
+    return out

@@ -1,0 +1,158 @@
+"""Several processes, exact resume, interruption, non-finite losses and bad configuration."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from helpers import ROOT, compose_cfg, read_metrics, run_cli, run_inprocess, train_losses, val_losses
+
+from llm.config_check import validate_config
+
+
+def test_resume_reproduces_the_uninterrupted_curve_bitwise(tmp_path):
+    steps = ["train.max_steps=20", "train.eval_every=5", "train.log_every=1", "model.dropout=0.1"]
+    run_inprocess(tmp_path / "full", steps)
+    first = run_inprocess(tmp_path / "resumed", [*steps, "train.stop_at_step=10"])
+    assert first["status"] == "interrupted" and first["step"] == 10
+    assert (tmp_path / "resumed" / "checkpoints" / "last.pt").exists()
+    second = run_inprocess(tmp_path / "resumed", [*steps, "train.resume=auto"])
+    assert second["status"] == "completed" and second["step"] == 20
+    assert train_losses(tmp_path / "resumed") == train_losses(tmp_path / "full")  # bitwise: == on floats
+    assert val_losses(tmp_path / "resumed") == val_losses(tmp_path / "full")
+    steps_logged = [m["step"] for m in read_metrics(tmp_path / "resumed") if m["kind"] == "train"]
+    assert steps_logged == list(range(1, 21)), "a resumed run must neither lose nor repeat metric lines"
+
+
+def test_checkpoint_holds_everything_a_resume_needs(tmp_path):
+    run_inprocess(tmp_path, ["train.max_steps=6", "train.ckpt_every=2"])
+    ckpts = sorted((tmp_path / "checkpoints").glob("step_*.pt"))
+    assert [c.name for c in ckpts] == ["step_0000004.pt", "step_0000006.pt"]  # keeps the newest 2
+    state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
+    assert state["step"] == 6 and state["data"]["next_step"] == 6
+    assert {"model", "optimizers", "rng", "config"} <= set(state)
+    assert {"python", "numpy", "torch"} <= set(state["rng"])
+    assert not list((tmp_path / "checkpoints").glob("*.tmp"))
+
+
+def test_resume_path_must_exist(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train.resume=.*nope.pt"):
+        run_inprocess(tmp_path, ["train.max_steps=2", f"train.resume={tmp_path / 'nope.pt'}"])
+
+
+def test_sigterm_checkpoints_and_says_how_to_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "llm.train", *__import__("helpers").SMALL, "train.max_steps=100000",
+           "train.log_every=1", "logger=wandb", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "Resume with" in out and "train.resume=auto" in out and str(run_dir) in out
+    assert "Traceback" not in out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    assert state["step"] == summary["step"] >= 3
+    logged = [m["step"] for m in read_metrics(run_dir) if m["kind"] == "train"]
+    assert logged == list(range(1, summary["step"] + 1)), "lines logged before the signal must all be there"
+    assert list((run_dir / "wandb").glob("offline-run-*/*.wandb")), "wandb offline files must survive"
+
+
+def _poison_forward_at(monkeypatch, bad_calls: set[int]) -> None:
+    """Make the model's loss NaN on the given forward calls (counted from 1) to simulate divergence."""
+    from llm.model import GPT
+
+    original, calls = GPT.forward, {"n": 0}
+
+    def forward(self, idx, targets=None):
+        logits, loss = original(self, idx, targets)
+        if self.training and targets is not None:
+            calls["n"] += 1
+            if calls["n"] in bad_calls:
+                loss = loss * float("nan")
+        return logits, loss
+
+    monkeypatch.setattr(GPT, "forward", forward)
+
+
+def test_nonfinite_loss_stops_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+    _poison_forward_at(monkeypatch, {7})
+    with pytest.raises(SystemExit) as exc:
+        run_inprocess(tmp_path, ["train.max_steps=20", "train.ckpt_every=5"])
+    assert exc.value.code == 1
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "nonfinite" and summary["step"] == 7
+    assert "step 7" in summary["message"]
+    state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
+    assert state["step"] == 5  # the last good one, not the broken state
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+
+
+def test_skip_nonfinite_tolerates_k_bad_steps(tmp_path, monkeypatch):
+    _poison_forward_at(monkeypatch, {3, 8})
+    summary = run_inprocess(tmp_path, ["train.max_steps=12", "train.skip_nonfinite=2", "train.log_every=1"])
+    assert summary["status"] == "completed" and summary["skipped_steps"] == 2
+    assert summary["val_loss"] == summary["val_loss"]  # finite, not NaN
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["model.n_embd=30", "model.n_head=4"], "model.n_embd=30 must be divisible by model.n_head=4"),
+        (["model.n_embd=36", "model.n_head=4", "rope.variant=full"], "must be even"),
+        (["model.n_embd=24", "model.n_head=4"], "multiple of 4 for rope.variant=partial"),
+        (["rope.name=nope"], "rope.name='nope' is not registered; allowed: "),
+        (["+rope.max_seq_len=16"], "model.seq_len=32 exceeds the RoPE cache rope.max_seq_len=16"),
+        (["optim.name=sgd"], "optim.name='sgd'; allowed: adamw, muon"),
+        (["train.batch_size=0"], "train.batch_size=0 must be a positive integer"),
+        (["train.dtype=fp8"], "train.dtype='fp8'; allowed"),
+        (["data=text_files", "data.path=/no/such/dir"], "data.path=/no/such/dir"),
+        (["tokenizer.name=nope"], "tokenizer"),
+        (["data.name=nope"], "pystdlib"),
+    ],
+)
+def test_bad_config_fails_before_any_work_naming_the_key(overrides, message):
+    cfg = compose_cfg(overrides)
+    with pytest.raises(ValueError, match=None) as exc:
+        validate_config(cfg)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_bad_config_on_the_command_line_is_one_clear_line(tmp_path):
+    proc = run_cli(["model.n_embd=30", "model.n_head=4", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode != 0
+    assert "model.n_embd=30 must be divisible by model.n_head=4" in proc.stderr
+    assert not (tmp_path / "metrics.jsonl").exists()
+    proc = run_cli(["model=nope", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode != 0 and "model/nope" in proc.stderr and "tiny" in proc.stderr
+
+
+def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
+    common = ["train.max_steps=8", "train.log_every=1", "train.eval_every=4", "train.batch_size=4",
+              "device=cpu", "model.dropout=0.0"]
+    one = run_cli([*common, f"hydra.run.dir={tmp_path / 'one'}"])
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run_cli([*common, f"hydra.run.dir={tmp_path / 'two'}"],
+                  module=["torch.distributed.run", "--nproc_per_node=2", "--master_port=29533", "-m", "llm.train"],
+                  extra_env={"OMP_NUM_THREADS": "1"})
+    assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-3000:]
+    a, b = train_losses(tmp_path / "one"), train_losses(tmp_path / "two")
+    assert a.keys() == b.keys() == set(range(1, 9))
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-4, abs=1e-4), step
+    va, vb = val_losses(tmp_path / "one"), val_losses(tmp_path / "two")
+    for step in va:
+        assert vb[step] == pytest.approx(va[step], rel=1e-4, abs=1e-4)
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["world_size"] == 2
+    assert not list(ROOT.glob("metrics.jsonl")), "non-main ranks must not write outputs"
