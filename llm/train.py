@@ -131,6 +131,9 @@ def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: st
         torch.distributed.broadcast_object_list(shared, src=0)
         run_dir = Path(shared[0])
     device = pick_device(cfg.device, dist_info)
+    if device.type == "cuda":  # TF32 for the few float32 matmuls left outside bf16 autocast
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     tc = cfg.train
     is_main = dist_info.is_main
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -293,6 +296,9 @@ def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: st
                     code = 128 + stopper.signum if stopper.signum else 0
                     raise StopTraining("interrupted", f"stopped at step {step} ({why}); checkpoint saved in "
                                        f"{ckpt_dir}. Resume with:\n  {resume_hint} train.resume=auto", code)
+            if not last_val:  # resumed at the end: nothing was evaluated in this process yet
+                last_val = evaluate(model, data.val, tc.batch_size, seq_len, tc.eval_batches, device, autocast,
+                                    dist_info, data.vocab_size)
             do_checkpoint(step)
     except StopTraining as stop:
         status, exit_code, message = stop.status, stop.exit_code, str(stop)

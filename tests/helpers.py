@@ -22,8 +22,14 @@ SMALL = [
 ]
 
 
-def compose_cfg(overrides: list[str]) -> DictConfig:
-    base = SMALL if not any(o.startswith("data=") for o in overrides) else [o for o in SMALL if "max_files" not in o]
+def compose_cfg(overrides: list[str], small: bool = True) -> DictConfig:
+    """The composed config, with SMALL's CPU-sized overrides first unless ``small=False``."""
+    if not small:
+        base = []
+    elif any(o.startswith("data=") for o in overrides):
+        base = [o for o in SMALL if "max_files" not in o]
+    else:
+        base = SMALL
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", overrides=[*base, *overrides])
 
