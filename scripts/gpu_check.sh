@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One call on a CUDA machine: GPU tests, the kernel benchmark, the training-step benchmark and an MFU
+# run of GPT-2 small. Everything lands in outputs/gpu_check/; $OUT (the device tool's return folder)
+# gets report.md (all tables) and gpu_check.tar.gz (every file).
+#   bash scripts/gpu_check.sh [tests] [bench] [step] [mfu] [small]    (no argument: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dest=outputs/gpu_check
+mkdir -p "$dest"
+export PYTHONUNBUFFERED=1 ROPELAB_CACHE="${ROPELAB_CACHE:-$PWD/outputs/cache}" WANDB_MODE=offline
+parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(tests bench step mfu)
+report="$dest/report.md"
+echo "# GPU check $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" > "$report"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader >> "$report"
+python3 -c "import torch, triton; print(f'torch {torch.__version__}, triton {triton.__version__}')" >> "$report"
+section() { printf '\n## %s\n\n' "$1" >> "$report"; }
+
+for part in "${parts[@]}"; do
+  case "$part" in
+    tests)
+      section "GPU tests"
+      python3 -m pytest -q -p no:cacheprovider tests/test_rope_reference.py tests/test_rope_triton.py \
+        tests/test_rope_triton_gpu.py 2>&1 | tee "$dest/pytest_gpu.log" | tail -n 15 >> "$report" ;;
+    bench)
+      section "Kernel benchmark (scripts/bench_rope.py)"
+      python3 scripts/bench_rope.py --out "$dest" 2>&1 | tee "$dest/bench_rope.log" | tail -n 60 >> "$report" ;;
+    step)
+      section "Training step (scripts/bench_step.py)"
+      python3 -m scripts.bench_step --out "$dest" 2>&1 | tee "$dest/bench_step.log" | tail -n 14 >> "$report" ;;
+    mfu)
+      section "MFU: python -m llm.train model=gpt2_small train.compile=true (B=32, T=1024, bf16)"
+      python3 -m llm.train model=gpt2_small train.compile=true train.batch_size=32 train.max_steps=300 \
+        train.eval_every=100 train.eval_batches=20 train.log_every=25 optim.lr=6e-4 logger=none \
+        hydra.run.dir="$dest/mfu_run" 2>&1 | tee "$dest/mfu.log" | grep -v "it/s" | tail -n 8 >> "$report"
+      python3 - "$dest/mfu_run" >> "$report" <<'PY'
+import json, sys
+s = json.load(open(f"{sys.argv[1]}/summary.json"))
+keys = ["params", "tokens_per_s", "mfu", "train_time_s", "compile_warmup_s", "val_loss", "val_acc", "val_ppl",
+        "peak_mem_gb", "step", "device"]
+print("\n".join(f"- {k}: {s.get(k)}" for k in keys))
+PY
+      ;;
+    small)
+      section "Throughput of model=small (the comparison model), eager, 200 steps"
+      for r in torch triton_v4; do
+        python3 -m llm.train model=small rope=$r train.batch_size=32 train.max_steps=200 train.eval_every=100 \
+          train.eval_batches=20 logger=none hydra.run.dir="$dest/small_$r" 2>&1 | grep -v "it/s" | tail -n 2 >> "$report"
+      done ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+done
+cat "$report"
+if [ -n "${OUT:-}" ]; then
+  cp "$report" "$OUT/report.md"
+  tar --exclude='*.pt' --exclude='wandb' -czf "$OUT/gpu_check.tar.gz" -C outputs gpu_check
+fi
