@@ -274,9 +274,8 @@ def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: st
                     bar.set_postfix(loss=f"{step_loss:.3f}", tok_s=f"{tok_s:,.0f}")
 
                 if step % tc.eval_every == 0 or step == tc.max_steps:
-                    last_val = evaluate(model if not dist_info.enabled else train_model.module, data.val,
-                                        tc.batch_size, seq_len, tc.eval_batches, device, autocast, dist_info,
-                                        data.vocab_size)
+                    last_val = evaluate(model, data.val, tc.batch_size, seq_len, tc.eval_batches, device,
+                                        autocast, dist_info, data.vocab_size)
                     if is_main:
                         rec = {"kind": "val", "step": step, **last_val, "train_time_s": train_time,
                                "wall_time_s": time.perf_counter() - wall_start, "tokens": step * tokens_per_step}

@@ -4,10 +4,12 @@
 makes one. This package knows nothing of training.
 """
 
+# Importing an implementation module registers it.
+from rope import (
+    reference,  # noqa: E402,F401
+    triton_rope,  # noqa: E402,F401
+)
 from rope.base import RotaryEmbedding, rope_frequencies
 from rope.registry import available, build, get, register
-
-# Importing an implementation module registers it.
-from rope import reference  # noqa: E402,F401
 
 __all__ = ["RotaryEmbedding", "available", "build", "get", "register", "rope_frequencies"]

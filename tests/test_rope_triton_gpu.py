@@ -1,0 +1,114 @@
+"""triton_v4 / triton_v2 on a CUDA GPU: the CPU test cases at real sizes, int64 offsets, torch.compile.
+
+Every test is marked ``gpu`` (conftest skips them without CUDA).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_rope_triton import (  # noqa: F401  (fixtures re-exported for this module)
+    DTYPE_NAMES,
+    DTYPES,
+    IMPLS,
+    LAYOUTS,
+    POSITIONS,
+    assert_precise,
+    fresh_seed,
+    poison_outputs,
+    run_case,
+)
+from torch import nn
+from torch.nn import functional as F
+
+import rope
+from rope import triton_rope
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+
+
+@pytest.mark.parametrize("variant", ("partial", "full"))
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_NAMES.get)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_impl_dtype_variant(impl, dtype, variant):
+    run_case(impl, dtype, variant, "qkv", "bt", B=3, T=1031, HQ=16, HK=16, D=128, device=CUDA, max_seq_len=2048)
+
+
+@pytest.mark.parametrize("pos_kind", POSITIONS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_layout_positions(layout, pos_kind):
+    hk = 4 if layout == "gqa" else 12
+    run_case("triton_v4", torch.bfloat16, "partial", layout, pos_kind, B=2, T=777, HQ=12, HK=hk, D=256, device=CUDA)
+
+
+@pytest.mark.parametrize(
+    "variant,D",
+    [("full", d) for d in range(16, 257, 2)] + [("partial", d) for d in range(16, 257, 4)],
+)
+def test_every_head_dim(variant, D):
+    run_case("triton_v4", torch.bfloat16, variant, "qkv", "bt", B=2, T=301, HQ=8, HK=8, D=D, device=CUDA)
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=DTYPE_NAMES.get)
+def test_v2_low_precision_at_size(dtype):
+    run_case("triton_v2", dtype, "partial", "gqa", "t", B=4, T=2048, HQ=32, HK=8, D=128, device=CUDA)
+
+
+def test_large_tensor_int64_offsets():
+    """48x32x4096x128 q and k as views of one 4.8 GB qkv: element offsets pass 2**31."""
+    B, T, H, D = 48, 4096, 32, 128
+    qkv = torch.randn(B, T, 3 * H * D, device=CUDA, dtype=torch.bfloat16)
+    q, k, _ = qkv.view(B, T, 3, H, D).unbind(2)
+    assert qkv.numel() > 2**31
+    r = rope.build("triton_v4", D, T).to(CUDA)
+    ref = rope.build("torch", D, T, compute_dtype="float64").to(CUDA)
+    yq, yk = r(q, k)
+    gq, gk = torch.randn_like(yq), torch.randn_like(yk)
+    dq, dk = triton_rope.rope_bwd(gq, gk, r.cos, r.sin, None, True, False)
+    for b in (0, B - 1):  # the last batch element sits past 2**31 elements
+        rq, rk = ref(q[b : b + 1].double(), k[b : b + 1].double())
+        assert_precise(yq[b : b + 1], rq, torch.bfloat16, f"q[{b}]")
+        assert_precise(yk[b : b + 1], rk, torch.bfloat16, f"k[{b}]")
+        q64 = q[b : b + 1].double().requires_grad_()
+        (rdq,) = torch.autograd.grad(ref(q64), q64, gq[b : b + 1].double())
+        assert_precise(dq[b : b + 1], rdq, torch.bfloat16, f"dq[{b}]")
+
+
+class _Block(nn.Module):
+    """Attention with a fused qkv projection and the RoPE under test."""
+
+    def __init__(self, impl: str, n_embd=256, n_head=4, seq=128) -> None:
+        super().__init__()
+        self.n_head, self.head_dim = n_head, n_embd // n_head
+        self.qkv = nn.Linear(n_embd, 3 * n_embd)
+        self.proj = nn.Linear(n_embd, n_embd)
+        self.rotary = rope.build(impl, self.head_dim, seq)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
+        q, k = self.rotary(q, k)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_torch_compile_fullgraph(impl):
+    """The whole block compiles with fullgraph=True (inductor): forward and backward, no graph break."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch.manual_seed(0)
+    model = _Block(impl).to(CUDA)
+    x = torch.randn(4, 128, 256, device=CUDA, requires_grad=True)
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = compiled(x)
+        out_e = model(x)
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad(out, [x, *model.parameters()], g)
+    grads_e = torch.autograd.grad(out_e, [x, *model.parameters()], g)
+    assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])
+    torch.testing.assert_close(out, out_e, rtol=2e-2, atol=2e-2)
+    for a, b in zip(grads, grads_e, strict=True):
+        torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-2)
