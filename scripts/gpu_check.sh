@@ -19,14 +19,13 @@ for part in "${parts[@]}"; do
   case "$part" in
     tests)
       section "GPU tests"
-      python3 -m pytest -q -p no:cacheprovider tests/test_rope_reference.py tests/test_rope_triton.py \
-        tests/test_rope_triton_gpu.py 2>&1 | tee "$dest/pytest_gpu.log" | tail -n 15 >> "$report" ;;
+      python3 -m pytest -q -p no:cacheprovider tests/test_rope_reference.py tests/test_rope_triton_gpu.py 2>&1 | tee "$dest/pytest_gpu.log" | tail -n 15 >> "$report" ;;
     bench)
       section "Kernel benchmark (scripts/bench_rope.py)"
       python3 scripts/bench_rope.py --out "$dest" 2>&1 | tee "$dest/bench_rope.log" | tail -n 60 >> "$report" ;;
     step)
       section "Training step (scripts/bench_step.py)"
-      python3 -m scripts.bench_step --out "$dest" 2>&1 | tee "$dest/bench_step.log" | tail -n 14 >> "$report" ;;
+      python3 -m scripts.bench_step --ropes none,torch,triton_v4 --out "$dest" 2>&1 | tee "$dest/bench_step.log" | tail -n 14 >> "$report" ;;
     mfu)
       section "MFU: python -m llm.train model=gpt2_small train.compile=true (B=32, T=1024, bf16)"
       python3 -m llm.train model=gpt2_small train.compile=true train.batch_size=32 train.max_steps=300 \
