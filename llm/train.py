@@ -130,6 +130,10 @@ def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: st
         shared = [str(run_dir)]
         torch.distributed.broadcast_object_list(shared, src=0)
         run_dir = Path(shared[0])
+    if cfg.train.get("deterministic"):  # bit-reproducible GPU runs (slower): same seed -> same curve
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.deterministic = True
     device = pick_device(cfg.device, dist_info)
     if device.type == "cuda":  # TF32 for the few float32 matmuls left outside bf16 autocast
         torch.backends.cuda.matmul.allow_tf32 = True
