@@ -30,6 +30,8 @@ def init_distributed(device: torch.device) -> DistInfo:
     if world <= 1:
         return DistInfo()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":  # before any collective: NCCL uses the current device of each rank
+        torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return DistInfo(rank=rank, world_size=world, local_rank=local_rank)
