@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from helpers import run_inprocess, train_losses, val_losses
 
+# float32 kernels differ from the reference only by rounding: a few float32 ulps of a loss near 11
+BOUND = 5e-6
+
 
 def test_triton_v4_trains_the_same_model_as_the_float32_reference(tmp_path):
     common = ["train.max_steps=12", "train.eval_every=4", "train.log_every=1", "seed=5"]
@@ -12,10 +15,10 @@ def test_triton_v4_trains_the_same_model_as_the_float32_reference(tmp_path):
     assert v4["rope"] == "triton_v4" and ref["rope"] == "torch"
     ref_val, v4_val = val_losses(tmp_path / "torch"), val_losses(tmp_path / "v4")
     assert ref_val.keys() == v4_val.keys() == {4, 8, 12}
-    for step in ref_val:  # float32 kernels differ only by rounding: far below the GPU's 1e-3 bound
-        assert abs(ref_val[step] - v4_val[step]) < 1e-4, (step, ref_val[step], v4_val[step])
+    for step in ref_val:
+        assert abs(ref_val[step] - v4_val[step]) < BOUND, (step, ref_val[step], v4_val[step])
     ref_tr, v4_tr = train_losses(tmp_path / "torch"), train_losses(tmp_path / "v4")
-    assert max(abs(ref_tr[s] - v4_tr[s]) for s in ref_tr) < 1e-4
+    assert max(abs(ref_tr[s] - v4_tr[s]) for s in ref_tr) < BOUND
 
 
 def test_no_rope_trains_a_different_model(tmp_path):
@@ -25,4 +28,4 @@ def test_no_rope_trains_a_different_model(tmp_path):
     run_inprocess(tmp_path / "none", ["rope=none", *common])
     diffs = [abs(a - b) for a, b in zip(val_losses(tmp_path / "torch").values(),
                                         val_losses(tmp_path / "none").values(), strict=True)]
-    assert max(diffs) > 1e-3, diffs
+    assert max(diffs) > 20 * BOUND, diffs
