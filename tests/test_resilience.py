@@ -45,7 +45,8 @@ def test_resume_path_must_exist(tmp_path):
         run_inprocess(tmp_path, ["train.max_steps=2", f"train.resume={tmp_path / 'nope.pt'}"])
 
 
-def test_sigterm_checkpoints_and_says_how_to_resume(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_signal_checkpoints_and_says_how_to_resume(tmp_path, sig):
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "llm.train", *__import__("helpers").SMALL, "train.max_steps=100000",
            "train.log_every=1", "logger=wandb", f"hydra.run.dir={run_dir}"]
@@ -54,9 +55,9 @@ def test_sigterm_checkpoints_and_says_how_to_resume(tmp_path):
     deadline = time.time() + 300
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
         time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert proc.returncode == 128 + sig, out[-3000:]
     assert "Resume with" in out and "train.resume=auto" in out and str(run_dir) in out
     assert "Traceback" not in out
     summary = json.loads((run_dir / "summary.json").read_text())
