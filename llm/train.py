@@ -7,6 +7,7 @@ and, unless ``logger=none``, an offline wandb run.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -343,8 +344,6 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if not path.exists():
         return
     lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-    import json
-
     keep = [ln for ln in lines if json.loads(ln).get("step", 0) <= step]
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(ln + "\n" for ln in keep))
