@@ -113,12 +113,17 @@ class GracefulStop:
             signal.signal(s, h)
 
 
-def run_name(cfg: DictConfig) -> str:
+def rope_label(cfg: DictConfig) -> str:
+    """The RoPE implementation as runs are told apart: name, variant, non-default compute dtype."""
     r = cfg.rope
     parts = [r.name] if r.name == "none" else [r.name, r.get("variant", "partial")]
     if r.get("compute_dtype") not in (None, "float32"):
         parts.append(r.compute_dtype)
-    return "-".join(parts) + f"-s{cfg.seed}"
+    return "-".join(parts)
+
+
+def run_name(cfg: DictConfig) -> str:
+    return f"{rope_label(cfg)}-s{cfg.seed}"
 
 
 def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: str = "") -> dict:
@@ -203,7 +208,7 @@ def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: st
         "run_dir": str(run_dir), "status": "running",
     }
     if is_main:
-        log.info(f"model {cfg.model.name}: {n_params / 1e6:.2f}M params, rope={run_name(cfg)[:-len(f'-s{cfg.seed}')]}, "
+        log.info(f"model {cfg.model.name}: {n_params / 1e6:.2f}M params, rope={rope_label(cfg)}, "
                  f"device={summary['device']}, world={dist_info.world_size}, tokens/step={tokens_per_step}")
 
     train_time = compile_warmup = 0.0
@@ -213,6 +218,16 @@ def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: st
     step = start_step
     status, exit_code, message = "completed", 0, ""
     bar = tqdm(total=tc.max_steps, initial=start_step, desc="train", disable=not is_main, dynamic_ncols=True)
+
+    def run_eval() -> dict[str, float]:
+        return evaluate(model, data.val, tc.batch_size, seq_len, tc.eval_batches, device, autocast, dist_info,
+                        data.vocab_size)
+
+    def mfu(tokens_per_s: float | None) -> float | None:
+        """Model FLOPs utilisation: achieved training FLOP/s over the GPUs' dense bf16 peak."""
+        if not peak or not tokens_per_s:
+            return None
+        return flops_per_token * tokens_per_s / (peak * 1e12 * dist_info.world_size)
 
     def do_checkpoint(at_step: int) -> None:
         if is_main:
@@ -273,14 +288,13 @@ def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: st
                            "wall_time_s": time.perf_counter() - wall_start, "tokens": step * tokens_per_step,
                            "tokens_per_s": tok_s}
                     if peak:
-                        rec["mfu"] = flops_per_token * tok_s / (peak * 1e12 * dist_info.world_size)
+                        rec["mfu"] = mfu(tok_s)
                     metrics.write(rec)
                     tracker.log({f"train/{k}": v for k, v in rec.items() if k not in ("kind", "step")}, step)
                     bar.set_postfix(loss=f"{step_loss:.3f}", tok_s=f"{tok_s:,.0f}")
 
                 if step % tc.eval_every == 0 or step == tc.max_steps:
-                    last_val = evaluate(model, data.val, tc.batch_size, seq_len, tc.eval_batches, device,
-                                        autocast, dist_info, data.vocab_size)
+                    last_val = run_eval()
                     if is_main:
                         rec = {"kind": "val", "step": step, **last_val, "train_time_s": train_time,
                                "wall_time_s": time.perf_counter() - wall_start, "tokens": step * tokens_per_step}
@@ -301,8 +315,7 @@ def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: st
                     raise StopTraining("interrupted", f"stopped at step {step} ({why}); checkpoint saved in "
                                        f"{ckpt_dir}. Resume with:\n  {resume_hint} train.resume=auto", code)
             if not last_val:  # resumed at the end: nothing was evaluated in this process yet
-                last_val = evaluate(model, data.val, tc.batch_size, seq_len, tc.eval_batches, device, autocast,
-                                    dist_info, data.vocab_size)
+                last_val = run_eval()
             do_checkpoint(step)
     except StopTraining as stop:
         status, exit_code, message = stop.status, stop.exit_code, str(stop)
@@ -315,8 +328,7 @@ def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: st
         "tokens_per_s": timed_tokens / train_time if train_time > 0 else None, "skipped_steps": skipped,
         "val_loss": last_val.get("val_loss"), "val_acc": last_val.get("val_acc"), "val_ppl": last_val.get("val_ppl"),
     })
-    summary["mfu"] = (flops_per_token * summary["tokens_per_s"] / (peak * 1e12 * dist_info.world_size)
-                      if peak and summary["tokens_per_s"] else None)
+    summary["mfu"] = mfu(summary["tokens_per_s"])
     if device.type == "cuda":
         summary["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
     if message:
