@@ -477,6 +477,21 @@ def write_markdown(path: Path, runs: Sequence[Run], groups: Sequence[Group], dif
         [[g.label, *(_fmt_pm(*g.stats[m][:2], d) for m, _, d in short)] for g in groups if g.n],
     )
 
+    fidelity = fidelity_rows(runs)
+    if fidelity:
+        lines += [
+            "",
+            "## Fidelity: same seed against the float32 reference",
+            "",
+            "Absolute difference in val loss between each run and the `torch` (float32) run with the same seed "
+            "and variant, over the evals both logged. Implementations of the same function stay close (with "
+            "`train.deterministic=true` a second `torch` run is at exactly 0); the bfloat16 reference shows "
+            "what a lower compute precision does.",
+            "",
+        ]
+        lines += _md_table(["Implementation", "Seed", "Evals", "max \\|Δ val loss\\|", "at step", "final \\|Δ\\|"],
+                           fidelity)
+
     lines += ["", "## Per-seed runs", ""]
     detail = []
     for g in groups:
@@ -488,6 +503,38 @@ def write_markdown(path: Path, runs: Sequence[Run], groups: Sequence[Group], dif
     lines += _md_table(["Implementation", "Seed", "Status", "Step", *(t for _, t, _ in METRICS), "Run"], detail)
     lines += ["", f"![val loss curves]({CURVES_FILE})", "", f"![speed]({SPEED_FILE})", ""]
     path.write_text("\n".join(lines))
+
+
+def _is_reference(r: Run) -> bool:
+    return r.rope == "torch" and r.compute_dtype == "float32"
+
+
+def fidelity_rows(runs: Sequence[Run]) -> list[list[str]]:
+    """Per run: how far its val-loss curve is from the float32 ``torch`` run of the same seed and variant.
+
+    The first reference run (by name) of each (variant, seed) is the yardstick; every other completed
+    run with that key is measured against it, a repeated reference run included (the noise floor).
+    """
+    done = sorted((r for r in runs if r.completed), key=lambda r: r.name)
+    refs: dict[tuple, Run] = {}
+    for r in done:
+        if _is_reference(r):
+            refs.setdefault((r.variant, r.seed), r)
+    rows = []
+    for r in done:
+        ref = refs.get((r.variant, r.seed))
+        if ref is None or ref is r:
+            continue
+        mine = {s: v for s, v, _ in r.val_curve()}
+        theirs = {s: v for s, v, _ in ref.val_curve()}
+        steps = sorted(mine.keys() & theirs.keys())
+        if not steps:
+            continue
+        deltas = [abs(mine[s] - theirs[s]) for s in steps]
+        worst = max(range(len(steps)), key=deltas.__getitem__)
+        rows.append([r.label, str(r.seed), str(len(steps)), f"{deltas[worst]:.5f}", str(steps[worst]),
+                     f"{deltas[-1]:.5f}"])
+    return rows
 
 
 def write_csv(path: Path, groups: Sequence[Group]) -> None:

@@ -8,6 +8,9 @@ import rope
 from llm.data import check_data_config
 from llm.optim import OPTIMIZERS
 
+#: train.attention values: "auto" lets PyTorch pick the scaled-dot-product-attention kernel.
+ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+
 
 class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the key."""
@@ -41,6 +44,8 @@ def validate_config(cfg: DictConfig, world_size: int = 1) -> None:
                           "processes of torchrun")
     if t.dtype not in ("auto", "float32", "bfloat16"):
         raise ConfigError(f"train.dtype={t.dtype!r}; allowed: auto, float32, bfloat16")
+    if t.get("attention", "auto") not in ATTENTION_BACKENDS:
+        raise ConfigError(f"train.attention={t.attention!r}; allowed: {', '.join(ATTENTION_BACKENDS)}")
     if cfg.device not in ("auto", "cpu") and not str(cfg.device).startswith("cuda"):
         raise ConfigError(f"device={cfg.device!r}; allowed: auto, cpu, cuda, cuda:N")
     if not 0 <= t.warmup_frac < 1:

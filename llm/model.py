@@ -69,17 +69,9 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, C = x.shape
-        qkv = self.qkv(x)
-        if self.n_kv_head == self.n_head:
-            # strided views of the fused projection: kernels must take them without copies
-            q, k, v = qkv.view(B, T, 3, self.n_head, self.head_dim).unbind(2)
-        else:
-            kv_width = self.n_kv_head * self.head_dim
-            q, k, v = qkv.split([self.n_head * self.head_dim, kv_width, kv_width], dim=-1)
-            q = q.view(B, T, self.n_head, self.head_dim)
-            k = k.view(B, T, self.n_kv_head, self.head_dim)
-            v = v.view(B, T, self.n_kv_head, self.head_dim)
-        q, k = self.rotary(q, k)
+        # q, k, v are strided views of the fused projection (kernels take them without copies); the
+        # RoPE module splits them so that an implementation can also write d qkv in one pass.
+        q, k, v = self.rotary.rotate_qkv(self.qkv(x), self.n_head, self.n_kv_head)
         y = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
             dropout_p=self.dropout if self.training else 0.0, enable_gqa=self.n_kv_head != self.n_head,

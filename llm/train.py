@@ -83,6 +83,17 @@ def git_commit() -> str:
         return "unknown"
 
 
+def attention_backend(name: str):
+    """Context restricting scaled_dot_product_attention to one kernel (``train.attention``); auto: no limit."""
+    if name == "auto":
+        return nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+    return sdpa_kernel([backends[name]])
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -136,10 +147,13 @@ def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: st
         shared = [str(run_dir)]
         torch.distributed.broadcast_object_list(shared, src=0)
         run_dir = Path(shared[0])
-    if cfg.train.get("deterministic"):  # bit-reproducible GPU runs (slower): same seed -> same curve
+    deterministic = bool(cfg.train.get("deterministic"))  # same seed -> same bits (slower)
+    if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.backends.cudnn.deterministic = True
+    # strict: an op with no deterministic kernel raises instead of silently varying between runs; set
+    # either way, so a Hydra multirun (one process) does not carry one job's mode into the next
+    torch.use_deterministic_algorithms(deterministic)
+    torch.backends.cudnn.deterministic = deterministic
     device = pick_device(cfg.device, dist_info)
     if device.type == "cuda":  # TF32 for the few float32 matmuls left outside bf16 autocast
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -238,7 +252,7 @@ def train(cfg: DictConfig, run_dir: Path, group: str = "single", resume_hint: st
 
     train_model.train()
     try:
-        with GracefulStop() as stopper, logging_redirect_tqdm():
+        with GracefulStop() as stopper, logging_redirect_tqdm(), attention_backend(tc.get("attention", "auto")):
             while step < tc.max_steps:
                 t0 = time.perf_counter()
                 set_lr(optimizers, lr_multiplier(step, tc.max_steps, warmup_steps, tc.min_lr_frac))

@@ -103,6 +103,11 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor | None = None, *, positions: Tensor | None = None):
         """Rotate ``q`` (and ``k``) by their positions; same shape and dtype out."""
+        self._validate(q, k, positions)
+        q2, k2 = self.rotate(q, k, positions)
+        return q2 if k is None else (q2, k2)
+
+    def _validate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
         self._check("q", q)
         if k is not None:
             self._check("k", k)
@@ -116,9 +121,44 @@ class RotaryEmbedding(nn.Module):
             self._check_positions(positions, q.shape[0], q.shape[1])
             if positions.device != q.device:
                 raise ValueError(f"positions must be on q's device {q.device}, got {positions.device}")
+
+    def rotate_qkv(self, qkv: Tensor, n_head: int, n_kv_head: int | None = None, *,
+                   positions: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Split a fused projection (B, T, (n_head + 2 n_kv_head) D) into q, k, v and rotate q and k.
+
+        q, k, v are (B, T, heads, D) views (q, k rotated, v untouched). Why a method of its own: the
+        gradient of a fused projection is one (B, T, W) buffer, and an implementation that writes it in
+        one pass (the Triton entries) saves the copy that autograd otherwise makes to stack dq, dk, dv.
+        """
+        n_kv = n_head if n_kv_head is None else n_kv_head
+        for name, n in (("n_head", n_head), ("n_kv_head", n_kv)):
+            if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+                raise ValueError(f"{name} must be a positive int, got {n!r}")
+        if not isinstance(qkv, Tensor):
+            raise TypeError(f"qkv must be a torch.Tensor, got {type(qkv).__name__}")
+        width = (n_head + 2 * n_kv) * self.head_dim
+        if qkv.dim() != 3 or qkv.shape[-1] != width:
+            raise ValueError(f"qkv must have shape (B, T, (n_head + 2*n_kv_head) * head_dim) = (B, T, {width}) "
+                             f"for n_head={n_head}, n_kv_head={n_kv}, head_dim={self.head_dim}; "
+                             f"got {tuple(qkv.shape)}")
+        q, k, v = split_qkv(qkv, n_head, n_kv, self.head_dim)
+        self._validate(q, k, positions)
+        return self._rotate_qkv(qkv, q, k, v, positions)
+
+    def _rotate_qkv(self, qkv: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                    positions: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Hook of :meth:`rotate_qkv` (inputs validated): by default, rotate the q and k views."""
         q2, k2 = self.rotate(q, k, positions)
-        return q2 if k is None else (q2, k2)
+        return q2, k2, v
 
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """Implementation hook: inputs are validated; ``positions`` None means ``arange(T)``."""
         raise NotImplementedError
+
+
+def split_qkv(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The (B, T, heads, D) views q, k, v of a fused (B, T, (n_head + 2 n_kv_head) D) projection."""
+    B, T, _ = qkv.shape
+    q, k, v = qkv.split([n_head * head_dim, n_kv_head * head_dim, n_kv_head * head_dim], dim=-1)
+    return (q.view(B, T, n_head, head_dim), k.view(B, T, n_kv_head, head_dim),
+            v.view(B, T, n_kv_head, head_dim))

@@ -24,7 +24,7 @@ import os
 import torch
 from torch import Tensor
 
-from rope.base import RotaryEmbedding
+from rope.base import RotaryEmbedding, split_qkv
 from rope.registry import register
 
 try:
@@ -41,48 +41,27 @@ _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
 #: fails to write cannot go unnoticed.
 POISON_OUTPUTS = False
 
-#: Overrides of :func:`launch_config` ("sub", "heads", "max_bt", "num_warps"); the benchmark's tuning sweep sets them.
+#: Overrides of :func:`launch_config` ("tile", "num_warps"); the benchmark's tuning sweep sets them.
 _TUNE: dict = {}
-_CONFIGS: dict = {}
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def launch_config(hq: int, hk: int, head_dim: int, partial: bool, seq_len: int = 1 << 30) -> dict:
-    """Block sizes of one launch: tokens per program BT, heads per program BHQ/BHK, warps.
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
-    A program's tile is BT tokens x BH heads x (rotated part RP + pass-through part PP) of one
-    tensor. BH is the head count rounded up to a power of two (a token's heads are one contiguous
-    run of memory), capped so that a sub-tile BT x BH x RP holds about ``sub`` = 512 elements;
-    BT fills the rest. 512 elements and 4 warps won the H100 sweep (docs/kernels.md) on every
-    benchmark shape; larger tiles lost 2-8%.
+
+def launch_config(head_dim: int) -> dict:
+    """Rows per program BR, the padded half width HP and the warps of one launch.
+
+    A program holds two BR x HP tiles (the halves of BR rows). ``tile`` = BR x HP = 1024 elements
+    and 8 warps won the H100 sweep (docs/kernels.md) on all four benchmark shapes; 2048/4096-element
+    tiles came within 1%, 4 warps 1-2% behind, 16 warps with 1024 elements 25% behind.
     """
-    t_cap = _next_pow2(min(max(seq_len, 1), 1 << 10))
-    key = (hq, hk, head_dim, partial, t_cap, tuple(sorted(_TUNE.items())))
-    cfg = _CONFIGS.get(key)
-    if cfg is not None:
-        return cfg
-    half = head_dim // 2
-    nrot = head_dim // 4 if partial else half
-    rp = _next_pow2(nrot)
-    pp = _next_pow2(half - nrot) if half > nrot else 1
-    sub = _TUNE.get("sub", 512)
-    cap = max(1, sub // rp)
-    if _TUNE.get("heads") == "div":  # the largest power of two dividing the head count (none masked)
-        bhq, bhk = min(max(hq, 1) & -max(hq, 1), cap), min(max(hk, 1) & -max(hk, 1), cap)
-    else:  # heads rounded up to a power of two: a token's heads are one contiguous run
-        bhq, bhk = min(_next_pow2(max(hq, 1)), cap), min(_next_pow2(max(hk, 1)), cap)
-    bt = max(1, min(_TUNE.get("max_bt", 64), t_cap, sub // (rp * max(bhq, bhk))))
-    warps = _TUNE.get("num_warps", 4)
-    cfg = {"BT": bt, "BHQ": bhq, "BHK": bhk, "RP": rp, "PP": pp, "HAS_PASS": half > nrot, "num_warps": warps}
-    _CONFIGS[key] = cfg
-    return cfg
+    hp = _next_pow2(max(head_dim // 2, 1))
+    return {"BR": max(1, _TUNE.get("tile", 1024) // hp), "HP": hp, "num_warps": _TUNE.get("num_warps", 8)}
 
 
 def _check_device(name: str, x: Tensor) -> None:
@@ -128,29 +107,26 @@ def launch(
     if ntok == 0 or (HQ == 0 and HK == 0) or D == 0:
         return out_q, out_k
 
-    cfg = launch_config(HQ, HK, D, partial, T)
-    bt, bhq, bhk = cfg["BT"], cfg["BHQ"], cfg["BHK"]
-    nhb_q = triton_cdiv(HQ, bhq)
-    nhb = nhb_q + triton_cdiv(HK, bhk)
-    ntb = triton_cdiv(T, bt)
-    grid = (B * ntb * nhb,)
-    if grid[0] >= 2**31:
-        raise ValueError(f"too many programs for one launch: B={B}, T={T}, heads {HQ}+{HK}")
-    kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
     if positions is not None:
         if positions.dtype not in (torch.int32, torch.int64):
             positions = positions.long()
         pos, (spb, spt) = positions, (positions.stride() if positions.dim() == 2 else (0, positions.stride(0)))
     else:
         pos, spb, spt = cos, 0, 0
-    emulate = _interpreting()
+    cfg = launch_config(D)
+    nrq, nrk = B * T * HQ, B * T * HK
+    if max(nrq, nrk) + cfg["BR"] >= 2**31:
+        raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")
+    npq = triton_cdiv(nrq, cfg["BR"])
+    grid = (npq + triton_cdiv(nrk, cfg["BR"]),)
+    kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
     _kernels.rope_kernel[grid](
         q, kk, out_q, ok, cos, sin, pos,
         *q.stride(), *kk.stride(), *out_q.stride(), *ok.stride(), spb, spt, cos.stride(0),
-        ntb, T, HQ, HK, nhb_q, nhb, D // 2, D // 4 if partial else D // 2,
-        BT=bt, BHQ=bhq, BHK=bhk, RP=cfg["RP"], PP=cfg["PP"], HAS_PASS=cfg["HAS_PASS"],
-        HAS_POS=positions is not None, LOW=bool(low_precision) and q.dtype != torch.float32,
-        INVERSE=bool(inverse), EMULATE=emulate, num_warps=cfg["num_warps"],
+        T, HQ, HK, nrq, nrk, npq, D // 2, D // 4 if partial else D // 2,
+        BR=cfg["BR"], HP=cfg["HP"], HAS_POS=positions is not None,
+        LOW=bool(low_precision) and q.dtype != torch.float32, INVERSE=bool(inverse), EMULATE=_interpreting(),
+        num_warps=cfg["num_warps"],
     )  # fmt: skip
     return out_q, out_k
 
@@ -239,6 +215,75 @@ class _RopeFunction(torch.autograd.Function):
         return dq, dk, None, None, None, None, None, None
 
 
+# -- fused projection: q and k rotated from a (B, T, W) qkv, the backward writing dqkv in one pass ---
+def qkv_backward(
+    gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
+    partial: bool, low_precision: bool,
+) -> Tensor:
+    """d qkv (B, T, (HQ + 2 HK) D) from the gradients of rotated q, rotated k and v.
+
+    The kernel writes dq and dk straight into their slices of the one buffer and v's gradient is
+    copied beside them, so no stack of three separate gradients follows (autograd's default for
+    views of one tensor: one more read and write of dq and dk).
+    """
+    B, T, HQ, D = gq.shape
+    HK = gk.shape[2]
+    dqkv = torch.empty((B, T, (HQ + 2 * HK) * D), dtype=gq.dtype, device=gq.device)
+    if POISON_OUTPUTS:
+        dqkv.fill_(float("nan"))
+    dq, dk, dv = split_qkv(dqkv, HQ, HK, D)
+    launch(gq, gk, cos, sin, positions, partial, low_precision, inverse=True, out_q=dq, out_k=dk)
+    if gv is None:
+        dv.zero_()
+    else:
+        dv.copy_(gv)
+    return dqkv
+
+
+@torch.library.custom_op("ropelab::rope_qkv_bwd", mutates_args=())
+def rope_qkv_bwd(
+    gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
+    partial: bool, low_precision: bool,
+) -> Tensor:
+    """:func:`qkv_backward` as an op opaque to torch.compile."""
+    return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision)
+
+
+@torch.library.register_fake("ropelab::rope_qkv_bwd")
+def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision):
+    B, T, HQ, D = gq.shape
+    return gq.new_empty((B, T, (HQ + 2 * gk.shape[2]) * D))
+
+
+class _RopeQKVFunction(torch.autograd.Function):
+    """qkv -> (rotated q, rotated k, v): q and k rotated out of place, v returned as the view it is.
+
+    Taking the whole projection lets the backward receive v's gradient too and return d qkv as one
+    buffer written once. Not twice differentiable (the backward writes into slices of one buffer).
+    """
+
+    @staticmethod
+    def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision):
+        q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
+        if torch.compiler.is_compiling():
+            yq, yk = rope_fwd(q, k, cos, sin, positions, partial, low_precision)
+        else:
+            yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False)
+        ctx.save_for_backward(cos, sin, positions)
+        ctx.args = (partial, low_precision)
+        return yq, yk, v
+
+    @staticmethod
+    def backward(ctx, gq, gk, gv):
+        cos, sin, positions = ctx.saved_tensors
+        partial, low_precision = ctx.args
+        if torch.compiler.is_compiling():
+            dqkv = rope_qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision)
+        else:
+            dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision)
+        return dqkv, None, None, None, None, None, None, None
+
+
 # -- the registry entries ---------------------------------------------------------------------------
 class _TritonRotary(RotaryEmbedding):
     low_precision = False
@@ -254,7 +299,25 @@ class _TritonRotary(RotaryEmbedding):
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": "input" if self.low_precision else "float32"}
 
+    def _rotate_qkv(self, qkv, q, k, v, positions):
+        if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse
+            yq, yk = self.rotate(q, k, positions)
+            return yq, yk, v
+        self._check_kernel_inputs(q, k, positions)
+        return _RopeQKVFunction.apply(
+            qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2], self.variant == "partial", self.low_precision
+        )
+
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        self._check_kernel_inputs(q, k, positions)
+        partial = self.variant == "partial"
+        if torch.compiler.is_compiling():  # the custom op: traced through its fake, no graph break
+            yq, yk = rope_fwd(q, k, self.cos, self.sin, positions, partial, self.low_precision)
+            return yq, (yk if k is not None else None)
+        return _RopeFunction.apply(q, k, self.cos, self.sin, positions, partial, self.low_precision, False)
+
+    def _check_kernel_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
+        """What the kernels need beyond the shared checks: a supported dtype, CUDA (or the interpreter)."""
         if q.dtype not in _SUPPORTED:
             raise TypeError(f"{self.registry_name} supports float32, bfloat16 and float16 inputs, got {q.dtype}")
         if not torch.compiler.is_compiling():
@@ -267,11 +330,6 @@ class _TritonRotary(RotaryEmbedding):
             raise ValueError(
                 f"the cos/sin tables are on {self.cos.device} but q is on {q.device}: move the module with .to()"
             )
-        partial = self.variant == "partial"
-        if torch.compiler.is_compiling():  # the custom op: traced through its fake, no graph break
-            yq, yk = rope_fwd(q, k, self.cos, self.sin, positions, partial, self.low_precision)
-            return yq, (yk if k is not None else None)
-        return _RopeFunction.apply(q, k, self.cos, self.sin, positions, partial, self.low_precision, False)
 
 
 @register("triton_v4")

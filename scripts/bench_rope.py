@@ -198,11 +198,7 @@ def measure_errors(variant: str, B=4, H=8, T=2048, D=128) -> list[dict]:
 
 def tune(timer, variant: str) -> None:
     """Time triton_v4 forward and backward over a few launch configurations (prints only)."""
-    configs = [
-        {"sub": sub, "num_warps": w, "heads": h}
-        for sub, w in ((512, 2), (512, 4), (1024, 4), (1024, 8), (2048, 4), (2048, 8), (4096, 8))
-        for h in ("div", "pow2")
-    ]
+    configs = [{"tile": tile, "num_warps": w} for tile in (1024, 2048, 4096) for w in (4, 8, 16)]
     for B, H, T, D in SHAPES:
         q = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
         k = torch.randn_like(q)
@@ -214,13 +210,13 @@ def tune(timer, variant: str) -> None:
             triton_rope._TUNE.update(cfg)
             ms = timer(lambda: mod(q, k))  # noqa: B023
             msb = timer(lambda: triton_rope.rope_bwd(q, k, mod.cos, mod.sin, None, variant == "partial", False))  # noqa: B023
-            res.append((ms, msb, cfg, triton_rope.launch_config(H, H, D, variant == "partial", T)))
+            res.append((ms, msb, cfg, triton_rope.launch_config(D)))
         triton_rope._TUNE.clear()
         print(f"tune {B}x{H}x{T}x{D}:")
         for ms, msb, cfg, lc in sorted(res, key=lambda r: r[0]):
             print(
                 f"  fwd {ms:.4f} ms {nbytes / ms / 1e6:7.0f} GB/s  bwd {msb:.4f} ms  {cfg}  "
-                f"BT={lc['BT']} BH={lc['BHQ']} warps={lc['num_warps']}"
+                f"BR={lc['BR']} HP={lc['HP']} warps={lc['num_warps']}"
             )
 
 

@@ -2,7 +2,7 @@
 # One call on a CUDA machine: GPU tests, the kernel benchmark, the training-step benchmark and an MFU
 # run of GPT-2 small. Everything lands in outputs/gpu_check/; $OUT (the device tool's return folder)
 # gets report.md (all tables) and gpu_check.tar.gz (every file).
-#   bash scripts/gpu_check.sh [tests] [bench] [step] [mfu] [small]    (no argument: all)
+#   bash scripts/gpu_check.sh [tests] [bench] [tune] [step] [mfu] [small]    (no argument: tests bench step mfu)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dest=outputs/gpu_check
@@ -23,6 +23,9 @@ for part in "${parts[@]}"; do
     bench)
       section "Kernel benchmark (scripts/bench_rope.py)"
       python3 scripts/bench_rope.py --out "$dest" 2>&1 | tee "$dest/bench_rope.log" | tail -n 60 >> "$report" ;;
+    tune)
+      section "Launch-configuration sweep (scripts/bench_rope.py --tune --no-sweep)"
+      python3 scripts/bench_rope.py --tune --no-sweep --out "$dest/tune" 2>&1 | grep -A12 "^tune " >> "$report" ;;
     step)
       section "Training step (scripts/bench_step.py)"
       python3 -m scripts.bench_step --ropes none,torch,triton_v4 --out "$dest" 2>&1 | tee "$dest/bench_step.log" | tail -n 14 >> "$report" ;;

@@ -179,6 +179,22 @@ def test_markdown_and_plots(sweep: Path):
         assert data.startswith(PNG_MAGIC) and len(data) > 5000
 
 
+def test_fidelity_against_the_same_seed_reference(tmp_path: Path):
+    """Each run is measured against the float32 torch run of its seed; a repeated reference too."""
+    numbers = {**NUMBERS, ("torch", "bfloat16"): [(9.0, 3.25, 0.3, 21.0, 900.0)]}
+    sweep = make_sweep(tmp_path / "sweep", numbers)
+    make_run(sweep / "9_repeat", "torch", 1, NUMBERS[("torch", "float32")][1])
+    text = compare_runs([sweep], sweep).read_text()
+    section = text[text.index("## Fidelity"):text.index("## Per-seed runs")]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and "Implementation" not in ln]
+    # triton_v4 seed s sits 0.1 below torch seed s at both evals (steps 50 and 100)
+    for seed in range(3):
+        assert f"| triton_v4 (partial, float32) | {seed} | 2 | 0.10000 | 50 | 0.10000 |" in rows
+    assert "| torch (partial, bfloat16) | 0 | 2 | 0.25000 | 50 | 0.25000 |" in rows
+    assert "| torch (partial, float32) | 1 | 2 | 0.00000 | 50 | 0.00000 |" in rows
+    assert len(rows) == 5
+
+
 def test_single_seed_and_none_row(tmp_path: Path):
     make_run(tmp_path / "a", "torch", 0, (10.0, 3.0, 0.3, 20.0, 1000.0))
     make_run(tmp_path / "b", "none", 0, (8.0, 3.5, 0.2, 33.0, 1500.0), variant="none", dtype="none")

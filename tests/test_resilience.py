@@ -117,6 +117,7 @@ def test_skip_nonfinite_tolerates_k_bad_steps(tmp_path, monkeypatch):
         (["optim.name=sgd"], "optim.name='sgd'; allowed: adamw, muon"),
         (["train.batch_size=0"], "train.batch_size=0 must be a positive integer"),
         (["train.dtype=fp8"], "train.dtype='fp8'; allowed"),
+        (["train.attention=fast"], "train.attention='fast'; allowed: auto, flash, efficient, cudnn, math"),
         (["data=text_files", "data.path=/no/such/dir"], "data.path=/no/such/dir"),
         (["tokenizer.name=nope"], "tokenizer"),
         (["data.name=nope"], "pystdlib"),

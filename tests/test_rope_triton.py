@@ -437,3 +437,98 @@ def test_compiles_without_graph_breaks(impl, device):
     (g_e,) = torch.autograd.grad(loss_e, qkv)
     torch.testing.assert_close(loss, loss_e)
     torch.testing.assert_close(g, g_e)
+
+
+# -- the fused-projection entry: rotate_qkv ----------------------------------------------------------
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+@pytest.mark.parametrize("HQ,HK,pos_kind", [(3, 3, "none"), (4, 2, "bt"), (5, 1, "t")])
+def test_rotate_qkv_matches_reference(impl, dtype, HQ, HK, pos_kind, device):
+    """q, k rotated, v untouched, and d qkv (written in one buffer) against the float64 reference."""
+    B, T, D = 2, 7, 48
+    r = _build(impl, D=D, max_seq_len=12, device=device)
+    ref = _build("torch", D=D, max_seq_len=12, device=device, compute_dtype="float64")
+    qkv = torch.randn(B, T, (HQ + 2 * HK) * D, device=device).to(dtype).requires_grad_()
+    pos = make_positions(pos_kind, B, T, 12, device)
+    yq, yk, v = r.rotate_qkv(qkv, HQ, HK, positions=pos)
+    assert v.data_ptr() == qkv.data_ptr() + (HQ + HK) * D * qkv.element_size()  # v is the view itself
+    grads = [torch.randn_like(t) for t in (yq, yk, v)]
+    (dqkv,) = torch.autograd.grad((yq, yk, v), qkv, grads)
+    assert not dqkv.isnan().any(), "d qkv: elements not written (NaN poison left)"
+
+    x64 = qkv.detach().double().requires_grad_()
+    rq, rk, rv = ref.rotate_qkv(x64, HQ, HK, positions=pos)
+    (rdqkv,) = torch.autograd.grad((rq, rk, rv), x64, [g.double() for g in grads])
+    assert torch.equal(v, qkv[..., (HQ + HK) * D :].view(B, T, HK, D))
+    if impl == "triton_v4" or dtype == torch.float32:
+        assert_precise(yq, rq, dtype, "q forward")
+        assert_precise(yk, rk, dtype, "k forward")
+        assert_precise(dqkv, rdqkv, dtype, "d qkv")
+    else:  # v2: bit for bit the reference in the input dtype, through the same fused entry
+        low = _build("torch", D=D, max_seq_len=12, device=device, compute_dtype=DTYPE_NAMES[dtype])
+        xl = qkv.detach().clone().requires_grad_()
+        lq, lk, lv = low.rotate_qkv(xl, HQ, HK, positions=pos)
+        (ldqkv,) = torch.autograd.grad((lq, lk, lv), xl, grads)
+        assert torch.equal(yq, lq) and torch.equal(yk, lk) and torch.equal(dqkv, ldqkv)
+
+
+def test_rotate_qkv_backward_is_one_launch_and_one_buffer(monkeypatch, device):
+    """The backward rotates dq and dk in one launch, straight into their slices of d qkv."""
+    seen = []
+    real = triton_rope.launch
+
+    def spy(q, k, *args, out_q=None, out_k=None, **kwargs):
+        seen.append((out_q, out_k))
+        return real(q, k, *args, out_q=out_q, out_k=out_k, **kwargs)
+
+    monkeypatch.setattr(triton_rope, "launch", spy)
+    r = _build(D=16, device=device)
+    qkv = torch.randn(2, 5, 3 * 2 * 16, device=device, requires_grad=True)
+    yq, yk, v = r.rotate_qkv(qkv, 2)
+    (dqkv,) = torch.autograd.grad((yq.sum() + yk.sum() + v.sum()), qkv)
+    assert len(seen) == 2  # forward, backward
+    out_q, out_k = seen[1]
+    assert out_q.data_ptr() == dqkv.data_ptr() and out_k.data_ptr() == dqkv.data_ptr() + 2 * 16 * 4
+    assert torch.equal(dqkv[..., 64:], torch.ones_like(dqkv[..., 64:]))  # v's gradient, copied beside
+
+
+def test_rotate_qkv_without_grad_or_v_grad(device):
+    r = _build(D=16, device=device)
+    qkv = torch.randn(1, 4, 3 * 16, device=device)
+    with torch.no_grad():
+        yq, yk, _ = r.rotate_qkv(qkv.requires_grad_(), 1)
+    ref = r(*[t.detach() for t in qkv.view(1, 4, 3, 1, 16).unbind(2)[:2]])
+    assert torch.equal(yq, ref[0]) and torch.equal(yk, ref[1])
+    yq, yk, v = r.rotate_qkv(qkv, 1)
+    (dqkv,) = torch.autograd.grad(yq.sum() + yk.sum(), qkv)  # v unused: its slice of d qkv is zero
+    assert torch.equal(dqkv[..., 32:], torch.zeros_like(dqkv[..., 32:]))
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [((torch.randn(1, 4, 90), 2, 1), r"qkv must have shape .*\(B, T, 64\)"),
+     ((torch.randn(4, 96), 2, 2), r"qkv must have shape"),
+     ((torch.randn(1, 4, 64), 0, 1), r"n_head must be a positive int"),
+     ((torch.randn(1, 4, 64), 2, 1.5), r"n_kv_head must be a positive int")],
+)
+def test_rotate_qkv_bad_input(args, match, no_launch):
+    r = _build(D=16)
+    with pytest.raises(ValueError, match=match):
+        r.rotate_qkv(*args)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_rotate_qkv_compiles_without_graph_breaks(impl, device):
+    """The fused entry under torch.compile(fullgraph=True): custom ops forward and backward."""
+    torch._dynamo.reset()
+    r = _build(impl, D=16, max_seq_len=8, device=device)
+
+    def step(qkv):
+        q, k, v = r.rotate_qkv(qkv, 2, 1)
+        return (q * 1.5).sum() + (k * k).sum() + (v * 3.0).sum()
+
+    qkv = torch.randn(2, 6, 64, device=device, requires_grad=True)
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    (g,) = torch.autograd.grad(compiled(qkv), qkv)
+    (g_e,) = torch.autograd.grad(step(qkv), qkv)
+    torch.testing.assert_close(g, g_e)

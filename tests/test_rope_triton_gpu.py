@@ -78,8 +78,9 @@ def test_large_tensor_int64_offsets():
 class _Block(nn.Module):
     """Attention with a fused qkv projection and the RoPE under test."""
 
-    def __init__(self, impl: str, n_embd=256, n_head=4, seq=128) -> None:
+    def __init__(self, impl: str, n_embd=256, n_head=4, seq=128, fused=False) -> None:
         super().__init__()
+        self.fused = fused  # rotate_qkv (the model's path) or the module called on the q, k views
         self.n_head, self.head_dim = n_head, n_embd // n_head
         self.qkv = nn.Linear(n_embd, 3 * n_embd)
         self.proj = nn.Linear(n_embd, n_embd)
@@ -87,19 +88,23 @@ class _Block(nn.Module):
 
     def forward(self, x):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
-        q, k = self.rotary(q, k)
+        if self.fused:
+            q, k, v = self.rotary.rotate_qkv(self.qkv(x), self.n_head)
+        else:
+            q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).unbind(2)
+            q, k = self.rotary(q, k)
         y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
+@pytest.mark.parametrize("fused", (False, True))
 @pytest.mark.parametrize("impl", IMPLS)
-def test_torch_compile_fullgraph(impl):
+def test_torch_compile_fullgraph(impl, fused):
     """The whole block compiles with fullgraph=True (inductor): forward and backward, no graph break."""
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     torch.manual_seed(0)
-    model = _Block(impl).to(CUDA)
+    model = _Block(impl, fused=fused).to(CUDA)
     x = torch.randn(4, 128, 256, device=CUDA, requires_grad=True)
     compiled = torch.compile(model, fullgraph=True)
     with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -112,3 +117,28 @@ def test_torch_compile_fullgraph(impl):
     torch.testing.assert_close(out, out_e, rtol=2e-2, atol=2e-2)
     for a, b in zip(grads, grads_e, strict=True):
         torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gpt_compiles_fullgraph(impl):
+    """The training model (llm.model.GPT, rotate_qkv path) compiles whole with fullgraph=True."""
+    from omegaconf import OmegaConf
+
+    from llm.model import build_model
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    cfg = OmegaConf.create({"n_layer": 2, "n_head": 4, "n_embd": 256, "seq_len": 128})
+    model = build_model(cfg, {"name": impl}, 1000).to(CUDA)
+    ref = build_model(cfg, {"name": "torch"}, 1000).to(CUDA)
+    ref.load_state_dict(model.state_dict())
+    x = torch.randint(0, 1000, (4, 128), device=CUDA)
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        _, loss = compiled(x, x)
+        _, loss_ref = ref(x, x)
+    loss.backward()
+    loss_ref.backward()
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-2, atol=1e-2)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=5e-2, atol=5e-3, msg=name)

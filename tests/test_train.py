@@ -56,6 +56,35 @@ def test_same_seed_same_curve_and_other_seed_differs(tmp_path):
     assert train_losses(tmp_path / "a") != train_losses(tmp_path / "c") and c["val_loss"] != a["val_loss"]
 
 
+def test_deterministic_mode_is_per_run_and_attention_backend_applies(tmp_path):
+    """deterministic=true turns strict deterministic algorithms on for its run and the next run off again
+    (a multirun shares one process). train.attention=math pins the SDPA kernel (on the CPU the default
+    is a flash kernel, so the numbers move in the last bits)."""
+    import torch
+
+    common = ["train.max_steps=6", "train.eval_every=3", "seed=2"]
+    run_inprocess(tmp_path / "a", [*common, "train.deterministic=true", "train.attention=math"])
+    assert torch.are_deterministic_algorithms_enabled()
+    run_inprocess(tmp_path / "b", [*common, "train.attention=math"])
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert val_losses(tmp_path / "a") == val_losses(tmp_path / "b")
+    assert train_losses(tmp_path / "a") == train_losses(tmp_path / "b")
+
+
+@pytest.mark.parametrize("name", ["flash", "efficient", "cudnn", "math"])
+def test_attention_backend_leaves_only_that_kernel(name):
+    import torch
+
+    from llm.train import attention_backend
+
+    flags = {"flash": torch.backends.cuda.flash_sdp_enabled, "efficient": torch.backends.cuda.mem_efficient_sdp_enabled,
+             "cudnn": torch.backends.cuda.cudnn_sdp_enabled, "math": torch.backends.cuda.math_sdp_enabled}
+    with attention_backend(name):
+        assert {k for k, on in flags.items() if on()} == {name}
+    with attention_backend("auto"):
+        assert all(on() for on in flags.values())
+
+
 def test_multirun_writes_one_dir_per_job_and_the_comparison(tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_cli(["-m", "rope=torch,none", "train.max_steps=5", "train.eval_every=5", f"hydra.sweep.dir={sweep}"])
