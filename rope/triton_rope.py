@@ -11,7 +11,9 @@ of the output gradients). In eager mode the launches go through a ``torch.autogr
 under ``torch.compile`` through the custom ops ``ropelab::rope_fwd`` and ``ropelab::rope_bwd``
 (``torch.library``) with fake implementations and registered autograd, so a model using them
 compiles without graph breaks. Strided views (such as the q and k halves of a fused ``qkv``
-projection) are read in place, never copied. Design notes and H100 numbers: ``docs/kernels.md``.
+projection) are read in place, never copied. ``rotate_qkv`` takes the fused projection itself, so
+its backward writes d qkv as one buffer (``ropelab::rope_qkv_bwd`` under compile) instead of
+leaving autograd to stack dq, dk and dv. Design notes and H100 numbers: ``docs/kernels.md``.
 
 Without an importable ``triton`` the names stay registered and building one raises a RuntimeError
 that says triton is needed.

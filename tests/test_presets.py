@@ -95,3 +95,15 @@ def test_comparison_experiments_vary_only_rope_and_seed(experiment):
     assert set(params) == {"rope", "seed"} and str(params.seed) == "0,1,2"
     cfg = compose_cfg([f"+experiment={experiment}"], small=False)
     assert cfg.model.name == "small" and cfg.sweep.name == experiment and cfg.train.max_steps >= 1000
+
+
+def test_fidelity_experiment_is_deterministic_same_seed_against_the_reference():
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.load(compose_cfg.__globals__["CONF"] / "experiment" / "fidelity.yaml")
+    params = raw.hydra.sweeper.params
+    assert set(params) == {"rope", "seed"} and str(params.seed) == "0"
+    assert set(str(params.rope).split(",")) == {"torch", "triton_v4", "torch_bf16"}
+    cfg = compose_cfg(["+experiment=fidelity"], small=False)
+    assert cfg.train.deterministic is True and cfg.train.dtype == "float32" and cfg.train.max_steps >= 1000
+    assert cfg.model.name == "small" and cfg.sweep.name == "fidelity"

@@ -114,7 +114,7 @@ def run_case(impl, dtype, variant, layout, pos_kind, B, T, HQ, HK, D, device, ma
     rdq, rdk = torch.autograd.grad((rq, rk), (q64, k64), (gq.double(), gk.double()))
     for name, y in (("yq", yq), ("yk", yk), ("dq", dq), ("dk", dk)):
         assert not y.isnan().any(), f"{name}: {int(y.isnan().sum())} elements not written (NaN poison left)"
-    if variant == "partial":  # the zero-frequency quarter of each half is copied bit for bit
+    if variant == "partial":  # the zero-frequency quarter of each half passes through bit for bit
         quarter = D // 4
         for y, x in ((yq, q), (yk, k)):
             assert torch.equal(y[..., quarter : 2 * quarter], x[..., quarter : 2 * quarter].detach())
@@ -193,7 +193,7 @@ def test_every_head_dim(variant, D, device):
     "HQ,HK,D", [(1, 1, 32), (4, 1, 32), (8, 2, 32), (5, 3, 32), (17, 17, 32), (9, 3, 256), (20, 12, 128)]
 )
 def test_head_counts(HQ, HK, D, device):
-    """Several head blocks per tensor (the last one partly masked) and k with fewer heads."""
+    """Head counts that are no power of two, many rows per token, and k with fewer heads."""
     layout = "contiguous" if HQ == HK else "gqa"
     run_case("triton_v4", torch.bfloat16, "partial", layout, "t", B=1, T=5, HQ=HQ, HK=HK, D=D, device=device)
 
