@@ -97,13 +97,17 @@ def test_comparison_experiments_vary_only_rope_and_seed(experiment):
     assert cfg.model.name == "small" and cfg.sweep.name == experiment and cfg.train.max_steps >= 1000
 
 
-def test_fidelity_experiment_is_deterministic_same_seed_against_the_reference():
+def test_fidelity_experiment_is_the_seed_recipe_deterministic_on_given_text():
     from omegaconf import OmegaConf
 
     raw = OmegaConf.load(compose_cfg.__globals__["CONF"] / "experiment" / "fidelity.yaml")
     params = raw.hydra.sweeper.params
     assert set(params) == {"rope", "seed"} and str(params.seed) == "0"
-    assert set(str(params.rope).split(",")) == {"torch", "triton_v4", "torch_bf16"}
-    cfg = compose_cfg(["+experiment=fidelity"], small=False)
-    assert cfg.train.deterministic is True and cfg.train.dtype == "float32" and cfg.train.max_steps >= 1000
-    assert cfg.model.name == "small" and cfg.sweep.name == "fidelity"
+    assert set(str(params.rope).split(",")) == {"torch", "triton_v4", "triton_v2", "torch_bf16"}
+    cfg = compose_cfg(["+experiment=fidelity", "data.path=/some/corpus"], small=False)
+    seed = compose_cfg(["+experiment=seed004"], small=False)
+    assert cfg.train.deterministic is True and cfg.train.max_steps == 1000 and cfg.train.eval_every == 100
+    assert cfg.model == seed.model and cfg.optim == seed.optim
+    for key in ("batch_size", "grad_accum", "grad_clip", "warmup_frac", "min_lr_frac", "dtype"):
+        assert cfg.train[key] == seed.train[key], key
+    assert cfg.data.name == "text_files" and cfg.sweep.name == "fidelity"
