@@ -516,17 +516,16 @@ def fidelity_rows(runs: Sequence[Run]) -> list[list[str]]:
     run with that key is measured against it, a repeated reference run included (the noise floor).
     """
     done = sorted((r for r in runs if r.completed), key=lambda r: r.name)
-    refs: dict[tuple, Run] = {}
+    refs: dict[tuple, tuple[Run, dict[int, float]]] = {}  # (variant, seed) -> (run, step -> val loss)
     for r in done:
-        if _is_reference(r):
-            refs.setdefault((r.variant, r.seed), r)
+        if _is_reference(r) and (r.variant, r.seed) not in refs:
+            refs[(r.variant, r.seed)] = (r, {s: v for s, v, _ in r.val_curve()})
     rows = []
     for r in done:
-        ref = refs.get((r.variant, r.seed))
+        ref, theirs = refs.get((r.variant, r.seed), (None, None))
         if ref is None or ref is r:
             continue
         mine = {s: v for s, v, _ in r.val_curve()}
-        theirs = {s: v for s, v, _ in ref.val_curve()}
         steps = sorted(mine.keys() & theirs.keys())
         if not steps:
             continue

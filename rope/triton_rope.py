@@ -66,6 +66,12 @@ def launch_config(head_dim: int) -> dict:
     return {"BR": max(1, _TUNE.get("tile", 1024) // hp), "HP": hp, "num_warps": _TUNE.get("num_warps", 8)}
 
 
+def _new_output(shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """A fresh output of ``like``'s dtype and device (NaN-filled under :data:`POISON_OUTPUTS`)."""
+    out = torch.empty(shape, dtype=like.dtype, device=like.device)
+    return out.fill_(float("nan")) if POISON_OUTPUTS else out
+
+
 def _check_device(name: str, x: Tensor) -> None:
     if not (x.is_cuda or _interpreting()):
         raise ValueError(
@@ -88,8 +94,9 @@ def launch(
 ) -> tuple[Tensor, Tensor | None]:
     """Rotate (``inverse``: rotate back) q and k in one kernel launch; new (B, T, H, D) outputs.
 
-    Inputs are used in place with their strides (no copies). ``out_q``/``out_k`` (tests) receive
-    the results instead of fresh tensors. Shapes and dtypes are assumed valid (the module checks).
+    Inputs are used in place with their strides (no copies). ``out_q``/``out_k`` (any strides: the
+    slices of d qkv in :func:`qkv_backward`, or test buffers) receive the results instead of fresh
+    tensors. Shapes and dtypes are assumed valid (the module checks).
     """
     if _kernels is None:
         raise RuntimeError(
@@ -98,13 +105,9 @@ def launch(
     B, T, HQ, D = q.shape
     HK = k.shape[2] if k is not None else 0
     if out_q is None:
-        out_q = torch.empty((B, T, HQ, D), dtype=q.dtype, device=q.device)
-        if POISON_OUTPUTS:
-            out_q.fill_(float("nan"))
+        out_q = _new_output((B, T, HQ, D), q)
     if k is not None and out_k is None:
-        out_k = torch.empty((B, T, HK, D), dtype=k.dtype, device=k.device)
-        if POISON_OUTPUTS:
-            out_k.fill_(float("nan"))
+        out_k = _new_output((B, T, HK, D), k)
     ntok = B * T
     if ntok == 0 or (HQ == 0 and HK == 0) or D == 0:
         return out_q, out_k
@@ -230,9 +233,7 @@ def qkv_backward(
     """
     B, T, HQ, D = gq.shape
     HK = gk.shape[2]
-    dqkv = torch.empty((B, T, (HQ + 2 * HK) * D), dtype=gq.dtype, device=gq.device)
-    if POISON_OUTPUTS:
-        dqkv.fill_(float("nan"))
+    dqkv = _new_output((B, T, (HQ + 2 * HK) * D), gq)
     dq, dk, dv = split_qkv(dqkv, HQ, HK, D)
     launch(gq, gk, cos, sin, positions, partial, low_precision, inverse=True, out_q=dq, out_k=dk)
     if gv is None:

@@ -21,6 +21,8 @@ MIN_CHARS, MAX_CHARS = 200, 300_000
 
 def build_corpus(root: Path, out: Path) -> tuple[int, int]:
     """Copy the *.py files under ``root`` into ``out`` as .txt documents; returns (files, characters)."""
+    if not root.is_dir():
+        raise NotADirectoryError(f"--root {root} is not a directory (expected a site-packages tree)")
     out.mkdir(parents=True, exist_ok=False)
     n = size = 0
     for p in sorted(root.rglob("*.py")):

@@ -30,3 +30,9 @@ def test_build_corpus_refuses_an_existing_dir(tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(FileExistsError):
         build_corpus(tmp_path, tmp_path / "out")
+
+
+def test_build_corpus_refuses_a_missing_root_before_writing(tmp_path):
+    with pytest.raises(NotADirectoryError, match="--root .* is not a directory"):
+        build_corpus(tmp_path / "nope", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

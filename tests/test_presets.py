@@ -111,3 +111,10 @@ def test_fidelity_experiment_is_the_seed_recipe_deterministic_on_given_text():
     for key in ("batch_size", "grad_accum", "grad_clip", "warmup_frac", "min_lr_frac", "dtype"):
         assert cfg.train[key] == seed.train[key], key
     assert cfg.data.name == "text_files" and cfg.sweep.name == "fidelity"
+
+
+def test_fidelity_experiment_without_a_corpus_says_which_key_to_set():
+    from llm.config_check import validate_config
+
+    with pytest.raises(ValueError, match="data.path is required for data=text_files"):
+        validate_config(compose_cfg(["+experiment=fidelity"], small=False))
