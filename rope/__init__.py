@@ -9,7 +9,7 @@ from rope import (
     reference,  # noqa: E402,F401
     triton_rope,  # noqa: E402,F401
 )
-from rope.base import RotaryEmbedding, rope_frequencies
+from rope.base import RotaryEmbedding, label, rope_frequencies
 from rope.registry import available, build, get, register
 
-__all__ = ["RotaryEmbedding", "available", "build", "get", "register", "rope_frequencies"]
+__all__ = ["RotaryEmbedding", "available", "build", "get", "label", "register", "rope_frequencies"]

@@ -22,6 +22,18 @@ from torch import Tensor, nn
 VARIANTS = ("partial", "full")
 
 
+def label(name: str, variant: str | None = None, compute_dtype: str | None = None) -> str:
+    """How runs, tables and dashboards name an implementation: ``torch (partial, float32)``, ``none``.
+
+    The one place this is spelled out, so a run's wandb name, its summary and the comparison's rows
+    always agree.
+    """
+    if name == "none":
+        return "none"
+    parts = [p for p in (variant, compute_dtype) if p not in (None, "", "none", "None")]
+    return f"{name} ({', '.join(parts)})" if parts else name
+
+
 def rope_frequencies(head_dim: int, base: float, variant: str) -> Tensor:
     """The D/2 angular frequencies (float64) of one head, in the order they pair with ``x1``/``x2``."""
     if variant == "partial":

@@ -1,0 +1,121 @@
+"""Files that are either whole or absent: the one atomic-write helper every writer in ``llm`` uses.
+
+Why: a run is interrupted at any byte (Ctrl-C twice, ``kill -9``, a full disk). Readers (resume,
+the comparison, the data cache) must never see half a file, and a failed write must leave neither
+a half-written temporary behind nor a traceback the user has to decode. So every write goes to a
+temporary beside the target, is flushed and fsynced, then renamed over it; any failure, including
+``KeyboardInterrupt``, removes the temporary; a full disk becomes :class:`DiskFullError` naming the
+file.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+#: Suffix of every temporary this module writes (``<name>.tmp<pid>``); :func:`remove_stale_temps` finds them.
+TMP_MARK = ".tmp"
+
+# Below this many free bytes a failed write is reported as a full disk even when the library that wrote
+# (torch.save's zip writer, for one) lost the errno on the way up.
+_FULL_DISK_SLACK = 1 << 20
+
+
+class DiskFullError(OSError):
+    """No space left on the device while writing ``path``; the message says so in one line."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(errno.ENOSPC, f"no space left on device writing {path}")
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"no space left on device writing {self.path}"
+
+
+def _is_disk_full(exc: BaseException, directory: Path) -> bool:
+    for e in (exc, exc.__cause__, exc.__context__):
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+    if isinstance(exc, (OSError, RuntimeError)):
+        try:
+            return shutil.disk_usage(directory).free < _FULL_DISK_SLACK
+        except OSError:
+            return False
+    return False
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def temp_path(path: str | os.PathLike) -> Path:
+    """The temporary a writer of ``path`` in this process uses (unique per process)."""
+    path = Path(path)
+    return path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path to write ``path`` through; on success it is fsynced and renamed into place.
+
+    Any exception (``KeyboardInterrupt`` too) removes the temporary and re-raises, a full disk as
+    :class:`DiskFullError`. The caller writes the temporary however it likes (``torch.save``, ``np.tofile``).
+    """
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if _is_disk_full(exc, path.parent):
+            raise DiskFullError(path) from exc
+        raise
+    _fsync_dir(path.parent)
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
+    """``open(path, mode)`` that lands whole or not at all (see :func:`atomic_path`)."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open mode must be 'w' or 'wb', got {mode!r}")
+    with atomic_path(path) as tmp, open(tmp, mode) as f:
+        yield f
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_open(path) as f:
+        f.write(text)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    """JSON through :func:`atomic_open` (non-JSON values as ``str``), so readers never see half a file."""
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def remove_stale_temps(directory: str | os.PathLike) -> list[Path]:
+    """Delete temporaries a killed writer left in ``directory`` (call only while owning it); returns them."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    stale = [p for p in directory.iterdir() if p.is_file() and TMP_MARK in p.name]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
