@@ -1,55 +1,89 @@
-"""Refuse a bad configuration before any work, with one line naming the key and what is allowed."""
+"""Refuse a bad configuration before any work, with one line naming the key and what is allowed.
+
+This module only orchestrates: each config group is validated by the module that builds it
+(``llm.model`` the model, ``rope`` the RoPE, ``llm.data`` data and tokenizer, ``llm.optim`` the
+optimizers, the trainer its ``train`` group); here their errors become :class:`ConfigError`, and the
+checks that need two groups at once (the RoPE cache against the sequence length, the memory a step
+needs against the device, the RoPE implementation against the device) are made.
+"""
 
 from __future__ import annotations
 
+import os
+
+import torch
 from omegaconf import DictConfig
 
 import rope
 from llm.data import check_data_config
-from llm.optim import OPTIMIZERS
+from llm.errors import ConfigError
+from llm.model import check_model_config, rope_cache_len
+from llm.optim import check_optim_config
+from llm.training.runtime import resolve_device
+from llm.training.trainer import check_train_config
 
-#: train.attention values: "auto" lets PyTorch pick the scaled-dot-product-attention kernel.
-ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+__all__ = ["ConfigError", "validate_config"]
+
+#: rope.check_args's argument names, as the config keys a user sets.
+_ROPE_KEYS = {"head_dim": "model.n_embd/model.n_head", "max_seq_len": "rope.max_seq_len"}
 
 
-class ConfigError(ValueError):
-    """A configuration value that cannot work; the message names the key."""
+def _as_config_error(group_check, *args) -> None:
+    try:
+        group_check(*args)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from None
+
+
+def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
+    r = cfg.rope
+    if r.name not in rope.available():
+        raise ConfigError(f"rope.name={r.name!r} is not registered; allowed: {', '.join(rope.available())}")
+    cache = rope_cache_len(cfg.model, r)
+    if cache < cfg.model.seq_len:
+        raise ConfigError(f"model.seq_len={cfg.model.seq_len} exceeds the RoPE cache rope.max_seq_len={cache}")
+    options = {k: v for k, v in r.items() if k not in ("name", "base", "max_seq_len")}
+    try:
+        rope.check_args(r.name, head_dim, cache, r.get("base", 10000.0), **options)
+    except rope.RopeArgumentError as e:
+        key = _ROPE_KEYS.get(e.argument, f"rope.{e.argument}")
+        raise ConfigError(f"{key}: {e}" if key not in str(e) else str(e)) from None
+    reason = rope.get(r.name).unavailable_reason(device)
+    if reason:
+        raise ConfigError(reason)
+
+
+def _total_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _check_memory(cfg: DictConfig, model_cfg, device: torch.device, world_size: int) -> None:
+    """Refuse a step that cannot fit the device (e.g. model.seq_len=100000 would run, then fail to allocate)."""
+    dense = device.type == "cpu" or cfg.train.get("attention", "auto") == "math"
+    per_rank = cfg.train.batch_size // world_size
+    need, have = model_cfg.training_memory_bytes(per_rank, dense), _total_memory(device)
+    if need > have:
+        raise ConfigError(f"model.seq_len={cfg.model.seq_len} with train.batch_size={cfg.train.batch_size} needs at "
+                          f"least {need / 2**30:.1f} GiB for one training step, more than the "
+                          f"{have / 2**30:.1f} GiB of {device}; lower model.seq_len or train.batch_size")
 
 
 def validate_config(cfg: DictConfig, world_size: int = 1) -> None:
-    m, r, t = cfg.model, cfg.rope, cfg.train
-    if r.name not in rope.available():
-        raise ConfigError(f"rope.name={r.name!r} is not registered; allowed: {', '.join(rope.available())}")
-    variant = r.get("variant", "partial")
-    if variant not in ("partial", "full"):
-        raise ConfigError(f"rope.variant={variant!r}; allowed: partial, full")
-    if m.n_head <= 0 or m.n_embd % m.n_head:
-        raise ConfigError(f"model.n_embd={m.n_embd} must be divisible by model.n_head={m.n_head}")
-    head_dim = m.n_embd // m.n_head
-    if head_dim % 2:
-        raise ConfigError(f"head_dim = model.n_embd/model.n_head = {head_dim} must be even for RoPE")
-    if variant == "partial" and head_dim % 4:
-        raise ConfigError(f"head_dim = model.n_embd/model.n_head = {head_dim} must be a multiple of 4 for "
-                          "rope.variant=partial (or use rope.variant=full)")
-    max_seq = r.get("max_seq_len")
-    if max_seq is not None and m.seq_len > max_seq:
-        raise ConfigError(f"model.seq_len={m.seq_len} exceeds the RoPE cache rope.max_seq_len={max_seq}")
-    if cfg.optim.name not in OPTIMIZERS:
-        raise ConfigError(f"optim.name={cfg.optim.name!r}; allowed: {', '.join(OPTIMIZERS)}")
-    for key in ("max_steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every"):
-        if t[key] <= 0:
-            raise ConfigError(f"train.{key}={t[key]} must be a positive integer")
-    if t.batch_size % world_size:
-        raise ConfigError(f"train.batch_size={t.batch_size} (global) must be divisible by the {world_size} "
-                          "processes of torchrun")
-    if t.dtype not in ("auto", "float32", "bfloat16"):
-        raise ConfigError(f"train.dtype={t.dtype!r}; allowed: auto, float32, bfloat16")
-    if t.get("attention", "auto") not in ATTENTION_BACKENDS:
-        raise ConfigError(f"train.attention={t.attention!r}; allowed: {', '.join(ATTENTION_BACKENDS)}")
-    if cfg.device not in ("auto", "cpu") and not str(cfg.device).startswith("cuda"):
-        raise ConfigError(f"device={cfg.device!r}; allowed: auto, cpu, cuda, cuda:N")
-    if not 0 <= t.warmup_frac < 1:
-        raise ConfigError(f"train.warmup_frac={t.warmup_frac} must be in [0, 1)")
-    if t.get("skip_nonfinite", 0) < 0:
-        raise ConfigError(f"train.skip_nonfinite={t.skip_nonfinite} must be >= 0")
-    check_data_config(cfg.data, cfg.tokenizer.name)
+    """Every check a run needs before its first piece of work (data, model, run dir contents)."""
+    seed = cfg.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed={seed!r} must be an integer")
+    device = resolve_device(str(cfg.get("device", "auto")))
+    try:
+        model_cfg = check_model_config(cfg.model)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    _as_config_error(check_train_config, cfg.train, world_size)
+    _as_config_error(check_optim_config, cfg.optim)
+    _check_rope(cfg, model_cfg.head_dim, device)
+    _as_config_error(check_data_config, cfg.data, cfg.tokenizer.name)
+    _check_memory(cfg, model_cfg, device, world_size)

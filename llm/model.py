@@ -7,12 +7,16 @@ it, so every registered kernel trains the very same model.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 import rope as rope_registry
+
+# cl100k_base's size: the memory check's stand-in before the tokenizer is loaded
+_PLACEHOLDER_VOCAB = 100277
 
 
 @dataclass
@@ -42,7 +46,15 @@ class GPTConfig:
         return (self.vocab_size + m - 1) // m * m
 
     def validate(self) -> None:
-        """Refuse shapes the model cannot build, naming the config keys."""
+        """Refuse shapes the model cannot build, naming the config keys (positivity first: no division by 0)."""
+        for key in ("seq_len", "n_layer", "n_head", "n_embd", "vocab_size"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"model.{key}={value!r} must be a positive integer")
+        for key in ("n_kv_head", "d_ff"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ValueError(f"model.{key}={value!r} must be a positive integer or null")
         if self.n_embd % self.n_head:
             raise ValueError(f"model.n_embd={self.n_embd} must be divisible by model.n_head={self.n_head}")
         kv = self.n_kv_head or self.n_head
@@ -50,9 +62,39 @@ class GPTConfig:
             raise ValueError(f"model.n_head={self.n_head} must be divisible by model.n_kv_head={kv}")
         if self.mlp not in ("gelu", "silu"):
             raise ValueError(f"model.mlp must be one of gelu, silu; got {self.mlp!r}")
-        for key in ("seq_len", "n_layer", "n_head", "n_embd", "vocab_size"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"model.{key} must be positive, got {getattr(self, key)}")
+        if not (isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1):
+            raise ValueError(f"model.dropout={self.dropout!r} must be in [0, 1)")
+
+    def param_count(self) -> int:
+        """Parameter count without building the model (a tied head counts once), for the memory check."""
+        d, L, kv = self.n_embd, self.n_layer, self.n_kv_head or self.n_head
+        attn = d * (self.n_head + 2 * kv) * self.head_dim + d * d
+        mlp = 2 * d * (self.d_ff or 4 * d)
+        embed = self.padded_vocab * d * (1 if self.tie_embeddings else 2)
+        return embed + L * (attn + mlp + 2 * d) + d
+
+    def training_memory_bytes(self, batch_size: int, dense_attention: bool) -> int:
+        """A lower bound of what one training step allocates (float32 weights, AdamW state, logits and
+        their gradient, the activations kept for backward, and the T x T scores when attention is
+        not a fused kernel). Used to refuse a config that cannot fit before any work is done."""
+        B, T, d, L = batch_size, self.seq_len, self.n_embd, self.n_layer
+        weights = 16 * self.param_count()  # weight, grad, two AdamW moments (float32)
+        logits = 8 * B * T * self.padded_vocab  # float32 logits and their gradient
+        activations = 4 * L * B * T * (10 * d + 2 * (self.d_ff or 4 * d))
+        scores = 8 * L * B * self.n_head * T * T if dense_attention else 0
+        return weights + logits + activations + scores
+
+
+def check_model_config(model_cfg: Mapping) -> GPTConfig:
+    """Validate a ``model`` config group before any work (vocab not yet known: a placeholder is used)."""
+    fields = GPTConfig.__dataclass_fields__
+    unknown = sorted(k for k in model_cfg if k not in fields and k != "name")
+    if unknown:
+        raise ValueError(f"model.{unknown[0]} is not a model setting; allowed: "
+                         f"{', '.join(k for k in fields if k != 'vocab_size')}")
+    cfg = GPTConfig(vocab_size=_PLACEHOLDER_VOCAB, **{k: v for k, v in model_cfg.items() if k != "name"})
+    cfg.validate()
+    return cfg
 
 
 class CausalSelfAttention(nn.Module):
@@ -160,12 +202,19 @@ class GPT(nn.Module):
         return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.seq_len
 
 
-def build_model(model_cfg, rope_cfg, vocab_size: int) -> GPT:
+def rope_cache_len(model_cfg: Mapping, rope_cfg: Mapping) -> int:
+    """Rows of the RoPE cos/sin cache: ``rope.max_seq_len`` when set (e.g. longer than training), else
+    ``model.seq_len``."""
+    return rope_cfg.get("max_seq_len") or model_cfg["seq_len"]
+
+
+def build_model(model_cfg: Mapping, rope_cfg: Mapping, vocab_size: int) -> GPT:
     """Build the GPT of a ``model`` config group with the RoPE of a ``rope`` config group."""
     fields = GPTConfig.__dataclass_fields__
     kwargs = {k: v for k, v in dict(model_cfg).items() if k in fields}
     cfg = GPTConfig(vocab_size=vocab_size, **kwargs)
     cfg.validate()
-    rope_opts = {k: v for k, v in dict(rope_cfg).items() if k not in ("name",)}
-    rotary = rope_registry.build(rope_cfg["name"], head_dim=cfg.head_dim, max_seq_len=cfg.seq_len, **rope_opts)
+    rope_opts = {k: v for k, v in dict(rope_cfg).items() if k not in ("name", "max_seq_len")}
+    rotary = rope_registry.build(rope_cfg["name"], head_dim=cfg.head_dim,
+                                 max_seq_len=rope_cache_len(model_cfg, rope_cfg), **rope_opts)
     return GPT(cfg, rotary)

@@ -15,6 +15,31 @@ import torch
 from torch import nn
 
 OPTIMIZERS = ("adamw", "muon")
+#: The learning-rate keys each optimizer reads.
+LR_KEYS = {"adamw": ("lr",), "muon": ("muon_lr", "adamw_lr")}
+
+
+def _bad_number(value: object, low: float, high: float = math.inf, low_inclusive: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return True
+    return not (low <= value < high if low_inclusive else low < value < high)
+
+
+def check_optim_config(cfg: Mapping) -> None:
+    """Validate an ``optim`` config group before any work: a NaN, negative or infinite rate fails here,
+    named, instead of as a non-finite loss many steps later."""
+    name = cfg.get("name")
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optim.name={name!r}; allowed: {', '.join(OPTIMIZERS)}")
+    for key in LR_KEYS[name]:
+        if _bad_number(cfg.get(key), 0.0):
+            raise ValueError(f"optim.{key}={cfg.get(key)!r} must be a finite number > 0")
+    for key in ("weight_decay", "adamw_weight_decay"):
+        if key in cfg and _bad_number(cfg[key], 0.0, low_inclusive=True):
+            raise ValueError(f"optim.{key}={cfg[key]!r} must be a finite number >= 0")
+    betas = cfg.get("betas", (0.9, 0.95))
+    if len(betas) != 2 or any(_bad_number(b, 0.0, 1.0, low_inclusive=True) for b in betas):
+        raise ValueError(f"optim.betas={list(betas)!r} must be two numbers in [0, 1)")
 
 
 def lr_multiplier(step: int, max_steps: int, warmup_steps: int, min_lr_frac: float) -> float:
@@ -33,9 +58,8 @@ def _adamw(groups: list[dict], cfg: Mapping, lr: float, device: torch.device) ->
 
 def build_optimizers(model: nn.Module, cfg: Mapping, device: torch.device) -> list[torch.optim.Optimizer]:
     """The optimizers for ``model`` described by an ``optim`` config group."""
+    check_optim_config(cfg)
     name = cfg["name"]
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optim.name must be one of {', '.join(OPTIMIZERS)}; got {name!r}")
     wd = cfg.get("weight_decay", 0.0)
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     if name == "adamw":

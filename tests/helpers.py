@@ -35,10 +35,12 @@ def compose_cfg(overrides: list[str], small: bool = True) -> DictConfig:
 
 
 def run_inprocess(tmp: Path, overrides: list[str]) -> dict:
+    """Train in this process through the entry point's ``train`` (exits like the CLI when a run fails);
+    the overrides count as the command line (a resume may apply the safe ones)."""
     from llm.train import train
 
     cfg = compose_cfg(overrides)
-    return train(cfg, tmp)
+    return train(cfg, tmp, overrides=tuple(overrides))
 
 
 def run_cli(args: list[str], timeout: float = 600, extra_env: dict | None = None,

@@ -1,20 +1,44 @@
-"""Checkpoints that survive interruption: written to a temp file, then renamed into place.
+"""Checkpoints that survive interruption, and resume that survives a damaged checkpoint.
 
 A checkpoint holds everything a bit-exact resume needs: model, every optimizer, the step (the data
-stream is a function of the step), and the Python/NumPy/torch RNG states.
+stream is a function of the step), the Python/NumPy/torch RNG states, the run's config and its
+running totals (training time, timed tokens, skipped steps), so a resumed run's speed numbers cover
+the whole run. Files are written through :mod:`llm.fileio` (whole or absent; a full disk is named).
 """
 
 from __future__ import annotations
 
-import os
+import logging
 import random
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from llm.errors import CheckpointNotFoundError, ResumeError
+from llm.fileio import atomic_path, remove_stale_temps
+
+log = logging.getLogger(__name__)
+
 LAST = "last.pt"
+
+
+@dataclass
+class TrainTotals:
+    """What a run has accumulated so far; carried across resumes so the summary covers every segment."""
+
+    train_time_s: float = 0.0
+    timed_tokens: int = 0
+    skipped_steps: int = 0
+    wall_time_s: float = 0.0
+    compile_warmup_s: float = 0.0
+
+    @classmethod
+    def from_state(cls, state: dict | None) -> TrainTotals:
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in (state or {}).items() if k in known})
 
 
 def rng_state() -> dict[str, Any]:
@@ -32,43 +56,82 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(ckpt_dir: Path, step: int, model: torch.nn.Module, optimizers: list, extra: dict,
-                    keep: int = 2) -> Path:
+def step_file(ckpt_dir: Path, step: int) -> Path:
+    return ckpt_dir / f"step_{step:07d}.pt"
+
+
+def save_checkpoint(ckpt_dir: Path, step: int, model: torch.nn.Module, optimizers: list, totals: TrainTotals,
+                    extra: dict, keep: int = 2) -> Path:
     """Write ``step_XXXXXXX.pt`` atomically, point ``last.pt`` at it, and keep only the newest ``keep``."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    state = {
-        "step": step,
-        "model": model.state_dict(),
-        "optimizers": [opt.state_dict() for opt in optimizers],
-        "rng": rng_state(),
-        **extra,
-    }
-    path = ckpt_dir / f"step_{step:07d}.pt"
-    tmp = path.with_suffix(".pt.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    state = {"step": step, "model": model.state_dict(), "optimizers": [opt.state_dict() for opt in optimizers],
+             "rng": rng_state(), "totals": asdict(totals), **extra}
+    path = step_file(ckpt_dir, step)
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
     link_tmp = ckpt_dir / (LAST + ".tmp")
-    if link_tmp.is_symlink() or link_tmp.exists():
-        link_tmp.unlink()
+    link_tmp.unlink(missing_ok=True)
     link_tmp.symlink_to(path.name)
-    os.replace(link_tmp, ckpt_dir / LAST)
+    link_tmp.replace(ckpt_dir / LAST)
     for old in sorted(ckpt_dir.glob("step_*.pt"))[:-keep] if keep > 0 else []:
         old.unlink()
     return path
 
 
-def resolve_resume(resume: str | None, ckpt_dir: Path) -> Path | None:
-    """``None`` -> no resume; ``auto`` -> the run dir's last checkpoint if any; else a path that must exist."""
-    if resume in (None, "", "none", "null"):
-        return None
-    if resume == "auto":
-        last = ckpt_dir / LAST
-        return last.resolve() if last.exists() else None
-    path = Path(resume)
-    if not path.is_file():
-        raise FileNotFoundError(f"train.resume={resume} is not a checkpoint file (expected 'auto' or a path to a .pt)")
-    return path
+def clean_checkpoint_dir(ckpt_dir: Path) -> None:
+    """Remove temporaries a killed save left behind (call while owning the run dir)."""
+    for p in remove_stale_temps(ckpt_dir):
+        log.warning(f"removed {p}, left by an interrupted checkpoint save")
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    return torch.load(path, map_location=map_location, weights_only=False)
+    """Load one checkpoint; a damaged file raises :class:`ResumeError` naming it."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=False)
+    except (RuntimeError, OSError, EOFError, ValueError, KeyError) as e:  # torch's zip reader and pickle
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ResumeError(f"checkpoint {path} is damaged or unreadable ({first})") from None
+
+
+def _candidates(ckpt_dir: Path) -> list[Path]:
+    """``last.pt``'s target first, then every ``step_*.pt`` newest first, without repeats."""
+    out: list[Path] = []
+    last = ckpt_dir / LAST
+    if last.exists():
+        out.append(last.resolve())
+    out += [p for p in sorted(ckpt_dir.glob("step_*.pt"), reverse=True) if p.resolve() not in out]
+    return out
+
+
+def find_resume_checkpoint(resume: str | None, ckpt_dir: Path,
+                           map_location: str | torch.device = "cpu") -> tuple[Path, dict] | None:
+    """The checkpoint ``train.resume`` asks for, loaded: ``None`` for no resume.
+
+    ``auto`` takes the newest checkpoint in ``ckpt_dir`` that loads, saying which damaged ones it
+    skipped; with none there it raises (a silent restart at step 0 would log steps twice). A path
+    must exist and load.
+    """
+    if resume in (None, "", "none", "null"):
+        return None
+    if resume != "auto":
+        path = Path(resume)
+        if not path.is_file():
+            raise CheckpointNotFoundError(f"train.resume={resume} is not a checkpoint file "
+                                          "(expected 'auto' or a path to a .pt)")
+        return path, load_checkpoint(path, map_location)
+    candidates = _candidates(ckpt_dir)
+    if not candidates:
+        raise ResumeError(f"train.resume=auto: no checkpoint in {ckpt_dir} to resume from (the run stopped before "
+                          "its first checkpoint; train.ckpt_every=N saves one every N steps); start a new run instead")
+    damaged = []
+    for path in candidates:
+        try:
+            state = load_checkpoint(path, map_location)
+        except ResumeError as e:
+            damaged.append(str(e))
+            log.warning(f"{e}; trying an older checkpoint")
+            continue
+        if damaged:
+            log.warning(f"resuming from {path}, the newest checkpoint that loads")
+        return path, state
+    raise ResumeError(f"train.resume=auto: every checkpoint in {ckpt_dir} is damaged: {'; '.join(damaged)}")

@@ -1,16 +1,28 @@
-"""Where metrics go: ``metrics.jsonl`` (always, flushed line by line) and wandb (optional).
+"""What a run writes: ``metrics.jsonl`` (flushed line by line), ``summary.json``, ``config.yaml``, wandb.
 
-Writing each line as it comes means a crash or Ctrl-C never loses what was already measured.
+Writing each metrics line as it comes means a crash or Ctrl-C never loses what was already measured.
+Only rank 0 writes; the other ranks get :class:`NullOutputs`, an object with the same methods that
+does nothing, so the training loop has no ``if is_main`` branches.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from llm.fileio import DiskFullError, write_json_atomic, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+CONFIG_FILE = "config.yaml"
 
 
 def _clean(v: Any) -> Any:
@@ -18,6 +30,34 @@ def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
     return v
+
+
+def read_metrics_lines(path: Path) -> tuple[list[dict], int]:
+    """The records of a metrics file and how many unreadable lines were dropped (a torn last line)."""
+    records, dropped = [], 0
+    if not path.exists():
+        return records, dropped
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            dropped += 1
+    return records, dropped
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Keep only lines up to ``step`` (they are logged again, identically, after a resume).
+
+    A torn line (a crash mid-write) is dropped with a warning instead of blocking every later resume.
+    """
+    if not path.exists():
+        return
+    records, dropped = read_metrics_lines(path)
+    if dropped:
+        log.warning(f"{path}: dropped {dropped} unreadable line(s) (a write cut short by a crash)")
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records if r.get("step", 0) <= step))
 
 
 class MetricsWriter:
@@ -29,20 +69,20 @@ class MetricsWriter:
         self._f = open(self.path, "a", buffering=1)
 
     def write(self, record: Mapping[str, Any]) -> None:
-        self._f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        try:
+            self._f.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(self.path) from e
+            raise
 
     def close(self) -> None:
-        self._f.close()
-
-
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Write JSON through a temp file and a rename, so readers never see half a file."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+        try:
+            self._f.close()
+        except OSError:
+            pass
 
 
 class Tracker:
@@ -80,3 +120,52 @@ class Tracker:
         if self.run is not None:
             self.run.finish(exit_code=exit_code)
             self.run = None
+
+
+class RunOutputs:
+    """Rank 0's outputs of one run: the metrics file, the tracker, the summary and the resolved config."""
+
+    def __init__(self, run_dir: Path, tracker: Tracker) -> None:
+        self.run_dir = run_dir
+        self.metrics = MetricsWriter(run_dir / METRICS_FILE)
+        self.tracker = tracker
+
+    @property
+    def tracker_id(self) -> str | None:
+        return self.tracker.run_id
+
+    def write_config(self, yaml_text: str) -> None:
+        write_text_atomic(self.run_dir / CONFIG_FILE, yaml_text)
+
+    def log_train(self, record: dict) -> None:
+        self.metrics.write(record)
+        self.tracker.log({f"train/{k}": v for k, v in record.items() if k not in ("kind", "step")}, record["step"])
+
+    def log_val(self, record: dict) -> None:
+        self.metrics.write(record)
+        values = {k: v for k, v in record.items() if k.startswith("val_")}
+        self.tracker.log({f"val/{k.removeprefix('val_')}": v for k, v in values.items()}, record["step"])
+
+    def finish(self, summary: dict, exit_code: int) -> None:
+        """Write ``summary.json`` and close everything; a full disk is logged, not raised (metrics stay)."""
+        try:
+            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
+        except DiskFullError as e:
+            log.error(f"{e}; summary.json not updated (metrics.jsonl holds every measured line)")
+        self.tracker.summary({k: v for k, v in summary.items() if v is not None})
+        self.tracker.finish(exit_code=exit_code)
+        self.metrics.close()
+
+
+class NullOutputs:
+    """Outputs of a rank that is not rank 0: same methods, no effect."""
+
+    tracker_id = None
+
+    def write_config(self, yaml_text: str) -> None: ...
+
+    def log_train(self, record: dict) -> None: ...
+
+    def log_val(self, record: dict) -> None: ...
+
+    def finish(self, summary: dict, exit_code: int) -> None: ...

@@ -53,7 +53,7 @@ def test_schedule_warms_up_then_decays_to_min_fraction():
 
 
 def test_seed004_run_steps_both_optimizers_and_resume_restores_them(tmp_path, monkeypatch):
-    import llm.train as train_mod
+    import llm.training.trainer as train_mod
 
     captured = {}
     real_build = train_mod.build_optimizers

@@ -75,7 +75,7 @@ def test_deterministic_mode_is_per_run_and_attention_backend_applies(tmp_path):
 def test_attention_backend_leaves_only_that_kernel(name):
     import torch
 
-    from llm.train import attention_backend
+    from llm.training.runtime import attention_backend
 
     flags = {"flash": torch.backends.cuda.flash_sdp_enabled, "efficient": torch.backends.cuda.mem_efficient_sdp_enabled,
              "cudnn": torch.backends.cuda.cudnn_sdp_enabled, "math": torch.backends.cuda.math_sdp_enabled}
@@ -105,7 +105,7 @@ def test_wandb_offline_run_holds_metrics(tmp_path):
     assert len(logs) == 1, "no wandb transaction log"
     run = read_wandb_run(logs[0])
     ours = json.loads((run_dir / "summary.json").read_text())
-    assert run["group"] == "ci" and run["name"] == "torch-partial-s0"
+    assert run["group"] == "ci" and run["name"] == "torch (partial, float32) s0"
     assert run["summary"]["val/loss"] == pytest.approx(ours["val_loss"])
     assert run["summary"]["val_acc"] == pytest.approx(ours["val_acc"]) and run["summary"]["status"] == "completed"
     logged_train = [h["train/loss"] for h in run["history"] if "train/loss" in h]

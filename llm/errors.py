@@ -1,0 +1,27 @@
+"""Errors a user can fix: the entry points print them as one line, without a traceback.
+
+Why one base class: whatever raises them (config checks, resume, the run dir, a full disk), the CLI
+catches ``UserError`` once and prints ``str(exc)``; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem with the user's input or machine, described in one line that names the key or file."""
+
+
+class ConfigError(UserError, ValueError):
+    """A configuration value that cannot work; the message names the key and what is allowed."""
+
+
+class ResumeError(UserError):
+    """A run cannot be resumed as asked (no checkpoint, every checkpoint damaged, a changed config)."""
+
+
+class CheckpointNotFoundError(ResumeError, FileNotFoundError):
+    """``train.resume=<path>`` names no checkpoint file."""
+
+
+class RunDirInUseError(UserError):
+    """Another run owns the run dir (its lock is held, or it already holds a finished run)."""

@@ -1,0 +1,78 @@
+"""Resume continues the run that was saved, not whatever the resume command happens to compose.
+
+The README's resume line (``hydra.run.dir=<run dir> train.resume=auto``) carries none of the
+original overrides, so the composed config is mostly defaults. The checkpoint holds the run's own
+config: that is the truth. Keys the user names on the resume command line are applied only when
+they cannot change what is being trained (more steps, other eval/log/checkpoint intervals, the
+logger, the device); naming any other changed key is refused, listing the keys, because the result
+would be neither the old run nor a new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from llm.errors import ResumeError
+
+#: Keys that belong to one invocation, never to the run: taken from the resume command, not the checkpoint.
+PER_INVOCATION = ("train.resume", "train.stop_at_step", "device", "cache_dir", "logger")
+#: Keys a resume may change when asked to: they change when and where things happen, not what is trained.
+SAFE_TO_CHANGE = ("train.max_steps", "train.eval_every", "train.log_every", "train.ckpt_every",
+                  "train.keep_checkpoints", "train.skip_nonfinite", "train.peak_tflops", "train.compile",
+                  "sweep")
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out or {prefix[:-1]: {}}
+    return {prefix[:-1]: d}
+
+
+def _covers(prefixes: Iterable[str], key: str) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def override_keys(overrides: Iterable[str]) -> list[str]:
+    """The config keys (or groups) a list of Hydra command-line overrides sets."""
+    keys = []
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        keys.append(key.split("@", 1)[0])
+    return keys
+
+
+def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Iterable[str]) -> DictConfig:
+    """The config a resumed run continues with: ``saved``, plus the safe keys the command line asked for.
+
+    Raises :class:`ResumeError` naming every changed key that the command line asked for but a resume
+    cannot honour (model, data, optimizer, RoPE, seed, ...).
+    """
+    requested = override_keys(overrides)
+    if any(k == "experiment" or k.startswith("experiment/") for k in requested):
+        raise ResumeError("+experiment=... cannot be used when resuming: the run's saved config is its recipe")
+    new = _flatten(OmegaConf.to_container(composed, resolve=True))
+    old = _flatten(dict(saved))
+    result = OmegaConf.create(dict(saved))
+    refused = []
+    for key in sorted(set(new) | set(old)):
+        if _covers(PER_INVOCATION, key) or key not in old:  # per invocation, or a key newer than the run
+            value = new.get(key)
+        elif new.get(key) == old.get(key) or not _covers(requested, key):
+            continue  # unchanged, or only a default of the resume command: the saved run wins
+        elif _covers(SAFE_TO_CHANGE, key):
+            value = new.get(key)
+        else:
+            refused.append(f"{key} (saved {old.get(key, '<absent>')!r}, asked {new.get(key, '<absent>')!r})")
+            continue
+        OmegaConf.update(result, key, value, force_add=True)
+    if refused:
+        raise ResumeError(f"resume cannot change {', '.join(refused)}: that would train a different model; "
+                          "start a new run instead (keys a resume may change: "
+                          f"{', '.join(SAFE_TO_CHANGE)})")
+    return result

@@ -1,0 +1,140 @@
+"""Process-wide set-up for one run: device, determinism, attention kernel, MFU peak, git commit, signals.
+
+Why one module: these are global switches of the process (torch flags, signal handlers, RNG seeds).
+Keeping them together, each set explicitly for every run, is what stops one job of a Hydra multirun
+(one process) from leaking its mode into the next.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from llm.errors import ConfigError
+from llm.training.distributed import DistInfo
+
+# Dense bf16 tensor-core peaks (TFLOP/s) from the vendors' datasheets, for the MFU estimate.
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10G": 125.0,
+                    "4090": 165.0, "3090": 71.0}
+
+#: train.attention values: "auto" lets PyTorch pick the scaled-dot-product-attention kernel.
+ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """The device ``device=`` names (``auto``: CUDA when visible); checks it exists, does not select it."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name!r}; allowed: auto, cpu, cuda, cuda:N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("device=cuda but no CUDA GPU is visible; use device=cpu or device=auto")
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+        if device.index >= torch.cuda.device_count():
+            raise ConfigError(f"device={name}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    return device
+
+
+def pick_device(name: str, dist_info: DistInfo) -> torch.device:
+    """Resolve ``device=`` for this rank and make it the current CUDA device."""
+    device = resolve_device(name, dist_info.local_rank if dist_info.enabled else 0)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
+def configure_torch(device: torch.device, deterministic: bool) -> None:
+    """Set the process's numeric flags for this run, every run (they are global)."""
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # strict: an op with no deterministic kernel raises instead of silently varying between runs
+    torch.use_deterministic_algorithms(deterministic)
+    torch.backends.cudnn.deterministic = deterministic
+    if device.type == "cuda":  # TF32 for the few float32 matmuls left outside bf16 autocast
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def attention_backend(name: str) -> AbstractContextManager:
+    """Context restricting scaled_dot_product_attention to one kernel (``train.attention``); auto: no limit."""
+    if name == "auto":
+        return nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+    return sdpa_kernel([backends[name]])
+
+
+def autocast_context(dtype_setting: str, device: torch.device) -> AbstractContextManager:
+    """bfloat16 autocast when ``train.dtype`` asks for it (``auto``: on CUDA), else nothing."""
+    use_bf16 = dtype_setting == "bfloat16" or (dtype_setting == "auto" and device.type == "cuda")
+    return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+
+
+def peak_tflops(setting: str | float | None, device: torch.device) -> float | None:
+    """The dense bf16 peak MFU is measured against: ``train.peak_tflops``, or looked up from the GPU name."""
+    if setting not in (None, "auto"):
+        return float(setting)
+    if device.type != "cuda":
+        return None
+    gpu = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None)
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def git_commit() -> str:
+    """The checkout's commit (``-dirty`` with uncommitted changes), recorded in every summary."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10)
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") if sha.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+class GracefulStop:
+    """First Ctrl-C/SIGTERM asks the loop to checkpoint and stop; a second Ctrl-C aborts at once."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+        tqdm.write(f"\n{signal.Signals(signum).name} received: finishing this step, then checkpointing "
+                   "(press Ctrl-C again to abort without a checkpoint)")
+
+    def __enter__(self) -> GracefulStop:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)

@@ -1,0 +1,370 @@
+"""The training loop as an object: set-up, one optimizer step, and the decisions of when to log,
+evaluate, checkpoint and stop.
+
+Read top to bottom: ``Trainer.__init__`` builds everything a run needs (device, data, model,
+optimizers, a restored checkpoint, compile/DDP wrapping, outputs); :meth:`Trainer.train_step` is one
+optimizer step; :meth:`Trainer.fit` loops over steps and asks the ``should_*`` methods what to do
+after each. Rank 0 writes through :class:`RunOutputs`, the other ranks through :class:`NullOutputs`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+import rope
+from llm.data import TokenData, prepare_data, sample_batch
+from llm.errors import ConfigError
+from llm.fileio import DiskFullError
+from llm.model import GPT, build_model
+from llm.optim import build_optimizers, lr_multiplier, set_lr
+from llm.training import runtime
+from llm.training.checkpoint import LAST, TrainTotals, clean_checkpoint_dir, save_checkpoint, set_rng_state
+from llm.training.distributed import DistInfo, all_reduce_mean, any_rank
+from llm.training.evaluate import evaluate
+from llm.training.outputs import METRICS_FILE, NullOutputs, RunOutputs, Tracker, truncate_metrics
+from llm.training.progress import Progress
+
+log = logging.getLogger("llm.train")
+
+
+@dataclass
+class StepResult:
+    loss: float
+    grad_norm: float
+    finite: bool
+    seconds: float
+
+
+@dataclass
+class TrainOutcome:
+    """How a run ended: its summary (also in summary.json) and the process exit code it asks for."""
+
+    summary: dict
+    exit_code: int
+
+    @property
+    def status(self) -> str:
+        return self.summary["status"]
+
+
+class StopTraining(Exception):
+    """Raised inside the loop to end a run early with a status and a message for the user."""
+
+    def __init__(self, status: str, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.status, self.exit_code = status, exit_code
+
+
+def check_train_config(tc: DictConfig, world_size: int = 1) -> None:
+    """Validate the ``train`` config group before any work; each message names the key."""
+    for key in ("max_steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every"):
+        v = tc[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ConfigError(f"train.{key}={v} must be a positive integer")
+    for key in ("ckpt_every", "keep_checkpoints", "skip_nonfinite"):
+        v = tc.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"train.{key}={v} must be >= 0")
+    stop = tc.get("stop_at_step")
+    if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop <= 0):
+        raise ConfigError(f"train.stop_at_step={stop!r} must be a positive integer or null")
+    if tc.batch_size % world_size:
+        raise ConfigError(f"train.batch_size={tc.batch_size} (global) must be divisible by the {world_size} "
+                          "processes of torchrun")
+    if tc.dtype not in ("auto", "float32", "bfloat16"):
+        raise ConfigError(f"train.dtype={tc.dtype!r}; allowed: auto, float32, bfloat16")
+    if tc.get("attention", "auto") not in runtime.ATTENTION_BACKENDS:
+        raise ConfigError(f"train.attention={tc.attention!r}; allowed: {', '.join(runtime.ATTENTION_BACKENDS)}")
+    for key, closed in (("warmup_frac", False), ("min_lr_frac", True)):
+        v = tc.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= 1 if closed else 0 <= v < 1):
+            raise ConfigError(f"train.{key}={v!r} must be in [0, 1{']' if closed else ')'}")
+    clip = tc.get("grad_clip", 0)
+    if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip) or clip < 0:
+        raise ConfigError(f"train.grad_clip={clip!r} must be a finite number >= 0 (0 disables clipping)")
+
+
+def run_label(cfg: DictConfig) -> str:
+    """The RoPE implementation of a config as tables and dashboards name it (see :func:`rope.label`)."""
+    r = cfg.rope
+    variant = None if r.name == "none" else r.get("variant", "partial")
+    return rope.label(r.name, variant, r.get("compute_dtype"))
+
+
+class Trainer:
+    """One training run of ``cfg`` in ``run_dir`` (rank ``dist_info.rank`` of ``world_size``)."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, dist_info: DistInfo, *, resume: tuple[Path, dict] | None = None,
+                 group: str = "single", resume_hint: str = "") -> None:
+        self.cfg, self.tc, self.run_dir, self.dist = cfg, cfg.train, run_dir, dist_info
+        self.ckpt_dir = run_dir / "checkpoints"
+        self.resume_hint = resume_hint
+        self.wall_start = time.perf_counter()
+        self.device = runtime.pick_device(cfg.device, dist_info)
+        runtime.configure_torch(self.device, bool(self.tc.get("deterministic")))
+        runtime.seed_everything(cfg.seed)
+        self.data = self._load_data()
+        self.model: GPT = build_model(cfg.model, cfg.rope, self.data.vocab_size).to(self.device)
+        self.optimizers = build_optimizers(self.model, cfg.optim, self.device)
+        self.autocast = runtime.autocast_context(self.tc.dtype, self.device)
+        self.step, self.totals, tracker_id = 0, TrainTotals(), None
+        if resume is not None:
+            tracker_id = self._restore(*resume)
+        self.train_model = self._wrap(self.model)
+        self.outputs = self._make_outputs(group, tracker_id)
+        self.outputs.write_config(OmegaConf.to_yaml(cfg, resolve=True))  # after a resume succeeded, not before
+        self.seq_len = cfg.model.seq_len
+        per_rank = self.tc.batch_size // dist_info.world_size
+        self.rows = slice(dist_info.rank * per_rank, (dist_info.rank + 1) * per_rank)
+        self.tokens_per_step = self.tc.batch_size * self.tc.grad_accum * self.seq_len
+        self.warmup_steps = int(round(self.tc.warmup_frac * self.tc.max_steps))
+        self.peak = runtime.peak_tflops(self.tc.peak_tflops, self.device)
+        self.flops_per_token = self.model.flops_per_token()
+        self.last_val: dict[str, float] = {}
+        self.stopper = runtime.GracefulStop()
+        self.summary = self._initial_summary()
+
+    # -- set-up -----------------------------------------------------------------------------------
+    def _load_data(self) -> TokenData:
+        """Rank 0 builds the token cache first; the others then read it."""
+        cfg = self.cfg
+        data = prepare_data(cfg.data, cfg.tokenizer.name, cfg.cache_dir) if self.dist.is_main else None
+        if self.dist.enabled:
+            torch.distributed.barrier()
+            if not self.dist.is_main:
+                data = prepare_data(cfg.data, cfg.tokenizer.name, cfg.cache_dir)
+        return data
+
+    def _restore(self, path: Path, state: dict) -> str | None:
+        """Load model, optimizers, RNG, step and totals from a checkpoint; returns the tracker id."""
+        self.model.load_state_dict(state["model"])
+        for opt, opt_state in zip(self.optimizers, state["optimizers"], strict=True):
+            opt.load_state_dict(opt_state)
+        set_rng_state(state["rng"])
+        self.step, self.totals = state["step"], TrainTotals.from_state(state.get("totals"))
+        if self.dist.is_main:
+            log.info(f"resumed from {path} at step {self.step}")
+            truncate_metrics(self.run_dir / METRICS_FILE, self.step)
+        return state.get("wandb_id")
+
+    def _wrap(self, model: GPT) -> torch.nn.Module:
+        wrapped: torch.nn.Module = torch.compile(model) if self.tc.compile else model
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            wrapped = DDP(wrapped, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return wrapped
+
+    def _make_outputs(self, group: str, tracker_id: str | None) -> RunOutputs | NullOutputs:
+        if not self.dist.is_main:
+            return NullOutputs()
+        clean_checkpoint_dir(self.ckpt_dir)
+        tracker = Tracker(self.cfg.logger, self.run_dir, name=f"{run_label(self.cfg)} s{self.cfg.seed}", group=group,
+                          config=OmegaConf.to_container(self.cfg, resolve=True), resume_id=tracker_id)
+        return RunOutputs(self.run_dir, tracker)
+
+    def _initial_summary(self) -> dict:
+        cfg, tc = self.cfg, self.tc
+        summary = {
+            **self.model.rotary.describe(), "rope_label": run_label(cfg), "seed": cfg.seed,
+            "params": self.model.num_params(), "device": runtime.device_name(self.device),
+            "world_size": self.dist.world_size, "model": cfg.model.name, "data": cfg.data.name,
+            "tokenizer": cfg.tokenizer.name, "optim": cfg.optim.name, "max_steps": tc.max_steps,
+            "tokens_per_step": self.tokens_per_step, "compile": bool(tc.compile), "git_commit": runtime.git_commit(),
+            "run_dir": str(self.run_dir), "status": "running",
+        }
+        if self.dist.is_main:
+            log.info(f"model {cfg.model.name}: {summary['params'] / 1e6:.2f}M params, rope={summary['rope_label']}, "
+                     f"device={summary['device']}, world={self.dist.world_size}, tokens/step={self.tokens_per_step}")
+        return summary
+
+    # -- one step ---------------------------------------------------------------------------------
+    def train_step(self) -> StepResult:
+        """One optimizer step: grad_accum micro-batches, clip, step (skipped when not finite)."""
+        t0 = time.perf_counter()
+        tc, step = self.tc, self.step
+        set_lr(self.optimizers, lr_multiplier(step, tc.max_steps, self.warmup_steps, tc.min_lr_frac))
+        loss_sum = torch.zeros((), device=self.device)
+        for micro in range(tc.grad_accum):
+            x, y = sample_batch(self.data.train, tc.batch_size, self.seq_len, self.cfg.seed, step, micro)
+            x, y = x[self.rows].to(self.device, non_blocking=True), y[self.rows].to(self.device, non_blocking=True)
+            last_micro = micro == tc.grad_accum - 1
+            sync = nullcontext() if last_micro or not self.dist.enabled else self.train_model.no_sync()
+            with sync, self.autocast:
+                _, loss = self.train_model(x, y)
+                (loss / tc.grad_accum).backward()
+            loss_sum += loss.detach()
+        clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip).item()
+        loss = all_reduce_mean(loss_sum / tc.grad_accum, self.dist).item()
+        finite = math.isfinite(loss) and math.isfinite(grad_norm)
+        if finite:
+            for opt in self.optimizers:
+                opt.step()
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.step += 1
+        return StepResult(loss, grad_norm, finite, time.perf_counter() - t0)
+
+    # -- when -------------------------------------------------------------------------------------
+    def should_log(self) -> bool:
+        return self.step % self.tc.log_every == 0 or self.step == self.tc.max_steps
+
+    def should_eval(self) -> bool:
+        return self.step % self.tc.eval_every == 0 or self.step == self.tc.max_steps
+
+    def should_checkpoint(self) -> bool:
+        every = self.tc.ckpt_every
+        return bool(every) and self.step % every == 0 and self.step < self.tc.max_steps
+
+    def should_stop(self) -> str | None:
+        """Why to stop early at this step (a signal, ``train.stop_at_step``), agreed by every rank; else None."""
+        stop_at = self.tc.get("stop_at_step")
+        asked = self.stopper.signum is not None or (stop_at is not None and self.step >= stop_at)
+        if self.step >= self.tc.max_steps or not any_rank(asked, self.dist, self.device):
+            return None
+        return signal.Signals(self.stopper.signum).name if self.stopper.signum else f"train.stop_at_step={stop_at}"
+
+    # -- what -------------------------------------------------------------------------------------
+    def wall_time(self) -> float:
+        return self.totals.wall_time_s + time.perf_counter() - self.wall_start
+
+    def tokens_per_s(self) -> float:
+        t = self.totals
+        return t.timed_tokens / t.train_time_s if t.train_time_s > 0 else float("nan")
+
+    def mfu(self, tokens_per_s: float | None) -> float | None:
+        """Model FLOPs utilisation: achieved training FLOP/s over the GPUs' dense bf16 peak."""
+        if not self.peak or not tokens_per_s or math.isnan(tokens_per_s):
+            return None
+        return self.flops_per_token * tokens_per_s / (self.peak * 1e12 * self.dist.world_size)
+
+    def account(self, result: StepResult, first_step: int) -> None:
+        """Add the step to the totals (the first compiled step is compilation, not training) and
+        enforce ``train.skip_nonfinite``."""
+        if self.tc.compile and self.step == first_step + 1:
+            self.totals.compile_warmup_s += result.seconds
+        else:
+            self.totals.train_time_s += result.seconds
+            self.totals.timed_tokens += self.tokens_per_step
+        if result.finite:
+            return
+        self.totals.skipped_steps += 1
+        tolerated = self.tc.skip_nonfinite
+        if self.totals.skipped_steps > tolerated:
+            kept = (f"last good checkpoint kept in {self.ckpt_dir}" if (self.ckpt_dir / LAST).exists()
+                    else "no checkpoint was saved before it (train.ckpt_every=N saves one every N steps)")
+            raise StopTraining("nonfinite", f"non-finite loss ({result.loss}) or grad norm at step {self.step}; "
+                               f"stopped (train.skip_nonfinite={tolerated} tolerated); {kept}", exit_code=1)
+        log.warning(f"step {self.step}: non-finite loss/grad, step skipped "
+                    f"({self.totals.skipped_steps}/{tolerated} tolerated)")
+
+    def log_train(self, result: StepResult) -> None:
+        tok_s = self.tokens_per_s()
+        rec = {"kind": "train", "step": self.step, "loss": result.loss, "lr": self.optimizers[0].param_groups[0]["lr"],
+               "grad_norm": result.grad_norm, "train_time_s": self.totals.train_time_s,
+               "wall_time_s": self.wall_time(), "tokens": self.step * self.tokens_per_step, "tokens_per_s": tok_s}
+        if self.peak:
+            rec["mfu"] = self.mfu(tok_s)
+        self.outputs.log_train(rec)
+
+    def run_eval(self) -> dict[str, float]:
+        self.last_val = evaluate(self.model, self.data.val, self.tc.batch_size, self.seq_len, self.tc.eval_batches,
+                                 self.device, self.autocast, self.dist, self.data.vocab_size)
+        v = self.last_val
+        self.outputs.log_val({"kind": "val", "step": self.step, **v, "train_time_s": self.totals.train_time_s,
+                              "wall_time_s": self.wall_time(), "tokens": self.step * self.tokens_per_step})
+        if self.dist.is_main:
+            log.info(f"step {self.step:>6}/{self.tc.max_steps}  val_loss {v['val_loss']:.4f} ± {v['val_loss_se']:.4f}  "
+                     f"val_acc {v['val_acc']:.4f}  val_ppl {v['val_ppl']:.2f}  "
+                     f"train_time {self.totals.train_time_s:.1f}s")
+        return v
+
+    def checkpoint(self) -> None:
+        """Save the state at the current step (rank 0), with the run's config and running totals."""
+        if not self.dist.is_main:
+            return
+        self.totals.wall_time_s, self.wall_start = self.wall_time(), time.perf_counter()
+        extra = {"config": OmegaConf.to_container(self.cfg, resolve=True), "wandb_id": self.outputs.tracker_id,
+                 "data": {"seed": self.cfg.seed, "next_step": self.step}}
+        save_checkpoint(self.ckpt_dir, self.step, self.model, self.optimizers, self.totals, extra,
+                        keep=self.tc.get("keep_checkpoints", 2))
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _loop(self, progress: Progress) -> None:
+        first_step = self.step
+        while self.step < self.tc.max_steps:
+            result = self.train_step()
+            self.account(result, first_step)
+            progress.update(self.step, result.loss, self.tokens_per_s())
+            if self.should_log():
+                self.log_train(result)
+            if self.should_eval():
+                self.run_eval()
+            if self.should_checkpoint():
+                self.checkpoint()
+            why = self.should_stop()
+            if why:
+                self.checkpoint()
+                code = 128 + self.stopper.signum if self.stopper.signum else 0
+                raise StopTraining("interrupted", f"stopped at step {self.step} ({why}); checkpoint saved in "
+                                   f"{self.ckpt_dir}. Resume with:\n  {self.resume_hint}", code)
+        if not self.last_val:  # resumed at the end: nothing was evaluated in this process yet
+            self.run_eval()
+        self.checkpoint()
+
+    def fit(self) -> TrainOutcome:
+        """Train to ``train.max_steps`` (or an early stop); always writes the summary, returns the outcome."""
+        status, exit_code, message = "completed", 0, ""
+        progress = Progress(self.tc.max_steps, self.step, self.tc.log_every, enabled=self.dist.is_main)
+        self.train_model.train()
+        try:
+            with self.stopper, logging_redirect_tqdm(), runtime.attention_backend(self.tc.get("attention", "auto")):
+                self._loop(progress)
+        except StopTraining as stop:
+            status, exit_code, message = stop.status, stop.exit_code, str(stop)
+        except DiskFullError as e:
+            status, exit_code = "failed", 1
+            message = f"{e}; stopped at step {self.step} (metrics.jsonl and earlier checkpoints are kept)"
+        except Exception as e:  # a crash mid-run: recorded in the summary, traceback in the log
+            log.exception(f"run failed at step {self.step}")
+            status, exit_code = "failed", 1
+            message = f"{type(e).__name__} at step {self.step}: " + (str(e).strip().splitlines() or [""])[0]
+        finally:
+            progress.close()
+        return self._finish(status, exit_code, message)
+
+    def _finish(self, status: str, exit_code: int, message: str) -> TrainOutcome:
+        tok_s = self.tokens_per_s()
+        v, t = self.last_val, self.totals
+        self.summary.update({
+            "status": status, "step": self.step, "train_time_s": t.train_time_s, "compile_warmup_s": t.compile_warmup_s,
+            "wall_time_s": self.wall_time(), "tokens_per_s": None if math.isnan(tok_s) else tok_s,
+            "skipped_steps": t.skipped_steps, "val_loss": v.get("val_loss"), "val_loss_se": v.get("val_loss_se"),
+            "val_acc": v.get("val_acc"), "val_ppl": v.get("val_ppl"), "val_tokens": v.get("val_tokens"),
+        })
+        self.summary["mfu"] = self.mfu(self.summary["tokens_per_s"])
+        if self.device.type == "cuda":
+            self.summary["peak_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        if message:
+            self.summary["message"] = message
+        self.outputs.finish(self.summary, exit_code)
+        if self.dist.is_main:
+            if status == "completed":
+                log.info(f"done: val_loss {v['val_loss']:.4f}  val_acc {v['val_acc']:.4f}  val_ppl {v['val_ppl']:.2f}  "
+                         f"train_time {t.train_time_s:.1f}s  -> {self.run_dir}")
+            else:
+                (log.info if status == "interrupted" else log.error)(message)
+        return TrainOutcome(self.summary, exit_code)
