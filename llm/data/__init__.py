@@ -1,0 +1,32 @@
+"""Data layer: text sources -> tokenized, memory-mapped train/val token streams, cached on disk.
+
+Where things are:
+
+* ``config``      -- the ``data.*`` keys: readers, ``DataError`` and ``check_data_config`` (run before any work).
+* ``sources/``    -- the sources (``pystdlib``, ``tinystories``, ``text_files``) and their registry ``SOURCES``;
+  ``sources/file_readers`` reads .txt/.jsonl/.parquet, refusing what is not text with the file and line.
+* ``split``       -- the train/val split by document identity.
+* ``cache``       -- the data cache: ``prepare_data`` builds (once) and verifies (every load) the token shards.
+* ``cache_lock``  -- the lock that lets concurrent processes build one cache, leaving no empty dir on failure.
+* ``batches``     -- ``sample_batch`` (training windows from (seed, step)) and ``val_batches`` (the fixed val set).
+* ``tokenizer``   -- tiktoken with an offline default, and one-line errors when a download has no network.
+"""
+
+from llm.data.batches import sample_batch, val_batches
+from llm.data.cache import TokenData, prepare_data, token_dtype
+from llm.data.config import DataError, check_data_config
+from llm.data.sources import SOURCES
+from llm.data.tokenizer import NetworkUnavailableError, get_tokenizer
+
+__all__ = [
+    "SOURCES",
+    "DataError",
+    "NetworkUnavailableError",
+    "TokenData",
+    "check_data_config",
+    "get_tokenizer",
+    "prepare_data",
+    "sample_batch",
+    "token_dtype",
+    "val_batches",
+]

@@ -1,0 +1,65 @@
+"""Training and evaluation batches: windows of ``seq_len + 1`` tokens cut from a token stream.
+
+Why windows depend on (seed, step) only: a resumed run must continue the exact data stream from its step
+counter, so no global RNG and no iterator state is involved. The val set is fixed (the first windows of the
+val stream) so every eval of every run measures the same tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from llm.data.config import DataError
+
+
+def _check_length(tokens: np.ndarray, seq_len: int, what: str) -> None:
+    """A stream too short for one window is the user's to fix (more data, or shorter sequences): DataError."""
+    if seq_len <= 0:
+        raise DataError(f"model.seq_len={seq_len} must be positive")
+    if len(tokens) < seq_len + 1:
+        raise DataError(f"the {what} stream has {len(tokens)} tokens, fewer than seq_len+1={seq_len + 1}; "
+                        "use more data (or a larger data.val_fraction) or a shorter model.seq_len")
+
+
+def _windows(tokens: np.ndarray, starts: np.ndarray, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x = tokens[s : s+T] and y = tokens[s+1 : s+T+1] for each start s, as (len(starts), T) int64 tensors."""
+    idx = starts[:, None] + np.arange(seq_len + 1)
+    buf = torch.from_numpy(np.asarray(tokens[idx], dtype=np.int64))
+    return buf[:, :-1].contiguous(), buf[:, 1:].contiguous()
+
+
+def sample_batch(tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, step: int,
+                 micro_step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """`batch_size` random windows: x (B, T) int64 and y = x shifted by one token.
+
+    The windows depend only on (seed, step, micro_step) -- not on any global RNG -- so a resumed run continues
+    the exact data stream from its step counter.
+    """
+    _check_length(tokens, seq_len, "token")
+    rng = np.random.default_rng([int(seed) % 2**64, int(step), int(micro_step)])
+    starts = rng.integers(0, len(tokens) - seq_len, size=batch_size)  # last start: len - seq_len - 1
+    return _windows(tokens, starts, seq_len)
+
+
+def val_batches(tokens: np.ndarray, batch_size: int, seq_len: int,
+                n_batches: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The fixed evaluation set: the first `n_batches * batch_size` non-overlapping windows of `tokens`.
+
+    Yields full batches only; when `tokens` holds fewer than `batch_size` windows, one smaller batch of all of
+    them. Raises ValueError at once when `tokens` has fewer than seq_len+1 tokens.
+    """
+    _check_length(tokens, seq_len, "val")
+    n_windows = (len(tokens) - 1) // seq_len
+    n_full = min(n_batches, n_windows // batch_size)
+    sizes = [batch_size] * n_full if n_full > 0 else [n_windows]
+
+    def gen() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        first = 0
+        for size in sizes:
+            yield _windows(tokens, (first + np.arange(size)) * seq_len, seq_len)
+            first += size
+
+    return gen()

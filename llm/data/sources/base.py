@@ -1,0 +1,54 @@
+"""What a data source gives the cache: a cheap fingerprint of its inputs and a loader of split documents.
+
+Why a fingerprint without reading file contents: ``prepare_data`` must decide "is the cache still this data?"
+in milliseconds on every run. Paths, sizes and mtimes (plus every setting that changes the tokens) are enough
+to notice an edit; reading the contents is left to the build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Bump when the tokenized layout or the split rule changes: every fingerprint, hence every cache, changes.
+FORMAT_VERSION = 1
+
+#: scratch dir -> {"train": [Dataset, ...], "val": [...]}, each Dataset with a "text" column
+Loader = Callable[[Path], dict[str, list]]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One configured source, ready to be fingerprinted and (only on a cache miss) loaded."""
+
+    name: str
+    fingerprint: str
+    info: dict  # recorded in meta.json
+    load: Loader
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """A registry entry: the settings a source reads, its cheap config check, and how to build its Source."""
+
+    keys: tuple[str, ...]  # data.* keys read besides name and num_threads; others are refused
+    check: Callable[[Mapping], None]  # raises DataError naming the key; reads no file contents
+    build: Callable[[Mapping], Source]
+
+
+def fingerprint_hash(**fields: Any) -> Any:
+    """A sha256 object seeded with the format version and ``fields`` (the settings that change the tokens)."""
+    blob = json.dumps({"format": FORMAT_VERSION, **fields}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode())
+
+
+def add_file_stats(h: Any, root: Path, rels: list[str]) -> None:
+    """Feed each file's relative path, size and mtime to ``h``: an edit changes the fingerprint, unread."""
+    for rel in rels:
+        st = os.stat(root / rel)
+        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))

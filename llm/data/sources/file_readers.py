@@ -1,0 +1,160 @@
+"""Reading ``data=text_files`` files into Datasets, refusing what is not text with one line naming file and line.
+
+Why our own .txt and .jsonl readers (not datasets' ``text``/``json`` builders): those decode undecodable bytes
+into replacement characters (binary files named .txt then train silently as noise) or fail with a generic
+``DatasetGenerationError`` that names neither the file nor the line. Here every document is decoded strictly
+as UTF-8, and the first bad file or line ends the build with a ``DataError`` saying where and what. Rows stream
+through ``Dataset.from_generator`` into Arrow files in the build's scratch dir, so a corpus larger than memory
+still loads. Parquet is typed and binary by design: datasets reads it, after a check of each file's footer
+and columns.
+
+Every reader returns a split ``Group``: a Dataset with a "text" column and one key per row (a .txt file's
+relative path, a row's ``id:<id_field value>``) or None (identify the row by its text).
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from llm.data.config import DataError
+from llm.data.split import Group
+
+if TYPE_CHECKING:  # datasets is imported when a build reads files, not when llm.data is imported
+    import datasets
+
+SUFFIXES = (".txt", ".jsonl", ".parquet")
+_READS = "text_files reads UTF-8 .txt/.jsonl and .parquet files"
+
+
+def _not_utf8(raw: bytes) -> tuple[int, int] | None:
+    """(offset, byte) of the first byte that makes ``raw`` not UTF-8 text (a NUL counts: binary), else None."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        nul = raw.find(b"\0", 0, exc.start)
+        return (nul, 0) if nul >= 0 else (exc.start, raw[exc.start])
+    nul = raw.find(b"\0")
+    return (nul, 0) if nul >= 0 else None
+
+
+def _binary_error(where: str, what: str, offset: int, byte: int, at: str = "offset") -> DataError:
+    if byte == 0:
+        return DataError(f"{where}: {what} holds a NUL byte at {at} {offset}, so it is binary (or UTF-16), not "
+                         f"UTF-8 text; {_READS}")
+    return DataError(f"{where}: {what} is not UTF-8 text (byte 0x{byte:02x} at {at} {offset}); {_READS}")
+
+
+def _txt_rows(files: list[str], where: str) -> Iterator[dict]:
+    """One row per .txt file (an empty file gives an empty row, dropped by the split), newlines normalised."""
+    for file in files:
+        raw = Path(file).read_bytes()
+        bad = _not_utf8(raw)
+        if bad is not None:
+            raise _binary_error(where, file, *bad)
+        # universal newlines, as text-mode open() (and datasets' text builder before us) gives them
+        yield {"text": raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n"), "key": None}
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return names.get(type(value), "null")
+
+
+def _jsonl_row(line: bytes, file: str, n: int, where: str, text_field: str, id_field: str | None) -> dict:
+    """The row of one non-blank .jsonl line; a DataError naming ``file`` line ``n`` when it is not one."""
+    bad = _not_utf8(line)
+    if bad is not None:
+        raise _binary_error(where, f"{file} line {n}", bad[0] + 1, bad[1], at="column")
+    try:
+        obj = json.loads(line.decode("utf-8").rstrip("\r\n"))
+    except json.JSONDecodeError as exc:  # msg: "Expecting value", "Unterminated string starting at", ...
+        at = f"{exc.msg} column" if exc.msg.endswith(" at") else f"{exc.msg} at column"
+        raise DataError(f"{where}: {file} line {n} is not JSON ({at} {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: {file} line {n} is a JSON {_json_type(obj)}, not an object with a "
+                        f"'{text_field}' field")
+    for key, name in (("text_field", text_field), ("id_field", id_field)):
+        if name is not None and name not in obj:
+            raise DataError(f"data.{key}={name} is not a column of {file} line {n} "
+                            f"(its fields: {', '.join(obj) or 'none'})")
+    text = obj[text_field]
+    if text is not None and not isinstance(text, str):  # null reads as an empty document, as in Parquet
+        raise DataError(f"data.text_field={text_field} in {file} line {n} is a JSON {_json_type(text)}, "
+                        "not a string")
+    return {"text": text, "key": f"id:{obj[id_field]}" if id_field is not None else None}
+
+
+def _jsonl_rows(files: list[str], where: str, text_field: str, id_field: str | None) -> Iterator[dict]:
+    """One row per non-blank line of each .jsonl file (a leading UTF-8 byte-order mark is ignored)."""
+    for file in files:
+        with open(file, "rb") as f:
+            for n, line in enumerate(f, start=1):
+                if n == 1 and line.startswith(codecs.BOM_UTF8):
+                    line = line[len(codecs.BOM_UTF8):]
+                if line.strip():
+                    yield _jsonl_row(line, file, n, where, text_field, id_field)
+
+
+def _from_rows(rows: Callable[..., Iterator[dict]], gen_kwargs: dict, scratch: Path) -> datasets.Dataset:
+    """``Dataset.from_generator``, with our DataError (which datasets wraps) raised as itself."""
+    import datasets
+
+    features = datasets.Features({"text": datasets.Value("string"), "key": datasets.Value("string")})
+    try:
+        return datasets.Dataset.from_generator(rows, features=features, gen_kwargs=gen_kwargs,
+                                               cache_dir=str(scratch / "hf"))
+    except datasets.exceptions.DatasetGenerationError as exc:
+        if isinstance(exc.__cause__, DataError):
+            raise exc.__cause__ from None
+        raise
+
+
+def read_txt(files: list[str], rels: list[str], where: str, scratch: Path) -> Group:
+    """The .txt ``files`` (absolute), one document each, keyed by their relative paths ``rels``."""
+    ds = _from_rows(_txt_rows, {"files": files, "where": where}, scratch)
+    return ds.select_columns(["text"]), rels
+
+
+def read_jsonl(files: list[str], where: str, text_field: str, id_field: str | None, scratch: Path) -> Group:
+    """The rows of the .jsonl ``files``, text from ``text_field``, keyed by ``id_field`` when given."""
+    ds = _from_rows(_jsonl_rows, {"files": files, "where": where, "text_field": text_field, "id_field": id_field},
+                    scratch)
+    keys = ds["key"] if id_field is not None else None
+    return ds.select_columns(["text"]), keys
+
+
+def _check_parquet(file: str, where: str, text_field: str, id_field: str | None) -> None:
+    """Read ``file``'s footer (cheap): a DataError when it is not Parquet or lacks a configured column."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.ParquetFile(file).schema_arrow.names
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for a damaged or foreign file
+        msg = str(exc).splitlines()[0][:200] if str(exc) else ""
+        raise DataError(f"{where}: {file} is not a readable Parquet file ({type(exc).__name__}: {msg})") from None
+    for key, name in (("text_field", text_field), ("id_field", id_field)):
+        if name is not None and name not in names:
+            raise DataError(f"data.{key}={name} is not a column of {file} (columns: {', '.join(names)})")
+
+
+def read_parquet(files: list[str], where: str, text_field: str, id_field: str | None, scratch: Path) -> Group:
+    """The rows of the .parquet ``files``, text from ``text_field``, keyed by ``id_field`` when given."""
+    import datasets
+
+    for file in files:
+        _check_parquet(file, where, text_field, id_field)
+    try:
+        ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(scratch / "hf"))
+    except datasets.exceptions.DatasetGenerationError as exc:  # e.g. a damaged row group, or files that disagree
+        cause = exc.__cause__ or exc
+        msg = str(cause).splitlines()[0][:200] if str(cause) else ""
+        raise DataError(f"{where}: reading its .parquet files failed ({type(cause).__name__}: {msg})") from None
+    keys = [f"id:{v}" for v in ds[id_field]] if id_field is not None else None
+    ds = ds.select_columns([text_field])
+    if text_field != "text":
+        ds = ds.rename_column(text_field, "text")
+    return ds, keys

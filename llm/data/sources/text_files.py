@@ -1,0 +1,114 @@
+"""``data=text_files``: your own text at ``data.path``, a file or a directory searched recursively.
+
+``.txt`` files are one document each; ``.jsonl`` and ``.parquet`` files one document per row, the text in
+``data.text_field``. Hidden files and directories are skipped, and so are files of other suffixes. A document
+is identified (for the val split) by a .txt file's relative path, by a row's ``data.id_field`` value, or else
+by its text. Content that is not UTF-8 text is refused, naming the file (see ``file_readers``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from functools import partial
+from pathlib import Path
+
+from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field, val_fraction
+from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
+from llm.data.sources.file_readers import SUFFIXES, read_jsonl, read_parquet, read_txt
+from llm.data.split import Group, cap_docs, split_documents
+
+KEYS = ("path", "text_field", "id_field", "val_fraction", "max_docs")
+_KINDS = "/".join(SUFFIXES)
+
+
+def data_path(cfg: Mapping) -> Path:
+    """``data.path``, checked to exist and, when a file, to have a supported suffix."""
+    raw = setting(cfg, "path")
+    if raw is None or str(raw) == "":
+        raise DataError(f"data.path is required for data=text_files (a file or directory of {_KINDS})")
+    path = Path(os.path.expanduser(str(raw)))
+    if not path.exists():
+        raise DataError(f"data.path={raw} does not exist")
+    if path.is_file() and path.suffix.lower() not in SUFFIXES:
+        raise DataError(f"data.path={raw} is not a {_KINDS} file")
+    if not path.is_file() and not path.is_dir():
+        raise DataError(f"data.path={raw} is neither a file nor a directory")
+    return path
+
+
+def _walk(path: Path) -> Iterator[tuple[str, bool]]:
+    """(relative posix path, has a supported suffix) of every non-hidden file under the directory ``path``."""
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        rel_dir = Path(dirpath).relative_to(path)
+        for f in sorted(filenames):
+            if not f.startswith("."):
+                yield (rel_dir / f).as_posix(), Path(f).suffix.lower() in SUFFIXES
+
+
+def _no_files(raw: object, path: Path) -> DataError:
+    others = [rel for rel, _ in _walk(path)]
+    found = f"only {len(others)} other file(s), e.g. {others[0]}" if others else "no files"
+    return DataError(f"data.path={raw} contains no {_KINDS} files ({found}; hidden files are skipped)")
+
+
+def text_files_at(cfg: Mapping) -> tuple[Path, list[str]]:
+    """(root, sorted relative paths) of the supported files at ``data.path``."""
+    path = data_path(cfg)
+    if path.is_file():
+        return path.parent, [path.name]
+    rels = sorted(rel for rel, supported in _walk(path) if supported)
+    if not rels:
+        raise _no_files(setting(cfg, "path"), path)
+    return path, rels
+
+
+def check(cfg: Mapping) -> None:
+    path = data_path(cfg)
+    if path.is_dir() and not any(supported for _, supported in _walk(path)):  # stops at the first one found
+        raise _no_files(setting(cfg, "path"), path)
+    text_field(cfg)
+    nonempty_str(cfg, "id_field", None)
+    val_fraction(cfg)
+    positive_int_or_none(cfg, "max_docs")
+
+
+def _load(root: Path, rels: list[str], where: str, field: str, id_field: str | None, max_docs: int | None,
+          fraction: float, scratch: Path) -> dict[str, list]:
+    """Read every file (.txt, then .jsonl, then .parquet, each in path order), cap, and split by document."""
+    by_kind: dict[str, list[str]] = {}
+    for rel in rels:
+        by_kind.setdefault(Path(rel).suffix.lower(), []).append(rel)
+    files = {suffix: [str(root / r) for r in group] for suffix, group in by_kind.items()}
+    # Each reader writes its Arrow copy under the scratch dir: deleted with it, never a stale copy of an edit.
+    groups: list[Group] = []
+    if ".txt" in files:
+        groups.append(read_txt(files[".txt"], by_kind[".txt"], where, scratch))
+    if ".jsonl" in files:
+        groups.append(read_jsonl(files[".jsonl"], where, field, id_field, scratch))
+    if ".parquet" in files:
+        groups.append(read_parquet(files[".parquet"], where, field, id_field, scratch))
+    if max_docs is not None:
+        groups = cap_docs(groups, max_docs)
+    return split_documents(groups, fraction, where)
+
+
+def build(cfg: Mapping) -> Source:
+    path = data_path(cfg)
+    root, rels = text_files_at(cfg)
+    field = text_field(cfg)
+    id_field = nonempty_str(cfg, "id_field", None)
+    max_docs = positive_int_or_none(cfg, "max_docs")
+    fraction = val_fraction(cfg)
+    h = fingerprint_hash(source="text_files", path=str(path.resolve()), text_field=field, id_field=id_field,
+                         max_docs=max_docs, val_fraction=fraction)
+    add_file_stats(h, root, rels)
+    where = f"data.path={setting(cfg, 'path')}"
+    info = {"path": str(path.resolve()), "n_files": len(rels), "text_field": field, "id_field": id_field,
+            "max_docs": max_docs, "val_fraction": fraction}
+    return Source("text_files", h.hexdigest(), info, partial(_load, root, rels, where, field, id_field, max_docs,
+                                                             fraction))
+
+
+KIND = SourceKind(keys=KEYS, check=check, build=build)

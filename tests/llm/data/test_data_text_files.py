@@ -1,0 +1,151 @@
+"""data=text_files (llm.data.sources.text_files, file_readers): formats, and refusing what is not text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llm.data import DataError, check_data_config, prepare_data
+from llm.data.tokenizer import get_tokenizer
+
+
+def test_text_files_mixed_formats(tmp_path, docs, text_cfg):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    enc = get_tokenizer("cl100k_base")
+    corpus = tmp_path / "mixed"
+    (corpus / "sub").mkdir(parents=True)
+    (corpus / "a.txt").write_text("plain text file one\nwith two lines\n")
+    (corpus / "sub" / "b.txt").write_text("plain text file two")
+    (corpus / "empty.txt").write_text("")
+    (corpus / "ignored.md").write_text("not a supported file")
+    rows = [{"body": f"json row {i}", "id": i} for i in range(6)]
+    (corpus / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pq.write_table(pa.table({"body": [f"parquet row {i}" for i in range(5)]}), corpus / "rows.parquet")
+    d = prepare_data(text_cfg(corpus, text_field="body", val_fraction=0.3), "cl100k_base", tmp_path / "cache")
+    all_docs = docs(d.train, enc) + docs(d.val, enc)
+    expected = ["plain text file one\nwith two lines\n", "plain text file two"]
+    expected += [f"json row {i}" for i in range(6)] + [f"parquet row {i}" for i in range(5)]
+    assert sorted(all_docs) == sorted(expected)  # the empty file and the .md file are not documents
+    assert d.meta["n_docs"]["train"] + d.meta["n_docs"]["val"] == 13
+    # a single file works too
+    single = prepare_data(text_cfg(corpus / "rows.jsonl", text_field="body", id_field="id"), "cl100k_base",
+                          tmp_path / "cache")
+    assert sorted(docs(single.train, enc) + docs(single.val, enc)) == [f"json row {i}" for i in range(6)]
+    with pytest.raises(ValueError, match="data.text_field=text is not a column"):
+        prepare_data(text_cfg(corpus / "rows.jsonl"), "cl100k_base", tmp_path / "cache")
+
+
+def test_text_is_read_as_text_mode_would(tmp_path, docs, text_cfg):
+    """Universal newlines (as text-mode open() gives them), a byte-order mark kept, blank .jsonl lines and
+    null texts skipped, ids taken as keys."""
+    enc = get_tokenizer("cl100k_base")
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    (corpus / "crlf.txt").write_bytes(b"line one\r\nline two\rline three\n")
+    (corpus / "bom.txt").write_bytes("\ufeffwith a byte-order mark".encode())
+    (corpus / "rows.jsonl").write_bytes(b'\xef\xbb\xbf{"text": "first", "id": 1}\n\n{"text": null, "id": 2}\r\n'
+                                        b'  \n{"text": "fourth \\u00e9", "id": "x"}\n')
+    d = prepare_data(text_cfg(corpus, id_field="id", val_fraction=0.5), "cl100k_base", tmp_path / "cache")
+    assert sorted(docs(d.train, enc) + docs(d.val, enc)) == sorted(
+        ["line one\nline two\nline three\n", "\ufeffwith a byte-order mark", "first", "fourth \u00e9"])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# content that is not text is refused, naming the file (and the line)
+
+
+def _refused(tmp_path, cfg) -> str:
+    """The one-line DataError message of preparing ``cfg``; the failed build leaves no cache directory."""
+    with pytest.raises(DataError) as err:
+        prepare_data(cfg, "cl100k_base", tmp_path / "cache")
+    msg = str(err.value)
+    assert "\n" not in msg and err.value.__cause__ is None
+    assert not (tmp_path / "cache").exists() or list((tmp_path / "cache").iterdir()) == []
+    return msg
+
+
+def test_binary_files_are_refused(tmp_path, text_cfg):
+    corpus = tmp_path / "bin"
+    corpus.mkdir()
+    (corpus / "a.txt").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    (corpus / "b.txt").write_bytes(bytes(range(256)))
+    msg = _refused(tmp_path, text_cfg(corpus))
+    assert msg == (f"data.path={corpus}: {corpus / 'a.txt'} is not UTF-8 text (byte 0x89 at offset 0); "
+                   "text_files reads UTF-8 .txt/.jsonl and .parquet files")
+
+
+def test_one_undecodable_file_among_many_is_refused(tmp_path, make_corpus, text_cfg):
+    """One bad file is enough: training on its replacement characters would be silent noise. The message
+    names the file and the byte, so it can be converted or removed."""
+    corpus = make_corpus(tmp_path / "corpus", n_txt=20)
+    (corpus / "sub").mkdir()
+    (corpus / "sub" / "latin1.txt").write_bytes("caf\u00e9 au lait".encode("latin-1"))
+    msg = _refused(tmp_path, text_cfg(corpus))
+    assert msg.startswith(f"data.path={corpus}: {corpus / 'sub' / 'latin1.txt'} is not UTF-8 text "
+                          "(byte 0xe9 at offset 3)")
+
+
+def test_nul_bytes_mean_binary(tmp_path, make_corpus, text_cfg):
+    corpus = make_corpus(tmp_path / "corpus", n_txt=3)
+    (corpus / "utf16.txt").write_bytes("utf-16 text".encode("utf-16-le"))  # valid UTF-8, but NUL every 2nd byte
+    msg = _refused(tmp_path, text_cfg(corpus))
+    assert f"{corpus / 'utf16.txt'} holds a NUL byte at offset 1, so it is binary (or UTF-16)" in msg
+
+
+def test_directory_without_text_files_fails_before_any_work(tmp_path, text_cfg):
+    corpus = tmp_path / "blobs"
+    corpus.mkdir()
+    (corpus / "a.bin").write_bytes(bytes(100))
+    (corpus / "b.bin").write_bytes(bytes(100))
+    (corpus / ".hidden.txt").write_text("hidden files are skipped")
+    with pytest.raises(DataError) as err:
+        check_data_config(text_cfg(corpus), "cl100k_base")
+    assert str(err.value) == (f"data.path={corpus} contains no .txt/.jsonl/.parquet files (only 2 other file(s), "
+                              "e.g. a.bin; hidden files are skipped)")
+    assert _refused(tmp_path, text_cfg(corpus)) == str(err.value)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match=r"contains no \.txt/\.jsonl/\.parquet files \(no files;"):
+        check_data_config(text_cfg(empty), "cl100k_base")
+
+
+GOOD = '{"text": "a fine row", "id": 1}\n'
+
+
+@pytest.mark.parametrize("bad_line,expected", [
+    (b"not json at all\n", "{where}: {file} line 3 is not JSON (Expecting value at column 1)"),
+    (b'{"text": "unterminated\n', "{where}: {file} line 3 is not JSON (Unterminated string starting at column 10)"),
+    (b'{"body": "no text field", "id": 3}\n',
+     "data.text_field=text is not a column of {file} line 3 (its fields: body, id)"),
+    (b'["an", "array"]\n', "{where}: {file} line 3 is a JSON array, not an object with a 'text' field"),
+    (b'{"text": 42, "id": 3}\n', "data.text_field=text in {file} line 3 is a JSON number, not a string"),
+    (b'{"text": "caf\xe9", "id": 3}\n', "{where}: {file} line 3 is not UTF-8 text (byte 0xe9 at column 14)"),
+    (b'{"text": "no id"}\n', "data.id_field=id is not a column of {file} line 3 (its fields: text)"),
+])
+def test_malformed_jsonl_names_file_and_line(tmp_path, bad_line, expected, text_cfg):
+    corpus = tmp_path / "rows"
+    (corpus / "sub").mkdir(parents=True)
+    (corpus / "a.jsonl").write_text(GOOD * 3)
+    bad = corpus / "sub" / "b.jsonl"
+    bad.write_bytes(GOOD.encode() + b"\n" + bad_line + GOOD.encode())  # line 2 is blank: still counted
+    msg = _refused(tmp_path, text_cfg(corpus, id_field="id"))
+    assert msg.startswith(expected.format(where=f"data.path={corpus}", file=bad))
+
+
+def test_unreadable_parquet_is_named(tmp_path, text_cfg):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    corpus = tmp_path / "pq"
+    corpus.mkdir()
+    pq.write_table(pa.table({"text": ["one", "two", "three"]}), corpus / "good.parquet")
+    (corpus / "junk.parquet").write_bytes(b"this is not parquet" * 10)
+    msg = _refused(tmp_path, text_cfg(corpus))
+    assert msg.startswith(f"data.path={corpus}: {corpus / 'junk.parquet'} is not a readable Parquet file (")
+    (corpus / "junk.parquet").unlink()
+    pq.write_table(pa.table({"body": ["x", "y"]}), corpus / "other.parquet")
+    msg = _refused(tmp_path, text_cfg(corpus))
+    assert msg == f"data.text_field=text is not a column of {corpus / 'other.parquet'} (columns: body)"

