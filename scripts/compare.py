@@ -1,38 +1,94 @@
-"""Compare finished runs: ``python -m scripts.compare DIR... [--out OUTDIR] [--allow-mixed]``.
+"""Compare finished runs: ``python -m scripts.compare DIR... [--out OUTDIR] [--allow-mixed] [--reference NAME]
+[--margin EPS] [--acc-margin EPS]``.
 
-DIR is a run dir, a Hydra multirun dir or any parent (searched recursively for summary.json).
-Writes comparison.md, comparison.csv, loss_curves.png and speed.png into OUTDIR (default: the single
-DIR given, else the common parent of the DIRs). The logic lives in :mod:`llm.compare`.
+DIR is a run dir, a Hydra multirun dir or any parent (searched recursively for summary.json; job dirs
+that crashed without one are listed too). Writes comparison.md, comparison.csv, loss_curves.png,
+speed.png and paired_delta.png into OUTDIR (default: the single DIR given, else the common parent of
+the DIRs). The logic lives in :mod:`llm.report`; this is only the command line. A bad argument gets a
+one-line error naming it and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
+from typing import NoReturn
 
-from llm.compare import CompareError, compare_runs
+from llm.report import (
+    DEFAULT_ACC_MARGIN,
+    DEFAULT_MARGIN,
+    CompareError,
+    ReferenceNotFoundError,
+    build_report,
+    default_out_dir,
+    write_report,
+)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (argparse's default adds the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
         prog="python -m scripts.compare",
-        description="Compare RoPE implementations over seeds: mean ± std table (md + csv) and plots.",
+        description="Compare RoPE implementations over seeds: verdicts against a reference, mean ± std, "
+                    "paired statistics (md + csv) and plots.",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR", help="run dirs, multirun dirs or parents of them")
     p.add_argument("--out", metavar="OUTDIR", default=None,
                    help="where to write the report (default: the single DIR, else the DIRs' common parent)")
     p.add_argument("--allow-mixed", action="store_true",
                    help="compare runs even if they differ in more than rope and seed (model, data, steps...)")
-    args = p.parse_args(argv)
+    p.add_argument("--reference", metavar="NAME", default=None,
+                   help="implementation the others are compared with: a registry name (triton_v4) or a full "
+                        "label ('torch (partial, bfloat16)'); default: torch with compute_dtype float32")
+    p.add_argument("--margin", metavar="EPS", type=_positive, default=DEFAULT_MARGIN,
+                   help=f"equivalence margin for val loss, in nats (default {DEFAULT_MARGIN})")
+    p.add_argument("--acc-margin", metavar="EPS", type=_positive, default=DEFAULT_ACC_MARGIN,
+                   help=f"equivalence margin for val accuracy, absolute (default {DEFAULT_ACC_MARGIN})")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison; 0 when the report was written (failed runs are listed, not fatal), 2 on bad input."""
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        md = compare_runs(args.dirs, out_dir=args.out, allow_mixed=args.allow_mixed)
-    except (CompareError, FileNotFoundError) as e:
+        report = build_report(args.dirs, allow_mixed=args.allow_mixed, reference=args.reference,
+                              margin=args.margin, acc_margin=args.acc_margin)
+        md = write_report(report, args.out if args.out is not None else default_out_dir(args.dirs))
+    except ReferenceNotFoundError as e:
+        print(f"error: argument --reference: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"error: argument DIR: {e}", file=sys.stderr)
+        return 2
+    except CompareError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(md.read_text())
-    print(f"report: {md} (+ comparison.csv, loss_curves.png, speed.png in {md.parent})")
+    for r in report.failures:
+        print(f"warning: {r.name}: {r.status}" + (f" - {r.message}" if r.message else ""), file=sys.stderr)
+    if report.failures:
+        print(f"{len(report.failures)} run(s) failed or crashed; the statistics use the "
+              f"{len(report.runs) - len(report.failures)} completed run(s)", file=sys.stderr)
+    print(f"report: {md} (+ comparison.csv, loss_curves.png, speed.png, paired_delta.png in {md.parent})")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Run comparison (llm.compare, scripts.compare, llm.callbacks) on synthetic run dirs."""
+"""Run comparison (llm.report, scripts.compare, the Hydra callback) on synthetic run dirs."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from llm.callbacks import CompareOnMultirunEnd
-from llm.compare import (
+from llm.report import (
     CSV_FILE,
     CURVES_FILE,
     MD_FILE,
@@ -25,11 +24,11 @@ from llm.compare import (
     NoRunsError,
     compare_runs,
     find_run_dirs,
-    implementation_label,
     mean_std,
 )
+from llm.report.callback import CompareOnMultirunEnd
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 BASE_CONFIG = {
@@ -135,10 +134,12 @@ def test_find_run_dirs(tmp_path: Path, sweep: Path):
 
 
 def test_labels_and_mean_std():
-    assert implementation_label("torch", "partial", "float32") == "torch (partial, float32)"
-    assert implementation_label("torch", "partial", "bfloat16") == "torch (partial, bfloat16)"
-    assert implementation_label("none", "none", "none") == "none"
-    assert implementation_label("triton_v4", "full", None) == "triton_v4 (full)"
+    import rope  # here: the helpers below use ``rope`` as a variable name
+
+    assert rope.label("torch", "partial", "float32") == "torch (partial, float32)"
+    assert rope.label("torch", "partial", "bfloat16") == "torch (partial, bfloat16)"
+    assert rope.label("none", "none", "none") == "none"
+    assert rope.label("triton_v4", "full", None) == "triton_v4 (full)"
     assert mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0, 3)  # sample std, ddof=1
     assert mean_std([5.0]) == (5.0, None, 1)
     assert mean_std([None]) == (None, None, 0)
@@ -210,7 +211,7 @@ def test_single_seed_and_none_row(tmp_path: Path):
 
 def test_non_completed_runs_are_excluded_and_listed(tmp_path: Path, sweep: Path, caplog):
     make_run(sweep / "9_rope=torch,seed=3", "torch", 3, (1.0, 9.9, 0.0, 999.0, 5.0), status="interrupted")
-    with caplog.at_level(logging.WARNING, logger="llm.compare"):
+    with caplog.at_level(logging.WARNING, logger="llm.report"):
         text = compare_runs([sweep], sweep).read_text()
     assert "interrupted" in caplog.text
     rows = read_csv(sweep / CSV_FILE)
@@ -286,7 +287,7 @@ def test_callback_on_multirun_end(tmp_path: Path, sweep: Path, caplog):
 
     mixed = make_sweep(tmp_path / "mixed", overrides={("torch", 0): {"train": {"max_steps": 7}}})
     cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(mixed)}}})
-    with caplog.at_level(logging.WARNING, logger="llm.callbacks"):
+    with caplog.at_level(logging.WARNING, logger="llm.report.callback"):
         cb.on_multirun_end(cfg)  # must not raise
     assert "train.max_steps" in caplog.text and "--allow-mixed" in caplog.text
     assert cb.last_report is None and not (mixed / MD_FILE).exists()
@@ -295,7 +296,7 @@ def test_callback_on_multirun_end(tmp_path: Path, sweep: Path, caplog):
     assert (mixed / MD_FILE).is_file()
 
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="llm.callbacks"):
+    with caplog.at_level(logging.WARNING, logger="llm.report.callback"):
         cb.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "missing")}}}))
         cb.on_multirun_end(OmegaConf.create({}))  # no hydra.sweep.dir at all
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2

@@ -1,0 +1,60 @@
+"""Run report: compare finished runs of a seed sweep, one row per RoPE implementation.
+
+The package reads run dirs only (``summary.json``, ``config.yaml``, ``metrics.jsonl``) and never
+imports the training code, so it works on runs from any machine or older version of the app.
+
+* :func:`compare_runs` - load, check and write ``comparison.md``/``.csv`` and the plots;
+* :func:`build_report` / :func:`write_report` - the two halves of it (the Hydra callback logs the
+  built report to wandb as well);
+* :func:`sweep_failures` - every job of a sweep that did not complete (the sweep's exit code);
+* :class:`CompareError` and its subclasses - what a caller catches.
+
+Modules: ``runs`` (finding and loading run dirs), ``mixed`` (the mixed-run check), ``stats``
+(statistics), ``analysis`` (groups, reference, comparisons), ``fidelity``, ``compare`` (the
+pipeline), ``markdown``, ``tables`` (CSV), ``plots``, ``wandb_log``, ``callback`` (Hydra).
+"""
+
+from __future__ import annotations
+
+from llm.report.analysis import DEFAULT_ACC_MARGIN, DEFAULT_MARGIN
+from llm.report.compare import (
+    CSV_FILE,
+    CURVES_FILE,
+    DELTA_FILE,
+    MD_FILE,
+    SPEED_FILE,
+    Report,
+    build_report,
+    compare_runs,
+    default_out_dir,
+    write_report,
+)
+from llm.report.errors import CompareError, MixedRunsError, NoRunsError, ReferenceNotFoundError
+from llm.report.runs import CRASHED, Run, find_crashed_dirs, find_run_dirs, load_runs, sweep_failures
+from llm.report.stats import mean_std
+
+__all__ = [
+    "CRASHED",
+    "CSV_FILE",
+    "CURVES_FILE",
+    "DEFAULT_ACC_MARGIN",
+    "DEFAULT_MARGIN",
+    "DELTA_FILE",
+    "MD_FILE",
+    "SPEED_FILE",
+    "CompareError",
+    "MixedRunsError",
+    "NoRunsError",
+    "ReferenceNotFoundError",
+    "Report",
+    "Run",
+    "build_report",
+    "compare_runs",
+    "default_out_dir",
+    "find_crashed_dirs",
+    "find_run_dirs",
+    "load_runs",
+    "mean_std",
+    "sweep_failures",
+    "write_report",
+]

@@ -1,0 +1,218 @@
+"""From loaded runs to the numbers a report shows: groups per implementation, the reference, comparisons.
+
+Runs are grouped by implementation (rope, variant, compute dtype). Only completed runs enter the
+statistics; the others stay in their group's ``excluded`` list so the report can list them.
+
+Each implementation is compared with one *reference* group (:func:`select_reference`), seed by seed
+(see :func:`compare_group`); the numbers themselves come from :mod:`llm.report.stats`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llm.report.errors import ReferenceNotFoundError
+from llm.report.runs import Run
+from llm.report.stats import Comparison, compare_paired, compare_unpaired, mean_std, seeds_for_effect, t_interval
+
+log = logging.getLogger(__name__)
+
+# (summary key, column title, decimals)
+METRICS: tuple[tuple[str, str, int], ...] = (
+    ("train_time_s", "Training Time (s)", 1),
+    ("val_loss", "Val Loss", 4),
+    ("val_acc", "Val Accuracy", 4),
+    ("val_ppl", "Val Perplexity", 2),
+    ("tokens_per_s", "tokens/s", 0),
+)
+SHORT_METRICS = ("train_time_s", "val_loss", "val_acc", "val_ppl")
+
+#: Metrics compared against the reference: (summary key, lower is better).
+COMPARED: tuple[tuple[str, bool], ...] = (("val_loss", True), ("val_acc", False))
+
+DEFAULT_MARGIN = 0.01  # nats of val loss
+DEFAULT_ACC_MARGIN = 0.005  # val accuracy, absolute (0.5 percentage points)
+
+Key = tuple[str, str | None, str | None]
+
+
+def _by_seed(r: Run) -> tuple[bool, int, str]:
+    return (r.seed is None, r.seed or 0, r.name)
+
+
+@dataclass
+class Group:
+    """All runs of one implementation (rope, variant, compute dtype)."""
+
+    key: Key
+    runs: list[Run]  # completed runs: the ones the statistics use
+    excluded: list[Run]  # runs with status != completed (crashed jobs included)
+    stats: dict[str, tuple[float | None, float | None, int]] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.runs[0].label if self.runs else (self.excluded[0].label if self.excluded else "?")
+
+    @property
+    def n(self) -> int:
+        return len(self.runs)
+
+    @property
+    def seeds(self) -> list[int | None]:
+        return [r.seed for r in self.runs]
+
+    def mean(self, metric: str) -> float | None:
+        return self.stats[metric][0]
+
+    def std(self, metric: str) -> float | None:
+        return self.stats[metric][1]
+
+    def per_seed(self, metric: str) -> dict[int, float]:
+        """Seed -> value of the completed runs; several runs of one seed are averaged into one value."""
+        acc: dict[int, list[float]] = {}
+        for r in self.runs:
+            v = r.value(metric)
+            if r.seed is not None and v is not None and not math.isnan(v):
+                acc.setdefault(r.seed, []).append(v)
+        return {s: float(np.mean(v)) for s, v in sorted(acc.items())}
+
+    def summary_mean(self, key: str) -> float | None:
+        """Mean of a summary value over completed runs that have it (None when none has: old runs)."""
+        return mean_std(r.value(key) for r in self.runs)[0]
+
+
+def _sort_key(value: float | None) -> float:
+    return math.inf if value is None or math.isnan(value) else value
+
+
+def group_runs(runs: Sequence[Run]) -> list[Group]:
+    """Group runs by implementation and compute statistics; ordered by mean val loss (best first)."""
+    groups: dict[Key, Group] = {}
+    for r in runs:
+        g = groups.setdefault(r.key, Group(key=r.key, runs=[], excluded=[]))
+        (g.runs if r.completed else g.excluded).append(r)
+    for g in groups.values():
+        g.runs.sort(key=_by_seed)
+        g.excluded.sort(key=_by_seed)
+        for metric, _, _ in METRICS:
+            g.stats[metric] = mean_std(r.value(metric) for r in g.runs)
+        seeds = [s for s in g.seeds if s is not None]
+        if len(seeds) != len(set(seeds)):
+            log.warning("%s: the same seed appears more than once (%s); each run counts in n", g.label, seeds)
+    return sorted(groups.values(), key=lambda g: (_sort_key(g.mean("val_loss")), g.label))
+
+
+def _default_reference(groups: Sequence[Group]) -> Group | None:
+    """The float32 ``torch`` group; with several variants, the one with the most seeds (then ``partial``)."""
+    refs = [g for g in groups if g.n and g.key[0] == "torch" and g.key[2] == "float32"]
+    refs.sort(key=lambda g: (-g.n, g.key[1] != "partial", g.label))
+    return refs[0] if refs else None
+
+
+def select_reference(groups: Sequence[Group], name: str | None = None) -> Group | None:
+    """The group every other implementation is compared with.
+
+    ``name`` is a full label (``"torch (partial, bfloat16)"``) or a registry name (``"triton_v4"``,
+    which must then match exactly one implementation with completed runs). Without ``name``: the
+    ``torch`` float32 group (None if the runs have none). Raises :class:`ReferenceNotFoundError`.
+    """
+    if name is None:
+        return _default_reference(groups)
+    done = [g for g in groups if g.n]
+    have = ", ".join(repr(g.label) for g in done) or "none"
+    exact = [g for g in done if g.label == name]
+    matches = exact or [g for g in done if g.key[0] == name]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise ReferenceNotFoundError(f"reference {name!r} matches no implementation with completed runs; have: {have}")
+    labels = ", ".join(repr(g.label) for g in matches)
+    raise ReferenceNotFoundError(f"reference {name!r} matches several implementations ({labels}); give the full label")
+
+
+@dataclass
+class GroupComparison:
+    """One implementation against the reference: per compared metric, plus how the seeds were matched."""
+
+    group: Group
+    reference: Group
+    metrics: dict[str, Comparison]  # keyed by summary key (val_loss, val_acc)
+    seeds: list[int]  # the paired seeds (empty when unpaired)
+    unmatched: list[int | None]  # the implementation's seeds without a reference run
+
+    @property
+    def loss(self) -> Comparison:
+        return self.metrics["val_loss"]
+
+    @property
+    def seeds_for_margin(self) -> int | None:
+        """Paired seeds for the paired t-test to detect a Δ val loss of ±ε at 80% power (σ = paired std)."""
+        c = self.loss
+        return None if c.sd is None else seeds_for_effect(c.sd, c.margin)
+
+
+def _pairing(group: Group, ref: Group, metric: str) -> list[int] | None:
+    """The seeds to pair on, or None to fall back to Welch.
+
+    Paired when the two groups share at least two seeds, or share their only seed; seeds present in
+    just one group are then left out (listed as unmatched). Otherwise (e.g. disjoint seeds) unpaired.
+    """
+    mine, theirs = group.per_seed(metric), ref.per_seed(metric)
+    common = sorted(mine.keys() & theirs.keys())
+    if len(common) >= 2 or (common and set(mine) == set(theirs)):
+        return common
+    return None
+
+
+def compare_group(group: Group, ref: Group, margin: float, acc_margin: float) -> GroupComparison:
+    """Every :data:`COMPARED` metric of ``group`` against ``ref`` (paired by seed where possible)."""
+    out: dict[str, Comparison] = {}
+    seeds: list[int] = []
+    unmatched: list[int | None] = []
+    for metric, lower_is_better in COMPARED:
+        eps = margin if metric == "val_loss" else acc_margin
+        mine, theirs = group.per_seed(metric), ref.per_seed(metric)
+        paired = _pairing(group, ref, metric)
+        if paired is not None:
+            out[metric] = compare_paired([mine[s] for s in paired], [theirs[s] for s in paired], eps, lower_is_better)
+            if metric == "val_loss":
+                seeds, unmatched = paired, [s for s in group.seeds if s not in paired]
+            continue
+        values = [v for r in group.runs if (v := r.value(metric)) is not None and not math.isnan(v)]
+        ref_values = [v for r in ref.runs if (v := r.value(metric)) is not None and not math.isnan(v)]
+        if values and ref_values:
+            out[metric] = compare_unpaired(values, ref_values, eps, lower_is_better)
+        if metric == "val_loss":
+            unmatched = list(group.seeds)
+    return GroupComparison(group, ref, out, seeds, unmatched)
+
+
+def _curve_by_seed(group: Group) -> dict[int, dict[int, float]]:
+    """Seed -> {step: val loss}; several runs of one seed are averaged step by step."""
+    acc: dict[int, dict[int, list[float]]] = {}
+    for r in group.runs:
+        if r.seed is None:
+            continue
+        for step, loss, _ in r.val_curve():
+            acc.setdefault(r.seed, {}).setdefault(step, []).append(loss)
+    return {s: {step: float(np.mean(v)) for step, v in c.items()} for s, c in acc.items()}
+
+
+def paired_delta_curve(cmp: GroupComparison) -> list[tuple[int, int, float, float | None, float | None]]:
+    """``(step, n, mean Δ, CI low, CI high)`` of Δ val loss (impl − reference) over the paired seeds.
+
+    A seed contributes at a step only when both its runs logged an eval there; the 95% CI is the
+    Student-t interval over those seeds (None with one seed).
+    """
+    mine, theirs = _curve_by_seed(cmp.group), _curve_by_seed(cmp.reference)
+    per_step: dict[int, list[float]] = {}
+    for s in cmp.seeds:
+        a, b = mine.get(s, {}), theirs.get(s, {})
+        for step in a.keys() & b.keys():
+            per_step.setdefault(step, []).append(a[step] - b[step])
+    return [(step, len(d), *t_interval(d)) for step, d in sorted(per_step.items())]

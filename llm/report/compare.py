@@ -1,0 +1,161 @@
+"""Compare finished runs: load, check, compute (:func:`build_report`) and write (:func:`write_report`).
+
+:func:`compare_runs` does both and writes into ``out_dir``:
+
+* ``comparison.md``  - verdicts against the reference, common config, failed runs, the summary table
+  (mean ± sample std over seeds, ordered by mean val loss), paired statistics, the variance budget,
+  the short-format table, the fidelity table and per-seed details;
+* ``comparison.csv`` - one row per implementation with full precision (see :mod:`llm.report.tables`);
+* ``loss_curves.png``, ``speed.png``, ``paired_delta.png`` (see :mod:`llm.report.plots`).
+
+Runs that did not complete (interrupted, nonfinite, failed, config_error, crashed without
+``summary.json``) are left out of the statistics and plots but listed, so nothing disappears; the
+report is written from the completed runs even when others failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm.report.analysis import (
+    DEFAULT_ACC_MARGIN,
+    DEFAULT_MARGIN,
+    Group,
+    GroupComparison,
+    compare_group,
+    group_runs,
+    select_reference,
+)
+from llm.report.errors import NoRunsError
+from llm.report.mixed import check_not_mixed, config_differences
+from llm.report.runs import PathLike, Run, load_runs
+
+log = logging.getLogger(__name__)
+
+MD_FILE = "comparison.md"
+CSV_FILE = "comparison.csv"
+CURVES_FILE = "loss_curves.png"
+SPEED_FILE = "speed.png"
+DELTA_FILE = "paired_delta.png"
+
+
+@dataclass
+class Report:
+    """Everything the writers need, computed once (the Markdown, CSV, plots and wandb table agree)."""
+
+    inputs: list[str]
+    runs: list[Run]
+    groups: list[Group]
+    diffs: dict[str, dict[str, list[str]]]
+    reference: Group | None
+    comparisons: list[GroupComparison]  # every group with completed runs but the reference, in group order
+    margin: float
+    acc_margin: float
+
+    @property
+    def failures(self) -> list[Run]:
+        """Runs left out of the statistics: any status but completed, crashed jobs included."""
+        return [r for r in self.runs if not r.completed]
+
+    def comparison(self, group: Group) -> GroupComparison | None:
+        """The comparison of ``group`` with the reference (None for the reference and failed-only groups)."""
+        return next((c for c in self.comparisons if c.group is group), None)
+
+
+def _check_margin(name: str, value: float) -> float:
+    value = float(value)
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return value
+
+
+def build_report(
+    run_dirs: Sequence[PathLike],
+    allow_mixed: bool = False,
+    reference: str | None = None,
+    margin: float = DEFAULT_MARGIN,
+    acc_margin: float = DEFAULT_ACC_MARGIN,
+) -> Report:
+    """Load the runs at or below ``run_dirs`` and compute every number of the report (writes nothing).
+
+    Raises :class:`NoRunsError` when nothing completed, :class:`MixedRunsError` for mixed runs unless
+    ``allow_mixed``, :class:`ReferenceNotFoundError` for an unknown ``reference``, ValueError for a
+    margin that is not positive.
+    """
+    margin, acc_margin = _check_margin("margin", margin), _check_margin("acc_margin", acc_margin)
+    runs = load_runs(run_dirs)
+    # only the runs the statistics use must agree: a job that failed (say, at a diverging learning rate)
+    # is listed as failed, and must not stop the comparison of the jobs that completed
+    checked = [r for r in runs if r.completed]
+    diffs = config_differences(checked)
+    if diffs and not allow_mixed:
+        check_not_mixed(checked)
+    elif diffs:
+        log.warning("comparing mixed runs (allow_mixed): %s differ", ", ".join(diffs))
+    for r in runs:
+        if not r.completed:
+            log.warning("%s: status %r%s, left out of the statistics and plots", r.name, r.status,
+                        f" ({r.message})" if r.message else "")
+    if not any(r.completed for r in runs):
+        statuses = ", ".join(dict.fromkeys(r.status for r in runs))
+        raise NoRunsError(f"none of the {len(runs)} run(s) completed (statuses: {statuses})")
+    groups = group_runs(runs)
+    ref = select_reference(groups, reference)
+    comparisons = [] if ref is None else [compare_group(g, ref, margin, acc_margin)
+                                          for g in groups if g.n and g is not ref]
+    return Report([str(p) for p in run_dirs], runs, groups, diffs, ref, comparisons, margin, acc_margin)
+
+
+def write_report(report: Report, out_dir: PathLike) -> Path:
+    """Write comparison.md/.csv and the plots into ``out_dir`` (each file atomically); returns the .md path."""
+    from llm.report.markdown import write_markdown
+    from llm.report.plots import plot_loss_curves, plot_paired_delta, plot_speed
+    from llm.report.tables import write_csv
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    md = out / MD_FILE
+    write_markdown(md, report)
+    write_csv(out / CSV_FILE, report)
+    plot_loss_curves(out / CURVES_FILE, report.groups)
+    plot_speed(out / SPEED_FILE, report.groups)
+    plot_paired_delta(out / DELTA_FILE, report)
+    log.info("wrote %s, %s, %s, %s, %s in %s", MD_FILE, CSV_FILE, CURVES_FILE, SPEED_FILE, DELTA_FILE, out)
+    return md
+
+
+def default_out_dir(paths: Sequence[PathLike]) -> Path:
+    """The single dir given; else the common parent of the dirs given (cwd if that is the filesystem root)."""
+    if len(paths) == 1:
+        p = Path(paths[0])
+        return p.parent if p.is_file() else p
+    try:
+        common = Path(os.path.commonpath([str(Path(p).resolve()) for p in paths]))
+    except ValueError:
+        return Path.cwd()
+    return Path.cwd() if common == Path(common.anchor) else common
+
+
+def compare_runs(
+    run_dirs: Sequence[PathLike] | PathLike,
+    out_dir: PathLike | None = None,
+    allow_mixed: bool = False,
+    reference: str | None = None,
+    margin: float = DEFAULT_MARGIN,
+    acc_margin: float = DEFAULT_ACC_MARGIN,
+) -> Path:
+    """Compare the runs at or below ``run_dirs`` and write the report into ``out_dir``.
+
+    ``run_dirs`` may be run dirs, multirun dirs or any parent of them (searched recursively).
+    ``out_dir`` defaults to :func:`default_out_dir`. ``reference`` picks the implementation the others
+    are compared with (see :func:`llm.report.analysis.select_reference`); ``margin`` is the
+    equivalence margin ε in nats of val loss, ``acc_margin`` the one for val accuracy. Returns the
+    path of ``comparison.md``; raises as :func:`build_report` does.
+    """
+    dirs = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else list(run_dirs)
+    report = build_report(dirs, allow_mixed=allow_mixed, reference=reference, margin=margin, acc_margin=acc_margin)
+    return write_report(report, out_dir if out_dir is not None else default_out_dir(dirs))

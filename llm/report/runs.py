@@ -1,0 +1,296 @@
+"""Finding and reading run dirs, crashed jobs included, so no run disappears from a report unnoticed.
+
+A *run dir* is any directory holding ``summary.json`` (found recursively, so a Hydra multirun dir, a
+list of run dirs or a mix of both all work). Each run also has ``config.yaml`` (resolved config;
+``.hydra/config.yaml`` is the fallback) and ``metrics.jsonl`` (train/val lines).
+
+A job that died too hard to write ``summary.json`` (killed, out of memory, a segfault) still left
+``.hydra/``, ``config.yaml`` or ``metrics.jsonl`` behind: it is loaded as a :class:`Run` with the status
+:data:`CRASHED`, so the report lists it and :func:`sweep_failures` counts it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import rope
+from llm.report.errors import NoRunsError
+
+log = logging.getLogger(__name__)
+
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.yaml"
+
+COMPLETED = "completed"
+#: Status of a job dir without ``summary.json`` (the process died before writing it).
+CRASHED = "crashed (no summary.json)"
+#: Status of a run whose ``summary.json`` exists but cannot be parsed.
+UNREADABLE = "unreadable summary.json"
+
+PathLike = str | os.PathLike
+
+
+def get_dotted(d: dict[str, Any], dotted: str) -> Any:
+    """``d["a"]["b"]`` for ``"a.b"``; None when any level is missing (configs of old runs lack keys)."""
+    cur: Any = d
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def as_float(v: Any) -> float | None:
+    """A summary or metrics value as a float; None for missing values, booleans and non-numeric text.
+
+    Non-finite floats arrive as text (``"nan"``, ``"inf"``: the metrics writer keeps lines valid JSON)
+    and come back as floats, so a diverged run shows ``nan`` rather than a gap.
+    """
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class Run:
+    """One training run as read from its directory (or a crashed job, with a synthetic summary)."""
+
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    name: str = ""
+
+    @property
+    def rope(self) -> str:
+        return str(self.summary.get("rope") or get_dotted(self.config, "rope.name") or "?")
+
+    @property
+    def variant(self) -> str | None:
+        v = self.summary.get("variant", get_dotted(self.config, "rope.variant"))
+        return None if v is None else str(v)
+
+    @property
+    def compute_dtype(self) -> str | None:
+        v = self.summary.get("compute_dtype", get_dotted(self.config, "rope.compute_dtype"))
+        return None if v is None else str(v)
+
+    @property
+    def key(self) -> tuple[str, str | None, str | None]:
+        """What groups runs into one implementation: (rope, variant, compute dtype)."""
+        return (self.rope, self.variant, self.compute_dtype)
+
+    @property
+    def label(self) -> str:
+        return rope.label(*self.key)
+
+    @property
+    def seed(self) -> int | None:
+        s = self.summary.get("seed", self.config.get("seed"))
+        try:
+            return None if s is None else int(s)
+        except (TypeError, ValueError):
+            return None
+
+    @property
+    def status(self) -> str:
+        """``completed``, ``interrupted``, ``nonfinite``, ``failed``, ``config_error``, or :data:`CRASHED`."""
+        return str(self.summary.get("status", COMPLETED))
+
+    @property
+    def completed(self) -> bool:
+        return self.status == COMPLETED
+
+    @property
+    def message(self) -> str:
+        """The first line of the run's own explanation (``summary["message"]``), for one-line listings."""
+        text = str(self.summary.get("message") or "").strip()
+        return text.splitlines()[0] if text else ""
+
+    def value(self, key: str) -> float | None:
+        return as_float(self.summary.get(key))
+
+    def val_curve(self) -> list[tuple[int, float, float | None]]:
+        """``(step, val_loss, train_time_s)`` per val line, one per step (the last line for a step wins)."""
+        by_step: dict[int, tuple[float, float | None]] = {}
+        for m in self.metrics:
+            if m.get("kind") != "val":
+                continue
+            step, loss = m.get("step"), as_float(m.get("val_loss"))
+            if step is None or loss is None:
+                continue
+            t = as_float(m.get("train_time_s", m.get("wall_time_s")))
+            by_step[int(step)] = (loss, t)
+        return [(s, *by_step[s]) for s in sorted(by_step)]
+
+
+def find_run_dirs(paths: Iterable[PathLike]) -> list[Path]:
+    """Every run dir (a dir containing ``summary.json``) at or below ``paths``, sorted, without duplicates.
+
+    Raises :class:`FileNotFoundError` for a path that does not exist.
+    """
+    found: dict[Path, None] = {}
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise FileNotFoundError(f"no such file or directory: {p}")
+        if p.is_file():  # a summary.json (or any file) given directly: its directory
+            p = p.parent
+        if (p / SUMMARY_FILE).is_file():
+            found[p.resolve()] = None
+        for s in sorted(p.rglob(SUMMARY_FILE)):
+            if s.is_file():
+                found[s.parent.resolve()] = None
+    return sorted(found)
+
+
+def _looks_like_job_dir(d: Path) -> bool:
+    """A Hydra job dir or a training run dir: ``.hydra/``, ``metrics.jsonl``, or a config naming a rope.
+
+    A bare ``config.yaml`` only counts when it is a training config, so e.g. the repository's ``conf/``
+    is not taken for a crashed job.
+    """
+    if (d / ".hydra").is_dir() or (d / METRICS_FILE).is_file():
+        return True
+    cfg = d / CONFIG_FILE
+    if not cfg.is_file():
+        return False
+    try:
+        import yaml
+
+        return isinstance(data := yaml.safe_load(cfg.read_text()), dict) and "rope" in data
+    except Exception:  # unreadable YAML next to nothing else: not evidence of a job
+        return False
+
+
+def find_crashed_dirs(paths: Iterable[PathLike]) -> list[Path]:
+    """Job dirs at or below ``paths`` that have ``.hydra/``, ``config.yaml`` or ``metrics.jsonl`` but no summary.
+
+    Hidden dirs (``.hydra`` itself holds a ``config.yaml``), ``wandb`` dirs (wandb writes its own
+    ``config.yaml``) and anything inside a run or job dir are not searched: only the job dirs themselves.
+    """
+    found: dict[Path, None] = {}
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise FileNotFoundError(f"no such file or directory: {p}")
+        root = p.parent if p.is_file() else p
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = Path(dirpath)
+            if SUMMARY_FILE in filenames or _looks_like_job_dir(here):
+                if SUMMARY_FILE not in filenames:
+                    found[here.resolve()] = None
+                dirnames[:] = []  # a job dir's insides (checkpoints/, wandb/) are not jobs
+                continue
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "wandb")
+    runs = find_run_dirs(paths)
+    return sorted(d for d in found if not any(d in r.parents for r in runs))  # a parent of runs is no job
+
+
+def _load_config(run_dir: Path, warn: bool = True) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    for candidate in (run_dir / CONFIG_FILE, run_dir / ".hydra" / "config.yaml"):
+        if not candidate.is_file():
+            continue
+        try:
+            cfg = OmegaConf.load(candidate)
+        except Exception as e:  # a config cut short by a crash: the run is still listed, config unknown
+            log.warning("%s: cannot read (%s); its config counts as missing", candidate, e)
+            return {}
+        try:
+            out = OmegaConf.to_container(cfg, resolve=True)
+        except Exception:  # e.g. ${hydra:...} interpolations outside a Hydra app: compare them verbatim
+            out = OmegaConf.to_container(cfg, resolve=False)
+        return out if isinstance(out, dict) else {}
+    if warn:
+        log.warning("%s: no config.yaml or .hydra/config.yaml; its config counts as missing", run_dir)
+    return {}
+
+
+def _load_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / METRICS_FILE
+    if not path.is_file():
+        return []
+    out, bad = [], 0
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:  # e.g. a line cut short by a killed run
+            bad += 1
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    if bad:
+        log.warning("%s: skipped %d unreadable line(s)", path, bad)
+    return out
+
+
+def load_run(run_dir: PathLike) -> Run:
+    """Read one run dir (summary, config, metrics); an unparsable summary gives status :data:`UNREADABLE`."""
+    run_dir = Path(run_dir)
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+        if not isinstance(summary, dict):
+            raise ValueError("expected a JSON object")
+    except (OSError, ValueError) as e:
+        summary = {"status": UNREADABLE, "message": f"{run_dir / SUMMARY_FILE}: {e}"}
+    return Run(path=run_dir, config=_load_config(run_dir), summary=summary, metrics=_load_metrics(run_dir))
+
+
+def load_crashed_run(job_dir: PathLike) -> Run:
+    """A job dir without ``summary.json`` as a :data:`CRASHED` run; the message says how far it got."""
+    job_dir = Path(job_dir)
+    metrics = _load_metrics(job_dir)
+    steps = [m["step"] for m in metrics if isinstance(m.get("step"), int)]
+    got = f"last step logged: {max(steps)}" if steps else "nothing logged to metrics.jsonl"
+    summary = {"status": CRASHED, "message": f"the job died before writing summary.json; {got}"}
+    return Run(path=job_dir, config=_load_config(job_dir, warn=False), summary=summary, metrics=metrics)
+
+
+def load_all_runs(paths: Sequence[PathLike]) -> list[Run]:
+    """Every run and crashed job at or below ``paths`` (possibly none), named relative to their common parent."""
+    dirs = find_run_dirs(paths)
+    crashed = find_crashed_dirs(paths)
+    runs = [load_run(d) for d in dirs] + [load_crashed_run(d) for d in crashed]
+    if not runs:
+        return []
+    base = Path(os.path.commonpath([str(r.path) for r in runs]))
+    for r in runs:
+        rel = r.path.relative_to(base) if r.path != base else Path(r.path.name)
+        r.name = str(rel) if str(rel) != "." else r.path.name
+    return sorted(runs, key=lambda r: r.name)
+
+
+def load_runs(paths: Sequence[PathLike]) -> list[Run]:
+    """:func:`load_all_runs`, refusing (:class:`NoRunsError`) when there is nothing at all to report on."""
+    runs = load_all_runs(paths)
+    if not any(r.status != CRASHED for r in runs):
+        raise NoRunsError(
+            f"no run dirs (directories with {SUMMARY_FILE}) under: {', '.join(map(str, paths))}"
+            + (f" ({len(runs)} crashed job dir(s) without one)" if runs else "")
+        )
+    return runs
+
+
+def sweep_failures(sweep_dir: PathLike) -> list[tuple[Path, str, str]]:
+    """``(job dir, status, message)`` for every job under ``sweep_dir`` that did not complete.
+
+    Covers runs whose ``summary.json`` says anything but ``completed`` and job dirs that crashed
+    before writing one (status :data:`CRASHED`). The training entry point uses it to give a sweep
+    with failed jobs a non-zero exit code. Raises :class:`FileNotFoundError` if ``sweep_dir`` is missing.
+    """
+    return [(r.path, r.status, r.message) for r in load_all_runs([sweep_dir]) if not r.completed]

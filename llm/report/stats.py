@@ -1,0 +1,228 @@
+"""Statistics of a seed sweep: is an implementation better, worse or equivalent to the reference?
+
+Every distribution comes from :mod:`scipy.stats`; this module only assembles the formulas. With
+``n`` paired seeds, ``d_i = impl_i - ref_i`` (same seed), ``d̄`` their mean and ``s_d`` their sample
+std (ddof=1):
+
+* 95% CI of the mean Δ: ``d̄ ± t(0.975, n-1) · s_d/√n``, ``stats.ttest_rel(...).confidence_interval(0.95)``;
+  p-value: the paired t-test ``stats.ttest_rel(impl, ref)``.
+* Equivalence (TOST at margin ε): two one-sided one-sample t-tests on ``d``,
+  ``stats.ttest_1samp(d, -ε, alternative="greater")`` and ``stats.ttest_1samp(d, +ε, alternative="less")``;
+  ``p_TOST`` is the larger p. ``p_TOST < α`` is the same as the 90% CI lying inside ``(-ε, +ε)``.
+* Unpaired fallback (seeds do not match): Welch's unequal-variance test, ``stats.ttest_ind(...,
+  equal_var=False)``, and TOST with the same two shifted one-sided Welch tests.
+* Power: the paired t statistic with true mean δ has a noncentral t distribution with ``n-1`` degrees
+  of freedom and noncentrality ``δ√n/σ`` (``stats.nct``); see :func:`tost_power`,
+  :func:`minimum_detectable_effect`.
+
+When all Δ are equal (``s_d = 0``, e.g. deterministic runs of the same kernel) the t statistic is
+undefined; the limit as the spread goes to 0 is used instead: CI = [d̄, d̄], p = 1 if d̄ = 0 else 0,
+equivalent iff ``|d̄| < ε``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, stats
+
+ALPHA = 0.05
+POWER = 0.8
+#: Seeds beyond which "about N needed" is reported as "more than" this.
+MAX_SEEDS = 100_000
+
+BETTER, WORSE, EQUIVALENT, INCONCLUSIVE, SINGLE = "better", "worse", "equivalent", "inconclusive", "single seed"
+PAIRED, WELCH = "paired", "unpaired (Welch)"
+
+
+def mean_std(values: Iterable[float | None]) -> tuple[float | None, float | None, int]:
+    """Mean, sample std (ddof=1; None for fewer than 2 values) and count of the non-missing values."""
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    if not vals:
+        return None, None, 0
+    mean = statistics.fmean(vals)
+    std = statistics.stdev(vals) if len(vals) > 1 else None
+    return mean, std, len(vals)
+
+
+def _no_spread(values: Sequence[float]) -> bool:
+    """True when the values are equal up to rounding: the t statistic is then 0/0."""
+    arr = np.asarray(values, dtype=float)
+    return float(np.ptp(arr)) <= 1e-12 * max(1.0, float(np.max(np.abs(arr))))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One metric of one implementation against the reference (Δ = impl − reference)."""
+
+    method: str  # PAIRED or WELCH
+    n: int  # paired seeds (PAIRED) or the implementation's runs (WELCH)
+    n_ref: int  # paired seeds (PAIRED) or the reference's runs (WELCH)
+    delta: float  # mean paired Δ, or difference of the means
+    sd: float | None  # std of the paired Δ (PAIRED); sqrt(s_impl² + s_ref²) (WELCH); None with one seed
+    ci: tuple[float, float] | None  # 95% CI of Δ; None with one seed
+    p: float | None  # two-sided t-test p-value (paired or Welch)
+    p_tost: float | None  # TOST p-value at ±margin
+    margin: float
+    verdict: str  # BETTER, WORSE, EQUIVALENT, INCONCLUSIVE or SINGLE
+    seeds_needed: int | None  # for INCONCLUSIVE: paired seeds for TOST at 80% power (None: more than MAX_SEEDS)
+    mde: float | None  # minimum detectable |Δ|, paired t at 80% power, α=0.05, with these seeds
+
+
+def _verdict(delta: float, ci: tuple[float, float], p: float, p_tost: float, lower_is_better: bool) -> str:
+    """worse/better when the 95% CI excludes 0 and p < α (the sign decides), else equivalent/inconclusive."""
+    if p < ALPHA and not ci[0] <= 0.0 <= ci[1]:
+        return BETTER if (delta < 0) == lower_is_better else WORSE
+    return EQUIVALENT if p_tost < ALPHA else INCONCLUSIVE
+
+
+def paired_test(d: Sequence[float], margin: float) -> tuple[tuple[float, float], float, float]:
+    """(95% CI of the mean, two-sided p, TOST p at ±margin) of paired differences ``d`` (n >= 2)."""
+    mean = float(np.mean(d))
+    if _no_spread(d):
+        return (mean, mean), (1.0 if mean == 0.0 else 0.0), (0.0 if abs(mean) < margin else 1.0)
+    res = stats.ttest_1samp(d, 0.0)
+    ci = res.confidence_interval(1 - ALPHA)
+    p_low = stats.ttest_1samp(d, -margin, alternative="greater").pvalue
+    p_high = stats.ttest_1samp(d, margin, alternative="less").pvalue
+    return (float(ci.low), float(ci.high)), float(res.pvalue), float(max(p_low, p_high))
+
+
+def welch_test(a: Sequence[float], b: Sequence[float], margin: float) -> tuple[tuple[float, float], float, float]:
+    """(95% CI of mean(a) − mean(b), Welch two-sided p, Welch TOST p at ±margin); both samples n >= 2."""
+    diff = float(np.mean(a) - np.mean(b))
+    if _no_spread(a) and _no_spread(b):
+        return (diff, diff), (1.0 if diff == 0.0 else 0.0), (0.0 if abs(diff) < margin else 1.0)
+    a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    res = stats.ttest_ind(a_, b_, equal_var=False)
+    ci = res.confidence_interval(1 - ALPHA)
+    # mean(a) - mean(b) > -ε  <=>  mean(a) - mean(b - ε) > 0, and likewise for +ε
+    p_low = stats.ttest_ind(a_, b_ - margin, equal_var=False, alternative="greater").pvalue
+    p_high = stats.ttest_ind(a_, b_ + margin, equal_var=False, alternative="less").pvalue
+    return (float(ci.low), float(ci.high)), float(res.pvalue), float(max(p_low, p_high))
+
+
+def tost_power(n: int, sd: float, margin: float, delta: float = 0.0, alpha: float = ALPHA) -> float:
+    """Power of the paired TOST with ``n`` seeds, paired std ``sd``, true mean Δ ``delta``.
+
+    Each one-sided test rejects when its t statistic exceeds ``t(1-α, n-1)``; its statistic is
+    noncentral t with noncentrality ``(ε ± δ)√n/σ``, so it rejects with probability
+    ``stats.nct.sf(t_crit, n-1, (ε ± δ)√n/σ)``. Power of both rejecting is taken as
+    ``P1 + P2 − 1`` (the Bonferroni lower bound; slightly conservative for small n).
+    """
+    if sd <= 0.0:
+        return 1.0 if abs(delta) < margin else 0.0
+    df, crit = n - 1, stats.t.ppf(1 - alpha, n - 1)
+    p_low = stats.nct.sf(crit, df, (margin + delta) * math.sqrt(n) / sd)
+    p_high = stats.nct.sf(crit, df, (margin - delta) * math.sqrt(n) / sd)
+    return float(max(0.0, p_low + p_high - 1.0))
+
+
+def t_test_power(n: int, sd: float, effect: float, alpha: float = ALPHA) -> float:
+    """Power of the two-sided paired t-test with ``n`` seeds to detect a true mean Δ of ``effect``.
+
+    ``P(|T| > t(1-α/2, n-1))`` for ``T ~ stats.nct(n-1, effect·√n/σ)``. The lower tail is taken as
+    ``nct.sf(crit, df, -nc)`` (``-T`` is noncentral t with ``-nc``): scipy's ``nct.cdf`` far in the tail
+    returns NaN for large ``nc`` (scipy 1.17), its ``sf`` does not.
+    """
+    if sd <= 0.0:
+        return 1.0 if effect != 0.0 else 0.0
+    df, crit = n - 1, stats.t.ppf(1 - alpha / 2, n - 1)
+    nc = effect * math.sqrt(n) / sd
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc))
+
+
+def _smallest_n(enough: Callable[[int], bool], start: int = 2) -> int | None:
+    """Smallest n >= start with ``enough(n)`` (monotone in n): doubling, then bisection; None past MAX_SEEDS."""
+    if enough(start):
+        return start
+    lo, hi = start, start * 2
+    while not enough(hi):
+        if hi >= MAX_SEEDS:
+            return None
+        lo, hi = hi, min(hi * 2, MAX_SEEDS)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return hi
+
+
+def seeds_for_equivalence(sd: float, margin: float, power: float = POWER) -> int | None:
+    """Paired seeds needed for TOST at ±margin to reach ``power`` if the true Δ were 0 and σ = ``sd``.
+
+    The smallest n >= 2 with :func:`tost_power` ``(n, sd, margin, delta=0) >= power``: "if the two
+    implementations really are the same, how many seeds to show it with the spread observed so far".
+    None when more than :data:`MAX_SEEDS` would be needed.
+    """
+    return _smallest_n(lambda n: tost_power(n, sd, margin) >= power)
+
+
+def seeds_for_effect(sd: float, effect: float, power: float = POWER) -> int | None:
+    """Paired seeds for the two-sided paired t-test to detect ``effect`` with ``power`` (σ = ``sd``)."""
+    return _smallest_n(lambda n: t_test_power(n, sd, effect) >= power)
+
+
+def minimum_detectable_effect(sd: float, n: int, power: float = POWER) -> float | None:
+    """Smallest true |Δ| the two-sided paired t-test (α=0.05) detects with ``power`` using ``n`` seeds.
+
+    Solves :func:`t_test_power` ``(n, sd, δ) = power`` for δ with ``scipy.optimize.brentq``; None for n < 2.
+    """
+    if n < 2 or sd is None or math.isnan(sd):
+        return None
+    if sd <= 0.0:
+        return 0.0
+    hi = sd
+    while t_test_power(n, sd, hi) < power:
+        hi *= 2
+    return float(optimize.brentq(lambda e: t_test_power(n, sd, e) - power, 0.0, hi, xtol=sd * 1e-9))
+
+
+def compare_paired(impl: Sequence[float], ref: Sequence[float], margin: float, lower_is_better: bool) -> Comparison:
+    """Paired comparison of per-seed values (``impl[i]`` and ``ref[i]`` share a seed)."""
+    d = [a - b for a, b in zip(impl, ref, strict=True)]
+    n, mean = len(d), float(np.mean(d))
+    if n < 2:
+        return Comparison(PAIRED, n, n, mean, None, None, None, None, margin, SINGLE, None, None)
+    sd = float(np.std(d, ddof=1))
+    ci, p, p_tost = paired_test(d, margin)
+    verdict = _verdict(mean, ci, p, p_tost, lower_is_better)
+    needed = seeds_for_equivalence(sd, margin) if verdict == INCONCLUSIVE else None
+    return Comparison(PAIRED, n, n, mean, sd, ci, p, p_tost, margin, verdict, needed,
+                      minimum_detectable_effect(sd, n))
+
+
+def compare_unpaired(impl: Sequence[float], ref: Sequence[float], margin: float,
+                     lower_is_better: bool) -> Comparison:
+    """Welch comparison when the seeds do not match; ``sd`` = std of one impl − ref difference.
+
+    With independent runs a difference's variance is ``s_impl² + s_ref²``, so ``seeds_needed`` is the
+    paired-seed count at that σ (what re-running with the reference's seeds would need, with no gain
+    from pairing assumed).
+    """
+    delta = float(np.mean(impl) - np.mean(ref))
+    if len(impl) < 2 or len(ref) < 2:
+        return Comparison(WELCH, len(impl), len(ref), delta, None, None, None, None, margin, SINGLE, None, None)
+    sd = math.hypot(float(np.std(impl, ddof=1)), float(np.std(ref, ddof=1)))
+    ci, p, p_tost = welch_test(impl, ref, margin)
+    verdict = _verdict(delta, ci, p, p_tost, lower_is_better)
+    needed = seeds_for_equivalence(sd, margin) if verdict == INCONCLUSIVE else None
+    return Comparison(WELCH, len(impl), len(ref), delta, sd, ci, p, p_tost, margin, verdict, needed, None)
+
+
+def t_interval(values: Sequence[float]) -> tuple[float, float | None, float | None]:
+    """Mean and 95% Student-t CI (``stats.t.interval``) of ``values``; no CI for fewer than 2."""
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return mean, None, None
+    if _no_spread(values):
+        return mean, mean, mean
+    se = float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = stats.t.interval(1 - ALPHA, len(values) - 1, loc=mean, scale=se)
+    return mean, float(lo), float(hi)

@@ -1,0 +1,106 @@
+"""The statistics as one row per implementation: ``comparison.csv`` and the wandb table share :func:`stats_table`.
+
+Columns (one row per implementation, ordered as the Markdown summary):
+
+* ``implementation, rope, variant, compute_dtype, n, seeds``, then ``<metric>_mean`` / ``<metric>_std``
+  for train_time_s, val_loss, val_acc, val_ppl, tokens_per_s (sample std, ddof=1; empty with one
+  seed), ``n_excluded`` (runs of this implementation that did not complete) and ``excluded`` (their
+  statuses);
+* ``val_loss_se``, ``val_tokens``: eval noise and size, from summary.json (empty for old runs);
+* ``reference``, ``pairing`` (``paired``/``unpaired (Welch)``/``reference``), ``paired_seeds``,
+  ``unmatched_seeds``;
+* per compared metric ``m`` in (val_loss, val_acc): ``m_delta`` (mean Δ = impl − reference),
+  ``m_delta_ci_low``/``m_delta_ci_high`` (95%), ``m_delta_p``, ``m_tost_p``, ``m_margin``,
+  ``m_verdict`` (better/worse/equivalent/inconclusive/single seed), ``m_seeds_needed`` (inconclusive only);
+* ``val_loss_delta_std`` (paired std of Δ), ``val_loss_mde`` (80% power, α=0.05), ``val_loss_seeds_for_margin``.
+
+Numbers are written with full precision (``repr``); missing values are empty cells.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from llm.fileio import atomic_open
+from llm.report.analysis import COMPARED, METRICS, Group, GroupComparison
+from llm.report.compare import Report
+from llm.report.stats import WELCH
+
+Row = list[Any]
+
+
+def _columns() -> list[str]:
+    cols = ["implementation", "rope", "variant", "compute_dtype", "n", "seeds"]
+    for m, _, _ in METRICS:
+        cols += [f"{m}_mean", f"{m}_std"]
+    cols += ["n_excluded", "excluded", "val_loss_se", "val_tokens", "reference", "pairing", "paired_seeds",
+             "unmatched_seeds"]
+    for m, _ in COMPARED:
+        cols += [f"{m}_delta", f"{m}_delta_ci_low", f"{m}_delta_ci_high", f"{m}_delta_p", f"{m}_tost_p",
+                 f"{m}_margin", f"{m}_verdict", f"{m}_seeds_needed"]
+    return [*cols, "val_loss_delta_std", "val_loss_mde", "val_loss_seeds_for_margin"]
+
+
+def _seeds(seeds: list[Any]) -> str:
+    return " ".join(str(s) for s in seeds)
+
+
+def _pairing_cells(report: Report, g: Group, gc: GroupComparison | None) -> Row:
+    ref = report.reference
+    if ref is None or not g.n:
+        return ["", "", "", ""]
+    if g is ref:
+        return [ref.label, "reference", "", ""]
+    if gc is None or "val_loss" not in gc.metrics:
+        return [ref.label, "", "", ""]
+    pairing = WELCH if gc.loss.method == WELCH else "paired"
+    return [ref.label, pairing, _seeds(gc.seeds), _seeds(gc.unmatched)]
+
+
+def _comparison_cells(gc: GroupComparison | None) -> Row:
+    cells: Row = []
+    for m, _ in COMPARED:
+        c = None if gc is None else gc.metrics.get(m)
+        if c is None:
+            cells += [None] * 8
+            continue
+        lo, hi = c.ci if c.ci is not None else (None, None)
+        cells += [c.delta, lo, hi, c.p, c.p_tost, c.margin, c.verdict, c.seeds_needed]
+    c = None if gc is None else gc.metrics.get("val_loss")
+    paired = c is not None and c.method != WELCH
+    return cells + ([c.sd, c.mde, gc.seeds_for_margin] if paired and gc is not None and c is not None
+                    else [None, None, None])
+
+
+def _row(report: Report, g: Group) -> Row:
+    gc = report.comparison(g)
+    row: Row = [g.label, g.key[0], g.key[1] or "", g.key[2] or "", g.n, _seeds(g.seeds)]
+    for m, _, _ in METRICS:
+        row += list(g.stats[m][:2])
+    tokens = sorted({int(v) for r in g.runs if (v := r.value("val_tokens")) is not None})
+    row += [len(g.excluded), "; ".join(r.status for r in g.excluded), g.summary_mean("val_loss_se"),
+            _seeds(tokens)]
+    return row + _pairing_cells(report, g, gc) + _comparison_cells(gc)
+
+
+def stats_table(report: Report) -> tuple[list[str], list[Row]]:
+    """(columns, rows) with raw values (None for missing): every implementation, failed-only ones too."""
+    return _columns(), [_row(report, g) for g in report.groups]
+
+
+def _cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    return repr(float(v)) if isinstance(v, float) else v
+
+
+def write_csv(path: Path, report: Report) -> None:
+    """``comparison.csv`` (see the module doc for the columns), written atomically."""
+    columns, rows = stats_table(report)
+    with atomic_open(path, "w") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(columns)
+        for row in rows:
+            w.writerow([_cell(v) for v in row])

@@ -1,0 +1,87 @@
+"""``python -m scripts.compare``: --reference, --margin and one-line errors naming the bad argument."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from .synthetic import planted, reference, write_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load_cli():
+    """scripts/compare.py by path: under pytest, ``scripts`` is tests/scripts (the tests' own package)."""
+    spec = importlib.util.spec_from_file_location("_compare_cli", REPO / "scripts" / "compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+main = _load_cli().main
+
+REF, V4 = ("torch", "float32"), ("triton_v4", "float32")
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    return write_sweep(tmp_path / "sweep", {REF: reference((0, 1, 2)), V4: planted(0.0, seeds=(0, 1, 2), jitter=5.0),
+                                            ("torch", "bfloat16"): planted(0.03, seeds=(0, 1, 2))})
+
+
+def _rows(path: Path) -> dict[str, dict[str, str]]:
+    with path.open() as f:
+        return {r["implementation"]: r for r in csv.DictReader(f)}
+
+
+def test_reference_and_margin(sweep: Path, tmp_path: Path, capsys):
+    assert main([str(sweep), "--out", str(tmp_path / "a")]) == 0
+    rows = _rows(tmp_path / "a" / "comparison.csv")
+    assert rows["triton_v4 (partial, float32)"]["val_loss_verdict"] == "inconclusive"
+    assert rows["triton_v4 (partial, float32)"]["reference"] == "torch (partial, float32)"
+
+    assert main([str(sweep), "--out", str(tmp_path / "b"), "--margin", "0.05"]) == 0
+    rows = _rows(tmp_path / "b" / "comparison.csv")
+    assert rows["triton_v4 (partial, float32)"]["val_loss_verdict"] == "equivalent"
+    assert "within ±0.05 nats" in capsys.readouterr().out
+
+    assert main([str(sweep), "--out", str(tmp_path / "c"), "--reference", "torch (partial, bfloat16)"]) == 0
+    rows = _rows(tmp_path / "c" / "comparison.csv")
+    assert rows["torch (partial, float32)"]["reference"] == "torch (partial, bfloat16)"
+    assert rows["torch (partial, float32)"]["val_loss_verdict"] == "better"
+    assert rows["torch (partial, bfloat16)"]["pairing"] == "reference"
+
+    assert main([str(sweep), "--out", str(tmp_path / "d"), "--reference", "triton_v4"]) == 0
+    assert _rows(tmp_path / "d" / "comparison.csv")["triton_v4 (partial, float32)"]["pairing"] == "reference"
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--margin", "-0.1"], "--margin"),
+        (["--margin", "abc"], "--margin"),
+        (["--margin", "0"], "--margin"),
+        (["--acc-margin", "nan"], "--acc-margin"),
+        (["--reference", "triton_v9"], "--reference"),
+        (["--reference", "torch"], "--reference"),  # two torch implementations: ambiguous
+        (["--bogus"], "--bogus"),
+    ],
+)
+def test_bad_arguments_one_line_error(sweep: Path, tmp_path: Path, capsys, args: list[str], names: str):
+    with pytest.raises(SystemExit) as exc:
+        code = main([str(sweep), "--out", str(tmp_path / "x"), *args])
+        raise SystemExit(code)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error:"), err
+    assert names in err
+    assert not (tmp_path / "x" / "comparison.md").exists()
+
+
+def test_missing_dir_names_the_argument(tmp_path: Path, capsys):
+    assert main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "DIR" in err and "nope" in err

@@ -1,0 +1,120 @@
+"""Failed and crashed runs are listed, counted and excluded, never dropped silently."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llm.report import CRASHED, NoRunsError, build_report, compare_runs, find_crashed_dirs, sweep_failures
+
+from .synthetic import config_for, planted, reference, write_run, write_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+REF, V4 = ("torch", "float32"), ("triton_v4", "float32")
+
+
+def _sweep_with_failures(root: Path) -> Path:
+    """3 completed seeds per implementation, plus: failed, config_error, nonfinite, two crashed job dirs."""
+    sweep = write_sweep(root, {REF: reference((0, 1, 2)), V4: planted(0.0003, seeds=(0, 1, 2))})
+    write_run(sweep / "10_failed", "triton_v4", 3, 9.9, status="failed",
+              message="RuntimeError: CUDA error: an illegal memory access\n  traceback line")
+    write_run(sweep / "11_config", "torch", 3, 9.9, status="config_error", message="train.batch_size: must be > 0")
+    write_run(sweep / "12_nan", "triton_v4", 4, float("nan"), status="nonfinite", message="loss is nan at step 7")
+    killed = sweep / "13_killed"  # killed before summary.json: .hydra/ and a metrics line
+    (killed / ".hydra").mkdir(parents=True)
+    (killed / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config_for("triton_v4", 5)))
+    (killed / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 40, "loss": 3.0}) + "\n")
+    (sweep / "14_oom").mkdir()  # died while Hydra was still setting up: only the resolved config
+    (sweep / "14_oom" / "config.yaml").write_text(yaml.safe_dump(config_for("torch", 6)))
+    (sweep / "15_bare").mkdir()  # no .hydra/ (hydra.output_subdir=null) and no config: only metrics
+    (sweep / "15_bare" / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 10, "loss": 3.0}) + "\n")
+    return sweep
+
+
+def test_failed_and_crashed_runs_listed(tmp_path: Path):
+    sweep = _sweep_with_failures(tmp_path / "sweep")
+    text = compare_runs([sweep], sweep).read_text()
+    section = text[text.index("## Failed or incomplete runs"):text.index("## Summary")]
+    assert "6 run(s) did not complete" in section
+    assert "| `10_failed` | triton_v4 (partial, float32) | 3 | failed | RuntimeError: CUDA error: an illegal " \
+           "memory access |" in section  # the message's first line only
+    assert "| `11_config` | torch (partial, float32) | 3 | config_error | train.batch_size: must be > 0 |" in section
+    assert "| nonfinite | loss is nan at step 7 |" in section
+    assert f"| `13_killed` | triton_v4 (partial, float32) | 5 | {CRASHED} | " in section
+    assert "last step logged: 40" in section
+    assert f"| `14_oom` | torch (partial, float32) | 6 | {CRASHED} |" in section
+    assert f"| `15_bare` | ? | ? | {CRASHED} | the job died before writing summary.json; last step logged: 10 |" \
+        in section
+    # the statistics come from the completed runs only
+    report = build_report([sweep])
+    assert [(g.n, len(g.excluded)) for g in report.groups][-1] == (0, 1)  # 15_bare: implementation unknown
+    assert [g.n for g in report.groups] == [3, 3, 0]
+    assert report.comparisons[0].loss.n == 3
+    with (sweep / "comparison.csv").open() as f:
+        rows = {r["implementation"]: r for r in csv.DictReader(f)}
+    assert rows["triton_v4 (partial, float32)"]["n_excluded"] == "3"
+    assert rows["torch (partial, float32)"]["n_excluded"] == "2"
+    assert CRASHED in rows["torch (partial, float32)"]["excluded"]
+    assert rows["?"]["n"] == "0" and rows["?"]["n_excluded"] == "1"
+
+
+def test_sweep_failures(tmp_path: Path):
+    sweep = _sweep_with_failures(tmp_path / "sweep")
+    failures = sweep_failures(sweep)
+    by_name = {p.name: (status, msg) for p, status, msg in failures}
+    assert set(by_name) == {"10_failed", "11_config", "12_nan", "13_killed", "14_oom", "15_bare"}
+    assert by_name["10_failed"] == ("failed", "RuntimeError: CUDA error: an illegal memory access")
+    assert by_name["13_killed"][0] == CRASHED
+    assert all(p.is_absolute() and p.parent == sweep.resolve() for p, _, _ in failures)
+    ok = write_sweep(tmp_path / "ok", {REF: reference((0, 1))})
+    assert sweep_failures(ok) == []
+    with pytest.raises(FileNotFoundError):
+        sweep_failures(tmp_path / "missing")
+
+
+def test_what_is_not_a_crashed_job(tmp_path: Path):
+    """wandb's and .hydra's own config.yaml, a job's checkpoints/, a non-training config: not jobs."""
+    sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))})
+    (sweep / "wandb" / "offline-run-x" / "files").mkdir(parents=True)
+    (sweep / "wandb" / "offline-run-x" / "files" / "config.yaml").write_text("rope: {value: 1}\n")
+    job = next(sweep.glob("0_*"))
+    (job / "checkpoints").mkdir()
+    (job / "wandb" / "run" / "files").mkdir(parents=True)
+    (job / "wandb" / "run" / "files" / "config.yaml").write_text("rope: 1\n")
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "config.yaml").write_text("defaults: [model: tiny]\n")
+    assert find_crashed_dirs([tmp_path]) == []
+    assert sweep_failures(sweep) == []
+
+
+def test_only_failures_is_an_error_that_names_them(tmp_path: Path):
+    (tmp_path / "j" / ".hydra").mkdir(parents=True)
+    with pytest.raises(NoRunsError, match="1 crashed job dir"):
+        compare_runs([tmp_path], tmp_path)
+    write_run(tmp_path / "f", "torch", 0, 3.0, status="failed", message="boom")
+    with pytest.raises(NoRunsError, match="completed"):
+        compare_runs([tmp_path], tmp_path)
+
+
+def test_unreadable_summary_is_a_failure_not_a_crash_of_the_report(tmp_path: Path):
+    sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))})
+    bad = write_run(sweep / "9_bad", "torch", 2, 3.0)
+    (bad / "summary.json").write_text('{"status": "compl')
+    text = compare_runs([sweep], sweep).read_text()
+    assert "| `9_bad` | torch (partial, float32) | 2 | unreadable summary.json |" in text
+
+
+def test_cli_says_so_on_the_console(tmp_path: Path):
+    sweep = _sweep_with_failures(tmp_path / "sweep")
+    res = subprocess.run([sys.executable, "-m", "scripts.compare", str(sweep)], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"warning: 13_killed: {CRASHED}" in res.stderr and "warning: 10_failed: failed" in res.stderr
+    assert "6 run(s) failed or crashed" in res.stderr
+    assert "## Failed or incomplete runs" in res.stdout

@@ -1,0 +1,31 @@
+"""End to end: a tiny 3-seed x 2-implementation multirun; the Hydra callback writes the verdicts."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+from helpers import run_cli
+
+from llm.report import DELTA_FILE, MD_FILE, sweep_failures
+
+
+def test_multirun_report_has_verdicts(tmp_path: Path):
+    sweep = tmp_path / "sweep"
+    res = run_cli(["-m", "rope=torch,none", "seed=0,1,2", "train.max_steps=4", f"hydra.sweep.dir={sweep}"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    text = (sweep / MD_FILE).read_text()
+    head = text[: text.index("Common config")]
+    assert "Verdicts against **torch (partial, float32)**" in head
+    verdict = (r"- none: (better than|worse than|equivalent to|inconclusive \(3 seeds; about \d+ needed\) against) "
+               r"torch \(partial, float32\).*\(n=3, Δ = [+\u2212]\d\.\d{4} \[")
+    assert re.search(verdict, head), head
+    assert "| paired (seeds 0 1 2) | 3 |" in text
+    assert "Final val loss SE" in text  # the trainer records val_loss_se / val_tokens
+    with (sweep / "comparison.csv").open() as f:
+        rows = {r["implementation"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"torch (partial, float32)", "none"}
+    assert rows["none"]["n"] == "3" and rows["none"]["pairing"] == "paired"
+    assert (sweep / DELTA_FILE).stat().st_size > 0
+    assert sweep_failures(sweep) == []

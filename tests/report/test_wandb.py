@@ -1,0 +1,84 @@
+"""The callback logs the statistics table to wandb (offline here) as a job_type="report" run; best effort."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from helpers import read_wandb_run
+from omegaconf import OmegaConf
+
+from llm.report import MD_FILE, sweep_failures
+from llm.report.callback import CompareOnMultirunEnd
+
+from .synthetic import planted, reference, write_sweep
+
+REF, V4 = ("torch", "float32"), ("triton_v4", "float32")
+WANDB = {"name": "wandb", "wandb": {"mode": "offline", "project": "ropelab-test", "entity": None, "group": None,
+                                    "tags": []}}
+
+
+@pytest.fixture
+def offline(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for var in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
+
+
+def _cfg(sweep: Path) -> object:
+    return OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "sweep": {"name": "synth"}})
+
+
+def test_report_table_logged_offline(tmp_path: Path, offline, monkeypatch):
+    import wandb
+
+    sweep = write_sweep(tmp_path / "2024-01-01_sweep", {REF: reference((0, 1, 2)), V4: planted(0.02, seeds=(0, 1, 2))},
+                        logger=WANDB)
+    calls: list[dict] = []
+    real_init = wandb.init
+    monkeypatch.setattr(wandb, "init", lambda **kw: calls.append(kw) or real_init(**kw))
+    cb = CompareOnMultirunEnd()
+    cb.on_multirun_end(_cfg(sweep))
+    assert cb.last_report == sweep / MD_FILE
+    assert calls and calls[0]["job_type"] == "report" and calls[0]["mode"] == "offline"
+    run_dir = cb.last_wandb_dir
+    assert run_dir is not None and run_dir.parent == sweep / "wandb"
+
+    tables = list(run_dir.glob("files/media/table/comparison_*.table.json"))
+    assert len(tables) == 1
+    table = json.loads(tables[0].read_text())
+    rows = {row[0]: dict(zip(table["columns"], row, strict=True)) for row in table["data"]}
+    assert rows["triton_v4 (partial, float32)"]["val_loss_verdict"] == "worse"
+    assert rows["triton_v4 (partial, float32)"]["val_loss_delta"] == pytest.approx(0.02 + 1e-3 / 3)
+    assert rows["torch (partial, float32)"]["pairing"] == "reference"
+
+    logged = read_wandb_run(next(run_dir.glob("run-*.wandb")))
+    assert logged["group"] == f"synth-{sweep.name}"  # the group the training runs of this sweep used
+    assert logged["config"]["reference"] == "torch (partial, float32)"
+    assert sweep_failures(sweep) == []  # the report's own wandb dir is not a crashed job
+
+
+def test_no_wandb_when_the_runs_did_not_use_it(tmp_path: Path, offline):
+    sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))})
+    cb = CompareOnMultirunEnd()
+    cb.on_multirun_end(_cfg(sweep))
+    assert cb.last_report is not None and cb.last_wandb_dir is None
+    assert not (sweep / "wandb").exists()
+
+
+def test_wandb_failure_never_fails_the_sweep(tmp_path: Path, offline, monkeypatch, caplog):
+    import wandb
+
+    def broken(**kw):
+        raise RuntimeError("no network")
+
+    monkeypatch.setattr(wandb, "init", broken)
+    sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))}, logger=WANDB)
+    cb = CompareOnMultirunEnd()
+    with caplog.at_level(logging.WARNING, logger="llm.report"):
+        cb.on_multirun_end(_cfg(sweep))
+    assert cb.last_report == sweep / MD_FILE and cb.last_wandb_dir is None
+    assert "could not log the comparison to wandb" in caplog.text and "no network" in caplog.text
