@@ -49,7 +49,8 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
         rope.check_args(r.name, head_dim, cache, r.get("base", 10000.0), **options)
     except rope.RopeArgumentError as e:
         key = _ROPE_KEYS.get(e.argument, f"rope.{e.argument}")
-        raise ConfigError(f"{key}: {e}" if key not in str(e) else str(e)) from None
+        value = {"head_dim": head_dim, "max_seq_len": cache}.get(e.argument, r.get(e.argument))
+        raise ConfigError(f"{key}={value}: {e}") from None
     reason = rope.get(r.name).unavailable_reason(device)
     if reason:
         raise ConfigError(reason)

@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+import torch
+from omegaconf import DictConfig, OmegaConf
 
 from llm.errors import UserError
 from llm.fileio import DiskFullError, write_json_atomic
@@ -29,6 +30,9 @@ from llm.training.run_dir import discard_if_unused
 from llm.training.trainer import TrainOutcome, run_label
 
 log = logging.getLogger("llm.train")
+
+# conf/hydra/launcher/gpus.yaml: as many parallel jobs as visible GPUs
+OmegaConf.register_new_resolver("ropelab_gpus", lambda: max(1, torch.cuda.device_count()), replace=True)
 
 #: Errors shown as one line: the user can fix them, a traceback would only hide the message.
 USER_ERRORS = (UserError, DiskFullError)
@@ -55,6 +59,15 @@ def _record_failed_job(cfg: DictConfig, run_dir: Path, status: str, message: str
     write_json_atomic(run_dir / SUMMARY_FILE, summary)
 
 
+def _pin_parallel_job(cfg: DictConfig, hc) -> None:
+    """A sweep whose launcher runs jobs at once (hydra/launcher=gpus) spreads ``device=auto`` jobs over
+    the visible GPUs, one each; the default launcher runs them one after another on one device."""
+    parallel = "BasicLauncher" not in str(hc.launcher.get("_target_", ""))
+    if parallel and cfg.get("device", "auto") == "auto" and torch.cuda.device_count() > 1:
+        cfg.device = f"cuda:{int(hc.job.num) % torch.cuda.device_count()}"
+        log.info(f"job {hc.job.num}: device={cfg.device}")
+
+
 def _one_line(exc: BaseException) -> str:
     return str(exc).strip() or type(exc).__name__
 
@@ -71,15 +84,18 @@ def main(cfg: DictConfig) -> float | None:
     overrides = tuple(hc.overrides.task)
     hint = f"python -m llm.train hydra.run.dir={run_dir} train.resume=auto"
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    if multirun:
+        _pin_parallel_job(cfg, hc)
     try:
         outcome = run_training(cfg, run_dir, overrides, group=group, resume_hint=hint)
     except USER_ERRORS as e:
         if full_error:
             raise
-        log.error(_one_line(e))
         if not multirun:
+            print(f"Error: {_one_line(e)}", file=sys.stderr)
             discard_if_unused(run_dir)
             sys.exit(2)
+        log.error(_one_line(e))
         _record_failed_job(cfg, run_dir, "config_error", _one_line(e))
         return None
     except Exception as e:

@@ -4,9 +4,14 @@ TRITON_INTERPRET must be set before triton is first imported, hence at conftest 
 """
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+# --import-mode=importlib puts no test folder on sys.path; the shared helpers module lives here
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:

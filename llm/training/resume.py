@@ -54,8 +54,6 @@ def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Ite
     cannot honour (model, data, optimizer, RoPE, seed, ...).
     """
     requested = override_keys(overrides)
-    if any(k == "experiment" or k.startswith("experiment/") for k in requested):
-        raise ResumeError("+experiment=... cannot be used when resuming: the run's saved config is its recipe")
     new = _flatten(OmegaConf.to_container(composed, resolve=True))
     old = _flatten(dict(saved))
     result = OmegaConf.create(dict(saved))

@@ -181,7 +181,7 @@ class Trainer:
             "world_size": self.dist.world_size, "model": cfg.model.name, "data": cfg.data.name,
             "tokenizer": cfg.tokenizer.name, "optim": cfg.optim.name, "max_steps": tc.max_steps,
             "tokens_per_step": self.tokens_per_step, "compile": bool(tc.compile), "git_commit": runtime.git_commit(),
-            "run_dir": str(self.run_dir), "status": "running",
+            "run_dir": str(self.run_dir), "status": "running", "started_at": time.time(),
         }
         if self.dist.is_main:
             log.info(f"model {cfg.model.name}: {summary['params'] / 1e6:.2f}M params, rope={summary['rope_label']}, "
@@ -352,6 +352,7 @@ class Trainer:
         self.summary.update({
             "status": status, "step": self.step, "train_time_s": t.train_time_s, "compile_warmup_s": t.compile_warmup_s,
             "wall_time_s": self.wall_time(), "tokens_per_s": None if math.isnan(tok_s) else tok_s,
+            "ended_at": time.time(),
             "skipped_steps": t.skipped_steps, "val_loss": v.get("val_loss"), "val_loss_se": v.get("val_loss_se"),
             "val_acc": v.get("val_acc"), "val_ppl": v.get("val_ppl"), "val_tokens": v.get("val_tokens"),
         })

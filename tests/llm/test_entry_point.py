@@ -1,0 +1,120 @@
+"""The command line as a user meets it: bad input is one line before any work, sweeps survive a failing
+job, and a run never writes into a directory another run owns."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT, SMALL, run_cli, run_inprocess
+
+from llm.errors import RunDirInUseError
+from llm.training.run_dir import RunDirLock
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("model.seq_len=100000", "model.seq_len=100000 with train.batch_size=4 needs at least"),
+        ("seed=abc", "seed='abc' must be an integer"),
+        ("rope.base=-1", "rope.base"),
+        ("optim.lr=nan", "optim.lr=nan must be a finite number > 0"),
+        ("optim.lr=-0.1", "optim.lr=-0.1 must be a finite number > 0"),
+        ("optim.lr=inf", "optim.lr=inf must be a finite number > 0"),
+        ("model.n_head=0", "model.n_head=0 must be a positive integer"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_work_and_leaves_no_run_dir(tmp_path, override, message):
+    run_dir = tmp_path / "day" / "run"
+    proc = run_cli([override, f"hydra.run.dir={run_dir}"], timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert message in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr
+    assert len([ln for ln in proc.stderr.splitlines() if ln.strip()]) == 1, proc.stderr
+    assert not run_dir.exists() and not (tmp_path / "day").exists(), "a config that never ran leaves no run dir"
+
+
+def test_triton_on_a_cpu_without_the_interpreter_is_refused_first(tmp_path):
+    proc = run_cli(["rope=triton_v4", "device=cpu", f"hydra.run.dir={tmp_path / 'run'}"], timeout=120,
+                   extra_env={"TRITON_INTERPRET": "0"})
+    assert proc.returncode == 2 and "TRITON_INTERPRET=1" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_full_error_env_shows_the_traceback(tmp_path):
+    proc = run_cli(["seed=abc", f"hydra.run.dir={tmp_path / 'run'}"], timeout=120, extra_env={"HYDRA_FULL_ERROR": "1"})
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_a_failing_job_does_not_end_the_sweep(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", "optim.lr=1e10,0.003", "train.max_steps=4", "train.eval_every=4", "model.dropout=0.0",
+                    f"hydra.sweep.dir={sweep}"], timeout=600)
+    assert proc.returncode == 1, "the sweep's exit code says a job failed"
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert len(jobs) == 2
+    statuses = [json.loads((j / "summary.json").read_text())["status"] for j in jobs]
+    assert statuses == ["nonfinite", "completed"], statuses
+    assert (sweep / "comparison.md").is_file(), "the comparison is written from the jobs that completed"
+    assert "nonfinite" in (sweep / "comparison.md").read_text()
+
+
+def test_a_job_refused_by_its_config_is_recorded_and_the_sweep_goes_on(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", "rope=triton_v4,torch", "device=cpu", "train.max_steps=4", "train.eval_every=4",
+                    f"hydra.sweep.dir={sweep}"], timeout=600, extra_env={"TRITON_INTERPRET": "0"})
+    assert proc.returncode == 1
+    failed = json.loads((sweep / "0_triton_v4_s0" / "summary.json").read_text())
+    assert failed["status"] == "config_error" and "TRITON_INTERPRET=1" in failed["message"]
+    assert json.loads((sweep / "1_torch_s0" / "summary.json").read_text())["status"] == "completed"
+    assert (sweep / "comparison.md").is_file()
+
+
+def test_a_second_writer_of_a_run_dir_is_refused(tmp_path):
+    run = tmp_path / "run"
+    lock = RunDirLock(run).acquire()  # another run is writing there
+    try:
+        proc = run_cli(["train.max_steps=2", f"hydra.run.dir={run}"], timeout=120)
+    finally:
+        lock.release()
+    assert proc.returncode == 2 and f"run dir {run} is in use by another run" in proc.stderr, proc.stderr[-2000:]
+    assert not (run / "metrics.jsonl").exists()
+
+
+def test_a_new_run_never_writes_over_a_finished_one(tmp_path):
+    run_inprocess(tmp_path, ["train.max_steps=2"])
+    before = (tmp_path / "summary.json").read_text()
+    with pytest.raises(RunDirInUseError, match="already holds a run"):
+        run_inprocess(tmp_path, ["train.max_steps=2", "model.n_layer=2"])
+    assert (tmp_path / "summary.json").read_text() == before
+
+
+def test_runs_started_in_the_same_second_get_their_own_dirs(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-m", "llm.train", *SMALL, "train.max_steps=2", "--cfg", "all",
+                               "--resolve", "-p", "hydra.run.dir"], cwd=ROOT, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    dirs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert dirs[0] != dirs[1] and all(d.startswith("outputs/runs/") for d in dirs), dirs
+
+
+def test_a_sweep_runs_two_jobs_at_once_through_the_joblib_launcher(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", "train.max_steps=30",
+                    "train.eval_every=30", f"hydra.sweep.dir={sweep}"], timeout=600, extra_env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = (json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json")))
+    assert a["status"] == b["status"] == "completed"
+    assert a["started_at"] < b["ended_at"] and b["started_at"] < a["ended_at"], "the two jobs overlapped in time"
+    assert (sweep / "comparison.md").is_file()
+
+
+def test_the_gpu_launcher_preset_runs_one_job_per_gpu():
+    from hydra import compose, initialize_config_dir
+
+    import llm.train  # noqa: F401  (registers the ropelab_gpus resolver)
+    from helpers import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra/launcher=gpus"], return_hydra_config=True)
+    assert "Joblib" in cfg.hydra.launcher._target_ and cfg.hydra.launcher.n_jobs >= 1
