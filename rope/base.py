@@ -2,7 +2,8 @@
 
 Every implementation must compute the same function (the reference semantics below), so the
 frequencies, the cos/sin cache and all argument checks live here once; a subclass only supplies
-``rotate``.
+``rotate`` (and, if it takes options of its own, ``check_options``). A bad build argument raises
+:class:`RopeArgumentError`, which names the argument, and ``check_args`` finds it without building.
 
 Semantics, for head dim D and a half split ``x1, x2 = x.chunk(2, -1)``::
 
@@ -16,10 +17,50 @@ D/4 zero frequencies (the last quarter of each half passes through unchanged).
 
 from __future__ import annotations
 
+import inspect
+import math
+import numbers
+
 import torch
 from torch import Tensor, nn
 
 VARIANTS = ("partial", "full")
+
+#: Constructor parameters every implementation has; everything else a constructor takes is an option.
+_COMMON_ARGS = ("head_dim", "max_seq_len", "base")
+
+
+class RopeArgumentError(ValueError):
+    """A build argument of ``rope.build`` / ``rope.check_args`` / a constructor that cannot work.
+
+    ``argument`` names the argument at fault (``"name"``, ``"head_dim"``, ``"max_seq_len"``,
+    ``"base"``, ``"variant"``, an option such as ``"compute_dtype"``), so a config checker can
+    point at the config key without parsing the message.
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+    def __str__(self) -> str:  # KeyError (a base of UnknownRopeError) would quote the message
+        return str(self.args[0])
+
+    def __reduce__(self):  # pickles (torchrun, multiprocessing) despite the two-argument constructor
+        return type(self), (self.argument, str(self))
+
+
+class UnknownRopeError(RopeArgumentError, KeyError):
+    """No implementation is registered under that name (``argument == "name"``).
+
+    Also a KeyError, what a registry lookup raised before :class:`RopeArgumentError` existed.
+    """
+
+
+class UnknownRopeOptionError(RopeArgumentError, TypeError):
+    """An option the implementation does not take (``argument`` = the option's name).
+
+    Also a TypeError, what Python raises for an unexpected keyword argument.
+    """
 
 
 def label(name: str, variant: str | None = None, compute_dtype: str | None = None) -> str:
@@ -36,26 +77,50 @@ def label(name: str, variant: str | None = None, compute_dtype: str | None = Non
 
 def rope_frequencies(head_dim: int, base: float, variant: str) -> Tensor:
     """The D/2 angular frequencies (float64) of one head, in the order they pair with ``x1``/``x2``."""
+    check_variant(variant)
     if variant == "partial":
         quarter = head_dim // 4
         freq = (1.0 / base) ** torch.linspace(0, 1, quarter, dtype=torch.float64)
         return torch.cat([freq, torch.zeros(quarter, dtype=torch.float64)])
-    if variant == "full":
-        half = head_dim // 2
-        return base ** (-2.0 * torch.arange(half, dtype=torch.float64) / head_dim)
-    raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    half = head_dim // 2
+    return base ** (-2.0 * torch.arange(half, dtype=torch.float64) / head_dim)
 
 
-def check_head_dim(head_dim: int, variant: str) -> None:
-    """Refuse a head size the rotation cannot split."""
+# -- argument checks: each written once, used by the constructors and by check_args -----------------
+def _positive_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise RopeArgumentError(name, f"{name} must be a positive int, got {value!r}")
+
+
+def check_variant(variant: object) -> None:
+    """Refuse a rotation variant other than ``partial`` / ``full``."""
     if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    if not isinstance(head_dim, int) or head_dim <= 0:
-        raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
+        raise RopeArgumentError("variant", f"variant must be one of {VARIANTS}, got {variant!r}")
+
+
+def check_head_dim(head_dim: object, variant: str) -> None:
+    """Refuse a head size the rotation cannot split (and a bad variant, which decides the split)."""
+    check_variant(variant)
+    _positive_int("head_dim", head_dim)
     if variant == "partial" and head_dim % 4:
-        raise ValueError(f"head_dim must be a multiple of 4 for variant='partial' (D/4 frequencies), got {head_dim}")
+        raise RopeArgumentError(
+            "head_dim", f"head_dim must be a multiple of 4 for variant='partial' (D/4 frequencies), got {head_dim}"
+        )
     if head_dim % 2:
-        raise ValueError(f"head_dim must be even (x is split into two halves), got {head_dim}")
+        raise RopeArgumentError("head_dim", f"head_dim must be even (x is split into two halves), got {head_dim}")
+
+
+def check_base(base: object) -> None:
+    """Refuse a frequency base that is not a finite positive number (the table would be NaN or inf)."""
+    if not isinstance(base, numbers.Real) or isinstance(base, bool) or not (math.isfinite(base) and base > 0):
+        raise RopeArgumentError("base", f"base must be a finite number > 0, got {base!r}")
+
+
+def check_common_args(head_dim: object, max_seq_len: object, base: object, variant: object) -> None:
+    """The checks every implementation shares: head_dim for the variant, max_seq_len, base."""
+    check_head_dim(head_dim, variant)
+    _positive_int("max_seq_len", max_seq_len)
+    check_base(base)
 
 
 class RotaryEmbedding(nn.Module):
@@ -67,13 +132,14 @@ class RotaryEmbedding(nn.Module):
 
     registry_name: str = "?"
 
+    #: Test hook: an implementation that allocates its outputs uninitialised (``torch.empty``) fills
+    #: them with NaN first when this is set, so an element it fails to write cannot pass unnoticed.
+    #: Implementations whose outputs come from torch operators ignore it. Set it per instance.
+    poison_outputs: bool = False
+
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial") -> None:
         super().__init__()
-        check_head_dim(head_dim, variant)
-        if not isinstance(max_seq_len, int) or max_seq_len <= 0:
-            raise ValueError(f"max_seq_len must be a positive int, got {max_seq_len!r}")
-        if not base > 0:
-            raise ValueError(f"base must be > 0, got {base!r}")
+        check_common_args(head_dim, max_seq_len, base, variant)
         self.head_dim = head_dim
         self.max_seq_len = max_seq_len
         self.base = float(base)
@@ -82,11 +148,60 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", theta.cos().float(), persistent=False)
         self.register_buffer("sin", theta.sin().float(), persistent=False)
 
+    # -- build-time validation (no tables allocated) ----------------------------------------------
+    @classmethod
+    def option_defaults(cls) -> dict[str, object]:
+        """The options of this implementation (constructor keywords beyond head_dim, max_seq_len and
+        base) and their defaults (``inspect.Parameter.empty`` for a required one), read from the
+        constructor's signature so that they cannot drift from it."""
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
+        return {p.name: p.default for p in params
+                if p.name not in _COMMON_ARGS and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+    @classmethod
+    def check_args(cls, head_dim: int, max_seq_len: int, base: float = 10000.0, **options: object) -> None:
+        """Validate what the constructor would be given, without allocating the cos/sin tables.
+
+        Raises :class:`RopeArgumentError` naming the argument at fault. ``rope.build`` calls it before
+        constructing, so a config checker calling it sees exactly the errors a build would raise.
+        A constructor taking ``**kwargs`` accepts any option name.
+        """
+        defaults = cls.option_defaults()
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
+        unknown = [key for key in options if key not in defaults and not takes_any]
+        if unknown:
+            known = ", ".join(defaults) or "none"
+            raise UnknownRopeOptionError(
+                unknown[0], f"rope={cls.registry_name} has no option {unknown[0]!r} (its options: {known})"
+            )
+        merged = {**defaults, **options}
+        missing = [key for key, value in merged.items() if value is inspect.Parameter.empty]
+        if missing:
+            raise RopeArgumentError(missing[0], f"rope={cls.registry_name} needs the option {missing[0]!r}")
+        check_common_args(head_dim, max_seq_len, base, merged.get("variant", "partial"))
+        cls.check_options(merged)
+
+    @classmethod
+    def check_options(cls, options: dict[str, object]) -> None:
+        """Hook: validate this implementation's own options (defaults filled in); raise
+        :class:`RopeArgumentError`. The constructor must run the same check (call the same function)."""
+
+    @classmethod
+    def unavailable_reason(cls, device: torch.device) -> str | None:
+        """Why this implementation cannot run on ``device`` here (one line naming an alternative), or
+        None when it can. A config checker calls it before any work; the base class runs anywhere."""
+        return None
+
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base:g}, variant={self.variant!r}"
 
     def describe(self) -> dict:
-        """What a run summary should record about this implementation."""
+        """What a run summary should record about this implementation.
+
+        ``compute_dtype`` declares the arithmetic, and the conformance tests hold the implementation
+        to that precision: ``"float32"`` (this default), ``"input"`` (the input dtype's), a dtype
+        name, or ``"none"`` (the identity). Override it when the arithmetic differs.
+        """
         return {"rope": self.registry_name, "variant": self.variant, "compute_dtype": "float32"}
 
     # -- validation -------------------------------------------------------------------------------

@@ -5,10 +5,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rope.base import RotaryEmbedding
+from rope.base import RopeArgumentError, RotaryEmbedding
 from rope.registry import register
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+def check_compute_dtype(compute_dtype: object) -> None:
+    """Refuse a compute dtype the reference cannot compute in."""
+    if not isinstance(compute_dtype, str) or compute_dtype not in _DTYPES:
+        raise RopeArgumentError(
+            "compute_dtype", f"compute_dtype must be one of {sorted(_DTYPES)}, got {compute_dtype!r}"
+        )
 
 
 def gather_cos_sin(table: Tensor, positions: Tensor | None, T: int) -> Tensor:
@@ -36,9 +44,12 @@ class TorchRotary(RotaryEmbedding):
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial",
                  compute_dtype: str = "float32") -> None:
         super().__init__(head_dim, max_seq_len, base, variant)
-        if compute_dtype not in _DTYPES:
-            raise ValueError(f"compute_dtype must be one of {sorted(_DTYPES)}, got {compute_dtype!r}")
+        check_compute_dtype(compute_dtype)
         self.compute_dtype = compute_dtype
+
+    @classmethod
+    def check_options(cls, options: dict[str, object]) -> None:
+        check_compute_dtype(options["compute_dtype"])
 
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": self.compute_dtype}

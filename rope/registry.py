@@ -1,15 +1,19 @@
-"""Name -> RoPE implementation registry.
+"""Name -> RoPE implementation registry, and the discovery that fills it.
 
-Adding an implementation is one file with one ``@register("name")`` decorator; the training
-application only ever goes through :func:`build`, so it never imports a kernel directly.
+Adding an implementation is one file under ``rope/`` with one ``@register("name")`` decorator:
+importing ``rope`` imports every module of the package (:func:`discover`), so there is no list to
+edit. The training application only ever goes through :func:`build` / :func:`check_args`, so it
+never imports a kernel directly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from rope.base import RotaryEmbedding
+from rope.base import RopeArgumentError, RotaryEmbedding, UnknownRopeError
 
 _REGISTRY: dict[str, type[RotaryEmbedding]] = {}
 
@@ -31,23 +35,56 @@ def register(name: str) -> Callable[[T], T]:
     return wrap
 
 
+def discover(package: str, path: Iterable[str]) -> list[str]:
+    """Import every module and subpackage directly in ``package`` whose name has no leading underscore.
+
+    Why: an implementation registers itself when its module is imported, so importing them all is
+    what makes "one file with ``@register``" enough. The helper modules (``base``, ``registry``,
+    ``numerics``) are imported too, harmlessly; a module that must not be imported eagerly (one that
+    needs an optional dependency, such as ``_triton_kernels``) starts with an underscore and is
+    imported by the implementation that uses it. An implementation module that fails to import is
+    an error, not a silently missing entry. Returns the module names imported, in order.
+    """
+    names = [m.name for m in pkgutil.iter_modules(list(path)) if not m.name.startswith("_")]
+    for name in names:
+        importlib.import_module(f"{package}.{name}")
+    return names
+
+
 def available() -> list[str]:
     """Sorted names of every registered implementation."""
     return sorted(_REGISTRY)
 
 
 def get(name: str) -> type[RotaryEmbedding]:
-    """The class registered under ``name``; unknown names list the valid ones."""
+    """The class registered under ``name``; an unknown name raises :class:`~rope.base.UnknownRopeError`
+    (a :class:`RopeArgumentError` for argument ``"name"``, and a KeyError) listing the valid ones."""
     try:
         return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown RoPE implementation {name!r}; available: {', '.join(available())}") from None
+    except (KeyError, TypeError):  # TypeError: an unhashable name
+        raise UnknownRopeError(
+            "name", f"unknown RoPE implementation {name!r}; available: {', '.join(available())}"
+        ) from None
 
 
-def build(name: str, head_dim: int, max_seq_len: int, base: float = 10000.0, **options) -> RotaryEmbedding:
+def check_args(name: str, head_dim: int, max_seq_len: int, base: float = 10000.0, **options: object) -> None:
+    """Validate everything :func:`build` would, without allocating the cos/sin tables.
+
+    Raises :class:`RopeArgumentError` whose ``argument`` names the culprit: ``"name"`` (the message
+    lists ``available()``), ``"head_dim"``, ``"max_seq_len"``, ``"base"``, ``"variant"``, or an
+    option (unknown, or a bad value such as ``compute_dtype``). Whether the implementation can run
+    on a device is a separate question: ``get(name).unavailable_reason(device)``.
+    """
+    if not isinstance(name, str):
+        raise RopeArgumentError("name", f"the RoPE name must be a string, got {name!r}")
+    get(name).check_args(head_dim, max_seq_len, base, **options)
+
+
+def build(name: str, head_dim: int, max_seq_len: int, base: float = 10000.0, **options: object) -> RotaryEmbedding:
     """Instantiate the implementation ``name`` for heads of size ``head_dim``.
 
-    ``options`` are implementation specific (``variant``, ``compute_dtype``, ...); unknown ones are
-    rejected by the implementation's constructor with a TypeError naming them.
+    ``options`` are implementation specific (``variant``, ``compute_dtype``, ...). Every argument is
+    checked by :func:`check_args` first, so a bad one raises the same :class:`RopeArgumentError`.
     """
+    check_args(name, head_dim, max_seq_len, base, **options)
     return get(name)(head_dim=head_dim, max_seq_len=max_seq_len, base=base, **options)

@@ -16,12 +16,17 @@ its backward writes d qkv as one buffer (``ropelab::rope_qkv_bwd`` under compile
 leaving autograd to stack dq, dk and dv. Design notes and H100 numbers: ``docs/kernels.md``.
 
 Without an importable ``triton`` the names stay registered and building one raises a RuntimeError
-that says triton is needed.
+that says triton is needed (``unavailable_reason`` says it before any build).
+
+Tuning and test hooks are per module instance, never module globals: ``launch_config`` (a
+:class:`LaunchConfig`, the benchmark's tuning sweep sets it) and ``poison_outputs`` (the tests set
+it: outputs are NaN-filled before each launch); both reach :func:`launch` as arguments.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -39,12 +44,17 @@ else:
 
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
 
-#: Test hook: fill freshly allocated outputs with NaN before each launch, so an element the kernel
-#: fails to write cannot go unnoticed.
-POISON_OUTPUTS = False
 
-#: Overrides of :func:`launch_config` ("tile", "num_warps"); the benchmark's tuning sweep sets them.
-_TUNE: dict = {}
+@dataclass(frozen=True)
+class LaunchConfig:
+    """The tunable part of a launch: ``tile`` elements (BR rows x HP padded half width) per program
+    and ``num_warps``. The defaults are what the kernel launches with (see :func:`launch_config`)."""
+
+    tile: int = 1024
+    num_warps: int = 8
+
+
+DEFAULT_LAUNCH = LaunchConfig()
 
 
 def _next_pow2(n: int) -> int:
@@ -55,21 +65,22 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def launch_config(head_dim: int) -> dict:
+def launch_config(head_dim: int, config: LaunchConfig = DEFAULT_LAUNCH) -> dict:
     """Rows per program BR, the padded half width HP and the warps of one launch.
 
     A program holds two BR x HP tiles (the halves of BR rows). ``tile`` = BR x HP = 1024 elements
-    and 8 warps won the H100 sweep (docs/kernels.md) on all four benchmark shapes; 2048/4096-element
-    tiles came within 1%, 4 warps 1-2% behind, 16 warps with 1024 elements 25% behind.
+    and 8 warps (:data:`DEFAULT_LAUNCH`) won the H100 sweep (docs/kernels.md) on all four benchmark
+    shapes; 2048/4096-element tiles came within 1%, 4 warps 1-2% behind, 16 warps with 1024
+    elements 25% behind.
     """
     hp = _next_pow2(max(head_dim // 2, 1))
-    return {"BR": max(1, _TUNE.get("tile", 1024) // hp), "HP": hp, "num_warps": _TUNE.get("num_warps", 8)}
+    return {"BR": max(1, config.tile // hp), "HP": hp, "num_warps": config.num_warps}
 
 
-def _new_output(shape: tuple[int, ...], like: Tensor) -> Tensor:
-    """A fresh output of ``like``'s dtype and device (NaN-filled under :data:`POISON_OUTPUTS`)."""
+def _new_output(shape: tuple[int, ...], like: Tensor, poison: bool) -> Tensor:
+    """A fresh output of ``like``'s dtype and device, NaN-filled when ``poison`` (the tests' hook)."""
     out = torch.empty(shape, dtype=like.dtype, device=like.device)
-    return out.fill_(float("nan")) if POISON_OUTPUTS else out
+    return out.fill_(float("nan")) if poison else out
 
 
 def _check_device(name: str, x: Tensor) -> None:
@@ -91,12 +102,16 @@ def launch(
     inverse: bool,
     out_q: Tensor | None = None,
     out_k: Tensor | None = None,
+    *,
+    config: LaunchConfig = DEFAULT_LAUNCH,
+    poison: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Rotate (``inverse``: rotate back) q and k in one kernel launch; new (B, T, H, D) outputs.
 
     Inputs are used in place with their strides (no copies). ``out_q``/``out_k`` (any strides: the
     slices of d qkv in :func:`qkv_backward`, or test buffers) receive the results instead of fresh
-    tensors. Shapes and dtypes are assumed valid (the module checks).
+    tensors; fresh ones are NaN-filled first when ``poison``. ``config`` tunes the launch. Shapes
+    and dtypes are assumed valid (the module checks).
     """
     if _kernels is None:
         raise RuntimeError(
@@ -105,9 +120,9 @@ def launch(
     B, T, HQ, D = q.shape
     HK = k.shape[2] if k is not None else 0
     if out_q is None:
-        out_q = _new_output((B, T, HQ, D), q)
+        out_q = _new_output((B, T, HQ, D), q, poison)
     if k is not None and out_k is None:
-        out_k = _new_output((B, T, HK, D), k)
+        out_k = _new_output((B, T, HK, D), k, poison)
     ntok = B * T
     if ntok == 0 or (HQ == 0 and HK == 0) or D == 0:
         return out_q, out_k
@@ -118,7 +133,7 @@ def launch(
         pos, (spb, spt) = positions, (positions.stride() if positions.dim() == 2 else (0, positions.stride(0)))
     else:
         pos, spb, spt = cos, 0, 0
-    cfg = launch_config(D)
+    cfg = launch_config(D, config)
     nrq, nrk = B * T * HQ, B * T * HK
     if max(nrq, nrk) + cfg["BR"] >= 2**31:
         raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")
@@ -141,8 +156,10 @@ def triton_cdiv(a: int, b: int) -> int:
 
 
 # -- custom ops: opaque to torch.compile, with fake shapes and autograd ----------------------------
+# tile, num_warps and poison: the LaunchConfig and the poison hook of the calling module, as scalars.
 _SCHEMA = (
-    "(Tensor q, Tensor? k, Tensor cos, Tensor sin, Tensor? positions, bool partial, bool low_precision)"
+    "(Tensor q, Tensor? k, Tensor cos, Tensor sin, Tensor? positions, bool partial, bool low_precision,"
+    f" int tile={DEFAULT_LAUNCH.tile}, int num_warps={DEFAULT_LAUNCH.num_warps}, bool poison=False)"
     " -> (Tensor, Tensor)"
 )
 
@@ -151,21 +168,27 @@ def _empty_k(q: Tensor) -> Tensor:
     return q.new_empty((0,))
 
 
-@torch.library.custom_op("ropelab::rope_fwd", mutates_args=(), schema=_SCHEMA)
-def rope_fwd(q, k, cos, sin, positions, partial, low_precision):
-    """Rotated (q, k); k's slot holds an empty tensor when k is None."""
-    yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False)
+def _op_launch(q, k, cos, sin, positions, partial, low_precision, inverse, tile, num_warps, poison):
+    yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse,
+                    config=LaunchConfig(tile, num_warps), poison=poison)
     return yq, _empty_k(q) if yk is None else yk
+
+
+@torch.library.custom_op("ropelab::rope_fwd", mutates_args=(), schema=_SCHEMA)
+def rope_fwd(q, k, cos, sin, positions, partial, low_precision, tile=DEFAULT_LAUNCH.tile,
+             num_warps=DEFAULT_LAUNCH.num_warps, poison=False):
+    """Rotated (q, k); k's slot holds an empty tensor when k is None."""
+    return _op_launch(q, k, cos, sin, positions, partial, low_precision, False, tile, num_warps, poison)
 
 
 @torch.library.custom_op("ropelab::rope_bwd", mutates_args=(), schema=_SCHEMA)
-def rope_bwd(q, k, cos, sin, positions, partial, low_precision):
+def rope_bwd(q, k, cos, sin, positions, partial, low_precision, tile=DEFAULT_LAUNCH.tile,
+             num_warps=DEFAULT_LAUNCH.num_warps, poison=False):
     """The transposed rotation of (q, k): the gradients of :func:`rope_fwd`."""
-    yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=True)
-    return yq, _empty_k(q) if yk is None else yk
+    return _op_launch(q, k, cos, sin, positions, partial, low_precision, True, tile, num_warps, poison)
 
 
-def _fake(q, k, cos, sin, positions, partial, low_precision):
+def _fake(q, k, cos, sin, positions, partial, low_precision, tile=0, num_warps=0, poison=False):
     yk = _empty_k(q) if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
 
@@ -175,17 +198,19 @@ torch.library.register_fake("ropelab::rope_bwd")(_fake)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, cos, sin, positions, partial, low_precision = inputs
+    q, k, cos, sin, positions, partial, low_precision, *launch_args = inputs
     ctx.save_for_backward(cos, sin, positions)
     ctx.has_k = k is not None
     ctx.partial = partial
     ctx.low_precision = low_precision
+    ctx.launch_args = launch_args  # tile, num_warps, poison
 
 
 def _grads(op, ctx, gq, gk):
     cos, sin, positions = ctx.saved_tensors
-    dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision)
-    return dq, dk if ctx.has_k else None, None, None, None, None, None
+    dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision,
+                *ctx.launch_args)
+    return dq, dk if ctx.has_k else None, None, None, None, None, None, None, None, None
 
 
 def _fwd_backward(ctx, gq, gk):
@@ -205,25 +230,25 @@ class _RopeFunction(torch.autograd.Function):
     """(q, k) -> rotated (q, k); the backward is the same Function with the rotation inverted."""
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, positions, partial, low_precision, inverse):
+    def forward(ctx, q, k, cos, sin, positions, partial, low_precision, inverse, config, poison):
         ctx.save_for_backward(cos, sin, positions)
-        ctx.args = (k is not None, partial, low_precision, inverse)
-        return launch(q, k, cos, sin, positions, partial, low_precision, inverse)
+        ctx.args = (k is not None, partial, low_precision, inverse, config, poison)
+        return launch(q, k, cos, sin, positions, partial, low_precision, inverse, config=config, poison=poison)
 
     @staticmethod
     def backward(ctx, gq, gk):
         cos, sin, positions = ctx.saved_tensors
-        has_k, partial, low_precision, inverse = ctx.args
+        has_k, partial, low_precision, inverse, config, poison = ctx.args
         dq, dk = _RopeFunction.apply(
-            gq, gk if has_k else None, cos, sin, positions, partial, low_precision, not inverse
+            gq, gk if has_k else None, cos, sin, positions, partial, low_precision, not inverse, config, poison
         )
-        return dq, dk, None, None, None, None, None, None
+        return dq, dk, None, None, None, None, None, None, None, None
 
 
 # -- fused projection: q and k rotated from a (B, T, W) qkv, the backward writing dqkv in one pass ---
 def qkv_backward(
     gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
-    partial: bool, low_precision: bool,
+    partial: bool, low_precision: bool, config: LaunchConfig = DEFAULT_LAUNCH, poison: bool = False,
 ) -> Tensor:
     """d qkv (B, T, (HQ + 2 HK) D) from the gradients of rotated q, rotated k and v.
 
@@ -233,9 +258,10 @@ def qkv_backward(
     """
     B, T, HQ, D = gq.shape
     HK = gk.shape[2]
-    dqkv = _new_output((B, T, (HQ + 2 * HK) * D), gq)
+    dqkv = _new_output((B, T, (HQ + 2 * HK) * D), gq, poison)
     dq, dk, dv = split_qkv(dqkv, HQ, HK, D)
-    launch(gq, gk, cos, sin, positions, partial, low_precision, inverse=True, out_q=dq, out_k=dk)
+    launch(gq, gk, cos, sin, positions, partial, low_precision, inverse=True, out_q=dq, out_k=dk,
+           config=config, poison=poison)
     if gv is None:
         dv.zero_()
     else:
@@ -246,14 +272,15 @@ def qkv_backward(
 @torch.library.custom_op("ropelab::rope_qkv_bwd", mutates_args=())
 def rope_qkv_bwd(
     gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
-    partial: bool, low_precision: bool,
+    partial: bool, low_precision: bool, tile: int = DEFAULT_LAUNCH.tile, num_warps: int = DEFAULT_LAUNCH.num_warps,
+    poison: bool = False,
 ) -> Tensor:
     """:func:`qkv_backward` as an op opaque to torch.compile."""
-    return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision)
+    return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, LaunchConfig(tile, num_warps), poison)
 
 
 @torch.library.register_fake("ropelab::rope_qkv_bwd")
-def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision):
+def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, tile=0, num_warps=0, poison=False):
     B, T, HQ, D = gq.shape
     return gq.new_empty((B, T, (HQ + 2 * gk.shape[2]) * D))
 
@@ -266,29 +293,34 @@ class _RopeQKVFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision):
+    def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, tile, num_warps, poison):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():
-            yq, yk = rope_fwd(q, k, cos, sin, positions, partial, low_precision)
+            yq, yk = rope_fwd(q, k, cos, sin, positions, partial, low_precision, tile, num_warps, poison)
         else:
-            yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False)
+            yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False,
+                            config=LaunchConfig(tile, num_warps), poison=poison)
         ctx.save_for_backward(cos, sin, positions)
-        ctx.args = (partial, low_precision)
+        ctx.args = (partial, low_precision, tile, num_warps, poison)
         return yq, yk, v
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
         cos, sin, positions = ctx.saved_tensors
-        partial, low_precision = ctx.args
+        partial, low_precision, tile, num_warps, poison = ctx.args
         if torch.compiler.is_compiling():
-            dqkv = rope_qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision)
+            dqkv = rope_qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, tile, num_warps, poison)
         else:
-            dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision)
-        return dqkv, None, None, None, None, None, None, None
+            dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision,
+                                LaunchConfig(tile, num_warps), poison)
+        return dqkv, None, None, None, None, None, None, None, None, None, None
 
 
 # -- the registry entries ---------------------------------------------------------------------------
 class _TritonRotary(RotaryEmbedding):
+    """Shared part of the Triton entries. Per-instance hooks (plain attributes, not build options):
+    ``launch_config`` (a :class:`LaunchConfig`) and ``poison_outputs`` (see the base class)."""
+
     low_precision = False
 
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial") -> None:
@@ -298,9 +330,27 @@ class _TritonRotary(RotaryEmbedding):
                 f"(pip install triton), which could not be imported: {_TRITON_ERROR}"
             )
         super().__init__(head_dim, max_seq_len, base, variant)
+        self.launch_config = DEFAULT_LAUNCH
+
+    @classmethod
+    def unavailable_reason(cls, device: torch.device) -> str | None:
+        """None on a CUDA device, or on the CPU under Triton's interpreter; else why not, in one line."""
+        name = cls.registry_name
+        if _kernels is None:
+            return f"rope={name} needs the `triton` package, which could not be imported ({_TRITON_ERROR}); " \
+                   "use rope=torch"
+        device = torch.device(device)
+        if device.type == "cuda" or (device.type == "cpu" and _interpreting()):
+            return None
+        return (f"rope={name} runs on a CUDA GPU, or on the CPU under Triton's interpreter "
+                f"(TRITON_INTERPRET=1, slow); use rope=torch on this machine")
 
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": "input" if self.low_precision else "float32"}
+
+    def _launch_args(self) -> tuple[int, int, bool]:
+        """This instance's tuning and test hook as the scalars the launches take: tile, warps, poison."""
+        return self.launch_config.tile, self.launch_config.num_warps, bool(self.poison_outputs)
 
     def _rotate_qkv(self, qkv, q, k, v, positions):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse
@@ -308,16 +358,29 @@ class _TritonRotary(RotaryEmbedding):
             return yq, yk, v
         self._check_kernel_inputs(q, k, positions)
         return _RopeQKVFunction.apply(
-            qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2], self.variant == "partial", self.low_precision
+            qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2], self.variant == "partial", self.low_precision,
+            *self._launch_args(),
         )
 
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
         self._check_kernel_inputs(q, k, positions)
         partial = self.variant == "partial"
         if torch.compiler.is_compiling():  # the custom op: traced through its fake, no graph break
-            yq, yk = rope_fwd(q, k, self.cos, self.sin, positions, partial, self.low_precision)
+            yq, yk = rope_fwd(q, k, self.cos, self.sin, positions, partial, self.low_precision, *self._launch_args())
             return yq, (yk if k is not None else None)
-        return _RopeFunction.apply(q, k, self.cos, self.sin, positions, partial, self.low_precision, False)
+        return _RopeFunction.apply(q, k, self.cos, self.sin, positions, partial, self.low_precision, False,
+                                   self.launch_config, bool(self.poison_outputs))
+
+    def rotate_transposed(self, gq: Tensor, gk: Tensor | None,
+                          positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """The backward kernel alone: the transposed rotation of output gradients, no autograd.
+
+        For the benchmark, which times it apart from the forward (through the ``ropelab::rope_bwd``
+        op, as the compiled backward runs it). Inputs are not validated.
+        """
+        partial = self.variant == "partial"
+        dq, dk = rope_bwd(gq, gk, self.cos, self.sin, positions, partial, self.low_precision, *self._launch_args())
+        return dq, dk if gk is not None else None
 
     def _check_kernel_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
         """What the kernels need beyond the shared checks: a supported dtype, CUDA (or the interpreter)."""

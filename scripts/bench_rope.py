@@ -1,15 +1,19 @@
 """Benchmark the RoPE kernels on a CUDA GPU: time, GB/s, percent of copy bandwidth, speedups.
 
-    python scripts/bench_rope.py [--out DIR] [--variant partial|full] [--reps N] [--tune]
+    python scripts/bench_rope.py [--ropes a,b] [--out DIR] [--variant partial|full] [--reps N] [--tune]
 
 For bf16 q and k (B, T, H, D) of the shapes below and a sweep of token counts at D=128, it times
-``triton_v4``, ``triton_v2``, the ``torch`` reference in eager mode and under ``torch.compile``:
-forward, forward+backward (``torch.autograd.grad`` of both outputs) and, for the Triton entries,
-the backward kernel alone. Bytes = q and k read once and written once (twice that for
-forward+backward); the device-to-device copy bandwidth (``dst.copy_(src)``, 1 GiB) is measured
-in the same run. Each timing is the lower of two medians over repetitions, each preceded by an
-L2 flush (the CSV also has the host time per call, to spot host-bound measurements). It
-also measures the bf16 error of the two Triton entries against the float64 reference.
+every registered implementation (``rope.available()``, or ``--ropes``; ``none`` is skipped: it
+launches nothing, so there is nothing to time) in eager mode, and the ``torch`` reference also
+under ``torch.compile`` (the baselines of the speedup columns): forward, forward+backward
+(``torch.autograd.grad`` of both outputs) and, for entries with a backward kernel of their own
+(a ``rotate_transposed`` method: the Triton ones), the backward kernel alone. Bytes = q and k read
+once and written once (twice that for forward+backward); the device-to-device copy bandwidth
+(``dst.copy_(src)``, 1 GiB) is measured in the same run. Each timing is the lower of two medians
+over repetitions, each preceded by an L2 flush (the CSV also has the host time per call, to spot
+host-bound measurements). It also measures the bf16 error of each entry (and of ``torch``
+computing in bf16) against the float64 reference. ``--tune`` times the entries that take a
+``launch_config`` over a few launch configurations. Timers and writers: ``scripts/benchlib.py``.
 
 Writes ``bench_rope.md``, ``bench_rope.csv`` and ``bench_rope.png`` under ``--out`` (default
 ``outputs/bench/``) and prints the Markdown table last.
@@ -18,9 +22,7 @@ Writes ``bench_rope.md``, ``bench_rope.csv`` and ``bench_rope.png`` under ``--ou
 from __future__ import annotations
 
 import argparse
-import csv
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,74 +34,47 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import rope  # noqa: E402
-from rope import triton_rope  # noqa: E402
+from rope.numerics import ulp  # noqa: E402
+from scripts.benchlib import (  # noqa: E402
+    Timer,
+    copy_bandwidth,
+    fmt,
+    markdown_table,
+    require_cuda,
+    rope_names,
+    write_csv,
+)
 
 # (B, H, T, D) as the issue writes them; tensors are laid out (B, T, H, D).
 SHAPES = [(4, 16, 4096, 256), (4, 8, 2048, 128), (32, 32, 4096, 128), (32, 12, 1024, 64)]
 SWEEP_TOKENS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 SWEEP_H, SWEEP_D = 16, 128
-IMPLS = ("triton_v4", "triton_v2", "torch", "torch_compiled")
+BASELINES = ("torch", "torch_compiled")  # the speedup columns: the reference eager and compiled
 
 
-class Timer:
-    """GPU time (ms) of ``fn``: the lower of two medians over ``reps`` calls, each after an L2 flush.
-
-    A GPU sleep before each start event lets the host queue the call ahead of the GPU, so the time
-    is the kernels' and not Python's launch overhead; ``last_host_ms`` keeps the median host time
-    of one call (enqueueing only), to tell a host-bound measurement apart. Two passes, keeping the
-    lower median, damp a pass disturbed by the host (a few forward+backward medians of single
-    passes came out 3-10x too high on the H100 while the kernels alone were not).
-    """
-
-    def __init__(self, reps: int) -> None:
-        self.reps = reps
-        self.flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-        self.last_host_ms = math.nan
-
-    def _pass(self, fn, reps: int) -> tuple[float, float]:
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        host = []
-        for s, e in zip(starts, ends, strict=True):
-            self.flush.zero_()
-            torch.cuda._sleep(4_000_000)  # ~2 ms of GPU idle: the host queues the timed work meanwhile
-            s.record()
-            t0 = time.perf_counter()
-            fn()
-            host.append((time.perf_counter() - t0) * 1e3)
-            e.record()
-        torch.cuda.synchronize()
-        gpu = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
-        return gpu, statistics.median(host)
-
-    def __call__(self, fn, reps: int | None = None) -> float:
-        reps = reps or self.reps
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        (g1, h1), (g2, h2) = self._pass(fn, reps), self._pass(fn, reps)
-        self.last_host_ms = min(h1, h2)
-        return min(g1, g2)
+def bench_names(selected: str | None) -> list[str]:
+    """The entries to time (``none`` skipped, those that cannot run here dropped with a note), then
+    the baselines ``torch`` and ``torch_compiled``."""
+    names = []
+    for name in rope_names(selected, skip=("none",)):
+        reason = rope.get(name).unavailable_reason(torch.device("cuda"))
+        if reason:
+            print(f"skipping {name}: {reason}", file=sys.stderr)
+        elif name not in BASELINES:
+            names.append(name)
+    return ["torch", *names, "torch_compiled"]
 
 
-def copy_bandwidth(timer: Timer, nbytes: int = 2**30) -> float:
-    """Device-to-device copy bandwidth of an ``nbytes`` tensor in GB/s (bytes read + bytes written)."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    ms = timer(lambda: dst.copy_(src), reps=30)
-    return 2 * nbytes / (ms * 1e-3) / 1e9
-
-
-def build_impls(D: int, max_seq_len: int, variant: str, dynamic: bool) -> dict:
+def build_impls(names: list[str], D: int, max_seq_len: int, variant: str, dynamic: bool) -> dict:
     """impl name -> (module, callable); the compiled reference gets its own torch.compile wrapper."""
     out = {}
-    for impl in IMPLS:
+    for impl in names:
         mod = rope.build("torch" if impl == "torch_compiled" else impl, D, max_seq_len, variant=variant).cuda()
         out[impl] = (mod, torch.compile(mod, dynamic=dynamic) if impl == "torch_compiled" else mod)
     return out
 
 
-def warm(impls: dict, B, H, T, D) -> None:
+def warm(impls: dict, B: int, H: int, T: int, D: int) -> None:
     """One forward and one forward+backward of every entry: compiles kernels and graphs."""
     q = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
@@ -110,7 +85,9 @@ def warm(impls: dict, B, H, T, D) -> None:
     torch.cuda.synchronize()
 
 
-def bench_shape(timer, impls: dict, B, H, T, D, variant, copy_bw) -> list[dict]:
+def bench_shape(timer: Timer, impls: dict, B: int, H: int, T: int, D: int, variant: str,
+                copy_bw: float) -> list[dict]:
+    """Timings of every entry on bf16 q and k of one shape (B, T, H, D), with bandwidths and speedups."""
     q = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
     gq, gk = torch.randn_like(q), torch.randn_like(k)
@@ -124,9 +101,8 @@ def bench_shape(timer, impls: dict, B, H, T, D, variant, copy_bw) -> list[dict]:
         fb = timer(lambda: torch.autograd.grad(fn(qg, kg), (qg, kg), (gq, gk)))  # noqa: B023
         fb_host = timer.last_host_ms
         bwd = math.nan
-        if impl.startswith("triton"):
-            op = triton_rope.rope_bwd
-            bwd = timer(lambda: op(gq, gk, mod.cos, mod.sin, None, variant == "partial", mod.low_precision))  # noqa: B023
+        if impl != "torch_compiled" and hasattr(mod, "rotate_transposed"):  # a backward kernel of its own
+            bwd = timer(lambda: mod.rotate_transposed(gq, gk))  # noqa: B023
         rows.append(
             {
                 "impl": impl,
@@ -154,15 +130,9 @@ def bench_shape(timer, impls: dict, B, H, T, D, variant, copy_bw) -> list[dict]:
     return rows
 
 
-def ulp_bf16(x: torch.Tensor) -> torch.Tensor:
-    _, e = torch.frexp(x.double().abs())
-    return torch.where(
-        x == 0, 2.0**-133, torch.clamp(torch.ldexp(torch.ones_like(e, dtype=torch.float64), e - 8), min=2.0**-133)
-    )
-
-
-def measure_errors(variant: str, B=4, H=8, T=2048, D=128) -> list[dict]:
-    """bf16 error of each Triton entry (and the bf16 torch reference) against the float64 reference."""
+def measure_errors(names: list[str], variant: str, B: int = 4, H: int = 8, T: int = 2048,
+                   D: int = 128) -> list[dict]:
+    """bf16 error of each entry (and the bf16 torch reference) against the float64 reference."""
     q = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
     gq, gk = torch.randn_like(q), torch.randn_like(k)
@@ -171,7 +141,8 @@ def measure_errors(variant: str, B=4, H=8, T=2048, D=128) -> list[dict]:
     r64 = ref(q64, k64)
     g64 = torch.autograd.grad(r64, (q64, k64), (gq.double(), gk.double()))
     out = []
-    for name, opts in (("triton_v4", {}), ("triton_v2", {}), ("torch(bf16)", {"compute_dtype": "bfloat16"})):
+    entries = [(n, {}) for n in names if n != "torch_compiled"] + [("torch(bf16)", {"compute_dtype": "bfloat16"})]
+    for name, opts in entries:
         mod = rope.build(name.split("(")[0], D, T, variant=variant, **opts).cuda()
         qq, kk = q.clone().requires_grad_(), k.clone().requires_grad_()
         y = mod(qq, kk)
@@ -180,7 +151,8 @@ def measure_errors(variant: str, B=4, H=8, T=2048, D=128) -> list[dict]:
             err = torch.cat([(a.double() - b.detach()).abs().flatten() for a, b in zip(got, want, strict=True)])
             rounded = [b.detach().to(torch.bfloat16) for b in want]
             ulps = torch.cat(
-                [((a.double() - r.double()).abs() / ulp_bf16(r)).flatten() for a, r in zip(got, rounded, strict=True)]
+                [((a.double() - r.double()).abs() / ulp(r, torch.bfloat16)).flatten()
+                 for a, r in zip(got, rounded, strict=True)]
             )
             out.append(
                 {
@@ -196,74 +168,69 @@ def measure_errors(variant: str, B=4, H=8, T=2048, D=128) -> list[dict]:
     return out
 
 
-def tune(timer, variant: str) -> None:
-    """Time triton_v4 forward and backward over a few launch configurations (prints only)."""
-    configs = [{"tile": tile, "num_warps": w} for tile in (1024, 2048, 4096) for w in (4, 8, 16)]
-    for B, H, T, D in SHAPES:
-        q = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn_like(q)
-        mod = rope.build("triton_v4", D, T, variant=variant).cuda()
-        nbytes = 2 * 2 * q.numel() * 2
-        res = []
-        for cfg in configs:
-            triton_rope._TUNE.clear()
-            triton_rope._TUNE.update(cfg)
-            ms = timer(lambda: mod(q, k))  # noqa: B023
-            msb = timer(lambda: triton_rope.rope_bwd(q, k, mod.cos, mod.sin, None, variant == "partial", False))  # noqa: B023
-            res.append((ms, msb, cfg, triton_rope.launch_config(D)))
-        triton_rope._TUNE.clear()
-        print(f"tune {B}x{H}x{T}x{D}:")
-        for ms, msb, cfg, lc in sorted(res, key=lambda r: r[0]):
-            print(
-                f"  fwd {ms:.4f} ms {nbytes / ms / 1e6:7.0f} GB/s  bwd {msb:.4f} ms  {cfg}  "
-                f"BR={lc['BR']} HP={lc['HP']} warps={lc['num_warps']}"
-            )
+def tune(timer: Timer, names: list[str], variant: str) -> None:
+    """Time forward and backward of each entry with a ``launch_config`` (the Triton ones) over a few
+    launch configurations, set on the module instance (prints only)."""
+    from rope.triton_rope import LaunchConfig, launch_config
+
+    configs = [LaunchConfig(tile, w) for tile in (1024, 2048, 4096) for w in (4, 8, 16)]
+    for name in names:
+        for B, H, T, D in SHAPES:
+            mod = rope.build(name, D, T, variant=variant).cuda()
+            if not isinstance(getattr(mod, "launch_config", None), LaunchConfig):
+                break
+            q = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn_like(q)
+            nbytes = 2 * 2 * q.numel() * 2
+            res = []
+            for cfg in configs:
+                mod.launch_config = cfg
+                ms = timer(lambda: mod(q, k))  # noqa: B023
+                msb = timer(lambda: mod.rotate_transposed(q, k))  # noqa: B023
+                res.append((ms, msb, cfg, launch_config(D, cfg)))
+            print(f"tune {name} {B}x{H}x{T}x{D}:")
+            for ms, msb, cfg, lc in sorted(res, key=lambda r: r[0]):
+                print(
+                    f"  fwd {ms:.4f} ms {nbytes / ms / 1e6:7.0f} GB/s  bwd {msb:.4f} ms  tile={cfg.tile} "
+                    f"num_warps={cfg.num_warps}  BR={lc['BR']} HP={lc['HP']} warps={lc['num_warps']}"
+                )
 
 
-def fmt(v, spec=".3f") -> str:
-    return "" if isinstance(v, float) and math.isnan(v) else format(v, spec)
-
-
-def markdown(rows, errors, copy_bw, variant, device_name) -> str:
+def markdown(rows: list[dict], errors: list[dict], copy_bw: float, variant: str, device_name: str) -> str:
+    """The report: the timing table, then the error table."""
     lines = [
         f"# RoPE benchmark ({device_name}, bf16, variant={variant})",
         "",
         f"Device-to-device copy bandwidth: **{copy_bw:.0f} GB/s**. Bytes = q and k read once and written once"
-        " (x2 for forward+backward). bwd = the backward kernel alone (Triton entries). Speedups: against the"
-        " torch reference eager (`xE`) and `torch.compile`d (`xC`). `%cp=` = forward against a copy moving the"
+        " (x2 for forward+backward). bwd = the backward kernel alone (entries that have one). Speedups: against"
+        " the torch reference eager (`xE`) and `torch.compile`d (`xC`). `%cp=` = forward against a copy moving the"
         " same bytes as the shape (small transfers do not reach the 1 GiB copy's bandwidth).",
         "",
-        "| shape BxHxTxD | impl | fwd ms | fwd GB/s | fwd %copy | bwd ms | bwd %copy | fwd+bwd ms | fwd+bwd GB/s"
-        " | fwd+bwd %copy | fwd xE | fwd xC | f+b xE | f+b xC | fwd %cp= |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['shape']} | {r['impl']} | {fmt(r['fwd_ms'], '.4f')} | {fmt(r['fwd_GBps'], '.0f')} | "
-            f"{fmt(r['fwd_pct_copy'], '.1f')} | {fmt(r['bwd_ms'], '.4f')} | {fmt(r['bwd_pct_copy'], '.1f')} | "
-            f"{fmt(r['fwdbwd_ms'], '.4f')} | {fmt(r['fwdbwd_GBps'], '.0f')} | {fmt(r['fwdbwd_pct_copy'], '.1f')} | "
-            f"{fmt(r['fwd_x_torch'], '.2f')} | {fmt(r['fwd_x_torch_compiled'], '.2f')} | "
-            f"{fmt(r['fwdbwd_x_torch'], '.2f')} | {fmt(r['fwdbwd_x_torch_compiled'], '.2f')} | "
-            f"{fmt(r['fwd_pct_same_size_copy'], '.1f')} |"
-        )
+    headers = ["shape BxHxTxD", "impl", "fwd ms", "fwd GB/s", "fwd %copy", "bwd ms", "bwd %copy", "fwd+bwd ms",
+               "fwd+bwd GB/s", "fwd+bwd %copy", "fwd xE", "fwd xC", "f+b xE", "f+b xC", "fwd %cp="]
+    cells = [("fwd_ms", ".4f"), ("fwd_GBps", ".0f"), ("fwd_pct_copy", ".1f"), ("bwd_ms", ".4f"),
+             ("bwd_pct_copy", ".1f"), ("fwdbwd_ms", ".4f"), ("fwdbwd_GBps", ".0f"), ("fwdbwd_pct_copy", ".1f"),
+             ("fwd_x_torch", ".2f"), ("fwd_x_torch_compiled", ".2f"), ("fwdbwd_x_torch", ".2f"),
+             ("fwdbwd_x_torch_compiled", ".2f"), ("fwd_pct_same_size_copy", ".1f")]
+    lines += markdown_table(headers, ([r["shape"], r["impl"], *(fmt(r[k], f) for k, f in cells)] for r in rows), 2)
     if errors:
         lines += [
             "",
             "bf16 error against the float64 reference (4x8x2048x128, q and k; ulp = bf16 spacing at the rounded"
             " reference):",
             "",
-            "| impl | pass | max abs err | mean abs err | max ulp | frac > 1 ulp | frac not correctly rounded |",
-            "|---|---|---:|---:|---:|---:|---:|",
         ]
-        for e in errors:
-            lines.append(
-                f"| {e['impl']} | {e['pass']} | {e['max_abs_err']:.3g} | {e['mean_abs_err']:.3g} | "
-                f"{e['max_ulp']:.2f} | {e['frac_over_1ulp']:.2e} | {e['frac_not_correctly_rounded']:.2e} |"
-            )
+        headers = ["impl", "pass", "max abs err", "mean abs err", "max ulp", "frac > 1 ulp",
+                   "frac not correctly rounded"]
+        lines += markdown_table(headers, (
+            [e["impl"], e["pass"], f"{e['max_abs_err']:.3g}", f"{e['mean_abs_err']:.3g}", f"{e['max_ulp']:.2f}",
+             f"{e['frac_over_1ulp']:.2e}", f"{e['frac_not_correctly_rounded']:.2e}"] for e in errors), 2)
     return "\n".join(lines) + "\n"
 
 
-def plot(rows, path: Path, copy_bw: float, variant: str) -> None:
+def plot(rows: list[dict], path: Path, copy_bw: float, variant: str) -> None:
+    """GB/s of the token sweep, forward and forward+backward, against the copy bandwidth."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -271,7 +238,7 @@ def plot(rows, path: Path, copy_bw: float, variant: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, key, title in ((axes[0], "fwd_GBps", "forward"), (axes[1], "fwdbwd_GBps", "forward+backward")):
-        for impl in IMPLS:
+        for impl in dict.fromkeys(r["impl"] for r in rows):
             pts = sorted((r["tokens"], r[key]) for r in rows if r["impl"] == impl)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
         ax.axhline(copy_bw, color="gray", linestyle="--", label="copy bandwidth")
@@ -286,56 +253,68 @@ def plot(rows, path: Path, copy_bw: float, variant: str) -> None:
     plt.close(fig)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench")
-    ap.add_argument("--variant", default="partial", choices=("partial", "full"))
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--tune", action="store_true", help="also time a few launch configurations of triton_v4")
-    ap.add_argument("--no-sweep", action="store_true", help="skip the token sweep")
-    args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_rope.py needs a CUDA GPU", file=sys.stderr)
-        return 1
-    torch._dynamo.config.cache_size_limit = 64
-    t0 = time.time()
-    args.out.mkdir(parents=True, exist_ok=True)
-    timer = Timer(args.reps)
-    name = torch.cuda.get_device_name()
-    copy_bw = copy_bandwidth(timer)
-    print(f"{name}: copy bandwidth {copy_bw:.0f} GB/s  (torch {torch.__version__})", flush=True)
-    if args.tune:
-        tune(timer, args.variant)
-    # Compile everything first (the compiled reference per main shape, dynamic=False; one
-    # dynamic-shape compile for the sweep), then let the compiler's background workers settle:
-    # timings taken while they ran came out host-bound.
-    main_impls = [build_impls(D, T, args.variant, dynamic=False) for B, H, T, D in SHAPES]
+def measure(timer: Timer, names: list[str], variant: str, sweep: bool, copy_bw: float,
+            t0: float) -> tuple[list[dict], list[dict]]:
+    """Rows of the main shapes and of the token sweep.
+
+    Compile everything first (the compiled reference per main shape, dynamic=False; one
+    dynamic-shape compile for the sweep), then let the compiler's background workers settle:
+    timings taken while they ran came out host-bound.
+    """
+    main_impls = [build_impls(names, D, T, variant, dynamic=False) for B, H, T, D in SHAPES]
     for impls, (B, H, T, D) in zip(main_impls, SHAPES, strict=True):
         warm(impls, B, H, T, D)
-    sweep_shapes = [] if args.no_sweep else [(n // min(n, 4096), SWEEP_H, min(n, 4096), SWEEP_D) for n in SWEEP_TOKENS]
-    sweep_impls = build_impls(SWEEP_D, 4096, args.variant, dynamic=True)
+    sweep_shapes = [(n // min(n, 4096), SWEEP_H, min(n, 4096), SWEEP_D) for n in SWEEP_TOKENS] if sweep else []
+    sweep_impls = build_impls(names, SWEEP_D, 4096, variant, dynamic=True)
     for B, H, T, D in sweep_shapes:
         warm(sweep_impls, B, H, T, D)
     print(f"  compiled ({time.time() - t0:.0f} s)", flush=True)
     time.sleep(5)
     rows = []
     for impls, (B, H, T, D) in zip(main_impls, SHAPES, strict=True):
-        rows += bench_shape(timer, impls, B, H, T, D, args.variant, copy_bw)
+        rows += bench_shape(timer, impls, B, H, T, D, variant, copy_bw)
         print(f"  {B}x{H}x{T}x{D} done ({time.time() - t0:.0f} s)", flush=True)
-    sweep = []
+    sweep_rows = []
     for B, H, T, D in sweep_shapes:
-        sweep += bench_shape(timer, sweep_impls, B, H, T, D, args.variant, copy_bw)
-    if sweep:
+        sweep_rows += bench_shape(timer, sweep_impls, B, H, T, D, variant, copy_bw)
+    if sweep_rows:
         print(f"  sweep done ({time.time() - t0:.0f} s)", flush=True)
-    errors = measure_errors(args.variant)
-    all_rows = rows + sweep
-    with open(args.out / "bench_rope.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(all_rows[0]))
-        w.writeheader()
-        w.writerows(all_rows)
+    return rows, sweep_rows
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ropes", default=None,
+                    help="comma-separated implementations (default: every registered one but none)")
+    ap.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench")
+    ap.add_argument("--variant", default="partial", choices=("partial", "full"))
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--tune", action="store_true",
+                    help="also time a few launch configurations of the entries that take one (Triton)")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the token sweep")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    require_cuda("bench_rope.py")
+    names = bench_names(args.ropes)
+    torch._dynamo.config.cache_size_limit = 64
+    t0 = time.time()
+    args.out.mkdir(parents=True, exist_ok=True)
+    timer = Timer(args.reps)
+    device_name = torch.cuda.get_device_name()
+    copy_bw = copy_bandwidth(timer)
+    print(f"{device_name}: copy bandwidth {copy_bw:.0f} GB/s  (torch {torch.__version__}); {', '.join(names)}",
+          flush=True)
+    if args.tune:
+        tune(timer, [n for n in names if n not in BASELINES], args.variant)
+    rows, sweep = measure(timer, names, args.variant, not args.no_sweep, copy_bw, t0)
+    errors = measure_errors(names, args.variant)
+    write_csv(args.out / "bench_rope.csv", rows + sweep)
     if sweep:
         plot(sweep, args.out / "bench_rope.png", copy_bw, args.variant)
-    md = markdown(all_rows, errors, copy_bw, args.variant, name)
+    md = markdown(rows + sweep, errors, copy_bw, args.variant, device_name)
     (args.out / "bench_rope.md").write_text(md)
     print(f"wrote {args.out}/bench_rope.{{md,csv,png}} in {time.time() - t0:.0f} s\n")
     print(md)

@@ -3,6 +3,9 @@
 # run of GPT-2 small. Everything lands in outputs/gpu_check/; $OUT (the device tool's return folder)
 # gets report.md (all tables) and gpu_check.tar.gz (every file).
 #   bash scripts/gpu_check.sh [tests] [bench] [tune] [step] [mfu] [small]    (no argument: tests bench step mfu)
+# The RoPE implementations come from the registry (rope.available()), never from a list here: the
+# benchmarks default to all of them (bench_rope skips `none`, which launches nothing; bench_step keeps
+# it as its baseline), and `small` trains every one but `none`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dest=outputs/gpu_check
@@ -19,16 +22,20 @@ for part in "${parts[@]}"; do
   case "$part" in
     tests)
       section "GPU tests"
-      python3 -m pytest -q -p no:cacheprovider tests/test_rope_reference.py tests/test_rope_triton_gpu.py 2>&1 | tee "$dest/pytest_gpu.log" | tail -n 15 >> "$report" ;;
+      python3 -m pytest -q -p no:cacheprovider tests/rope 2>&1 | tee "$dest/pytest_gpu.log" | tail -n 15 >> "$report" ;;
     bench)
       section "Kernel benchmark (scripts/bench_rope.py)"
-      python3 scripts/bench_rope.py --out "$dest" 2>&1 | tee "$dest/bench_rope.log" | tail -n 60 >> "$report" ;;
+      rm -f "$dest/bench_rope.md"
+      python3 scripts/bench_rope.py --out "$dest" > "$dest/bench_rope.log" 2>&1 || tail -n 20 "$dest/bench_rope.log" >> "$report"
+      cat "$dest/bench_rope.md" >> "$report" 2>/dev/null ;;
     tune)
       section "Launch-configuration sweep (scripts/bench_rope.py --tune --no-sweep)"
       python3 scripts/bench_rope.py --tune --no-sweep --out "$dest/tune" 2>&1 | grep -A12 "^tune " >> "$report" ;;
     step)
       section "Training step (scripts/bench_step.py)"
-      python3 -m scripts.bench_step --ropes none,torch,triton_v4 --out "$dest" 2>&1 | tee "$dest/bench_step.log" | tail -n 14 >> "$report" ;;
+      rm -f "$dest/step_bench.md"
+      python3 -m scripts.bench_step --out "$dest" > "$dest/bench_step.log" 2>&1 || tail -n 20 "$dest/bench_step.log" >> "$report"
+      cat "$dest/step_bench.md" >> "$report" 2>/dev/null ;;
     mfu)
       section "MFU: python -m llm.train model=gpt2_small train.compile=true (B=32, T=1024, bf16)"
       python3 -m llm.train model=gpt2_small train.compile=true train.batch_size=32 train.max_steps=300 \
@@ -44,7 +51,7 @@ PY
       ;;
     small)
       section "Throughput of model=small (the comparison model), eager, 200 steps"
-      for r in torch triton_v4; do
+      for r in $(python3 -c "import rope; print(' '.join(n for n in rope.available() if n != 'none'))"); do
         python3 -m llm.train model=small rope=$r train.batch_size=32 train.max_steps=200 train.eval_every=100 \
           train.eval_batches=20 logger=none hydra.run.dir="$dest/small_$r" 2>&1 | grep -v "it/s" | tail -n 2 >> "$report"
       done ;;

@@ -92,8 +92,9 @@ def test_a_new_run_never_writes_over_a_finished_one(tmp_path):
 
 
 def test_runs_started_in_the_same_second_get_their_own_dirs(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-m", "llm.train", *SMALL, "train.max_steps=2", "--cfg", "all",
-                               "--resolve", "-p", "hydra.run.dir"], cwd=ROOT, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    cmd = [sys.executable, "-m", "llm.train", *SMALL, "train.max_steps=2", "--cfg", "all", "--resolve", "-p",
+           "hydra.run.dir"]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     dirs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert dirs[0] != dirs[1] and all(d.startswith("outputs/runs/") for d in dirs), dirs
 
@@ -110,10 +111,10 @@ def test_a_sweep_runs_two_jobs_at_once_through_the_joblib_launcher(tmp_path):
 
 
 def test_the_gpu_launcher_preset_runs_one_job_per_gpu():
+    from helpers import CONF
     from hydra import compose, initialize_config_dir
 
     import llm.train  # noqa: F401  (registers the ropelab_gpus resolver)
-    from helpers import CONF
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["hydra/launcher=gpus"], return_hydra_config=True)

@@ -19,7 +19,6 @@ import torch
 from helpers import ROOT, SMALL, read_metrics, run_inprocess, train_losses
 
 from llm.errors import ResumeError
-from llm.fileio import DiskFullError
 
 STEPS = ["train.max_steps=12", "train.eval_every=4", "train.log_every=1"]
 

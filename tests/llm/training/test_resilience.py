@@ -111,7 +111,8 @@ def test_skip_nonfinite_tolerates_k_bad_steps(tmp_path, monkeypatch):
     [
         (["model.n_embd=30", "model.n_head=4"], "model.n_embd=30 must be divisible by model.n_head=4"),
         (["model.n_embd=36", "model.n_head=4", "rope.variant=full"], "must be even"),
-        (["model.n_embd=24", "model.n_head=4"], "model.n_embd/model.n_head=6: head_dim must be a multiple of 4 for variant='partial'"),
+        (["model.n_embd=24", "model.n_head=4"], "model.n_embd/model.n_head=6: head_dim must be a multiple of 4 for "
+                                              "variant='partial'"),
         (["rope.name=nope"], "rope.name='nope' is not registered; allowed: "),
         (["rope.base=-1"], "rope.base=-1: base must be a finite number > 0"),
         (["rope.variant=x"], "rope.variant=x: variant must be one of"),

@@ -1,28 +1,19 @@
 """triton_v4 / triton_v2 on a CUDA GPU: the CPU test cases at real sizes, int64 offsets, torch.compile.
 
-Every test is marked ``gpu`` (conftest skips them without CUDA).
+Every test is marked ``gpu`` (conftest skips them without CUDA). Outputs are NaN-poisoned as on the CPU.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from test_rope_triton import (  # noqa: F401  (fixtures re-exported for this module)
-    DTYPE_NAMES,
-    DTYPES,
-    IMPLS,
-    LAYOUTS,
-    POSITIONS,
-    assert_precise,
-    fresh_seed,
-    poison_outputs,
-    run_case,
-)
 from torch import nn
 from torch.nn import functional as F
 
 import rope
-from rope import triton_rope
+
+from .cases import DTYPE_NAMES, LAYOUTS, POSITIONS, assert_precise, build_poisoned, run_case
+from .test_triton import DTYPES, IMPLS
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -61,11 +52,11 @@ def test_large_tensor_int64_offsets():
     qkv = torch.randn(B, T, 3 * H * D, device=CUDA, dtype=torch.bfloat16)
     q, k, _ = qkv.view(B, T, 3, H, D).unbind(2)
     assert qkv.numel() > 2**31
-    r = rope.build("triton_v4", D, T).to(CUDA)
+    r = build_poisoned("triton_v4", D, T, CUDA)
     ref = rope.build("torch", D, T, compute_dtype="float64").to(CUDA)
     yq, yk = r(q, k)
     gq, gk = torch.randn_like(yq), torch.randn_like(yk)
-    dq, dk = triton_rope.rope_bwd(gq, gk, r.cos, r.sin, None, True, False)
+    dq, dk = r.rotate_transposed(gq, gk)  # the backward kernel alone (ropelab::rope_bwd)
     for b in (0, B - 1):  # the last batch element sits past 2**31 elements
         rq, rk = ref(q[b : b + 1].double(), k[b : b + 1].double())
         assert_precise(yq[b : b + 1], rq, torch.bfloat16, f"q[{b}]")
@@ -85,6 +76,7 @@ class _Block(nn.Module):
         self.qkv = nn.Linear(n_embd, 3 * n_embd)
         self.proj = nn.Linear(n_embd, n_embd)
         self.rotary = rope.build(impl, self.head_dim, seq)
+        self.rotary.poison_outputs = True
 
     def forward(self, x):
         B, T, C = x.shape
@@ -132,6 +124,9 @@ def test_gpt_compiles_fullgraph(impl):
     model = build_model(cfg, {"name": impl}, 1000).to(CUDA)
     ref = build_model(cfg, {"name": "torch"}, 1000).to(CUDA)
     ref.load_state_dict(model.state_dict())
+    for m in model.modules():
+        if isinstance(m, rope.RotaryEmbedding):
+            m.poison_outputs = True
     x = torch.randint(0, 1000, (4, 128), device=CUDA)
     compiled = torch.compile(model, fullgraph=True)
     with torch.autocast("cuda", dtype=torch.bfloat16):

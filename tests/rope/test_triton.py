@@ -1,9 +1,13 @@
 """triton_v4 / triton_v2: the real kernels, forward and backward, against the float64 reference.
 
 On a machine without CUDA these run under the Triton interpreter (conftest sets TRITON_INTERPRET),
-so the shapes are small; ``test_rope_triton_gpu.py`` runs the same cases at real sizes on a GPU.
-Every test draws fresh random inputs (the seed is printed; ROPE_TEST_SEED=n replays one) and every
-output the kernels allocate is filled with NaN before the launch, so an unwritten element fails.
+so the shapes are small; ``test_triton_gpu.py`` runs the same cases at real sizes on a GPU. What
+every implementation must do is in ``test_conformance.py``; this file adds what is particular to the
+Triton entries: triton_v4's one-ulp bound everywhere, triton_v2 bit for bit the torch reference in the
+input dtype, float16, the launch (one for q and k, views not copied, the launch configuration), the
+custom ops under torch.compile, and errors raised before any launch. Every test draws fresh random
+inputs (the seed is printed; ROPE_TEST_SEED=n replays one) and every output the kernels allocate is
+filled with NaN before the launch (the ``poison_outputs`` hook), so an unwritten element fails.
 """
 
 from __future__ import annotations
@@ -20,136 +24,15 @@ import torch
 import rope
 from rope import triton_rope
 
-ROOT = Path(__file__).resolve().parent.parent
+from .cases import DTYPE_NAMES, LAYOUTS, POSITIONS, assert_precise, build_poisoned, make_positions, run_case
+
+ROOT = Path(__file__).resolve().parents[2]
 IMPLS = ("triton_v4", "triton_v2")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 VARIANTS = ("partial", "full")
-LAYOUTS = ("contiguous", "qkv", "gqa", "transposed", "strided_d")
-POSITIONS = ("none", "t", "bt", "bt_int32")
-FLOAT32_ATOL = 2e-6
-
-
-# -- helpers shared with the GPU tests --------------------------------------------------------------
-def ulp(x: torch.Tensor) -> torch.Tensor:
-    """Spacing of the bf16/fp16 grid at each element of ``x`` (a tensor of that dtype), as float64."""
-    mant, tiny = {torch.bfloat16: (7, 2.0**-133), torch.float16: (10, 2.0**-24)}[x.dtype]
-    _, e = torch.frexp(x.double().abs())
-    return torch.where(
-        x == 0, tiny, torch.clamp(torch.ldexp(torch.ones_like(e, dtype=torch.float64), e - 1 - mant), min=tiny)
-    )
-
-
-def assert_precise(out: torch.Tensor, ref64: torch.Tensor, dtype: torch.dtype, what: str) -> None:
-    """triton_v4's bound: float32 within 2e-6 absolute; bf16/fp16 within one ulp of ref64 rounded once."""
-    assert out.dtype == dtype and out.shape == ref64.shape, f"{what}: got {out.dtype} {tuple(out.shape)}"
-    assert not out.isnan().any(), f"{what}: {int(out.isnan().sum())} elements not written (NaN poison left)"
-    if dtype == torch.float32:
-        err = (out.double() - ref64).abs().max().item()
-        assert err <= FLOAT32_ATOL, f"{what}: max abs error {err:.3g} > {FLOAT32_ATOL}"
-        return
-    r = ref64.to(dtype)
-    diff = (out.double() - r.double()).abs()
-    bad = diff > ulp(r)
-    assert not bad.any(), (
-        f"{what}: {int(bad.sum())} of {bad.numel()} elements more than one {dtype} ulp from the float64 reference, "
-        f"worst {(diff / ulp(r)).max().item():.2f} ulp"
-    )
-
-
-def make_inputs(layout: str, B: int, T: int, HQ: int, HK: int, D: int, dtype, device):
-    """q, k (B, T, H, D) in the requested memory layout, and the leaves that carry their grads."""
-    if layout == "qkv":  # views of a fused projection, as the model makes them
-        qkv = torch.randn(B, T, 3 * HQ * D, device=device).to(dtype).requires_grad_()
-        q, k, _ = qkv.view(B, T, 3, HQ, D).unbind(2)
-        return q, k
-    if layout == "gqa":  # the split views of a fused projection with fewer k heads
-        qkv = torch.randn(B, T, (HQ + 2 * HK) * D, device=device).to(dtype).requires_grad_()
-        q, k, _ = qkv.split([HQ * D, HK * D, HK * D], dim=-1)
-        return q.view(B, T, HQ, D), k.view(B, T, HK, D)
-    if layout == "transposed":  # (B, H, T, D) storage seen as (B, T, H, D)
-        q = torch.randn(B, HQ, T, D, device=device).to(dtype).transpose(1, 2)
-        k = torch.randn(B, HK, T, D, device=device).to(dtype).transpose(1, 2)
-        return q.requires_grad_(), k.requires_grad_()
-    if layout == "strided_d":  # last-dim stride 2
-        q = torch.randn(B, T, HQ, 2 * D, device=device).to(dtype)[..., ::2]
-        k = torch.randn(B, T, HK, 2 * D, device=device).to(dtype)[..., 1::2]
-        return q.requires_grad_(), k.requires_grad_()
-    assert layout == "contiguous"
-    q = torch.randn(B, T, HQ, D, device=device).to(dtype).requires_grad_()
-    k = torch.randn(B, T, HK, D, device=device).to(dtype).requires_grad_()
-    return q, k
-
-
-def make_positions(kind: str, B: int, T: int, max_seq_len: int, device):
-    if kind == "none":
-        return None
-    if kind == "t":
-        return torch.randperm(max_seq_len, device=device)[:T]
-    dtype = torch.int32 if kind == "bt_int32" else torch.int64
-    return torch.randint(0, max_seq_len, (B, T), device=device, dtype=dtype)
-
-
-def output_grads(shape_q, shape_k, dtype, device):
-    """Random output gradients; q's is non-contiguous so the backward reads strides too."""
-    B, T, HQ, D = shape_q
-    gq = torch.randn(B, HQ, T, D, device=device).to(dtype).transpose(1, 2)
-    gk = torch.randn(*shape_k, device=device).to(dtype)
-    return gq, gk
-
-
-def run_case(impl, dtype, variant, layout, pos_kind, B, T, HQ, HK, D, device, max_seq_len=None):
-    """Forward and backward of ``impl`` against the float64 reference (and v2 against torch's low precision)."""
-    max_seq_len = max_seq_len or T + 5
-    r = rope.build(impl, D, max_seq_len, variant=variant).to(device)
-    ref = rope.build("torch", D, max_seq_len, variant=variant, compute_dtype="float64").to(device)
-    q, k = make_inputs(layout, B, T, HQ, HK, D, dtype, device)
-    pos = make_positions(pos_kind, B, T, max_seq_len, device)
-    yq, yk = r(q, k, positions=pos)
-    gq, gk = output_grads(yq.shape, yk.shape, dtype, device)
-    dq, dk = torch.autograd.grad((yq, yk), (q, k), (gq, gk))
-
-    q64, k64 = q.detach().double().requires_grad_(), k.detach().double().requires_grad_()
-    rq, rk = ref(q64, k64, positions=pos)
-    rdq, rdk = torch.autograd.grad((rq, rk), (q64, k64), (gq.double(), gk.double()))
-    for name, y in (("yq", yq), ("yk", yk), ("dq", dq), ("dk", dk)):
-        assert not y.isnan().any(), f"{name}: {int(y.isnan().sum())} elements not written (NaN poison left)"
-    if variant == "partial":  # the zero-frequency quarter of each half passes through bit for bit
-        quarter = D // 4
-        for y, x in ((yq, q), (yk, k)):
-            assert torch.equal(y[..., quarter : 2 * quarter], x[..., quarter : 2 * quarter].detach())
-            assert torch.equal(y[..., 3 * quarter :], x[..., 3 * quarter :].detach())
-
-    if impl == "triton_v4" or dtype == torch.float32:
-        assert_precise(yq, rq, dtype, "q forward")
-        assert_precise(yk, rk, dtype, "k forward")
-        assert_precise(dq, rdq, dtype, "q backward")
-        assert_precise(dk, rdk, dtype, "k backward")
-    else:  # triton_v2: exactly the torch reference computing in the input dtype
-        low = rope.build("torch", D, max_seq_len, variant=variant, compute_dtype=DTYPE_NAMES[dtype]).to(device)
-        ql, kl = q.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
-        lq, lk = low(ql, kl, positions=pos)
-        ldq, ldk = torch.autograd.grad((lq, lk), (ql, kl), (gq, gk))
-        for name, y, want in (("yq", yq, lq), ("yk", yk, lk), ("dq", dq, ldq), ("dk", dk, ldk)):
-            assert y.dtype == dtype
-            assert torch.equal(y, want), f"{name}: max diff {(y.double() - want.double()).abs().max().item():.3g}"
 
 
 # -- fixtures ----------------------------------------------------------------------------------------
-@pytest.fixture(autouse=True)
-def fresh_seed():
-    """A new seed every run (printed, shown on failure); ROPE_TEST_SEED replays one."""
-    seed = int(os.environ.get("ROPE_TEST_SEED", "0")) or torch.seed()
-    torch.manual_seed(seed)
-    print(f"seed={seed} (replay with ROPE_TEST_SEED={seed})")
-    return seed
-
-
-@pytest.fixture(autouse=True)
-def poison_outputs(monkeypatch):
-    monkeypatch.setattr(triton_rope, "POISON_OUTPUTS", True)
-
-
 @pytest.fixture
 def no_launch(monkeypatch):
     """Fails the test if a kernel is launched: errors must come before any launch."""
@@ -211,7 +94,7 @@ def test_v2_equals_v4_on_float32(variant, device):
     pos = torch.randint(0, 32, (2, 9), device=device)
     outs = []
     for name in IMPLS:
-        r = rope.build(name, 64, 32, variant=variant).to(device)
+        r = build_poisoned(name, 64, 32, device, variant=variant)
         qq, kk = q.clone().requires_grad_(), k.clone().requires_grad_()
         y = r(qq, kk, positions=pos)
         outs.append((*y, *torch.autograd.grad(y, (qq, kk), g)))
@@ -221,7 +104,7 @@ def test_v2_equals_v4_on_float32(variant, device):
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_q_alone(impl, device):
-    r = rope.build(impl, 32, 16).to(device)
+    r = build_poisoned(impl, 32, 16, device)
     ref = rope.build("torch", 32, 16, compute_dtype="float64").to(device)
     q = torch.randn(2, 5, 3, 32, device=device, dtype=torch.bfloat16, requires_grad=True)
     y = r(q)
@@ -249,7 +132,7 @@ def test_views_are_not_copied(monkeypatch, device):
     B, T, H, D = 2, 5, 3, 32
     qkv = torch.randn(B, T, 3 * H * D, device=device, dtype=torch.bfloat16, requires_grad=True)
     q, k, _ = qkv.view(B, T, 3, H, D).unbind(2)
-    r = rope.build("triton_v4", D, 8).to(device)
+    r = build_poisoned("triton_v4", D, 8, device)
     yq, yk = r(q, k)
     assert seen == [(q.data_ptr(), q.stride(), k.data_ptr(), k.stride())]
     assert not q.is_contiguous() and yq.is_contiguous() and yk.is_contiguous()
@@ -268,7 +151,7 @@ def test_one_launch_for_q_and_k(monkeypatch, device):
             return kernel[grid]
 
     monkeypatch.setattr(triton_rope._kernels, "rope_kernel", Counting())
-    r = rope.build("triton_v4", 16, 8).to(device)
+    r = build_poisoned("triton_v4", 16, 8, device)
     q = torch.randn(1, 4, 2, 16, device=device, requires_grad=True)
     k = torch.randn(1, 4, 1, 16, device=device, requires_grad=True)
     yq, yk = r(q, k)
@@ -291,7 +174,7 @@ def test_launch_writes_every_element(device):
 
 
 def test_empty_batch(device):
-    r = rope.build("triton_v4", 16, 8).to(device)
+    r = build_poisoned("triton_v4", 16, 8, device)
     q = torch.randn(0, 4, 2, 16, device=device)
     yq, yk = r(q, q)
     assert yq.shape == q.shape and yk.shape == q.shape
@@ -299,7 +182,7 @@ def test_empty_batch(device):
 
 # -- errors before any launch -----------------------------------------------------------------------
 def _build(impl="triton_v4", D=32, max_seq_len=8, device="cpu", **kw):
-    return rope.build(impl, D, max_seq_len, **kw).to(device)
+    return build_poisoned(impl, D, max_seq_len, device, **kw)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -345,13 +228,6 @@ def test_sequence_longer_than_cache(device, no_launch):
         r(torch.randn(1, 5, 2, 32, device=device), torch.randn(1, 5, 2, 32, device=device))
 
 
-@pytest.mark.parametrize("variant,D", [("full", 31), ("partial", 30), ("full", 0)])
-@pytest.mark.parametrize("impl", IMPLS)
-def test_bad_head_dim(impl, variant, D):
-    with pytest.raises(ValueError, match="head_dim"):
-        rope.build(impl, D, 8, variant=variant)
-
-
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float64])
 def test_bad_dtype(dtype, device, no_launch):
     r = _build(device=device)
@@ -390,7 +266,7 @@ def test_config_file_builds(impl):
 def test_without_triton_names_stay_and_build_explains():
     code = (
         "import sys; sys.modules['triton'] = None\n"
-        "import rope\n"
+        "import rope, torch\n"
         "assert {'triton_v2', 'triton_v4'} <= set(rope.available()), rope.available()\n"
         "for name in ('triton_v2', 'triton_v4'):\n"
         "    try:\n"
@@ -399,6 +275,8 @@ def test_without_triton_names_stay_and_build_explains():
         "        assert 'triton' in str(e) and name in str(e), e\n"
         "    else:\n"
         "        raise SystemExit('build did not fail')\n"
+        "    reason = rope.get(name).unavailable_reason(torch.device('cuda'))\n"
+        "    assert reason and 'triton' in reason and name in reason, reason\n"
         "print('ok')\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -414,6 +292,7 @@ def test_custom_ops_opcheck(device):
     for op in (torch.ops.ropelab.rope_fwd.default, torch.ops.ropelab.rope_bwd.default):
         torch.library.opcheck(op, (q, k, r.cos, r.sin, pos, True, False))
         torch.library.opcheck(op, (q, None, r.cos, r.sin, None, False, True))
+        torch.library.opcheck(op, (q, k, r.cos, r.sin, pos, True, False, 256, 4, True))  # tile, warps, poison
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -532,3 +411,94 @@ def test_rotate_qkv_compiles_without_graph_breaks(impl, device):
     (g,) = torch.autograd.grad(compiled(qkv), qkv)
     (g_e,) = torch.autograd.grad(step(qkv), qkv)
     torch.testing.assert_close(g, g_e)
+
+
+# -- per-instance hooks: the launch configuration and the NaN poison ---------------------------------
+class _KernelSpy:
+    """Stands in for ``rope_kernel``: records each launch's grid and keywords, optionally runs it."""
+
+    def __init__(self, kernel, run: bool) -> None:
+        self.kernel, self.run, self.launches = kernel, run, []
+
+    def __getitem__(self, grid):
+        def call(*args, **kwargs):
+            self.launches.append((grid, kwargs))
+            if self.run:
+                self.kernel[grid](*args, **kwargs)
+
+        return call
+
+
+def test_default_launch_configuration_is_unchanged():
+    """The H100-tuned default (docs/kernels.md): 1024-element tiles, 8 warps."""
+    assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=1024, num_warps=8)
+    assert triton_rope.launch_config(128) == {"BR": 16, "HP": 64, "num_warps": 8}
+    assert triton_rope.launch_config(48) == {"BR": 32, "HP": 32, "num_warps": 8}
+    assert triton_rope.launch_config(128, triton_rope.LaunchConfig(4096, 4)) == {"BR": 64, "HP": 64, "num_warps": 4}
+
+
+@pytest.mark.parametrize("qkv_path", (False, True))
+def test_launch_config_is_per_instance(monkeypatch, device, qkv_path):
+    """An instance's ``launch_config`` reaches every launch it makes (forward and backward), and
+    leaves other instances on the default; the results do not depend on it."""
+    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
+    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    tuned, default = _build(D=16, device=device), _build(D=16, device=device)
+    tuned.launch_config = triton_rope.LaunchConfig(tile=64, num_warps=2)
+    qkv = torch.randn(2, 5, 3 * 2 * 16, device=device, requires_grad=True)
+    grads = []
+    for r in (tuned, default):
+        if qkv_path:
+            yq, yk, _ = r.rotate_qkv(qkv, 2)
+        else:
+            yq, yk = r(*qkv.view(2, 5, 3, 2, 16).unbind(2)[:2])
+        grads.append(torch.autograd.grad(yq.sum() + 2 * yk.sum(), qkv))
+    assert [(kw["BR"], kw["num_warps"]) for _, kw in spy.launches] == [(8, 2), (8, 2), (128, 8), (128, 8)]
+    assert torch.equal(grads[0][0], grads[1][0])
+
+
+def test_poison_outputs_fills_what_the_kernel_does_not_write(monkeypatch, device):
+    """With the kernel replaced by a no-op, poisoned outputs stay NaN and unpoisoned ones are just
+    allocated: the hook is what makes an unwritten element visible (and it is off by default)."""
+    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=False)
+    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    r = rope.build("triton_v4", 16, 8).to(device)
+    assert r.poison_outputs is False
+    q = torch.randn(1, 4, 2, 16, device=device)
+    r.poison_outputs = True
+    yq, yk = r(q, q)
+    assert yq.isnan().all() and yk.isnan().all()
+    qkv = torch.randn(1, 4, 3 * 16, device=device, requires_grad=True)
+    yq, yk, v = r.rotate_qkv(qkv, 1)
+    (dqkv,) = torch.autograd.grad(yq.sum() + yk.sum() + v.sum(), qkv)
+    assert dqkv[..., :32].isnan().all() and torch.equal(dqkv[..., 32:], torch.ones_like(dqkv[..., 32:]))
+    assert len(spy.launches) == 3
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_unavailable_reason(impl, monkeypatch):
+    """CUDA: available. CPU: only under the interpreter, else one line that names the way out."""
+    cls = rope.get(impl)
+    assert cls.unavailable_reason(torch.device("cuda")) is None
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert cls.unavailable_reason(torch.device("cpu")) is None
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    reason = cls.unavailable_reason(torch.device("cpu"))
+    assert reason == (f"rope={impl} runs on a CUDA GPU, or on the CPU under Triton's interpreter "
+                      "(TRITON_INTERPRET=1, slow); use rope=torch on this machine")
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert cls.unavailable_reason("cpu") == reason
+    assert rope.get("torch").unavailable_reason(torch.device("cpu")) is None
+
+
+def test_rotate_transposed_is_the_backward(device):
+    """The benchmark's backward-alone entry gives what autograd gives."""
+    r = _build(D=16, device=device)
+    q = torch.randn(2, 5, 3, 16, device=device, requires_grad=True)
+    k = torch.randn(2, 5, 1, 16, device=device, requires_grad=True)
+    gq, gk = torch.randn(2, 5, 3, 16, device=device), torch.randn(2, 5, 1, 16, device=device)
+    want = torch.autograd.grad(r(q, k), (q, k), (gq, gk))
+    got = r.rotate_transposed(gq, gk)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    dq, dk = r.rotate_transposed(gq, None)
+    assert torch.equal(dq, want[0]) and dk is None

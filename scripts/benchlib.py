@@ -1,0 +1,131 @@
+"""The benchmarks' shared harness: GPU timers, copy bandwidth, the RoPE list, table writers.
+
+``scripts/bench_rope.py`` (kernels) and ``scripts/bench_step.py`` (a training step) measure with
+the same timers and write the same kinds of files, so this module holds them once. Importing it
+needs no GPU (the benchmarks refuse to run without one, but still import and answer ``--help``).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import torch
+
+
+def require_cuda(script: str) -> None:
+    """Exit with one line unless a CUDA GPU is present: the benchmarks time GPU kernels."""
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{script} needs a CUDA GPU")
+
+
+def rope_names(selected: str | None, skip: Iterable[str] = ()) -> list[str]:
+    """The RoPE implementations to measure: ``selected`` (comma-separated) or every registered one
+    (``rope.available()``) but those in ``skip``, so a newly registered implementation is measured
+    without editing a list. Unknown names are refused with the valid ones."""
+    import rope
+
+    if selected:
+        names = [n.strip() for n in selected.split(",") if n.strip()]
+        unknown = [n for n in names if n not in rope.available()]
+        if unknown:
+            raise SystemExit(f"unknown RoPE implementation(s) {', '.join(unknown)}; available: "
+                             f"{', '.join(rope.available())}")
+        return names
+    return [n for n in rope.available() if n not in set(skip)]
+
+
+class Timer:
+    """GPU time (ms) of ``fn``: the lower of two medians over ``reps`` calls, each after an L2 flush.
+
+    A GPU sleep before each start event lets the host queue the call ahead of the GPU, so the time
+    is the kernels' and not Python's launch overhead; ``last_host_ms`` keeps the median host time
+    of one call (enqueueing only), to tell a host-bound measurement apart. Two passes, keeping the
+    lower median, damp a pass disturbed by the host (a few forward+backward medians of single
+    passes came out 3-10x too high on the H100 while the kernels alone were not).
+    """
+
+    def __init__(self, reps: int) -> None:
+        self.reps = reps
+        self.flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+        self.last_host_ms = math.nan
+
+    def _pass(self, fn: Callable[[], object], reps: int) -> tuple[float, float]:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        host = []
+        for s, e in zip(starts, ends, strict=True):
+            self.flush.zero_()
+            torch.cuda._sleep(4_000_000)  # ~2 ms of GPU idle: the host queues the timed work meanwhile
+            s.record()
+            t0 = time.perf_counter()
+            fn()
+            host.append((time.perf_counter() - t0) * 1e3)
+            e.record()
+        torch.cuda.synchronize()
+        gpu = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+        return gpu, statistics.median(host)
+
+    def __call__(self, fn: Callable[[], object], reps: int | None = None) -> float:
+        reps = reps or self.reps
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        (g1, h1), (g2, h2) = self._pass(fn, reps), self._pass(fn, reps)
+        self.last_host_ms = min(h1, h2)
+        return min(g1, g2)
+
+
+def event_times(step: Callable[[], object], warmup: int, iters: int) -> list[float]:
+    """Milliseconds of each of ``iters`` back-to-back calls (CUDA events around each) after ``warmup``.
+
+    No flush and no sleep: for steps long enough (a training step) that the host keeps ahead and the
+    caches are the step's own business.
+    """
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
+def copy_bandwidth(timer: Timer, nbytes: int = 2**30) -> float:
+    """Device-to-device copy bandwidth of an ``nbytes`` tensor in GB/s (bytes read + bytes written)."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = timer(lambda: dst.copy_(src), reps=30)
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def fmt(v: object, spec: str = ".3f") -> str:
+    """``v`` formatted, or empty for NaN/None (a measurement that does not apply)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return format(v, spec)
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric_from: int = 0) -> list[str]:
+    """Lines of a Markdown table; columns from ``numeric_from`` on are right-aligned (numbers)."""
+    align = ["---" if i < numeric_from else "---:" for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def write_csv(path: Path, rows: Sequence[dict]) -> None:
+    """``rows`` (dicts with the same keys) as a CSV file with a header line."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)

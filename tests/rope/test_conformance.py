@@ -1,0 +1,375 @@
+"""Conformance: every registered RoPE implementation computes the reference function.
+
+The entries are read from ``rope.available()`` when this file is imported, so an implementation is
+tested the moment it is registered (plus ``EXTRA_OPTIONS``: option sets that change the arithmetic).
+Each is checked against ``formula64``, an independent float64 transcription of the README's
+"Reference semantics" (nothing imported from ``rope``): forward and backward (against the formula's
+autograd), both variants, positions None / (T,) / (B, T), strided views (a fused qkv projection,
+a transposed layout, a stride-2 head dim), k with fewer heads, ``rotate_qkv``, q alone, odd sizes,
+outputs poisoned with NaN (``poison_outputs``), and the errors of bad builds and bad calls.
+
+An entry declares its arithmetic through ``describe()["compute_dtype"]``, and that picks its bound:
+
+* ``"none"``: the identity; the outputs are the input tensors themselves.
+* ``"float32"`` (the base class's default) or ``"float64"``: float32 inputs within 2e-6 absolute
+  of the formula (inputs are standard normal); bf16 (and fp16) inputs within one ulp of the
+  formula rounded once, plus 2**-22 (|x1| + |x2|) for the float32 evaluation (a plain float32
+  ``x1*c + x2*s`` is no more accurate than that where the two products nearly cancel, which makes
+  the torch reference 2-21 ulps off at about 1 element in 2 million; ``test_triton.py`` holds
+  ``triton_v4`` to one ulp everywhere).
+* low precision (``"input"`` on bf16/fp16 inputs, ``"bfloat16"``, ``"float16"``): within
+  5 u (|x1| + |x2|), u the unit roundoff of the arithmetic (2**-8 for bf16, 2**-11 for fp16):
+  the input, cos/sin, each product and the sum are rounded once each (4 u at worst), plus a margin.
+
+The pair scale |x1| + |x2| is that of the rotated pair (of the output gradient, for gradients).
+With ``variant="partial"`` the zero-frequency quarter of each half must pass through bit for bit,
+unless the arithmetic is coarser than the input (torch computing in bf16 on float32 inputs).
+Shapes are small: on a CPU the Triton entries run under the Triton interpreter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+import rope
+from rope.numerics import ulp
+
+from .cases import LAYOUTS, POSITIONS, make_inputs, make_positions, output_grads
+
+#: Option sets, beyond each entry's defaults, that change its arithmetic (and so its bound).
+EXTRA_OPTIONS = {"torch": [{"compute_dtype": "bfloat16"}]}
+
+
+def _entries() -> list:
+    out = [pytest.param(name, {}, id=name) for name in rope.available()]
+    for name, option_sets in EXTRA_OPTIONS.items():
+        if name in rope.available():
+            out += [pytest.param(name, opts, id="-".join([name, *(f"{k}={v}" for k, v in opts.items())]))
+                    for opts in option_sets]
+    return out
+
+
+ENTRIES = _entries()
+FLOAT32_ATOL = 2e-6
+FLOAT32_EVAL = 2.0**-22  # relative to |x1| + |x2|: float32 evaluation of x1*c + x2*s
+LOW_PRECISION_UNITS = 5  # in unit roundoffs, relative to |x1| + |x2|
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+VARIANTS = ("partial", "full")
+HEAD_DIMS = (48, 16, 80)
+
+
+# -- the independent formula ------------------------------------------------------------------------
+def formula64(x: torch.Tensor, positions: torch.Tensor, base: float, variant: str) -> torch.Tensor:
+    """Independent float64 RoPE, from the definition: differentiable, so its autograd gives gradients."""
+    B, T, H, D = x.shape
+    half = D // 2
+    if variant == "partial":
+        q = D // 4
+        freqs = [(1.0 / base) ** (i / (q - 1) if q > 1 else 0.0) for i in range(q)] + [0.0] * q
+    else:
+        freqs = [base ** (-2.0 * i / D) for i in range(half)]
+    f = torch.tensor(freqs, dtype=torch.float64, device=x.device)
+    theta = positions.double()[..., None] * f  # (T, half) or (B, T, half)
+    cos, sin = theta.cos(), theta.sin()
+    if cos.dim() == 2:
+        cos, sin = cos[None, :, None, :], sin[None, :, None, :]
+    else:
+        cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    x = x.double()
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1)
+
+
+def pair_scale(x: torch.Tensor) -> torch.Tensor:
+    """|x1| + |x2| of the pair each element belongs to, in x's shape (float64)."""
+    x1, x2 = x.detach().double().abs().chunk(2, dim=-1)
+    s = x1 + x2
+    return torch.cat([s, s], dim=-1)
+
+
+# -- building an entry and judging its output -----------------------------------------------------------
+def build(name: str, opts: dict, D: int, max_seq_len: int, device: torch.device,
+          variant: str = "partial") -> rope.RotaryEmbedding:
+    """The entry on ``device`` with the NaN-poison hook on; skipped where it cannot run."""
+    reason = rope.get(name).unavailable_reason(device)
+    if reason is not None:
+        pytest.skip(reason)
+    r = rope.build(name, D, max_seq_len, variant=variant, **opts).to(device)
+    r.poison_outputs = True
+    return r
+
+
+def arithmetic(r: rope.RotaryEmbedding, dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype ``r`` effectively computes in on ``dtype`` inputs (the coarser of the two); None = identity."""
+    declared = r.describe()["compute_dtype"]
+    if declared == "none":
+        return None
+    compute = dtype if declared == "input" else getattr(torch, declared)
+    return compute if torch.finfo(compute).eps > torch.finfo(dtype).eps else dtype
+
+
+def assert_conforms(out: torch.Tensor, ref64: torch.Tensor, scale: torch.Tensor, arith: torch.dtype,
+                    dtype: torch.dtype, what: str) -> None:
+    """``out`` has ``dtype`` and lies within the bound of its arithmetic (module docstring) of ``ref64``."""
+    assert out.dtype == dtype, f"{what}: dtype {out.dtype}, expected the input's {dtype}"
+    assert out.shape == ref64.shape, f"{what}: shape {tuple(out.shape)}, expected {tuple(ref64.shape)}"
+    assert not out.isnan().any(), f"{what}: {int(out.isnan().sum())} elements not written (NaN poison left)"
+    err = (out.double() - ref64).abs()
+    if torch.finfo(arith).eps > torch.finfo(torch.float32).eps:
+        bound = LOW_PRECISION_UNITS * torch.finfo(arith).eps / 2 * scale
+    elif dtype == torch.float32:
+        bound = torch.full_like(err, FLOAT32_ATOL)
+    else:
+        rounded = ref64.to(dtype)
+        err = (out.double() - rounded.double()).abs()
+        bound = ulp(rounded, dtype) + FLOAT32_EVAL * scale
+    bad = err > bound
+    assert not bad.any(), (
+        f"{what} ({dtype}, {arith} arithmetic): {int(bad.sum())} of {bad.numel()} elements beyond the bound, "
+        f"worst {(err / bound).max().item():.3g}x the bound (max abs error {err.max().item():.3g})"
+    )
+
+
+def assert_passes_through(y: torch.Tensor, x: torch.Tensor) -> None:
+    """variant=partial: the zero-frequency quarter of each half comes out bit for bit."""
+    quarter = x.shape[-1] // 4
+    assert torch.equal(y[..., quarter : 2 * quarter], x[..., quarter : 2 * quarter].detach())
+    assert torch.equal(y[..., 3 * quarter :], x[..., 3 * quarter :].detach())
+
+
+def _leaf64(x: torch.Tensor) -> torch.Tensor:
+    return x.detach().double().requires_grad_()
+
+
+# -- forward and backward ----------------------------------------------------------------------------
+# Every (dtype, variant, layout) once, the position kinds and head dims taken in turn: all 20
+# (layout, positions) pairs appear, each head dim with both variants and dtypes.
+CASES = [
+    (dtype, variant, layout, POSITIONS[i % len(POSITIONS)], HEAD_DIMS[i % len(HEAD_DIMS)])
+    for i, (dtype, variant, layout) in enumerate(itertools.product(DTYPES, VARIANTS, LAYOUTS))
+]
+
+
+def _case_id(case) -> str:
+    dtype, variant, layout, pos, D = case
+    return f"{str(dtype).removeprefix('torch.')}-{variant}-{layout}-pos_{pos}-D{D}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_forward_and_backward_match_formula(name, opts, case, device):
+    """q, k in a memory layout (GQA: 2 k heads for 3 q heads), forward and gradients against formula64."""
+    dtype, variant, layout, pos_kind, D = case
+    B, T, HQ, HK, max_seq_len = 2, 7, 3, 2 if layout == "gqa" else 3, 12
+    r = build(name, opts, D, max_seq_len, device, variant)
+    q, k = make_inputs(layout, B, T, HQ, HK, D, dtype, device)
+    pos = make_positions(pos_kind, B, T, max_seq_len, device)
+    yq, yk = r(q, k, positions=pos)
+    arith = arithmetic(r, dtype)
+    if arith is None:
+        assert yq is q and yk is k
+        return
+    gq, gk = output_grads(yq.shape, yk.shape, dtype, device)
+    dq, dk = torch.autograd.grad((yq, yk), (q, k), (gq, gk))
+    q64, k64 = _leaf64(q), _leaf64(k)
+    rows = torch.arange(T, device=device) if pos is None else pos
+    rq, rk = formula64(q64, rows, r.base, variant), formula64(k64, rows, r.base, variant)
+    rdq, rdk = torch.autograd.grad((rq, rk), (q64, k64), (gq.double(), gk.double()))
+    assert_conforms(yq, rq, pair_scale(q), arith, dtype, "q forward")
+    assert_conforms(yk, rk, pair_scale(k), arith, dtype, "k forward")
+    assert_conforms(dq, rdq, pair_scale(gq), arith, dtype, "q backward")
+    assert_conforms(dk, rdk, pair_scale(gk), arith, dtype, "k backward")
+    if variant == "partial" and arith == dtype:
+        assert_passes_through(yq, q)
+        assert_passes_through(yk, k)
+    if layout == "gqa":  # k's rotation does not depend on q (or its head count)
+        assert torch.equal(r(k.detach(), positions=pos), yk.detach())
+
+
+@pytest.mark.parametrize(
+    "variant,D",
+    [("partial", d) for d in (16, 32, 48, 64, 80, 128, 256)]
+    + [("full", d) for d in (16, 18, 32, 48, 64, 80, 128, 256)],
+)
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_head_dims(name, opts, variant, D, device):
+    """Head dims from 16 to 256 (80: no power of two; 18: full only), T=37, float32; the tables."""
+    T, max_seq_len = 37, 64
+    r = build(name, opts, D, max_seq_len, device, variant)
+    assert r.cos.dtype == torch.float32 and r.cos.shape == (max_seq_len, D // 2)
+    assert r.sin.dtype == torch.float32 and r.sin.shape == (max_seq_len, D // 2)
+    x = torch.randn(2, T, 3, D, device=device)
+    y = r(x)
+    arith = arithmetic(r, x.dtype)
+    if arith is None:
+        assert y is x
+        return
+    ref = formula64(x, torch.arange(T, device=device), r.base, variant)
+    assert_conforms(y, ref, pair_scale(x), arith, x.dtype, "forward")
+    if variant == "partial":  # the first quarter does rotate (beyond position 0), the rest passes
+        assert not torch.allclose(y[:, 1:, :, : D // 4], x[:, 1:, :, : D // 4])
+        if arith == x.dtype:
+            assert_passes_through(y, x)
+
+
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_positions_select_cache_rows(name, opts, device):
+    """(T,) positions with repeats and the last cache row, and (B, T) positions over the whole cache."""
+    D, max_seq_len = 32, 64
+    r = build(name, opts, D, max_seq_len, device)
+    x = torch.randn(2, 5, 3, D, device=device)
+    for pos in (torch.tensor([7, 0, 63, 12, 12], device=device), torch.randint(0, 64, (2, 5), device=device)):
+        y = r(x, positions=pos)
+        arith = arithmetic(r, x.dtype)
+        if arith is None:
+            assert y is x
+            continue
+        ref = formula64(x, pos, r.base, "partial")
+        assert_conforms(y, ref, pair_scale(x), arith, x.dtype, f"positions {tuple(pos.shape)}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_q_alone(name, opts, dtype, device):
+    """r(q) returns one tensor: forward and gradient against the formula."""
+    D, T = 32, 13
+    r = build(name, opts, D, 16, device)
+    q = torch.randn(2, T, 5, D, device=device).to(dtype).requires_grad_()
+    y = r(q)
+    assert isinstance(y, torch.Tensor) and y.shape == q.shape and y.dtype == dtype
+    arith = arithmetic(r, dtype)
+    if arith is None:
+        assert y is q
+        return
+    g = torch.randn(y.shape, device=device).to(dtype)
+    (dq,) = torch.autograd.grad(y, q, g)
+    q64 = _leaf64(q)
+    y64 = formula64(q64, torch.arange(T, device=device), r.base, "partial")
+    (dq64,) = torch.autograd.grad(y64, q64, g.double())
+    assert_conforms(y, y64, pair_scale(q), arith, dtype, "forward")
+    assert_conforms(dq, dq64, pair_scale(g), arith, dtype, "backward")
+
+
+# -- the fused projection ----------------------------------------------------------------------------
+def _split(qkv: torch.Tensor, hq: int, hk: int, D: int):
+    B, T, _ = qkv.shape
+    q, k, v = qkv.split([hq * D, hk * D, hk * D], dim=-1)
+    return q.reshape(B, T, hq, D), k.reshape(B, T, hk, D), v.reshape(B, T, hk, D)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("HQ,HK,pos_kind", [(3, 3, "none"), (4, 2, "bt"), (5, 1, "t")])
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_rotate_qkv(name, opts, dtype, HQ, HK, pos_kind, device):
+    """q, k rotated, v the untouched view of qkv, and d qkv against the formula's autograd."""
+    B, T, D = 2, 7, 48
+    r = build(name, opts, D, 12, device)
+    qkv = torch.randn(B, T, (HQ + 2 * HK) * D, device=device).to(dtype).requires_grad_()
+    pos = make_positions(pos_kind, B, T, 12, device)
+    yq, yk, v = r.rotate_qkv(qkv, HQ, HK, positions=pos)
+    assert v.data_ptr() == qkv.data_ptr() + (HQ + HK) * D * qkv.element_size()  # v is the view itself
+    assert torch.equal(v, qkv[..., (HQ + HK) * D :].view(B, T, HK, D))
+    arith = arithmetic(r, dtype)
+    q, k, _ = _split(qkv.detach(), HQ, HK, D)
+    if arith is None:
+        assert torch.equal(yq, q) and torch.equal(yk, k) and yq.data_ptr() == qkv.data_ptr()
+        return
+    grads = [torch.randn(t.shape, device=device).to(dtype) for t in (yq, yk, v)]
+    (dqkv,) = torch.autograd.grad((yq, yk, v), qkv, grads)
+    x64 = _leaf64(qkv)
+    q64, k64, v64 = _split(x64, HQ, HK, D)
+    rows = torch.arange(T, device=device) if pos is None else pos
+    rq, rk = formula64(q64, rows, r.base, "partial"), formula64(k64, rows, r.base, "partial")
+    (rdqkv,) = torch.autograd.grad((rq, rk, v64), x64, [g.double() for g in grads])
+    assert_conforms(yq, rq, pair_scale(q), arith, dtype, "q forward")
+    assert_conforms(yk, rk, pair_scale(k), arith, dtype, "k forward")
+    dq, dk, dv = _split(dqkv, HQ, HK, D)
+    rdq, rdk, _ = _split(rdqkv, HQ, HK, D)
+    assert_conforms(dq, rdq, pair_scale(grads[0]), arith, dtype, "d qkv (q part)")
+    assert_conforms(dk, rdk, pair_scale(grads[1]), arith, dtype, "d qkv (k part)")
+    assert torch.equal(dv, grads[2]), "d qkv (v part) must be v's gradient as it came"
+
+
+# -- errors --------------------------------------------------------------------------------------------
+def _x(device, *shape, dtype=torch.float32):
+    return torch.randn(*shape, device=device).to(dtype)
+
+
+# name -> (call on a module built for head_dim 32, max_seq_len 16; exception; message pattern)
+BAD_CALLS = {
+    "rank": (lambda r, d: r(_x(d, 4, 2, 32)), ValueError, r"shape \(B, T, H, D\)"),
+    "head_dim": (lambda r, d: r(_x(d, 1, 4, 2, 16)), ValueError, "head_dim=32"),
+    "beyond_cache": (lambda r, d: r(_x(d, 1, 17, 2, 32)), ValueError, "max_seq_len=16"),
+    "not_floating": (lambda r, d: r(torch.ones(1, 4, 2, 32, device=d, dtype=torch.int64)), TypeError, "floating"),
+    "qk_batch": (lambda r, d: r(_x(d, 1, 4, 2, 32), _x(d, 2, 4, 2, 32)), ValueError, "agree in B, T and D"),
+    "qk_time": (lambda r, d: r(_x(d, 1, 4, 2, 32), _x(d, 1, 3, 2, 32)), ValueError, "agree in B, T and D"),
+    "qk_head_dim": (lambda r, d: r(_x(d, 1, 4, 2, 32), _x(d, 1, 4, 2, 16)), ValueError, "head dim 16|agree"),
+    "qk_dtype": (lambda r, d: r(_x(d, 1, 4, 2, 32), _x(d, 1, 4, 2, 32, dtype=torch.bfloat16)), TypeError,
+                 "same dtype"),
+    "positions_high": (lambda r, d: r(_x(d, 1, 4, 2, 32), positions=torch.tensor([0, 1, 2, 16], device=d)),
+                       ValueError, "positions must lie in"),
+    "positions_negative": (lambda r, d: r(_x(d, 1, 4, 2, 32), positions=torch.tensor([0, -1, 2, 3], device=d)),
+                           ValueError, "positions must lie in"),
+    "positions_float": (lambda r, d: r(_x(d, 1, 4, 2, 32), positions=torch.arange(4.0, device=d)), TypeError,
+                        "integer"),
+    "positions_shape": (lambda r, d: r(_x(d, 2, 4, 2, 32), positions=torch.zeros(3, 4, dtype=torch.long, device=d)),
+                        ValueError, "shape"),
+    "qkv_width": (lambda r, d: r.rotate_qkv(_x(d, 1, 4, 90), 2, 1), ValueError, r"qkv must have shape .*\(B, T, 128\)"),
+    "qkv_rank": (lambda r, d: r.rotate_qkv(_x(d, 4, 192), 2, 2), ValueError, "qkv must have shape"),
+    "qkv_n_head": (lambda r, d: r.rotate_qkv(_x(d, 1, 4, 128), 0, 1), ValueError, "n_head must be a positive int"),
+    "qkv_n_kv_head": (lambda r, d: r.rotate_qkv(_x(d, 1, 4, 128), 2, 1.5), ValueError,
+                      "n_kv_head must be a positive int"),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_CALLS))
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_bad_calls_are_refused(name, opts, bad, device):
+    call, exc, match = BAD_CALLS[bad]
+    r = build(name, opts, 32, 16, device)
+    with pytest.raises(exc, match=match):
+        call(r, device)
+
+
+# (build arguments over head_dim=32, max_seq_len=16; the argument named; message pattern)
+BAD_BUILDS = [
+    ({"head_dim": 30}, "head_dim", "multiple of 4"),
+    ({"head_dim": 31, "variant": "full"}, "head_dim", "even"),
+    ({"head_dim": 0, "variant": "full"}, "head_dim", "positive int"),
+    ({"variant": "diagonal"}, "variant", "variant"),
+    ({"max_seq_len": 0}, "max_seq_len", "max_seq_len"),
+    ({"base": 0.0}, "base", "base"),
+    ({"base": math.inf}, "base", "base"),
+    ({"no_such_option": 1}, "no_such_option", "no_such_option"),
+]
+
+
+@pytest.mark.parametrize("kwargs,argument,match", BAD_BUILDS, ids=[f"{b[1]}-{i}" for i, b in enumerate(BAD_BUILDS)])
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_bad_builds_are_refused(name, opts, kwargs, argument, match):
+    """check_args and build refuse the same arguments with the same RopeArgumentError."""
+    args = {"head_dim": 32, "max_seq_len": 16, **opts, **kwargs}
+    with pytest.raises(rope.RopeArgumentError, match=match) as checked:
+        rope.check_args(name, **args)
+    with pytest.raises(rope.RopeArgumentError, match=match) as built:
+        rope.build(name, **args)
+    assert checked.value.argument == built.value.argument == argument
+    assert str(checked.value) == str(built.value)
+    if argument == "no_such_option":
+        assert isinstance(built.value, TypeError)  # what Python says of an unexpected keyword
+
+
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_check_args_allocates_nothing(name, opts):
+    """A cache of 10**12 positions would need terabytes: check_args must not build the tables."""
+    rope.check_args(name, 64, 10**12, **opts)
+
+
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_unavailable_reason_is_none_or_one_line(name, opts, device):
+    reason = rope.get(name).unavailable_reason(device)
+    assert reason is None or (isinstance(reason, str) and reason and "\n" not in reason)
