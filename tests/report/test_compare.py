@@ -28,17 +28,16 @@ from llm.report import (
 )
 from llm.report.callback import CompareOnMultirunEnd
 
+from .synthetic import CONFIG as SYNTHETIC_CONFIG
+
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
+# the synthetic runs' config (tests/report/synthetic.py), with the keys these older tests also vary
 BASE_CONFIG = {
-    "seed": 0,
-    "rope": {"name": "torch", "variant": "partial", "base": 10000.0, "compute_dtype": "float32"},
-    "model": {"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "seq_len": 128},
-    "data": {"name": "tinystories"},
-    "tokenizer": {"name": "gpt2"},
-    "train": {"max_steps": 100, "batch_size": 8, "grad_accum": 1, "lr": 1e-3, "eval_every": 50,
-              "eval_batches": 4, "compile": False, "ckpt_every": 0, "resume": False},
+    **SYNTHETIC_CONFIG,
+    "train": {**SYNTHETIC_CONFIG["train"], "lr": 1e-3, "eval_batches": 4, "compile": False, "ckpt_every": 0,
+              "resume": False},
     "optim": {"name": "adamw", "weight_decay": 0.1},
     "logger": {"name": "jsonl"},
     "sweep": {"name": "test"},
