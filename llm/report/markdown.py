@@ -12,11 +12,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from llm.config_keys import flatten
 from llm.fileio import write_text_atomic
 from llm.report.analysis import METRICS, SHORT_METRICS, Group, GroupComparison
 from llm.report.compare import CURVES_FILE, DELTA_FILE, SPEED_FILE, Report
 from llm.report.fidelity import fidelity_rows
-from llm.report.mixed import MISSING, describe_differences, flatten, fmt_value
+from llm.report.mixed import MISSING, describe_differences, fmt_value
 from llm.report.runs import Run, get_dotted
 from llm.report.stats import BETTER, EQUIVALENT, INCONCLUSIVE, MAX_SEEDS, SINGLE, WELCH, WORSE, Comparison
 

@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from llm.config_keys import covered, flatten
 from llm.report.errors import MixedRunsError
 from llm.report.runs import Run
 
@@ -20,20 +21,8 @@ IGNORED_KEYS = ("rope", "seed", "logger", "out_dir", "hydra", "train.resume", "s
 MISSING = "<missing>"
 
 
-def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as ``{"a.b": value}``; an empty dict stays a value, so its presence still compares."""
-    if isinstance(d, dict):
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        if not d and prefix:
-            out[prefix[:-1]] = {}
-        return out
-    return {prefix[:-1]: d}
-
-
 def _ignored(key: str) -> bool:
-    return any(key == p or key.startswith(p + ".") for p in IGNORED_KEYS)
+    return covered(key, IGNORED_KEYS)
 
 
 def fmt_value(v: Any) -> str:

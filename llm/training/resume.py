@@ -11,10 +11,10 @@ would be neither the old run nor a new one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from llm.config_keys import covered, flatten
 from llm.errors import ResumeError
 
 #: Keys that belong to one invocation, never to the run: taken from the resume command, not the checkpoint.
@@ -23,19 +23,6 @@ PER_INVOCATION = ("train.resume", "train.stop_at_step", "device", "cache_dir", "
 SAFE_TO_CHANGE = ("train.max_steps", "train.eval_every", "train.log_every", "train.ckpt_every",
                   "train.keep_checkpoints", "train.skip_nonfinite", "train.peak_tflops", "train.compile",
                   "sweep")
-
-
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out or {prefix[:-1]: {}}
-    return {prefix[:-1]: d}
-
-
-def _covers(prefixes: Iterable[str], key: str) -> bool:
-    return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
 def override_keys(overrides: Iterable[str]) -> list[str]:
@@ -54,16 +41,16 @@ def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Ite
     cannot honour (model, data, optimizer, RoPE, seed, ...).
     """
     requested = override_keys(overrides)
-    new = _flatten(OmegaConf.to_container(composed, resolve=True))
-    old = _flatten(dict(saved))
+    new = flatten(OmegaConf.to_container(composed, resolve=True))
+    old = flatten(dict(saved))
     result = OmegaConf.create(dict(saved))
     refused = []
     for key in sorted(set(new) | set(old)):
-        if _covers(PER_INVOCATION, key) or key not in old:  # per invocation, or a key newer than the run
+        if covered(key, PER_INVOCATION) or key not in old:  # per invocation, or a key newer than the run
             value = new.get(key)
-        elif new.get(key) == old.get(key) or not _covers(requested, key):
+        elif new.get(key) == old.get(key) or not covered(key, requested):
             continue  # unchanged, or only a default of the resume command: the saved run wins
-        elif _covers(SAFE_TO_CHANGE, key):
+        elif covered(key, SAFE_TO_CHANGE):
             value = new.get(key)
         else:
             refused.append(f"{key} (saved {old.get(key, '<absent>')!r}, asked {new.get(key, '<absent>')!r})")
