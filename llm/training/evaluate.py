@@ -36,13 +36,12 @@ def evaluate(model: torch.nn.Module, val_tokens: np.ndarray, batch_size: int, se
             continue
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with autocast:
-            logits, _ = model(x, y)
+            logits, _ = model(x)  # per-token losses below; the model's own mean would be computed twice
         token_loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
         window = token_loss.double().mean(dim=1)
         pred = logits[..., :vocab_size].argmax(dim=-1)
-        totals += torch.stack([token_loss.double().sum(), (pred == y).sum().double(), torch.tensor(
-            float(y.numel()), dtype=torch.float64, device=device), torch.tensor(
-            float(len(window)), dtype=torch.float64, device=device), window.sum(), (window**2).sum()])
+        totals += torch.stack([token_loss.double().sum(), (pred == y).sum().double(), window.new_tensor(y.numel()),
+                               window.new_tensor(len(window)), window.sum(), (window**2).sum()])
     all_reduce_sum(totals, dist_info)
     model.train(was_training)
     loss_sum, correct, tokens, windows, w_sum, w_sq = totals.tolist()
