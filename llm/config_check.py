@@ -28,9 +28,10 @@ __all__ = ["ConfigError", "validate_config"]
 _ROPE_KEYS = {"head_dim": "model.n_embd/model.n_head", "max_seq_len": "rope.max_seq_len"}
 
 
-def _as_config_error(group_check, *args) -> None:
+def _as_config_error(group_check, *args):
+    """Run one group's own check; its ValueError/TypeError becomes a ConfigError (same one-line message)."""
     try:
-        group_check(*args)
+        return group_check(*args)
     except ConfigError:
         raise
     except (ValueError, TypeError) as e:
@@ -79,10 +80,7 @@ def validate_config(cfg: DictConfig, world_size: int = 1) -> None:
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"seed={seed!r} must be an integer")
     device = resolve_device(str(cfg.get("device", "auto")))
-    try:
-        model_cfg = check_model_config(cfg.model)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    model_cfg = _as_config_error(check_model_config, cfg.model)
     _as_config_error(check_train_config, cfg.train, world_size)
     _as_config_error(check_optim_config, cfg.optim)
     _check_rope(cfg, model_cfg.head_dim, device)
