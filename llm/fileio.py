@@ -110,6 +110,29 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
+def read_jsonl(path: str | os.PathLike) -> tuple[list[dict], int]:
+    """The JSON objects of a line-per-record file and how many unreadable lines were skipped.
+
+    Appended files (``metrics.jsonl``) are not written atomically: a crash can leave a torn last
+    line, which readers skip (and report) rather than fail on.
+    """
+    records, dropped = [], 0
+    path = Path(path)
+    if not path.is_file():
+        return records, dropped
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            dropped += 1
+            continue
+        if isinstance(obj, dict):
+            records.append(obj)
+    return records, dropped
+
+
 def remove_stale_temps(directory: str | os.PathLike) -> list[Path]:
     """Delete temporaries a killed writer left in ``directory`` (call only while owning it); returns them."""
     directory = Path(directory)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import rope
+from llm.fileio import read_jsonl
 from llm.report.errors import NoRunsError
 
 log = logging.getLogger(__name__)
@@ -220,20 +221,7 @@ def _load_config(run_dir: Path, warn: bool = True) -> dict[str, Any]:
 
 def _load_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / METRICS_FILE
-    if not path.is_file():
-        return []
-    out, bad = [], 0
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:  # e.g. a line cut short by a killed run
-            bad += 1
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
+    out, bad = read_jsonl(path)  # a line cut short by a killed run is skipped, not fatal
     if bad:
         log.warning("%s: skipped %d unreadable line(s)", path, bad)
     return out

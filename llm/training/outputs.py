@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from llm.fileio import DiskFullError, write_json_atomic, write_text_atomic
+from llm.fileio import DiskFullError, read_jsonl, write_json_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -32,21 +32,6 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def read_metrics_lines(path: Path) -> tuple[list[dict], int]:
-    """The records of a metrics file and how many unreadable lines were dropped (a torn last line)."""
-    records, dropped = [], 0
-    if not path.exists():
-        return records, dropped
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            dropped += 1
-    return records, dropped
-
-
 def truncate_metrics(path: Path, step: int) -> None:
     """Keep only lines up to ``step`` (they are logged again, identically, after a resume).
 
@@ -54,7 +39,7 @@ def truncate_metrics(path: Path, step: int) -> None:
     """
     if not path.exists():
         return
-    records, dropped = read_metrics_lines(path)
+    records, dropped = read_jsonl(path)
     if dropped:
         log.warning(f"{path}: dropped {dropped} unreadable line(s) (a write cut short by a crash)")
     write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records if r.get("step", 0) <= step))
