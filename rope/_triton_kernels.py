@@ -9,12 +9,21 @@ One kernel serves both entries, both directions and both tensors:
 * ``INVERSE`` (constexpr) negates ``sin``: the transposed rotation, i.e. the backward pass
   ``dx1 = dy1 c - dy2 s``, ``dx2 = dy1 s + dy2 c``.
 * Rows. A tensor (B, T, H, D) is seen as B*T*H rows of D elements (a row = one head of one
-  token, found through the tensor's own strides); a program rotates BR consecutive rows, loading
-  each half of a row whole (x1, x2: BR x D/2 tiles, no padding of the head count). The programs of
-  q come first, then those of k, so q and k are rotated in one launch. Consecutive rows share a
-  token, so the cos/sin rows a program gathers are mostly L1/L2 hits.
-* Partial rotation: the columns [NROT, D/2) of each half have frequency 0; they are loaded with
-  cos 1 and sin 0 (masked table loads) and so pass through exactly, as in the reference.
+  token, found through the tensor's own strides); a program rotates BR consecutive rows. The
+  programs of q come first, then those of k, so q and k are rotated in one launch. Consecutive rows
+  share a token, so the cos/sin rows a program gathers are mostly L1/L2 hits.
+* Chunks. A row is R2 rotated pairs then PASS copied elements (``rotary_dim`` < D). The pairs are
+  taken CW at a time, CW a power of two dividing R2 (constexpr; a static loop), so no load is
+  masked along the row and every access vectorises, whatever the head size: padding D/2 to a power
+  of two instead (the previous kernel) idled up to 37% of the lanes and, with a runtime D/2 that is
+  not a multiple of 16, lost the vector loads altogether (44% of copy bandwidth at D=48).
+* Layouts. ``INTERLEAVED`` pairs (2i, 2i + 1): a chunk is loaded as one contiguous BR x 2CW tile
+  and split into its even and odd elements (``tl.split``), then joined back for the store; the
+  half layout pairs (i, i + R2) with two BR x CW tiles.
+* Partial rotation: pairs [NROT, R2) have frequency 0; they use cos 1 and sin 0 (no table load
+  for a chunk lying wholly there) and so pass through exactly, as in the reference.
+* Positions outside the table (only possible with ``positions``, unchecked on the host on a GPU
+  to spare a synchronisation) give NaN rows rather than another row's rotation.
 
 The float32 path evaluates ``a*c + b*s`` as ``fma(a, c, p) + fma(b, s, -p)`` with ``p = b*s``:
 the second fma is the exact rounding error of ``p``, so the result is within one float32
@@ -86,39 +95,8 @@ def _narrow(x, DT: tl.constexpr, EMULATE: tl.constexpr):
 
 
 @triton.jit
-def _rotate_rows(
-    x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod,
-    cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
-    r0, NR, T, H, HALF, NROT,
-    BR: tl.constexpr, HP: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr,
-    INVERSE: tl.constexpr, EMULATE: tl.constexpr,
-):
-    """Rotate rows [r0, r0 + BR) of one tensor seen as B*T*H rows of D: no head padding, whole halves."""
-    DT: tl.constexpr = o_ptr.dtype.element_ty
-    r = r0 + tl.arange(0, BR)
-    rm = r < NR
-    h = r % H
-    bt = r // H
-    t = (bt % T).to(tl.int64)
-    b = (bt // T).to(tl.int64)
-    x_row = (b * sxb + t * sxt + h.to(tl.int64) * sxh)[:, None]
-    o_row = (b * sob + t * sot + h.to(tl.int64) * soh)[:, None]
-    col = tl.arange(0, HP)[None, :]
-    xm = rm[:, None] & (col < HALF)
-    x1 = tl.load(x_ptr + x_row + col * sxd, mask=xm)
-    x2 = tl.load(x_ptr + x_row + (HALF + col) * sxd, mask=xm)
-    if HAS_POS:
-        pos = tl.load(pos_ptr + b * spb + t * spt, mask=rm, other=0).to(tl.int64)
-    else:
-        pos = t
-    # Columns [NROT, HALF) have frequency 0: cos 1, sin 0 (exact pass-through for finite x).
-    cm = rm[:, None] & (col < NROT)
-    c = tl.load(cos_ptr + pos[:, None] * s_cs + col, mask=cm, other=1.0, eviction_policy="evict_last").to(tl.float32)
-    s = tl.load(sin_ptr + pos[:, None] * s_cs + col, mask=cm, other=0.0, eviction_policy="evict_last").to(tl.float32)
-    if INVERSE:
-        s = -s
-    x1 = x1.to(tl.float32)
-    x2 = x2.to(tl.float32)
+def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr, EMULATE: tl.constexpr):
+    """(y1, y2) = (x1 c + x2 s, x2 c - x1 s) of float32 tiles, rounded as the entry's arithmetic says."""
     if LOW:
         c = _round(c, DT, EMULATE)
         s = _round(s, DT, EMULATE)
@@ -129,31 +107,114 @@ def _rotate_rows(
         y1 = tl.fma(x1, c, p) + tl.fma(x2, s, -p)
         q = x1 * s
         y2 = tl.fma(x2, c, -q) - tl.fma(x1, s, -q)
-    tl.store(o_ptr + o_row + col * sod, _narrow(y1, DT, EMULATE), mask=xm)
-    tl.store(o_ptr + o_row + (HALF + col) * sod, _narrow(y2, DT, EMULATE), mask=xm)
+    return y1, y2
+
+
+@triton.jit
+def _cos_sin(cos_ptr, sin_ptr, trow, valid, rm, c0: tl.constexpr, CW: tl.constexpr, NROT: tl.constexpr,
+             BR: tl.constexpr, HAS_POS: tl.constexpr, INVERSE: tl.constexpr):
+    """float32 cos, sin (BR x CW) of pairs [c0, c0 + CW) at table rows ``trow``.
+
+    Pairs from NROT on have frequency 0 (variant=partial): cos 1, sin 0, with no load for a chunk
+    lying wholly there (a constexpr decision). Rows whose position is outside the table get NaN.
+    """
+    col = c0 + tl.arange(0, CW)[None, :]
+    if c0 >= NROT:
+        c = tl.full((BR, CW), 1.0, tl.float32)
+        s = tl.zeros((BR, CW), tl.float32)
+    else:
+        if c0 + CW <= NROT:
+            cm = rm[:, None]
+        else:
+            cm = rm[:, None] & (col < NROT)
+        c = tl.load(cos_ptr + trow + col, mask=cm, other=1.0, eviction_policy="evict_last").to(tl.float32)
+        s = tl.load(sin_ptr + trow + col, mask=cm, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    if HAS_POS:
+        c = tl.where(valid[:, None], c, float("nan"))
+        s = tl.where(valid[:, None], s, float("nan"))
+    if INVERSE:
+        s = -s
+    return c, s
+
+
+@triton.jit
+def _rotate_rows(
+    x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod,
+    cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
+    r0, NR, T, H,
+    R2: tl.constexpr, NROT: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
+    CW: tl.constexpr, CP: tl.constexpr,
+    BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
+):
+    """Rotate rows [r0, r0 + BR) of one tensor seen as B*T*H rows of D = 2 R2 + PASS elements.
+
+    The R2 rotated pairs are taken CW at a time (CW a power of two dividing R2, a constexpr: every
+    load is unmasked along the row and vectorises whatever R2 is), then the PASS trailing elements
+    are copied CP at a time.
+    """
+    DT: tl.constexpr = o_ptr.dtype.element_ty
+    r = r0 + tl.arange(0, BR)
+    rm = r < NR
+    h = r % H
+    bt = r // H
+    t = (bt % T).to(tl.int64)
+    b = (bt // T).to(tl.int64)
+    x_row = (b * sxb + t * sxt + h.to(tl.int64) * sxh)[:, None]
+    o_row = (b * sob + t * sot + h.to(tl.int64) * soh)[:, None]
+    if HAS_POS:
+        pos = tl.load(pos_ptr + b * spb + t * spt, mask=rm, other=0).to(tl.int64)
+        valid = (pos >= 0) & (pos < NPOS)
+        pos = tl.where(valid, pos, 0)
+    else:
+        pos = t
+        valid = rm
+    trow = pos[:, None] * s_cs
+    xm = rm[:, None]
+    for c0 in tl.static_range(0, R2, CW):
+        c, s = _cos_sin(cos_ptr, sin_ptr, trow, valid, rm, c0, CW, NROT, BR, HAS_POS, INVERSE)
+        if INTERLEAVED:
+            col = 2 * c0 + tl.arange(0, 2 * CW)[None, :]
+            x = tl.load(x_ptr + x_row + col * sxd, mask=xm).to(tl.float32)
+            x1, x2 = tl.split(tl.reshape(x, (BR, CW, 2)))
+            y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
+            y = tl.reshape(tl.join(y1, y2), (BR, 2 * CW))
+            tl.store(o_ptr + o_row + col * sod, _narrow(y, DT, EMULATE), mask=xm)
+        else:
+            col = c0 + tl.arange(0, CW)[None, :]
+            x1 = tl.load(x_ptr + x_row + col * sxd, mask=xm).to(tl.float32)
+            x2 = tl.load(x_ptr + x_row + (R2 + col) * sxd, mask=xm).to(tl.float32)
+            y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
+            tl.store(o_ptr + o_row + col * sod, _narrow(y1, DT, EMULATE), mask=xm)
+            tl.store(o_ptr + o_row + (R2 + col) * sod, _narrow(y2, DT, EMULATE), mask=xm)
+    for p0 in tl.static_range(2 * R2, 2 * R2 + PASS, CP):  # rotary_dim < D: the rest is copied
+        col = p0 + tl.arange(0, CP)[None, :]
+        tl.store(o_ptr + o_row + col * sod, tl.load(x_ptr + x_row + col * sxd, mask=xm), mask=xm)
 
 
 # Sizes and counts do not change the generated code's vector widths: keep them out of the
-# specialisation key so new shapes reuse the compiled kernel (strides, HALF and NROT stay in it).
-@triton.jit(do_not_specialize=["spb", "spt", "T", "HQ", "HK", "NRQ", "NRK", "NPQ"])
+# specialisation key so new shapes reuse the compiled kernel (strides stay in it; the row geometry
+# R2/NROT/PASS/CW/CP is constexpr).
+@triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "HQ", "HK", "NRQ", "NRK", "NPQ"])
 def rope_kernel(
     q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr,
     sqb, sqt, sqh, sqd, skb, skt, skh, skd,
     soqb, soqt, soqh, soqd, sokb, sokt, sokh, sokd,
-    spb, spt, s_cs,
-    T, HQ, HK, NRQ, NRK, NPQ, HALF, NROT,
-    BR: tl.constexpr, HP: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr,
-    INVERSE: tl.constexpr, EMULATE: tl.constexpr,
+    spb, spt, s_cs, NPOS,
+    T, HQ, HK, NRQ, NRK, NPQ,
+    R2: tl.constexpr, NROT: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
+    CW: tl.constexpr, CP: tl.constexpr,
+    BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR), the others k's: q and k in one launch."""
     i = tl.program_id(0)
     if i < NPQ:
         _rotate_rows(
             q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
-            i * BR, NRQ, T, HQ, HALF, NROT, BR, HP, HAS_POS, LOW, INVERSE, EMULATE,
+            NPOS, i * BR, NRQ, T, HQ, R2, NROT, PASS, INTERLEAVED, CW, CP, BR, HAS_POS, LOW, INVERSE, EMULATE,
         )  # fmt: skip
     else:
         _rotate_rows(
             k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
-            (i - NPQ) * BR, NRK, T, HK, HALF, NROT, BR, HP, HAS_POS, LOW, INVERSE, EMULATE,
+            NPOS, (i - NPQ) * BR, NRK, T, HK, R2, NROT, PASS, INTERLEAVED, CW, CP, BR, HAS_POS, LOW, INVERSE,
+            EMULATE,
         )  # fmt: skip

@@ -13,6 +13,20 @@ Semantics, for head dim D and a half split ``x1, x2 = x.chunk(2, -1)``::
 ``variant="partial"`` (default): D/4 frequencies ``(1/base) ** linspace(0, 1, D/4)`` followed by
 D/4 zero frequencies (the last quarter of each half passes through unchanged).
 ``variant="full"``: the standard D/2 frequencies ``base ** (-2i/D)``.
+
+The layouts real models use, as build options every implementation takes:
+
+* ``layout="half"`` (default) pairs element i with i + R/2 (GPT-NeoX, Llama in Hugging Face);
+  ``layout="interleaved"`` pairs 2i with 2i + 1 (GPT-J, Meta's original Llama, the complex-number
+  formulation). Pair i has frequency i in both.
+* ``rotary_dim=R`` rotates only the first R elements of each head and passes the other D - R
+  through untouched (GPT-NeoX ``rotary_pct``, Phi ``partial_rotary_factor``); the frequencies are
+  those of a head of size R (``None``: R = D).
+
+Packed sequences (flash-attn's varlen format): ``r(q, k, cu_seqlens=cu)`` with q, k of shape
+(total_tokens, H, D) and ``cu`` the int32 cumulative starts; positions restart at each sequence
+(plus an optional per-sequence ``seqlen_offsets``). The base class turns that into ``positions``,
+so every implementation supports it.
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 VARIANTS = ("partial", "full")
+LAYOUTS = ("half", "interleaved")
 
 #: Constructor parameters every implementation has; everything else a constructor takes is an option.
 _COMMON_ARGS = ("head_dim", "max_seq_len", "base")
@@ -75,15 +90,19 @@ def label(name: str, variant: str | None = None, compute_dtype: str | None = Non
     return f"{name} ({', '.join(parts)})" if parts else name
 
 
-def rope_frequencies(head_dim: int, base: float, variant: str) -> Tensor:
-    """The D/2 angular frequencies (float64) of one head, in the order they pair with ``x1``/``x2``."""
+def rope_frequencies(rotary_dim: int, base: float, variant: str) -> Tensor:
+    """The R/2 angular frequencies (float64) of R rotated dimensions, pair i first.
+
+    ``rotary_dim`` is the rotated width (the head dim unless ``rotary_dim`` is set): models with
+    partial rotation compute their frequencies over the rotated width, not the head.
+    """
     check_variant(variant)
     if variant == "partial":
-        quarter = head_dim // 4
+        quarter = rotary_dim // 4
         freq = (1.0 / base) ** torch.linspace(0, 1, quarter, dtype=torch.float64)
         return torch.cat([freq, torch.zeros(quarter, dtype=torch.float64)])
-    half = head_dim // 2
-    return base ** (-2.0 * torch.arange(half, dtype=torch.float64) / head_dim)
+    half = rotary_dim // 2
+    return base ** (-2.0 * torch.arange(half, dtype=torch.float64) / rotary_dim)
 
 
 # -- argument checks: each written once, used by the constructors and by check_args -----------------
@@ -98,10 +117,14 @@ def check_variant(variant: object) -> None:
         raise RopeArgumentError("variant", f"variant must be one of {VARIANTS}, got {variant!r}")
 
 
-def check_head_dim(head_dim: object, variant: str) -> None:
-    """Refuse a head size the rotation cannot split (and a bad variant, which decides the split)."""
+def check_head_dim(head_dim: object, variant: str, rotary_dim: object = None) -> None:
+    """Refuse a head size (or rotated width) the rotation cannot split, and a bad variant, which
+    decides the split."""
     check_variant(variant)
     _positive_int("head_dim", head_dim)
+    if rotary_dim is not None:
+        check_rotary_dim(rotary_dim, head_dim, variant)
+        return
     if variant == "partial" and head_dim % 4:
         raise RopeArgumentError(
             "head_dim", f"head_dim must be a multiple of 4 for variant='partial' (D/4 frequencies), got {head_dim}"
@@ -110,43 +133,87 @@ def check_head_dim(head_dim: object, variant: str) -> None:
         raise RopeArgumentError("head_dim", f"head_dim must be even (x is split into two halves), got {head_dim}")
 
 
+def check_rotary_dim(rotary_dim: object, head_dim: int, variant: str) -> None:
+    """Refuse a rotated width that is not an even int in [2, head_dim] (a multiple of 4 for partial)."""
+    if rotary_dim is None:
+        return
+    _positive_int("rotary_dim", rotary_dim)
+    step = 4 if variant == "partial" else 2
+    if rotary_dim % step or rotary_dim > head_dim:
+        need = "a multiple of 4 (variant='partial': R/4 frequencies)" if step == 4 else "even"
+        raise RopeArgumentError(
+            "rotary_dim", f"rotary_dim must be {need} and at most head_dim={head_dim}, got {rotary_dim}"
+        )
+
+
+def check_layout(layout: object, supported: tuple[str, ...] = LAYOUTS, name: str = "") -> None:
+    """Refuse a layout that is unknown, or that the implementation ``name`` does not support."""
+    if layout not in LAYOUTS:
+        raise RopeArgumentError("layout", f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout not in supported:
+        raise RopeArgumentError("layout", f"rope={name} supports layout {' / '.join(map(repr, supported))} only, "
+                                          f"got {layout!r}")
+
+
 def check_base(base: object) -> None:
     """Refuse a frequency base that is not a finite positive number (the table would be NaN or inf)."""
     if not isinstance(base, numbers.Real) or isinstance(base, bool) or not (math.isfinite(base) and base > 0):
         raise RopeArgumentError("base", f"base must be a finite number > 0, got {base!r}")
 
 
-def check_common_args(head_dim: object, max_seq_len: object, base: object, variant: object) -> None:
-    """The checks every implementation shares: head_dim for the variant, max_seq_len, base."""
-    check_head_dim(head_dim, variant)
+def check_common_args(head_dim: object, max_seq_len: object, base: object, variant: object,
+                      layout: object = "half", rotary_dim: object = None,
+                      layouts: tuple[str, ...] = LAYOUTS, name: str = "", rotary_dim_ok: bool = True) -> None:
+    """The checks every implementation shares: head_dim and rotary_dim for the variant, max_seq_len,
+    base, and the layout and rotary_dim among what the implementation supports."""
+    check_head_dim(head_dim, variant, rotary_dim)
+    if rotary_dim is not None and rotary_dim != head_dim and not rotary_dim_ok:
+        raise RopeArgumentError("rotary_dim", f"rope={name} rotates the whole head only (rotary_dim None or "
+                                              f"{head_dim}), got rotary_dim={rotary_dim}")
     _positive_int("max_seq_len", max_seq_len)
     check_base(base)
+    check_layout(layout, layouts, name)
 
 
 class RotaryEmbedding(nn.Module):
     """Base class: ``y = r(x)`` or ``q2, k2 = r(q, k)`` on (B, T, H, D) tensors.
 
-    Buffers ``cos`` and ``sin`` are float32 of shape (max_seq_len, D/2), computed in float64 and
-    rounded once, so every implementation reads the same table.
+    Buffers ``cos`` and ``sin`` are float32 of shape (max_seq_len, R/2), R the rotated width,
+    computed in float64 and rounded once, so every implementation reads the same table.
+    ``layout`` and ``rotary_dim`` (see the module docstring) are attributes every ``rotate`` honours;
+    ``layouts`` lists the layouts an implementation supports (a build asking for another is refused).
     """
 
     registry_name: str = "?"
+
+    #: What this implementation computes beyond the plain half-split rotation of the whole head:
+    #: ``check_args`` refuses the rest by name. Off by default, so an implementation written without
+    #: them is refused, rather than silently wrong, when a user asks for them.
+    layouts: tuple[str, ...] = ("half",)
+    supports_rotary_dim: bool = False
 
     #: Test hook: an implementation that allocates its outputs uninitialised (``torch.empty``) fills
     #: them with NaN first when this is set, so an element it fails to write cannot pass unnoticed.
     #: Implementations whose outputs come from torch operators ignore it. Set it per instance.
     poison_outputs: bool = False
 
-    def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial") -> None:
+    def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial",
+                 layout: str = "half", rotary_dim: int | None = None) -> None:
         super().__init__()
-        check_common_args(head_dim, max_seq_len, base, variant)
+        check_common_args(head_dim, max_seq_len, base, variant, layout, rotary_dim, self.layouts, self.registry_name,
+                          self.supports_rotary_dim)
         self.head_dim = head_dim
         self.max_seq_len = max_seq_len
         self.base = float(base)
         self.variant = variant
-        theta = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), rope_frequencies(head_dim, base, variant))
+        self.layout = layout
+        self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        freqs = rope_frequencies(self.rotary_dim, base, variant)
+        theta = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), freqs)
         self.register_buffer("cos", theta.cos().float(), persistent=False)
         self.register_buffer("sin", theta.sin().float(), persistent=False)
+        # Input signatures (shapes, dtypes, devices) already validated: the checks run once each.
+        self._validated: set[tuple] = set()
 
     # -- build-time validation (no tables allocated) ----------------------------------------------
     @classmethod
@@ -178,7 +245,9 @@ class RotaryEmbedding(nn.Module):
         missing = [key for key, value in merged.items() if value is inspect.Parameter.empty]
         if missing:
             raise RopeArgumentError(missing[0], f"rope={cls.registry_name} needs the option {missing[0]!r}")
-        check_common_args(head_dim, max_seq_len, base, merged.get("variant", "partial"))
+        check_common_args(head_dim, max_seq_len, base, merged.get("variant", "partial"),
+                          merged.get("layout", "half"), merged.get("rotary_dim"), cls.layouts, cls.registry_name,
+                          cls.supports_rotary_dim)
         cls.check_options(merged)
 
     @classmethod
@@ -193,7 +262,10 @@ class RotaryEmbedding(nn.Module):
         return None
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base:g}, variant={self.variant!r}"
+        extra = "" if self.layout == "half" else f", layout={self.layout!r}"
+        extra += "" if self.rotary_dim == self.head_dim else f", rotary_dim={self.rotary_dim}"
+        return (f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base:g}, "
+                f"variant={self.variant!r}{extra}")
 
     def describe(self) -> dict:
         """What a run summary should record about this implementation.
@@ -202,10 +274,11 @@ class RotaryEmbedding(nn.Module):
         to that precision: ``"float32"`` (this default), ``"input"`` (the input dtype's), a dtype
         name, or ``"none"`` (the identity). Override it when the arithmetic differs.
         """
-        return {"rope": self.registry_name, "variant": self.variant, "compute_dtype": "float32"}
+        return {"rope": self.registry_name, "variant": self.variant, "compute_dtype": "float32",
+                "layout": self.layout, "rotary_dim": self.rotary_dim}
 
     # -- validation -------------------------------------------------------------------------------
-    def _check(self, name: str, x: Tensor) -> None:
+    def _check(self, name: str, x: Tensor, positions_given: bool) -> None:
         if not isinstance(x, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 4:
@@ -214,7 +287,7 @@ class RotaryEmbedding(nn.Module):
             raise TypeError(f"{name} must be a floating tensor (float32/bfloat16/float16), got {x.dtype}")
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"{name} has head dim {x.shape[-1]}, this RoPE was built for head_dim={self.head_dim}")
-        if x.shape[1] > self.max_seq_len:
+        if not positions_given and x.shape[1] > self.max_seq_len:
             raise ValueError(f"{name} has T={x.shape[1]} > max_seq_len={self.max_seq_len} of the cos/sin cache")
 
     def _check_positions(self, positions: Tensor, B: int, T: int) -> None:
@@ -223,21 +296,63 @@ class RotaryEmbedding(nn.Module):
         if positions.shape not in ((T,), (B, T)):
             raise ValueError(f"positions must have shape (T,)=({T},) or (B, T)=({B}, {T}), "
                              f"got {tuple(positions.shape)}")
-        if positions.numel() and not torch.compiler.is_compiling():
+
+    def _check_position_values(self, positions: Tensor) -> None:
+        """The range check, where it is free: positions in host memory. On an accelerator it would
+        cost a host-device synchronisation per call, so there an out-of-range position gives NaN
+        rows instead (every implementation; see ``gather_rows``), never a silently wrong answer."""
+        if positions.numel() and positions.device.type == "cpu" and not torch.compiler.is_compiling():
             lo, hi = int(positions.min()), int(positions.max())
             if lo < 0 or hi >= self.max_seq_len:
                 raise ValueError(f"positions must lie in [0, max_seq_len={self.max_seq_len}), got range [{lo}, {hi}]")
 
-    def forward(self, q: Tensor, k: Tensor | None = None, *, positions: Tensor | None = None):
-        """Rotate ``q`` (and ``k``) by their positions; same shape and dtype out."""
+    def forward(self, q: Tensor, k: Tensor | None = None, *, positions: Tensor | None = None,
+                cu_seqlens: Tensor | None = None, seqlen_offsets: Tensor | int | None = None):
+        """Rotate ``q`` (and ``k``) by their positions; same shape and dtype out.
+
+        ``positions`` (T,) or (B, T) selects the cos/sin rows (default ``arange(T)``). Packed
+        sequences: ``cu_seqlens`` (int32/int64, (n_seq + 1,), starting at 0, non-decreasing, ending
+        at total_tokens) with q, k of shape (total_tokens, H, D); each sequence's positions start at
+        0, or at its ``seqlen_offsets`` entry (an int, or an int tensor of shape (n_seq,)).
+        """
+        if cu_seqlens is not None or seqlen_offsets is not None:
+            return self._forward_packed(q, k, positions, cu_seqlens, seqlen_offsets)
         self._validate(q, k, positions)
         q2, k2 = self.rotate(q, k, positions)
         return q2 if k is None else (q2, k2)
 
+    def _forward_packed(self, q, k, positions, cu_seqlens, seqlen_offsets):
+        if cu_seqlens is None:
+            raise ValueError("seqlen_offsets needs cu_seqlens (the packed-sequence format)")
+        if positions is not None:
+            raise ValueError("give positions or cu_seqlens, not both (cu_seqlens sets the positions)")
+        for name, x in (("q", q), ("k", k)):
+            if x is not None and (not isinstance(x, Tensor) or x.dim() != 3):
+                raise ValueError(f"with cu_seqlens, {name} must have shape (total_tokens, H, D), "
+                                 f"got {tuple(getattr(x, 'shape', ()))}")
+        pos = packed_positions(cu_seqlens, q.shape[0], self.max_seq_len, seqlen_offsets, q.device)
+        out = self.forward(q[None], None if k is None else k[None], positions=pos)
+        return out[0] if k is None else (out[0][0], out[1][0])
+
     def _validate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
-        self._check("q", q)
+        """All checks of the inputs' shapes, dtypes and devices, once per signature (they cannot change
+        while the signature does not); the positions' values each call where that is free."""
+        if torch.compiler.is_compiling():  # runs at trace time only: nothing to cache
+            self._validate_signature(q, k, positions)
+            return
+        sig = (_signature(q), _signature(k), _signature(positions), self.cos.device)
+        if sig not in self._validated:
+            self._validate_signature(q, k, positions)
+            if len(self._validated) > 1024:  # shapes that never repeat: bound the memory
+                self._validated.clear()
+            self._validated.add(sig)
+        if positions is not None:
+            self._check_position_values(positions)
+
+    def _validate_signature(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
+        self._check("q", q, positions is not None)
         if k is not None:
-            self._check("k", k)
+            self._check("k", k, positions is not None)
             if k.shape[0] != q.shape[0] or k.shape[1] != q.shape[1] or k.shape[3] != q.shape[3]:
                 raise ValueError(f"q and k must agree in B, T and D, got q {tuple(q.shape)} and k {tuple(k.shape)}")
             if k.dtype != q.dtype:
@@ -248,6 +363,11 @@ class RotaryEmbedding(nn.Module):
             self._check_positions(positions, q.shape[0], q.shape[1])
             if positions.device != q.device:
                 raise ValueError(f"positions must be on q's device {q.device}, got {positions.device}")
+        self.check_inputs(q, k, positions)
+
+    def check_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
+        """Hook: what an implementation needs beyond the shared checks (dtype, device, ...). Raise a
+        one-line error. Runs once per input signature, like the shared checks."""
 
     def rotate_qkv(self, qkv: Tensor, n_head: int, n_kv_head: int | None = None, *,
                    positions: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -289,3 +409,54 @@ def split_qkv(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int) -> tuple[
     q, k, v = qkv.split([n_head * head_dim, n_kv_head * head_dim, n_kv_head * head_dim], dim=-1)
     return (q.view(B, T, n_head, head_dim), k.view(B, T, n_kv_head, head_dim),
             v.view(B, T, n_kv_head, head_dim))
+
+
+def _signature(x: Tensor | None) -> tuple | None:
+    """What the validation of ``x`` depends on: shape, dtype, device (strides do not matter to it)."""
+    if x is None:
+        return None
+    return (x.shape, x.dtype, x.device) if isinstance(x, Tensor) else ("not a tensor", type(x))
+
+
+def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
+                     seqlen_offsets: Tensor | int | None = None, device: torch.device | None = None) -> Tensor:
+    """The (total,) int32 position of every token of packed sequences: its index in its sequence,
+    plus the sequence's offset.
+
+    The values are checked (start 0, non-decreasing, end ``total``, longest position below
+    ``max_seq_len``) in one host-device synchronisation: a packed batch changes every step, and a
+    wrong ``cu_seqlens`` would otherwise rotate silently by wrong positions.
+    """
+    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dtype not in (torch.int32, torch.int64) \
+            or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError("cu_seqlens must be a 1-D int32/int64 tensor of n_seq + 1 cumulative starts, got "
+                         f"{getattr(cu_seqlens, 'dtype', type(cu_seqlens).__name__)} "
+                         f"{tuple(getattr(cu_seqlens, 'shape', ()))}")
+    device = cu_seqlens.device if device is None else device
+    if cu_seqlens.device != device:
+        raise ValueError(f"cu_seqlens must be on q's device {device}, got {cu_seqlens.device}")
+    n_seq = cu_seqlens.numel() - 1
+    cu = cu_seqlens.long()
+    if seqlen_offsets is None:
+        offsets = torch.zeros(n_seq, dtype=torch.long, device=device)
+    elif isinstance(seqlen_offsets, int) and not isinstance(seqlen_offsets, bool):
+        offsets = torch.full((n_seq,), seqlen_offsets, dtype=torch.long, device=device)
+    elif isinstance(seqlen_offsets, Tensor) and not seqlen_offsets.is_floating_point() \
+            and seqlen_offsets.shape == (n_seq,) and seqlen_offsets.device == device:
+        offsets = seqlen_offsets.long()
+    else:
+        raise ValueError(f"seqlen_offsets must be an int or an int tensor of shape (n_seq,)=({n_seq},) on "
+                         f"{device}, got {seqlen_offsets!r}")
+    lengths = cu[1:] - cu[:-1]
+    first, decreasing, last, top, low = torch.stack([
+        cu[0], (lengths < 0).sum(), cu[-1], (offsets + lengths.clamp(min=1) - 1).max(), offsets.min(),
+    ]).tolist()
+    if first != 0 or decreasing or last != total:
+        raise ValueError(f"cu_seqlens must start at 0, never decrease and end at total_tokens={total} "
+                         f"(q.shape[0]); got start {first}, end {last}, {decreasing} decreasing step(s)")
+    if low < 0 or top >= max_seq_len:
+        raise ValueError(f"packed positions must lie in [0, max_seq_len={max_seq_len}): the longest sequence plus "
+                         f"its offset reaches {top}" + (f", an offset is {low}" if low < 0 else ""))
+    tokens = torch.arange(total, device=device)
+    seq = torch.searchsorted(cu[1:], tokens, right=True)
+    return (tokens - cu[seq] + offsets[seq]).int()

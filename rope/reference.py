@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rope.base import RopeArgumentError, RotaryEmbedding
+from rope.base import LAYOUTS, RopeArgumentError, RotaryEmbedding
 from rope.registry import register
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
@@ -20,10 +20,17 @@ def check_compute_dtype(compute_dtype: object) -> None:
 
 
 def gather_cos_sin(table: Tensor, positions: Tensor | None, T: int) -> Tensor:
-    """Rows of a (max_seq_len, D/2) table for the positions, shaped to broadcast over (B, T, H, D/2)."""
+    """Rows of a (max_seq_len, R/2) table for the positions, shaped to broadcast over (B, T, H, R/2).
+
+    A position outside the table gives a NaN row (see ``RotaryEmbedding._check_position_values``:
+    on an accelerator the range is not checked on the host), never an index error or another row.
+    """
     if positions is None:
         return table[None, :T, None, :]
-    rows = table[positions.long()]  # (T, D/2) or (B, T, D/2)
+    pos = positions.long()
+    valid = (pos >= 0) & (pos < table.shape[0])
+    rows = table[pos.clamp(0, table.shape[0] - 1)]  # (T, R/2) or (B, T, R/2)
+    rows = rows.masked_fill(~valid[..., None], float("nan"))
     return rows[None, :, None, :] if rows.dim() == 2 else rows[:, :, None, :]
 
 
@@ -31,6 +38,24 @@ def rotate_half_split(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """The reference rotation in the dtype of ``x``: y1 = x1 c + x2 s, y2 = -x1 s + x2 c."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
+
+
+def rotate_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """The same rotation with pair i at elements (2i, 2i + 1)."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1).flatten(-2)
+
+
+def rotate_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: str, rotary_dim: int,
+                     compute_dtype: torch.dtype | None = None) -> Tensor:
+    """The reference function on the first ``rotary_dim`` elements (computed in ``compute_dtype``,
+    default x's), the rest passed through untouched; result in x's dtype."""
+    dt = x.dtype if compute_dtype is None else compute_dtype
+    rotate = rotate_half_split if layout == "half" else rotate_interleaved
+    if rotary_dim == x.shape[-1]:
+        return rotate(x.to(dt), cos.to(dt), sin.to(dt)).to(x.dtype)
+    y = rotate(x[..., :rotary_dim].to(dt), cos.to(dt), sin.to(dt)).to(x.dtype)
+    return torch.cat((y, x[..., rotary_dim:]), dim=-1)
 
 
 @register("torch")
@@ -41,9 +66,12 @@ class TorchRotary(RotaryEmbedding):
     quality can be measured rather than guessed.
     """
 
+    layouts = LAYOUTS
+    supports_rotary_dim = True
+
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial",
-                 compute_dtype: str = "float32") -> None:
-        super().__init__(head_dim, max_seq_len, base, variant)
+                 layout: str = "half", rotary_dim: int | None = None, compute_dtype: str = "float32") -> None:
+        super().__init__(head_dim, max_seq_len, base, variant, layout, rotary_dim)
         check_compute_dtype(compute_dtype)
         self.compute_dtype = compute_dtype
 
@@ -55,10 +83,9 @@ class TorchRotary(RotaryEmbedding):
         return {**super().describe(), "compute_dtype": self.compute_dtype}
 
     def _one(self, x: Tensor, positions: Tensor | None) -> Tensor:
-        dt = _DTYPES[self.compute_dtype]
-        cos = gather_cos_sin(self.cos, positions, x.shape[1]).to(dt)
-        sin = gather_cos_sin(self.sin, positions, x.shape[1]).to(dt)
-        return rotate_half_split(x.to(dt), cos, sin).to(x.dtype)
+        cos = gather_cos_sin(self.cos, positions, x.shape[1])
+        sin = gather_cos_sin(self.sin, positions, x.shape[1])
+        return rotate_reference(x, cos, sin, self.layout, self.rotary_dim, _DTYPES[self.compute_dtype])
 
     def rotate(self, q, k, positions):
         return self._one(q, positions), None if k is None else self._one(k, positions)
@@ -68,8 +95,11 @@ class TorchRotary(RotaryEmbedding):
 class NoRotary(RotaryEmbedding):
     """Identity: the no-position-encoding baseline (causal attention alone carries order)."""
 
+    layouts = LAYOUTS  # the identity under any of them
+    supports_rotary_dim = True
+
     def describe(self) -> dict:
-        return {"rope": "none", "variant": "none", "compute_dtype": "none"}
+        return {"rope": "none", "variant": "none", "compute_dtype": "none", "layout": "none", "rotary_dim": 0}
 
     def rotate(self, q, k, positions):
         return q, k

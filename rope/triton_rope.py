@@ -25,13 +25,14 @@ it: outputs are NaN-filled before each launch); both reach :func:`launch` as arg
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from rope.base import RotaryEmbedding, split_qkv
+from rope.base import LAYOUTS, RotaryEmbedding, split_qkv
 from rope.registry import register
 
 try:
@@ -47,8 +48,8 @@ _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """The tunable part of a launch: ``tile`` elements (BR rows x HP padded half width) per program
-    and ``num_warps``. The defaults are what the kernel launches with (see :func:`launch_config`)."""
+    """The tunable part of a launch: ``tile`` elements per load (BR rows x the chunk's width) and
+    ``num_warps``. The defaults are what the kernel launches with (see :func:`launch_config`)."""
 
     tile: int = 1024
     num_warps: int = 8
@@ -56,25 +57,40 @@ class LaunchConfig:
 
 DEFAULT_LAUNCH = LaunchConfig()
 
+#: Widest chunk of a row one load takes (pairs for the rotation, elements for the pass-through).
+_MAX_CHUNK = 64
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
+
+def _pow2_part(n: int) -> int:
+    """The largest power of two dividing ``n`` (n > 0)."""
+    return n & -n
 
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def launch_config(head_dim: int, config: LaunchConfig = DEFAULT_LAUNCH) -> dict:
-    """Rows per program BR, the padded half width HP and the warps of one launch.
+@functools.lru_cache(maxsize=256)
+def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: bool,
+                  config: LaunchConfig = DEFAULT_LAUNCH) -> dict:
+    """The constexprs of one launch, from the row geometry (cached: the module call's host time counts).
 
-    A program holds two BR x HP tiles (the halves of BR rows). ``tile`` = BR x HP = 1024 elements
-    and 8 warps (:data:`DEFAULT_LAUNCH`) won the H100 sweep (docs/kernels.md) on all four benchmark
-    shapes; 2048/4096-element tiles came within 1%, 4 warps 1-2% behind, 16 warps with 1024
-    elements 25% behind.
+    A row of D elements holds R2 = ``rotary_pairs`` rotated pairs and D - 2 R2 copied elements. The
+    pairs are taken CW at a time, CW the largest power of two dividing R2 (at most 64): no masks
+    along the row, so the loads vectorise for every head size, where padding D/2 to a power of two
+    (the session-3 kernel) left a third of the lanes idle and, for D/2 not a multiple of 16, lost
+    the vector loads altogether (44% of copy bandwidth at D=48 on the H100). BR rows make one load
+    ``config.tile`` elements.
     """
-    hp = _next_pow2(max(head_dim // 2, 1))
-    return {"BR": max(1, config.tile // hp), "HP": hp, "num_warps": config.num_warps}
+    cw = min(_MAX_CHUNK, _pow2_part(rotary_pairs))
+    passed = head_dim - 2 * rotary_pairs
+    cp = min(2 * _MAX_CHUNK, _pow2_part(passed)) if passed else 1
+    load_width = 2 * cw if interleaved else cw
+    return {
+        "R2": rotary_pairs, "NROT": rotary_pairs // 2 if partial else rotary_pairs, "PASS": passed,
+        "INTERLEAVED": interleaved, "CW": cw, "CP": cp, "BR": max(1, config.tile // load_width),
+        "num_warps": config.num_warps,
+    }
 
 
 def _new_output(shape: tuple[int, ...], like: Tensor, poison: bool) -> Tensor:
@@ -103,15 +119,18 @@ def launch(
     out_q: Tensor | None = None,
     out_k: Tensor | None = None,
     *,
+    interleaved: bool = False,
     config: LaunchConfig = DEFAULT_LAUNCH,
     poison: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Rotate (``inverse``: rotate back) q and k in one kernel launch; new (B, T, H, D) outputs.
 
-    Inputs are used in place with their strides (no copies). ``out_q``/``out_k`` (any strides: the
-    slices of d qkv in :func:`qkv_backward`, or test buffers) receive the results instead of fresh
-    tensors; fresh ones are NaN-filled first when ``poison``. ``config`` tunes the launch. Shapes
-    and dtypes are assumed valid (the module checks).
+    The rotated width is the table's: ``cos`` and ``sin`` are (max_seq_len, R/2), and the D - R
+    trailing elements of each head are copied. ``interleaved`` pairs (2i, 2i + 1) instead of
+    (i, i + R/2). Inputs are used in place with their strides (no copies). ``out_q``/``out_k`` (any
+    strides: the slices of d qkv in :func:`qkv_backward`, or test buffers) receive the results
+    instead of fresh tensors; fresh ones are NaN-filled first when ``poison``. ``config`` tunes the
+    launch. Shapes and dtypes are assumed valid (the module checks).
     """
     if _kernels is None:
         raise RuntimeError(
@@ -123,8 +142,8 @@ def launch(
         out_q = _new_output((B, T, HQ, D), q, poison)
     if k is not None and out_k is None:
         out_k = _new_output((B, T, HK, D), k, poison)
-    ntok = B * T
-    if ntok == 0 or (HQ == 0 and HK == 0) or D == 0:
+    nrq, nrk = B * T * HQ, B * T * HK
+    if nrq + nrk == 0 or D == 0:
         return out_q, out_k
 
     if positions is not None:
@@ -133,34 +152,29 @@ def launch(
         pos, (spb, spt) = positions, (positions.stride() if positions.dim() == 2 else (0, positions.stride(0)))
     else:
         pos, spb, spt = cos, 0, 0
-    cfg = launch_config(D, config)
-    nrq, nrk = B * T * HQ, B * T * HK
-    if max(nrq, nrk) + cfg["BR"] >= 2**31:
+    cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), config)
+    br = cfg["BR"]
+    if max(nrq, nrk) + br >= 2**31:
         raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")
-    npq = triton_cdiv(nrq, cfg["BR"])
-    grid = (npq + triton_cdiv(nrk, cfg["BR"]),)
+    npq = -(-nrq // br)
     kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
-    _kernels.rope_kernel[grid](
+    _kernels.rope_kernel[(npq + -(-nrk // br),)](
         q, kk, out_q, ok, cos, sin, pos,
-        *q.stride(), *kk.stride(), *out_q.stride(), *ok.stride(), spb, spt, cos.stride(0),
-        T, HQ, HK, nrq, nrk, npq, D // 2, D // 4 if partial else D // 2,
-        BR=cfg["BR"], HP=cfg["HP"], HAS_POS=positions is not None,
-        LOW=bool(low_precision) and q.dtype != torch.float32, INVERSE=bool(inverse), EMULATE=_interpreting(),
-        num_warps=cfg["num_warps"],
+        *q.stride(), *kk.stride(), *out_q.stride(), *ok.stride(), spb, spt, cos.stride(0), cos.shape[0],
+        T, HQ, HK, nrq, nrk, npq,
+        HAS_POS=positions is not None, LOW=bool(low_precision) and q.dtype != torch.float32,
+        INVERSE=bool(inverse), EMULATE=_interpreting(), **cfg,
     )  # fmt: skip
     return out_q, out_k
 
 
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 # -- custom ops: opaque to torch.compile, with fake shapes and autograd ----------------------------
-# tile, num_warps and poison: the LaunchConfig and the poison hook of the calling module, as scalars.
+# interleaved: the layout; tile, num_warps and poison: the LaunchConfig and the poison hook of the
+# calling module, as scalars. The rotated width is the tables' (cos.shape[1] pairs).
 _SCHEMA = (
     "(Tensor q, Tensor? k, Tensor cos, Tensor sin, Tensor? positions, bool partial, bool low_precision,"
-    f" int tile={DEFAULT_LAUNCH.tile}, int num_warps={DEFAULT_LAUNCH.num_warps}, bool poison=False)"
-    " -> (Tensor, Tensor)"
+    f" bool interleaved=False, int tile={DEFAULT_LAUNCH.tile}, int num_warps={DEFAULT_LAUNCH.num_warps},"
+    " bool poison=False) -> (Tensor, Tensor)"
 )
 
 
@@ -168,27 +182,27 @@ def _empty_k(q: Tensor) -> Tensor:
     return q.new_empty((0,))
 
 
-def _op_launch(q, k, cos, sin, positions, partial, low_precision, inverse, tile, num_warps, poison):
-    yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse,
+def _op_launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved, tile, num_warps, poison):
+    yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved=interleaved,
                     config=LaunchConfig(tile, num_warps), poison=poison)
     return yq, _empty_k(q) if yk is None else yk
 
 
 @torch.library.custom_op("ropelab::rope_fwd", mutates_args=(), schema=_SCHEMA)
-def rope_fwd(q, k, cos, sin, positions, partial, low_precision, tile=DEFAULT_LAUNCH.tile,
+def rope_fwd(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=DEFAULT_LAUNCH.tile,
              num_warps=DEFAULT_LAUNCH.num_warps, poison=False):
     """Rotated (q, k); k's slot holds an empty tensor when k is None."""
-    return _op_launch(q, k, cos, sin, positions, partial, low_precision, False, tile, num_warps, poison)
+    return _op_launch(q, k, cos, sin, positions, partial, low_precision, False, interleaved, tile, num_warps, poison)
 
 
 @torch.library.custom_op("ropelab::rope_bwd", mutates_args=(), schema=_SCHEMA)
-def rope_bwd(q, k, cos, sin, positions, partial, low_precision, tile=DEFAULT_LAUNCH.tile,
+def rope_bwd(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=DEFAULT_LAUNCH.tile,
              num_warps=DEFAULT_LAUNCH.num_warps, poison=False):
     """The transposed rotation of (q, k): the gradients of :func:`rope_fwd`."""
-    return _op_launch(q, k, cos, sin, positions, partial, low_precision, True, tile, num_warps, poison)
+    return _op_launch(q, k, cos, sin, positions, partial, low_precision, True, interleaved, tile, num_warps, poison)
 
 
-def _fake(q, k, cos, sin, positions, partial, low_precision, tile=0, num_warps=0, poison=False):
+def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0, poison=False):
     yk = _empty_k(q) if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
 
@@ -203,14 +217,14 @@ def _setup_context(ctx, inputs, output):
     ctx.has_k = k is not None
     ctx.partial = partial
     ctx.low_precision = low_precision
-    ctx.launch_args = launch_args  # tile, num_warps, poison
+    ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison
 
 
 def _grads(op, ctx, gq, gk):
     cos, sin, positions = ctx.saved_tensors
     dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision,
                 *ctx.launch_args)
-    return dq, dk if ctx.has_k else None, None, None, None, None, None, None, None, None
+    return (dq, dk if ctx.has_k else None) + (None,) * 9
 
 
 def _fwd_backward(ctx, gq, gk):
@@ -230,25 +244,28 @@ class _RopeFunction(torch.autograd.Function):
     """(q, k) -> rotated (q, k); the backward is the same Function with the rotation inverted."""
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, positions, partial, low_precision, inverse, config, poison):
+    def forward(ctx, q, k, cos, sin, positions, partial, low_precision, inverse, interleaved, config, poison):
         ctx.save_for_backward(cos, sin, positions)
-        ctx.args = (k is not None, partial, low_precision, inverse, config, poison)
-        return launch(q, k, cos, sin, positions, partial, low_precision, inverse, config=config, poison=poison)
+        ctx.args = (k is not None, partial, low_precision, inverse, interleaved, config, poison)
+        return launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved=interleaved,
+                      config=config, poison=poison)
 
     @staticmethod
     def backward(ctx, gq, gk):
         cos, sin, positions = ctx.saved_tensors
-        has_k, partial, low_precision, inverse, config, poison = ctx.args
+        has_k, partial, low_precision, inverse, interleaved, config, poison = ctx.args
         dq, dk = _RopeFunction.apply(
-            gq, gk if has_k else None, cos, sin, positions, partial, low_precision, not inverse, config, poison
+            gq, gk if has_k else None, cos, sin, positions, partial, low_precision, not inverse, interleaved,
+            config, poison,
         )
-        return dq, dk, None, None, None, None, None, None, None, None
+        return (dq, dk) + (None,) * 9
 
 
 # -- fused projection: q and k rotated from a (B, T, W) qkv, the backward writing dqkv in one pass ---
 def qkv_backward(
     gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
-    partial: bool, low_precision: bool, config: LaunchConfig = DEFAULT_LAUNCH, poison: bool = False,
+    partial: bool, low_precision: bool, interleaved: bool = False, config: LaunchConfig = DEFAULT_LAUNCH,
+    poison: bool = False,
 ) -> Tensor:
     """d qkv (B, T, (HQ + 2 HK) D) from the gradients of rotated q, rotated k and v.
 
@@ -261,7 +278,7 @@ def qkv_backward(
     dqkv = _new_output((B, T, (HQ + 2 * HK) * D), gq, poison)
     dq, dk, dv = split_qkv(dqkv, HQ, HK, D)
     launch(gq, gk, cos, sin, positions, partial, low_precision, inverse=True, out_q=dq, out_k=dk,
-           config=config, poison=poison)
+           interleaved=interleaved, config=config, poison=poison)
     if gv is None:
         dv.zero_()
     else:
@@ -272,15 +289,17 @@ def qkv_backward(
 @torch.library.custom_op("ropelab::rope_qkv_bwd", mutates_args=())
 def rope_qkv_bwd(
     gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
-    partial: bool, low_precision: bool, tile: int = DEFAULT_LAUNCH.tile, num_warps: int = DEFAULT_LAUNCH.num_warps,
-    poison: bool = False,
+    partial: bool, low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
+    num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
 ) -> Tensor:
     """:func:`qkv_backward` as an op opaque to torch.compile."""
-    return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, LaunchConfig(tile, num_warps), poison)
+    return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
+                        LaunchConfig(tile, num_warps), poison)
 
 
 @torch.library.register_fake("ropelab::rope_qkv_bwd")
-def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, tile=0, num_warps=0, poison=False):
+def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
+                  poison=False):
     B, T, HQ, D = gq.shape
     return gq.new_empty((B, T, (HQ + 2 * gk.shape[2]) * D))
 
@@ -293,27 +312,28 @@ class _RopeQKVFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, tile, num_warps, poison):
+    def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, tile, num_warps, poison):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():
-            yq, yk = rope_fwd(q, k, cos, sin, positions, partial, low_precision, tile, num_warps, poison)
+            yq, yk = rope_fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile, num_warps, poison)
         else:
-            yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False,
+            yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
                             config=LaunchConfig(tile, num_warps), poison=poison)
         ctx.save_for_backward(cos, sin, positions)
-        ctx.args = (partial, low_precision, tile, num_warps, poison)
+        ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison)
         return yq, yk, v
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
         cos, sin, positions = ctx.saved_tensors
-        partial, low_precision, tile, num_warps, poison = ctx.args
+        partial, low_precision, interleaved, tile, num_warps, poison = ctx.args
         if torch.compiler.is_compiling():
-            dqkv = rope_qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, tile, num_warps, poison)
+            dqkv = rope_qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved, tile,
+                                num_warps, poison)
         else:
-            dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision,
+            dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
                                 LaunchConfig(tile, num_warps), poison)
-        return dqkv, None, None, None, None, None, None, None, None, None, None
+        return (dqkv,) + (None,) * 11
 
 
 # -- the registry entries ---------------------------------------------------------------------------
@@ -321,15 +341,19 @@ class _TritonRotary(RotaryEmbedding):
     """Shared part of the Triton entries. Per-instance hooks (plain attributes, not build options):
     ``launch_config`` (a :class:`LaunchConfig`) and ``poison_outputs`` (see the base class)."""
 
+    layouts = LAYOUTS
+    supports_rotary_dim = True
+
     low_precision = False
 
-    def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial") -> None:
+    def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial",
+                 layout: str = "half", rotary_dim: int | None = None) -> None:
         if _kernels is None:
             raise RuntimeError(
                 f"RoPE implementation {self.registry_name!r} needs the `triton` package "
                 f"(pip install triton), which could not be imported: {_TRITON_ERROR}"
             )
-        super().__init__(head_dim, max_seq_len, base, variant)
+        super().__init__(head_dim, max_seq_len, base, variant, layout, rotary_dim)
         self.launch_config = DEFAULT_LAUNCH
 
     @classmethod
@@ -348,28 +372,32 @@ class _TritonRotary(RotaryEmbedding):
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": "input" if self.low_precision else "float32"}
 
-    def _launch_args(self) -> tuple[int, int, bool]:
-        """This instance's tuning and test hook as the scalars the launches take: tile, warps, poison."""
-        return self.launch_config.tile, self.launch_config.num_warps, bool(self.poison_outputs)
+    def _launch_args(self) -> tuple[bool, int, int, bool]:
+        """The layout, tuning and test hook as the scalars the launches take: interleaved, tile, warps, poison."""
+        return (self.layout == "interleaved", self.launch_config.tile, self.launch_config.num_warps,
+                bool(self.poison_outputs))
 
     def _rotate_qkv(self, qkv, q, k, v, positions):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse
             yq, yk = self.rotate(q, k, positions)
             return yq, yk, v
-        self._check_kernel_inputs(q, k, positions)
         return _RopeQKVFunction.apply(
             qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2], self.variant == "partial", self.low_precision,
             *self._launch_args(),
         )
 
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        self._check_kernel_inputs(q, k, positions)
         partial = self.variant == "partial"
         if torch.compiler.is_compiling():  # the custom op: traced through its fake, no graph break
             yq, yk = rope_fwd(q, k, self.cos, self.sin, positions, partial, self.low_precision, *self._launch_args())
             return yq, (yk if k is not None else None)
+        if not (torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))):
+            # Nothing to differentiate (inference, decoding): the launch alone, no autograd node.
+            return launch(q, k, self.cos, self.sin, positions, partial, self.low_precision, False,
+                          interleaved=self.layout == "interleaved", config=self.launch_config,
+                          poison=self.poison_outputs)
         return _RopeFunction.apply(q, k, self.cos, self.sin, positions, partial, self.low_precision, False,
-                                   self.launch_config, bool(self.poison_outputs))
+                                   self.layout == "interleaved", self.launch_config, bool(self.poison_outputs))
 
     def rotate_transposed(self, gq: Tensor, gk: Tensor | None,
                           positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
@@ -382,7 +410,7 @@ class _TritonRotary(RotaryEmbedding):
         dq, dk = rope_bwd(gq, gk, self.cos, self.sin, positions, partial, self.low_precision, *self._launch_args())
         return dq, dk if gk is not None else None
 
-    def _check_kernel_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
+    def check_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
         """What the kernels need beyond the shared checks: a supported dtype, CUDA (or the interpreter)."""
         if q.dtype not in _SUPPORTED:
             raise TypeError(f"{self.registry_name} supports float32, bfloat16 and float16 inputs, got {q.dtype}")

@@ -63,15 +63,22 @@ HEAD_DIMS = (48, 16, 80)
 
 
 # -- the independent formula ------------------------------------------------------------------------
-def formula64(x: torch.Tensor, positions: torch.Tensor, base: float, variant: str) -> torch.Tensor:
-    """Independent float64 RoPE, from the definition: differentiable, so its autograd gives gradients."""
-    B, T, H, D = x.shape
-    half = D // 2
+def formula64(x: torch.Tensor, positions: torch.Tensor, base: float, variant: str, layout: str = "half",
+              rotary_dim: int | None = None) -> torch.Tensor:
+    """Independent float64 RoPE, from the definition: differentiable, so its autograd gives gradients.
+
+    The first R = ``rotary_dim`` (default D) elements rotate, with the frequencies of a head of
+    size R; pair i is (i, i + R/2) for ``layout="half"``, (2i, 2i + 1) for ``"interleaved"``; the
+    rest passes through.
+    """
+    D = x.shape[-1]
+    R = D if rotary_dim is None else rotary_dim
+    half = R // 2
     if variant == "partial":
-        q = D // 4
+        q = R // 4
         freqs = [(1.0 / base) ** (i / (q - 1) if q > 1 else 0.0) for i in range(q)] + [0.0] * q
     else:
-        freqs = [base ** (-2.0 * i / D) for i in range(half)]
+        freqs = [base ** (-2.0 * i / R) for i in range(half)]
     f = torch.tensor(freqs, dtype=torch.float64, device=x.device)
     theta = positions.double()[..., None] * f  # (T, half) or (B, T, half)
     cos, sin = theta.cos(), theta.sin()
@@ -80,15 +87,33 @@ def formula64(x: torch.Tensor, positions: torch.Tensor, base: float, variant: st
     else:
         cos, sin = cos[:, :, None, :], sin[:, :, None, :]
     x = x.double()
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=-1)
+    first, second = pair_index(R, layout)
+    x1, x2 = x[..., first], x[..., second]
+    y1, y2 = x1 * cos + x2 * sin, -x1 * sin + x2 * cos
+    out = [None] * D
+    for j in range(half):
+        out[first[j]], out[second[j]] = y1[..., j], y2[..., j]
+    for j in range(R, D):
+        out[j] = x[..., j]
+    return torch.stack(out, dim=-1)
 
 
-def pair_scale(x: torch.Tensor) -> torch.Tensor:
-    """|x1| + |x2| of the pair each element belongs to, in x's shape (float64)."""
-    x1, x2 = x.detach().double().abs().chunk(2, dim=-1)
-    s = x1 + x2
-    return torch.cat([s, s], dim=-1)
+def pair_index(R: int, layout: str) -> tuple[list[int], list[int]]:
+    """The element indices of the first and second member of each rotated pair."""
+    if layout == "half":
+        return list(range(R // 2)), list(range(R // 2, R))
+    return list(range(0, R, 2)), list(range(1, R, 2))
+
+
+def pair_scale(x: torch.Tensor, layout: str = "half", rotary_dim: int | None = None) -> torch.Tensor:
+    """|x1| + |x2| of the pair each element belongs to (|x| for passed-through elements), float64."""
+    a = x.detach().double().abs()
+    R = x.shape[-1] if rotary_dim is None else rotary_dim
+    first, second = pair_index(R, layout)
+    s = a[..., first] + a[..., second]
+    out = a.clone()
+    out[..., first], out[..., second] = s, s
+    return out
 
 
 # -- building an entry and judging its output -----------------------------------------------------------
@@ -254,6 +279,135 @@ def test_q_alone(name, opts, dtype, device):
     assert_conforms(dq, dq64, pair_scale(g), arith, dtype, "backward")
 
 
+# -- layouts and partial rotation ------------------------------------------------------------------------
+ROTATED = ("all", "half", "quarter")  # rotary_dim None, D/2, D/4
+GRID_HEAD_DIMS = (16, 48, 80, 112, 160, 256)
+# Every (layout, rotated width, variant, dtype) once; head dims, memory layouts and positions in turn.
+GRID = [
+    (layout, rotated, variant, dtype, GRID_HEAD_DIMS[i % len(GRID_HEAD_DIMS)], LAYOUTS[i % len(LAYOUTS)],
+     POSITIONS[i % len(POSITIONS)])
+    for i, (layout, rotated, variant, dtype) in enumerate(
+        itertools.product(("half", "interleaved"), ROTATED, VARIANTS, DTYPES))
+]
+
+
+def _rotary_dim(rotated: str, D: int) -> int | None:
+    return {"all": None, "half": D // 2, "quarter": D // 4}[rotated]
+
+
+def _grid_id(case) -> str:
+    layout, rotated, variant, dtype, D, memory, pos = case
+    return f"{layout}-rot_{rotated}-{variant}-{str(dtype).removeprefix('torch.')}-D{D}-{memory}-pos_{pos}"
+
+
+@pytest.mark.parametrize("case", GRID, ids=[_grid_id(c) for c in GRID])
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_layouts_and_rotary_dim(name, opts, case, device):
+    """layout x rotary_dim x variant x dtype, forward and backward against formula64; an entry that
+    does not support a combination must refuse it at build time, naming the argument."""
+    layout, rotated, variant, dtype, D, memory, pos_kind = case
+    R = _rotary_dim(rotated, D)
+    cls = rope.get(name)
+    if layout not in cls.layouts or (R is not None and not cls.supports_rotary_dim):
+        with pytest.raises(rope.RopeArgumentError) as e:
+            rope.build(name, D, 12, variant=variant, layout=layout, rotary_dim=R, **opts)
+        assert e.value.argument == ("layout" if layout not in cls.layouts else "rotary_dim")
+        return
+    reason = cls.unavailable_reason(device)
+    if reason is not None:
+        pytest.skip(reason)
+    r = rope.build(name, D, 12, variant=variant, layout=layout, rotary_dim=R, **opts).to(device)
+    r.poison_outputs = True
+    B, T, HQ, HK = 2, 5, 3, 2 if memory == "gqa" else 3
+    q, k = make_inputs(memory, B, T, HQ, HK, D, dtype, device)
+    pos = make_positions(pos_kind, B, T, 12, device)
+    yq, yk = r(q, k, positions=pos)
+    arith = arithmetic(r, dtype)
+    if arith is None:
+        assert yq is q and yk is k
+        return
+    gq, gk = output_grads(yq.shape, yk.shape, dtype, device)
+    dq, dk = torch.autograd.grad((yq, yk), (q, k), (gq, gk))
+    q64, k64 = _leaf64(q), _leaf64(k)
+    rows = torch.arange(T, device=device) if pos is None else pos
+    rq, rk = (formula64(x, rows, r.base, variant, layout, R) for x in (q64, k64))
+    rdq, rdk = torch.autograd.grad((rq, rk), (q64, k64), (gq.double(), gk.double()))
+    for what, out, ref, like in (("q forward", yq, rq, q), ("k forward", yk, rk, k),
+                                 ("q backward", dq, rdq, gq), ("k backward", dk, rdk, gk)):
+        assert_conforms(out, ref, pair_scale(like, layout, R), arith, dtype, what)
+    if R is not None and arith == dtype:  # the elements beyond rotary_dim come out bit for bit
+        assert torch.equal(yq[..., R:], q[..., R:].detach()) and torch.equal(dk[..., R:], gk[..., R:])
+
+
+# -- packed sequences (cu_seqlens) ---------------------------------------------------------------------
+def _packed_rows(lengths: list[int], offsets: list[int]) -> torch.Tensor:
+    """Each token's position, written out sequence by sequence (independent of rope.base)."""
+    return torch.tensor([off + i for n, off in zip(lengths, offsets, strict=True) for i in range(n)])
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
+@pytest.mark.parametrize("offsets", (None, 3, "per_sequence"))
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_packed_sequences(name, opts, offsets, dtype, device):
+    """r(q, k, cu_seqlens=cu): positions restart at each sequence (plus its offset); an empty
+    sequence included; GQA; forward and backward."""
+    lengths = [3, 0, 5, 1, 4]
+    D, HQ, HK, total = 48, 3, 1, sum(lengths)
+    r = build(name, opts, D, 16, device)
+    cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+    offs = {None: [0] * 5, 3: [3] * 5, "per_sequence": [0, 7, 2, 11, 1]}[offsets]
+    arg = offsets if offsets != "per_sequence" else torch.tensor(offs, device=device)
+    q = torch.randn(total, HQ, D, device=device).to(dtype).requires_grad_()
+    k = torch.randn(total, HK, D, device=device).to(dtype).requires_grad_()
+    yq, yk = r(q, k, cu_seqlens=cu, seqlen_offsets=arg)
+    assert yq.shape == q.shape and yk.shape == k.shape
+    arith = arithmetic(r, dtype)
+    if arith is None:
+        return
+    rows = _packed_rows(lengths, offs).to(device)
+    gq, gk = torch.randn_like(yq), torch.randn_like(yk)
+    dq, dk = torch.autograd.grad((yq, yk), (q, k), (gq, gk))
+    q64, k64 = _leaf64(q), _leaf64(k)
+    rq, rk = (formula64(x[None], rows, r.base, "partial")[0] for x in (q64, k64))
+    rdq, rdk = torch.autograd.grad((rq, rk), (q64, k64), (gq.double(), gk.double()))
+    for what, out, ref, like in (("q", yq, rq, q), ("k", yk, rk, k), ("dq", dq, rdq, gq), ("dk", dk, rdk, gk)):
+        assert_conforms(out, ref, pair_scale(like), arith, dtype, what)
+
+
+# -- positions outside the table --------------------------------------------------------------------------
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_out_of_range_positions_give_nan_rows(name, opts, device):
+    """Where the range is not checked on the host (positions on an accelerator: it would cost a
+    synchronisation per call), a position outside the table gives NaN rows, never another row's
+    rotation. Called through ``rotate`` (what runs after validation) so the CPU shows it too."""
+    r = build(name, opts, 32, 16, device)
+    if arithmetic(r, torch.float32) is None:
+        return
+    x = torch.randn(1, 4, 2, 32, device=device)
+    pos = torch.tensor([0, 16, 5, -1], device=device)
+    y, _ = r.rotate(x, None, pos)
+    rotated = y[..., :8]  # the first quarter has nonzero frequencies
+    assert rotated[:, [1, 3]].isnan().all() and not y[:, [0, 2]].isnan().any()
+
+
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_inputs_are_validated_once_per_signature(name, opts, device, monkeypatch):
+    """The shape/dtype/device checks run once per input signature (host time at small shapes), and
+    again for a new one; positions in host memory are range-checked on every call."""
+    r = build(name, opts, 32, 16, device)
+    calls = []
+    real = r._validate_signature
+    monkeypatch.setattr(r, "_validate_signature", lambda *a: calls.append(1) or real(*a))
+    x = torch.randn(1, 4, 2, 32, device=device)
+    r(x), r(x), r(x.clone())
+    assert len(calls) == 1
+    r(torch.randn(1, 5, 2, 32, device=device))
+    assert len(calls) == 2
+    if device.type == "cpu":
+        with pytest.raises(ValueError, match="positions must lie in"):
+            r(x, positions=torch.tensor([0, 1, 2, 16]))
+
+
 # -- the fused projection ----------------------------------------------------------------------------
 def _split(qkv: torch.Tensor, hq: int, hk: int, D: int):
     B, T, _ = qkv.shape
@@ -310,10 +464,27 @@ BAD_CALLS = {
     "qk_head_dim": (lambda r, d: r(_x(d, 1, 4, 2, 32), _x(d, 1, 4, 2, 16)), ValueError, "head dim 16|agree"),
     "qk_dtype": (lambda r, d: r(_x(d, 1, 4, 2, 32), _x(d, 1, 4, 2, 32, dtype=torch.bfloat16)), TypeError,
                  "same dtype"),
-    "positions_high": (lambda r, d: r(_x(d, 1, 4, 2, 32), positions=torch.tensor([0, 1, 2, 16], device=d)),
-                       ValueError, "positions must lie in"),
-    "positions_negative": (lambda r, d: r(_x(d, 1, 4, 2, 32), positions=torch.tensor([0, -1, 2, 3], device=d)),
-                           ValueError, "positions must lie in"),
+    "positions_high": (lambda r, d: r(_x(d, 1, 4, 2, 32), positions=torch.tensor([0, 1, 2, 16])),
+                       ValueError, "positions must lie in|positions must be on"),
+    "positions_negative": (lambda r, d: r(_x(d, 1, 4, 2, 32), positions=torch.tensor([0, -1, 2, 3])),
+                           ValueError, "positions must lie in|positions must be on"),
+    "cu_decreasing": (lambda r, d: r(_x(d, 6, 2, 32), cu_seqlens=torch.tensor([0, 4, 2, 6], device=d,
+                                                                              dtype=torch.int32)),
+                      ValueError, "cu_seqlens must start at 0, never decrease"),
+    "cu_total": (lambda r, d: r(_x(d, 6, 2, 32), cu_seqlens=torch.tensor([0, 2, 5], device=d, dtype=torch.int32)),
+                 ValueError, "end at total_tokens=6"),
+    "cu_dtype": (lambda r, d: r(_x(d, 6, 2, 32), cu_seqlens=torch.tensor([0.0, 6.0], device=d)),
+                 ValueError, "cu_seqlens must be a 1-D int32/int64"),
+    "cu_rank": (lambda r, d: r(_x(d, 1, 6, 2, 32), cu_seqlens=torch.tensor([0, 6], device=d, dtype=torch.int32)),
+                ValueError, r"with cu_seqlens, q must have shape \(total_tokens, H, D\)"),
+    "cu_too_long": (lambda r, d: r(_x(d, 20, 2, 32), cu_seqlens=torch.tensor([0, 3, 20], device=d,
+                                                                             dtype=torch.int32)),
+                    ValueError, "max_seq_len=16"),
+    "cu_and_positions": (lambda r, d: r(_x(d, 6, 2, 32), cu_seqlens=torch.tensor([0, 6], device=d, dtype=torch.int32),
+                                        positions=torch.arange(6, device=d)), ValueError, "not both"),
+    "cu_offsets_shape": (lambda r, d: r(_x(d, 6, 2, 32), cu_seqlens=torch.tensor([0, 6], device=d, dtype=torch.int32),
+                                        seqlen_offsets=torch.zeros(3, dtype=torch.long, device=d)),
+                         ValueError, "seqlen_offsets must be"),
     "positions_float": (lambda r, d: r(_x(d, 1, 4, 2, 32), positions=torch.arange(4.0, device=d)), TypeError,
                         "integer"),
     "positions_shape": (lambda r, d: r(_x(d, 2, 4, 2, 32), positions=torch.zeros(3, 4, dtype=torch.long, device=d)),
@@ -345,6 +516,11 @@ BAD_BUILDS = [
     ({"base": 0.0}, "base", "base"),
     ({"base": math.inf}, "base", "base"),
     ({"no_such_option": 1}, "no_such_option", "no_such_option"),
+    ({"layout": "zigzag"}, "layout", "layout must be one of"),
+    ({"rotary_dim": 7, "variant": "full"}, "rotary_dim", "rotary_dim must be even"),
+    ({"rotary_dim": 6}, "rotary_dim", "rotary_dim must be a multiple of 4"),
+    ({"rotary_dim": 40}, "rotary_dim", "at most head_dim=32"),
+    ({"rotary_dim": 0}, "rotary_dim", "positive int"),
 ]
 
 

@@ -80,7 +80,8 @@ def test_listed_and_built(plugin):
     )
     out = _run(["-c", code], plugin["env"])
     assert out.returncode == 0, out.stderr
-    assert "Throwaway {'rope': 'throwaway', 'variant': 'partial', 'compute_dtype': 'float32'}" in out.stdout
+    want = "{'rope': 'throwaway', 'variant': 'partial', 'compute_dtype': 'float32', 'layout': 'half', 'rotary_dim': 16}"
+    assert f"Throwaway {want}" in out.stdout
 
 
 def test_picked_up_by_the_conformance_tests(plugin):

@@ -244,11 +244,14 @@ def test_q_k_dtype_mismatch(device, no_launch):
 
 # -- registry, config, compile ----------------------------------------------------------------------
 def test_describe():
-    assert _build("triton_v4").describe() == {"rope": "triton_v4", "variant": "partial", "compute_dtype": "float32"}
-    assert _build("triton_v2", variant="full").describe() == {
+    assert _build("triton_v4").describe() == {"rope": "triton_v4", "variant": "partial", "compute_dtype": "float32",
+                                              "layout": "half", "rotary_dim": 32}
+    assert _build("triton_v2", variant="full", layout="interleaved", rotary_dim=16).describe() == {
         "rope": "triton_v2",
         "variant": "full",
         "compute_dtype": "input",
+        "layout": "interleaved",
+        "rotary_dim": 16,
     }
 
 
@@ -429,12 +432,17 @@ class _KernelSpy:
         return call
 
 
-def test_default_launch_configuration_is_unchanged():
-    """The H100-tuned default (docs/kernels.md): 1024-element tiles, 8 warps."""
+def test_launch_configuration_takes_whole_power_of_two_chunks():
+    """Rows are cut into power-of-two chunks that divide the rotated half (no masks along a row,
+    whatever the head size), and a load holds ``tile`` elements."""
     assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=1024, num_warps=8)
-    assert triton_rope.launch_config(128) == {"BR": 16, "HP": 64, "num_warps": 8}
-    assert triton_rope.launch_config(48) == {"BR": 32, "HP": 32, "num_warps": 8}
-    assert triton_rope.launch_config(128, triton_rope.LaunchConfig(4096, 4)) == {"BR": 64, "HP": 64, "num_warps": 4}
+    cfg = triton_rope.launch_config
+    assert cfg(128, 64, True, False) == {"R2": 64, "NROT": 32, "PASS": 0, "INTERLEAVED": False, "CW": 64, "CP": 1,
+                                         "BR": 16, "num_warps": 8}
+    assert cfg(48, 24, True, False)["CW"] == 8 and cfg(48, 24, True, False)["BR"] == 128  # 3 chunks of 8 pairs
+    assert cfg(80, 20, False, True) == {"R2": 20, "NROT": 20, "PASS": 40, "INTERLEAVED": True, "CW": 4, "CP": 8,
+                                        "BR": 128, "num_warps": 8}
+    assert cfg(256, 128, False, False, triton_rope.LaunchConfig(4096, 4))["BR"] == 64  # chunks of at most 64
 
 
 @pytest.mark.parametrize("qkv_path", (False, True))
