@@ -38,6 +38,15 @@ import numbers
 import torch
 from torch import Tensor, nn
 
+from rope.scaling import (
+    ScalingError,
+    attention_factor,
+    describe_scaling,
+    dynamic_factor,
+    normalize_scaling,
+    scaled_frequencies,
+)
+
 VARIANTS = ("partial", "full")
 LAYOUTS = ("half", "interleaved")
 
@@ -146,6 +155,14 @@ def check_rotary_dim(rotary_dim: object, head_dim: int, variant: str) -> None:
         )
 
 
+def check_scaling(scaling: object) -> dict:
+    """The normalized scaling (see :mod:`rope.scaling`), or a RopeArgumentError naming the parameter."""
+    try:
+        return normalize_scaling(scaling)
+    except ScalingError as exc:
+        raise RopeArgumentError(exc.argument, str(exc)) from None
+
+
 def check_layout(layout: object, supported: tuple[str, ...] = LAYOUTS, name: str = "") -> None:
     """Refuse a layout that is unknown, or that the implementation ``name`` does not support."""
     if layout not in LAYOUTS:
@@ -163,10 +180,12 @@ def check_base(base: object) -> None:
 
 def check_common_args(head_dim: object, max_seq_len: object, base: object, variant: object,
                       layout: object = "half", rotary_dim: object = None,
-                      layouts: tuple[str, ...] = LAYOUTS, name: str = "", rotary_dim_ok: bool = True) -> None:
+                      layouts: tuple[str, ...] = LAYOUTS, name: str = "", rotary_dim_ok: bool = True,
+                      scaling: object = None) -> None:
     """The checks every implementation shares: head_dim and rotary_dim for the variant, max_seq_len,
     base, and the layout and rotary_dim among what the implementation supports."""
     check_head_dim(head_dim, variant, rotary_dim)
+    check_scaling(scaling)
     if rotary_dim is not None and rotary_dim != head_dim and not rotary_dim_ok:
         raise RopeArgumentError("rotary_dim", f"rope={name} rotates the whole head only (rotary_dim None or "
                                               f"{head_dim}), got rotary_dim={rotary_dim}")
@@ -198,22 +217,44 @@ class RotaryEmbedding(nn.Module):
     poison_outputs: bool = False
 
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial",
-                 layout: str = "half", rotary_dim: int | None = None) -> None:
+                 layout: str = "half", rotary_dim: int | None = None, scaling: dict | None = None) -> None:
         super().__init__()
         check_common_args(head_dim, max_seq_len, base, variant, layout, rotary_dim, self.layouts, self.registry_name,
-                          self.supports_rotary_dim)
+                          self.supports_rotary_dim, scaling)
         self.head_dim = head_dim
         self.max_seq_len = max_seq_len
         self.base = float(base)
         self.variant = variant
         self.layout = layout
         self.rotary_dim = head_dim if rotary_dim is None else rotary_dim
-        freqs = rope_frequencies(self.rotary_dim, base, variant)
-        theta = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), freqs)
-        self.register_buffer("cos", theta.cos().float(), persistent=False)
-        self.register_buffer("sin", theta.sin().float(), persistent=False)
+        self.scaling = check_scaling(scaling)
+        cos, sin = self._tables(self.scaling.get("original_max_seq_len"))
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self._table_length: int | None = None  # dynamic_ntk: the length the tables are for
         # Input signatures (shapes, dtypes, devices) already validated: the checks run once each.
         self._validated: set[tuple] = set()
+
+    def _tables(self, length: int | None) -> tuple[Tensor, Tensor]:
+        """float32 cos, sin (max_seq_len, R/2): computed in float64 from the (scaled) frequencies, with
+        YaRN's attention factor folded in, and rounded once. ``length``: dynamic_ntk's current length."""
+        freqs = rope_frequencies(self.rotary_dim, self.base, self.variant)
+        freqs = scaled_frequencies(freqs, self.base, self.rotary_dim, self.scaling, length)
+        theta = torch.outer(torch.arange(self.max_seq_len, dtype=torch.float64), freqs)
+        scale = attention_factor(self.scaling)
+        return (theta.cos() * scale).float(), (theta.sin() * scale).float()
+
+    def _follow_length(self, length: int) -> None:
+        """dynamic_ntk: rebuild the tables (in place) when the current length changes the factor."""
+        key = max(length, self.scaling["original_max_seq_len"])
+        if key == self._table_length:
+            return
+        if self._table_length is None or dynamic_factor(self.scaling, key) != dynamic_factor(
+                self.scaling, self._table_length):
+            cos, sin = self._tables(key)
+            self.cos.copy_(cos)
+            self.sin.copy_(sin)
+        self._table_length = key
 
     # -- build-time validation (no tables allocated) ----------------------------------------------
     @classmethod
@@ -247,7 +288,7 @@ class RotaryEmbedding(nn.Module):
             raise RopeArgumentError(missing[0], f"rope={cls.registry_name} needs the option {missing[0]!r}")
         check_common_args(head_dim, max_seq_len, base, merged.get("variant", "partial"),
                           merged.get("layout", "half"), merged.get("rotary_dim"), cls.layouts, cls.registry_name,
-                          cls.supports_rotary_dim)
+                          cls.supports_rotary_dim, merged.get("scaling"))
         cls.check_options(merged)
 
     @classmethod
@@ -264,6 +305,7 @@ class RotaryEmbedding(nn.Module):
     def extra_repr(self) -> str:
         extra = "" if self.layout == "half" else f", layout={self.layout!r}"
         extra += "" if self.rotary_dim == self.head_dim else f", rotary_dim={self.rotary_dim}"
+        extra += "" if self.scaling["type"] == "none" else f", scaling={self.scaling}"
         return (f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base:g}, "
                 f"variant={self.variant!r}{extra}")
 
@@ -275,7 +317,7 @@ class RotaryEmbedding(nn.Module):
         name, or ``"none"`` (the identity). Override it when the arithmetic differs.
         """
         return {"rope": self.registry_name, "variant": self.variant, "compute_dtype": "float32",
-                "layout": self.layout, "rotary_dim": self.rotary_dim}
+                "layout": self.layout, "rotary_dim": self.rotary_dim, "scaling": describe_scaling(self.scaling)}
 
     # -- validation -------------------------------------------------------------------------------
     def _check(self, name: str, x: Tensor, positions_given: bool) -> None:
@@ -318,6 +360,8 @@ class RotaryEmbedding(nn.Module):
         if cu_seqlens is not None or seqlen_offsets is not None:
             return self._forward_packed(q, k, positions, cu_seqlens, seqlen_offsets)
         self._validate(q, k, positions)
+        if self.scaling["type"] == "dynamic_ntk":
+            self._follow_length(q.shape[1] if positions is None else int(positions.max()) + 1)
         q2, k2 = self.rotate(q, k, positions)
         return q2 if k is None else (q2, k2)
 

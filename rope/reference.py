@@ -70,8 +70,9 @@ class TorchRotary(RotaryEmbedding):
     supports_rotary_dim = True
 
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial",
-                 layout: str = "half", rotary_dim: int | None = None, compute_dtype: str = "float32") -> None:
-        super().__init__(head_dim, max_seq_len, base, variant, layout, rotary_dim)
+                 layout: str = "half", rotary_dim: int | None = None, scaling: dict | None = None,
+                 compute_dtype: str = "float32") -> None:
+        super().__init__(head_dim, max_seq_len, base, variant, layout, rotary_dim, scaling)
         check_compute_dtype(compute_dtype)
         self.compute_dtype = compute_dtype
 
@@ -99,7 +100,8 @@ class NoRotary(RotaryEmbedding):
     supports_rotary_dim = True
 
     def describe(self) -> dict:
-        return {"rope": "none", "variant": "none", "compute_dtype": "none", "layout": "none", "rotary_dim": 0}
+        return {"rope": "none", "variant": "none", "compute_dtype": "none", "layout": "none", "rotary_dim": 0,
+                "scaling": "none"}
 
     def rotate(self, q, k, positions):
         return q, k

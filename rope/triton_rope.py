@@ -347,13 +347,13 @@ class _TritonRotary(RotaryEmbedding):
     low_precision = False
 
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial",
-                 layout: str = "half", rotary_dim: int | None = None) -> None:
+                 layout: str = "half", rotary_dim: int | None = None, scaling: dict | None = None) -> None:
         if _kernels is None:
             raise RuntimeError(
                 f"RoPE implementation {self.registry_name!r} needs the `triton` package "
                 f"(pip install triton), which could not be imported: {_TRITON_ERROR}"
             )
-        super().__init__(head_dim, max_seq_len, base, variant, layout, rotary_dim)
+        super().__init__(head_dim, max_seq_len, base, variant, layout, rotary_dim, scaling)
         self.launch_config = DEFAULT_LAUNCH
 
     @classmethod

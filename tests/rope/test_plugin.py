@@ -80,7 +80,8 @@ def test_listed_and_built(plugin):
     )
     out = _run(["-c", code], plugin["env"])
     assert out.returncode == 0, out.stderr
-    want = "{'rope': 'throwaway', 'variant': 'partial', 'compute_dtype': 'float32', 'layout': 'half', 'rotary_dim': 16}"
+    want = "{'rope': 'throwaway', 'variant': 'partial', 'compute_dtype': 'float32', 'layout': 'half', "
+    want += "'rotary_dim': 16, 'scaling': 'none'}"
     assert f"Throwaway {want}" in out.stdout
 
 

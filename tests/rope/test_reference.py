@@ -66,4 +66,5 @@ def test_compute_dtype_is_checked_once_for_build_and_check_args():
     with pytest.raises(rope.RopeArgumentError, match="compute_dtype must be"):
         rope.get("torch")(32, 16, compute_dtype="int8")  # the constructor runs the same check
     assert rope.get("torch").option_defaults() == {
-        "variant": "partial", "layout": "half", "rotary_dim": None, "compute_dtype": "float32"}
+        "variant": "partial", "layout": "half", "rotary_dim": None, "scaling": None,
+        "compute_dtype": "float32"}

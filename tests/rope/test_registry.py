@@ -63,7 +63,7 @@ def test_argument_errors_name_the_argument_and_keep_the_old_types():
     with pytest.raises(UnknownRopeOptionError) as e:
         rope.build("torch", 32, 16, no_such_option=1)
     assert isinstance(e.value, TypeError) and isinstance(e.value, ValueError) and e.value.argument == "no_such_option"
-    assert "options: variant, layout, rotary_dim, compute_dtype" in str(e.value)
+    assert "options: variant, layout, rotary_dim, scaling, compute_dtype" in str(e.value)
     with pytest.raises(UnknownRopeError) as e2:
         rope.get("nope")
     for err in (e.value, e2.value, rope.RopeArgumentError("base", "base must be > 0")):

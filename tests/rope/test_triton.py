@@ -245,13 +245,14 @@ def test_q_k_dtype_mismatch(device, no_launch):
 # -- registry, config, compile ----------------------------------------------------------------------
 def test_describe():
     assert _build("triton_v4").describe() == {"rope": "triton_v4", "variant": "partial", "compute_dtype": "float32",
-                                              "layout": "half", "rotary_dim": 32}
+                                              "layout": "half", "rotary_dim": 32, "scaling": "none"}
     assert _build("triton_v2", variant="full", layout="interleaved", rotary_dim=16).describe() == {
         "rope": "triton_v2",
         "variant": "full",
         "compute_dtype": "input",
         "layout": "interleaved",
         "rotary_dim": 16,
+        "scaling": "none",
     }
 
 
