@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import rope
 from llm.data import check_data_config
@@ -50,7 +50,7 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
         rope.check_args(r.name, head_dim, cache, r.get("base", 10000.0), **options)
     except rope.RopeArgumentError as e:
         key = _ROPE_KEYS.get(e.argument, f"rope.{e.argument}")
-        value = {"head_dim": head_dim, "max_seq_len": cache}.get(e.argument, r.get(e.argument))
+        value = {"head_dim": head_dim, "max_seq_len": cache}.get(e.argument, OmegaConf.select(r, e.argument))
         raise ConfigError(f"{key}={value}: {e}") from None
     reason = rope.get(r.name).unavailable_reason(device)
     if reason:
