@@ -12,16 +12,16 @@ One kernel serves both entries, both directions and both tensors:
   token, found through the tensor's own strides); a program rotates BR consecutive rows. The
   programs of q come first, then those of k, so q and k are rotated in one launch. Consecutive rows
   share a token, so the cos/sin rows a program gathers are mostly L1/L2 hits.
-* Chunks. A row is R2 rotated pairs then PASS copied elements (``rotary_dim`` < D). The pairs are
-  taken CW at a time, CW a power of two dividing R2 (constexpr; a static loop), so no load is
-  masked along the row and every access vectorises, whatever the head size: padding D/2 to a power
-  of two instead (the previous kernel) idled up to 37% of the lanes and, with a runtime D/2 that is
-  not a multiple of 16, lost the vector loads altogether (44% of copy bandwidth at D=48).
-* Layouts. ``INTERLEAVED`` pairs (2i, 2i + 1): a chunk is loaded as one contiguous BR x 2CW tile
-  and split into its even and odd elements (``tl.split``), then joined back for the store; the
-  half layout pairs (i, i + R2) with two BR x CW tiles.
-* Partial rotation: pairs [NROT, R2) have frequency 0; they use cos 1 and sin 0 (no table load
-  for a chunk lying wholly there) and so pass through exactly, as in the reference.
+* Row geometry. A row is R2 rotated pairs then PASS copied elements (``rotary_dim`` < D), all
+  constexpr: the pairs are one BR x HP tile (HP = R2 rounded up to a power of two, the padding
+  masked), and since the masks are compile-time constants the loads vectorise for every head
+  size. (With D/2 a runtime argument, a D/2 not a multiple of 16 lost the vector loads: 44% of copy
+  bandwidth at D=48. Cutting a row into power-of-two chunks instead was slower still: 20-50%.)
+* Layouts. ``INTERLEAVED`` pairs (2i, 2i + 1): the rotated part is loaded as one contiguous
+  BR x 2HP tile and split into its even and odd elements (``tl.split``), then joined back for the
+  store; the half layout pairs (i, i + R2) with two BR x HP tiles.
+* Partial rotation: pairs [NROT, R2) have frequency 0; their cos/sin loads are masked to cos 1 and
+  sin 0, so they pass through exactly, as in the reference.
 * Positions outside the table (only possible with ``positions``, unchecked on the host on a GPU
   to spare a synchronisation) give NaN rows rather than another row's rotation.
 
@@ -111,24 +111,17 @@ def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr, EMULATE: tl
 
 
 @triton.jit
-def _cos_sin(cos_ptr, sin_ptr, trow, valid, rm, c0: tl.constexpr, CW: tl.constexpr, NROT: tl.constexpr,
-             BR: tl.constexpr, HAS_POS: tl.constexpr, INVERSE: tl.constexpr):
-    """float32 cos, sin (BR x CW) of pairs [c0, c0 + CW) at table rows ``trow``.
+def _cos_sin(cos_ptr, sin_ptr, trow, valid, rm, HP: tl.constexpr, NROT: tl.constexpr,
+             HAS_POS: tl.constexpr, INVERSE: tl.constexpr):
+    """float32 cos, sin (BR x HP) of pairs [0, HP) at table rows ``trow``.
 
-    Pairs from NROT on have frequency 0 (variant=partial): cos 1, sin 0, with no load for a chunk
-    lying wholly there (a constexpr decision). Rows whose position is outside the table get NaN.
+    Pairs from NROT on (variant=partial's zero frequencies, and the padding) get cos 1, sin 0.
+    Rows whose position is outside the table get NaN.
     """
-    col = c0 + tl.arange(0, CW)[None, :]
-    if c0 >= NROT:
-        c = tl.full((BR, CW), 1.0, tl.float32)
-        s = tl.zeros((BR, CW), tl.float32)
-    else:
-        if c0 + CW <= NROT:
-            cm = rm[:, None]
-        else:
-            cm = rm[:, None] & (col < NROT)
-        c = tl.load(cos_ptr + trow + col, mask=cm, other=1.0, eviction_policy="evict_last").to(tl.float32)
-        s = tl.load(sin_ptr + trow + col, mask=cm, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    col = tl.arange(0, HP)[None, :]
+    cm = rm[:, None] & (col < NROT)
+    c = tl.load(cos_ptr + trow + col, mask=cm, other=1.0, eviction_policy="evict_last").to(tl.float32)
+    s = tl.load(sin_ptr + trow + col, mask=cm, other=0.0, eviction_policy="evict_last").to(tl.float32)
     if HAS_POS:
         c = tl.where(valid[:, None], c, float("nan"))
         s = tl.where(valid[:, None], s, float("nan"))
@@ -143,14 +136,15 @@ def _rotate_rows(
     cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
     r0, NR, T, H,
     R2: tl.constexpr, NROT: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
-    CW: tl.constexpr, CP: tl.constexpr,
+    HP: tl.constexpr, PP: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
 ):
     """Rotate rows [r0, r0 + BR) of one tensor seen as B*T*H rows of D = 2 R2 + PASS elements.
 
-    The R2 rotated pairs are taken CW at a time (CW a power of two dividing R2, a constexpr: every
-    load is unmasked along the row and vectorises whatever R2 is), then the PASS trailing elements
-    are copied CP at a time.
+    The R2 pairs are one BR x HP tile (HP = R2 rounded up to a power of two); R2 is a constexpr, so
+    the column masks are known at compile time and the loads vectorise whatever R2 is (with R2 a
+    runtime value, a D/2 that is not a multiple of 16 lost the vector loads: 44% of copy bandwidth
+    at D=48). The PASS trailing elements are copied as one BR x PP tile.
     """
     DT: tl.constexpr = o_ptr.dtype.element_ty
     r = r0 + tl.arange(0, BR)
@@ -168,32 +162,32 @@ def _rotate_rows(
     else:
         pos = t
         valid = rm
-    trow = pos[:, None] * s_cs
-    xm = rm[:, None]
-    for c0 in tl.static_range(0, R2, CW):
-        c, s = _cos_sin(cos_ptr, sin_ptr, trow, valid, rm, c0, CW, NROT, BR, HAS_POS, INVERSE)
-        if INTERLEAVED:
-            col = 2 * c0 + tl.arange(0, 2 * CW)[None, :]
-            x = tl.load(x_ptr + x_row + col * sxd, mask=xm).to(tl.float32)
-            x1, x2 = tl.split(tl.reshape(x, (BR, CW, 2)))
-            y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
-            y = tl.reshape(tl.join(y1, y2), (BR, 2 * CW))
-            tl.store(o_ptr + o_row + col * sod, _narrow(y, DT, EMULATE), mask=xm)
-        else:
-            col = c0 + tl.arange(0, CW)[None, :]
-            x1 = tl.load(x_ptr + x_row + col * sxd, mask=xm).to(tl.float32)
-            x2 = tl.load(x_ptr + x_row + (R2 + col) * sxd, mask=xm).to(tl.float32)
-            y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
-            tl.store(o_ptr + o_row + col * sod, _narrow(y1, DT, EMULATE), mask=xm)
-            tl.store(o_ptr + o_row + (R2 + col) * sod, _narrow(y2, DT, EMULATE), mask=xm)
-    for p0 in tl.static_range(2 * R2, 2 * R2 + PASS, CP):  # rotary_dim < D: the rest is copied
-        col = p0 + tl.arange(0, CP)[None, :]
-        tl.store(o_ptr + o_row + col * sod, tl.load(x_ptr + x_row + col * sxd, mask=xm), mask=xm)
+    c, s = _cos_sin(cos_ptr, sin_ptr, pos[:, None] * s_cs, valid, rm, HP, NROT, HAS_POS, INVERSE)
+    if INTERLEAVED:
+        col = tl.arange(0, 2 * HP)[None, :]
+        xm = rm[:, None] & (col < 2 * R2)
+        x = tl.load(x_ptr + x_row + col * sxd, mask=xm).to(tl.float32)
+        x1, x2 = tl.split(tl.reshape(x, (BR, HP, 2)))
+        y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
+        y = tl.reshape(tl.join(y1, y2), (BR, 2 * HP))
+        tl.store(o_ptr + o_row + col * sod, _narrow(y, DT, EMULATE), mask=xm)
+    else:
+        col = tl.arange(0, HP)[None, :]
+        xm = rm[:, None] & (col < R2)
+        x1 = tl.load(x_ptr + x_row + col * sxd, mask=xm).to(tl.float32)
+        x2 = tl.load(x_ptr + x_row + (R2 + col) * sxd, mask=xm).to(tl.float32)
+        y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
+        tl.store(o_ptr + o_row + col * sod, _narrow(y1, DT, EMULATE), mask=xm)
+        tl.store(o_ptr + o_row + (R2 + col) * sod, _narrow(y2, DT, EMULATE), mask=xm)
+    if PASS > 0:  # rotary_dim < D: the rest is copied
+        col = 2 * R2 + tl.arange(0, PP)[None, :]
+        pm = rm[:, None] & (col < 2 * R2 + PASS)
+        tl.store(o_ptr + o_row + col * sod, tl.load(x_ptr + x_row + col * sxd, mask=pm), mask=pm)
 
 
 # Sizes and counts do not change the generated code's vector widths: keep them out of the
 # specialisation key so new shapes reuse the compiled kernel (strides stay in it; the row geometry
-# R2/NROT/PASS/CW/CP is constexpr).
+# R2/NROT/PASS/HP/PP is constexpr).
 @triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "HQ", "HK", "NRQ", "NRK", "NPQ"])
 def rope_kernel(
     q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr,
@@ -202,7 +196,7 @@ def rope_kernel(
     spb, spt, s_cs, NPOS,
     T, HQ, HK, NRQ, NRK, NPQ,
     R2: tl.constexpr, NROT: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
-    CW: tl.constexpr, CP: tl.constexpr,
+    HP: tl.constexpr, PP: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR), the others k's: q and k in one launch."""
@@ -210,11 +204,11 @@ def rope_kernel(
     if i < NPQ:
         _rotate_rows(
             q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
-            NPOS, i * BR, NRQ, T, HQ, R2, NROT, PASS, INTERLEAVED, CW, CP, BR, HAS_POS, LOW, INVERSE, EMULATE,
+            NPOS, i * BR, NRQ, T, HQ, R2, NROT, PASS, INTERLEAVED, HP, PP, BR, HAS_POS, LOW, INVERSE, EMULATE,
         )  # fmt: skip
     else:
         _rotate_rows(
             k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
-            NPOS, (i - NPQ) * BR, NRK, T, HK, R2, NROT, PASS, INTERLEAVED, CW, CP, BR, HAS_POS, LOW, INVERSE,
+            NPOS, (i - NPQ) * BR, NRK, T, HK, R2, NROT, PASS, INTERLEAVED, HP, PP, BR, HAS_POS, LOW, INVERSE,
             EMULATE,
         )  # fmt: skip

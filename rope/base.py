@@ -185,7 +185,9 @@ def check_common_args(head_dim: object, max_seq_len: object, base: object, varia
     """The checks every implementation shares: head_dim and rotary_dim for the variant, max_seq_len,
     base, and the layout and rotary_dim among what the implementation supports."""
     check_head_dim(head_dim, variant, rotary_dim)
-    check_scaling(scaling)
+    kind = check_scaling(scaling)["type"]
+    if kind in ("ntk", "dynamic_ntk", "yarn") and isinstance(base, numbers.Real) and base <= 1:
+        raise RopeArgumentError("base", f"base must be > 1 for scaling.type={kind} (it takes log(base)), got {base!r}")
     if rotary_dim is not None and rotary_dim != head_dim and not rotary_dim_ok:
         raise RopeArgumentError("rotary_dim", f"rope={name} rotates the whole head only (rotary_dim None or "
                                               f"{head_dim}), got rotary_dim={rotary_dim}")
@@ -434,6 +436,8 @@ class RotaryEmbedding(nn.Module):
                              f"got {tuple(qkv.shape)}")
         q, k, v = split_qkv(qkv, n_head, n_kv, self.head_dim)
         self._validate(q, k, positions)
+        if self.scaling["type"] == "dynamic_ntk":
+            self._follow_length(q.shape[1] if positions is None else int(positions.max()) + 1)
         return self._rotate_qkv(qkv, q, k, v, positions)
 
     def _rotate_qkv(self, qkv: Tensor, q: Tensor, k: Tensor, v: Tensor,

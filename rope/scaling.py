@@ -15,8 +15,9 @@ with their defaults; ``original_max_seq_len`` is HF's ``original_max_position_em
   ``original_max_seq_len``.
 * ``yarn`` — YaRN (Peng et al. 2023): a ramp between interpolation (low frequencies, fewer than
   ``beta_slow`` rotations over the original context) and extrapolation (more than ``beta_fast``),
-  and an attention temperature ``0.1 * mscale * ln(factor) + 1`` (``attention_factor`` overrides
-  it) folded into cos and sin, as HF does.
+  and an attention temperature ``0.1 ln(factor) + 1`` (with both ``mscale`` and ``mscale_all_dim``
+  set: the ratio of ``0.1 m ln(factor) + 1`` for the two; ``attention_factor`` overrides it)
+  folded into cos and sin, as HF does.
 * ``llama3`` — Llama 3.1's rule: wavelengths longer than ``original_max_seq_len / low_freq_factor``
   interpolated by ``factor``, shorter than ``original_max_seq_len / high_freq_factor`` kept, a
   smooth blend between.
@@ -128,9 +129,9 @@ def _exponents(freqs: Tensor, base: float) -> Tensor:
 def _ntk(freqs: Tensor, base: float, factor: float) -> Tensor:
     """Base scaled so that the lowest nonzero frequency is divided by ``factor``, the highest kept:
     for the standard frequencies exactly ``base * factor ** (d / (d - 2))``."""
-    if factor == 1.0:
-        return freqs
     e = _exponents(freqs, base)
+    if factor == 1.0 or e.max() == 0:  # e.max() == 0: the frequency 1 alone (rotated width 2, or 4
+        return freqs                    # partial), which is kept; nothing lower to interpolate
     return freqs * factor ** (-e / e.max())
 
 

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from rope.base import LAYOUTS, RotaryEmbedding, split_qkv
 from rope.registry import register
+from rope.scaling import attention_factor
 
 try:
     from rope import _triton_kernels as _kernels
@@ -57,13 +58,8 @@ class LaunchConfig:
 
 DEFAULT_LAUNCH = LaunchConfig()
 
-#: Widest chunk of a row one load takes (pairs for the rotation, elements for the pass-through).
-_MAX_CHUNK = 64
-
-
-def _pow2_part(n: int) -> int:
-    """The largest power of two dividing ``n`` (n > 0)."""
-    return n & -n
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
 
 
 def _interpreting() -> bool:
@@ -75,20 +71,16 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
                   config: LaunchConfig = DEFAULT_LAUNCH) -> dict:
     """The constexprs of one launch, from the row geometry (cached: the module call's host time counts).
 
-    A row of D elements holds R2 = ``rotary_pairs`` rotated pairs and D - 2 R2 copied elements. The
-    pairs are taken CW at a time, CW the largest power of two dividing R2 (at most 64): no masks
-    along the row, so the loads vectorise for every head size, where padding D/2 to a power of two
-    (the session-3 kernel) left a third of the lanes idle and, for D/2 not a multiple of 16, lost
-    the vector loads altogether (44% of copy bandwidth at D=48 on the H100). BR rows make one load
-    ``config.tile`` elements.
+    A row of D elements holds R2 = ``rotary_pairs`` rotated pairs and D - 2 R2 copied elements; all
+    are constexpr so the padding masks are compile-time constants and the loads vectorise whatever
+    R2 is. HP = R2 rounded up to a power of two; BR rows make one load ``config.tile`` elements.
     """
-    cw = min(_MAX_CHUNK, _pow2_part(rotary_pairs))
+    hp = _next_pow2(rotary_pairs)
     passed = head_dim - 2 * rotary_pairs
-    cp = min(2 * _MAX_CHUNK, _pow2_part(passed)) if passed else 1
-    load_width = 2 * cw if interleaved else cw
+    load_width = 2 * hp if interleaved else hp
     return {
         "R2": rotary_pairs, "NROT": rotary_pairs // 2 if partial else rotary_pairs, "PASS": passed,
-        "INTERLEAVED": interleaved, "CW": cw, "CP": cp, "BR": max(1, config.tile // load_width),
+        "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, config.tile // load_width),
         "num_warps": config.num_warps,
     }
 
@@ -355,6 +347,9 @@ class _TritonRotary(RotaryEmbedding):
             )
         super().__init__(head_dim, max_seq_len, base, variant, layout, rotary_dim, scaling)
         self.launch_config = DEFAULT_LAUNCH
+        # variant=partial's zero-frequency pairs are cos 1, sin 0 in the table (no load needed) unless
+        # YaRN's attention factor scales the table; then the kernel reads them like the others.
+        self._partial_shortcut = variant == "partial" and attention_factor(self.scaling) == 1.0
 
     @classmethod
     def unavailable_reason(cls, device: torch.device) -> str | None:
@@ -382,12 +377,12 @@ class _TritonRotary(RotaryEmbedding):
             yq, yk = self.rotate(q, k, positions)
             return yq, yk, v
         return _RopeQKVFunction.apply(
-            qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2], self.variant == "partial", self.low_precision,
+            qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2], self._partial_shortcut, self.low_precision,
             *self._launch_args(),
         )
 
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        partial = self.variant == "partial"
+        partial = self._partial_shortcut
         if torch.compiler.is_compiling():  # the custom op: traced through its fake, no graph break
             yq, yk = rope_fwd(q, k, self.cos, self.sin, positions, partial, self.low_precision, *self._launch_args())
             return yq, (yk if k is not None else None)
@@ -403,12 +398,12 @@ class _TritonRotary(RotaryEmbedding):
                           positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """The backward kernel alone: the transposed rotation of output gradients, no autograd.
 
-        For the benchmark, which times it apart from the forward (through the ``ropelab::rope_bwd``
-        op, as the compiled backward runs it). Inputs are not validated.
+        For the benchmark, which times it apart from the forward: the launch the eager backward makes
+        (not the custom op, whose Python dispatch alone costs more host time than a 32M-element
+        kernel runs on a slow host). Inputs are not validated.
         """
-        partial = self.variant == "partial"
-        dq, dk = rope_bwd(gq, gk, self.cos, self.sin, positions, partial, self.low_precision, *self._launch_args())
-        return dq, dk if gk is not None else None
+        return launch(gq, gk, self.cos, self.sin, positions, self._partial_shortcut, self.low_precision, True,
+                      interleaved=self.layout == "interleaved", config=self.launch_config, poison=self.poison_outputs)
 
     def check_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
         """What the kernels need beyond the shared checks: a supported dtype, CUDA (or the interpreter)."""

@@ -433,17 +433,17 @@ class _KernelSpy:
         return call
 
 
-def test_launch_configuration_takes_whole_power_of_two_chunks():
-    """Rows are cut into power-of-two chunks that divide the rotated half (no masks along a row,
-    whatever the head size), and a load holds ``tile`` elements."""
+def test_launch_configuration_is_constexpr_row_geometry():
+    """The row geometry is compile-time (masks the compiler can see through), the rotated half padded
+    to a power of two, and a load holds ``tile`` elements."""
     assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=1024, num_warps=8)
     cfg = triton_rope.launch_config
-    assert cfg(128, 64, True, False) == {"R2": 64, "NROT": 32, "PASS": 0, "INTERLEAVED": False, "CW": 64, "CP": 1,
+    assert cfg(128, 64, True, False) == {"R2": 64, "NROT": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
                                          "BR": 16, "num_warps": 8}
-    assert cfg(48, 24, True, False)["CW"] == 8 and cfg(48, 24, True, False)["BR"] == 128  # 3 chunks of 8 pairs
-    assert cfg(80, 20, False, True) == {"R2": 20, "NROT": 20, "PASS": 40, "INTERLEAVED": True, "CW": 4, "CP": 8,
-                                        "BR": 128, "num_warps": 8}
-    assert cfg(256, 128, False, False, triton_rope.LaunchConfig(4096, 4))["BR"] == 64  # chunks of at most 64
+    assert cfg(48, 24, True, False)["HP"] == 32 and cfg(48, 24, True, False)["BR"] == 32
+    assert cfg(80, 20, False, True) == {"R2": 20, "NROT": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
+                                        "BR": 16, "num_warps": 8}
+    assert cfg(256, 128, False, False, triton_rope.LaunchConfig(4096, 4))["BR"] == 32
 
 
 @pytest.mark.parametrize("qkv_path", (False, True))
