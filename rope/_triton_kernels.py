@@ -136,7 +136,7 @@ def _rotate_rows(
     cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
     r0, NR, T, H,
     R2: tl.constexpr, NROT: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
-    HP: tl.constexpr, PP: tl.constexpr,
+    HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
 ):
     """Rotate rows [r0, r0 + BR) of one tensor seen as B*T*H rows of D = 2 R2 + PASS elements.
@@ -153,8 +153,11 @@ def _rotate_rows(
     bt = r // H
     t = (bt % T).to(tl.int64)
     b = (bt // T).to(tl.int64)
-    x_row = (b * sxb + t * sxt + h.to(tl.int64) * sxh)[:, None]
-    o_row = (b * sob + t * sot + h.to(tl.int64) * soh)[:, None]
+    # Row strides arrive divided by SV (constexpr): the offsets are then known multiples of SV, so
+    # rows of D = 24, 40, 56, ... elements still get vector loads (Triton only infers divisibility
+    # by 16 from a runtime stride).
+    x_row = ((b * sxb + t * sxt + h.to(tl.int64) * sxh) * SV)[:, None]
+    o_row = ((b * sob + t * sot + h.to(tl.int64) * soh) * SV)[:, None]
     if HAS_POS:
         pos = tl.load(pos_ptr + b * spb + t * spt, mask=rm, other=0).to(tl.int64)
         valid = (pos >= 0) & (pos < NPOS)
@@ -196,7 +199,7 @@ def rope_kernel(
     spb, spt, s_cs, NPOS,
     T, HQ, HK, NRQ, NRK, NPQ,
     R2: tl.constexpr, NROT: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
-    HP: tl.constexpr, PP: tl.constexpr,
+    HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR), the others k's: q and k in one launch."""
@@ -204,11 +207,11 @@ def rope_kernel(
     if i < NPQ:
         _rotate_rows(
             q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
-            NPOS, i * BR, NRQ, T, HQ, R2, NROT, PASS, INTERLEAVED, HP, PP, BR, HAS_POS, LOW, INVERSE, EMULATE,
+            NPOS, i * BR, NRQ, T, HQ, R2, NROT, PASS, INTERLEAVED, HP, PP, SV, BR, HAS_POS, LOW, INVERSE, EMULATE,
         )  # fmt: skip
     else:
         _rotate_rows(
             k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
-            NPOS, (i - NPQ) * BR, NRK, T, HK, R2, NROT, PASS, INTERLEAVED, HP, PP, BR, HAS_POS, LOW, INVERSE,
+            NPOS, (i - NPQ) * BR, NRK, T, HK, R2, NROT, PASS, INTERLEAVED, HP, PP, SV, BR, HAS_POS, LOW, INVERSE,
             EMULATE,
         )  # fmt: skip

@@ -26,6 +26,7 @@ it: outputs are NaN-filled before each launch); both reach :func:`launch` as arg
 from __future__ import annotations
 
 import functools
+import math
 import os
 from dataclasses import dataclass
 
@@ -52,7 +53,7 @@ class LaunchConfig:
     """The tunable part of a launch: ``tile`` elements per load (BR rows x the chunk's width) and
     ``num_warps``. The defaults are what the kernel launches with (see :func:`launch_config`)."""
 
-    tile: int = 1024
+    tile: int = 0  # 0: chosen by width (1024 elements for rotated halves of <= 16 pairs, else 2048)
     num_warps: int = 8
 
 
@@ -78,6 +79,8 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     hp = _next_pow2(rotary_pairs)
     passed = head_dim - 2 * rotary_pairs
     load_width = 2 * hp if interleaved else hp
+    if config.tile == 0:  # the default: what the H100 sweep found best for this width
+        config = LaunchConfig(1024 if load_width <= 16 else 2048, config.num_warps)
     return {
         "R2": rotary_pairs, "NROT": rotary_pairs // 2 if partial else rotary_pairs, "PASS": passed,
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, config.tile // load_width),
@@ -150,14 +153,32 @@ def launch(
         raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")
     npq = -(-nrq // br)
     kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
+    sv = _row_stride_unit(q, kk, out_q, ok)
     _kernels.rope_kernel[(npq + -(-nrk // br),)](
         q, kk, out_q, ok, cos, sin, pos,
-        *q.stride(), *kk.stride(), *out_q.stride(), *ok.stride(), spb, spt, cos.stride(0), cos.shape[0],
+        *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(out_q, sv), *_scaled_strides(ok, sv),
+        spb, spt, cos.stride(0), cos.shape[0],
         T, HQ, HK, nrq, nrk, npq,
         HAS_POS=positions is not None, LOW=bool(low_precision) and q.dtype != torch.float32,
-        INVERSE=bool(inverse), EMULATE=_interpreting(), **cfg,
+        INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, **cfg,
     )  # fmt: skip
     return out_q, out_k
+
+
+def _row_stride_unit(*tensors: Tensor) -> int:
+    """The largest power of two (at most 16) dividing every row stride (batch, token, head) of the
+    tensors: the kernel multiplies the strides back by it as a constexpr."""
+    g = 0
+    for t in tensors:
+        for st in t.stride()[:3]:
+            g = math.gcd(g, st)
+    g = g or 16
+    return min(16, g & -g)
+
+
+def _scaled_strides(t: Tensor, unit: int) -> tuple[int, int, int, int]:
+    sb, st, sh, sd = t.stride()
+    return sb // unit, st // unit, sh // unit, sd
 
 
 # -- custom ops: opaque to torch.compile, with fake shapes and autograd ----------------------------

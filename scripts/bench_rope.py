@@ -17,11 +17,24 @@ computing in bf16) against the float64 reference. ``--tune`` times the entries t
 
 Writes ``bench_rope.md``, ``bench_rope.csv`` and ``bench_rope.png`` under ``--out`` (default
 ``outputs/bench/``) and prints the Markdown table last.
+
+Modes (issue #13; any of them replaces the default run above; code in ``scripts/bench_rope_modes.py``),
+each beside the compiled PyTorch reference and Liger-Kernel (``pip install liger-kernel``; left
+out with a note when it is not importable):
+
+    --head-dims [--elements 32M,256M] [--head-dim-list 16,24,...]   headdim_<N>.{md,csv,png}
+    --layouts   interleaved layout, rotary_dim D/2 and D/4            layouts.{md,csv}
+    --packed    cu_seqlens packing at 64K-256K tokens                 packed.{md,csv}
+    --overhead  module call vs bare launch, tiny shapes (host us)     overhead.{md,csv}
+    --all       all four (head dims at 32M, then at 256M while --budget-s lasts); summary.md
+
+    python -m scripts.bench_rope --all --out outputs/bench/issue13
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import math
 import sys
 import time
@@ -39,7 +52,9 @@ from scripts.benchlib import (  # noqa: E402
     Timer,
     copy_bandwidth,
     fmt,
+    make_timer,
     markdown_table,
+    parse_count,
     require_cuda,
     rope_names,
     write_csv,
@@ -282,21 +297,189 @@ def measure(timer: Timer, names: list[str], variant: str, sweep: bool, copy_bw: 
     return rows, sweep_rows
 
 
+MODES = ("head_dims", "layouts", "packed", "overhead")
+#: --all: the time it may take before the remaining head dims (the 256M sweep last) are left out.
+ALL_BUDGET_S = 300.0
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ropes", default=None,
-                    help="comma-separated implementations (default: every registered one but none)")
+                    help="comma-separated implementations (default: every registered one but none; the modes"
+                         " also leave out the eager torch)")
     ap.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench")
     ap.add_argument("--variant", default="partial", choices=("partial", "full"))
-    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--reps", type=int, default=None,
+                    help="repetitions per timing pass (default 30; 15 in the modes)")
     ap.add_argument("--tune", action="store_true",
                     help="also time a few launch configurations of the entries that take one (Triton)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the token sweep")
-    return ap.parse_args(argv)
+    modes = ap.add_argument_group("modes (issue #13): any of them replaces the default run")
+    modes.add_argument("--head-dims", action="store_true", help="sweep the head dim (headdim_<N>.md/.csv/.png)")
+    modes.add_argument("--layouts", action="store_true", help="interleaved layout and rotary_dim D/2, D/4")
+    modes.add_argument("--packed", action="store_true", help="packed sequences through cu_seqlens")
+    modes.add_argument("--overhead", action="store_true", help="host overhead of the module call at tiny shapes")
+    modes.add_argument("--all", action="store_true",
+                       help=f"all four modes, head dims at 32M and 256M elements, within --budget-s "
+                            f"(default {ALL_BUDGET_S:g} s for --all)")
+    modes.add_argument("--elements", default=None,
+                       help="elements per tensor of the head-dim sweep, comma-separated (K/M/G = 2^10/2^20/2^30;"
+                            " default 32M; --all: 32M,256M); also the layouts' size (the first value)")
+    modes.add_argument("--head-dim-list", default=None,
+                       help="comma-separated head dims (default: every multiple of 8 from 16 to 256, and 20, 36, 52)")
+    modes.add_argument("--seq-len", type=int, default=2048, help="T of the head-dim and layout shapes")
+    modes.add_argument("--heads", type=int, default=16, help="H of the head-dim, layout and packed shapes")
+    modes.add_argument("--layout-dims", default="48,64,128", help="head dims of --layouts")
+    modes.add_argument("--packed-tokens", default="64K,128K,256K", help="total tokens of --packed")
+    modes.add_argument("--packed-max-len", type=int, default=4096, help="longest packed sequence")
+    modes.add_argument("--overhead-shapes", default=None,
+                       help="BxTxHxD shapes of --overhead, comma-separated (default 64x1x32x128,1x128x8x64,"
+                            "1x1x32x128,8x16x8x64)")
+    modes.add_argument("--overhead-calls", type=int, default=200, help="calls per host-bound loop")
+    modes.add_argument("--overhead-repeats", type=int, default=7, help="loops per measurement (median)")
+    modes.add_argument("--no-liger", action="store_true", help="leave Liger-Kernel out")
+    modes.add_argument("--no-compiled", action="store_true", help="leave the compiled torch reference out")
+    modes.add_argument("--liger-tables", default="input", choices=("input", "float32"),
+                       help="dtype of Liger's cos/sin tables: the inputs' (bf16, Hugging Face's convention; the"
+                            " default on CUDA) or float32 (Liger then computes in float32; forced on the CPU, whose"
+                            " Triton interpreter gets bf16 arithmetic wrong)")
+    modes.add_argument("--budget-s", type=float, default=None,
+                       help="seconds after which the modes measure nothing more (what is left is listed)")
+    modes.add_argument("--compile-backend", default="inductor", help="torch.compile backend (tests: eager)")
+    modes.add_argument("--device", default="cuda",
+                       help="cuda; cpu = a slow dry run of the modes (Triton entries need TRITON_INTERPRET=1)")
+    args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.all:
+        args.head_dims = args.layouts = args.packed = args.overhead = True
+        args.elements = args.elements or "32M,256M"
+        if args.budget_s is None:
+            args.budget_s = ALL_BUDGET_S
+    args.modes = [m for m in MODES if getattr(args, m)]
+    try:
+        args.element_counts = [parse_count(x) for x in (args.elements or "32M").split(",") if x.strip()]
+        args.packed_totals = [parse_count(x) for x in args.packed_tokens.split(",") if x.strip()]
+        args.layout_dim_values = [int(x) for x in args.layout_dims.split(",") if x.strip()]
+        args.overhead_shape_values = parse_shapes(args.overhead_shapes)
+        from scripts.bench_rope_modes import parse_dims
+
+        args.dims = parse_dims(args.head_dim_list, args.variant)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.reps is None:
+        args.reps = 15 if args.modes else 30
+    if args.modes and args.tune:
+        ap.error("--tune belongs to the default run, not to the modes")
+    return args
+
+
+def parse_shapes(text: str | None) -> list[tuple[int, int, int, int]]:
+    """``1x128x8x64,...`` -> [(1, 128, 8, 64), ...] (None: the overhead mode's default shapes)."""
+    from scripts.bench_rope_modes import OVERHEAD_SHAPES
+
+    if not text:
+        return list(OVERHEAD_SHAPES)
+    shapes = []
+    for part in text.split(","):
+        dims = tuple(int(x) for x in part.strip().lower().split("x"))
+        if len(dims) != 4 or min(dims) <= 0:
+            raise ValueError(f"not a BxTxHxD shape: {part!r}")
+        shapes.append(dims)
+    return shapes
+
+
+def run_modes(args: argparse.Namespace) -> int:
+    """The issue-13 modes: each writes its Markdown and CSV as soon as it is done; ``summary.md``
+    (every table) is rewritten after each and printed at the end."""
+    from scripts import bench_rope_modes as bm
+
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        require_cuda("bench_rope.py")
+    t0 = time.time()
+    for key, value in (("cache_size_limit", 1024), ("recompile_limit", 1024), ("accumulated_cache_size_limit", 8192),
+                       ("accumulated_recompile_limit", 8192)):
+        if hasattr(torch._dynamo.config, key):
+            setattr(torch._dynamo.config, key, value)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    timer = make_timer(args.reps, device)
+    copy_bw = copy_bandwidth(timer, 2**30 if device.type == "cuda" else 2**22, device)
+    device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (dry run)"
+    names, notes = bm.impl_names(args.ropes, device, liger=not args.no_liger, compiled=not args.no_compiled)
+    deadline = None if args.budget_s is None else t0 + args.budget_s
+    # --all: the budget cuts only its last sweep (256M), the other modes always run whole
+    bench = bm.Bench(timer, device, copy_bw, lambda m: torch.compile(m, dynamic=False, backend=args.compile_backend),
+                     args.variant, deadline=None if args.all else deadline, t0=t0)
+    if args.liger_tables == "float32" or device.type != "cuda":
+        bench.liger_table_dtype = torch.float32
+    info = {"device_name": device_name, "variant": args.variant, "copy_bw": copy_bw, "reps": args.reps,
+            "liger_tables": bench.liger_dtype}
+    versions = f"torch {torch.__version__}"
+    for dist in ("triton", "liger-kernel"):
+        try:
+            versions += f", {dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    bench.log(f"{device_name}: copy bandwidth {copy_bw:.0f} GB/s ({versions}); modes {', '.join(args.modes)};"
+              f" implementations {', '.join(names)}" + (f"; budget {args.budget_s:g} s" if args.budget_s else ""))
+    for n in notes:
+        bench.log(n)
+    sections = [f"# RoPE benchmark modes ({device_name}, {versions})", "",
+                f"`{' '.join(['python -m scripts.bench_rope', *args.argv])}`",
+                "", *(f"- {n}" for n in notes)]
+    T, H = args.seq_len, args.heads
+
+    def done(res, markdown: str) -> None:
+        res.markdown = markdown
+        bm.write_result(res, out)
+        sections.extend(["", markdown])
+        (out / "summary.md").write_text("\n".join(sections) + "\n")
+        bench.log(f"wrote {out}/{res.name}.md")
+
+    if args.overhead:
+        res = bm.run_overhead(bench, names, args.overhead_shape_values, args.overhead_calls, args.overhead_repeats)
+        done(res, bm.overhead_markdown(res, names, args.overhead_calls, args.overhead_repeats, info))
+    counts = args.element_counts if args.head_dims else []
+
+    def sweep(elements: int) -> None:
+        def progress(res) -> None:  # the files after every head dim: a run cut off keeps them
+            res.markdown = bm.headdim_markdown(res, names, elements, T, H, info)
+            bm.write_result(res, out)
+
+        # a spread of head dims first, so that a run cut short still covers the range
+        res = bm.run_headdim(bench, names, bm.priority_order(args.dims), elements, T, H, progress)
+        done(res, bm.headdim_markdown(res, names, elements, T, H, info))
+        if res.rows:
+            bm.headdim_plot(res.rows, names, out / f"{res.name}.png", elements, T, H, info)
+
+    # --all: the budget cuts only the last sweep (256M), which runs after layouts and packed
+    first, last = (counts[:-1], counts[-1:]) if args.all else (counts, [])
+    for elements in first:
+        sweep(elements)
+    _layouts_packed(args, bench, bm, names, info, done)
+    for elements in last:
+        bench.deadline = deadline
+        sweep(elements)
+    bench.log(f"all done in {time.time() - t0:.0f} s; files in {out}")
+    print((out / "summary.md").read_text())
+    return 0
+
+
+def _layouts_packed(args, bench, bm, names, info, done) -> None:
+    T, H = args.seq_len, args.heads
+    if args.layouts:
+        res = bm.run_layouts(bench, names, args.layout_dim_values, args.element_counts[0], T, H)
+        done(res, bm.layouts_markdown(res, names, args.element_counts[0], T, H, info))
+    if args.packed:
+        res = bm.run_packed(bench, names, args.packed_totals, H, 128, args.packed_max_len)
+        done(res, bm.packed_markdown(res, names, H, 128, args.packed_max_len, info))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.modes:
+        return run_modes(args)
     require_cuda("bench_rope.py")
     names = bench_names(args.ropes)
     torch._dynamo.config.cache_size_limit = 64

@@ -4,15 +4,23 @@ Times one GPT training step (forward, backward, fused AdamW step; bf16 autocast)
 implementation (default: every registered one, ``rope.available()``; ``none`` is the baseline of
 the "vs rope=none" column), eager and under ``torch.compile``, on random tokens, and reports each
 one's step time against ``rope=none`` and ``rope=torch``. Default: GPT-2 small (124M with the
-50257-token GPT-2 vocabulary), B=32, T=1024. Timers and writers: ``scripts/benchlib.py``.
+50257-token GPT-2 vocabulary), B=32, T=1024. ``--model`` takes several presets (comma-separated),
+each at its own batch (``--batch``, or the preset's default: 32, seed004 24) and vocabulary
+(``--vocab``, or 50257 for gpt2_small and cl100k_base's 100277 otherwise, the project's default
+tokenizer). Every registered entry that can run here is timed, the ``liger`` entry (Liger-Kernel's
+kernel, ``rope/liger.py``) included when ``liger-kernel`` is installed (``--no-liger`` leaves it
+out); those that cannot run are named on stderr. A row that fails (say, an entry that
+does not compile) is reported with its error and the others go on; the files are rewritten after
+every row. Timers and writers: ``scripts/benchlib.py``.
 
-    python -m scripts.bench_step [--ropes none,torch,triton_v4] [--batch 32] [--out DIR]
+    python -m scripts.bench_step [--model gpt2_small,seed004] [--ropes none,torch,triton_v4] [--batch 32] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -27,6 +35,19 @@ if str(ROOT) not in sys.path:  # also runnable as `python scripts/bench_step.py`
 from scripts.benchlib import event_times, markdown_table, require_cuda, rope_names, write_csv  # noqa: E402
 
 CONF = ROOT / "conf"
+#: The batch each preset is benchmarked at unless --batch says otherwise (seed004: its recipe's 24).
+DEFAULT_BATCH = {"gpt2_small": 32, "seed004": 24}
+GPT2_VOCAB, CL100K_VOCAB = 50257, 100277
+
+
+def default_batch(model: str) -> int:
+    return DEFAULT_BATCH.get(model, 32)
+
+
+def default_vocab(model: str) -> int:
+    """GPT-2's vocabulary for the GPT-2 preset (the 124M model), cl100k_base's (the project's default
+    tokenizer, what seed004 trains with) for the others."""
+    return GPT2_VOCAB if model == "gpt2_small" else CL100K_VOCAB
 
 
 def rope_config(name: str):
@@ -35,85 +56,150 @@ def rope_config(name: str):
     return OmegaConf.load(path) if path.is_file() else OmegaConf.create({"name": name})
 
 
-def time_step(model_cfg, name: str, mode: str, args: argparse.Namespace) -> dict:
+def time_step(model_cfg, name: str, mode: str, args: argparse.Namespace, batch_size: int, vocab: int) -> dict:
     """Median milliseconds of one training step of the model with RoPE ``name`` in ``mode``."""
     from llm.model import build_model
     from llm.optim import build_optimizers
 
-    device = torch.device("cuda")
+    device = torch.device(args.device)
     torch.manual_seed(0)
-    model = build_model(model_cfg, rope_config(name), args.vocab).to(device)
-    optimizers = build_optimizers(model, {"name": "adamw", "lr": 1e-4, "weight_decay": 0.1}, device)
+    model = build_model(model_cfg, rope_config(name), vocab).to(device)
+    optim_cfg = OmegaConf.to_container(OmegaConf.load(CONF / "optim" / f"{args.optim}.yaml"))
+    optimizers = build_optimizers(model, optim_cfg, device)
     step_model = torch.compile(model) if mode == "compile" else model
-    batch = torch.randint(0, args.vocab, (args.batch, model_cfg.seq_len), device=device)
+    batch = torch.randint(0, vocab, (batch_size, model_cfg.seq_len), device=device)
 
     def step() -> None:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             _, loss = step_model(batch, batch)
         loss.backward()
         for opt in optimizers:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-    times = event_times(step, args.warmup, args.iters)
-    return {"mode": mode, "rope": name, "step_ms": statistics.median(times), "min_ms": min(times),
-            "params_M": model.num_params() / 1e6}
+    times = event_times(step, args.warmup, args.iters, device)
+    return {"model": model_cfg.get("name", args.model), "batch": batch_size, "seq_len": model_cfg.seq_len,
+            "vocab": vocab, "mode": mode, "rope": name, "step_ms": statistics.median(times), "min_ms": min(times),
+            "params_M": model.num_params() / 1e6, "error": ""}
 
 
 def relative(rows: list[dict]) -> None:
-    """Add each row's overhead against rope=none and rope=torch of the same mode (None if absent)."""
+    """Add each row's overhead against rope=none and rope=torch of the same model and mode (None if absent)."""
     for r in rows:
         for key, base_name in (("overhead_vs_none_pct", "none"), ("vs_torch_pct", "torch")):
-            base = [b for b in rows if b["mode"] == r["mode"] and b["rope"] == base_name]
-            r[key] = 100.0 * (r["step_ms"] / base[0]["step_ms"] - 1.0) if base else None
+            base = [b for b in rows if b.get("model") == r.get("model") and b["mode"] == r["mode"]
+                    and b["rope"] == base_name and math.isfinite(b["step_ms"])]
+            ok = base and math.isfinite(r["step_ms"])
+            r[key] = 100.0 * (r["step_ms"] / base[0]["step_ms"] - 1.0) if ok else None
 
 
-def table(rows: list[dict], args: argparse.Namespace, seq_len: int) -> str:
-    head = (f"GPT training step, model={args.model} ({rows[0]['params_M']:.0f}M), B={args.batch}, "
-            f"T={seq_len}, bf16 autocast, fused AdamW, {torch.cuda.get_device_name()}; "
-            f"median of {args.iters} steps after {args.warmup} warm-up")
+def table(rows: list[dict], args: argparse.Namespace, seq_len: int | None = None,
+          device_name: str | None = None) -> str:
+    """One Markdown table per model (its own header line)."""
+    device_name = device_name or (torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU")
 
     def pct(v: float | None) -> str:
         return f"{v:+.1f}%" if v is not None else "n/a"
 
-    body = ([r["mode"], r["rope"], f"{r['step_ms']:.2f}", pct(r["overhead_vs_none_pct"]), pct(r["vs_torch_pct"])]
-            for r in rows)
-    return "\n".join([head, "", *markdown_table(["mode", "rope", "step (ms)", "vs rope=none", "vs rope=torch"],
-                                                body, 2)])
+    out = []
+    for model in dict.fromkeys(r.get("model", args.model) for r in rows):
+        mine = [r for r in rows if r.get("model", args.model) == model]
+        first = mine[0]
+        params = next((f"{r['params_M']:.0f}M" for r in mine if r.get("params_M") is not None), "?")
+        head = (f"GPT training step, model={model} ({params}), B={first.get('batch', args.batch)}, "
+                f"T={first.get('seq_len', seq_len)}, vocab={first.get('vocab', args.vocab)}, bf16 autocast, "
+                f"{args.optim} ({'fused AdamW' if args.optim == 'adamw' else 'Muon + AdamW'}), {device_name}; "
+                f"median of {args.iters} steps after {args.warmup} warm-up")
+        body = ([r["mode"], r["rope"], f"{r['step_ms']:.2f}" if math.isfinite(r["step_ms"]) else "failed",
+                 pct(r["overhead_vs_none_pct"]), pct(r["vs_torch_pct"])] for r in mine)
+        out += [head, "", *markdown_table(["mode", "rope", "step (ms)", "vs rope=none", "vs rope=torch"], body, 2)]
+        errors = [f"- {r['mode']} {r['rope']}: {r['error']}" for r in mine if r.get("error")]
+        out += ["", *errors, ""] if errors else [""]
+    return "\n".join(out).rstrip() + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="gpt2_small", help="a conf/model preset")
-    p.add_argument("--ropes", default=None, help="comma-separated implementations (default: every registered one)")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--vocab", type=int, default=50257, help="50257 = GPT-2's vocabulary (the 124M model)")
+    p.add_argument("--model", default="gpt2_small", help="conf/model presets, comma-separated (gpt2_small,seed004)")
+    p.add_argument("--ropes", default=None,
+                   help="comma-separated implementations (default: every registered one that can run here)")
+    p.add_argument("--batch", default=None,
+                   help="batch size, or one per model (comma-separated); default: 32, seed004 24")
+    p.add_argument("--vocab", type=int, default=None,
+                   help="vocabulary (default: 50257 = GPT-2's for gpt2_small, 100277 = cl100k_base's otherwise)")
+    p.add_argument("--optim", default="adamw", help="a conf/optim preset (adamw: fused AdamW; muon)")
     p.add_argument("--modes", default="eager,compile")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--no-liger", action="store_true", help="leave Liger-Kernel's RoPE out")
+    p.add_argument("--device", default="cuda", help="cuda; cpu = a dry run (tests)")
     p.add_argument("--out", default="outputs/bench")
     args = p.parse_args(argv)
-    require_cuda("bench_step")
+    args.models = [m.strip() for m in args.model.split(",") if m.strip()]
+    for m in args.models:
+        if not (CONF / "model" / f"{m}.yaml").is_file():
+            p.error(f"no model preset conf/model/{m}.yaml")
+    if not (CONF / "optim" / f"{args.optim}.yaml").is_file():
+        p.error(f"no optimizer preset conf/optim/{args.optim}.yaml")
+    batches = [int(b) for b in str(args.batch).split(",")] if args.batch else []
+    if len(batches) not in (0, 1, len(args.models)):
+        p.error(f"--batch gives {len(batches)} sizes for {len(args.models)} models")
+    if len(batches) == 1:
+        batches *= len(args.models)
+    args.batches = batches or [default_batch(m) for m in args.models]
+    args.vocabs = [args.vocab or default_vocab(m) for m in args.models]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        require_cuda("bench_step")
     import rope
 
-    names = [n for n in rope_names(args.ropes) if rope.get(n).unavailable_reason(torch.device("cuda")) is None]
+    names = []
+    for n in rope_names(args.ropes):
+        reason = rope.get(n).unavailable_reason(device)
+        if reason:
+            print(f"note: rope={n} left out: {reason}", file=sys.stderr)
+        elif not (args.no_liger and n == "liger"):
+            names.append(n)
     torch.backends.cuda.matmul.allow_tf32 = True
-    model_cfg = OmegaConf.load(CONF / "model" / f"{args.model}.yaml")
+    device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (dry run)"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for mode in args.modes.split(","):
-        for name in names:
-            rows.append(time_step(model_cfg, name, mode, args))  # the model dies with the call's frame
-            print(f"{mode:8s} {name:10s} median {rows[-1]['step_ms']:.2f} ms", flush=True)
-            torch._dynamo.reset()
-            torch.cuda.empty_cache()
+    rows: list[dict] = []
+    for model, batch_size, vocab in zip(args.models, args.batches, args.vocabs, strict=True):
+        model_cfg = OmegaConf.load(CONF / "model" / f"{model}.yaml")
+        for mode in args.modes.split(","):
+            for name in names:
+                try:
+                    rows.append(time_step(model_cfg, name, mode, args, batch_size, vocab))  # the model dies here
+                except Exception as exc:  # one entry failing (say, under compile) must not lose the others
+                    rows.append({"model": model, "batch": batch_size, "seq_len": model_cfg.seq_len, "vocab": vocab,
+                                 "mode": mode, "rope": name, "step_ms": math.nan, "min_ms": math.nan,
+                                 "params_M": None, "error": f"{type(exc).__name__}: "
+                                                            f"{(str(exc).splitlines() or [''])[0][:300]}"})
+                r = rows[-1]
+                print(f"{model:10s} {mode:8s} {name:10s} median {r['step_ms']:.2f} ms {r['error']}", flush=True)
+                torch._dynamo.reset()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                write(rows, args, out, device_name)
+    text = write(rows, args, out, device_name)
+    print(text)
+
+
+def write(rows: list[dict], args: argparse.Namespace, out: Path, device_name: str) -> str:
+    """step_bench.md/.csv/.json of the rows so far (rewritten after each row: a cut-off run keeps them)."""
+    rows = [dict(r) for r in rows]
     relative(rows)
-    text = table(rows, args, model_cfg.seq_len)
-    (out / "step_bench.md").write_text(text + "\n")
+    text = table(rows, args, device_name=device_name)
+    (out / "step_bench.md").write_text(text)
     write_csv(out / "step_bench.csv", rows)
     (out / "step_bench.json").write_text(json.dumps(rows, indent=2))
-    print(text)
+    return text
 
 
 if __name__ == "__main__":

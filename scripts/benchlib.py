@@ -80,14 +80,108 @@ class Timer:
         return min(g1, g2)
 
 
-def event_times(step: Callable[[], object], warmup: int, iters: int) -> list[float]:
+class WallTimer:
+    """:class:`Timer`'s interface on the CPU, for the benchmarks' dry runs (``--device cpu``) and tests:
+    the median wall-clock time of ``reps`` calls after one warm-up call (no flush, no events)."""
+
+    def __init__(self, reps: int) -> None:
+        self.reps = reps
+        self.last_host_ms = math.nan
+
+    def __call__(self, fn: Callable[[], object], reps: int | None = None) -> float:
+        fn()
+        times = []
+        for _ in range(reps or self.reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        self.last_host_ms = statistics.median(times)
+        return self.last_host_ms
+
+
+def make_timer(reps: int, device: str | torch.device) -> Timer | WallTimer:
+    """The GPU :class:`Timer` on CUDA, the :class:`WallTimer` elsewhere."""
+    return Timer(reps) if torch.device(device).type == "cuda" else WallTimer(reps)
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait for ``device``'s queued work (nothing to wait for off CUDA)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def host_loop(fn: Callable[[], object], calls: int, repeats: int, device: str | torch.device) -> dict:
+    """Per-call cost of ``fn`` called ``calls`` times back to back (after a warm-up), ``repeats`` times.
+
+    For calls too small to keep the GPU busy (tiny shapes): the GPU waits for the host, so the host
+    time per call is the cost. Returns microseconds per call, the median over the repeats (``*_min``:
+    the lowest): ``host_us`` (enqueueing the calls, ``time.perf_counter``), ``wall_us`` (until the
+    queue has drained: a final synchronize) and ``gpu_us`` (CUDA events around the loop; NaN off CUDA).
+    """
+    cuda = torch.device(device).type == "cuda"
+    for _ in range(min(calls, 20)):
+        fn()
+    synchronize(device)
+    host, wall, gpu = [], [], []
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        if cuda:
+            end.record()
+        synchronize(device)
+        t2 = time.perf_counter()
+        host.append((t1 - t0) * 1e6 / calls)
+        wall.append((t2 - t0) * 1e6 / calls)
+        gpu.append(start.elapsed_time(end) * 1e3 / calls if cuda else math.nan)
+    med = statistics.median
+    return {"host_us": med(host), "host_us_min": min(host), "wall_us": med(wall), "gpu_us": med(gpu)}
+
+
+def parse_count(text: str | int) -> int:
+    """``32M`` -> 33554432: an int with an optional K/M/G suffix (powers of 1024)."""
+    if isinstance(text, int):
+        return text
+    t = str(text).strip().upper()
+    mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(t[-1:], 1)
+    digits = t[:-1] if mult > 1 else t
+    try:
+        value = float(digits) * mult
+    except ValueError:
+        raise ValueError(f"not a count: {text!r} (an int with an optional K/M/G suffix, such as 32M)") from None
+    if value <= 0 or value != int(value):
+        raise ValueError(f"not a positive whole count: {text!r}")
+    return int(value)
+
+
+def count_label(n: int) -> str:
+    """33554432 -> ``32M``: the inverse of :func:`parse_count` where exact, else the plain number."""
+    for suffix, mult in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if n >= mult and n % mult == 0:
+            return f"{n // mult}{suffix}"
+    return str(n)
+
+
+def event_times(step: Callable[[], object], warmup: int, iters: int,
+                device: str | torch.device = "cuda") -> list[float]:
     """Milliseconds of each of ``iters`` back-to-back calls (CUDA events around each) after ``warmup``.
 
     No flush and no sleep: for steps long enough (a training step) that the host keeps ahead and the
-    caches are the step's own business.
+    caches are the step's own business. On a CPU device (the scripts' dry runs): wall-clock times.
     """
     for _ in range(warmup):
         step()
+    if torch.device(device).type != "cuda":
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return times
     torch.cuda.synchronize()
     times = []
     for _ in range(iters):
@@ -100,9 +194,9 @@ def event_times(step: Callable[[], object], warmup: int, iters: int) -> list[flo
     return times
 
 
-def copy_bandwidth(timer: Timer, nbytes: int = 2**30) -> float:
+def copy_bandwidth(timer: Timer, nbytes: int = 2**30, device: str | torch.device = "cuda") -> float:
     """Device-to-device copy bandwidth of an ``nbytes`` tensor in GB/s (bytes read + bytes written)."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
     ms = timer(lambda: dst.copy_(src), reps=30)
     return 2 * nbytes / (ms * 1e-3) / 1e9
@@ -124,8 +218,9 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeri
 
 
 def write_csv(path: Path, rows: Sequence[dict]) -> None:
-    """``rows`` (dicts with the same keys) as a CSV file with a header line."""
+    """``rows`` (dicts) as a CSV file with a header line: every key of any row, in order of appearance."""
+    fields = list(dict.fromkeys(key for row in rows for key in row))  # rows of a mode may add keys
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=fields, restval="")
         w.writeheader()
         w.writerows(rows)

@@ -28,6 +28,7 @@ THROWAWAY = '''"""A throwaway RoPE: the reference function in plain torch, float
 import torch
 
 from rope.base import RotaryEmbedding
+from rope.reference import gather_cos_sin
 from rope.registry import register
 
 
@@ -35,8 +36,7 @@ from rope.registry import register
 class Throwaway(RotaryEmbedding):
     def rotate(self, q, k, positions):
         def one(x):
-            rows = torch.arange(x.shape[1], device=x.device) if positions is None else positions.long()
-            cos, sin = self.cos[rows].unsqueeze(-2), self.sin[rows].unsqueeze(-2)
+            cos, sin = (gather_cos_sin(t, positions, x.shape[1]) for t in (self.cos, self.sin))
             x1, x2 = x.float().chunk(2, dim=-1)
             return torch.cat([x1 * cos + x2 * sin, x2 * cos - x1 * sin], dim=-1).to(x.dtype)
 

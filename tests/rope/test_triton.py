@@ -436,13 +436,14 @@ class _KernelSpy:
 def test_launch_configuration_is_constexpr_row_geometry():
     """The row geometry is compile-time (masks the compiler can see through), the rotated half padded
     to a power of two, and a load holds ``tile`` elements."""
-    assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=1024, num_warps=8)
+    assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=8)  # tile by width
     cfg = triton_rope.launch_config
     assert cfg(128, 64, True, False) == {"R2": 64, "NROT": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
-                                         "BR": 16, "num_warps": 8}
-    assert cfg(48, 24, True, False)["HP"] == 32 and cfg(48, 24, True, False)["BR"] == 32
+                                         "BR": 32, "num_warps": 8}
+    assert cfg(16, 8, True, False)["BR"] == 128  # narrow rows: 1024-element loads
+    assert cfg(48, 24, True, False)["HP"] == 32 and cfg(48, 24, True, False)["BR"] == 64
     assert cfg(80, 20, False, True) == {"R2": 20, "NROT": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
-                                        "BR": 16, "num_warps": 8}
+                                        "BR": 32, "num_warps": 8}
     assert cfg(256, 128, False, False, triton_rope.LaunchConfig(4096, 4))["BR"] == 32
 
 
@@ -511,3 +512,12 @@ def test_rotate_transposed_is_the_backward(device):
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     dq, dk = r.rotate_transposed(gq, None)
     assert torch.equal(dq, want[0]) and dk is None
+
+
+def test_row_strides_are_passed_in_their_largest_power_of_two_unit():
+    """D=24 rows (48 bytes): strides go in units of 8 elements so the kernel knows the rows' alignment."""
+    q = torch.empty(2, 3, 4, 24)
+    assert triton_rope._row_stride_unit(q) == 8
+    assert triton_rope._row_stride_unit(q, torch.empty(2, 3, 4, 128)) == 8
+    assert triton_rope._row_stride_unit(torch.empty(2, 3, 5, 26)) == 2
+    assert triton_rope._scaled_strides(q, 8) == (36, 12, 3, 1)

@@ -1,0 +1,242 @@
+"""scripts/bench_rope.py modes (issue #13) on the CPU: shapes, argument parsing, tables, plots, and a dry
+run of every mode (Triton entries under the interpreter, the compiled reference with the eager backend,
+the CPU wall-clock timer standing in for the GPU timer)."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+import torch
+
+import rope
+from scripts import bench_rope, liger_adapter
+from scripts import bench_rope_modes as bm
+from scripts.benchlib import WallTimer, count_label, host_loop, parse_count
+
+M = 2**20
+
+
+def test_parse_count_and_label():
+    assert parse_count("32M") == 32 * M and parse_count("256m") == 256 * M and parse_count("64K") == 65536
+    assert parse_count("1000") == 1000 and parse_count(7) == 7 and parse_count("1.5K") == 1536
+    for bad in ("", "M", "-3", "2.5", "x12"):
+        with pytest.raises(ValueError):
+            parse_count(bad)
+    assert count_label(32 * M) == "32M" and count_label(256 * M) == "256M" and count_label(3 * 2**30) == "3G"
+    assert count_label(1000) == "1000" and count_label(65536) == "64K"
+
+
+@pytest.mark.parametrize("elements", [32 * M, 256 * M])
+def test_batch_for_is_the_smallest_batch_reaching_the_elements(elements):
+    for D in bm.DEFAULT_HEAD_DIMS:
+        B = bm.batch_for(elements, 2048, 16, D)
+        assert B * 2048 * 16 * D >= elements > (B - 1) * 2048 * 16 * D
+    assert bm.batch_for(10, 2048, 16, 128) == 1
+
+
+def test_head_dims_default_and_checks():
+    dims = bm.parse_dims(None, "partial")
+    assert dims[0] == 16 and dims[-1] == 256 and len(dims) == 31 + 3
+    assert {20, 36, 52} <= set(dims) and all(d % 4 == 0 for d in dims) and dims == sorted(dims)
+    assert set(range(16, 257, 8)) <= set(dims)
+    assert bm.parse_dims("64, 18,64", "full") == [64, 18]
+    with pytest.raises(ValueError, match="multiple of 4"):
+        bm.parse_dims("16,18", "partial")
+    with pytest.raises(ValueError, match="even"):
+        bm.parse_dims("17", "full")
+    order = bm.priority_order(dims)
+    assert sorted(order) == dims and order[:4] == [16, 20, 32, 36] and order.index(256) < order.index(24)
+
+
+def test_targets_and_packed_lengths():
+    assert bm.target_pct(32 * M) == 93 and bm.target_pct(100 * M) == 93 and bm.target_pct(256 * M) == 97
+    assert bm.target_pct(1000) == 93
+    lengths = bm.packed_lengths(65536, 4096)
+    assert sum(lengths) == 65536 and min(lengths) >= 1 and max(lengths) <= 4096 and len(lengths) > 10
+    assert lengths == bm.packed_lengths(65536, 4096) != bm.packed_lengths(65536, 4096, seed=1)
+
+
+def test_parse_args_modes():
+    a = bench_rope.parse_args([])
+    assert a.modes == [] and a.reps == 30 and a.budget_s is None  # the default run, unchanged
+    a = bench_rope.parse_args(["--all", "--out", "x"])
+    assert a.modes == list(bench_rope.MODES) and a.element_counts == [32 * M, 256 * M]
+    assert a.budget_s == bench_rope.ALL_BUDGET_S and a.reps == 15 and a.dims == bm.DEFAULT_HEAD_DIMS
+    assert a.packed_totals == [65536, 131072, 262144] and a.layout_dim_values == [48, 64, 128]
+    assert a.overhead_shape_values == list(bm.OVERHEAD_SHAPES)
+    a = bench_rope.parse_args(["--head-dims", "--elements", "256M", "--head-dim-list", "64,128", "--reps", "5",
+                               "--overhead-shapes", "1x2x3x16"])
+    assert a.modes == ["head_dims"] and a.element_counts == [256 * M] and a.dims == [64, 128] and a.reps == 5
+    assert a.overhead_shape_values == [(1, 2, 3, 16)]
+    for bad in (["--head-dims", "--elements", "lots"], ["--head-dims", "--head-dim-list", "18"],
+                ["--overhead", "--overhead-shapes", "1x2x3"], ["--layouts", "--tune"]):
+        with pytest.raises(SystemExit):
+            bench_rope.parse_args(bad)
+
+
+def _row(impl, D, fwd, bwd, **extra):
+    return {"impl": impl, "D": D, "B": 4, "T": 2048, "H": 16, "elements": 4 * 2048 * 16 * D, "layout": "half",
+            "rotary_dim": D, "variant": "partial", "fwd_ms": 0.1, "bwd_ms": 0.1, "fwd_pct_copy": fwd,
+            "bwd_pct_copy": bwd, "max_diff_fwd": 0.01, "max_diff_bwd": 0.02, "bwd_method": "kernel", **extra}
+
+
+INFO = {"device_name": "Test GPU", "variant": "partial", "copy_bw": 3000.0, "reps": 15}
+NAMES = ["triton_v4", "triton_v2", bm.COMPILED, bm.LIGER]
+
+
+def test_headdim_markdown_judges_the_targets(tmp_path):
+    rows = [_row("triton_v4", 64, 95.0, 96.0), _row(bm.LIGER, 64, 60.0, 97.0), _row(bm.COMPILED, 64, 85.0, 85.0),
+            _row("triton_v4", 16, 90.0, 94.0), _row(bm.LIGER, 16, 40.0, 45.0)]
+    res = bm.Result("headdim_32M", rows, ["something skipped"])
+    md = bm.headdim_markdown(res, NAMES, 32 * M, 2048, 16, INFO)
+    fwd, bwd = md.split("### Forward")[1].split("### Backward")
+    line64 = next(x for x in fwd.splitlines() if x.startswith("| 64 "))
+    assert line64.endswith("| ok |") and "| 95.0 |" in line64 and "| 60.0 |" in line64
+    assert next(x for x in fwd.splitlines() if x.startswith("| 16 ")).endswith("| MISS <93% |")
+    assert next(x for x in bwd.splitlines() if x.startswith("| 64 ")).endswith("| MISS <liger |")
+    assert "triton_v2" not in md.split("### Forward")[1]  # an implementation with no rows has no columns
+    assert "- something skipped" in md and "3000 GB/s" in md and "WRONG" not in md
+    assert "triton_v4: 90.0 (D=16) / 94.0 (D=16)" in md
+    bad = [*rows, _row("triton_v2", 64, 99.0, 99.0, max_diff_fwd=2.0)]
+    assert "**WRONG OUTPUTS**" in bm.headdim_markdown(bm.Result("x", bad, []), NAMES, 32 * M, 2048, 16, INFO)
+    assert "97%" in bm.headdim_markdown(res, NAMES, 256 * M, 2048, 16, INFO)
+    res.markdown = md
+    bm.write_result(res, tmp_path)
+    with open(tmp_path / "headdim_32M.csv") as f:
+        got = list(csv.DictReader(f))
+    assert len(got) == 5 and got[0]["impl"] == "triton_v4" and float(got[0]["fwd_pct_copy"]) == 95.0
+    bm.headdim_plot(rows, NAMES, tmp_path / "p.png", 32 * M, 2048, 16, INFO)
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_layouts_packed_overhead_markdown():
+    rows = [_row("triton_v4", 64, 95.0, 94.0, layout="interleaved", rotary_dim=32),
+            _row(bm.COMPILED, 64, 80.0, 81.0, layout="interleaved", rotary_dim=32)]
+    md = bm.layouts_markdown(bm.Result("layouts", rows, []), NAMES, 32 * M, 2048, 16, INFO)
+    assert "| 64 | interleaved | 32 | 4 | 95.0 | 94.0 | 80.0 | 81.0 | 0.1000 | 0.1000 | ok / ok |" in md
+    packed = [{"impl": "triton_v4", "total_tokens": 65536, "n_seq": 30, "fwd_cu_ms": 0.2, "fwd_cu_pct_copy": 94.0,
+               "fwd_pos_pct_copy": 96.0, "fwd_plain_pct_copy": 97.0, "cu_overhead_us": 5.0, "bwd_pos_ms": 0.2,
+               "bwd_pos_pct_copy": 92.0, "bwd_plain_pct_copy": 97.0, "max_diff_cu_fwd": 0.0},
+              {"impl": bm.COMPILED, "total_tokens": 65536, "n_seq": 30, "fwd_cu_ms": math.nan,
+               "fwd_cu_pct_copy": math.nan, "fwd_pos_pct_copy": 80.0, "fwd_plain_pct_copy": 85.0,
+               "cu_overhead_us": math.nan, "max_diff_cu_fwd": math.nan}]
+    md = bm.packed_markdown(bm.Result("packed", packed, ["a failure"]), NAMES, 16, 128, 4096, INFO)
+    assert "MISS bwd_pos_pct_copy" in md and "UNCHECKED OUTPUTS** (max |diff| > 0.25 or not computed): " \
+        f"{bm.COMPILED}" in md and "- a failure" in md
+    over = [{"shape": "1x1x32x128", "elements": 4096, "positions": "none", "grad": "no_grad", "impl": "triton_v4",
+             "call_host_us": 20.0, "launch_host_us": 14.0, "call_minus_launch_us": 6.0},
+            {"shape": "1x1x32x128", "elements": 4096, "positions": "none", "grad": "no_grad", "impl": "torch",
+             "call_host_us": 90.0},
+            {"shape": "1x1x32x128", "elements": 4096, "positions": "none", "grad": "requires_grad",
+             "impl": "triton_v4", "call_host_us": 40.0, "launch_host_us": 14.0, "call_minus_launch_us": 26.0}]
+    md = bm.overhead_markdown(bm.Result("overhead", over, []), NAMES, 200, 7, INFO)
+    assert "| 1x1x32x128 | none | no_grad | 20.0 | 14.0 | 6.0 | 90.0 | ok |" in md
+    assert md.rstrip().endswith("| 1x1x32x128 | none | requires_grad | 40.0 | 14.0 | 26.0 |  | MISS |")
+    assert "torch launch us" not in md
+
+
+def test_host_loop_on_the_cpu():
+    calls = []
+    got = host_loop(lambda: calls.append(1), calls=5, repeats=3, device="cpu")
+    assert len(calls) == 5 + 15 and got["host_us"] >= 0 and math.isnan(got["gpu_us"])
+    assert got["host_us_min"] <= got["host_us"] <= got["wall_us"] + 1e-9 or got["wall_us"] >= got["host_us_min"]
+
+
+def _bench(**kw):
+    return bm.Bench(WallTimer(1), torch.device("cpu"), 10.0, lambda m: torch.compile(m, backend="eager",
+                                                                                     dynamic=False), **kw)
+
+
+def test_bare_launcher_is_the_module_call_without_the_module():
+    mod = rope.build("triton_v4", 16, 8, variant="partial", layout="interleaved", rotary_dim=8)
+    q, k = torch.randn(2, 3, 2, 16, dtype=torch.bfloat16), torch.randn(2, 3, 2, 16, dtype=torch.bfloat16)
+    pos = torch.tensor([[5, 1, 7], [0, 2, 3]])
+    bare = bm.bare_launcher(mod)
+    for p in (None, pos):
+        for a, b in zip(bare(q, k, p), mod(q, k, positions=p), strict=True):
+            assert torch.equal(a, b)
+    assert bm.bare_launcher(rope.build("torch", 16, 8)) is None
+
+
+def test_compiled_backward_is_the_autograd_gradient():
+    bench = _bench()
+    impl = bm.build_impl(bench, bm.COMPILED, 16, 8, "interleaved", 8)
+    q, g = torch.randn(2, 8, 2, 16), torch.randn(2, 8, 2, 16)
+    ref = rope.build("torch", 16, 8, layout="interleaved", rotary_dim=8)
+    qg = q.clone().requires_grad_()
+    want = torch.autograd.grad(ref(qg), qg, g)[0]
+    got, _ = impl.bwd(g, g)
+    torch.testing.assert_close(got, want)
+    assert "half layout" in bm.build_impl(bench, bm.LIGER, 16, 8, "interleaved", None) or \
+        liger_adapter.unavailable_reason()
+    assert "rotary_dim" in bm.build_impl(bench, "triton_v4", 16, 8, "half", 6)
+
+
+def test_impl_names_order_and_notes():
+    names, notes = bm.impl_names(None, torch.device("cpu"))
+    assert names[0] == "triton_v4" and bm.COMPILED in names and "torch" not in names and "none" not in names
+    assert (bm.LIGER in names) == (liger_adapter.unavailable_reason() is None)
+    names, _ = bm.impl_names("triton_v2", torch.device("cpu"), liger=False, compiled=False)
+    assert names == ["triton_v2"] and bm.primary(names) == "triton_v2" and bm.primary([bm.COMPILED]) is None
+
+
+def test_dry_run_of_every_mode(tmp_path):
+    """The whole --all path at toy sizes: every file written, every output checked correct."""
+    out = tmp_path / "out"
+    rc = bench_rope.main(["--all", "--device", "cpu", "--compile-backend", "eager", "--elements", "64,128",
+                          "--head-dim-list", "16", "--seq-len", "4", "--heads", "1", "--layout-dims", "16",
+                          "--packed-tokens", "24", "--packed-max-len", "8", "--overhead-shapes", "1x2x1x16",
+                          "--overhead-calls", "2", "--overhead-repeats", "1", "--reps", "1", "--out", str(out)])
+    assert rc == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"summary.md", "overhead.md", "overhead.csv", "headdim_64.md", "headdim_64.csv", "headdim_64.png",
+            "headdim_128.md", "headdim_128.png", "layouts.md", "layouts.csv", "packed.md", "packed.csv"} <= names
+    summary = (out / "summary.md").read_text()
+    assert summary.count("\n## ") == 5 and "WRONG" not in summary and "failed" not in summary
+    for name in ("headdim_64", "layouts"):
+        with open(out / f"{name}.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert rows and all(float(r["max_diff_fwd"]) <= bm.MAX_DIFF and float(r["max_diff_bwd"]) <= bm.MAX_DIFF
+                            for r in rows)
+        assert {"triton_v4", "triton_v2", bm.COMPILED} <= {r["impl"] for r in rows}
+    with open(out / "layouts.csv") as f:
+        cases = {(r["layout"], r["rotary_dim"]) for r in csv.DictReader(f)}
+    assert cases == {(lay, str(16 // f)) for lay in ("half", "interleaved") for f in (1, 2, 4)}
+    with open(out / "packed.csv") as f:
+        packed = list(csv.DictReader(f))
+    assert all(float(r["max_diff_cu_fwd"]) <= bm.MAX_DIFF and float(r["fwd_cu_ms"]) > 0 for r in packed)
+    with open(out / "overhead.csv") as f:
+        over = list(csv.DictReader(f))
+    assert len({(r["positions"], r["grad"]) for r in over}) == 4
+    assert all(r["call_minus_launch_us"] for r in over if r["impl"].startswith("triton"))
+
+
+def test_budget_cuts_the_last_sweep_only(tmp_path):
+    out = tmp_path / "out"
+    bench_rope.main(["--all", "--device", "cpu", "--compile-backend", "eager", "--elements", "64,128",
+                     "--head-dim-list", "16", "--seq-len", "4", "--heads", "1", "--layout-dims", "16",
+                     "--packed-tokens", "24", "--packed-max-len", "8", "--overhead-shapes", "1x2x1x16",
+                     "--overhead-calls", "1", "--overhead-repeats", "1", "--reps", "1", "--budget-s", "0",
+                     "--ropes", "triton_v4", "--no-liger", "--out", str(out)])
+    assert "out of time" not in (out / "headdim_64.md").read_text()
+    assert "out of time" not in (out / "layouts.md").read_text()
+    assert "not measured, out of time (--budget-s): head_dim 16" in (out / "headdim_128.md").read_text()
+    assert not (out / "headdim_128.csv").exists()
+
+
+def test_a_failing_implementation_is_reported_not_fatal(monkeypatch):
+    real = bm.build_impl
+
+    def build_impl(bench, name, *args):
+        if name == "broken":
+            def boom(*a, **k):
+                raise RuntimeError("no kernel for this shape\nmore")
+            return bm.Impl("broken", boom, None, "autograd fwd+bwd - fwd")
+        return real(bench, name, *args)
+
+    monkeypatch.setattr(bm, "build_impl", build_impl)
+    rows, skipped, _ = bm.measure_config(_bench(), ["triton_v4", "broken", "triton_v2"], 1, 4, 1, 16)
+    assert [r["impl"] for r in rows] == ["triton_v4", "triton_v2"]
+    assert skipped == {"broken": "failed at D=16 (half, rotary_dim=16): RuntimeError: no kernel for this shape"}

@@ -1,0 +1,66 @@
+"""scripts/bench_step.py on the CPU: presets and their defaults, the overhead columns, a dry run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+
+from scripts import bench_step
+
+
+def test_defaults_per_model():
+    a = bench_step.parse_args([])
+    assert a.models == ["gpt2_small"] and a.batches == [32] and a.vocabs == [50257] and a.optim == "adamw"
+    a = bench_step.parse_args(["--model", "seed004,gpt2_small"])
+    assert a.batches == [24, 32] and a.vocabs == [100277, 50257]
+    a = bench_step.parse_args(["--model", "seed004,gpt2_small", "--batch", "8", "--vocab", "1000"])
+    assert a.batches == [8, 8] and a.vocabs == [1000, 1000]
+    assert bench_step.parse_args(["--model", "seed004,tiny", "--batch", "4,5"]).batches == [4, 5]
+    for bad in (["--model", "nope"], ["--model", "seed004,tiny", "--batch", "1,2,3"], ["--optim", "sgd"]):
+        with pytest.raises(SystemExit):
+            bench_step.parse_args(bad)
+
+
+def _row(model, mode, rope, ms, error=""):
+    return {"model": model, "batch": 24, "seq_len": 512, "vocab": 100277, "mode": mode, "rope": rope,
+            "step_ms": ms, "min_ms": ms, "params_M": 49.0, "error": error}
+
+
+def test_relative_and_table_per_model():
+    rows = [_row("seed004", "eager", "none", 100.0), _row("seed004", "eager", "torch", 110.0),
+            _row("seed004", "eager", "triton_v4", 102.0), _row("seed004", "eager", "liger", math.nan, "Boom: x"),
+            _row("gpt2_small", "eager", "none", 200.0), _row("gpt2_small", "eager", "triton_v4", 205.0)]
+    bench_step.relative(rows)
+    assert rows[2]["overhead_vs_none_pct"] == pytest.approx(2.0)
+    assert rows[1]["overhead_vs_none_pct"] == pytest.approx(10.0)
+    assert rows[2]["vs_torch_pct"] == pytest.approx(100 * (102 / 110 - 1))
+    assert rows[3]["overhead_vs_none_pct"] is None and rows[5]["overhead_vs_none_pct"] == pytest.approx(2.5)
+    assert rows[5]["vs_torch_pct"] is None  # no torch row for that model
+    args = bench_step.parse_args(["--model", "seed004,gpt2_small"])
+    text = bench_step.table(rows, args, device_name="Test GPU")
+    assert text.count("GPT training step, model=") == 2 and "model=seed004 (49M), B=24, T=512" in text
+    assert "| eager | triton_v4 | 102.00 | +2.0% | -7.3% |" in text and "| eager | liger | failed | n/a | n/a |" in text
+    assert "- eager liger: Boom: x" in text and "| eager | triton_v4 | 205.00 | +2.5% | n/a |" in text
+
+
+def test_dry_run_keeps_going_past_a_failing_entry(tmp_path, monkeypatch):
+    real = bench_step.time_step
+
+    def time_step(model_cfg, name, *args):
+        if name == "torch":
+            raise RuntimeError("does not compile\nsecond line")
+        return real(model_cfg, name, *args)
+
+    monkeypatch.setattr(bench_step, "time_step", time_step)
+    bench_step.main(["--model", "tiny", "--device", "cpu", "--modes", "eager", "--ropes", "none,torch,none",
+                     "--batch", "1", "--vocab", "256", "--warmup", "0", "--iters", "1", "--out", str(tmp_path)])
+    text = (tmp_path / "step_bench.md").read_text()
+    assert "| eager | torch | failed |" in text and "- eager torch: RuntimeError: does not compile" in text
+    assert "second line" not in text
+    with open(tmp_path / "step_bench.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["rope"] for r in rows] == ["none", "torch", "none"] and float(rows[0]["step_ms"]) > 0
+    assert json.loads((tmp_path / "step_bench.json").read_text())[0]["model"] == "tiny"
