@@ -466,6 +466,16 @@ def _signature(x: Tensor | None) -> tuple | None:
     return (x.shape, x.dtype, x.device) if isinstance(x, Tensor) else ("not a tensor", type(x))
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """``cuda`` and ``cuda:0`` (the current device) name the same device."""
+    if a.type != b.type:
+        return False
+    if a.type != "cuda" or (a.index is not None and b.index is not None):
+        return a.index == b.index or a.type != "cuda" and None in (a.index, b.index)
+    current = torch.cuda.current_device()
+    return (current if a.index is None else a.index) == (current if b.index is None else b.index)
+
+
 def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
                      seqlen_offsets: Tensor | int | None = None, device: torch.device | None = None) -> Tensor:
     """The (total,) int32 position of every token of packed sequences: its index in its sequence,
@@ -480,8 +490,8 @@ def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
         raise ValueError("cu_seqlens must be a 1-D int32/int64 tensor of n_seq + 1 cumulative starts, got "
                          f"{getattr(cu_seqlens, 'dtype', type(cu_seqlens).__name__)} "
                          f"{tuple(getattr(cu_seqlens, 'shape', ()))}")
-    device = cu_seqlens.device if device is None else device
-    if cu_seqlens.device != device:
+    device = cu_seqlens.device if device is None else torch.device(device)
+    if not _same_device(cu_seqlens.device, device):
         raise ValueError(f"cu_seqlens must be on q's device {device}, got {cu_seqlens.device}")
     n_seq = cu_seqlens.numel() - 1
     cu = cu_seqlens.long()
@@ -490,7 +500,7 @@ def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
     elif isinstance(seqlen_offsets, int) and not isinstance(seqlen_offsets, bool):
         offsets = torch.full((n_seq,), seqlen_offsets, dtype=torch.long, device=device)
     elif isinstance(seqlen_offsets, Tensor) and not seqlen_offsets.is_floating_point() \
-            and seqlen_offsets.shape == (n_seq,) and seqlen_offsets.device == device:
+            and seqlen_offsets.shape == (n_seq,) and _same_device(seqlen_offsets.device, device):
         offsets = seqlen_offsets.long()
     else:
         raise ValueError(f"seqlen_offsets must be an int or an int tensor of shape (n_seq,)=({n_seq},) on "
