@@ -57,7 +57,8 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
         raise ConfigError(reason)
 
 
-def _total_memory(device: torch.device) -> int:
+def device_memory_bytes(device: torch.device) -> int:
+    """The memory a run on ``device`` can use at most: the GPU's, or the machine's RAM on the CPU."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -67,7 +68,7 @@ def _check_memory(cfg: DictConfig, model_cfg, device: torch.device, world_size: 
     """Refuse a step that cannot fit the device (e.g. model.seq_len=100000 would run, then fail to allocate)."""
     dense = device.type == "cpu" or cfg.train.get("attention", "auto") == "math"
     per_rank = cfg.train.batch_size // world_size
-    need, have = model_cfg.training_memory_bytes(per_rank, dense), _total_memory(device)
+    need, have = model_cfg.training_memory_bytes(per_rank, dense), device_memory_bytes(device)
     if need > have:
         raise ConfigError(f"model.seq_len={cfg.model.seq_len} with train.batch_size={cfg.train.batch_size} needs at "
                           f"least {need / 2**30:.1f} GiB for one training step, more than the "

@@ -1,7 +1,10 @@
 """A GPT with a pluggable rotary position embedding.
 
 The attention layer gets its RoPE from ``rope.build`` (the registry) and knows nothing else about
-it, so every registered kernel trains the very same model.
+it, so every registered kernel trains the very same model. For generation the model also runs
+incrementally: given a :class:`~llm.kv_cache.KVCache`, each call feeds only the new tokens, rotated
+at their absolute positions through RoPE's ``positions=``, and attends to the cached keys and values.
+Without a cache (training, evaluation) the forward is exactly the full-sequence one.
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 import rope as rope_registry
+from llm.kv_cache import KVCache, LayerKV
 
 # cl100k_base's size: the memory check's stand-in before the tokenizer is loaded
 _PLACEHOLDER_VOCAB = 100277
@@ -109,16 +114,41 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, kv: LayerKV | None = None, positions: Tensor | None = None) -> Tensor:
+        """Causal self-attention of ``x`` (B, T, C); with ``kv``, ``x`` holds only the new tokens (at
+        absolute ``positions``) and attends to the cached ones too."""
         B, T, C = x.shape
         # q, k, v are strided views of the fused projection (kernels take them without copies); the
         # RoPE module splits them so that an implementation can also write d qkv in one pass.
-        q, k, v = self.rotary.rotate_qkv(self.qkv(x), self.n_head, self.n_kv_head)
-        y = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
-            dropout_p=self.dropout if self.training else 0.0, enable_gqa=self.n_kv_head != self.n_head,
-        )
+        q, k, v = self.rotary.rotate_qkv(self.qkv(x), self.n_head, self.n_kv_head, positions=positions)
+        if kv is None:
+            y = self._attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, True)
+        else:
+            y = self._attend_cached(q, k, v, kv)
         return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal, dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.n_kv_head != self.n_head,
+        )
+
+    def _attend_cached(self, q: Tensor, k: Tensor, v: Tensor, kv: LayerKV) -> Tensor:
+        """Attention of the new queries over every cached key: the new k, v are stored first.
+
+        SDPA's ``is_causal`` aligns the mask to the top left, right only when queries and keys start
+        together (the prompt, ``start == 0``); one new token may see every key (no mask); a chunk after
+        cached tokens needs the mask shifted by ``start``.
+        """
+        start, T = kv.start, q.shape[1]
+        keys, values = kv.write(k, v)
+        if start == 0:
+            mask, causal = None, True
+        elif T == 1:
+            mask, causal = None, False
+        else:
+            mask, causal = torch.ones(T, start + T, dtype=torch.bool, device=q.device).tril(diagonal=start), False
+        return self._attend(q.transpose(1, 2), keys, values, mask, causal)
 
 
 class MLP(nn.Module):
@@ -142,8 +172,8 @@ class Block(nn.Module):
         self.norm2 = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.norm1(x))
+    def forward(self, x: Tensor, kv: LayerKV | None = None, positions: Tensor | None = None) -> Tensor:
+        x = x + self.attn(self.norm1(x), kv, positions)
         return x + self.mlp(self.norm2(x))
 
 
@@ -180,21 +210,56 @@ class GPT(nn.Module):
         """Unique parameters (a tied head counts once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        """Logits (B, T, padded_vocab) and, with targets, the mean cross-entropy."""
-        if idx.shape[1] > self.cfg.seq_len:
-            raise ValueError(f"sequence length {idx.shape[1]} > model.seq_len={self.cfg.seq_len}")
+    @property
+    def context_len(self) -> int:
+        """The most positions the model can attend over: the rows of its RoPE cos/sin cache
+        (``rope.max_seq_len``, by default ``model.seq_len``)."""
+        return self.rotary.max_seq_len
+
+    def new_cache(self, max_len: int | None = None) -> KVCache:
+        """An empty KV cache for up to ``max_len`` positions (default and limit: :attr:`context_len`)."""
+        max_len = self.context_len if max_len is None else max_len
+        if max_len > self.context_len:
+            raise ValueError(f"a KV cache of {max_len} positions exceeds the model's context of {self.context_len} "
+                             "(the RoPE cache, rope.max_seq_len)")
+        return KVCache(self.cfg.n_layer, max_len)
+
+    def hidden(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
+        """The final normed hidden states (B, T, n_embd) of ``idx``; with ``cache``, ``idx`` holds the
+        tokens after the cached ones, which the cache then includes."""
+        T = idx.shape[1]
+        if cache is None:
+            if T > self.context_len:
+                raise ValueError(f"sequence length {T} > the model's context of {self.context_len} positions "
+                                 "(the RoPE cache: rope.max_seq_len, default model.seq_len)")
+            positions = None
+        else:
+            cache.check_room(T)
+            positions = cache.positions(T, idx.device)
         x = self.embed(idx)
         if self.cfg.scale_embeddings:
             x = x * math.sqrt(self.cfg.n_embd)
         x = self.drop(x)
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(self.norm(x))
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if cache is None else cache.layer(i), positions)
+        if cache is not None:
+            cache.advance(T)
+        return self.norm(x)
+
+    def forward(self, idx: Tensor, targets: Tensor | None = None, *,
+                cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
+        """Logits (B, T, padded_vocab) and, with targets, the mean cross-entropy. With ``cache``:
+        logits of the new tokens ``idx``, which are appended to the cache."""
+        logits = self.head(self.hidden(idx, cache))
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
         return logits, loss
+
+    def next_logits(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
+        """Logits (B, padded_vocab) of the token after ``idx``: the head runs on the last position only
+        (what decoding needs; the full head over a long prefix would dominate a step)."""
+        return self.head(self.hidden(idx, cache)[:, -1])
 
     def flops_per_token(self) -> float:
         """PaLM estimate of training FLOPs per token: 6N + 12·L·d·T (attention scores)."""

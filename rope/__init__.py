@@ -4,6 +4,11 @@
 makes one, ``rope.check_args(...)`` validates the same arguments without building. This package
 knows nothing of training.
 
+Standalone use in a model of one's own: ``rope.rope_triton(q, k, seq_len, theta)`` or
+``rope.apply(q, k, seq_len, theta, impl=..., variant=...)`` rotate (B, T, H, D) tensors (a module per
+setting is built once and reused), and ``rope.RoPEAttention(d_model, n_heads, impl=...)`` is a causal
+self-attention layer with RoPE and an optional KV cache.
+
 Discovery rule: importing ``rope`` imports every module (and subpackage) directly under ``rope/``
 whose name does not start with an underscore, and an implementation registers itself with
 ``@register("name")`` when its module is imported. So adding one is a file here plus its
@@ -15,9 +20,18 @@ from rope.registry import available, build, check_args, discover, get, register
 
 discover(__name__, __path__)
 
+# The standalone API (the seed repo's names): ``discover`` has just imported its modules,
+# rope/functional.py and rope/attention.py, which binds them here as ``functional`` and ``attention``
+# (this file imports from nothing but rope.base and rope.registry, so it never lists modules).
+apply = functional.apply  # noqa: F821
+rope_triton = functional.rope_triton  # noqa: F821
+RoPEAttention = attention.RoPEAttention  # noqa: F821
+
 __all__ = [
+    "RoPEAttention",
     "RopeArgumentError",
     "RotaryEmbedding",
+    "apply",
     "available",
     "build",
     "check_args",
@@ -25,4 +39,5 @@ __all__ = [
     "label",
     "register",
     "rope_frequencies",
+    "rope_triton",
 ]

@@ -93,14 +93,36 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
         raise ResumeError(f"checkpoint {path} is damaged or unreadable ({first})") from None
 
 
-def _candidates(ckpt_dir: Path) -> list[Path]:
-    """``last.pt``'s target first, then every ``step_*.pt`` newest first, without repeats."""
+def checkpoint_files(ckpt_dir: Path) -> list[Path]:
+    """``last.pt``'s target first, then every ``step_*.pt`` newest first, without repeats (none loaded)."""
     out: list[Path] = []
     last = ckpt_dir / LAST
     if last.exists():
         out.append(last.resolve())
     out += [p for p in sorted(ckpt_dir.glob("step_*.pt"), reverse=True) if p.resolve() not in out]
     return out
+
+
+def load_newest_checkpoint(ckpt_dir: Path, map_location: str | torch.device = "cpu") -> tuple[Path, dict] | None:
+    """The newest checkpoint in ``ckpt_dir`` that loads, saying which damaged ones it skipped; None when
+    the dir holds none. Raises :class:`ResumeError` when every one is damaged.
+
+    Shared by resume and generation: both want the latest weights and neither may stop at a damaged file.
+    """
+    damaged = []
+    for path in checkpoint_files(ckpt_dir):
+        try:
+            state = load_checkpoint(path, map_location)
+        except ResumeError as e:
+            damaged.append(str(e))
+            log.warning(f"{e}; trying an older checkpoint")
+            continue
+        if damaged:
+            log.warning(f"using {path}, the newest checkpoint that loads")
+        return path, state
+    if damaged:
+        raise ResumeError(f"every checkpoint in {ckpt_dir} is damaged: {'; '.join(damaged)}")
+    return None
 
 
 def find_resume_checkpoint(resume: str | None, ckpt_dir: Path,
@@ -119,19 +141,11 @@ def find_resume_checkpoint(resume: str | None, ckpt_dir: Path,
             raise CheckpointNotFoundError(f"train.resume={resume} is not a checkpoint file "
                                           "(expected 'auto' or a path to a .pt)")
         return path, load_checkpoint(path, map_location)
-    candidates = _candidates(ckpt_dir)
-    if not candidates:
+    try:
+        found = load_newest_checkpoint(ckpt_dir, map_location)
+    except ResumeError as e:
+        raise ResumeError(f"train.resume=auto: {e}") from None
+    if found is None:
         raise ResumeError(f"train.resume=auto: no checkpoint in {ckpt_dir} to resume from (the run stopped before "
                           "its first checkpoint; train.ckpt_every=N saves one every N steps); start a new run instead")
-    damaged = []
-    for path in candidates:
-        try:
-            state = load_checkpoint(path, map_location)
-        except ResumeError as e:
-            damaged.append(str(e))
-            log.warning(f"{e}; trying an older checkpoint")
-            continue
-        if damaged:
-            log.warning(f"resuming from {path}, the newest checkpoint that loads")
-        return path, state
-    raise ResumeError(f"train.resume=auto: every checkpoint in {ckpt_dir} is damaged: {'; '.join(damaged)}")
+    return found

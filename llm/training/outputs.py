@@ -1,4 +1,5 @@
-"""What a run writes: ``metrics.jsonl`` (flushed line by line), ``summary.json``, ``config.yaml``, wandb.
+"""What a run writes: ``metrics.jsonl`` (flushed line by line), ``summary.json``, ``config.yaml``, wandb,
+and with ``train.sample_every`` ``samples.jsonl`` (the model's greedy continuations of fixed prompts).
 
 Writing each metrics line as it comes means a crash or Ctrl-C never loses what was already measured.
 Only rank 0 writes; the other ranks get :class:`NullOutputs`, an object with the same methods that
@@ -12,7 +13,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.yaml"
+SAMPLES_FILE = "samples.jsonl"
+#: The columns of the samples table (wandb) and the keys of its rows in samples.jsonl.
+SAMPLE_COLUMNS = ("step", "prompt", "text")
 
 
 def _clean(v: Any) -> Any:
@@ -97,6 +101,13 @@ class Tracker:
         if self.run is not None:
             self.run.log(dict(metrics), step=step)
 
+    def log_table(self, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], step: int) -> None:
+        """A table under ``key`` at ``step``; the latest one logged is the one a dashboard shows."""
+        if self.run is not None:
+            import wandb
+
+            self.run.log({key: wandb.Table(columns=list(columns), data=[list(r) for r in rows])}, step=step)
+
     def summary(self, metrics: Mapping[str, Any]) -> None:
         if self.run is not None:
             self.run.summary.update(dict(metrics))
@@ -114,6 +125,9 @@ class RunOutputs:
         self.run_dir = run_dir
         self.metrics = MetricsWriter(run_dir / METRICS_FILE)
         self.tracker = tracker
+        self.samples: MetricsWriter | None = None  # opened on the first samples: no empty file otherwise
+        # every sample so far (a resumed run's too): the table grows, so its latest version holds them all
+        self.sample_rows = [[r.get(c) for c in SAMPLE_COLUMNS] for r in read_jsonl(run_dir / SAMPLES_FILE)[0]]
 
     @property
     def tracker_id(self) -> str | None:
@@ -131,6 +145,15 @@ class RunOutputs:
         values = {k: v for k, v in record.items() if k.startswith("val_")}
         self.tracker.log({f"val/{k.removeprefix('val_')}": v for k, v in values.items()}, record["step"])
 
+    def log_samples(self, step: int, records: list[dict]) -> None:
+        """The model's continuations at ``step``: one ``samples.jsonl`` line each, and the wandb table."""
+        if self.samples is None:
+            self.samples = MetricsWriter(self.run_dir / SAMPLES_FILE)
+        for record in records:
+            self.samples.write({"step": step, **record})
+        self.sample_rows += [[step, r["prompt"], r["text"]] for r in records]
+        self.tracker.log_table("samples", SAMPLE_COLUMNS, self.sample_rows, step)
+
     def finish(self, summary: dict, exit_code: int) -> None:
         """Write ``summary.json`` and close everything; a full disk is logged, not raised (metrics stay)."""
         try:
@@ -140,6 +163,8 @@ class RunOutputs:
         self.tracker.summary({k: v for k, v in summary.items() if v is not None})
         self.tracker.finish(exit_code=exit_code)
         self.metrics.close()
+        if self.samples is not None:
+            self.samples.close()
 
 
 class NullOutputs:
@@ -152,5 +177,7 @@ class NullOutputs:
     def log_train(self, record: dict) -> None: ...
 
     def log_val(self, record: dict) -> None: ...
+
+    def log_samples(self, step: int, records: list[dict]) -> None: ...
 
     def finish(self, summary: dict, exit_code: int) -> None: ...

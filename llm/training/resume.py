@@ -3,9 +3,10 @@
 The README's resume line (``hydra.run.dir=<run dir> train.resume=auto``) carries none of the
 original overrides, so the composed config is mostly defaults. The checkpoint holds the run's own
 config: that is the truth. Keys the user names on the resume command line are applied only when
-they cannot change what is being trained (more steps, other eval/log/checkpoint intervals, the
-logger, the device); naming any other changed key is refused, listing the keys, because the result
-would be neither the old run nor a new one.
+they cannot change what is being trained (more steps, other eval/log/checkpoint/sample intervals,
+the logger, the device); naming any other changed key is refused, listing the keys, because the
+result would be neither the old run nor a new one. A key the saved config lacks (a run older than
+the key) takes the resume command's value, its default unless named: ``train.sample_every`` is off.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ PER_INVOCATION = ("train.resume", "train.stop_at_step", "device", "cache_dir", "
 #: Keys a resume may change when asked to: they change when and where things happen, not what is trained.
 SAFE_TO_CHANGE = ("train.max_steps", "train.eval_every", "train.log_every", "train.ckpt_every",
                   "train.keep_checkpoints", "train.skip_nonfinite", "train.peak_tflops", "train.compile",
-                  "sweep")
+                  "train.sample_every", "train.sample_tokens", "train.sample_prompts", "sweep")
 
 
 def override_keys(overrides: Iterable[str]) -> list[str]:

@@ -1,7 +1,9 @@
-"""Start one run: claim the run dir, resume, validate before any work, then fit a :class:`Trainer`."""
+"""Start one run: claim the run dir, resume (or start from another run's weights), validate before any work,
+then fit a :class:`Trainer`."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,9 +13,12 @@ from omegaconf import DictConfig
 from llm.config_check import validate_config
 from llm.training.checkpoint import find_resume_checkpoint
 from llm.training.distributed import cleanup, init_distributed
+from llm.training.init_from import apply_init_from, check_init_from, default_original_length
 from llm.training.resume import reconcile_resume_config
 from llm.training.run_dir import claim_run_dir
 from llm.training.trainer import Trainer, TrainOutcome
+
+log = logging.getLogger("llm.train")
 
 
 def _shared_run_dir(run_dir: Path, dist_info) -> Path:
@@ -28,7 +33,8 @@ def _shared_run_dir(run_dir: Path, dist_info) -> Path:
 def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), group: str = "single",
                  resume_hint: str = "") -> TrainOutcome:
     """Train ``cfg`` into ``run_dir``: lock the dir, load the checkpoint to resume (its saved config wins
-    over the composed one, see :mod:`llm.training.resume`), validate before any work, then fit.
+    over the composed one, see :mod:`llm.training.resume`), or check ``train.init_from``'s source run
+    (:mod:`llm.training.init_from`; ignored when resuming), validate before any work, then fit.
 
     User errors (:class:`llm.errors.UserError`) propagate before any data or model work is done.
     """
@@ -40,8 +46,18 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
         resume = find_resume_checkpoint(cfg.train.get("resume"), run_dir / "checkpoints")
         if resume is not None and "config" in resume[1]:
             cfg = reconcile_resume_config(resume[1]["config"], cfg, overrides)
+        source = check_init_from(cfg) if resume is None else None  # a resumed run holds its weights already
+        note = default_original_length(cfg, source) if source is not None else None
         validate_config(cfg, world_size=dist_info.world_size)
+        init = source.load() if source is not None else None  # a damaged checkpoint fails before any work
         trainer = Trainer(cfg, run_dir, dist_info, resume=resume, group=group, resume_hint=resume_hint)
+        if init is not None:
+            apply_init_from(trainer.model, *init)
+            if dist_info.is_main:
+                for line in (note, f"initialised the model from {init[0]} (step {init[1]}); optimizer and step "
+                                   "start afresh"):
+                    if line:
+                        log.info(line)
         return trainer.fit()
     finally:
         if lock is not None:

@@ -25,14 +25,15 @@ import rope
 from llm.data import TokenData, prepare_data, sample_batch
 from llm.errors import ConfigError
 from llm.fileio import DiskFullError
-from llm.model import GPT, build_model
+from llm.model import GPT, build_model, rope_cache_len
 from llm.optim import build_optimizers, lr_multiplier, set_lr
 from llm.training import runtime
 from llm.training.checkpoint import LAST, TrainTotals, clean_checkpoint_dir, save_checkpoint, set_rng_state
 from llm.training.distributed import DistInfo, all_reduce_mean, any_rank
 from llm.training.evaluate import evaluate
-from llm.training.outputs import METRICS_FILE, NullOutputs, RunOutputs, Tracker, truncate_metrics
+from llm.training.outputs import METRICS_FILE, SAMPLES_FILE, NullOutputs, RunOutputs, Tracker, truncate_metrics
 from llm.training.progress import Progress
+from llm.training.samples import TrainingSamples, check_sample_config
 
 log = logging.getLogger("llm.train")
 
@@ -83,6 +84,7 @@ def check_train_config(tc: DictConfig, world_size: int = 1) -> None:
                           "processes of torchrun")
     if tc.dtype not in ("auto", "float32", "bfloat16"):
         raise ConfigError(f"train.dtype={tc.dtype!r}; allowed: auto, float32, bfloat16")
+    check_sample_config(tc)
     if tc.get("attention", "auto") not in runtime.ATTENTION_BACKENDS:
         raise ConfigError(f"train.attention={tc.attention!r}; allowed: {', '.join(runtime.ATTENTION_BACKENDS)}")
     for key, closed in (("warmup_frac", False), ("min_lr_frac", True)):
@@ -113,6 +115,7 @@ class Trainer:
         self.device = runtime.pick_device(cfg.device, dist_info)
         runtime.configure_torch(self.device, bool(self.tc.get("deterministic")))
         runtime.seed_everything(cfg.seed)
+        self.samples = self._make_samples()  # tokenizes the prompts: a prompt too long fails before the data
         self.data = self._load_data()
         self.model: GPT = build_model(cfg.model, cfg.rope, self.data.vocab_size).to(self.device)
         self.optimizers = build_optimizers(self.model, cfg.optim, self.device)
@@ -135,6 +138,14 @@ class Trainer:
         self.summary = self._initial_summary()
 
     # -- set-up -----------------------------------------------------------------------------------
+    def _make_samples(self) -> TrainingSamples | None:
+        """The prompts of ``train.sample_every`` (None when off), checked against the model's context."""
+        tc = self.tc
+        if not tc.get("sample_every"):
+            return None
+        return TrainingSamples(tc.sample_prompts, tc.get("sample_tokens", 32), self.cfg.tokenizer.name,
+                               rope_cache_len(self.cfg.model, self.cfg.rope))
+
     def _load_data(self) -> TokenData:
         """Rank 0 builds the token cache first; the others then read it."""
         cfg = self.cfg
@@ -155,6 +166,7 @@ class Trainer:
         if self.dist.is_main:
             log.info(f"resumed from {path} at step {self.step}")
             truncate_metrics(self.run_dir / METRICS_FILE, self.step)
+            truncate_metrics(self.run_dir / SAMPLES_FILE, self.step)  # those steps are sampled again
         return state.get("wandb_id")
 
     def _wrap(self, model: GPT) -> torch.nn.Module:
@@ -226,6 +238,10 @@ class Trainer:
     def should_eval(self) -> bool:
         return self.step % self.tc.eval_every == 0 or self.step == self.tc.max_steps
 
+    def should_sample(self) -> bool:
+        every = self.tc.get("sample_every") or 0
+        return bool(every) and (self.step % every == 0 or self.step == self.tc.max_steps)
+
     def should_checkpoint(self) -> bool:
         every = self.tc.ckpt_every
         return bool(every) and self.step % every == 0 and self.step < self.tc.max_steps
@@ -293,6 +309,16 @@ class Trainer:
                      f"train_time {self.totals.train_time_s:.1f}s")
         return v
 
+    def write_samples(self) -> None:
+        """Rank 0 writes the model's greedy continuations of ``train.sample_prompts`` (outside the timed
+        step, like evaluation; no random numbers drawn, so training goes on exactly as without)."""
+        if not self.dist.is_main or self.samples is None:
+            return
+        records = self.samples.generate(self.model, self.device, self.autocast)
+        self.outputs.log_samples(self.step, records)
+        for r in records:
+            log.info(f"step {self.step:>6} sample: {r['prompt']!r} -> {r['text'][:80]!r}")
+
     def checkpoint(self) -> None:
         """Save the state at the current step (rank 0), with the run's config and running totals."""
         if not self.dist.is_main:
@@ -314,6 +340,8 @@ class Trainer:
                 self.log_train(result)
             if self.should_eval():
                 self.run_eval()
+            if self.should_sample():
+                self.write_samples()
             if self.should_checkpoint():
                 self.checkpoint()
             why = self.should_stop()

@@ -1,0 +1,41 @@
+"""Evaluate a finished run at other context lengths: ``python -m llm.eval_lengths run=<run dir> [key=value ...]``.
+
+The Hydra entry point (conf/eval_lengths.yaml holds every key); the work is in
+:mod:`llm.evaluation.lengths`. The run's newest checkpoint is evaluated on the same val tokens at each
+length (default 1x, 2x, 4x, 8x, 16x its training ``model.seq_len``), with the run's RoPE scaling or the
+one ``rope.scaling.*`` asks for, and with its implementation or ``rope=<name>``'s. One progress line per
+length; results in ``<run dir>/eval_lengths/<label>.json`` and ``.csv``. A user error (no checkpoint,
+``lengths=[0]``, an unknown scaling, a length that cannot fit the device) is one line on stderr and exit
+code 2, before the weights are loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from llm.errors import UserError
+from llm.evaluation.lengths import eval_lengths_from_config
+from llm.fileio import DiskFullError
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+@hydra.main(config_path="../conf", config_name="eval_lengths", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        eval_lengths_from_config(cfg, emit=_print)
+    except (UserError, DiskFullError) as e:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"Error: {str(e).strip() or type(e).__name__}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

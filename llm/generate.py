@@ -1,0 +1,60 @@
+"""Write text with a trained run: ``python -m llm.generate run=<run dir> prompt="def main(" [key=value ...]``.
+
+The Hydra entry point (conf/generate.yaml holds every key); the work is in
+:mod:`llm.generation.command`. The run's config and newest checkpoint rebuild its model with its RoPE
+implementation (``rope=<name>`` swaps the kernel), and the continuation streams to stdout while it is
+decoded with a KV cache. A user error (no checkpoint, a prompt longer than the context, ``top_k=0``,
+...) is one line on stderr and exit code 2, before the weights are loaded.
+
+``prompt=`` and ``prompt_file=`` take the rest of their argument verbatim (``prompt=def main(`` needs no
+Hydra quoting): the entry point quotes them for Hydra's parser, unless they are quoted already.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from llm.errors import UserError
+from llm.generation.command import generate_from_config
+
+#: Keys whose values are free text or paths, taken verbatim from the command line.
+VERBATIM_KEYS = ("prompt", "prompt_file")
+
+
+def quote_verbatim(value: str) -> str:
+    """``value`` as a single-quoted Hydra string that parses (and resolves) back to exactly ``value``:
+    backslashes before a quote or at the end doubled, quotes escaped, ``${`` escaped from interpolation."""
+    value = re.sub(r"(\\*)(\$\{)", lambda m: m.group(1) * 2 + "\\${", value)
+    value = re.sub(r"(\\*)('|\Z)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
+    return f"'{value}'"
+
+
+def verbatim_overrides(argv: list[str]) -> list[str]:
+    """``argv`` with the values of :data:`VERBATIM_KEYS` quoted for Hydra (already quoted ones kept)."""
+    out = []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        quoted = len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
+        out.append(f"{key}={quote_verbatim(value)}" if eq and key in VERBATIM_KEYS and not quoted else arg)
+    return out
+
+
+@hydra.main(config_path="../conf", config_name="generate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        generate_from_config(cfg)
+    except UserError as e:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"Error: {str(e).strip() or type(e).__name__}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    sys.argv = verbatim_overrides(sys.argv)
+    main()

@@ -1,0 +1,162 @@
+"""A trained run, opened for generation: its config, its newest checkpoint, and its model.
+
+The run dir is the training's (``config.yaml``: the resolved config; ``checkpoints/``: ``last.pt``
+and ``step_*.pt``). Opening it checks what can be checked without loading weights, so a wrong path or
+a run that never saved a checkpoint fails at once with one line. The model is rebuilt from the run's
+own ``model``, ``rope`` and ``tokenizer`` groups; only the RoPE *kernel* may be swapped
+(``rope=triton_v4``): the rotation it computes (variant, base) must be the run's, or the weights
+would meet positions they were never trained on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import tiktoken
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+import rope
+from llm.data.tokenizer import get_tokenizer
+from llm.errors import ConfigError
+from llm.model import GPT, build_model, rope_cache_len
+from llm.training.checkpoint import checkpoint_files, load_checkpoint, load_newest_checkpoint
+from llm.training.outputs import CONFIG_FILE
+
+log = logging.getLogger(__name__)
+
+#: What a RoPE override must keep from the run: it decides the function the weights were trained with.
+FUNCTION_KEYS = ("variant", "base", "layout", "rotary_dim", "scaling")
+
+
+def _plain(group: Mapping | None) -> dict:
+    """A config group as plain dicts and lists (OmegaConf nodes compare and merge like the rest)."""
+    if group is None:
+        return {}
+    return OmegaConf.to_container(group, resolve=True) if isinstance(group, DictConfig) else dict(group)
+
+
+def _function_value(key: str, value: object) -> object:
+    """``value`` of a FUNCTION_KEYS entry with the spellings of "no scaling" made one (None)."""
+    if key == "scaling" and (value is None or (isinstance(value, Mapping) and value.get("type") in (None, "none"))):
+        return None
+    return value
+
+
+@dataclass
+class OpenedRun:
+    """A run dir whose config is read and whose checkpoint exists (weights not loaded yet)."""
+
+    run_dir: Path
+    config: DictConfig
+    checkpoint: Path | None  # None: the newest of checkpoints/ that loads
+    state: dict | None = None  # the loaded checkpoint, when the config had to come from it
+
+    @property
+    def context_len(self) -> int:
+        """Positions the model can attend over: its RoPE cache (``rope.max_seq_len``, default ``model.seq_len``)."""
+        return rope_cache_len(self.config.model, self.config.rope)
+
+
+@dataclass
+class RunModel:
+    model: GPT
+    tokenizer: tiktoken.Encoding
+    checkpoint: Path
+    step: int
+    rope: dict  # the rope group the model was built with
+
+
+def open_run(run: str | None, checkpoint: str | None = None) -> OpenedRun:
+    """Check ``run=`` (and ``checkpoint=``) and read the run's config; raises :class:`ConfigError`."""
+    if run in (None, ""):
+        raise ConfigError("run= is required: the run dir to generate from "
+                          "(e.g. run=outputs/runs/<date>/<time>_torch_s0)")
+    run_dir = Path(str(run))
+    if not run_dir.is_dir():
+        raise ConfigError(f"run={run} is not a directory (a run dir holds config.yaml and checkpoints/)")
+    if checkpoint not in (None, ""):
+        path = Path(str(checkpoint))
+        if not path.is_file():
+            raise ConfigError(f"checkpoint={checkpoint} is not a file (null: the newest checkpoint of the run)")
+    else:
+        path = None
+        if not checkpoint_files(run_dir / "checkpoints"):
+            raise ConfigError(f"run={run} has no checkpoint: {run_dir / 'checkpoints'} holds no last.pt or step_*.pt "
+                              "(the run stopped before its first one; train.ckpt_every=N saves one every N steps)")
+    if (run_dir / CONFIG_FILE).is_file():
+        return OpenedRun(run_dir, OmegaConf.load(run_dir / CONFIG_FILE), path)
+    found_path, state = _load_state(run_dir, path)  # no config.yaml: the checkpoint carries the config too
+    if "config" not in state:
+        raise ConfigError(f"run={run} has no {CONFIG_FILE} and its checkpoint {found_path} holds no config")
+    return OpenedRun(run_dir, OmegaConf.create(state["config"]), found_path, state)
+
+
+def _load_state(run_dir: Path, path: Path | None) -> tuple[Path, dict]:
+    if path is not None:
+        return path, load_checkpoint(path)
+    found = load_newest_checkpoint(run_dir / "checkpoints")
+    if found is None:  # removed since open_run looked
+        raise ConfigError(f"run={run_dir} has no checkpoint in {run_dir / 'checkpoints'}")
+    return found
+
+
+def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: torch.device) -> dict:
+    """The ``rope`` group to build: the run's, or ``override``'s implementation (and its own options,
+    such as ``compute_dtype``) computing the run's rotation (variant, base, ...: always the run's).
+
+    Refuses, naming the key, an override that asks for another rotation than the run's and the
+    default one (``rope=triton_v4_full`` on a partial run), a switch to or from ``none``, and a
+    kernel that cannot run on ``device``."""
+    run_rope, override = _plain(run_rope), _plain(override)
+    if not override:
+        chosen = run_rope
+    else:
+        name, run_name = override.get("name"), run_rope["name"]
+        if name not in rope.available():
+            raise ConfigError(f"rope={name} is not registered; allowed: {', '.join(rope.available())}")
+        if "none" in (name, run_name) and name != run_name:
+            raise ConfigError(f"rope={name}: the run was trained with rope={run_name}; a RoPE override swaps the "
+                              "kernel, not the function (rope=none rotates nothing)")
+        options = rope.get(name).option_defaults()
+        defaults = {"base": 10000.0, **options}
+        for key in FUNCTION_KEYS:  # a preset's default rotation defers to the run's; another one is refused
+            asked, trained, default = (_function_value(key, d.get(key, defaults.get(key)))
+                                       for d in (override, run_rope, defaults))
+            if asked not in (trained, default):
+                raise ConfigError(f"rope.{key}={asked!r}: the run was trained with rope.{key}={trained!r}; a RoPE "
+                                  "override may change the kernel, not the rotation")
+        chosen = {"name": name, **{k: v for k, v in run_rope.items() if k in options or k in ("base", "max_seq_len")},
+                  **{k: v for k, v in override.items() if k in options and k not in FUNCTION_KEYS}}
+    reason = rope.get(chosen["name"]).unavailable_reason(device)
+    if reason:
+        raise ConfigError(reason)
+    return chosen
+
+
+def run_tokenizer(opened: OpenedRun) -> tiktoken.Encoding:
+    """The tokenizer the run was trained with (``cl100k_base`` works offline)."""
+    return get_tokenizer(opened.config.tokenizer.name)
+
+
+def load_run_model(opened: OpenedRun, rope_cfg: Mapping, device: torch.device,
+                   enc: tiktoken.Encoding | None = None) -> RunModel:
+    """Build the run's model with ``rope_cfg`` and load the checkpoint's weights onto ``device``."""
+    cfg = opened.config
+    enc = enc or run_tokenizer(opened)
+    if opened.state is not None:
+        path, state = opened.checkpoint, opened.state
+    else:
+        path, state = _load_state(opened.run_dir, opened.checkpoint)
+    model = build_model(cfg.model, rope_cfg, enc.n_vocab)
+    try:
+        model.load_state_dict(state["model"])
+    except (KeyError, RuntimeError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"checkpoint {path} does not fit the run's model config ({first})") from None
+    model.to(device).eval()
+    log.info(f"loaded {path} (step {state.get('step')})")
+    return RunModel(model, enc, path, int(state.get("step", 0)), dict(rope_cfg))

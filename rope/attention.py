@@ -1,0 +1,129 @@
+"""``RoPEAttention``: multi-head causal self-attention with rotary embeddings, for any model.
+
+The seed repo's drop-in layer: ``attn = RoPEAttention(d_model, n_heads, impl="triton_v4")`` maps
+(B, T, d_model) to (B, T, d_model). Its RoPE module comes from the registry, so every implementation
+(``rope.available()``) computes the same function and ``impl`` only picks the kernel; the q and k
+rotations run on views of one fused projection, which the Triton entries rotate without copies and
+whose gradient they write in one buffer.
+
+Decoding one token at a time: ``cache = attn.new_cache()`` and ``y = attn(x_new, cache=cache)``.
+The layer stores the rotated keys and values of the tokens it has seen and rotates the new q and k
+at their absolute positions (RoPE's ``positions=``), so ``x`` fed in pieces gives the outputs of
+the whole sequence fed at once.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from rope.functional import build_named
+
+
+class KVCache:
+    """One :class:`RoPEAttention` layer's keys and values, for up to ``max_len`` positions.
+
+    Preallocated on the first write, (B, n_heads, max_len, head_dim) in the keys' dtype and device,
+    so a decode step copies one position instead of concatenating the whole past.
+    """
+
+    def __init__(self, max_len: int) -> None:
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len <= 0:
+            raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+        self.max_len = max_len
+        self.length = 0  # positions stored so far
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new (B, T, H, D) rotated keys and values after the cached ones; return all of
+        them as (B, H, length, D) views."""
+        B, T, H, D = k.shape
+        if self.length + T > self.max_len:
+            raise ValueError(f"KV cache full: {self.length} cached + {T} new positions > max_len={self.max_len}")
+        if self.keys is None:
+            self.keys = k.new_empty((B, H, self.max_len, D))
+            self.values = v.new_empty((B, H, self.max_len, D))
+        elif self.keys.shape[0] != B:
+            raise ValueError(f"the cache holds a batch of {self.keys.shape[0]} sequences, got {B}")
+        end = self.length + T
+        self.keys[:, :, self.length:end] = k.transpose(1, 2)
+        self.values[:, :, self.length:end] = v.transpose(1, 2)
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def reset(self) -> None:
+        """Start a new sequence (the buffers are kept)."""
+        self.length = 0
+
+
+def causal_mask(start: int, T: int, device: torch.device) -> tuple[Tensor | None, bool]:
+    """``(attn_mask, is_causal)`` for ``T`` queries at positions ``start ..`` over keys ``0 .. start + T - 1``.
+
+    SDPA's ``is_causal`` aligns its mask to the top left, right when queries and keys start together
+    (``start == 0``); one new query may see every key; a chunk after cached keys needs the diagonal
+    shifted by ``start``.
+    """
+    if start == 0:
+        return None, True
+    if T == 1:
+        return None, False
+    return torch.ones(T, start + T, dtype=torch.bool, device=device).tril(diagonal=start), False
+
+
+class RoPEAttention(nn.Module):
+    """Multi-head causal self-attention whose q and k are rotated by RoPE ``impl``.
+
+    ``d_model`` must split into ``n_heads`` heads of a size the rotation takes (even; a multiple of 4
+    for ``variant="partial"``, the seed's rotation and the default). ``dropout`` applies to the
+    attention weights in training mode. ``theta`` is the RoPE base, ``max_seq_len`` the rows of its
+    cos/sin table (the longest sequence, cache included). Build errors name the argument.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.1, theta: float = 10000.0,
+                 impl: str = "triton_v4", *, max_seq_len: int = 4096, variant: str = "partial",
+                 bias: bool = False) -> None:
+        super().__init__()
+        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.dropout = float(dropout)
+        self.rotary = build_named(impl, self.head_dim, max_seq_len, theta, variant,
+                                  head_dim_name="d_model/n_heads", seq_len_name="max_seq_len")
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def new_cache(self, max_len: int | None = None) -> KVCache:
+        """An empty cache for this layer, for up to ``max_len`` positions (default: the RoPE table's)."""
+        max_len = self.rotary.max_seq_len if max_len is None else max_len
+        if isinstance(max_len, int) and max_len > self.rotary.max_seq_len:
+            raise ValueError(f"max_len={max_len} exceeds the RoPE table's max_seq_len={self.rotary.max_seq_len}")
+        return KVCache(max_len)
+
+    def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
+        """(B, T, d_model) -> (B, T, d_model). With ``cache``, ``x`` holds the tokens after the cached
+        ones: they are rotated at their absolute positions and attend to the cached keys too."""
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must be a (B, T, d_model={self.d_model}) tensor, "
+                             f"got {tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+        B, T, _ = x.shape
+        start = 0 if cache is None else cache.length
+        positions = None if cache is None else torch.arange(start, start + T, device=x.device)
+        q, k, v = self.rotary.rotate_qkv(self.qkv(x), self.n_heads, self.n_heads, positions=positions)
+        if cache is None:
+            keys, values = k.transpose(1, 2), v.transpose(1, 2)
+        else:
+            keys, values = cache.append(k, v)
+        mask, causal = causal_mask(start, T, x.device)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask, is_causal=causal,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.out(y.transpose(1, 2).reshape(B, T, self.d_model))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}"

@@ -1,0 +1,90 @@
+"""The seed repo's functional API: ``rope_triton(q, k, seq_len, theta)`` and ``apply(..., impl=)``.
+
+For a user who wants the kernels in an attention layer of their own, without the registry's module
+life cycle: pass q and k, get them rotated. Building a RoPE module computes its cos/sin table
+(``seq_len`` x D/2, in float64), far more work than one rotation of a decode step, so the module for
+each (impl, head_dim, seq_len, theta, variant, device) is built once and kept in a small
+least-recently-used cache (:data:`CACHE_SIZE` entries, :func:`clear_cache` empties it).
+
+Every registered implementation computes the same function (see :mod:`rope.base`), so ``impl``
+only picks the kernel. The Triton entries run on CUDA tensors (or on the CPU under
+``TRITON_INTERPRET=1``); elsewhere their own one-line error says so.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+from torch import Tensor
+
+from rope.base import RopeArgumentError, RotaryEmbedding
+from rope.registry import build
+
+#: How many built modules (one cos/sin table each) are kept.
+CACHE_SIZE = 16
+
+_MODULES: OrderedDict[tuple, RotaryEmbedding] = OrderedDict()
+
+
+def build_named(impl: str, head_dim: int, seq_len: int, theta: float, variant: str, *,
+                head_dim_name: str = "q.shape[-1]", seq_len_name: str = "seq_len") -> RotaryEmbedding:
+    """``rope.build`` whose argument errors name the arguments as the standalone API spells them
+    (``impl``, ``theta``, ``seq_len``, ...), not as the registry does (``name``, ``base``, ...)."""
+    given = {"name": impl, "head_dim": head_dim, "max_seq_len": seq_len, "base": theta, "variant": variant}
+    try:
+        return build(impl, head_dim, seq_len, theta, variant=variant)
+    except RopeArgumentError as e:
+        name = {"name": "impl", "head_dim": head_dim_name, "max_seq_len": seq_len_name, "base": "theta"}.get(
+            e.argument, e.argument)
+        raise RopeArgumentError(name, f"{name}={given.get(e.argument)!r}: {e}") from None
+
+
+def rotary_module(impl: str, head_dim: int, seq_len: int, theta: float = 10000.0, variant: str = "partial",
+                  device: torch.device | str = "cpu") -> RotaryEmbedding:
+    """The registry's module for these arguments, built on first use and then reused.
+
+    A bad argument raises :class:`~rope.RopeArgumentError` naming it as this API does (``impl``,
+    ``seq_len``, ``theta``, ``variant``).
+    """
+    device = torch.device(device)
+    key = (impl, head_dim, seq_len, theta, variant, device)
+    try:
+        module = _MODULES.pop(key, None)  # popped and put back last: the most recently used
+    except TypeError:  # an unhashable argument: the build below names it
+        module = None
+    if module is None:
+        module = build_named(impl, head_dim, seq_len, theta, variant).to(device)
+        if len(_MODULES) >= CACHE_SIZE:
+            _MODULES.popitem(last=False)
+    _MODULES[key] = module
+    return module
+
+
+def clear_cache() -> None:
+    """Forget every built module (their tables free with them)."""
+    _MODULES.clear()
+
+
+def apply(q: Tensor, k: Tensor | None, seq_len: int, theta: float = 10000.0, impl: str = "torch",
+          variant: str = "partial", *, positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """Rotate q and k, (B, T, H, D) tensors (k may have fewer heads, or be None), by their positions.
+
+    ``seq_len`` is the length of the cos/sin table (positions ``0 .. seq_len - 1``), ``theta`` its
+    base, ``variant`` the rotation (``"partial"``, the seed's; ``"full"``, the standard one) and
+    ``impl`` any name of :func:`rope.available`. ``positions`` (T,) or (B, T) integers pick the table
+    rows, e.g. the absolute positions of the tokens after a KV cache; default ``arange(T)``.
+    Returns ``(q_rotated, k_rotated)`` in q's dtype (``k_rotated`` is None when k is).
+    """
+    if not isinstance(q, Tensor) or q.dim() != 4:
+        raise ValueError(f"q must be a (B, T, H, D) tensor, got {tuple(q.shape) if isinstance(q, Tensor) else q!r}")
+    module = rotary_module(impl, q.shape[-1], seq_len, theta, variant, q.device)
+    out = module(q, k, positions=positions)
+    return (out, None) if k is None else out
+
+
+def rope_triton(q: Tensor, k: Tensor | None, seq_len: int, theta: float = 10000.0, *,
+                positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """The seed repo's entry point: :func:`apply` with the ``triton_v4`` kernel (float32 arithmetic,
+    ``variant="partial"``, the seed's rotation)."""
+    return apply(q, k, seq_len, theta, impl="triton_v4", positions=positions)

@@ -1,0 +1,49 @@
+"""Rebuild the length-generalization report: ``python -m scripts.length_report DIR... [--out OUTDIR]``.
+
+DIR is a sweep dir, a run dir or any parent (searched for run dirs and their ``eval_lengths/*.json``, as
+written by ``python -m llm.eval_lengths``). Writes length_report.md, length_report.csv, length_curves.png and
+position_loss.png into OUTDIR (default: the single DIR given, else the DIRs' common parent). The logic is in
+:mod:`llm.report.length`; this is only the command line. A bad argument is one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from llm.report import CompareError, default_out_dir
+from llm.report.length import CSV_FILE, CURVES_FILE, POSITION_FILE, build_length_report, write_length_report
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (argparse's default adds the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the report; 0 when written, 2 on bad input (no such dir, no evaluations under it)."""
+    p = _Parser(prog="python -m scripts.length_report",
+                description="Perplexity against evaluation length per RoPE variant x scaling, over seeds.")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep dirs, run dirs or parents of them")
+    p.add_argument("--out", metavar="OUTDIR", default=None,
+                   help="where to write the report (default: the single DIR, else the DIRs' common parent)")
+    args = p.parse_args(argv)
+    try:
+        report = build_length_report(args.dirs)
+        md = write_length_report(report, args.out if args.out is not None else default_out_dir(args.dirs))
+    except FileNotFoundError as e:
+        print(f"error: argument DIR: {e}", file=sys.stderr)
+        return 2
+    except CompareError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(md.read_text())
+    print(f"report: {md} (+ {CSV_FILE}, {CURVES_FILE}, {POSITION_FILE} in {md.parent})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""``python -m llm.eval_lengths``: a finished run evaluated at other context lengths, on the same val tokens at
+every length, with any scaling and any implementation of its rotation; bad input is one line naming the key,
+before the weights load."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import CONF, ROOT, run_inprocess
+from hydra import compose, initialize_config_dir
+
+import llm.evaluation.lengths as lengths_mod
+import rope
+from llm.errors import ConfigError
+from llm.evaluation.lengths import (
+    LengthEvaluator,
+    eval_lengths_from_config,
+    evaluate_length,
+    open_for_eval,
+    read_settings,
+)
+from llm.model import GPT, GPTConfig
+
+TRAIN_LEN = 32  # tests/helpers.py SMALL: model.seq_len=32, eval 2 batches of 4 windows (256 val tokens)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("lengths") / "run"
+    run_inprocess(run_dir, ["train.max_steps=2", "train.eval_every=2"])
+    return run_dir
+
+
+def eval_cfg(run_dir, *overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("eval_lengths", overrides=[f"run={run_dir}", "device=cpu", *overrides])
+
+
+def run_eval(run_dir, *overrides) -> tuple[dict, list[str]]:
+    lines: list[str] = []
+    result, _ = eval_lengths_from_config(eval_cfg(run_dir, *overrides), emit=lines.append)
+    return result, lines
+
+
+def test_the_training_length_reproduces_the_training_eval_on_the_same_tokens_at_every_length(trained_run):
+    """At the training length without scaling, 256 tokens are the training's own eval windows: the same loss.
+    Every length covers the same 256 tokens; the buckets and the loss beyond the training length agree."""
+    result, lines = run_eval(trained_run, "lengths=[64,32]", "tokens=256", "bucket_size=16")
+    summary = json.loads((trained_run / "summary.json").read_text())
+    at = {m["length"]: m for m in result["lengths"]}
+    assert list(at) == [32, 64]
+    assert at[32]["val_loss"] == pytest.approx(summary["val_loss"], abs=1e-5)
+    assert at[32]["val_loss_se"] == pytest.approx(summary["val_loss_se"], rel=1e-3)
+    assert at[32]["val_tokens"] == at[64]["val_tokens"] == 256 and (at[32]["windows"], at[64]["windows"]) == (8, 4)
+    buckets = at[64]["buckets"]
+    assert [(b["start"], b["end"]) for b in buckets] == [(0, 16), (16, 32), (32, 48), (48, 64)]
+    assert np.mean([b["loss"] for b in buckets]) == pytest.approx(at[64]["val_loss"], abs=1e-9)
+    assert np.mean([b["loss"] for b in buckets[2:]]) == pytest.approx(at[64]["loss_beyond_train"], abs=1e-9)
+    assert at[32]["loss_beyond_train"] is None
+    # one progress line per length, and the files in the run dir
+    assert [ln.split()[0] for ln in lines if ln.startswith("  L=")] == ["L=", "L="]
+    assert "L=    32" in lines[1] and "L=    64" in lines[2] and lines[-1].startswith("wrote ")
+    assert result["label"] == "torch-none" and result["tokens"] == 256
+    saved = json.loads((trained_run / "eval_lengths" / "torch-none.json").read_text())
+    assert saved["config"]["rope"]["32"]["max_seq_len"] == 64, "the RoPE cache is sized to the longest length"
+    assert saved["config"]["lengths"] == [32, 64] and saved["train_seq_len"] == TRAIN_LEN
+    csv_rows = (trained_run / "eval_lengths" / "torch-none.csv").read_text().splitlines()
+    assert csv_rows[0].startswith("label,length,factor,val_loss") and len(csv_rows) == 3
+
+
+def test_factor_auto_is_the_scaling_each_length_needs(trained_run):
+    """factor=auto: 1 at the training length (YaRN x1 is no scaling: the same loss), L/32 beyond (another loss);
+    original_max_seq_len defaults to the training length, and the output says so."""
+    none, _ = run_eval(trained_run, "lengths=[32,64]", "tokens=128")
+    yarn, lines = run_eval(trained_run, "lengths=[32,64]", "tokens=128", "rope.scaling.type=yarn",
+                           "rope.scaling.factor=auto")
+    assert yarn["label"] == "torch-yarn_auto" and yarn["scaling_label"] == "yarn (factor L/32)"
+    assert [m["factor"] for m in yarn["lengths"]] == [1.0, 2.0]
+    assert yarn["lengths"][0]["scaling"]["original_max_seq_len"] == TRAIN_LEN
+    assert any("original_max_seq_len not given: 32, the run's training length" in ln for ln in lines)
+    assert yarn["lengths"][0]["val_loss"] == none["lengths"][0]["val_loss"]
+    assert yarn["lengths"][1]["val_loss"] != none["lengths"][1]["val_loss"], "the scaling must reach the model"
+    fixed, _ = run_eval(trained_run, "lengths=[32]", "tokens=64", "rope.scaling.type=linear", "rope.scaling.factor=4",
+                        "label=lin")
+    assert fixed["label"] == "lin" and fixed["lengths"][0]["scaling"] == {"type": "linear", "factor": 4}
+
+
+# every registered implementation that runs here (the Triton ones under the interpreter), but none: a swap to
+# none is refused (it is another function, see test_bad_input_...)
+SWAPS = [n for n in rope.available() if n not in ("torch", "none")
+         and rope.get(n).unavailable_reason(torch.device("cpu")) is None]
+
+
+@pytest.fixture(scope="module")
+def torch_yarn(trained_run) -> dict:
+    return run_eval(trained_run, "lengths=[64]", "tokens=64", "rope.scaling.type=yarn", "rope.scaling.factor=2")[0]
+
+
+@pytest.mark.parametrize("impl", SWAPS)
+def test_every_implementation_evaluates_the_run_with_a_scaling(trained_run, torch_yarn, impl):
+    """rope=<name> swaps the kernel and keeps the run's rotation; the scaling reaches it (the base class's
+    tables), so its numbers are the reference's."""
+    result, lines = run_eval(trained_run, "lengths=[64]", "tokens=64", f"rope={impl}", "rope.scaling.type=yarn",
+                             "rope.scaling.factor=2")
+    assert result["label"] == f"{impl}-yarn_x2" and f"rope={impl} (partial" in lines[0]
+    assert result["lengths"][0]["val_loss"] == pytest.approx(torch_yarn["lengths"][0]["val_loss"], abs=1e-4)
+
+
+def test_default_lengths_are_multiples_of_the_training_length(trained_run):
+    evaluator = LengthEvaluator(open_for_eval(str(trained_run)), read_settings(eval_cfg(trained_run)))
+    assert evaluator.lengths == (32, 64, 128, 256, 512)
+    plan = evaluator.plan({"type": "ntk", "factor": 16})
+    assert plan.label == "torch-ntk_x16" and all(r["max_seq_len"] == 512 for r in plan.rope_cfgs.values())
+
+
+def tiny_gpt(seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=61, seq_len=16, n_layer=2, n_head=4, n_embd=32, vocab_multiple=8)
+    model = GPT(cfg, rope.build("torch", cfg.head_dim, 16, variant="full")).eval()
+    with torch.no_grad():  # sharpen attention so that positions matter
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(10)
+    return model
+
+
+def test_chunked_head_and_uneven_batches_equal_the_full_forward(monkeypatch):
+    """Per-position loss from the head run 5 positions at a time over batches of 3, 3 and 1 windows equals the
+    full forward's cross-entropy per window, and the SE is over windows."""
+    model = tiny_gpt()
+    monkeypatch.setattr(lengths_mod, "LOGITS_CHUNK_ELEMENTS", 5 * model.cfg.padded_vocab)
+    val = np.random.default_rng(0).integers(0, 61, size=7 * 16 + 1).astype(np.uint32)
+    got = evaluate_length(model, val, 16, 7 * 16, 3, 61, torch.device("cpu"), torch.autocast("cpu", enabled=False),
+                          8, 4)
+    x = torch.from_numpy(val[:-1].astype(np.int64)).view(7, 16)
+    y = torch.from_numpy(val[1:].astype(np.int64)).view(7, 16)
+    with torch.no_grad():
+        logits, _ = model(x)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(7, 16).double()
+    assert got["val_loss"] == pytest.approx(loss.mean().item(), abs=1e-6)
+    assert got["val_loss_se"] == pytest.approx(loss.mean(1).std().item() / math.sqrt(7), rel=1e-5)
+    assert got["val_acc"] == (logits[..., :61].argmax(-1) == y).double().mean().item()
+    assert [b["loss"] for b in got["buckets"]] == pytest.approx(loss.mean(0).view(4, 4).mean(1).tolist(), abs=1e-6)
+    assert got["loss_beyond_train"] == pytest.approx(loss[:, 8:].mean().item(), abs=1e-6)
+    assert (got["windows"], got["val_tokens"]) == (7, 112)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["lengths=[0]"], r"lengths=\[0\] must be a list of positive integers"),
+    (["lengths=[32,abc]"], r"lengths=\[32, 'abc'\] must be a list of positive integers"),
+    (["lengths=[100000000]"], r"lengths: 100000000 needs at least [\d.]+ GiB for one window, more than the"),
+    (["rope.scaling.type=bogus"], r"rope.scaling.type='bogus'; allowed: none, linear, ntk, dynamic_ntk, yarn"),
+    (["rope.scaling.type=yarn"], r"rope.scaling.factor: scaling.type=yarn needs scaling.factor"),
+    (["rope.scaling.factor=2"], r"rope.scaling.factor=2 needs rope.scaling.type"),
+    (["rope.scaling.type=linear", "rope.scaling.factor=0.5"], r"rope.scaling.factor=0.5: scaling.factor must be"),
+    (["rope.scaling.type=yarn", "rope.scaling.factor=2", "+rope.scaling.bogus=1"],
+     r"rope.scaling.bogus=1: scaling.type=yarn has no parameter 'bogus'"),
+    (["rope=none"], r"rope=none: the run was trained with rope=torch"),
+    (["lengths=[32]", "tokens=10"], r"tokens=10 must be at least the longest length 32"),
+    (["lengths=[32]", "tokens=100000000"], r"tokens=100000000 exceeds the run's val stream of \d+ tokens"),
+    (["batch_tokens=0"], r"batch_tokens=0 must be a positive integer"),
+    (["dtype=float16"], r"dtype='float16'; allowed: auto, float32, bfloat16"),
+])
+def test_bad_input_is_one_line_naming_the_key_before_the_weights_load(trained_run, monkeypatch, overrides, message):
+    def never(*a, **k):
+        raise AssertionError("the weights were loaded before the input was checked")
+
+    monkeypatch.setattr(lengths_mod, "load_run_model", never)
+    with pytest.raises(ConfigError, match=message) as e:
+        run_eval(trained_run, *overrides)
+    assert "\n" not in str(e.value)
+
+
+def test_a_run_dir_without_a_checkpoint_is_refused(tmp_path, trained_run):
+    shutil.copy(trained_run / "config.yaml", tmp_path / "config.yaml")
+    with pytest.raises(ConfigError, match=f"run={tmp_path} has no checkpoint"):
+        run_eval(tmp_path)
+    with pytest.raises(ConfigError, match="run=.*nope is not a directory"):
+        run_eval(tmp_path / "nope")
+    with pytest.raises(ConfigError, match="run= is required: the run dir to evaluate"):
+        run_eval("")
+
+
+def test_the_command_line_is_one_line_and_exit_2_on_bad_input(trained_run):
+    """The real command (python -m): Hydra composes conf/eval_lengths.yaml, the error is one line, no traceback."""
+    bad = subprocess.run([sys.executable, "-m", "llm.eval_lengths", f"run={trained_run}", "rope.scaling.type=bogus"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2, bad.stderr[-2000:]
+    assert bad.stderr.strip().startswith("Error: rope.scaling.type='bogus'; allowed:"), bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and not bad.stdout
+    assert not (ROOT / ".hydra").exists() and not (ROOT / "eval_lengths.log").exists()
+
+
+# -- fine-tuning at a longer length from a run's weights (train.init_from), then evaluating it ----------------
+FINETUNE = ["model.seq_len=64", "rope.scaling.type=yarn", "rope.scaling.factor=2"]
+
+
+def capture_fit(monkeypatch) -> dict:
+    """Replace Trainer.fit by a probe of what the run would start training from."""
+    import llm.training.run as run_mod
+    from llm.training.trainer import TrainOutcome
+
+    seen: dict = {}
+
+    def fit(self):
+        seen.update(state={k: v.detach().clone() for k, v in self.model.state_dict().items()}, step=self.step,
+                    opt_state=[dict(o.state) for o in self.optimizers], cfg=self.cfg,
+                    context=self.model.context_len)
+        return TrainOutcome({"status": "completed"}, 0)
+
+    monkeypatch.setattr(run_mod.Trainer, "fit", fit)
+    return seen
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
+
+
+def test_init_from_starts_a_new_run_from_the_weights_only(trained_run, tmp_path, monkeypatch):
+    seen = capture_fit(monkeypatch)
+    run_inprocess(tmp_path / "ft", [f"train.init_from={trained_run}", *FINETUNE])
+    source = torch.load(trained_run / "checkpoints" / "last.pt", weights_only=False)
+    assert same_weights(seen["state"], source["model"]), "the model starts from the source run's weights"
+    assert seen["step"] == 0 and not any(seen["opt_state"]), "not its step, not its optimizer state"
+    assert seen["cfg"].model.seq_len == 64 and seen["context"] == 64, "the RoPE cache covers the new length"
+    assert seen["cfg"].rope.scaling.original_max_seq_len == TRAIN_LEN, "defaults to the source's training length"
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["model.n_layer=2"], r"model.n_layer=2 differs from 1 of the run train.init_from=.* starts from; its weights fit "
+                          r"only its own architecture \(model.seq_len, model.dropout may change\)"),
+    (["model.n_head=4"], r"model.n_head=4 differs from 2 of the run train.init_from="),
+    (["model.mlp=silu"], r"model.mlp='silu' differs from 'gelu'"),
+    (["tokenizer=gpt2"], r"tokenizer.name='gpt2' differs from 'cl100k_base' of the run train.init_from="),
+])
+def test_init_from_refuses_another_architecture_before_any_work(trained_run, tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        run_inprocess(tmp_path / "ft", [f"train.init_from={trained_run}", *FINETUNE, *overrides])
+    assert "\n" not in str(e.value) and not (tmp_path / "ft" / "config.yaml").exists()
+
+
+def test_init_from_without_a_run_or_a_checkpoint_is_refused(trained_run, tmp_path):
+    with pytest.raises(ConfigError, match=r"train.init_from=/no/such/run is not a run dir"):
+        run_inprocess(tmp_path / "a", ["train.init_from=/no/such/run"])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    shutil.copy(trained_run / "config.yaml", empty / "config.yaml")
+    with pytest.raises(ConfigError, match=f"train.init_from={empty} has no checkpoint"):
+        run_inprocess(tmp_path / "b", [f"train.init_from={empty}"])
+
+
+def test_a_fine_tuned_run_resumes_its_own_weights_and_is_evaluated_with_its_scaling(trained_run, tmp_path,
+                                                                                   monkeypatch):
+    ft = tmp_path / "ft"
+    summary = run_inprocess(ft, [f"train.init_from={trained_run}", *FINETUNE, "train.max_steps=2",
+                                 "train.stop_at_step=1"])
+    assert summary["status"] == "interrupted" and summary["scaling"] == "yarn x2"
+    seen = capture_fit(monkeypatch)
+    run_inprocess(ft, ["train.resume=auto", "train.max_steps=2"])
+    own = torch.load(ft / "checkpoints" / "last.pt", weights_only=False)["model"]
+    source = torch.load(trained_run / "checkpoints" / "last.pt", weights_only=False)["model"]
+    assert same_weights(seen["state"], own) and not same_weights(own, source), "a resume keeps its own weights"
+    assert seen["step"] == 1
+    monkeypatch.undo()
+    result, lines = run_eval(ft, "lengths=[64]", "tokens=64")
+    assert result["label"] == "torch-yarn_x2" and result["scaling"]["from_run"]
+    scaling = result["lengths"][0]["scaling"]
+    assert (scaling["type"], scaling["factor"], scaling["original_max_seq_len"]) == ("yarn", 2, TRAIN_LEN)
+    assert result["train_seq_len"] == 64

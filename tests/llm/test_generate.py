@@ -1,0 +1,262 @@
+"""Generation: the KV cache reproduces the full forward for every RoPE implementation, sampling does
+what its settings say, and ``python -m llm.generate`` streams a trained run's text or refuses bad
+input with one line naming the key."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers import CONF, ROOT, run_inprocess
+from hydra import compose, initialize_config_dir
+
+import rope
+from llm.errors import ConfigError
+from llm.generate import quote_verbatim, verbatim_overrides
+from llm.generation import GREEDY, Sampling, TextStream, encode_prompt, generate, pick_next
+from llm.generation.command import generate_from_config
+from llm.model import GPT, GPTConfig
+
+# CPU: the Triton entries run under the interpreter (tests/conftest.py), slowly: tiny shapes only
+IMPLS = [n for n in rope.available() if rope.get(n).unavailable_reason(torch.device("cpu")) is None]
+
+
+def tiny_model(impl: str, variant: str = "partial", n_kv_head: int | None = 2, seed: int = 0) -> GPT:
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=61, seq_len=16, n_layer=2, n_head=4, n_kv_head=n_kv_head, n_embd=32, vocab_multiple=8)
+    model = GPT(cfg, rope.build(impl, cfg.head_dim, cfg.seq_len, variant=variant)).eval()
+    with torch.no_grad():  # GPT's init leaves attention near uniform: sharpen it so that positions matter
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(10)
+    return model
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_cached_decoding_equals_the_full_forward(impl):
+    """A prompt, a chunk of 3 tokens after it (the shifted causal mask), then single tokens: each
+    call's logits equal the full forward's at the same positions (float32, 1e-5)."""
+    model = tiny_model(impl)
+    idx = torch.randint(0, 61, (2, 12))
+    with torch.no_grad():
+        full, _ = model(idx)
+        cache = model.new_cache()
+        pieces = [(0, 5), (5, 8), *((t, t + 1) for t in range(8, 12))]
+        for a, b in pieces:
+            logits, _ = model(idx[:, a:b], cache=cache)
+            torch.testing.assert_close(logits, full[:, a:b], rtol=0, atol=1e-5, msg=f"{impl}, positions {a}..{b - 1}")
+    assert cache.length == 12
+
+
+def test_cached_decoding_rotates_at_absolute_positions():
+    """The cache path is RoPE's ``positions=`` path: rotating new tokens at 0 instead (a cache that
+    forgot the offset) gives other logits, so the test above can tell."""
+    model = tiny_model("torch", variant="full")
+    idx = torch.randint(0, 61, (1, 8))
+    with torch.no_grad():
+        full, _ = model(idx)
+        cache = model.new_cache()
+        model(idx[:, :7], cache=cache)
+        right = model.next_logits(idx[:, 7:], cache)
+        cache.length = 7
+        cache.positions = lambda T, device: torch.arange(T, device=device)  # the bug: positions from 0
+        wrong = model.next_logits(idx[:, 7:], cache)
+    torch.testing.assert_close(right, full[:, 7], rtol=0, atol=1e-5)
+    assert (wrong - full[:, 7]).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_greedy_output_is_the_same_with_and_without_the_cache(impl):
+    model = tiny_model(impl, n_kv_head=None, seed=1)
+    prompt = torch.randint(0, 61, (2, 3))
+    with_cache = generate(model, prompt, 8, GREEDY, use_cache=True, vocab_size=61)
+    without = generate(model, prompt, 8, GREEDY, use_cache=False, vocab_size=61)
+    assert torch.equal(with_cache.tokens, without.tokens) and with_cache.tokens.shape == (2, 8)
+    assert int(with_cache.tokens.max()) < 61  # the padded head rows are never picked
+
+
+def test_generate_stops_at_the_stop_token_and_refuses_to_run_past_the_context():
+    model = tiny_model("torch")
+    prompt = torch.randint(0, 61, (1, 4))
+    first = int(generate(model, prompt, 1, GREEDY).tokens[0, 0])
+    out = generate(model, prompt, 10, GREEDY, stop_token=first)
+    assert out.reason == "stop_token" and out.tokens.shape == (1, 1)
+    assert generate(model, prompt, 12, GREEDY).reason == "max_new_tokens"  # 4 + 12 = the context of 16
+    with pytest.raises(ValueError, match="must fit the model's context of 16"):
+        generate(model, prompt, 13, GREEDY)
+    assert not model.training
+
+
+def test_pick_next_greedy_top_k_top_p_and_seed():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(4000, 1)
+    assert pick_next(logits[:1], GREEDY).tolist() == [0]
+    draw = lambda s, seed=0: pick_next(logits, s, torch.Generator().manual_seed(seed))  # noqa: E731
+    assert set(draw(Sampling(1.0)).tolist()) == {0, 1, 2, 3}
+    assert set(draw(Sampling(1.0, top_k=2)).tolist()) == {0, 1}
+    assert set(draw(Sampling(5.0, top_k=1)).tolist()) == {0}
+    assert set(draw(Sampling(1.0, top_p=0.7)).tolist()) == {0, 1}  # 0.5 < 0.7 <= 0.5 + 0.3
+    assert set(draw(Sampling(1.0, top_p=0.5)).tolist()) == {0}
+    share = (draw(Sampling(1.0)) == 0).float().mean().item()
+    assert abs(share - 0.5) < 0.04
+    assert torch.equal(draw(Sampling(0.8), 3), draw(Sampling(0.8), 3))
+    assert not torch.equal(draw(Sampling(0.8), 3), draw(Sampling(0.8), 4))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"temperature": -0.1}, "temperature=-0.1 must be a finite number >= 0"),
+    ({"temperature": float("nan")}, "temperature=nan"),
+    ({"temperature": 1.0, "top_k": 0}, "top_k=0 must be a positive integer"),
+    ({"temperature": 1.0, "top_k": 2.5}, "top_k=2.5"),
+    ({"temperature": 1.0, "top_p": 0.0}, r"top_p=0.0 must be in \(0, 1\]"),
+    ({"temperature": 1.0, "top_p": 1.5}, "top_p=1.5"),
+])
+def test_bad_sampling_settings_name_the_key(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        Sampling(**kwargs)
+
+
+def test_streamed_text_equals_the_decoded_text():
+    from llm.data import get_tokenizer
+
+    enc = get_tokenizer("cl100k_base")
+    text = "naïve café ≠ 日本語 🙂 end"
+    ids = enc.encode_ordinary(text)
+    assert any(not enc.decode_single_token_bytes(t).decode("utf-8", "ignore") for t in ids)  # split characters
+    stream = TextStream(enc)
+    assert "".join(stream.push(t) for t in ids) + stream.flush() == text
+    assert encode_prompt(enc, "<|endoftext|>")[0] == enc.eot_token and len(encode_prompt(enc, "<|endoftext|>")) > 2
+
+
+@pytest.mark.parametrize("value", ["def main(", "it's", "a\\b", "ends\\", "\\'", "${x}", "\\${oops}", "x,y", "",
+                                   "two\nlines", 'say "hi"', "{[( ])}", "a=b"])
+def test_verbatim_prompt_survives_hydra(value):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    (arg,) = verbatim_overrides([f"prompt={value}"])
+    parsed = OverridesParser.create().parse_overrides([arg])[0].value()
+    assert OmegaConf.create({"p": parsed}).p == value and arg == f"prompt={quote_verbatim(value)}"
+    assert verbatim_overrides(["prompt='quoted'", "top_k=5"]) == ["prompt='quoted'", "top_k=5"]
+
+
+# -- python -m llm.generate on a trained run ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("gen") / "run"
+    run_inprocess(run_dir, ["train.max_steps=3", "train.eval_every=3"])  # SMALL: seq_len 32, cl100k
+    return run_dir
+
+
+def gen_cfg(run_dir, *overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("generate", overrides=verbatim_overrides([f"run={run_dir}", *overrides]))  # as the CLI
+
+
+def run_generate(cfg) -> tuple[list[str], str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    texts = generate_from_config(cfg, out, err)
+    return texts, out.getvalue(), err.getvalue()
+
+
+def test_cli_streams_samples_of_a_trained_run(trained_run):
+    cmd = [sys.executable, "-m", "llm.generate", f"run={trained_run}", "prompt=def main(", "max_new_tokens=6",
+           "temperature=0.8", "top_k=50", "seed=0", "num_samples=2", "device=cpu"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("--- sample 1/2 ---\ndef main(") and "--- sample 2/2 ---\ndef main(" in proc.stdout
+    assert "step 3, rope=torch (partial, float32), cpu, KV cache" in proc.stderr
+    assert not (ROOT / "outputs" / "generate.log").exists() and not (ROOT / ".hydra").exists()
+
+
+def test_seeded_samples_repeat_and_greedy_matches_the_uncached_decoding(trained_run):
+    common = ["prompt=import ", "max_new_tokens=4", "num_samples=2"]
+    a, out, _ = run_generate(gen_cfg(trained_run, *common, "seed=1"))
+    assert a == run_generate(gen_cfg(trained_run, *common, "seed=1"))[0]
+    assert a != run_generate(gen_cfg(trained_run, *common, "seed=2"))[0]
+    assert out.count("import ") == 2 and len(a) == 2
+    greedy = run_generate(gen_cfg(trained_run, *common, "temperature=0"))[0]
+    assert greedy[0] == greedy[1]
+    assert greedy == run_generate(gen_cfg(trained_run, *common, "temperature=0", "cache=false"))[0]
+
+
+def test_rope_override_swaps_the_kernel_and_keeps_the_function(trained_run):
+    common = ["prompt=class ", "max_new_tokens=8", "temperature=0"]
+    ref, _, _ = run_generate(gen_cfg(trained_run, *common))
+    v4, _, err = run_generate(gen_cfg(trained_run, *common, "rope=triton_v4"))
+    assert "rope=triton_v4 (partial" in err and v4 == ref
+    for override, message in (("rope=triton_v4_full", "rope.variant='full': the run was trained with "
+                                                      "rope.variant='partial'"),
+                              ("rope=none", "rope=none: the run was trained with rope=torch")):
+        with pytest.raises(ConfigError, match=message):
+            run_generate(gen_cfg(trained_run, *common, override))
+
+
+def test_rope_override_takes_the_run_s_rotation_and_the_kernel_s_own_options():
+    from llm.generation.load import rope_for_generation
+
+    cpu = torch.device("cpu")
+    run = {"name": "torch", "variant": "full", "base": 500.0, "compute_dtype": "float32"}
+    preset_v4 = {"name": "triton_v4", "variant": "partial", "base": 10000.0}  # conf/rope/triton_v4.yaml's defaults
+    assert rope_for_generation(run, preset_v4, cpu) == {"name": "triton_v4", "variant": "full", "base": 500.0}
+    bf16 = {"name": "torch", "variant": "partial", "base": 10000.0, "compute_dtype": "bfloat16"}
+    assert rope_for_generation(run, bf16, cpu)["compute_dtype"] == "bfloat16"
+    assert rope_for_generation(run, None, cpu) == run
+    with pytest.raises(ConfigError, match="rope.base=250.0: the run was trained with rope.base=500.0"):
+        rope_for_generation(run, {"name": "torch", "base": 250.0}, cpu)
+    # a run from before rope.scaling existed, and a preset spelling "no scaling" out: the same function
+    preset = {**preset_v4, "scaling": {"type": "none", "factor": None, "original_max_seq_len": None}}
+    assert rope_for_generation(run, preset, cpu)["variant"] == "full"
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_seq_len": 16}
+    with pytest.raises(ConfigError, match="rope.scaling=.*yarn.*the run was trained with rope.scaling=None"):
+        rope_for_generation(run, {**preset_v4, "scaling": yarn}, cpu)
+    assert rope_for_generation({**run, "scaling": yarn}, preset, cpu)["scaling"] == yarn  # the run's, kept
+
+
+def test_generation_stops_at_the_end_of_the_context(trained_run, tmp_path):
+    from llm.data import get_tokenizer
+
+    text = "x = 1\n" * 4  # from a file, verbatim
+    (tmp_path / "prompt.txt").write_text(text)
+    room = 32 - len(encode_prompt(get_tokenizer("cl100k_base"), text))  # model.seq_len=32: the RoPE cache
+    texts, out, err = run_generate(gen_cfg(trained_run, f"prompt_file={tmp_path / 'prompt.txt'}", "max_new_tokens=50",
+                                           "temperature=0"))
+    assert out.startswith(text) and 0 < room < 50
+    assert f"[stopped after {room} tokens: the sequence reached the model's context of 32 positions" in err, err
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["top_k=0"], "top_k=0 must be a positive integer"),
+    (["temperature=-1"], "temperature=-1.0 must be a finite number >= 0"),
+    (["max_new_tokens=0"], "max_new_tokens=0 must be a positive integer"),
+    (["num_samples=-2"], "num_samples=-2 must be a positive integer"),
+    (["prompt=" + "word " * 40], "prompt: 42 tokens .* leave no room in the model's context of 32 positions"),
+    (["prompt=a", "prompt_file=/x"], "prompt= and prompt_file= are both set"),
+    (["prompt_file=/no/such/file"], "prompt_file=/no/such/file is not a file"),
+    (["checkpoint=/no/such.pt"], "checkpoint=/no/such.pt is not a file"),
+    (["device=cuda:7"], "device=cuda"),
+])
+def test_bad_input_is_one_line_naming_the_key(trained_run, overrides, message):
+    if overrides == ["device=cuda:7"] and torch.cuda.device_count() > 7:
+        pytest.skip("a machine with 8 GPUs")
+    with pytest.raises(ConfigError, match=message) as e:
+        run_generate(gen_cfg(trained_run, *overrides))
+    assert "\n" not in str(e.value)
+
+
+def test_a_run_dir_without_a_checkpoint_is_refused(tmp_path, trained_run):
+    (tmp_path / "config.yaml").write_text((trained_run / "config.yaml").read_text())
+    with pytest.raises(ConfigError, match=f"run={tmp_path} has no checkpoint"):
+        run_generate(gen_cfg(tmp_path))
+    with pytest.raises(ConfigError, match="run=.*nope is not a directory"):
+        run_generate(gen_cfg(tmp_path / "nope"))
+    with pytest.raises(ConfigError, match="run= is required"):
+        run_generate(gen_cfg(""))
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "llm.generate", f"run={tmp_path}", "top_k=0"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == "Error: top_k=0 must be a positive integer, or null for " \
+                                                           "no top-k cut", proc.stderr
