@@ -246,8 +246,12 @@ class RotaryEmbedding(nn.Module):
         scale = attention_factor(self.scaling)
         return (theta.cos() * scale).float(), (theta.sin() * scale).float()
 
-    def _follow_length(self, length: int) -> None:
-        """dynamic_ntk: rebuild the tables (in place) when the current length changes the factor."""
+    def _follow_length(self, q: Tensor, positions: Tensor | None) -> None:
+        """dynamic_ntk: rebuild the tables (in place) when the current length (T, or the largest
+        position + 1) changes the factor. Every entry point that rotates calls it."""
+        if self.scaling["type"] != "dynamic_ntk":
+            return
+        length = q.shape[1] if positions is None else int(positions.max()) + 1
         key = max(length, self.scaling["original_max_seq_len"])
         if key == self._table_length:
             return
@@ -362,8 +366,7 @@ class RotaryEmbedding(nn.Module):
         if cu_seqlens is not None or seqlen_offsets is not None:
             return self._forward_packed(q, k, positions, cu_seqlens, seqlen_offsets)
         self._validate(q, k, positions)
-        if self.scaling["type"] == "dynamic_ntk":
-            self._follow_length(q.shape[1] if positions is None else int(positions.max()) + 1)
+        self._follow_length(q, positions)
         q2, k2 = self.rotate(q, k, positions)
         return q2 if k is None else (q2, k2)
 
@@ -436,8 +439,7 @@ class RotaryEmbedding(nn.Module):
                              f"got {tuple(qkv.shape)}")
         q, k, v = split_qkv(qkv, n_head, n_kv, self.head_dim)
         self._validate(q, k, positions)
-        if self.scaling["type"] == "dynamic_ntk":
-            self._follow_length(q.shape[1] if positions is None else int(positions.max()) + 1)
+        self._follow_length(q, positions)
         return self._rotate_qkv(qkv, q, k, v, positions)
 
     def _rotate_qkv(self, qkv: Tensor, q: Tensor, k: Tensor, v: Tensor,

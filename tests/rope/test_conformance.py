@@ -170,6 +170,31 @@ def _leaf64(x: torch.Tensor) -> torch.Tensor:
     return x.detach().double().requires_grad_()
 
 
+def check_against_formula(r: rope.RotaryEmbedding, memory: str, pos_kind: str, dtype: torch.dtype, variant: str,
+                          B: int, T: int, HQ: int, HK: int, max_seq_len: int, device: torch.device,
+                          layout: str = "half", R: int | None = None):
+    """Rotate q, k (in memory layout ``memory``) with ``r`` forward and backward and hold all four
+    results to formula64's bound. Returns ((yq, yk, dq, dk), (q, k, gq, gk), positions, arithmetic),
+    or None for the identity (after checking it returned its inputs)."""
+    q, k = make_inputs(memory, B, T, HQ, HK, r.head_dim, dtype, device)
+    pos = make_positions(pos_kind, B, T, max_seq_len, device)
+    yq, yk = r(q, k, positions=pos)
+    arith = arithmetic(r, dtype)
+    if arith is None:
+        assert yq is q and yk is k
+        return None
+    gq, gk = output_grads(yq.shape, yk.shape, dtype, device)
+    dq, dk = torch.autograd.grad((yq, yk), (q, k), (gq, gk))
+    q64, k64 = _leaf64(q), _leaf64(k)
+    rows = torch.arange(T, device=device) if pos is None else pos
+    rq, rk = (formula64(x, rows, r.base, variant, layout, R) for x in (q64, k64))
+    rdq, rdk = torch.autograd.grad((rq, rk), (q64, k64), (gq.double(), gk.double()))
+    for what, out, ref, like in (("q forward", yq, rq, q), ("k forward", yk, rk, k),
+                                 ("q backward", dq, rdq, gq), ("k backward", dk, rdk, gk)):
+        assert_conforms(out, ref, pair_scale(like, layout, R), arith, dtype, what)
+    return (yq, yk, dq, dk), (q, k, gq, gk), pos, arith
+
+
 # -- forward and backward ----------------------------------------------------------------------------
 # Every (dtype, variant, layout) once, the position kinds and head dims taken in turn: all 20
 # (layout, positions) pairs appear, each head dim with both variants and dtypes.
@@ -191,23 +216,10 @@ def test_forward_and_backward_match_formula(name, opts, case, device):
     dtype, variant, layout, pos_kind, D = case
     B, T, HQ, HK, max_seq_len = 2, 7, 3, 2 if layout == "gqa" else 3, 12
     r = build(name, opts, D, max_seq_len, device, variant)
-    q, k = make_inputs(layout, B, T, HQ, HK, D, dtype, device)
-    pos = make_positions(pos_kind, B, T, max_seq_len, device)
-    yq, yk = r(q, k, positions=pos)
-    arith = arithmetic(r, dtype)
-    if arith is None:
-        assert yq is q and yk is k
+    got = check_against_formula(r, layout, pos_kind, dtype, variant, B, T, HQ, HK, max_seq_len, device)
+    if got is None:
         return
-    gq, gk = output_grads(yq.shape, yk.shape, dtype, device)
-    dq, dk = torch.autograd.grad((yq, yk), (q, k), (gq, gk))
-    q64, k64 = _leaf64(q), _leaf64(k)
-    rows = torch.arange(T, device=device) if pos is None else pos
-    rq, rk = formula64(q64, rows, r.base, variant), formula64(k64, rows, r.base, variant)
-    rdq, rdk = torch.autograd.grad((rq, rk), (q64, k64), (gq.double(), gk.double()))
-    assert_conforms(yq, rq, pair_scale(q), arith, dtype, "q forward")
-    assert_conforms(yk, rk, pair_scale(k), arith, dtype, "k forward")
-    assert_conforms(dq, rdq, pair_scale(gq), arith, dtype, "q backward")
-    assert_conforms(dk, rdk, pair_scale(gk), arith, dtype, "k backward")
+    (yq, yk, dq, dk), (q, k, gq, gk), pos, arith = got
     if variant == "partial" and arith == dtype:
         assert_passes_through(yq, q)
         assert_passes_through(yk, k)
@@ -320,23 +332,11 @@ def test_layouts_and_rotary_dim(name, opts, case, device):
         pytest.skip(reason)
     r = rope.build(name, D, 12, variant=variant, layout=layout, rotary_dim=R, **opts).to(device)
     r.poison_outputs = True
-    B, T, HQ, HK = 2, 5, 3, 2 if memory == "gqa" else 3
-    q, k = make_inputs(memory, B, T, HQ, HK, D, dtype, device)
-    pos = make_positions(pos_kind, B, T, 12, device)
-    yq, yk = r(q, k, positions=pos)
-    arith = arithmetic(r, dtype)
-    if arith is None:
-        assert yq is q and yk is k
+    got = check_against_formula(r, memory, pos_kind, dtype, variant, 2, 5, 3, 2 if memory == "gqa" else 3, 12,
+                                device, layout, R)
+    if got is None:
         return
-    gq, gk = output_grads(yq.shape, yk.shape, dtype, device)
-    dq, dk = torch.autograd.grad((yq, yk), (q, k), (gq, gk))
-    q64, k64 = _leaf64(q), _leaf64(k)
-    rows = torch.arange(T, device=device) if pos is None else pos
-    rq, rk = (formula64(x, rows, r.base, variant, layout, R) for x in (q64, k64))
-    rdq, rdk = torch.autograd.grad((rq, rk), (q64, k64), (gq.double(), gk.double()))
-    for what, out, ref, like in (("q forward", yq, rq, q), ("k forward", yk, rk, k),
-                                 ("q backward", dq, rdq, gq), ("k backward", dk, rdk, gk)):
-        assert_conforms(out, ref, pair_scale(like, layout, R), arith, dtype, what)
+    (yq, yk, dq, dk), (q, k, gq, gk), _, arith = got
     if R is not None and arith == dtype:  # the elements beyond rotary_dim come out bit for bit
         assert torch.equal(yq[..., R:], q[..., R:].detach()) and torch.equal(dk[..., R:], gk[..., R:])
 
