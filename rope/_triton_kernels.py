@@ -20,8 +20,12 @@ One kernel serves both entries, both directions and both tensors:
 * Layouts. ``INTERLEAVED`` pairs (2i, 2i + 1): the rotated part is loaded as one contiguous
   BR x 2HP tile and split into its even and odd elements (``tl.split``), then joined back for the
   store; the half layout pairs (i, i + R2) with two BR x HP tiles.
-* Partial rotation: pairs [NROT, R2) have frequency 0; their cos/sin loads are masked to cos 1 and
-  sin 0, so they pass through exactly, as in the reference.
+* cos/sin. A program loads the table columns [0, CW) and takes cos 1, sin 0 for the rest. With
+  variant=partial the pairs [R2/2, R2) have frequency 0 (the table holds cos 1, sin 0 there), so
+  CW = R2/2 skips loading them, unless R2/2 is not a multiple of 4: then its mask would cut the
+  float32 loads below 16 bytes, and CW = R2 loads the (exact) table values instead. The table's row
+  stride, like the tensors' (SV), arrives divided by its power-of-two unit CSV: a stride of 12, 20
+  or 24 floats (D = 24, 40, 48) otherwise left every cos/sin load scalar.
 * Positions outside the table (only possible with ``positions``, unchecked on the host on a GPU
   to spare a synchronisation) give NaN rows rather than another row's rotation.
 
@@ -111,15 +115,16 @@ def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr, EMULATE: tl
 
 
 @triton.jit
-def _cos_sin(cos_ptr, sin_ptr, trow, valid, rm, HP: tl.constexpr, NROT: tl.constexpr,
+def _cos_sin(cos_ptr, sin_ptr, trow, valid, rm, HP: tl.constexpr, CW: tl.constexpr,
              HAS_POS: tl.constexpr, INVERSE: tl.constexpr):
     """float32 cos, sin (BR x HP) of pairs [0, HP) at table rows ``trow``.
 
-    Pairs from NROT on (variant=partial's zero frequencies, and the padding) get cos 1, sin 0.
+    Pairs from CW on (variant=partial's zero frequencies when CW = R2/2, and the padding) get
+    cos 1, sin 0 without a load.
     Rows whose position is outside the table get NaN.
     """
     col = tl.arange(0, HP)[None, :]
-    cm = rm[:, None] & (col < NROT)
+    cm = rm[:, None] & (col < CW)
     c = tl.load(cos_ptr + trow + col, mask=cm, other=1.0, eviction_policy="evict_last").to(tl.float32)
     s = tl.load(sin_ptr + trow + col, mask=cm, other=0.0, eviction_policy="evict_last").to(tl.float32)
     if HAS_POS:
@@ -135,8 +140,8 @@ def _rotate_rows(
     x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod,
     cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
     r0, NR, T, H,
-    R2: tl.constexpr, NROT: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
-    HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr,
+    R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
+    HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
 ):
     """Rotate rows [r0, r0 + BR) of one tensor seen as B*T*H rows of D = 2 R2 + PASS elements.
@@ -165,7 +170,7 @@ def _rotate_rows(
     else:
         pos = t
         valid = rm
-    c, s = _cos_sin(cos_ptr, sin_ptr, pos[:, None] * s_cs, valid, rm, HP, NROT, HAS_POS, INVERSE)
+    c, s = _cos_sin(cos_ptr, sin_ptr, pos[:, None] * (s_cs * CSV), valid, rm, HP, CW, HAS_POS, INVERSE)
     if INTERLEAVED:
         col = tl.arange(0, 2 * HP)[None, :]
         xm = rm[:, None] & (col < 2 * R2)
@@ -190,7 +195,7 @@ def _rotate_rows(
 
 # Sizes and counts do not change the generated code's vector widths: keep them out of the
 # specialisation key so new shapes reuse the compiled kernel (strides stay in it; the row geometry
-# R2/NROT/PASS/HP/PP is constexpr).
+# R2/CW/PASS/HP/PP is constexpr).
 @triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "HQ", "HK", "NRQ", "NRK", "NPQ"])
 def rope_kernel(
     q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr,
@@ -198,8 +203,8 @@ def rope_kernel(
     soqb, soqt, soqh, soqd, sokb, sokt, sokh, sokd,
     spb, spt, s_cs, NPOS,
     T, HQ, HK, NRQ, NRK, NPQ,
-    R2: tl.constexpr, NROT: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
-    HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr,
+    R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
+    HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR), the others k's: q and k in one launch."""
@@ -207,11 +212,11 @@ def rope_kernel(
     if i < NPQ:
         _rotate_rows(
             q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
-            NPOS, i * BR, NRQ, T, HQ, R2, NROT, PASS, INTERLEAVED, HP, PP, SV, BR, HAS_POS, LOW, INVERSE, EMULATE,
+            NPOS, i * BR, NRQ, T, HQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,
         )  # fmt: skip
     else:
         _rotate_rows(
             k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
-            NPOS, (i - NPQ) * BR, NRK, T, HK, R2, NROT, PASS, INTERLEAVED, HP, PP, SV, BR, HAS_POS, LOW, INVERSE,
+            NPOS, (i - NPQ) * BR, NRK, T, HK, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE,
             EMULATE,
         )  # fmt: skip

@@ -75,14 +75,19 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     A row of D elements holds R2 = ``rotary_pairs`` rotated pairs and D - 2 R2 copied elements; all
     are constexpr so the padding masks are compile-time constants and the loads vectorise whatever
     R2 is. HP = R2 rounded up to a power of two; BR rows make one load ``config.tile`` elements.
+    CW: the cos/sin columns loaded (``partial``: R2/2, the rest being the zero frequencies, unless
+    that width would shorten the vector loads; see the kernel module).
     """
     hp = _next_pow2(rotary_pairs)
     passed = head_dim - 2 * rotary_pairs
     load_width = 2 * hp if interleaved else hp
     if config.tile == 0:  # the default: what the H100 sweep found best for this width
         config = LaunchConfig(1024 if load_width <= 16 else 2048, config.num_warps)
+    cw = rotary_pairs
+    if partial and _pow2_unit(rotary_pairs // 2) >= min(4, _pow2_unit(rotary_pairs)):
+        cw = rotary_pairs // 2  # the zero-frequency half: cos 1, sin 0 without loading them
     return {
-        "R2": rotary_pairs, "NROT": rotary_pairs // 2 if partial else rotary_pairs, "PASS": passed,
+        "R2": rotary_pairs, "CW": cw, "PASS": passed,
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, config.tile // load_width),
         "num_warps": config.num_warps,
     }
@@ -154,15 +159,23 @@ def launch(
     npq = -(-nrq // br)
     kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
     sv = _row_stride_unit(q, kk, out_q, ok)
+    if sin.stride() != cos.stride():  # the kernel indexes both tables with cos's stride
+        cos, sin = cos.contiguous(), sin.contiguous()
+    csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
     _kernels.rope_kernel[(npq + -(-nrk // br),)](
         q, kk, out_q, ok, cos, sin, pos,
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(out_q, sv), *_scaled_strides(ok, sv),
-        spb, spt, cos.stride(0), cos.shape[0],
+        spb, spt, cos.stride(0) // csv, cos.shape[0],
         T, HQ, HK, nrq, nrk, npq,
         HAS_POS=positions is not None, LOW=bool(low_precision) and q.dtype != torch.float32,
-        INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, **cfg,
+        INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, **cfg,
     )  # fmt: skip
     return out_q, out_k
+
+
+def _pow2_unit(n: int, cap: int = 16) -> int:
+    """The largest power of two (at most ``cap``) dividing ``n`` (``cap`` for 0)."""
+    return min(cap, n & -n) if n else cap
 
 
 def _row_stride_unit(*tensors: Tensor) -> int:
@@ -172,8 +185,7 @@ def _row_stride_unit(*tensors: Tensor) -> int:
     for t in tensors:
         for st in t.stride()[:3]:
             g = math.gcd(g, st)
-    g = g or 16
-    return min(16, g & -g)
+    return _pow2_unit(g)
 
 
 def _scaled_strides(t: Tensor, unit: int) -> tuple[int, int, int, int]:

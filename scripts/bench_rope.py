@@ -202,7 +202,7 @@ def tune(timer: Timer, names: list[str], variant: str) -> None:
                 mod.launch_config = cfg
                 ms = timer(lambda: mod(q, k))  # noqa: B023
                 msb = timer(lambda: mod.rotate_transposed(q, k))  # noqa: B023
-                res.append((ms, msb, cfg, launch_config(D, cfg)))
+                res.append((ms, msb, cfg, launch_config(D, mod.cos.shape[1], variant == "partial", False, cfg)))
             print(f"tune {name} {B}x{H}x{T}x{D}:")
             for ms, msb, cfg, lc in sorted(res, key=lambda r: r[0]):
                 print(

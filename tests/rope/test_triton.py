@@ -438,13 +438,16 @@ def test_launch_configuration_is_constexpr_row_geometry():
     to a power of two, and a load holds ``tile`` elements."""
     assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=8)  # tile by width
     cfg = triton_rope.launch_config
-    assert cfg(128, 64, True, False) == {"R2": 64, "NROT": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
+    assert cfg(128, 64, True, False) == {"R2": 64, "CW": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
                                          "BR": 32, "num_warps": 8}
     assert cfg(16, 8, True, False)["BR"] == 128  # narrow rows: 1024-element loads
     assert cfg(48, 24, True, False)["HP"] == 32 and cfg(48, 24, True, False)["BR"] == 64
-    assert cfg(80, 20, False, True) == {"R2": 20, "NROT": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
+    assert cfg(80, 20, False, True) == {"R2": 20, "CW": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
                                         "BR": 32, "num_warps": 8}
     assert cfg(256, 128, False, False, triton_rope.LaunchConfig(4096, 4))["BR"] == 32
+    # variant=partial loads the cos/sin of the rotating half only, unless its width is not a multiple
+    # of 4 floats (the mask would shorten the 16-byte loads): D=40, 24 then load the whole table row.
+    assert [cfg(d, d // 2, True, False)["CW"] for d in (16, 24, 40, 48, 56, 80)] == [4, 12, 20, 12, 28, 20]
 
 
 @pytest.mark.parametrize("qkv_path", (False, True))
