@@ -1,0 +1,152 @@
+"""How wide are the Triton RoPE kernel's memory accesses? Compiled for a Hopper GPU, on any machine.
+
+A memory-bound kernel reaches the copy bandwidth only when its global loads and stores are wide
+(16 bytes per thread at best); a mask or an offset the compiler cannot prove aligned makes them
+narrower, and the H100 showed what that costs (scalar cos/sin loads at D = 40 and 56: 74-75% of
+copy bandwidth; the rotated halves' 8-byte accesses are no obstacle by themselves: D = 32 reaches
+96% with them). Triton can generate the PTX of ``rope_kernel`` without a GPU (its CUDA backend is
+in the wheel), so this counts, per head size and layout, the global load and store instructions
+of the kernel by width, with the arguments specialised as a launch on contiguous (B, T, H, D)
+tensors would specialise them (strides passed in their power-of-two units, divisibility by 16
+where the value has it). Counts are instructions in the code (per tile, per thread), not executed
+bytes. It needs no GPU and it is no benchmark: what the widths cost is measured by
+``scripts/bench_rope.py`` on the device.
+
+    python -m scripts.kernel_vectors [--head-dims 16,24,40,48] [--layouts half,interleaved]
+        [--rotary-fractions 1,0.5] [--variant partial] [--dtype bf16] [--arch 90] [--json]
+
+Runs without ``TRITON_INTERPRET`` (the interpreter replaces the kernels by Python functions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # also runnable as `python scripts/kernel_vectors.py`
+    sys.path.insert(0, str(ROOT))
+
+_DTYPES = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32"}
+_ACCESS = re.compile(r"\b(ld|st)\.global(\.[\w:.]+)?\s")
+#: The shape the strides are specialised for (T, H): the benchmark's.
+_T, _H = 2048, 16
+
+
+def _pow2_unit(n: int) -> int:
+    return min(16, n & -n) if n else 16
+
+
+def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dtype: str, arch: int):
+    """The compiled ``rope_kernel`` (forward, no positions) for contiguous (B, T, H, D) inputs."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from rope import _triton_kernels as kernels
+    from rope.triton_rope import launch_config
+
+    cfg = dict(launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved"))
+    num_warps = cfg.pop("num_warps")
+    fn = kernels.rope_kernel
+    names = list(fn.arg_names)
+    index = {n: (i,) for i, n in enumerate(names)}
+    sv = _pow2_unit(math.gcd(_T * _H * head_dim, _H * head_dim, head_dim))
+    csv = _pow2_unit(rotary_dim // 2)
+    ints = {}
+    for p in ("q", "k", "oq", "ok"):
+        ints |= {f"s{p}b": _T * _H * head_dim // sv, f"s{p}t": _H * head_dim // sv, f"s{p}h": head_dim // sv}
+    ints["s_cs"] = rotary_dim // 2 // csv
+    constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": False, "LOW": False, "INVERSE": False, "EMULATE": False}
+    constexprs |= {n: 1 for n in names if re.fullmatch(r"s(q|k|oq|ok)d", n)}  # unit element stride
+    pointers = {"q_ptr", "k_ptr", "oq_ptr", "ok_ptr", "cos_ptr", "sin_ptr", "pos_ptr"}
+    signature, attrs = {}, {}
+    for n in names:
+        if n in constexprs:
+            signature[n] = "constexpr"
+        elif n in pointers:
+            signature[n] = "*fp32" if n in ("cos_ptr", "sin_ptr", "pos_ptr") else _DTYPES[dtype]
+            attrs[index[n]] = [["tt.divisibility", 16]]  # torch allocations are 16-byte aligned
+        else:
+            signature[n] = "i32"
+            if ints.get(n, 1) % 16 == 0:  # what the launcher specialises on
+                attrs[index[n]] = [["tt.divisibility", 16]]
+    src = ASTSource(fn=fn, signature=signature, constexprs={index[n]: v for n, v in constexprs.items()},
+                    attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+
+
+def access_widths(ptx: str) -> dict[str, dict[int, int]]:
+    """{"ld": {bytes per thread: instructions}, "st": {...}} of the global accesses in ``ptx``."""
+    out: dict[str, collections.Counter] = {"ld": collections.Counter(), "st": collections.Counter()}
+    for m in _ACCESS.finditer(ptx):
+        mods = (m.group(2) or "").split(".")
+        vec = next((int(x[1:]) for x in mods if re.fullmatch(r"v[248]", x)), 1)
+        bits = next((int(x[1:]) for x in mods if re.fullmatch(r"[bfus](8|16|32|64)", x)), 0)
+        out[m.group(1)][vec * bits // 8] += 1
+    return {k: dict(sorted(v.items())) for k, v in out.items()}
+
+
+def report(head_dims: list[int], layouts: list[str], fractions: list[float], variant: str, dtype: str,
+           arch: int) -> list[dict]:
+    rows = []
+    for D in head_dims:
+        for layout in layouts:
+            for frac in fractions:
+                R = int(D * frac)
+                if R < 2 or R % 2 or (variant == "partial" and R % 4):
+                    continue
+                kernel = compile_kernel(D, R, layout, variant, dtype, arch)
+                widths = access_widths(kernel.asm["ptx"])
+                rows.append({"head_dim": D, "layout": layout, "rotary_dim": R, "variant": variant, "dtype": dtype,
+                             "loads": widths["ld"], "stores": widths["st"],
+                             "narrowest_bytes": min([*widths["ld"], *widths["st"]], default=0)})
+    return rows
+
+
+def _fmt(counts: dict[int, int]) -> str:
+    return ", ".join(f"{n}x{b}B" for b, n in counts.items())
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--head-dims", default="16,24,32,40,48,56,64,80,96,112,128")
+    p.add_argument("--layouts", default="half,interleaved")
+    p.add_argument("--rotary-fractions", default="1", help="rotary_dim as fractions of the head dim, e.g. 1,0.5,0.25")
+    p.add_argument("--variant", default="partial", choices=("partial", "full"))
+    p.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES))
+    p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100/H200)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    args = p.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        p.error("TRITON_INTERPRET=1 is set: the interpreter has no compiled kernels to inspect; unset it")
+    for name, value in (("--layouts", args.layouts),):
+        bad = [x for x in value.split(",") if x not in ("half", "interleaved")]
+        if bad:
+            p.error(f"{name}: {bad[0]!r} is not a layout (half, interleaved)")
+    try:
+        dims = [int(x) for x in args.head_dims.split(",")]
+        fractions = [float(x) for x in args.rotary_fractions.split(",")]
+    except ValueError as exc:
+        p.error(f"--head-dims / --rotary-fractions: comma-separated numbers expected ({exc})")
+    rows = report(dims, args.layouts.split(","), fractions, args.variant, args.dtype, args.arch)
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print(f"rope_kernel global accesses (instructions in the code by bytes per thread), sm_{args.arch}, "
+              f"{args.dtype}, variant={args.variant}")
+        print("| D | layout | rotary_dim | loads | stores | narrowest |\n|---|---|---:|---|---|---:|")
+        for r in rows:
+            print(f"| {r['head_dim']} | {r['layout']} | {r['rotary_dim']} | {_fmt(r['loads'])} | {_fmt(r['stores'])} "
+                  f"| {r['narrowest_bytes']} B |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
