@@ -39,10 +39,6 @@ _ACCESS = re.compile(r"\b(ld|st)\.global(\.[\w:.]+)?\s")
 _T, _H = 2048, 16
 
 
-def _pow2_unit(n: int) -> int:
-    return min(16, n & -n) if n else 16
-
-
 def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dtype: str, arch: int):
     """The compiled ``rope_kernel`` (forward, no positions) for contiguous (B, T, H, D) inputs."""
     import triton
@@ -50,7 +46,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     from triton.compiler import ASTSource
 
     from rope import _triton_kernels as kernels
-    from rope.triton_rope import launch_config
+    from rope.triton_rope import _pow2_unit, launch_config
 
     cfg = dict(launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved"))
     num_warps = cfg.pop("num_warps")
