@@ -118,11 +118,11 @@ def test_relative_position_property_by_arithmetic(cache20):
     assert worst(fq, fk) > max(1e-5, 10 * worst(cq, ck))  # float32 angles: lost at large offsets
 
 
-def test_writes_the_tables(tmp_path, capsys):
+def test_writes_the_tables(tmp_path, capsys, device):
     out = tmp_path / "pp"
     args = ["--out", str(out), "--bases", "1e4", "--log2-positions", "10,20", "--head-dim", "16",
             "--variants", "partial", "--impls", "torch,triton_v4,none", "--dtypes", "float32,bfloat16",
-            "--seed", "3"]
+            "--seed", "3", "--device", str(device)]
     assert pp.main(args) == 0
     md = (out / "position_precision.md").read_text()
     for heading in ("## 1. The cos/sin tables", "## 2. Forward error", "## 3. The relative-position property",
