@@ -17,6 +17,11 @@ One kernel serves both entries, both directions and both tensors:
   masked), and since the masks are compile-time constants the loads vectorise for every head
   size. (With D/2 a runtime argument, a D/2 not a multiple of 16 lost the vector loads: 44% of copy
   bandwidth at D=48. Cutting a row into power-of-two chunks instead was slower still: 20-50%.)
+* Chunks (``CHUNKED``). Where R2 is not a power of two the row tile wastes lanes (D=40: 20 of 32
+  busy; 57% of copy bandwidth on the H200). There a program's tile is NCH chunks of V consecutive
+  pairs (V the largest power of two dividing R2, capped), taken across (row, chunk) pairs so every
+  lane works; each load is one V-element vector (85% at D=40). Rows with a copied tail keep the
+  row tiling. Both tilings compute every element identically (bit-identical results).
 * Layouts. ``INTERLEAVED`` pairs (2i, 2i + 1): the rotated part is loaded as one contiguous
   BR x 2HP tile and split into its even and odd elements (``tl.split``), then joined back for the
   store; the half layout pairs (i, i + R2) with two BR x HP tiles.
