@@ -213,7 +213,7 @@ def _rotate_chunks(
     tile pads every row to HP lanes (D=40: 20 of 32 busy). Here a program's NCH x V tile walks
     (row, chunk) pairs instead, every lane busy; a chunk is V consecutive pairs, so each of its
     loads is one vector access of V elements (half layout: x1 and x2; interleaved: 2V elements).
-    No rows are copied through (rotary_dim < D takes the row path).
+    The copied tail of rotary_dim < D is not touched here: :func:`_copy_chunks` programs copy it.
     """
     DT: tl.constexpr = o_ptr.dtype.element_ty
     g = g0 + tl.arange(0, NCH)
@@ -263,25 +263,59 @@ def _rotate_chunks(
         tl.store(o_ptr + o_row + (R2 + col) * sod, _narrow(y2, DT, EMULATE), mask=xm)
 
 
+@triton.jit
+def _copy_chunks(
+    x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod, g0, NR, T, H,
+    START: tl.constexpr, VP: tl.constexpr, MP: tl.constexpr, NCP: tl.constexpr, SV: tl.constexpr,
+):
+    """Copy chunks [g0, g0 + NCP) of the pass-through tails (elements START .. START + MP VP of each
+    row, rotary_dim < D) in chunks of VP elements: with the chunk tiling the tail is its own set of
+    programs, so neither it nor the rotated part is padded to a power of two (a tail of 36 elements
+    in a 64-lane tile left 44% of the lanes idle)."""
+    g = g0 + tl.arange(0, NCP)
+    r = g // MP
+    j = g - r * MP
+    rm = r < NR
+    h = r % H
+    bt = r // H
+    t = (bt % T).to(tl.int64)
+    b = (bt // T).to(tl.int64)
+    x_row = ((b * sxb + t * sxt + h.to(tl.int64) * sxh) * SV)[:, None]
+    o_row = ((b * sob + t * sot + h.to(tl.int64) * soh) * SV)[:, None]
+    col = START + (j * VP)[:, None] + tl.arange(0, VP)[None, :]
+    m = tl.broadcast_to(rm[:, None], (NCP, VP))
+    tl.store(o_ptr + o_row + col * sod, tl.load(x_ptr + x_row + col * sxd, mask=m), mask=m)
+
+
 # Sizes and counts do not change the generated code's vector widths: keep them out of the
 # specialisation key so new shapes reuse the compiled kernel (strides stay in it; the row geometry
 # R2/CW/PASS/HP/PP is constexpr).
-@triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "HQ", "HK", "NRQ", "NRK", "NPQ"])
+@triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "HQ", "HK", "NRQ", "NRK", "NPQ", "NPR", "NPPQ"])
 def rope_kernel(
     q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr,
     sqb, sqt, sqh, sqd, skb, skt, skh, skd,
     soqb, soqt, soqh, soqd, sokb, sokt, sokh, sokd,
     spb, spt, s_cs, NPOS,
-    T, HQ, HK, NRQ, NRK, NPQ,
+    T, HQ, HK, NRQ, NRK, NPQ, NPR, NPPQ,
     R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
     HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
     CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
+    VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
-    others k's: q and k in one launch."""
+    others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
+    tails, q's (NPPQ programs) then k's."""
     i = tl.program_id(0)
-    if CHUNKED:
+    if CHUNKED and PASS > 0 and i >= NPR:  # a constexpr test first: no copy code without a tail
+        if PASS > 0:
+            if i - NPR < NPPQ:
+                _copy_chunks(q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, (i - NPR) * NCP, NRQ, T, HQ,
+                             2 * R2, VP, MP, NCP, SV)
+            else:
+                _copy_chunks(k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, (i - NPR - NPPQ) * NCP, NRK,
+                             T, HK, 2 * R2, VP, MP, NCP, SV)
+    elif CHUNKED:
         if i < NPQ:
             _rotate_chunks(
                 q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, cos_ptr, sin_ptr, pos_ptr, spb, spt,

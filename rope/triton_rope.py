@@ -94,14 +94,20 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     cw = rotary_pairs
     if partial and _pow2_unit(rotary_pairs // 2) >= min(4, _pow2_unit(rotary_pairs)):
         cw = rotary_pairs // 2  # the zero-frequency half: cos 1, sin 0 without loading them
-    chunked = config.chunks == 1 if config.chunks in (0, 1) else CHUNKS_BY_DEFAULT and hp != rotary_pairs
-    chunked = chunked and passed == 0  # rows with a copied tail take the row path
+    if config.chunks in (0, 1):
+        chunked = config.chunks == 1
+    else:  # measured: chunks where R2 is not a power of two; a copied tail (rotary_dim < D) not yet
+        chunked = CHUNKS_BY_DEFAULT and hp != rotary_pairs and passed == 0
     v = min(8 if interleaved else 16, _pow2_unit(rotary_pairs)) if chunked else 1
     load_v = 2 * v if interleaved else v  # elements of one chunk's load: a load of NCH chunks holds ``tile``
+    # the copied tail's chunks: VP elements, dividing both its start (2 R2) and its length; a copy
+    # program moves at least 2048 elements (16 bytes a thread at 8 warps) whatever the rotated width
+    vp = min(16, _pow2_unit(2 * rotary_pairs), _pow2_unit(passed)) if chunked and passed else 1
     return {
         "R2": rotary_pairs, "CW": cw, "PASS": passed,
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, tile // load_width),
         "CHUNKED": chunked, "V": v, "M": rotary_pairs // v, "NCH": max(1, tile // load_v) if chunked else 1,
+        "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
         "num_warps": config.num_warps,
     }
 
@@ -166,24 +172,28 @@ def launch(
     else:
         pos, spb, spt = cos, 0, 0
     cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), config)
-    if cfg["CHUNKED"] and max(nrq, nrk) * cfg["M"] + cfg["NCH"] >= 2**31:  # chunk ids are int32: rows instead
+    if cfg["CHUNKED"] and max(nrq, nrk) * max(cfg["M"], cfg["MP"]) + max(cfg["NCH"], cfg["NCP"]) >= 2**31:
+        # chunk ids are int32: rows instead
         cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, chunks=0))
     br = cfg["BR"]
     if max(nrq, nrk) + br >= 2**31:
         raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")
-    # a program's work unit: BR rows, or NCH chunks of which a row has M
+    # a program's work unit: BR rows, or NCH chunks of which a row has M (and NCP tail chunks, MP a row)
     unit, per_row = (cfg["NCH"], cfg["M"]) if cfg["CHUNKED"] else (br, 1)
-    npq = -(-nrq * per_row // unit)
+    npq, npk = -(-nrq * per_row // unit), -(-nrk * per_row // unit)
+    nppq = nppk = 0
+    if cfg["CHUNKED"] and cfg["PASS"]:
+        nppq, nppk = -(-nrq * cfg["MP"] // cfg["NCP"]), -(-nrk * cfg["MP"] // cfg["NCP"])
     kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
     sv = _row_stride_unit(q, kk, out_q, ok)
     if sin.stride() != cos.stride():  # the kernel indexes both tables with cos's stride
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
-    _kernels.rope_kernel[(npq + -(-nrk * per_row // unit),)](
+    _kernels.rope_kernel[(npq + npk + nppq + nppk,)](
         q, kk, out_q, ok, cos, sin, pos,
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(out_q, sv), *_scaled_strides(ok, sv),
         spb, spt, cos.stride(0) // csv, cos.shape[0],
-        T, HQ, HK, nrq, nrk, npq,
+        T, HQ, HK, nrq, nrk, npq, npq + npk, nppq,
         HAS_POS=positions is not None, LOW=bool(low_precision) and q.dtype != torch.float32,
         INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, **cfg,
     )  # fmt: skip
