@@ -19,6 +19,7 @@ from llm.report.compare import CURVES_FILE, DELTA_FILE, SPEED_FILE, Report
 from llm.report.fidelity import fidelity_rows
 from llm.report.mixed import MISSING, describe_differences, fmt_value
 from llm.report.runs import Run, get_dotted
+from llm.report.sharing import concurrent_runs
 from llm.report.stats import BETTER, EQUIVALENT, INCONCLUSIVE, MAX_SEEDS, SINGLE, WELCH, WORSE, Comparison
 
 MINUS = "\u2212"
@@ -155,6 +156,12 @@ def _config_section(report: Report) -> list[str]:
         lines += ["", f"**Runs from {len(devices)} devices** (the Per-seed table names each run's): a pair of runs "
                   "on two devices also differs by the devices' arithmetic (kernel choices, reduction orders), and "
                   "times and tokens/s compare only between runs on one device that ran alone or equally shared."]
+    shared = {k: n for k, n in concurrent_runs(report.runs).items() if n > 1}
+    if shared:
+        lines += ["", f"**Shared GPU**: {len(shared)} run(s) trained while other runs used the same GPU (up to "
+                  f"{max(shared.values())} at once; the Per-seed table says how many): their Training Time and "
+                  "tokens/s measure a share of a GPU, not the implementation. Compare speed between runs that "
+                  "ran alone, or with `python -m scripts.bench_step`."]
     if report.diffs:
         lines += ["", "**Mixed runs (`--allow-mixed`)**: these config keys differ between runs:", "", "```"]
         lines += [*describe_differences(report.diffs), "```"]
@@ -313,7 +320,10 @@ def _per_seed_section(report: Report) -> list[str]:
     with_se, with_tokens = _has(report.runs, "val_loss_se"), _has(report.runs, "val_tokens")
     header = ["Implementation", "Seed", "Status", "Step", *(t for _, t, _ in METRICS)]
     with_device = len(_devices(report.runs)) > 1
-    header += ["Val loss SE"] * with_se + ["Val tokens"] * with_tokens + ["Device"] * with_device + ["Run"]
+    concurrent = concurrent_runs(report.runs)
+    with_shared = any(n > 1 for n in concurrent.values())
+    header += ["Val loss SE"] * with_se + ["Val tokens"] * with_tokens + ["Device"] * with_device
+    header += ["Runs on its GPU at once"] * with_shared + ["Run"]
     detail = []
     for g in report.groups:
         for r in [*g.runs, *g.excluded]:
@@ -321,6 +331,7 @@ def _per_seed_section(report: Report) -> list[str]:
                    *(fmt(r.value(m), d) for m, _, d in METRICS)]
             row += [fmt(r.value("val_loss_se"), 4)] * with_se + [fmt(r.value("val_tokens"), 0)] * with_tokens
             row += [str(_device(r) or "n/a")] * with_device
+            row += [str(concurrent.get(r.path, "n/a"))] * with_shared
             detail.append([*row, f"`{r.name}`"])
     return ["", "## Per-seed runs", "", *md_table(header, detail)]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -102,6 +103,16 @@ def peak_tflops(setting: str | float | None, device: torch.device) -> float | No
 
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def device_identity(device: torch.device) -> dict[str, str | None]:
+    """Which physical device a run used: the host and, on CUDA, the GPU's UUID (a job pinned with
+    CUDA_VISIBLE_DEVICES sees its GPU as cuda:0 whichever it is). The run comparison uses it to tell
+    runs that shared a GPU, whose times are not speeds of their implementation."""
+    uuid = None
+    if device.type == "cuda":
+        uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "") or None
+    return {"host": socket.gethostname(), "device_uuid": uuid}
 
 
 def git_commit() -> str:

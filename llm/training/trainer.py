@@ -190,7 +190,7 @@ class Trainer:
         summary = {
             **self.model.rotary.describe(), "rope_label": run_label(cfg), "seed": cfg.seed,
             "params": self.model.num_params(), "device": runtime.device_name(self.device),
-            "device_id": str(self.device),
+            "device_id": str(self.device), **runtime.device_identity(self.device),
             "world_size": self.dist.world_size, "model": cfg.model.name, "data": cfg.data.name,
             "tokenizer": cfg.tokenizer.name, "optim": cfg.optim.name, "max_steps": tc.max_steps,
             "tokens_per_step": self.tokens_per_step, "compile": bool(tc.compile), "git_commit": runtime.git_commit(),

@@ -27,6 +27,8 @@ from llm.report import (
     mean_std,
 )
 from llm.report.callback import CompareOnMultirunEnd
+from llm.report.runs import load_run
+from llm.report.sharing import concurrent_runs
 
 from .synthetic import CONFIG as SYNTHETIC_CONFIG
 
@@ -196,6 +198,36 @@ def test_runs_from_two_devices_are_flagged(tmp_path: Path):
 def test_one_device_has_no_device_column(sweep: Path):
     text = compare_runs([sweep], sweep).read_text()
     assert "Runs from" not in text and "| Device |" not in text
+
+
+def _set_summary(run_dir: Path, **kv) -> None:
+    path = run_dir / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **kv}))
+
+
+def test_runs_that_shared_a_gpu_are_flagged(tmp_path: Path):
+    """Runs on one GPU (same host and UUID) whose run times overlap shared it: the report says their
+    speed columns are not speeds; runs on other GPUs, or without the identity, are not flagged."""
+    sweep = make_sweep(tmp_path / "sweep")
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    # three runs at once on GPU-A (0-100 s, 10-90 s, 50-150 s), one later on GPU-A, one at once on GPU-B
+    spans = [("A", 0, 100), ("A", 10, 90), ("A", 50, 150), ("A", 200, 300), ("B", 0, 100)]
+    for job, (gpu, start, end) in zip(jobs, spans, strict=False):
+        _set_summary(job, host="h1", device_uuid=f"GPU-{gpu}", started_at=start, ended_at=end)
+    assert concurrent_runs([load_run(j) for j in jobs]) == dict(zip(jobs, (3, 3, 3, 1, 1), strict=False))
+    text = compare_runs([sweep], sweep).read_text()
+    assert "**Shared GPU**: 3 run(s) trained while other runs used the same GPU (up to 3 at once" in text
+    per_seed = text[text.index("## Per-seed runs"):]
+    assert "| Runs on its GPU at once | Run |" in per_seed
+    assert per_seed.count("| 3 | `") == 3 and per_seed.count("| 1 | `") == 2 and per_seed.count("| n/a | `") == 1
+
+
+def test_runs_alone_on_their_gpu_are_not_flagged(tmp_path: Path):
+    sweep = make_sweep(tmp_path / "sweep")
+    for i, job in enumerate(sorted(p for p in sweep.iterdir() if p.is_dir())):
+        _set_summary(job, host="h1", device_uuid="GPU-A", started_at=100 * i, ended_at=100 * i + 100)
+    text = compare_runs([sweep], sweep).read_text()
+    assert "Shared GPU" not in text and "Runs on its GPU at once" not in text
 
 
 def test_fidelity_against_the_same_seed_reference(tmp_path: Path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 
 import pytest
 from helpers import compose_cfg, read_metrics, read_wandb_run, run_cli, run_inprocess, train_losses, val_losses
@@ -26,6 +27,9 @@ def test_cli_run_writes_every_output(tmp_path):
         assert math.isfinite(summary[key]), key
     assert summary["val_ppl"] == pytest.approx(math.exp(summary["val_loss"]), rel=1e-6)
     assert 0 <= summary["val_acc"] <= 1 and summary["train_time_s"] <= summary["wall_time_s"]
+    # what the comparison needs to tell runs that shared a GPU (a CPU has no GPU UUID)
+    assert summary["host"] == socket.gethostname() and summary["device_uuid"] is None
+    assert summary["started_at"] <= summary["ended_at"]
     metrics = read_metrics(run_dir)
     assert [m["step"] for m in metrics if m["kind"] == "val"] == [10, 20, 30]
     assert [m["step"] for m in metrics if m["kind"] == "train"] == [5, 10, 15, 20, 25, 30]
