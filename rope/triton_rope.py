@@ -60,6 +60,11 @@ class LaunchConfig:
     #: not a power of two), -1 chosen by the row geometry (see :func:`launch_config`).
     chunks: int = -1
 
+    def __post_init__(self) -> None:
+        if self.chunks not in (-1, 0, 1):
+            raise ValueError(f"LaunchConfig.chunks must be -1 (chosen by the row geometry), 0 (rows) or 1 (chunks), "
+                             f"got {self.chunks!r}")
+
 
 DEFAULT_LAUNCH = LaunchConfig()
 
@@ -85,7 +90,10 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     are constexpr so the padding masks are compile-time constants and the loads vectorise whatever
     R2 is. HP = R2 rounded up to a power of two; BR rows make one load ``config.tile`` elements.
     CW: the cos/sin columns loaded (``partial``: R2/2, the rest being the zero frequencies, unless
-    that width would shorten the vector loads; see the kernel module).
+    that width would shorten the vector loads; see the kernel module). CHUNKED (``config.chunks``;
+    by default where R2 is not a power of two and nothing is copied): programs walk chunks of V
+    pairs, NCH per program (M per row), and the copied tail in chunks of VP elements, NCP per
+    program (MP per row), instead of BR padded rows.
     """
     hp = _next_pow2(rotary_pairs)
     passed = head_dim - 2 * rotary_pairs

@@ -456,6 +456,8 @@ def test_launch_configuration_is_constexpr_row_geometry():
     forced = triton_rope.LaunchConfig(chunks=0)
     assert not cfg(48, 24, True, False, forced)["CHUNKED"] and cfg(48, 24, True, False, forced)["BR"] == 64
     assert cfg(64, 32, True, False, triton_rope.LaunchConfig(chunks=1))["CHUNKED"]  # forced on a power of two
+    with pytest.raises(ValueError, match=r"LaunchConfig.chunks must be -1 .*, 0 \(rows\) or 1 \(chunks\), got 2"):
+        triton_rope.LaunchConfig(chunks=2)
     # rotary_dim < D: rows by default (not measured yet); forced chunks copy the tail in chunks of its own
     assert not cfg(48, 6, True, False)["CHUNKED"]
     tail = cfg(48, 6, True, False, triton_rope.LaunchConfig(chunks=1))
