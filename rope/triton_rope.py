@@ -28,7 +28,9 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -149,6 +151,7 @@ def launch(
     interleaved: bool = False,
     config: LaunchConfig = DEFAULT_LAUNCH,
     poison: bool = False,
+    traced: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Rotate (``inverse``: rotate back) q and k in one kernel launch; new (B, T, H, D) outputs.
 
@@ -157,7 +160,9 @@ def launch(
     (i, i + R/2). Inputs are used in place with their strides (no copies). ``out_q``/``out_k`` (any
     strides: the slices of d qkv in :func:`qkv_backward`, or test buffers) receive the results
     instead of fresh tensors; fresh ones are NaN-filled first when ``poison``. ``config`` tunes the
-    launch. Shapes and dtypes are assumed valid (the module checks).
+    launch. ``traced``: launch through ``torch.library.wrap_triton``, as the bodies of the
+    ``triton_op`` entries must (Inductor then launches the kernel itself). Shapes and dtypes are
+    assumed valid (the module checks).
     """
     if _kernels is None:
         raise RuntimeError(
@@ -197,7 +202,8 @@ def launch(
     if sin.stride() != cos.stride():  # the kernel indexes both tables with cos's stride
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
-    _kernels.rope_kernel[(npq + npk + nppq + nppk,)](
+    kernel = _traced_kernel() if traced else _kernels.rope_kernel
+    kernel[(npq + npk + nppq + nppk,)](
         q, kk, out_q, ok, cos, sin, pos,
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(out_q, sv), *_scaled_strides(ok, sv),
         spb, spt, cos.stride(0) // csv, cos.shape[0],
@@ -206,6 +212,12 @@ def launch(
         INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, **cfg,
     )  # fmt: skip
     return out_q, out_k
+
+
+@functools.cache
+def _traced_kernel():
+    """The kernel wrapped for tracing by torch.compile (inside a ``triton_op`` body)."""
+    return torch.library.wrap_triton(_kernels.rope_kernel)
 
 
 def _pow2_unit(n: int, cap: int = 16) -> int:
@@ -228,41 +240,91 @@ def _scaled_strides(t: Tensor, unit: int) -> tuple[int, int, int, int]:
     return sb // unit, st // unit, sh // unit, sd
 
 
-# -- custom ops: opaque to torch.compile, with fake shapes and autograd ----------------------------
-# interleaved: the layout; tile, num_warps and poison: the LaunchConfig and the poison hook of the
-# calling module, as scalars. The rotated width is the tables' (cos.shape[1] pairs).
-_SCHEMA = (
-    "(Tensor q, Tensor? k, Tensor cos, Tensor sin, Tensor? positions, bool partial, bool low_precision,"
-    f" bool interleaved=False, int tile={DEFAULT_LAUNCH.tile}, int num_warps={DEFAULT_LAUNCH.num_warps},"
-    f" bool poison=False, int chunks={DEFAULT_LAUNCH.chunks}) -> (Tensor, Tensor)"
-)
+# -- ops for torch.compile: fake shapes and registered autograd, no graph break ---------------------
+# Two sets of one schema. ``ropelab::rope_fwd`` / ``rope_bwd`` / ``rope_qkv_bwd`` are custom ops,
+# opaque to the compiler: Inductor calls their Python bodies at run time, so every call pays the
+# custom-op dispatch and Triton's Python launcher (0.2-0.3 ms of host time per call in a compiled
+# seed004 step on the H100, profiled: enough to leave the GPU waiting, docs/kernels.md). Their
+# ``_traced`` twins are ``torch.library.triton_op``s: Inductor traces the body and launches the
+# Triton kernel from its generated code like its own kernels. Tracing needs a real GPU kernel (not
+# the CPU interpreter; :func:`_compiled_ops` picks the set per call) and static shapes (the launch
+# geometry is Python arithmetic on shapes and strides: a dynamic-shape trace calls the custom op).
+# interleaved: the layout; tile, num_warps, chunks and poison: the LaunchConfig and the poison hook
+# of the calling module, as scalars. The rotated width is the tables' (cos.shape[1] pairs).
 
 
 def _empty_k(q: Tensor) -> Tensor:
     return q.new_empty((0,))
 
 
-def _op_launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved, tile, num_warps, poison,
-               chunks):
-    yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved=interleaved,
-                    config=LaunchConfig(tile, num_warps, chunks), poison=poison)
-    return yq, _empty_k(q) if yk is None else yk
+class _OpSet(NamedTuple):
+    """The forward, backward and fused-qkv-backward ops of one kind (custom ops or triton ops)."""
+
+    fwd: Callable
+    bwd: Callable
+    qkv_bwd: Callable
 
 
-@torch.library.custom_op("ropelab::rope_fwd", mutates_args=(), schema=_SCHEMA)
-def rope_fwd(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=DEFAULT_LAUNCH.tile,
-             num_warps=DEFAULT_LAUNCH.num_warps, poison=False, chunks=DEFAULT_LAUNCH.chunks):
-    """Rotated (q, k); k's slot holds an empty tensor when k is None."""
-    return _op_launch(q, k, cos, sin, positions, partial, low_precision, False, interleaved, tile, num_warps, poison,
-                      chunks)
+def _define_ops(suffix: str, traced: bool) -> _OpSet:
+    """Register ``ropelab::rope_fwd{suffix}``, ``rope_bwd{suffix}`` and ``rope_qkv_bwd{suffix}``:
+    custom ops with fake implementations, or (``traced``) triton ops whose bodies Inductor traces."""
+    define = torch.library.triton_op if traced else torch.library.custom_op
 
+    def body(inverse: bool):
+        def run(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, partial: bool,
+                low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
+                num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
+                chunks: int = DEFAULT_LAUNCH.chunks) -> tuple[Tensor, Tensor]:
+            if traced and not _static(q, k, positions):  # a dynamic-shape trace: the opaque custom op
+                fallback = CUSTOM_OPS.bwd if inverse else CUSTOM_OPS.fwd
+                return fallback(q, k, cos, sin, positions, partial, low_precision, interleaved, tile, num_warps,
+                                poison, chunks)
+            yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved=interleaved,
+                            config=LaunchConfig(tile, num_warps, chunks), poison=poison, traced=traced)
+            return yq, _empty_k(q) if yk is None else yk
 
-@torch.library.custom_op("ropelab::rope_bwd", mutates_args=(), schema=_SCHEMA)
-def rope_bwd(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=DEFAULT_LAUNCH.tile,
-             num_warps=DEFAULT_LAUNCH.num_warps, poison=False, chunks=DEFAULT_LAUNCH.chunks):
-    """The transposed rotation of (q, k): the gradients of :func:`rope_fwd`."""
-    return _op_launch(q, k, cos, sin, positions, partial, low_precision, True, interleaved, tile, num_warps, poison,
-                      chunks)
+        return run
+
+    def qkv_body(gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
+                 partial: bool, low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
+                 num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
+                 chunks: int = DEFAULT_LAUNCH.chunks) -> Tensor:
+        if traced and not _static(gq, gk, gv, positions):
+            return CUSTOM_OPS.qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved, tile,
+                                      num_warps, poison, chunks)
+        return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
+                            LaunchConfig(tile, num_warps, chunks), poison, traced=traced)
+
+    ops = _OpSet(
+        define(f"ropelab::rope_fwd{suffix}", mutates_args=())(body(False)),
+        define(f"ropelab::rope_bwd{suffix}", mutates_args=())(body(True)),
+        define(f"ropelab::rope_qkv_bwd{suffix}", mutates_args=())(qkv_body),
+    )
+    if not traced:  # a triton op's fake is its traced body
+        ops.fwd.register_fake(_fake)
+        ops.bwd.register_fake(_fake)
+        ops.qkv_bwd.register_fake(_qkv_bwd_fake)
+
+    def setup_context(ctx, inputs, output):
+        q, k, cos, sin, positions, partial, low_precision, *launch_args = inputs
+        ctx.save_for_backward(cos, sin, positions)
+        ctx.has_k = k is not None
+        ctx.partial = partial
+        ctx.low_precision = low_precision
+        ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks
+
+    def grads(op):
+        def backward(ctx, gq, gk):
+            cos, sin, positions = ctx.saved_tensors
+            dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision,
+                        *ctx.launch_args)
+            return (dq, dk if ctx.has_k else None) + (None,) * 10
+
+        return backward
+
+    ops.fwd.register_autograd(grads(ops.bwd), setup_context=setup_context)
+    ops.bwd.register_autograd(grads(ops.fwd), setup_context=setup_context)
+    return ops
 
 
 def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0, poison=False,
@@ -271,36 +333,25 @@ def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, 
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
 
 
-torch.library.register_fake("ropelab::rope_fwd")(_fake)
-torch.library.register_fake("ropelab::rope_bwd")(_fake)
+def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
+                  poison=False, chunks=-1):
+    B, T, HQ, D = gq.shape
+    return gq.new_empty((B, T, (HQ + 2 * gk.shape[2]) * D))
 
 
-def _setup_context(ctx, inputs, output):
-    q, k, cos, sin, positions, partial, low_precision, *launch_args = inputs
-    ctx.save_for_backward(cos, sin, positions)
-    ctx.has_k = k is not None
-    ctx.partial = partial
-    ctx.low_precision = low_precision
-    ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks
+def _static(*tensors: Tensor | None) -> bool:
+    """Whether every shape and stride is a plain int (not a symbol of a dynamic-shape trace)."""
+    return all(isinstance(n, int) for t in tensors if t is not None for n in (*t.shape, *t.stride()))
 
 
-def _grads(op, ctx, gq, gk):
-    cos, sin, positions = ctx.saved_tensors
-    dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision,
-                *ctx.launch_args)
-    return (dq, dk if ctx.has_k else None) + (None,) * 10
-
-
-def _fwd_backward(ctx, gq, gk):
-    return _grads(rope_bwd, ctx, gq, gk)
-
-
-def _bwd_backward(ctx, gq, gk):
-    return _grads(rope_fwd, ctx, gq, gk)
-
-
-torch.library.register_autograd("ropelab::rope_fwd", _fwd_backward, setup_context=_setup_context)
-torch.library.register_autograd("ropelab::rope_bwd", _bwd_backward, setup_context=_setup_context)
+def _compiled_ops(*tensors: Tensor | None) -> _OpSet:
+    """The op set a compiled graph should call for these inputs: the triton ops where Inductor can
+    trace the launch (CUDA, a real kernel), else the custom ops. (Shapes cannot be told static from
+    here: Dynamo answers ``isinstance(size, int)`` true for symbols too; the triton ops' bodies, traced
+    later with the real symbols, fall back to the custom ops for dynamic shapes.)"""
+    if TRACED_OPS is not None and not _interpreting() and tensors[0].is_cuda:
+        return TRACED_OPS
+    return CUSTOM_OPS
 
 
 # -- eager path: a plain autograd.Function (less host overhead than the custom-op dispatch) ----------
@@ -329,7 +380,7 @@ class _RopeFunction(torch.autograd.Function):
 def qkv_backward(
     gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
     partial: bool, low_precision: bool, interleaved: bool = False, config: LaunchConfig = DEFAULT_LAUNCH,
-    poison: bool = False,
+    poison: bool = False, traced: bool = False,
 ) -> Tensor:
     """d qkv (B, T, (HQ + 2 HK) D) from the gradients of rotated q, rotated k and v.
 
@@ -342,7 +393,7 @@ def qkv_backward(
     dqkv = _new_output((B, T, (HQ + 2 * HK) * D), gq, poison)
     dq, dk, dv = split_qkv(dqkv, HQ, HK, D)
     launch(gq, gk, cos, sin, positions, partial, low_precision, inverse=True, out_q=dq, out_k=dk,
-           interleaved=interleaved, config=config, poison=poison)
+           interleaved=interleaved, config=config, poison=poison, traced=traced)
     if gv is None:
         dv.zero_()
     else:
@@ -350,22 +401,10 @@ def qkv_backward(
     return dqkv
 
 
-@torch.library.custom_op("ropelab::rope_qkv_bwd", mutates_args=())
-def rope_qkv_bwd(
-    gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
-    partial: bool, low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
-    num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False, chunks: int = DEFAULT_LAUNCH.chunks,
-) -> Tensor:
-    """:func:`qkv_backward` as an op opaque to torch.compile."""
-    return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                        LaunchConfig(tile, num_warps, chunks), poison)
-
-
-@torch.library.register_fake("ropelab::rope_qkv_bwd")
-def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
-                  poison=False, chunks=-1):
-    B, T, HQ, D = gq.shape
-    return gq.new_empty((B, T, (HQ + 2 * gk.shape[2]) * D))
+CUSTOM_OPS = _define_ops("", traced=False)
+#: None where this torch has no ``torch.library.triton_op`` (added in 2.6) or triton is missing.
+TRACED_OPS = _define_ops("_traced", traced=True) if hasattr(torch.library, "triton_op") and _kernels else None
+rope_fwd, rope_bwd, rope_qkv_bwd = CUSTOM_OPS
 
 
 class _RopeQKVFunction(torch.autograd.Function):
@@ -380,8 +419,8 @@ class _RopeQKVFunction(torch.autograd.Function):
                 chunks):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():
-            yq, yk = rope_fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile, num_warps, poison,
-                              chunks)
+            yq, yk = _compiled_ops(q, k, positions).fwd(q, k, cos, sin, positions, partial, low_precision, interleaved,
+                                                        tile, num_warps, poison, chunks)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
                             config=LaunchConfig(tile, num_warps, chunks), poison=poison)
@@ -394,8 +433,9 @@ class _RopeQKVFunction(torch.autograd.Function):
         cos, sin, positions = ctx.saved_tensors
         partial, low_precision, interleaved, tile, num_warps, poison, chunks = ctx.args
         if torch.compiler.is_compiling():
-            dqkv = rope_qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                num_warps, poison, chunks)
+            dqkv = _compiled_ops(gq, gk, gv, positions).qkv_bwd(gq, gk, gv, cos, sin, positions, partial,
+                                                                low_precision, interleaved, tile, num_warps, poison,
+                                                                chunks)
         else:
             dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
                                 LaunchConfig(tile, num_warps, chunks), poison)
@@ -458,8 +498,9 @@ class _TritonRotary(RotaryEmbedding):
 
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
         partial = self._partial_shortcut
-        if torch.compiler.is_compiling():  # the custom op: traced through its fake, no graph break
-            yq, yk = rope_fwd(q, k, self.cos, self.sin, positions, partial, self.low_precision, *self._launch_args())
+        if torch.compiler.is_compiling():  # an op with a fake and autograd: no graph break
+            op = _compiled_ops(q, k, positions).fwd
+            yq, yk = op(q, k, self.cos, self.sin, positions, partial, self.low_precision, *self._launch_args())
             return yq, (yk if k is not None else None)
         if not (torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))):
             # Nothing to differentiate (inference, decoding): the launch alone, no autograd node.

@@ -300,6 +300,51 @@ def test_custom_ops_opcheck(device):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_traced_ops_equal_custom_ops(impl, device):
+    """The triton ops compiled graphs call on the GPU run the same launches as the custom ops (run eagerly
+    here: the interpreter cannot be traced), bit for bit, forward, backward and the fused qkv backward."""
+    from rope import triton_rope as tr
+
+    if tr.TRACED_OPS is None:
+        pytest.skip("this torch has no torch.library.triton_op")
+    r = _build(impl, D=48, max_seq_len=16, device=device)
+    low = impl == "triton_v2"
+    q = torch.randn(2, 5, 3, 48, device=device, dtype=torch.bfloat16)
+    k = torch.randn(2, 5, 1, 48, device=device, dtype=torch.bfloat16)
+    gv = torch.randn(2, 5, 1, 48, device=device, dtype=torch.bfloat16)
+    pos = torch.randint(0, 16, (5,), device=device)
+    calls = [(q, k, r.cos, r.sin, pos, True, low), (q, None, r.cos, r.sin, None, False, low, True, 0, 8, False, 1)]
+    for args in calls:
+        for custom, traced in ((tr.CUSTOM_OPS.fwd, tr.TRACED_OPS.fwd), (tr.CUSTOM_OPS.bwd, tr.TRACED_OPS.bwd)):
+            for a, b in zip(custom(*args), traced(*args), strict=True):
+                assert torch.equal(a, b)
+    qkv_args = (q, k, gv, r.cos, r.sin, pos, True, low)
+    assert torch.equal(tr.CUSTOM_OPS.qkv_bwd(*qkv_args), tr.TRACED_OPS.qkv_bwd(*qkv_args))
+
+
+def test_compiled_ops_choice(device):
+    """Compiled graphs take the triton ops only where Inductor can trace the launch (CUDA, not the
+    interpreter); inside a dynamic-shape trace the triton ops call the custom ops instead."""
+    from rope import triton_rope as tr
+
+    if tr.TRACED_OPS is None:
+        pytest.skip("this torch has no torch.library.triton_op")
+    x = torch.randn(2, 3, 4, 16, device=device)
+    assert tr._compiled_ops(x, None) is tr.CUSTOM_OPS  # the CPU interpreter
+    assert tr._static(x, None)
+    r = _build(D=16, max_seq_len=8, device=device)
+
+    def rotate(q, k):
+        return tr.TRACED_OPS.fwd(q, k, r.cos, r.sin, None, True, False)
+
+    torch._dynamo.reset()
+    q, k = torch.randn(2, 6, 4, 16, device=device), torch.randn(2, 6, 2, 16, device=device)
+    compiled = torch.compile(rotate, backend="aot_eager", dynamic=True, fullgraph=True)
+    for a, b in zip(compiled(q, k), rotate(q, k), strict=True):  # traced with symbols: the custom op ran
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_compiles_without_graph_breaks(impl, device):
     """fullgraph tracing through the custom ops (fake shapes + registered autograd), CPU-friendly backend."""
     torch._dynamo.reset()
