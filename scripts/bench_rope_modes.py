@@ -735,7 +735,10 @@ def run_overhead(bench: Bench, names: Sequence[str], shapes: Sequence[tuple[int,
                                                    .to(bench.device), dtype=bench.liger_dtype)
                 callers[name] = (native, None)
             else:
-                mod = rope.build(name, D, max_seq_len, variant=bench.variant).to(bench.device)
+                base, chunks = split_tiling(name)
+                mod = rope.build(base, D, max_seq_len, variant=bench.variant).to(bench.device)
+                if chunks is not None and hasattr(mod, "launch_config"):
+                    mod.launch_config = replace(mod.launch_config, chunks=chunks)
                 callers[name] = (mod, bare_launcher(mod))
         for pos_kind in ("none", "(B,T) int64"):
             pos = None if pos_kind == "none" else positions

@@ -192,6 +192,21 @@ def test_a_tiling_suffix_times_the_entry_with_that_tiling():
         rope_names("nope@rows")
 
 
+def test_every_mode_takes_a_tiling_suffix(tmp_path):
+    """The modes build ``NAME@TILING`` entries too (the overhead mode once looked the suffixed name up in
+    the registry and failed)."""
+    out = tmp_path / "out"
+    rc = bench_rope.main(["--layouts", "--packed", "--overhead", "--device", "cpu", "--compile-backend", "eager",
+                          "--ropes", "triton_v4@chunks", "--no-liger", "--no-compiled", "--elements", "64",
+                          "--seq-len", "4", "--heads", "1", "--layout-dims", "40", "--packed-tokens", "24",
+                          "--packed-max-len", "8", "--overhead-shapes", "1x2x1x40", "--overhead-calls", "2",
+                          "--overhead-repeats", "1", "--reps", "1", "--out", str(out)])
+    assert rc == 0
+    for name in ("layouts", "packed", "overhead"):
+        with open(out / f"{name}.csv") as f:
+            assert "triton_v4@chunks" in {r["impl"] for r in csv.DictReader(f)}, name
+
+
 def test_impl_names_order_and_notes():
     names, notes = bm.impl_names(None, torch.device("cpu"))
     assert names[0] == "triton_v4" and bm.COMPILED in names and "torch" not in names and "none" not in names
