@@ -80,6 +80,17 @@ def geometry(head_dim: int, rotary_pairs: int, partial: bool, interleaved: bool,
             "RPC": max(1, _THREADS // tpr)}
 
 
+@functools.cache
+def _runtime():
+    """What a launch needs from the CUDA bindings and cutlass, imported once (not per call)."""
+    import cuda.bindings.driver as cuda
+    import cutlass
+    from cutlass.base_dsl.enums import AddressSpace
+    from cutlass.cute.runtime import make_ptr
+
+    return cuda, cutlass, AddressSpace.gmem, make_ptr
+
+
 def _cutlass_dtype(dtype: torch.dtype):
     import cutlass
 
@@ -129,11 +140,7 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
     elements of each head are copied. Inputs are read in place with their strides. Shapes and dtypes
     are assumed valid (the module checks).
     """
-    import cuda.bindings.driver as cuda
-    import cutlass
-    from cutlass.base_dsl.enums import AddressSpace
-    from cutlass.cute.runtime import make_ptr
-
+    cuda, cutlass, gmem, make_ptr = _runtime()
     B, T, HQ, D = q.shape
     HK = k.shape[2] if k is not None else 0
     if out_q is None:
@@ -171,7 +178,7 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
     dt = _cutlass_dtype(q.dtype)
 
     def ptr(t, dtype, align):
-        return make_ptr(dtype, t.data_ptr(), AddressSpace.gmem, assumed_align=align)
+        return make_ptr(dtype, t.data_ptr(), gmem, assumed_align=align)
 
     strides = [st // sv for t in tensors for st in t.stride()[:3]]
     stream = cuda.CUstream(torch.cuda.current_stream(q.device).cuda_stream)
