@@ -65,3 +65,34 @@ def test_compiles_offline_with_vector_accesses(D, R2, interleaved, has_pos, inve
     widths = access_widths(fn.artifacts.PTX)
     assert set(widths["st"]) == {16}, widths
     assert 16 in widths["ld"] and set(widths["ld"]) <= {16} | ({4} if has_pos else set()), widths
+
+
+def test_launch_passes_every_runtime_argument(monkeypatch):
+    """The host side of a launch on a GQA qkv view with positions: one runtime argument per
+    non-compile-time parameter of ``rope_launch``, in its order, strides in the compile-time unit
+    (the kernel itself needs a GPU; here a recorder stands in for the compiled function)."""
+    pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed (pip install -e '.[cutedsl]')")
+    import inspect
+
+    calls, specs = [], []
+    monkeypatch.setattr(cutedsl, "_compiled", lambda *spec: specs.append(spec) or (lambda *a: calls.append(a)))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0})())
+    B, T, HQ, HK, D = 2, 5, 4, 2, 48
+    qkv = torch.randn(B, T, (HQ + 2 * HK) * D, dtype=torch.bfloat16)
+    q, k, _ = rope.base.split_qkv(qkv, HQ, HK, D)
+    cos, sin = torch.randn(64, 24), torch.randn(64, 24)
+    pos = torch.randint(0, 64, (B, T))
+    yq, yk = cutedsl.launch(q, k, cos, sin, pos, True, False)
+    (args,) = calls
+    params = inspect.signature(cutedsl._kernels().rope_launch).parameters
+    runtime = [n for n, p in params.items() if "Constexpr" not in str(p.annotation)]
+    assert len(args) == len(runtime)
+    named = dict(zip(runtime, args, strict=True))
+    (spec,) = specs
+    sv = spec[7]  # SV: the strides' unit
+    assert sv == 8  # row strides 384 and 48 bf16 elements, 16-byte rows
+    assert [named[n] for n in ("B", "T", "HQ", "HK")] == [B, T, HQ, HK]
+    assert [named[n] * sv for n in ("sqb", "sqt", "sqh", "skb", "skt", "skh")] == [*q.stride()[:3], *k.stride()[:3]]
+    assert [named[n] * sv for n in ("soqb", "soqt", "soqh")] == list(yq.stride()[:3])
+    assert named["n_pos"] == 64 and (named["spb"], named["spt"]) == pos.stride()
+    assert named["q_ptr"] is not named["k_ptr"] and spec[10] is True  # HAS_POS
