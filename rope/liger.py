@@ -14,7 +14,7 @@ module translates to it:
   -theta (``y1 = x1 c + x2 s``), so it is given ``-sin``. These tables are made per call from the
   base class's float32 ``cos``/``sin`` rows (scaling included; ``-0.0`` for the zero frequencies:
   exact, as the pass-through needs); a position outside the table gives NaN rows, as in every
-  entry (see ``rope.reference.gather_cos_sin``).
+  entry (see ``rope.reference.gather_tables``).
 * It rotates q and k IN PLACE, and in the backward the output gradients: ``_LigerRope`` runs Liger's
   own forward and backward on fresh copies (of the rotated width of q and k, of the gradients), so
   the caller's tensors, strided views of a fused projection and ``grad_outputs`` included, are
@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 
 from rope.base import RotaryEmbedding
-from rope.reference import gather_cos_sin
+from rope.reference import gather_tables
 from rope.registry import register
 
 #: The first release whose kernel takes per-batch cos/sin rows ((B, T, R) tables: (B, T) positions);
@@ -198,8 +198,7 @@ class LigerRotary(RotaryEmbedding):
         """cos and -sin rows as Liger takes them, Hugging Face's full width: (1, T, R), or (B, T, R) for
         (B, T) positions. Made per call from the base class's tables (T x R elements, small beside q
         and k), so they follow those tables wherever they change (``scaling.type=dynamic_ntk``)."""
-        cos = gather_cos_sin(self.cos, positions, T)[:, :, 0]  # (1 or B, T, R/2)
-        sin = gather_cos_sin(self.sin, positions, T)[:, :, 0]
+        cos, sin = (t[:, :, 0] for t in gather_tables(positions, T, self.cos, self.sin))  # (1 or B, T, R/2)
         return torch.cat((cos, cos), dim=-1), torch.cat((-sin, -sin), dim=-1)
 
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:

@@ -25,13 +25,20 @@ def gather_cos_sin(table: Tensor, positions: Tensor | None, T: int) -> Tensor:
     A position outside the table gives a NaN row (see ``RotaryEmbedding._check_position_values``:
     on an accelerator the range is not checked on the host), never an index error or another row.
     """
+    return gather_tables(positions, T, table)[0]
+
+
+def gather_tables(positions: Tensor | None, T: int, *tables: Tensor) -> tuple[Tensor, ...]:
+    """:func:`gather_cos_sin` of several tables of one length (cos and sin) at the same positions,
+    the index and its range mask computed once."""
     if positions is None:
-        return table[None, :T, None, :]
+        return tuple(t[None, :T, None, :] for t in tables)
+    n = tables[0].shape[0]
     pos = positions.long()
-    valid = (pos >= 0) & (pos < table.shape[0])
-    rows = table[pos.clamp(0, table.shape[0] - 1)]  # (T, R/2) or (B, T, R/2)
-    rows = rows.masked_fill(~valid[..., None], float("nan"))
-    return rows[None, :, None, :] if rows.dim() == 2 else rows[:, :, None, :]
+    outside = ((pos < 0) | (pos >= n))[..., None]
+    index = pos.clamp(0, n - 1)
+    rows = (t[index].masked_fill(outside, float("nan")) for t in tables)  # (T, R/2) or (B, T, R/2)
+    return tuple(r[None, :, None, :] if r.dim() == 2 else r[:, :, None, :] for r in rows)
 
 
 def rotate_half_split(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -83,13 +90,13 @@ class TorchRotary(RotaryEmbedding):
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": self.compute_dtype}
 
-    def _one(self, x: Tensor, positions: Tensor | None) -> Tensor:
-        cos = gather_cos_sin(self.cos, positions, x.shape[1])
-        sin = gather_cos_sin(self.sin, positions, x.shape[1])
-        return rotate_reference(x, cos, sin, self.layout, self.rotary_dim, _DTYPES[self.compute_dtype])
-
     def rotate(self, q, k, positions):
-        return self._one(q, positions), None if k is None else self._one(k, positions)
+        # The rows of the tables are gathered once for q and k (at decoding, with positions, the
+        # gathers are most of this eager reference's launches).
+        cos, sin = gather_tables(positions, q.shape[1], self.cos, self.sin)
+        dt = _DTYPES[self.compute_dtype]
+        rq = rotate_reference(q, cos, sin, self.layout, self.rotary_dim, dt)
+        return rq, None if k is None else rotate_reference(k, cos, sin, self.layout, self.rotary_dim, dt)
 
 
 @register("none")
