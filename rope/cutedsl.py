@@ -28,6 +28,7 @@ from torch import Tensor
 from rope.base import LAYOUTS, RotaryEmbedding
 from rope.registry import register
 from rope.scaling import attention_factor
+from rope.triton_rope import _new_output, _pow2_unit  # the Triton entry's: same outputs, same stride units
 
 PACKAGE = "nvidia-cutlass-dsl"
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
@@ -48,11 +49,6 @@ def _kernels():
     from rope import _cute_kernels
 
     return _cute_kernels
-
-
-def _pow2_unit(n: int, cap: int) -> int:
-    """The largest power of two, at most ``cap``, dividing ``n`` (``cap`` for 0)."""
-    return min(cap, n & -n) if n else cap
 
 
 def geometry(head_dim: int, rotary_pairs: int, partial: bool, interleaved: bool, elem_bytes: int,
@@ -124,11 +120,6 @@ def _compiled(dtype: torch.dtype, D: int, R2: int, CW: int, INTERLEAVED: bool, V
         compile_ = cute.compile
     return compile_(_kernels().rope_launch, *args, D, R2, CW, INTERLEAVED, V, VP, SV, CSV, RPC, HAS_POS, INVERSE,
                     make_fake_stream())
-
-
-def _new_output(shape: tuple[int, ...], like: Tensor, poison: bool) -> Tensor:
-    out = torch.empty(shape, dtype=like.dtype, device=like.device)
-    return out.fill_(float("nan")) if poison else out
 
 
 def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, partial: bool,
