@@ -20,8 +20,8 @@ from llm.report import (
     DEFAULT_ACC_MARGIN,
     DEFAULT_MARGIN,
     CompareError,
-    ReferenceNotFoundError,
     build_report,
+    cli_error_line,
     default_out_dir,
     write_report,
 )
@@ -73,14 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         report = build_report(args.dirs, allow_mixed=args.allow_mixed, reference=args.reference,
                               margin=args.margin, acc_margin=args.acc_margin)
         md = write_report(report, args.out if args.out is not None else default_out_dir(args.dirs))
-    except ReferenceNotFoundError as e:
-        print(f"error: argument --reference: {e}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as e:
-        print(f"error: argument DIR: {e}", file=sys.stderr)
-        return 2
-    except CompareError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (CompareError, FileNotFoundError) as e:
+        print(cli_error_line(e), file=sys.stderr)
         return 2
     print(md.read_text())
     for r in report.failures:

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from llm.report import CompareError, default_out_dir
+from llm.report import CompareError, cli_error_line, default_out_dir
 from llm.report.length import CSV_FILE, CURVES_FILE, POSITION_FILE, build_length_report, write_length_report
 
 
@@ -34,11 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = build_length_report(args.dirs)
         md = write_length_report(report, args.out if args.out is not None else default_out_dir(args.dirs))
-    except FileNotFoundError as e:
-        print(f"error: argument DIR: {e}", file=sys.stderr)
-        return 2
-    except CompareError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (CompareError, FileNotFoundError) as e:
+        print(cli_error_line(e), file=sys.stderr)
         return 2
     print(md.read_text())
     print(f"report: {md} (+ {CSV_FILE}, {CURVES_FILE}, {POSITION_FILE} in {md.parent})")

@@ -29,7 +29,7 @@ from llm.report.compare import (
     default_out_dir,
     write_report,
 )
-from llm.report.errors import CompareError, MixedRunsError, NoRunsError, ReferenceNotFoundError
+from llm.report.errors import CompareError, MixedRunsError, NoRunsError, ReferenceNotFoundError, cli_error_line
 from llm.report.runs import CRASHED, Run, find_crashed_dirs, find_run_dirs, load_runs, sweep_failures
 from llm.report.stats import mean_std
 
@@ -46,6 +46,7 @@ __all__ = [
     "MixedRunsError",
     "NoRunsError",
     "ReferenceNotFoundError",
+    "cli_error_line",
     "Report",
     "Run",
     "build_report",

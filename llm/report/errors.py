@@ -25,3 +25,12 @@ class MixedRunsError(CompareError):
 
 class ReferenceNotFoundError(CompareError, ValueError):
     """``reference=`` (CLI ``--reference``) names no implementation of the runs, or several."""
+
+
+def cli_error_line(e: CompareError | FileNotFoundError) -> str:
+    """The one line a report CLI prints for a user error: naming the argument at fault where one is."""
+    if isinstance(e, ReferenceNotFoundError):
+        return f"error: argument --reference: {e}"
+    if isinstance(e, FileNotFoundError):
+        return f"error: argument DIR: {e}"
+    return f"error: {e}"
