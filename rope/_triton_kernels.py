@@ -17,6 +17,11 @@ One kernel serves both entries, both directions and both tensors:
   masked), and since the masks are compile-time constants the loads vectorise for every head
   size. (With D/2 a runtime argument, a D/2 not a multiple of 16 lost the vector loads: 44% of copy
   bandwidth at D=48. Cutting a row into power-of-two chunks instead was slower still: 20-50%.)
+* Chunks (``CHUNKED``). Where R2 is not a power of two the row tile wastes lanes (D=40: 20 of 32
+  busy; 57% of copy bandwidth on the H200). There a program's tile is NCH chunks of V consecutive
+  pairs (V the largest power of two dividing R2, capped), taken across (row, chunk) pairs so every
+  lane works; each load is one V-element vector (85% at D=40). Rows with a copied tail keep the
+  row tiling. Both tilings compute every element identically (bit-identical results).
 * Layouts. ``INTERLEAVED`` pairs (2i, 2i + 1): the rotated part is loaded as one contiguous
   BR x 2HP tile and split into its even and odd elements (``tl.split``), then joined back for the
   store; the half layout pairs (i, i + R2) with two BR x HP tiles.
@@ -193,23 +198,137 @@ def _rotate_rows(
         tl.store(o_ptr + o_row + col * sod, tl.load(x_ptr + x_row + col * sxd, mask=pm), mask=pm)
 
 
+@triton.jit
+def _rotate_chunks(
+    x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod,
+    cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
+    g0, NR, T, H,
+    R2: tl.constexpr, CW: tl.constexpr, INTERLEAVED: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
+    NCH: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
+    HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
+):
+    """Rotate chunks [g0, g0 + NCH) of one tensor whose rows are M chunks of V pairs (R2 = M V).
+
+    For rotated widths that are not a power of two (R2 = 12, 20, 24, 28, 40, ...) a BR x HP row
+    tile pads every row to HP lanes (D=40: 20 of 32 busy). Here a program's NCH x V tile walks
+    (row, chunk) pairs instead, every lane busy; a chunk is V consecutive pairs, so each of its
+    loads is one vector access of V elements (half layout: x1 and x2; interleaved: 2V elements).
+    The copied tail of rotary_dim < D is not touched here: :func:`_copy_chunks` programs copy it.
+    """
+    DT: tl.constexpr = o_ptr.dtype.element_ty
+    g = g0 + tl.arange(0, NCH)
+    r = g // M
+    j = g - r * M
+    rm = r < NR
+    h = r % H
+    bt = r // H
+    t = (bt % T).to(tl.int64)
+    b = (bt // T).to(tl.int64)
+    x_row = ((b * sxb + t * sxt + h.to(tl.int64) * sxh) * SV)[:, None]
+    o_row = ((b * sob + t * sot + h.to(tl.int64) * soh) * SV)[:, None]
+    if HAS_POS:
+        pos = tl.load(pos_ptr + b * spb + t * spt, mask=rm, other=0).to(tl.int64)
+        valid = (pos >= 0) & (pos < NPOS)
+        pos = tl.where(valid, pos, 0)
+    else:
+        pos = t
+        valid = rm
+    col = (j * V)[:, None] + tl.arange(0, V)[None, :]  # pair index
+    trow = (pos * (s_cs * CSV))[:, None]
+    xm = tl.broadcast_to(rm[:, None], (NCH, V))  # every chunk of a row is whole
+    if CW < R2:  # variant=partial: pairs from CW on are cos 1, sin 0 without a load
+        cm = xm & (col < CW)
+    else:
+        cm = xm
+    c = tl.load(cos_ptr + trow + col, mask=cm, other=1.0, eviction_policy="evict_last").to(tl.float32)
+    s = tl.load(sin_ptr + trow + col, mask=cm, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    if HAS_POS:
+        c = tl.where(valid[:, None], c, float("nan"))
+        s = tl.where(valid[:, None], s, float("nan"))
+    if INVERSE:
+        s = -s
+    if INTERLEAVED:
+        col2 = (j * (2 * V))[:, None] + tl.arange(0, 2 * V)[None, :]
+        xm2 = tl.broadcast_to(rm[:, None], (NCH, 2 * V))
+        x = tl.load(x_ptr + x_row + col2 * sxd, mask=xm2).to(tl.float32)
+        x1, x2 = tl.split(tl.reshape(x, (NCH, V, 2)))
+        y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
+        y = tl.reshape(tl.join(y1, y2), (NCH, 2 * V))
+        tl.store(o_ptr + o_row + col2 * sod, _narrow(y, DT, EMULATE), mask=xm2)
+    else:
+        x1 = tl.load(x_ptr + x_row + col * sxd, mask=xm).to(tl.float32)
+        x2 = tl.load(x_ptr + x_row + (R2 + col) * sxd, mask=xm).to(tl.float32)
+        y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
+        tl.store(o_ptr + o_row + col * sod, _narrow(y1, DT, EMULATE), mask=xm)
+        tl.store(o_ptr + o_row + (R2 + col) * sod, _narrow(y2, DT, EMULATE), mask=xm)
+
+
+@triton.jit
+def _copy_chunks(
+    x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod, g0, NR, T, H,
+    START: tl.constexpr, VP: tl.constexpr, MP: tl.constexpr, NCP: tl.constexpr, SV: tl.constexpr,
+):
+    """Copy chunks [g0, g0 + NCP) of the pass-through tails (elements START .. START + MP VP of each
+    row, rotary_dim < D) in chunks of VP elements: with the chunk tiling the tail is its own set of
+    programs, so neither it nor the rotated part is padded to a power of two (a tail of 36 elements
+    in a 64-lane tile left 44% of the lanes idle)."""
+    g = g0 + tl.arange(0, NCP)
+    r = g // MP
+    j = g - r * MP
+    rm = r < NR
+    h = r % H
+    bt = r // H
+    t = (bt % T).to(tl.int64)
+    b = (bt // T).to(tl.int64)
+    x_row = ((b * sxb + t * sxt + h.to(tl.int64) * sxh) * SV)[:, None]
+    o_row = ((b * sob + t * sot + h.to(tl.int64) * soh) * SV)[:, None]
+    col = START + (j * VP)[:, None] + tl.arange(0, VP)[None, :]
+    m = tl.broadcast_to(rm[:, None], (NCP, VP))
+    tl.store(o_ptr + o_row + col * sod, tl.load(x_ptr + x_row + col * sxd, mask=m), mask=m)
+
+
 # Sizes and counts do not change the generated code's vector widths: keep them out of the
 # specialisation key so new shapes reuse the compiled kernel (strides stay in it; the row geometry
 # R2/CW/PASS/HP/PP is constexpr).
-@triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "HQ", "HK", "NRQ", "NRK", "NPQ"])
+@triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "HQ", "HK", "NRQ", "NRK", "NPQ", "NPR", "NPPQ"])
 def rope_kernel(
     q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr,
     sqb, sqt, sqh, sqd, skb, skt, skh, skd,
     soqb, soqt, soqh, soqd, sokb, sokt, sokh, sokd,
     spb, spt, s_cs, NPOS,
-    T, HQ, HK, NRQ, NRK, NPQ,
+    T, HQ, HK, NRQ, NRK, NPQ, NPR, NPPQ,
     R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
     HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
+    CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
+    VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1,
 ):
-    """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR), the others k's: q and k in one launch."""
+    """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
+    others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
+    tails, q's (NPPQ programs) then k's."""
     i = tl.program_id(0)
-    if i < NPQ:
+    if CHUNKED and PASS > 0 and i >= NPR:  # a constexpr test first: no copy code without a tail
+        if PASS > 0:
+            if i - NPR < NPPQ:
+                _copy_chunks(q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, (i - NPR) * NCP, NRQ, T, HQ,
+                             2 * R2, VP, MP, NCP, SV)
+            else:
+                _copy_chunks(k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, (i - NPR - NPPQ) * NCP, NRK,
+                             T, HK, 2 * R2, VP, MP, NCP, SV)
+    elif CHUNKED:
+        if i < NPQ:
+            _rotate_chunks(
+                q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, cos_ptr, sin_ptr, pos_ptr, spb, spt,
+                s_cs, NPOS, i * NCH, NRQ, T, HQ, R2, CW, INTERLEAVED, V, M, NCH, SV, CSV, HAS_POS, LOW, INVERSE,
+                EMULATE,
+            )  # fmt: skip
+        else:
+            _rotate_chunks(
+                k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, cos_ptr, sin_ptr, pos_ptr, spb, spt,
+                s_cs, NPOS, (i - NPQ) * NCH, NRK, T, HK, R2, CW, INTERLEAVED, V, M, NCH, SV, CSV, HAS_POS, LOW,
+                INVERSE, EMULATE,
+            )  # fmt: skip
+    elif i < NPQ:
         _rotate_rows(
             q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
             NPOS, i * BR, NRQ, T, HQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,

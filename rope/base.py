@@ -518,5 +518,9 @@ def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
         raise ValueError(f"packed positions must lie in [0, max_seq_len={max_seq_len}): the longest sequence plus "
                          f"its offset reaches {top}" + (f", an offset is {low}" if low < 0 else ""))
     tokens = torch.arange(total, device=device)
-    seq = torch.searchsorted(cu[1:], tokens, right=True)
+    # The sequence of each token: the number of starts <= it, less one (cu[0] = 0 is <= every token).
+    # Searched in the whole of ``cu``, never a slice of it: Inductor's searchsorted ignored a sliced
+    # boundary tensor's offset (pytorch/pytorch#182343), so under torch.compile on CUDA (torch 2.11)
+    # ``searchsorted(cu[1:], ...)`` came out one too high and indexed past ``offsets``.
+    seq = torch.searchsorted(cu, tokens, right=True) - 1
     return (tokens - cu[seq] + offsets[seq]).int()

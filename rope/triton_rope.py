@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -55,9 +55,18 @@ class LaunchConfig:
 
     tile: int = 0  # 0: chosen by width (1024 elements for rotated halves of <= 16 pairs, else 2048)
     num_warps: int = 8
+    #: The program tiling: 0 rows (a BR x HP tile of whole rows, the rotated width padded to a power
+    #: of two), 1 chunks (rows cut into chunks of V pairs, every lane busy: for rotated widths that are
+    #: not a power of two), -1 chosen by the row geometry (see :func:`launch_config`).
+    chunks: int = -1
 
 
 DEFAULT_LAUNCH = LaunchConfig()
+
+#: Whether rotated widths that are not a power of two take the chunk tiling unless a LaunchConfig says:
+#: on the H200 it lifted D = 24/40/56/80/160 from 57-81% to 81-91% of copy bandwidth (docs/kernels.md).
+CHUNKS_BY_DEFAULT = True
+
 
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
@@ -81,14 +90,24 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     hp = _next_pow2(rotary_pairs)
     passed = head_dim - 2 * rotary_pairs
     load_width = 2 * hp if interleaved else hp
-    if config.tile == 0:  # the default: what the H100 sweep found best for this width
-        config = LaunchConfig(1024 if load_width <= 16 else 2048, config.num_warps)
+    tile = config.tile or (1024 if load_width <= 16 else 2048)  # 0: what the H100 sweep found best for this width
     cw = rotary_pairs
     if partial and _pow2_unit(rotary_pairs // 2) >= min(4, _pow2_unit(rotary_pairs)):
         cw = rotary_pairs // 2  # the zero-frequency half: cos 1, sin 0 without loading them
+    if config.chunks in (0, 1):
+        chunked = config.chunks == 1
+    else:  # measured: chunks where R2 is not a power of two; a copied tail (rotary_dim < D) not yet
+        chunked = CHUNKS_BY_DEFAULT and hp != rotary_pairs and passed == 0
+    v = min(8 if interleaved else 16, _pow2_unit(rotary_pairs)) if chunked else 1
+    load_v = 2 * v if interleaved else v  # elements of one chunk's load: a load of NCH chunks holds ``tile``
+    # the copied tail's chunks: VP elements, dividing both its start (2 R2) and its length; a copy
+    # program moves at least 2048 elements (16 bytes a thread at 8 warps) whatever the rotated width
+    vp = min(16, _pow2_unit(2 * rotary_pairs), _pow2_unit(passed)) if chunked and passed else 1
     return {
         "R2": rotary_pairs, "CW": cw, "PASS": passed,
-        "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, config.tile // load_width),
+        "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, tile // load_width),
+        "CHUNKED": chunked, "V": v, "M": rotary_pairs // v, "NCH": max(1, tile // load_v) if chunked else 1,
+        "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
         "num_warps": config.num_warps,
     }
 
@@ -153,20 +172,28 @@ def launch(
     else:
         pos, spb, spt = cos, 0, 0
     cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), config)
+    if cfg["CHUNKED"] and max(nrq, nrk) * max(cfg["M"], cfg["MP"]) + max(cfg["NCH"], cfg["NCP"]) >= 2**31:
+        # chunk ids are int32: rows instead
+        cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, chunks=0))
     br = cfg["BR"]
     if max(nrq, nrk) + br >= 2**31:
         raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")
-    npq = -(-nrq // br)
+    # a program's work unit: BR rows, or NCH chunks of which a row has M (and NCP tail chunks, MP a row)
+    unit, per_row = (cfg["NCH"], cfg["M"]) if cfg["CHUNKED"] else (br, 1)
+    npq, npk = -(-nrq * per_row // unit), -(-nrk * per_row // unit)
+    nppq = nppk = 0
+    if cfg["CHUNKED"] and cfg["PASS"]:
+        nppq, nppk = -(-nrq * cfg["MP"] // cfg["NCP"]), -(-nrk * cfg["MP"] // cfg["NCP"])
     kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
     sv = _row_stride_unit(q, kk, out_q, ok)
     if sin.stride() != cos.stride():  # the kernel indexes both tables with cos's stride
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
-    _kernels.rope_kernel[(npq + -(-nrk // br),)](
+    _kernels.rope_kernel[(npq + npk + nppq + nppk,)](
         q, kk, out_q, ok, cos, sin, pos,
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(out_q, sv), *_scaled_strides(ok, sv),
         spb, spt, cos.stride(0) // csv, cos.shape[0],
-        T, HQ, HK, nrq, nrk, npq,
+        T, HQ, HK, nrq, nrk, npq, npq + npk, nppq,
         HAS_POS=positions is not None, LOW=bool(low_precision) and q.dtype != torch.float32,
         INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, **cfg,
     )  # fmt: skip
@@ -199,7 +226,7 @@ def _scaled_strides(t: Tensor, unit: int) -> tuple[int, int, int, int]:
 _SCHEMA = (
     "(Tensor q, Tensor? k, Tensor cos, Tensor sin, Tensor? positions, bool partial, bool low_precision,"
     f" bool interleaved=False, int tile={DEFAULT_LAUNCH.tile}, int num_warps={DEFAULT_LAUNCH.num_warps},"
-    " bool poison=False) -> (Tensor, Tensor)"
+    f" bool poison=False, int chunks={DEFAULT_LAUNCH.chunks}) -> (Tensor, Tensor)"
 )
 
 
@@ -207,27 +234,31 @@ def _empty_k(q: Tensor) -> Tensor:
     return q.new_empty((0,))
 
 
-def _op_launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved, tile, num_warps, poison):
+def _op_launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved, tile, num_warps, poison,
+               chunks):
     yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved=interleaved,
-                    config=LaunchConfig(tile, num_warps), poison=poison)
+                    config=LaunchConfig(tile, num_warps, chunks), poison=poison)
     return yq, _empty_k(q) if yk is None else yk
 
 
 @torch.library.custom_op("ropelab::rope_fwd", mutates_args=(), schema=_SCHEMA)
 def rope_fwd(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=DEFAULT_LAUNCH.tile,
-             num_warps=DEFAULT_LAUNCH.num_warps, poison=False):
+             num_warps=DEFAULT_LAUNCH.num_warps, poison=False, chunks=DEFAULT_LAUNCH.chunks):
     """Rotated (q, k); k's slot holds an empty tensor when k is None."""
-    return _op_launch(q, k, cos, sin, positions, partial, low_precision, False, interleaved, tile, num_warps, poison)
+    return _op_launch(q, k, cos, sin, positions, partial, low_precision, False, interleaved, tile, num_warps, poison,
+                      chunks)
 
 
 @torch.library.custom_op("ropelab::rope_bwd", mutates_args=(), schema=_SCHEMA)
 def rope_bwd(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=DEFAULT_LAUNCH.tile,
-             num_warps=DEFAULT_LAUNCH.num_warps, poison=False):
+             num_warps=DEFAULT_LAUNCH.num_warps, poison=False, chunks=DEFAULT_LAUNCH.chunks):
     """The transposed rotation of (q, k): the gradients of :func:`rope_fwd`."""
-    return _op_launch(q, k, cos, sin, positions, partial, low_precision, True, interleaved, tile, num_warps, poison)
+    return _op_launch(q, k, cos, sin, positions, partial, low_precision, True, interleaved, tile, num_warps, poison,
+                      chunks)
 
 
-def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0, poison=False):
+def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0, poison=False,
+          chunks=-1):
     yk = _empty_k(q) if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
 
@@ -242,14 +273,14 @@ def _setup_context(ctx, inputs, output):
     ctx.has_k = k is not None
     ctx.partial = partial
     ctx.low_precision = low_precision
-    ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison
+    ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks
 
 
 def _grads(op, ctx, gq, gk):
     cos, sin, positions = ctx.saved_tensors
     dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision,
                 *ctx.launch_args)
-    return (dq, dk if ctx.has_k else None) + (None,) * 9
+    return (dq, dk if ctx.has_k else None) + (None,) * 10
 
 
 def _fwd_backward(ctx, gq, gk):
@@ -315,16 +346,16 @@ def qkv_backward(
 def rope_qkv_bwd(
     gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
     partial: bool, low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
-    num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
+    num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False, chunks: int = DEFAULT_LAUNCH.chunks,
 ) -> Tensor:
     """:func:`qkv_backward` as an op opaque to torch.compile."""
     return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                        LaunchConfig(tile, num_warps), poison)
+                        LaunchConfig(tile, num_warps, chunks), poison)
 
 
 @torch.library.register_fake("ropelab::rope_qkv_bwd")
 def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
-                  poison=False):
+                  poison=False, chunks=-1):
     B, T, HQ, D = gq.shape
     return gq.new_empty((B, T, (HQ + 2 * gk.shape[2]) * D))
 
@@ -337,28 +368,30 @@ class _RopeQKVFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, tile, num_warps, poison):
+    def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, tile, num_warps, poison,
+                chunks):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():
-            yq, yk = rope_fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile, num_warps, poison)
+            yq, yk = rope_fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile, num_warps, poison,
+                              chunks)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps), poison=poison)
+                            config=LaunchConfig(tile, num_warps, chunks), poison=poison)
         ctx.save_for_backward(cos, sin, positions)
-        ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison)
+        ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison, chunks)
         return yq, yk, v
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
         cos, sin, positions = ctx.saved_tensors
-        partial, low_precision, interleaved, tile, num_warps, poison = ctx.args
+        partial, low_precision, interleaved, tile, num_warps, poison, chunks = ctx.args
         if torch.compiler.is_compiling():
             dqkv = rope_qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                num_warps, poison)
+                                num_warps, poison, chunks)
         else:
             dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                LaunchConfig(tile, num_warps), poison)
-        return (dqkv,) + (None,) * 11
+                                LaunchConfig(tile, num_warps, chunks), poison)
+        return (dqkv,) + (None,) * 12
 
 
 # -- the registry entries ---------------------------------------------------------------------------
@@ -400,10 +433,11 @@ class _TritonRotary(RotaryEmbedding):
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": "input" if self.low_precision else "float32"}
 
-    def _launch_args(self) -> tuple[bool, int, int, bool]:
-        """The layout, tuning and test hook as the scalars the launches take: interleaved, tile, warps, poison."""
+    def _launch_args(self) -> tuple[bool, int, int, bool, int]:
+        """The layout, tuning and test hook as the scalars the launches take: interleaved, tile, warps, poison,
+        chunks."""
         return (self.layout == "interleaved", self.launch_config.tile, self.launch_config.num_warps,
-                bool(self.poison_outputs))
+                bool(self.poison_outputs), self.launch_config.chunks)
 
     def _rotate_qkv(self, qkv, q, k, v, positions):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse

@@ -34,7 +34,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -42,7 +42,7 @@ import torch
 import rope
 from rope.base import RopeArgumentError, packed_positions
 from scripts import liger_adapter
-from scripts.benchlib import count_label, fmt, host_loop, markdown_table, rope_names, write_csv
+from scripts.benchlib import count_label, fmt, host_loop, markdown_table, rope_names, split_tiling, write_csv
 
 COMPILED = "torch_compiled"
 LIGER = liger_adapter.NAME
@@ -177,7 +177,7 @@ def impl_names(ropes: str | None, device: torch.device, liger: bool = True,
         if name == LIGER:  # the registry's entry: the same kernels behind input copies
             notes.append("the registry's liger entry is left out: Liger's kernels are timed natively as `liger`")
             continue
-        reason = rope.get(name).unavailable_reason(device)
+        reason = rope.get(split_tiling(name)[0]).unavailable_reason(device)
         if reason:
             notes.append(f"{name} left out: {reason}")
         else:
@@ -235,10 +235,15 @@ def build_impl(bench: Bench, name: str, D: int, max_seq_len: int, layout: str = 
             return Impl(COMPILED, lambda q, k, positions=None: cf(q, k, positions=positions),
                         lambda gq, gk, positions=None: ci(gq, gk, positions=positions),
                         "compiled transposed rotation (sin negated)", call=cf, module=fwd_mod)
-        reason = rope.get(name).unavailable_reason(bench.device)
+        base, chunks = split_tiling(name)
+        reason = rope.get(base).unavailable_reason(bench.device)
         if reason:
             return f"{name}: {reason}"
-        mod = rope.build(name, D, max_seq_len, **opts).to(bench.device)
+        mod = rope.build(base, D, max_seq_len, **opts).to(bench.device)
+        if chunks is not None:
+            if not hasattr(mod, "launch_config"):
+                return f"{name}: {base} has no launch configuration to choose a tiling in"
+            mod.launch_config = replace(mod.launch_config, chunks=chunks)
     except RopeArgumentError as exc:
         return f"{name}: {exc}"
     bwd = None

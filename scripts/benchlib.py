@@ -23,6 +23,17 @@ def require_cuda(script: str) -> None:
         raise SystemExit(f"{script} needs a CUDA GPU")
 
 
+#: ``NAME@TILING`` in a list of implementations: a Triton entry with its program tiling forced
+#: (``LaunchConfig.chunks``), so the two tilings are timed side by side in one run.
+TILINGS = {"rows": 0, "chunks": 1}
+
+
+def split_tiling(name: str) -> tuple[str, int | None]:
+    """``"triton_v4@chunks"`` -> ("triton_v4", 1); a plain name -> (name, None)."""
+    base, _, tiling = name.partition("@")
+    return base, (TILINGS[tiling] if tiling else None)
+
+
 def rope_names(selected: str | None, skip: Iterable[str] = ()) -> list[str]:
     """The RoPE implementations to measure: ``selected`` (comma-separated) or every registered one
     (``rope.available()``) but those in ``skip``, so a newly registered implementation is measured
@@ -31,10 +42,14 @@ def rope_names(selected: str | None, skip: Iterable[str] = ()) -> list[str]:
 
     if selected:
         names = [n.strip() for n in selected.split(",") if n.strip()]
-        unknown = [n for n in names if n not in rope.available()]
+        unknown = [n for n in names if n.partition("@")[0] not in rope.available()]
         if unknown:
             raise SystemExit(f"unknown RoPE implementation(s) {', '.join(unknown)}; available: "
                              f"{', '.join(rope.available())}")
+        bad = [n for n in names if "@" in n and n.partition("@")[2] not in TILINGS]
+        if bad:
+            raise SystemExit(f"unknown tiling in {', '.join(bad)}: NAME@TILING takes {' or '.join(TILINGS)} "
+                             "(the Triton entries' LaunchConfig.chunks)")
         return names
     return [n for n in rope.available() if n not in set(skip)]
 

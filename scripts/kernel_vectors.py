@@ -39,16 +39,18 @@ _ACCESS = re.compile(r"\b(ld|st)\.global(\.[\w:.]+)?\s")
 _T, _H = 2048, 16
 
 
-def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dtype: str, arch: int):
+def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dtype: str, arch: int,
+                   chunks: int = -1):
     """The compiled ``rope_kernel`` (forward, no positions) for contiguous (B, T, H, D) inputs."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from rope import _triton_kernels as kernels
-    from rope.triton_rope import _pow2_unit, launch_config
+    from rope.triton_rope import LaunchConfig, _pow2_unit, launch_config
 
-    cfg = dict(launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved"))
+    cfg = dict(launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved",
+                             LaunchConfig(chunks=chunks)))
     num_warps = cfg.pop("num_warps")
     fn = kernels.rope_kernel
     names = list(fn.arg_names)
@@ -90,7 +92,7 @@ def access_widths(ptx: str) -> dict[str, dict[int, int]]:
 
 
 def report(head_dims: list[int], layouts: list[str], fractions: list[float], variant: str, dtype: str,
-           arch: int) -> list[dict]:
+           arch: int, chunks: int = -1) -> list[dict]:
     rows = []
     for D in head_dims:
         for layout in layouts:
@@ -98,7 +100,7 @@ def report(head_dims: list[int], layouts: list[str], fractions: list[float], var
                 R = int(D * frac)
                 if R < 2 or R % 2 or (variant == "partial" and R % 4):
                     continue
-                kernel = compile_kernel(D, R, layout, variant, dtype, arch)
+                kernel = compile_kernel(D, R, layout, variant, dtype, arch, chunks)
                 widths = access_widths(kernel.asm["ptx"])
                 rows.append({"head_dim": D, "layout": layout, "rotary_dim": R, "variant": variant, "dtype": dtype,
                              "loads": widths["ld"], "stores": widths["st"],
@@ -118,6 +120,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--variant", default="partial", choices=("partial", "full"))
     p.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES))
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100/H200)")
+    p.add_argument("--tiling", default="auto", choices=("auto", "rows", "chunks"),
+                   help="the program tiling (LaunchConfig.chunks): auto is the kernel's own choice")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -131,12 +135,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         fractions = [float(x) for x in args.rotary_fractions.split(",")]
     except ValueError as exc:
         p.error(f"--head-dims / --rotary-fractions: comma-separated numbers expected ({exc})")
-    rows = report(dims, args.layouts.split(","), fractions, args.variant, args.dtype, args.arch)
+    chunks = {"auto": -1, "rows": 0, "chunks": 1}[args.tiling]
+    rows = report(dims, args.layouts.split(","), fractions, args.variant, args.dtype, args.arch, chunks)
     if args.json:
         print(json.dumps(rows))
     else:
         print(f"rope_kernel global accesses (instructions in the code by bytes per thread), sm_{args.arch}, "
-              f"{args.dtype}, variant={args.variant}")
+              f"{args.dtype}, variant={args.variant}, tiling {args.tiling}")
         print("| D | layout | rotary_dim | loads | stores | narrowest |\n|---|---|---:|---|---|---:|")
         for r in rows:
             print(f"| {r['head_dim']} | {r['layout']} | {r['rotary_dim']} | {_fmt(r['loads'])} | {_fmt(r['stores'])} "

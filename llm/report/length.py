@@ -4,8 +4,10 @@ Reads what ``python -m llm.eval_lengths`` wrote into run dirs (``eval_lengths/<l
 into a sweep dir (or any dir):
 
 * ``length_report.md`` - perplexity per variant × scaling × length (mean over seeds with a 95% CI over
-  seeds), and the Δ val loss of each scaling against no scaling for the same variant, length and seed
-  (paired by seed where both exist, else Welch);
+  seeds), the Δ val loss of each scaling against no scaling for the same variant, length and seed
+  (paired by seed where both exist, else Welch), and the Δ of each variant against the reference
+  variant (the float32 partial ``torch`` rotation, the project's reference) for the same scaling and
+  length: the question the sweep exists for, whether partial rotation extrapolates better than full;
 * ``length_report.csv`` - the same, one row per (variant, scaling, length), full precision;
 * ``length_curves.png`` - perplexity against evaluation length (log-x, log-y), one line per variant ×
   scaling, the seeds' range as a band;
@@ -47,10 +49,13 @@ CURVES_FILE = "length_curves.png"
 POSITION_FILE = "position_loss.png"
 #: The scaling every other one is compared with.
 NO_SCALING = "none"
+#: The variant every other one is compared with, when the runs have it (``rope.base.label`` of the reference).
+REFERENCE_VARIANT = "torch (partial, float32)"
 CSV_COLUMNS = ("variant", "scaling", "length", "n", "seeds", "val_loss_mean", "val_loss_ci_low", "val_loss_ci_high",
                "val_ppl", "val_ppl_ci_low", "val_ppl_ci_high", "val_ppl_min", "val_ppl_max", "val_acc_mean",
                "loss_beyond_train_mean", "delta_vs_none", "delta_ci_low", "delta_ci_high", "delta_p", "pairing",
-               "paired_seeds")
+               "paired_seeds", "reference_variant", "delta_vs_reference_variant", "ref_delta_ci_low",
+               "ref_delta_ci_high", "ref_delta_p", "ref_pairing")
 
 
 @dataclass
@@ -104,6 +109,7 @@ class Cell:
     beyond: dict[int | None, float]
     delta: Comparison | None = None  # against NO_SCALING, same variant and length
     paired_seeds: list[int] = field(default_factory=list)
+    vs_reference: Comparison | None = None  # against REFERENCE_VARIANT, same scaling and length
 
     @property
     def n(self) -> int:
@@ -136,15 +142,14 @@ def _pairing(a: dict, b: dict) -> list | None:
     return None
 
 
-def _compare(cell: Cell, ref: Cell) -> None:
+def _compare(cell: Cell, ref: Cell) -> tuple[Comparison, list[int]]:
+    """Δ val loss of ``cell`` against ``ref``: paired by seed where they pair (and the seeds), else Welch."""
     seeds = _pairing(cell.losses, ref.losses)
     if seeds is not None:
-        cell.delta = compare_paired([cell.losses[s] for s in seeds], [ref.losses[s] for s in seeds], DEFAULT_MARGIN,
-                                    lower_is_better=True)
-        cell.paired_seeds = seeds
-    else:
-        cell.delta = compare_unpaired(list(cell.losses.values()), list(ref.losses.values()), DEFAULT_MARGIN,
-                                      lower_is_better=True)
+        return compare_paired([cell.losses[s] for s in seeds], [ref.losses[s] for s in seeds], DEFAULT_MARGIN,
+                              lower_is_better=True), seeds
+    return compare_unpaired(list(cell.losses.values()), list(ref.losses.values()), DEFAULT_MARGIN,
+                            lower_is_better=True), []
 
 
 @dataclass
@@ -221,7 +226,10 @@ def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
     for c in cells:
         ref = report.cell(c.variant, NO_SCALING, c.length)
         if c.scaling != NO_SCALING and ref is not None:
-            _compare(c, ref)
+            c.delta, c.paired_seeds = _compare(c, ref)
+        ref = report.cell(REFERENCE_VARIANT, c.scaling, c.length)
+        if c.variant != REFERENCE_VARIANT and ref is not None:
+            c.vs_reference = _compare(c, ref)[0]
     return report
 
 
@@ -235,10 +243,10 @@ def _ppl_text(c: Cell | None) -> str:
     return f"{fmt(mean, digits)} {ci}"
 
 
-def _delta_text(c: Cell | None) -> str:
-    if c is None or c.delta is None:
+def _delta_text(c: Cell | None, against_variant: bool = False) -> str:
+    d = None if c is None else (c.vs_reference if against_variant else c.delta)
+    if d is None:
         return "-"
-    d = c.delta
     ci = "n=1" if d.ci is None else f"[{signed(d.ci[0])}, {signed(d.ci[1])}]"
     return f"{signed(d.delta)} {ci}" + (" (Welch)" if d.method == WELCH else "")
 
@@ -301,6 +309,15 @@ def length_markdown(report: LengthReport) -> str:
                           [[v, s, *(_delta_text(report.cell(v, s, L)) for L in lengths)] for v, s in compared])
     else:
         lines.append("(no scaling other than none was evaluated)")
+    against = [(v, s) for v, s in report.groups if v != REFERENCE_VARIANT
+               and any(report.cell(v, s, L) and report.cell(v, s, L).vs_reference for L in lengths)]
+    if against:
+        lines += ["", f"## Δ val loss against {REFERENCE_VARIANT}", "",
+                  f"Variant − {REFERENCE_VARIANT}, same scaling and length, paired by seed (nats; negative: the "
+                  "variant does better); 95% CI; `(Welch)` where the seeds do not pair. A variant evaluated "
+                  "without some scaling (none rotates nothing to scale) has no row for it.", ""]
+        lines += md_table(["Variant", "Scaling", *map(str, lengths)],
+                          [[v, s, *(_delta_text(report.cell(v, s, L), True) for L in lengths)] for v, s in against])
     missing = report.unevaluated
     if missing or report.unreadable:
         lines += ["", "## Not evaluated", ""]
@@ -327,8 +344,16 @@ def _csv_rows(report: LengthReport) -> list[list[Any]]:
                          None if d is None else d.delta, None if d is None or d.ci is None else d.ci[0],
                          None if d is None or d.ci is None else d.ci[1], None if d is None else d.p,
                          None if d is None else ("unpaired (Welch)" if d.method == WELCH else "paired"),
-                         " ".join(map(str, c.paired_seeds))])
+                         " ".join(map(str, c.paired_seeds)), *_reference_cells(c)])
     return rows
+
+
+def _reference_cells(c: Cell) -> list[Any]:
+    r = c.vs_reference
+    if r is None:
+        return [None] * 6
+    return [REFERENCE_VARIANT, r.delta, None if r.ci is None else r.ci[0], None if r.ci is None else r.ci[1], r.p,
+            "unpaired (Welch)" if r.method == WELCH else "paired"]
 
 
 def write_length_csv(report: LengthReport, path: Path) -> None:

@@ -123,6 +123,15 @@ def _distinct(values: Iterable[Any]) -> str:
     return ", ".join(vals) if vals else "n/a"
 
 
+def _device(run: Run) -> Any:
+    return run.summary.get("device", run.config.get("device"))
+
+
+def _devices(runs: Iterable[Run]) -> list[str]:
+    """The distinct devices the runs report, in order of appearance."""
+    return [str(d) for d in dict.fromkeys(_device(r) for r in runs) if d is not None]
+
+
 def _config_section(report: Report) -> list[str]:
     runs = [r for r in report.runs if r.config]
     n_done = sum(r.completed for r in report.runs)
@@ -138,9 +147,14 @@ def _config_section(report: Report) -> list[str]:
         f"- steps: {_distinct(get_dotted(r.config, 'train.max_steps') for r in runs)} (train.max_steps); "
         f"batch_size={_distinct(get_dotted(r.config, 'train.batch_size') for r in runs)}, "
         f"grad_accum={_distinct(get_dotted(r.config, 'train.grad_accum') for r in runs)}",
-        f"- device: {_distinct(r.summary.get('device', r.config.get('device')) for r in report.runs)}",
+        f"- device: {_distinct(_device(r) for r in report.runs)}",
         f"- git commit: {_distinct(r.summary.get('git_commit') for r in report.runs)}",
     ]
+    devices = _devices(report.runs)
+    if len(devices) > 1:
+        lines += ["", f"**Runs from {len(devices)} devices** (the Per-seed table names each run's): a pair of runs "
+                  "on two devices also differs by the devices' arithmetic (kernel choices, reduction orders), and "
+                  "times and tokens/s compare only between runs on one device that ran alone or equally shared."]
     if report.diffs:
         lines += ["", "**Mixed runs (`--allow-mixed`)**: these config keys differ between runs:", "", "```"]
         lines += [*describe_differences(report.diffs), "```"]
@@ -298,13 +312,15 @@ def _fidelity_section(report: Report) -> list[str]:
 def _per_seed_section(report: Report) -> list[str]:
     with_se, with_tokens = _has(report.runs, "val_loss_se"), _has(report.runs, "val_tokens")
     header = ["Implementation", "Seed", "Status", "Step", *(t for _, t, _ in METRICS)]
-    header += ["Val loss SE"] * with_se + ["Val tokens"] * with_tokens + ["Run"]
+    with_device = len(_devices(report.runs)) > 1
+    header += ["Val loss SE"] * with_se + ["Val tokens"] * with_tokens + ["Device"] * with_device + ["Run"]
     detail = []
     for g in report.groups:
         for r in [*g.runs, *g.excluded]:
             row = [g.label, str(r.seed), r.status, str(r.summary.get("step", "n/a")),
                    *(fmt(r.value(m), d) for m, _, d in METRICS)]
             row += [fmt(r.value("val_loss_se"), 4)] * with_se + [fmt(r.value("val_tokens"), 0)] * with_tokens
+            row += [str(_device(r) or "n/a")] * with_device
             detail.append([*row, f"`{r.name}`"])
     return ["", "## Per-seed runs", "", *md_table(header, detail)]
 

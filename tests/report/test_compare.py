@@ -179,6 +179,25 @@ def test_markdown_and_plots(sweep: Path):
         assert data.startswith(PNG_MAGIC) and len(data) > 5000
 
 
+def test_runs_from_two_devices_are_flagged(tmp_path: Path):
+    """Merged sweeps from two GPUs: the report says so and names each run's device."""
+    sweep = make_sweep(tmp_path / "sweep")
+    summary = sweep / "0_rope=torch,seed=0" / "summary.json"
+    data = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**data, "device": "NVIDIA H200"}))
+    text = compare_runs([sweep], sweep).read_text()
+    assert "- device: cpu, NVIDIA H200" in text or "- device: NVIDIA H200, cpu" in text
+    assert "**Runs from 2 devices**" in text
+    per_seed = text[text.index("## Per-seed runs"):]
+    assert "| Device | Run |" in per_seed
+    assert per_seed.count("| NVIDIA H200 |") == 1 and per_seed.count("| cpu |") == 5
+
+
+def test_one_device_has_no_device_column(sweep: Path):
+    text = compare_runs([sweep], sweep).read_text()
+    assert "Runs from" not in text and "| Device |" not in text
+
+
 def test_fidelity_against_the_same_seed_reference(tmp_path: Path):
     """Each run is measured against the float32 torch run of its seed; a repeated reference too."""
     numbers = {**NUMBERS, ("torch", "bfloat16"): [(9.0, 3.25, 0.3, 21.0, 900.0)]}

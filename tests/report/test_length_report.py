@@ -108,6 +108,25 @@ def test_ci_over_seeds_and_the_paired_delta_match_hand_computed_values(sweep):
         assert (sweep / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (sweep / name).stat().st_size > 10_000
 
 
+def test_each_variant_is_compared_with_the_partial_reference_at_the_same_scaling_and_length(sweep):
+    """full − partial, paired by seed where the seeds match (no scaling), Welch where they do not (yarn)."""
+    report = build_length_report([sweep])
+    write_length_report(report, sweep)
+    table = rows(sweep / CSV_FILE)
+    d_mean, d_lo, d_hi = t_ci([0.5, 0.5, 0.1])  # full − partial at 64, no scaling: 2.5-2.0, 2.6-2.1, 2.4-2.3
+    r = table[(FULL, "none", 64)]
+    assert (r["reference_variant"], r["ref_pairing"]) == (PARTIAL, "paired")
+    assert float(r["delta_vs_reference_variant"]) == pytest.approx(d_mean, abs=1e-12)
+    assert (float(r["ref_delta_ci_low"]), float(r["ref_delta_ci_high"])) == pytest.approx((d_lo, d_hi), abs=1e-9)
+    assert table[(FULL, YARN, 64)]["ref_pairing"] == "unpaired (Welch)"
+    assert table[(PARTIAL, "none", 64)]["delta_vs_reference_variant"] == "", "the reference itself"
+    md = (sweep / MD_FILE).read_text()
+    section = md.split(f"## Δ val loss against {PARTIAL}")[1].split("## ")[0]
+    assert f"| {FULL} | none | " in section and f"+{d_mean:.4f} [{MINUS}{-d_lo:.4f}, +{d_hi:.4f}] |" in section
+    assert f"| {FULL} | {YARN} | " in section and "(Welch)" in section
+    assert f"| {PARTIAL} |" not in section
+
+
 def test_rows_are_grouped_by_variant_then_no_scaling_first(sweep):
     report = build_length_report([sweep])
     assert report.groups == [(FULL, "none"), (FULL, YARN), (PARTIAL, "none"), (PARTIAL, YARN)]

@@ -376,6 +376,25 @@ def test_packed_sequences(name, opts, offsets, dtype, device):
         assert_conforms(out, ref, pair_scale(like), arith, dtype, what)
 
 
+def test_packed_positions_compiled_match_the_written_out_rows(device):
+    """Under torch.compile the packed positions are the eager ones. Guards pytorch/pytorch#182343:
+    Inductor's searchsorted on a slice of ``cu_seqlens`` came out one too high on CUDA (torch 2.11),
+    indexing past the offsets (the bench's compiled reference crashed with a device-side assert)."""
+    from rope.base import packed_positions
+
+    torch._dynamo.reset()
+    lengths, offs = [3, 0, 5, 1, 4, 2], [0, 7, 2, 11, 1, 0]
+    cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+    offsets = torch.tensor(offs, device=device)
+    compiled = torch.compile(packed_positions)
+    got = compiled(cu, sum(lengths), 32, offsets, device)
+    assert torch.equal(got.cpu(), _packed_rows(lengths, offs).int())
+    r = build("torch", {}, 32, 16, device)
+    q = torch.randn(sum(lengths), 2, 32, device=device)
+    want = r(q, None, cu_seqlens=cu)
+    assert torch.equal(torch.compile(r)(q, None, cu_seqlens=cu), want)
+
+
 # -- positions outside the table --------------------------------------------------------------------------
 @pytest.mark.parametrize("name,opts", ENTRIES)
 def test_out_of_range_positions_give_nan_rows(name, opts, device):

@@ -438,13 +438,28 @@ def test_launch_configuration_is_constexpr_row_geometry():
     to a power of two, and a load holds ``tile`` elements."""
     assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=8)  # tile by width
     cfg = triton_rope.launch_config
+    rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1}
     assert cfg(128, 64, True, False) == {"R2": 64, "CW": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
-                                         "BR": 32, "num_warps": 8}
+                                         "BR": 32, "M": 64, "num_warps": 8, **rows}
     assert cfg(16, 8, True, False)["BR"] == 128  # narrow rows: 1024-element loads
-    assert cfg(48, 24, True, False)["HP"] == 32 and cfg(48, 24, True, False)["BR"] == 64
-    assert cfg(80, 20, False, True) == {"R2": 20, "CW": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
-                                        "BR": 32, "num_warps": 8}
     assert cfg(256, 128, False, False, triton_rope.LaunchConfig(4096, 4))["BR"] == 32
+    # A rotated width that is not a power of two: chunks of V pairs (every lane busy), a load of
+    # NCH chunks holding the tile's 2048 elements; with a copied tail (rotary_dim < D), rows.
+    assert cfg(48, 24, True, False) | {"BR": 0} == {"R2": 24, "CW": 12, "PASS": 0, "INTERLEAVED": False, "HP": 32,
+                                                    "PP": 1, "BR": 0, "CHUNKED": True, "V": 8, "M": 3, "NCH": 256,
+                                                    "VP": 1, "MP": 1, "NCP": 1, "num_warps": 8}
+    assert [(cfg(d, d // 2, True, False)["V"], cfg(d, d // 2, True, False)["M"]) for d in (24, 40, 80, 96)] == \
+        [(4, 3), (4, 5), (8, 5), (16, 3)]
+    assert [cfg(d, d // 2, True, True)[k] for d in (40, 96) for k in ("V", "NCH")] == [4, 256, 8, 128]
+    assert cfg(80, 20, False, True) == {"R2": 20, "CW": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
+                                        "BR": 32, "M": 20, "num_warps": 8, **rows}
+    forced = triton_rope.LaunchConfig(chunks=0)
+    assert not cfg(48, 24, True, False, forced)["CHUNKED"] and cfg(48, 24, True, False, forced)["BR"] == 64
+    assert cfg(64, 32, True, False, triton_rope.LaunchConfig(chunks=1))["CHUNKED"]  # forced on a power of two
+    # rotary_dim < D: rows by default (not measured yet); forced chunks copy the tail in chunks of its own
+    assert not cfg(48, 6, True, False)["CHUNKED"]
+    tail = cfg(48, 6, True, False, triton_rope.LaunchConfig(chunks=1))
+    assert [tail[k] for k in ("V", "M", "VP", "MP", "NCP")] == [2, 3, 4, 9, 512]  # copies: >= 2048-element tiles
     # variant=partial loads the cos/sin of the rotating half only, unless its width is not a multiple
     # of 4 floats (the mask would shorten the 16-byte loads): D=40, 24 then load the whole table row.
     assert [cfg(d, d // 2, True, False)["CW"] for d in (16, 24, 40, 48, 56, 80)] == [4, 12, 20, 12, 28, 20]
@@ -524,3 +539,35 @@ def test_row_strides_are_passed_in_their_largest_power_of_two_unit():
     assert triton_rope._row_stride_unit(q, torch.empty(2, 3, 4, 128)) == 8
     assert triton_rope._row_stride_unit(torch.empty(2, 3, 5, 26)) == 2
     assert triton_rope._scaled_strides(q, 8) == (36, 12, 3, 1)
+
+
+# -- the two program tilings compute the same function ------------------------------------------------
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("layout", ("half", "interleaved"))
+@pytest.mark.parametrize("D,rotary_dim", ((24, None), (40, None), (48, None), (64, None), (48, 24), (48, 12),
+                                          (64, 16), (40, 20), (56, 8)))
+def test_row_and_chunk_tilings_give_identical_results(impl, layout, D, rotary_dim, device):
+    """Rows (a padded BR x HP tile) and chunks (V pairs per lane group; a copied tail in chunks of
+    its own) differ only in which program handles an element, so forward and backward agree bit for
+    bit: with positions, GQA, strided views of a fused qkv, rotary_dim < D, and at sizes where the
+    last program is partial. The conformance grid checks the default tiling against the float64
+    formula; this keeps the other one honest."""
+    mods = {}
+    for chunks in (0, 1):
+        m = rope.build(impl, D, 16, layout=layout, rotary_dim=rotary_dim).to(device)
+        m.launch_config = triton_rope.LaunchConfig(chunks=chunks)
+        m.poison_outputs = True
+        mods[chunks] = m
+    qkv = torch.randn(3, 7, (3 + 2 * 1) * D, device=device, dtype=torch.bfloat16)
+    q, k, _ = rope.base.split_qkv(qkv, 3, 1, D)  # strided views
+    pos = torch.randint(0, 16, (3, 7), device=device)
+    grads = (torch.randn(3, 7, 3, D, device=device, dtype=torch.bfloat16),
+             torch.randn(3, 7, 1, D, device=device, dtype=torch.bfloat16))
+    outs = {}
+    for chunks, m in mods.items():
+        qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
+        y = m(qg, kg, positions=pos)
+        outs[chunks] = (*y, *torch.autograd.grad(y, (qg, kg), grads), *m(q, k))
+    assert mods[1].launch_config.chunks == 1
+    for a, b in zip(outs[0], outs[1], strict=True):
+        assert not a.isnan().any() and torch.equal(a, b)

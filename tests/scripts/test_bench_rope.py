@@ -13,7 +13,7 @@ import torch
 import rope
 from scripts import bench_rope, liger_adapter
 from scripts import bench_rope_modes as bm
-from scripts.benchlib import WallTimer, count_label, host_loop, parse_count
+from scripts.benchlib import WallTimer, count_label, host_loop, parse_count, rope_names
 
 M = 2**20
 
@@ -172,6 +172,24 @@ def test_compiled_backward_is_the_autograd_gradient():
     assert "half layout" in bm.build_impl(bench, bm.LIGER, 16, 8, "interleaved", None) or \
         liger_adapter.unavailable_reason()
     assert "rotary_dim" in bm.build_impl(bench, "triton_v4", 16, 8, "half", 6)
+
+
+def test_a_tiling_suffix_times_the_entry_with_that_tiling():
+    """``triton_v4@chunks`` / ``@rows``: the same entry, its LaunchConfig.chunks forced, same results."""
+    bench = _bench()
+    q, k = torch.randn(2, 3, 2, 40, dtype=torch.bfloat16), torch.randn(2, 3, 1, 40, dtype=torch.bfloat16)
+    outs = {}
+    for name, chunks in (("triton_v4@chunks", 1), ("triton_v4@rows", 0)):
+        impl = bm.build_impl(bench, name, 40, 8)
+        assert impl.name == name and impl.module.launch_config.chunks == chunks
+        outs[name] = impl.fwd(q, k)
+    assert all(torch.equal(a, b) for a, b in zip(*outs.values(), strict=True))
+    assert "no launch configuration" in bm.build_impl(bench, "torch@chunks", 40, 8)
+    assert rope_names("triton_v4,triton_v4@chunks") == ["triton_v4", "triton_v4@chunks"]
+    with pytest.raises(SystemExit, match="unknown tiling in triton_v4@cols: NAME@TILING takes rows or chunks"):
+        rope_names("triton_v4@cols")
+    with pytest.raises(SystemExit, match="unknown RoPE implementation"):
+        rope_names("nope@rows")
 
 
 def test_impl_names_order_and_notes():
