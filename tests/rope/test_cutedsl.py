@@ -1,0 +1,98 @@
+"""rope=cutedsl on a machine without a GPU: the missing package is named, the CPU is refused with a
+reason, the launch geometry, and (with nvidia-cutlass-dsl installed) the kernel compiled offline for
+sm_90a with vector memory accesses. Its numerics run on the GPU: ``test_cutedsl_gpu.py``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rope
+from rope import cutedsl
+from scripts.kernel_vectors import access_widths
+
+
+def test_missing_package_is_named(monkeypatch):
+    monkeypatch.setattr(cutedsl.importlib.util, "find_spec", lambda name: None)
+    reason = rope.get("cutedsl").unavailable_reason(torch.device("cuda"))
+    assert "nvidia-cutlass-dsl" in reason and "\n" not in reason
+    with pytest.raises(RuntimeError, match="nvidia-cutlass-dsl"):
+        rope.build("cutedsl", 64, 128)
+
+
+def test_cpu_is_refused_with_a_reason(monkeypatch):
+    monkeypatch.setattr(cutedsl, "package_missing", lambda: None)
+    reason = rope.get("cutedsl").unavailable_reason(torch.device("cpu"))
+    assert "CUDA GPU" in reason and "rope=torch" in reason
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        # D, R2, partial, interleaved, element bytes, row alignment (elements) -> V, CW, VP, RPC
+        ((64, 32, True, False, 2, 8), {"V": 8, "CW": 16, "VP": 8, "RPC": 64}),
+        ((48, 24, True, False, 2, 8), {"V": 8, "CW": 24, "VP": 8, "RPC": 85}),  # 12 pairs: not a multiple of V
+        ((40, 20, True, False, 2, 8), {"V": 4, "CW": 20, "VP": 8, "RPC": 51}),
+        ((48, 24, True, True, 2, 8), {"V": 4, "CW": 12, "VP": 8, "RPC": 42}),  # 2V elements per vector
+        ((48, 6, True, False, 2, 8), {"V": 2, "CW": 6, "VP": 4, "RPC": 85}),  # rotary_dim 12: 36 copied
+        ((64, 32, False, False, 4, 4), {"V": 4, "CW": 32, "VP": 4, "RPC": 32}),  # float32
+        ((64, 32, True, False, 2, 2), {"V": 2, "CW": 16, "VP": 2, "RPC": 16}),  # rows only 4-byte aligned
+    ],
+)
+def test_geometry(args, expected):
+    geo = cutedsl.geometry(*args)
+    assert {k: geo[k] for k in expected} == expected
+
+
+CONFIGS = [  # D, R2, interleaved, positions, inverse
+    (64, 32, False, False, False),
+    (48, 24, False, True, False),
+    (80, 40, False, False, True),
+    (128, 64, True, False, False),
+    (48, 24, True, True, True),
+    (128, 32, False, False, False),  # rotary_dim 64
+]
+
+
+@pytest.mark.parametrize("D,R2,interleaved,has_pos,inverse", CONFIGS)
+def test_compiles_offline_with_vector_accesses(D, R2, interleaved, has_pos, inverse):
+    """The kernel compiles for sm_90a without a GPU; its row and table accesses are 16-byte vectors
+    (the positions, one int32 per row, are the only narrower load)."""
+    pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed (pip install -e '.[cutedsl]')")
+    geo = cutedsl.geometry(D, R2, True, interleaved, 2, 8)
+    fn = cutedsl._compiled(torch.bfloat16, geo["D"], geo["R2"], geo["CW"], interleaved, geo["V"], geo["VP"], 8, 4,
+                           geo["RPC"], has_pos, inverse, 16, "sm_90a")
+    widths = access_widths(fn.artifacts.PTX)
+    assert set(widths["st"]) == {16}, widths
+    assert 16 in widths["ld"] and set(widths["ld"]) <= {16} | ({4} if has_pos else set()), widths
+
+
+def test_launch_passes_every_runtime_argument(monkeypatch):
+    """The host side of a launch on a GQA qkv view with positions: one runtime argument per
+    non-compile-time parameter of ``rope_launch``, in its order, strides in the compile-time unit
+    (the kernel itself needs a GPU; here a recorder stands in for the compiled function)."""
+    pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed (pip install -e '.[cutedsl]')")
+    import inspect
+
+    calls, specs = [], []
+    monkeypatch.setattr(cutedsl, "_compiled", lambda *spec: specs.append(spec) or (lambda *a: calls.append(a)))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0})())
+    B, T, HQ, HK, D = 2, 5, 4, 2, 48
+    qkv = torch.randn(B, T, (HQ + 2 * HK) * D, dtype=torch.bfloat16)
+    q, k, _ = rope.base.split_qkv(qkv, HQ, HK, D)
+    cos, sin = torch.randn(64, 24), torch.randn(64, 24)
+    pos = torch.randint(0, 64, (B, T))
+    yq, yk = cutedsl.launch(q, k, cos, sin, pos, True, False)
+    (args,) = calls
+    params = inspect.signature(cutedsl._kernels().rope_launch).parameters
+    runtime = [n for n, p in params.items() if "Constexpr" not in str(p.annotation)]
+    assert len(args) == len(runtime)
+    named = dict(zip(runtime, args, strict=True))
+    (spec,) = specs
+    sv = spec[7]  # SV: the strides' unit
+    assert sv == 8  # row strides 384 and 48 bf16 elements, 16-byte rows
+    assert [named[n] for n in ("B", "T", "HQ", "HK")] == [B, T, HQ, HK]
+    assert [named[n] * sv for n in ("sqb", "sqt", "sqh", "skb", "skt", "skh")] == [*q.stride()[:3], *k.stride()[:3]]
+    assert [named[n] * sv for n in ("soqb", "soqt", "soqh")] == list(yq.stride()[:3])
+    assert named["n_pos"] == 64 and (named["spb"], named["spt"]) == pos.stride()
+    assert named["q_ptr"] is not named["k_ptr"] and spec[10] is True  # HAS_POS
