@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+import tempfile
 
 import torch
 from torch import Tensor
@@ -112,14 +113,18 @@ def _compiled(dtype: torch.dtype, D: int, R2: int, CW: int, INTERLEAVED: bool, V
         return make_ptr(t, 0, AddressSpace.gmem, assumed_align=align)
 
     args = [ptr(dt, ALIGN)] * 4 + [ptr(cutlass.Float32, 16)] * 2 + [ptr(cutlass.Int32, 4)] + [1] * 20
-    if ptx_arch:
-        from cutlass.base_dsl.compiler import GPUArch
+    run = (D, R2, CW, INTERLEAVED, V, VP, SV, CSV, RPC, HAS_POS, INVERSE, make_fake_stream())
+    if not ptx_arch:
+        return cute.compile(_kernels().rope_launch, *args, *run)
+    from cutlass.base_dsl.compiler import DumpDir, GPUArch
 
-        compile_ = cute.compile[cute.KeepPTX(True), GPUArch(ptx_arch)]
-    else:
-        compile_ = cute.compile
-    return compile_(_kernels().rope_launch, *args, D, R2, CW, INTERLEAVED, V, VP, SV, CSV, RPC, HAS_POS, INVERSE,
-                    make_fake_stream())
+    # KeepPTX writes a .ptx file: into a directory of our own that goes away (the text stays in .artifacts),
+    # not into the caller's working directory
+    with tempfile.TemporaryDirectory(prefix="ropelab_cute_ptx_") as tmp:
+        compile_ = cute.compile[cute.KeepPTX(True), GPUArch(ptx_arch), DumpDir(tmp)]
+        compiled = compile_(_kernels().rope_launch, *args, *run)
+        compiled.artifacts.PTX  # noqa: B018 -- read while the file exists, should it be read lazily
+    return compiled
 
 
 def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, partial: bool,

@@ -4,6 +4,8 @@ sm_90a with vector memory accesses. Its numerics run on the GPU: ``test_cutedsl_
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -57,14 +59,17 @@ CONFIGS = [  # D, R2, interleaved, positions, inverse
 @pytest.mark.parametrize("D,R2,interleaved,has_pos,inverse", CONFIGS)
 def test_compiles_offline_with_vector_accesses(D, R2, interleaved, has_pos, inverse):
     """The kernel compiles for sm_90a without a GPU; its row and table accesses are 16-byte vectors
-    (the positions, one int32 per row, are the only narrower load)."""
+    (the positions, one int32 per row, are the only narrower load). The PTX file CuTeDSL writes to
+    keep the text does not land in the working directory (CuTeDSL's default dump directory)."""
     pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed (pip install -e '.[cutedsl]')")
+    before = set(Path.cwd().iterdir())
     geo = cutedsl.geometry(D, R2, True, interleaved, 2, 8)
     fn = cutedsl._compiled(torch.bfloat16, geo["D"], geo["R2"], geo["CW"], interleaved, geo["V"], geo["VP"], 8, 4,
                            geo["RPC"], has_pos, inverse, 16, "sm_90a")
     widths = access_widths(fn.artifacts.PTX)
     assert set(widths["st"]) == {16}, widths
     assert 16 in widths["ld"] and set(widths["ld"]) <= {16} | ({4} if has_pos else set()), widths
+    assert set(Path.cwd().iterdir()) == before
 
 
 def test_launch_passes_every_runtime_argument(monkeypatch):
