@@ -295,18 +295,22 @@ def rope_kernel(
     q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr,
     sqb, sqt, sqh, sqd, skb, skt, skh, skd,
     soqb, soqt, soqh, soqd, sokb, sokt, sokh, sokd,
-    spb, spt, s_cs, NPOS,
+    spb, spt, s_cs, NPOS, ook,
     T, HQ, HK, NRQ, NRK, NPQ, NPR, NPPQ,
     R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
     HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
     CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
-    VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1,
+    VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
     others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
-    tails, q's (NPPQ programs) then k's."""
+    tails, q's (NPPQ programs) then k's. OUT_SHARED: k's outputs live in q's output buffer, ``ook * SV``
+    elements in (the slices of one d qkv), and ``ok_ptr`` is not used, so the kernel writes through one
+    tensor argument only (under torch.compile two mutated views of one buffer are cloned and copied back)."""
     i = tl.program_id(0)
+    if OUT_SHARED:
+        ok_ptr = oq_ptr + ook * SV
     if CHUNKED and PASS > 0 and i >= NPR:  # a constexpr test first: no copy code without a tail
         if PASS > 0:
             if i - NPR < NPPQ:

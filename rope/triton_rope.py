@@ -152,6 +152,7 @@ def launch(
     config: LaunchConfig = DEFAULT_LAUNCH,
     poison: bool = False,
     traced: bool = False,
+    shared_out: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Rotate (``inverse``: rotate back) q and k in one kernel launch; new (B, T, H, D) outputs.
 
@@ -161,8 +162,10 @@ def launch(
     strides: the slices of d qkv in :func:`qkv_backward`, or test buffers) receive the results
     instead of fresh tensors; fresh ones are NaN-filled first when ``poison``. ``config`` tunes the
     launch. ``traced``: launch through ``torch.library.wrap_triton``, as the bodies of the
-    ``triton_op`` entries must (Inductor then launches the kernel itself). Shapes and dtypes are
-    assumed valid (the module checks).
+    ``triton_op`` entries must (Inductor then launches the kernel itself). ``shared_out``: ``out_q``
+    and ``out_k`` are slices of one buffer, ``out_k`` after ``out_q``: the kernel then writes both
+    through ``out_q``'s storage (one mutated argument; see the kernel's OUT_SHARED). Shapes and
+    dtypes are assumed valid (the module checks).
     """
     if _kernels is None:
         raise RuntimeError(
@@ -199,17 +202,23 @@ def launch(
         nppq, nppk = -(-nrq * cfg["MP"] // cfg["NCP"]), -(-nrk * cfg["MP"] // cfg["NCP"])
     kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
     sv = _row_stride_unit(q, kk, out_q, ok)
+    shared = bool(shared_out) and k is not None
+    ook = out_k.storage_offset() - out_q.storage_offset() if shared else 0
+    if ook < 0:
+        raise ValueError(f"shared_out needs out_k after out_q in their buffer, got storage offsets "
+                         f"{out_q.storage_offset()} and {out_k.storage_offset()}")
+    sv = _pow2_unit(math.gcd(sv, ook)) if ook else sv
     if sin.stride() != cos.stride():  # the kernel indexes both tables with cos's stride
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
     kernel = _traced_kernel() if traced else _kernels.rope_kernel
     kernel[(npq + npk + nppq + nppk,)](
-        q, kk, out_q, ok, cos, sin, pos,
+        q, kk, out_q, cos if shared else ok, cos, sin, pos,  # shared: k's outputs go through out_q's pointer
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(out_q, sv), *_scaled_strides(ok, sv),
-        spb, spt, cos.stride(0) // csv, cos.shape[0],
+        spb, spt, cos.stride(0) // csv, cos.shape[0], ook // sv,
         T, HQ, HK, nrq, nrk, npq, npq + npk, nppq,
         HAS_POS=positions is not None, LOW=bool(low_precision) and q.dtype != torch.float32,
-        INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, **cfg,
+        INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, OUT_SHARED=shared, **cfg,
     )  # fmt: skip
     return out_q, out_k
 
@@ -393,7 +402,7 @@ def qkv_backward(
     dqkv = _new_output((B, T, (HQ + 2 * HK) * D), gq, poison)
     dq, dk, dv = split_qkv(dqkv, HQ, HK, D)
     launch(gq, gk, cos, sin, positions, partial, low_precision, inverse=True, out_q=dq, out_k=dk,
-           interleaved=interleaved, config=config, poison=poison, traced=traced)
+           interleaved=interleaved, config=config, poison=poison, traced=traced, shared_out=True)
     if gv is None:
         dv.zero_()
     else:

@@ -40,8 +40,9 @@ _T, _H = 2048, 16
 
 
 def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dtype: str, arch: int,
-                   chunks: int = -1):
-    """The compiled ``rope_kernel`` (forward, no positions) for contiguous (B, T, H, D) inputs."""
+                   chunks: int = -1, out_shared: bool = False):
+    """The compiled ``rope_kernel`` (forward, no positions) for contiguous (B, T, H, D) inputs.
+    ``out_shared``: as the fused-qkv backward launches it, k's outputs H heads into q's buffer."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -61,7 +62,9 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     for p in ("q", "k", "oq", "ok"):
         ints |= {f"s{p}b": _T * _H * head_dim // sv, f"s{p}t": _H * head_dim // sv, f"s{p}h": head_dim // sv}
     ints["s_cs"] = rotary_dim // 2 // csv
-    constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": False, "LOW": False, "INVERSE": False, "EMULATE": False}
+    ints["ook"] = head_dim // sv  # one q head before k: the least aligned offset there is
+    constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": False, "LOW": False, "INVERSE": False, "EMULATE": False,
+                  "OUT_SHARED": out_shared}
     constexprs |= {n: 1 for n in names if re.fullmatch(r"s(q|k|oq|ok)d", n)}  # unit element stride
     pointers = {"q_ptr", "k_ptr", "oq_ptr", "ok_ptr", "cos_ptr", "sin_ptr", "pos_ptr"}
     signature, attrs = {}, {}
@@ -92,7 +95,7 @@ def access_widths(ptx: str) -> dict[str, dict[int, int]]:
 
 
 def report(head_dims: list[int], layouts: list[str], fractions: list[float], variant: str, dtype: str,
-           arch: int, chunks: int = -1) -> list[dict]:
+           arch: int, chunks: int = -1, out_shared: bool = False) -> list[dict]:
     rows = []
     for D in head_dims:
         for layout in layouts:
@@ -100,7 +103,7 @@ def report(head_dims: list[int], layouts: list[str], fractions: list[float], var
                 R = int(D * frac)
                 if R < 2 or R % 2 or (variant == "partial" and R % 4):
                     continue
-                kernel = compile_kernel(D, R, layout, variant, dtype, arch, chunks)
+                kernel = compile_kernel(D, R, layout, variant, dtype, arch, chunks, out_shared)
                 widths = access_widths(kernel.asm["ptx"])
                 rows.append({"head_dim": D, "layout": layout, "rotary_dim": R, "variant": variant, "dtype": dtype,
                              "loads": widths["ld"], "stores": widths["st"],
@@ -122,6 +125,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100/H200)")
     p.add_argument("--tiling", default="auto", choices=("auto", "rows", "chunks"),
                    help="the program tiling (LaunchConfig.chunks): auto is the kernel's own choice")
+    p.add_argument("--out-shared", action="store_true",
+                   help="k's outputs through q's output pointer, as the fused-qkv backward launches it")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -136,7 +141,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     except ValueError as exc:
         p.error(f"--head-dims / --rotary-fractions: comma-separated numbers expected ({exc})")
     chunks = {"auto": -1, "rows": 0, "chunks": 1}[args.tiling]
-    rows = report(dims, args.layouts.split(","), fractions, args.variant, args.dtype, args.arch, chunks)
+    rows = report(dims, args.layouts.split(","), fractions, args.variant, args.dtype, args.arch, chunks,
+                  args.out_shared)
     if args.json:
         print(json.dumps(rows))
     else:

@@ -55,3 +55,15 @@ def test_cos_sin_and_rows_load_at_least_8_bytes_per_thread():
     for r in rows:
         assert r["narrowest_bytes"] >= 8, r
         assert "16" in r["loads"], r  # JSON keys: the cos/sin tiles load 16 bytes per thread
+
+
+def test_shared_output_buffer_keeps_the_access_widths():
+    """The fused-qkv backward writes k's outputs through q's output pointer plus an offset (OUT_SHARED);
+    the offset reaches the kernel in the row-stride unit, so every access stays as wide as with two pointers."""
+    pytest.importorskip("triton.backends.nvidia")
+    runs = [_run("--head-dims", "40,48,80", "--layouts", "half,interleaved", "--json", *flag)
+            for flag in ((), ("--out-shared",))]
+    if runs[0].returncode != 0 and ("ptxas" in runs[0].stderr or "backend" in runs[0].stderr.lower()):
+        pytest.skip(f"triton cannot compile for sm_90 here: {runs[0].stderr.strip().splitlines()[-1]}")
+    plain, shared = (json.loads(r.stdout) for r in runs)
+    assert len(plain) == 6 and shared == plain
