@@ -152,7 +152,7 @@ def launch(
     config: LaunchConfig = DEFAULT_LAUNCH,
     poison: bool = False,
     traced: bool = False,
-    shared_out: bool = False,
+    out_buffer: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Rotate (``inverse``: rotate back) q and k in one kernel launch; new (B, T, H, D) outputs.
 
@@ -162,10 +162,11 @@ def launch(
     strides: the slices of d qkv in :func:`qkv_backward`, or test buffers) receive the results
     instead of fresh tensors; fresh ones are NaN-filled first when ``poison``. ``config`` tunes the
     launch. ``traced``: launch through ``torch.library.wrap_triton``, as the bodies of the
-    ``triton_op`` entries must (Inductor then launches the kernel itself). ``shared_out``: ``out_q``
-    and ``out_k`` are slices of one buffer, ``out_k`` after ``out_q``: the kernel then writes both
-    through ``out_q``'s storage (one mutated argument; see the kernel's OUT_SHARED). Shapes and
-    dtypes are assumed valid (the module checks).
+    ``triton_op`` entries must (Inductor then launches the kernel itself). ``out_buffer``: the one
+    buffer whose slices ``out_q`` (at its start) and ``out_k`` are; the kernel then writes both
+    through it, the only tensor argument it mutates (see the kernel's OUT_SHARED: under
+    torch.compile, mutated views are cloned and copied back). Shapes and dtypes are assumed valid
+    (the module checks).
     """
     if _kernels is None:
         raise RuntimeError(
@@ -202,18 +203,20 @@ def launch(
         nppq, nppk = -(-nrq * cfg["MP"] // cfg["NCP"]), -(-nrk * cfg["MP"] // cfg["NCP"])
     kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
     sv = _row_stride_unit(q, kk, out_q, ok)
-    shared = bool(shared_out) and k is not None
-    ook = out_k.storage_offset() - out_q.storage_offset() if shared else 0
-    if ook < 0:
-        raise ValueError(f"shared_out needs out_k after out_q in their buffer, got storage offsets "
-                         f"{out_q.storage_offset()} and {out_k.storage_offset()}")
+    shared = out_buffer is not None and k is not None
+    ook = out_k.storage_offset() - out_buffer.storage_offset() if shared else 0
+    if shared and (out_q.storage_offset() != out_buffer.storage_offset() or ook < 0):
+        raise ValueError(f"out_buffer needs out_q at its start and out_k after it, got storage offsets "
+                         f"{out_q.storage_offset()} and {out_k.storage_offset()} in a buffer at "
+                         f"{out_buffer.storage_offset()}")
     sv = _pow2_unit(math.gcd(sv, ook)) if ook else sv
     if sin.stride() != cos.stride():  # the kernel indexes both tables with cos's stride
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
     kernel = _traced_kernel() if traced else _kernels.rope_kernel
     kernel[(npq + npk + nppq + nppk,)](
-        q, kk, out_q, cos if shared else ok, cos, sin, pos,  # shared: k's outputs go through out_q's pointer
+        q, kk, out_buffer if shared else out_q, cos if shared else ok, cos, sin, pos,  # shared: both outputs through
+        # the buffer (ok's slot gets cos, never written: the kernel ignores it)
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(out_q, sv), *_scaled_strides(ok, sv),
         spb, spt, cos.stride(0) // csv, cos.shape[0], ook // sv,
         T, HQ, HK, nrq, nrk, npq, npq + npk, nppq,
@@ -402,7 +405,7 @@ def qkv_backward(
     dqkv = _new_output((B, T, (HQ + 2 * HK) * D), gq, poison)
     dq, dk, dv = split_qkv(dqkv, HQ, HK, D)
     launch(gq, gk, cos, sin, positions, partial, low_precision, inverse=True, out_q=dq, out_k=dk,
-           interleaved=interleaved, config=config, poison=poison, traced=traced, shared_out=True)
+           interleaved=interleaved, config=config, poison=poison, traced=traced, out_buffer=dqkv)
     if gv is None:
         dv.zero_()
     else:

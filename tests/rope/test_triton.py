@@ -322,6 +322,19 @@ def test_traced_ops_equal_custom_ops(impl, device):
     assert torch.equal(tr.CUSTOM_OPS.qkv_bwd(*qkv_args), tr.TRACED_OPS.qkv_bwd(*qkv_args))
 
 
+def test_out_buffer_must_hold_q_at_its_start(device):
+    """``launch(out_buffer=...)`` writes k's outputs at their offset in the buffer; slices in another order
+    are refused in one line instead of being written to the wrong place."""
+    from rope import triton_rope as tr
+
+    r = _build(D=16, max_seq_len=8, device=device)
+    q, k = torch.randn(1, 2, 2, 16, device=device), torch.randn(1, 2, 1, 16, device=device)
+    buf = torch.empty(1, 2, 48, device=device)
+    dk, dq = buf[..., :16].view(1, 2, 1, 16), buf[..., 16:].view(1, 2, 2, 16)  # k first: not supported
+    with pytest.raises(ValueError, match="out_buffer needs out_q at its start"):
+        tr.launch(q, k, r.cos, r.sin, None, True, False, False, out_q=dq, out_k=dk, out_buffer=buf)
+
+
 def test_compiled_ops_choice(device):
     """Compiled graphs take the triton ops only where Inductor can trace the launch (CUDA, not the
     interpreter); inside a dynamic-shape trace the triton ops call the custom ops instead."""
