@@ -70,6 +70,12 @@ class LaunchConfig:
 
 DEFAULT_LAUNCH = LaunchConfig()
 
+#: Whether the compiled fused-qkv backward (the triton op) writes dq and dk through d qkv itself
+#: (``launch(out_buffer=...)``), sparing the clones and copy-back Inductor adds for two mutated views of
+#: one buffer. Off until a GPU run has checked it under Inductor (the eager and custom-op paths use it,
+#: and the interpreter tests check the kernel's arithmetic); docs/kernels.md, session 7.
+SHARED_OUT_UNDER_COMPILE = False
+
 #: Whether rotated widths that are not a power of two take the chunk tiling unless a LaunchConfig says:
 #: on the H200 it lifted D = 24/40/56/80/160 from 57-81% to 81-91% of copy bandwidth (docs/kernels.md).
 CHUNKS_BY_DEFAULT = True
@@ -405,7 +411,8 @@ def qkv_backward(
     dqkv = _new_output((B, T, (HQ + 2 * HK) * D), gq, poison)
     dq, dk, dv = split_qkv(dqkv, HQ, HK, D)
     launch(gq, gk, cos, sin, positions, partial, low_precision, inverse=True, out_q=dq, out_k=dk,
-           interleaved=interleaved, config=config, poison=poison, traced=traced, out_buffer=dqkv)
+           interleaved=interleaved, config=config, poison=poison, traced=traced,
+           out_buffer=dqkv if (SHARED_OUT_UNDER_COMPILE or not traced) else None)
     if gv is None:
         dv.zero_()
     else:
