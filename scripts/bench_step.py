@@ -13,7 +13,13 @@ out); those that cannot run are named on stderr. A row that fails (say, an entry
 does not compile) is reported with its error and the others go on; the files are rewritten after
 every row. Timers and writers: ``scripts/benchlib.py``.
 
+One rope after another, the medians of one call moved by several % between calls on the H100's
+host (session 7), more than the differences looked for; ``--rounds R`` times the ropes interleaved
+(all built, compiled and warmed up first, then R rounds with the order rotating) and pairs them by
+round, with a t-CI of the difference against rope=torch.
+
     python -m scripts.bench_step [--model gpt2_small,seed004] [--ropes none,torch,triton_v4] [--batch 32] [--out DIR]
+    python -m scripts.bench_step --model seed004 --ropes none,torch,triton_v4 --iters 40 --rounds 8
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import json
 import math
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -56,8 +63,9 @@ def rope_config(name: str):
     return OmegaConf.load(path) if path.is_file() else OmegaConf.create({"name": name})
 
 
-def time_step(model_cfg, name: str, mode: str, args: argparse.Namespace, batch_size: int, vocab: int) -> dict:
-    """Median milliseconds of one training step of the model with RoPE ``name`` in ``mode``."""
+def make_step(model_cfg, name: str, mode: str, args: argparse.Namespace, batch_size: int,
+              vocab: int) -> tuple[Callable[[], None], float]:
+    """One training step of the model with RoPE ``name`` in ``mode`` as a callable, and the parameter count (M)."""
     from llm.model import build_model
     from llm.optim import build_optimizers
 
@@ -77,10 +85,64 @@ def time_step(model_cfg, name: str, mode: str, args: argparse.Namespace, batch_s
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-    times = event_times(step, args.warmup, args.iters, device)
+    return step, model.num_params() / 1e6
+
+
+def _row(model_cfg, args: argparse.Namespace, batch_size: int, vocab: int, mode: str, name: str,
+         times: list[float], params_m: float | None, error: str = "") -> dict:
+    ok = bool(times)
     return {"model": model_cfg.get("name", args.model), "batch": batch_size, "seq_len": model_cfg.seq_len,
-            "vocab": vocab, "mode": mode, "rope": name, "step_ms": statistics.median(times), "min_ms": min(times),
-            "params_M": model.num_params() / 1e6, "error": ""}
+            "vocab": vocab, "mode": mode, "rope": name, "step_ms": statistics.median(times) if ok else math.nan,
+            "min_ms": min(times) if ok else math.nan, "params_M": params_m, "error": error}
+
+
+def time_step(model_cfg, name: str, mode: str, args: argparse.Namespace, batch_size: int, vocab: int) -> dict:
+    """Median milliseconds of one training step of the model with RoPE ``name`` in ``mode``."""
+    step, params_m = make_step(model_cfg, name, mode, args, batch_size, vocab)
+    times = event_times(step, args.warmup, args.iters, torch.device(args.device))
+    return _row(model_cfg, args, batch_size, vocab, mode, name, times, params_m)
+
+
+def time_interleaved(model_cfg, names: list[str], mode: str, args: argparse.Namespace, batch_size: int,
+                     vocab: int) -> list[dict]:
+    """Every rope's step timed in ``args.rounds`` rounds of ``iters / rounds`` steps, the ropes' order rotating
+    each round, all models alive at once: a drift of the host or the GPU over the run (several % between
+    calls on the H100's host) then falls on every rope alike, and each round pairs the ropes. The rows add
+    ``vs_torch_round_pct`` (mean and 95% t-CI over rounds of each round's median against torch's)."""
+    from llm.report.stats import t_interval
+
+    device = torch.device(args.device)
+    steps, params, errors = {}, {}, {}
+    for name in names:
+        try:
+            steps[name], params[name] = make_step(model_cfg, name, mode, args, batch_size, vocab)
+            event_times(steps[name], args.warmup, 0, device)  # compile and warm up before any timing
+        except Exception as exc:  # one entry failing must not lose the others
+            errors[name] = _error(exc)
+            steps.pop(name, None)
+    per_round = max(1, args.iters // args.rounds)
+    times: dict[str, list[list[float]]] = {n: [] for n in steps}
+    order = list(steps)
+    for r in range(args.rounds):
+        for name in order[r % len(order):] + order[: r % len(order)] if order else []:
+            times[name].append(event_times(steps[name], 1, per_round, device))
+    rows = []
+    for name in names:
+        if name in errors:
+            rows.append(_row(model_cfg, args, batch_size, vocab, mode, name, [], None, errors[name]))
+            continue
+        row = _row(model_cfg, args, batch_size, vocab, mode, name, [t for rnd in times[name] for t in rnd],
+                   params[name])
+        if "torch" in times and name != "torch":
+            d = [100.0 * (statistics.median(a) / statistics.median(b) - 1.0)
+                 for a, b in zip(times[name], times["torch"], strict=True)]
+            row["vs_torch_round_pct"], row["vs_torch_round_lo"], row["vs_torch_round_hi"] = t_interval(d)
+        rows.append(row)
+    return rows
+
+
+def _error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
 
 
 def relative(rows: list[dict]) -> None:
@@ -110,12 +172,25 @@ def table(rows: list[dict], args: argparse.Namespace, seq_len: int | None = None
                 f"T={first.get('seq_len', seq_len)}, vocab={first.get('vocab', args.vocab)}, bf16 autocast, "
                 f"{args.optim} ({'fused AdamW' if args.optim == 'adamw' else 'Muon + AdamW'}), {device_name}; "
                 f"median of {args.iters} steps after {args.warmup} warm-up")
+        paired = any(r.get("vs_torch_round_pct") is not None for r in mine)
+        if paired:
+            head += (f"; timed interleaved in {args.rounds} rounds, the last column the mean over rounds of each "
+                     "round's median against rope=torch's [95% t-CI]")
+        cols = ["mode", "rope", "step (ms)", "vs rope=none", "vs rope=torch"] + (["paired by round"] if paired else [])
         body = ([r["mode"], r["rope"], f"{r['step_ms']:.2f}" if math.isfinite(r["step_ms"]) else "failed",
-                 pct(r["overhead_vs_none_pct"]), pct(r["vs_torch_pct"])] for r in mine)
-        out += [head, "", *markdown_table(["mode", "rope", "step (ms)", "vs rope=none", "vs rope=torch"], body, 2)]
+                 pct(r["overhead_vs_none_pct"]), pct(r["vs_torch_pct"])]
+                + ([_ci(r)] if paired else []) for r in mine)
+        out += [head, "", *markdown_table(cols, body, 2)]
         errors = [f"- {r['mode']} {r['rope']}: {r['error']}" for r in mine if r.get("error")]
         out += ["", *errors, ""] if errors else [""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _ci(row: dict) -> str:
+    mean, lo, hi = (row.get(k) for k in ("vs_torch_round_pct", "vs_torch_round_lo", "vs_torch_round_hi"))
+    if mean is None:
+        return ""
+    return f"{mean:+.1f}%" + (f" [{lo:+.1f}, {hi:+.1f}]" if lo is not None else "")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -131,10 +206,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--modes", default="eager,compile")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time the ropes interleaved: R rounds of iters/R steps each, the order rotating, with a "
+                        "per-round paired CI against rope=torch (default 1: one rope after another)")
     p.add_argument("--no-liger", action="store_true", help="leave Liger-Kernel's RoPE out")
     p.add_argument("--device", default="cuda", help="cuda; cpu = a dry run (tests)")
     p.add_argument("--out", default="outputs/bench")
     args = p.parse_args(argv)
+    if args.rounds < 1 or args.rounds > args.iters:
+        p.error(f"--rounds must be between 1 and --iters ({args.iters}), got {args.rounds}")
     args.models = [m.strip() for m in args.model.split(",") if m.strip()]
     for m in args.models:
         if not (CONF / "model" / f"{m}.yaml").is_file():
@@ -173,14 +253,21 @@ def main(argv: list[str] | None = None) -> None:
     for model, batch_size, vocab in zip(args.models, args.batches, args.vocabs, strict=True):
         model_cfg = OmegaConf.load(CONF / "model" / f"{model}.yaml")
         for mode in args.modes.split(","):
+            if args.rounds > 1:
+                for r in time_interleaved(model_cfg, names, mode, args, batch_size, vocab):
+                    rows.append(r)
+                    print(f"{model:10s} {mode:8s} {r['rope']:10s} median {r['step_ms']:.2f} ms {r['error']}",
+                          flush=True)
+                torch._dynamo.reset()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                write(rows, args, out, device_name)
+                continue
             for name in names:
                 try:
                     rows.append(time_step(model_cfg, name, mode, args, batch_size, vocab))  # the model dies here
                 except Exception as exc:  # one entry failing (say, under compile) must not lose the others
-                    rows.append({"model": model, "batch": batch_size, "seq_len": model_cfg.seq_len, "vocab": vocab,
-                                 "mode": mode, "rope": name, "step_ms": math.nan, "min_ms": math.nan,
-                                 "params_M": None, "error": f"{type(exc).__name__}: "
-                                                            f"{(str(exc).splitlines() or [''])[0][:300]}"})
+                    rows.append(_row(model_cfg, args, batch_size, vocab, mode, name, [], None, _error(exc)))
                 r = rows[-1]
                 print(f"{model:10s} {mode:8s} {name:10s} median {r['step_ms']:.2f} ms {r['error']}", flush=True)
                 torch._dynamo.reset()

@@ -64,3 +64,45 @@ def test_dry_run_keeps_going_past_a_failing_entry(tmp_path, monkeypatch):
         rows = list(csv.DictReader(f))
     assert [r["rope"] for r in rows] == ["none", "torch", "none"] and float(rows[0]["step_ms"]) > 0
     assert json.loads((tmp_path / "step_bench.json").read_text())[0]["model"] == "tiny"
+
+
+def test_rounds_interleave_the_ropes_and_pair_them_by_round(tmp_path, monkeypatch):
+    """--rounds R: every rope compiled and warmed up first, then R rounds of iters/R timed steps with the
+    ropes' order rotating; each round's medians pair the ropes, and the table gains the paired column."""
+    calls = []
+    fake_ms = {"none": 10.0, "torch": 20.0, "triton_v4": 19.0}
+
+    def make_step(model_cfg, name, mode, args, batch_size, vocab):
+        def step():
+            return name
+        step.rope = name
+        return step, 1.0
+
+    def event_times(step, warmup, iters, device):
+        calls.append((step.rope, iters))
+        rnd = sum(1 for name, n in calls if n and name == step.rope)  # this rope's round, from 1
+        return [fake_ms[step.rope] + rnd] * iters  # drift: every rope slower each round
+
+    monkeypatch.setattr(bench_step, "make_step", make_step)
+    monkeypatch.setattr(bench_step, "event_times", event_times)
+    bench_step.main(["--model", "tiny", "--device", "cpu", "--modes", "eager", "--ropes", "none,torch,triton_v4",
+                     "--iters", "6", "--rounds", "3", "--out", str(tmp_path)])
+    assert [c for c in calls if c[1] == 0] == [("none", 0), ("torch", 0), ("triton_v4", 0)]  # warm-up first
+    timed = [c[0] for c in calls if c[1]]
+    assert timed == ["none", "torch", "triton_v4", "torch", "triton_v4", "none", "triton_v4", "none", "torch"]
+    assert all(n == 2 for _, n in calls if n)
+    rows = {r["rope"]: r for r in json.loads((tmp_path / "step_bench.json").read_text())}
+    # each round: (19 + r) / (20 + r) - 1, the same drift on both: the pairing removes it
+    want = [100 * ((19 + r) / (20 + r) - 1) for r in (1, 2, 3)]
+    assert rows["triton_v4"]["vs_torch_round_pct"] == pytest.approx(sum(want) / 3)
+    assert rows["triton_v4"]["vs_torch_round_lo"] < rows["triton_v4"]["vs_torch_round_pct"]
+    assert "vs_torch_round_pct" not in rows["torch"]
+    text = (tmp_path / "step_bench.md").read_text()
+    assert "| paired by round |" in text and "timed interleaved in 3 rounds" in text
+
+
+def test_rounds_must_fit_the_iterations():
+    with pytest.raises(SystemExit):
+        bench_step.parse_args(["--iters", "4", "--rounds", "5"])
+    with pytest.raises(SystemExit):
+        bench_step.parse_args(["--rounds", "0"])
