@@ -521,12 +521,13 @@ class _TritonRotary(RotaryEmbedding):
             op = _compiled_ops(q, k, positions).fwd
             yq, yk = op(q, k, self.cos, self.sin, positions, partial, self.low_precision, *self._launch_args())
             return yq, (yk if k is not None else None)
+        cos, sin = self._cos_sin  # the buffers, without nn.Module.__getattr__ (host time: see _sync_tables)
         if not (torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))):
             # Nothing to differentiate (inference, decoding): the launch alone, no autograd node.
-            return launch(q, k, self.cos, self.sin, positions, partial, self.low_precision, False,
+            return launch(q, k, cos, sin, positions, partial, self.low_precision, False,
                           interleaved=self.layout == "interleaved", config=self.launch_config,
                           poison=self.poison_outputs)
-        return _RopeFunction.apply(q, k, self.cos, self.sin, positions, partial, self.low_precision, False,
+        return _RopeFunction.apply(q, k, cos, sin, positions, partial, self.low_precision, False,
                                    self.layout == "interleaved", self.launch_config, bool(self.poison_outputs))
 
     def rotate_transposed(self, gq: Tensor, gk: Tensor | None,

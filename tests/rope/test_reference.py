@@ -68,3 +68,22 @@ def test_compute_dtype_is_checked_once_for_build_and_check_args():
     assert rope.get("torch").option_defaults() == {
         "variant": "partial", "layout": "half", "rotary_dim": None, "scaling": None,
         "compute_dtype": "float32"}
+
+
+def test_hot_path_table_references_follow_the_buffers():
+    """The per-call path reads the cos/sin buffers through plain references (``_cos_sin``, cheaper than
+    ``nn.Module.__getattr__``); they must follow every way the buffers change: ``.to()``, assignment,
+    deepcopy, and reach the rotation (a stale reference would rotate with the old tables)."""
+    import copy
+
+    r = rope.build("torch", 16, 8)
+    assert r._cos_sin[0] is r.cos and r._cos_sin[1] is r.sin
+    r.to(torch.float64)
+    assert r._cos_sin[0] is r.cos and r.cos.dtype == torch.float64
+    r.sin = torch.zeros_like(r.sin)
+    assert r._cos_sin[1] is r.sin
+    twin = copy.deepcopy(r)
+    assert twin._cos_sin[0] is twin.cos and twin.cos is not r.cos
+    x = torch.randn(1, 8, 2, 16)  # float32, the entry's compute dtype
+    r.cos = torch.ones_like(r.cos)  # cos 1, sin 0: the identity, if the new tables are the ones used
+    assert torch.equal(r(x), x)

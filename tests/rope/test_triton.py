@@ -335,6 +335,21 @@ def test_out_buffer_must_hold_q_at_its_start(device):
         tr.launch(q, k, r.cos, r.sin, None, True, False, False, out_q=dq, out_k=dk, out_buffer=buf)
 
 
+def test_new_tables_reach_the_kernel(device):
+    """The launch reads the tables through the module's plain references (``_cos_sin``): tables assigned
+    after the build, or moved with ``.to()``, are the ones the kernel uses, with and without grad."""
+    r = _build(D=16, max_seq_len=8, device=device)
+    r.to(device)
+    r.cos, r.sin = torch.ones_like(r.cos), torch.zeros_like(r.sin)  # the identity rotation
+    q = torch.randn(1, 5, 2, 16, device=device)
+    k = torch.randn(1, 5, 1, 16, device=device)
+    yq, yk = r(q, k)
+    assert torch.equal(yq, q) and torch.equal(yk, k)
+    qg = q.clone().requires_grad_()
+    yq, _ = r(qg, k)
+    assert torch.equal(yq, q)
+
+
 def test_compiled_ops_choice(device):
     """Compiled graphs take the triton ops only where Inductor can trace the launch (CUDA, not the
     interpreter); inside a dynamic-shape trace the triton ops call the custom ops instead."""
