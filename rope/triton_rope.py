@@ -8,12 +8,14 @@ Both entries run the one kernel of :mod:`rope._triton_kernels` (a constexpr pick
 
 q and k are rotated in one launch, forward and backward (the backward is the transposed rotation
 of the output gradients). In eager mode the launches go through a ``torch.autograd.Function``;
-under ``torch.compile`` through the custom ops ``ropelab::rope_fwd`` and ``ropelab::rope_bwd``
-(``torch.library``) with fake implementations and registered autograd, so a model using them
-compiles without graph breaks. Strided views (such as the q and k halves of a fused ``qkv``
-projection) are read in place, never copied. ``rotate_qkv`` takes the fused projection itself, so
-its backward writes d qkv as one buffer (``ropelab::rope_qkv_bwd`` under compile) instead of
-leaving autograd to stack dq, dk and dv. Design notes and H100 numbers: ``docs/kernels.md``.
+under ``torch.compile`` through ops with fake implementations and registered autograd, so a model
+using them compiles without graph breaks: on CUDA ``torch.library.triton_op``s, whose launch
+Inductor emits in its own code (``ropelab::rope_fwd_traced``, ...), else the custom ops
+``ropelab::rope_fwd`` / ``rope_bwd`` / ``rope_qkv_bwd``, whose Python bodies run at each call.
+Strided views (such as the q and k halves of a fused ``qkv`` projection) are read in place, never
+copied. ``rotate_qkv`` takes the fused projection itself, so its backward writes d qkv as one
+buffer (the ``rope_qkv_bwd`` ops under compile) instead of leaving autograd to stack dq, dk and dv.
+Design notes and H100 numbers: ``docs/kernels.md``.
 
 Without an importable ``triton`` the names stay registered and building one raises a RuntimeError
 that says triton is needed (``unavailable_reason`` says it before any build).
