@@ -3,6 +3,7 @@ then fit a :class:`Trainer`."""
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
     dist_info = init_distributed(torch.device("cuda" if wants_cuda else "cpu"))
     run_dir = _shared_run_dir(Path(run_dir), dist_info)
     lock = claim_run_dir(run_dir, resuming=bool(cfg.train.get("resume"))) if dist_info.is_main else None
+    trainer = None
     try:
         resume = find_resume_checkpoint(cfg.train.get("resume"), run_dir / "checkpoints")
         if resume is not None and "config" in resume[1]:
@@ -62,4 +64,8 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
     finally:
         if lock is not None:
             lock.release()
+        # The DDP wrapper's reducer holds the process group: freed after destroy_process_group, gloo's
+        # destructor can deadlock on its mutex (a torchrun rank hung at exit in CI), so it goes first.
+        trainer = None
+        gc.collect()  # reference cycles of the trainer too
         cleanup(dist_info)

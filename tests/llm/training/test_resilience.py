@@ -170,3 +170,23 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert summary["world_size"] == 2
     assert not list(ROOT.glob("metrics.jsonl")), "non-main ranks must not write outputs"
+
+
+def test_the_trainer_is_freed_before_the_process_group_goes(tmp_path, monkeypatch):
+    """Under torchrun the DDP wrapper's reducer holds the process group; freed after destroy_process_group,
+    gloo's destructor can deadlock (a rank hung at exit in CI). So no Trainer may be alive at cleanup."""
+    import gc
+
+    from llm.training import run as run_module
+    from llm.training.trainer import Trainer
+
+    alive = []
+    real_cleanup = run_module.cleanup
+
+    def cleanup(info):
+        alive.append(sum(isinstance(o, Trainer) for o in gc.get_objects()))
+        real_cleanup(info)
+
+    monkeypatch.setattr(run_module, "cleanup", cleanup)
+    run_inprocess(tmp_path / "run", ["train.max_steps=2", "train.eval_every=2", "device=cpu"])
+    assert alive == [0]
