@@ -72,7 +72,9 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
         if n in constexprs:
             signature[n] = "constexpr"
         elif n in pointers:
-            signature[n] = "*fp32" if n in ("cos_ptr", "sin_ptr", "pos_ptr") else _DTYPES[dtype]
+            # out_shared: ok's slot gets the cos table (float32), as launch() passes it
+            fp32 = ("cos_ptr", "sin_ptr", "pos_ptr") + (("ok_ptr",) if out_shared else ())
+            signature[n] = "*fp32" if n in fp32 else _DTYPES[dtype]
             attrs[index[n]] = [["tt.divisibility", 16]]  # torch allocations are 16-byte aligned
         else:
             signature[n] = "i32"
