@@ -120,16 +120,12 @@ def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr, EMULATE: tl
 
 
 @triton.jit
-def _cos_sin(cos_ptr, sin_ptr, trow, valid, rm, HP: tl.constexpr, CW: tl.constexpr,
-             HAS_POS: tl.constexpr, INVERSE: tl.constexpr):
-    """float32 cos, sin (BR x HP) of pairs [0, HP) at table rows ``trow``.
+def _cos_sin(cos_ptr, sin_ptr, trow, col, cm, valid, HAS_POS: tl.constexpr, INVERSE: tl.constexpr):
+    """float32 cos, sin of pairs ``col`` at table rows ``trow``, loaded where ``cm``.
 
-    Pairs from CW on (variant=partial's zero frequencies when CW = R2/2, and the padding) get
-    cos 1, sin 0 without a load.
-    Rows whose position is outside the table get NaN.
+    Pairs the mask leaves out (variant=partial's zero frequencies from CW on, and the padding) get
+    cos 1, sin 0 without a load. Rows whose position is outside the table get NaN.
     """
-    col = tl.arange(0, HP)[None, :]
-    cm = rm[:, None] & (col < CW)
     c = tl.load(cos_ptr + trow + col, mask=cm, other=1.0, eviction_policy="evict_last").to(tl.float32)
     s = tl.load(sin_ptr + trow + col, mask=cm, other=0.0, eviction_policy="evict_last").to(tl.float32)
     if HAS_POS:
@@ -138,6 +134,36 @@ def _cos_sin(cos_ptr, sin_ptr, trow, valid, rm, HP: tl.constexpr, CW: tl.constex
     if INVERSE:
         s = -s
     return c, s
+
+
+@triton.jit
+def _row_starts(r, T, H, sxb, sxt, sxh, sob, sot, soh, SV: tl.constexpr):
+    """Rows ``r`` of the B*T*H rows: their batch and token indices (int64) and the element offsets of
+    their input and output rows (columns of one).
+
+    Row strides arrive divided by SV (constexpr): the offsets are then known multiples of SV, so
+    rows of D = 24, 40, 56, ... elements still get vector loads (Triton only infers divisibility by
+    16 from a runtime stride).
+    """
+    h = (r % H).to(tl.int64)
+    bt = r // H
+    t = (bt % T).to(tl.int64)
+    b = (bt // T).to(tl.int64)
+    return b, t, ((b * sxb + t * sxt + h * sxh) * SV)[:, None], ((b * sob + t * sot + h * soh) * SV)[:, None]
+
+
+@triton.jit
+def _row_positions(pos_ptr, b, t, spb, spt, NPOS, rm, HAS_POS: tl.constexpr):
+    """The rows' positions (their token index, or read from ``positions``) and whether they lie in the
+    table (out of it: clamped to row 0 here, NaN in :func:`_cos_sin`)."""
+    if HAS_POS:
+        pos = tl.load(pos_ptr + b * spb + t * spt, mask=rm, other=0).to(tl.int64)
+        valid = (pos >= 0) & (pos < NPOS)
+        pos = tl.where(valid, pos, 0)
+    else:
+        pos = t
+        valid = rm
+    return pos, valid
 
 
 @triton.jit
@@ -159,23 +185,11 @@ def _rotate_rows(
     DT: tl.constexpr = o_ptr.dtype.element_ty
     r = r0 + tl.arange(0, BR)
     rm = r < NR
-    h = r % H
-    bt = r // H
-    t = (bt % T).to(tl.int64)
-    b = (bt // T).to(tl.int64)
-    # Row strides arrive divided by SV (constexpr): the offsets are then known multiples of SV, so
-    # rows of D = 24, 40, 56, ... elements still get vector loads (Triton only infers divisibility
-    # by 16 from a runtime stride).
-    x_row = ((b * sxb + t * sxt + h.to(tl.int64) * sxh) * SV)[:, None]
-    o_row = ((b * sob + t * sot + h.to(tl.int64) * soh) * SV)[:, None]
-    if HAS_POS:
-        pos = tl.load(pos_ptr + b * spb + t * spt, mask=rm, other=0).to(tl.int64)
-        valid = (pos >= 0) & (pos < NPOS)
-        pos = tl.where(valid, pos, 0)
-    else:
-        pos = t
-        valid = rm
-    c, s = _cos_sin(cos_ptr, sin_ptr, pos[:, None] * (s_cs * CSV), valid, rm, HP, CW, HAS_POS, INVERSE)
+    b, t, x_row, o_row = _row_starts(r, T, H, sxb, sxt, sxh, sob, sot, soh, SV)
+    pos, valid = _row_positions(pos_ptr, b, t, spb, spt, NPOS, rm, HAS_POS)
+    pcol = tl.arange(0, HP)[None, :]
+    c, s = _cos_sin(cos_ptr, sin_ptr, pos[:, None] * (s_cs * CSV), pcol, rm[:, None] & (pcol < CW), valid,
+                    HAS_POS, INVERSE)
     if INTERLEAVED:
         col = tl.arange(0, 2 * HP)[None, :]
         xm = rm[:, None] & (col < 2 * R2)
@@ -220,33 +234,15 @@ def _rotate_chunks(
     r = g // M
     j = g - r * M
     rm = r < NR
-    h = r % H
-    bt = r // H
-    t = (bt % T).to(tl.int64)
-    b = (bt // T).to(tl.int64)
-    x_row = ((b * sxb + t * sxt + h.to(tl.int64) * sxh) * SV)[:, None]
-    o_row = ((b * sob + t * sot + h.to(tl.int64) * soh) * SV)[:, None]
-    if HAS_POS:
-        pos = tl.load(pos_ptr + b * spb + t * spt, mask=rm, other=0).to(tl.int64)
-        valid = (pos >= 0) & (pos < NPOS)
-        pos = tl.where(valid, pos, 0)
-    else:
-        pos = t
-        valid = rm
+    b, t, x_row, o_row = _row_starts(r, T, H, sxb, sxt, sxh, sob, sot, soh, SV)
+    pos, valid = _row_positions(pos_ptr, b, t, spb, spt, NPOS, rm, HAS_POS)
     col = (j * V)[:, None] + tl.arange(0, V)[None, :]  # pair index
-    trow = (pos * (s_cs * CSV))[:, None]
     xm = tl.broadcast_to(rm[:, None], (NCH, V))  # every chunk of a row is whole
     if CW < R2:  # variant=partial: pairs from CW on are cos 1, sin 0 without a load
         cm = xm & (col < CW)
     else:
         cm = xm
-    c = tl.load(cos_ptr + trow + col, mask=cm, other=1.0, eviction_policy="evict_last").to(tl.float32)
-    s = tl.load(sin_ptr + trow + col, mask=cm, other=0.0, eviction_policy="evict_last").to(tl.float32)
-    if HAS_POS:
-        c = tl.where(valid[:, None], c, float("nan"))
-        s = tl.where(valid[:, None], s, float("nan"))
-    if INVERSE:
-        s = -s
+    c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, cm, valid, HAS_POS, INVERSE)
     if INTERLEAVED:
         col2 = (j * (2 * V))[:, None] + tl.arange(0, 2 * V)[None, :]
         xm2 = tl.broadcast_to(rm[:, None], (NCH, 2 * V))
@@ -276,12 +272,7 @@ def _copy_chunks(
     r = g // MP
     j = g - r * MP
     rm = r < NR
-    h = r % H
-    bt = r // H
-    t = (bt % T).to(tl.int64)
-    b = (bt // T).to(tl.int64)
-    x_row = ((b * sxb + t * sxt + h.to(tl.int64) * sxh) * SV)[:, None]
-    o_row = ((b * sob + t * sot + h.to(tl.int64) * soh) * SV)[:, None]
+    _, _, x_row, o_row = _row_starts(r, T, H, sxb, sxt, sxh, sob, sot, soh, SV)
     col = START + (j * VP)[:, None] + tl.arange(0, VP)[None, :]
     m = tl.broadcast_to(rm[:, None], (NCP, VP))
     tl.store(o_ptr + o_row + col * sod, tl.load(x_ptr + x_row + col * sxd, mask=m), mask=m)
