@@ -364,12 +364,12 @@ def _static(*tensors: Tensor | None) -> bool:
     return all(isinstance(n, int) for t in tensors if t is not None for n in (*t.shape, *t.stride()))
 
 
-def _compiled_ops(*tensors: Tensor | None) -> _OpSet:
-    """The op set a compiled graph should call for these inputs: the triton ops where Inductor can
+def _compiled_ops(x: Tensor) -> _OpSet:
+    """The op set a compiled graph should call for input ``x``: the triton ops where Inductor can
     trace the launch (CUDA, a real kernel), else the custom ops. (Shapes cannot be told static from
     here: Dynamo answers ``isinstance(size, int)`` true for symbols too; the triton ops' bodies, traced
     later with the real symbols, fall back to the custom ops for dynamic shapes.)"""
-    if TRACED_OPS is not None and not _interpreting() and tensors[0].is_cuda:
+    if TRACED_OPS is not None and not _interpreting() and x.is_cuda:
         return TRACED_OPS
     return CUSTOM_OPS
 
@@ -440,8 +440,8 @@ class _RopeQKVFunction(torch.autograd.Function):
                 chunks):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():
-            yq, yk = _compiled_ops(q, k, positions).fwd(q, k, cos, sin, positions, partial, low_precision, interleaved,
-                                                        tile, num_warps, poison, chunks)
+            yq, yk = _compiled_ops(q).fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile,
+                                          num_warps, poison, chunks)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
                             config=LaunchConfig(tile, num_warps, chunks), poison=poison)
@@ -454,9 +454,8 @@ class _RopeQKVFunction(torch.autograd.Function):
         cos, sin, positions = ctx.saved_tensors
         partial, low_precision, interleaved, tile, num_warps, poison, chunks = ctx.args
         if torch.compiler.is_compiling():
-            dqkv = _compiled_ops(gq, gk, gv, positions).qkv_bwd(gq, gk, gv, cos, sin, positions, partial,
-                                                                low_precision, interleaved, tile, num_warps, poison,
-                                                                chunks)
+            dqkv = _compiled_ops(gq).qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
+                                             tile, num_warps, poison, chunks)
         else:
             dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
                                 LaunchConfig(tile, num_warps, chunks), poison)
@@ -520,7 +519,7 @@ class _TritonRotary(RotaryEmbedding):
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
         partial = self._partial_shortcut
         if torch.compiler.is_compiling():  # an op with a fake and autograd: no graph break
-            op = _compiled_ops(q, k, positions).fwd
+            op = _compiled_ops(q).fwd
             yq, yk = op(q, k, self.cos, self.sin, positions, partial, self.low_precision, *self._launch_args())
             return yq, (yk if k is not None else None)
         cos, sin = self._cos_sin  # the buffers, without nn.Module.__getattr__ (host time: see _sync_tables)

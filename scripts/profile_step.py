@@ -68,14 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def make_model(name: str, model_cfg, vocab: int, device):
     import torch
-    from omegaconf import OmegaConf
 
     from llm.model import build_model
+    from scripts.bench_step import rope_config
 
-    path = CONF / "rope" / f"{name}.yaml"
-    rope_cfg = OmegaConf.load(path) if path.is_file() else OmegaConf.create({"name": name})
     torch.manual_seed(0)
-    return build_model(model_cfg, rope_cfg, vocab).to(device)
+    return build_model(model_cfg, rope_config(name), vocab).to(device)
 
 
 # -- one rope: build, compile, time, profile -----------------------------------------------------------

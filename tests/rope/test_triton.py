@@ -358,7 +358,7 @@ def test_compiled_ops_choice(device):
     if tr.TRACED_OPS is None:
         pytest.skip("this torch has no torch.library.triton_op")
     x = torch.randn(2, 3, 4, 16, device=device)
-    assert tr._compiled_ops(x, None) is tr.CUSTOM_OPS  # the CPU interpreter
+    assert tr._compiled_ops(x) is tr.CUSTOM_OPS  # the CPU interpreter
     assert tr._static(x, None)
     r = _build(D=16, max_seq_len=8, device=device)
 
