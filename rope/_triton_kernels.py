@@ -31,6 +31,12 @@ One kernel serves both entries, both directions and both tensors:
   float32 loads below 16 bytes, and CW = R2 loads the (exact) table values instead. The table's row
   stride, like the tensors' (SV), arrives divided by its power-of-two unit CSV: a stride of 12, 20
   or 24 floats (D = 24, 40, 48) otherwise left every cos/sin load scalar.
+* Index arithmetic. Row indices are divided by H and T with host-computed magic numbers (a multiply
+  and a shift, :func:`_udiv`) and, unless an operand's storage reaches 2**30 elements (``WIDE``),
+  the offsets are computed in 32 bits. At V = 2 (D = 20, 28, 36, ...: rotated halves of 2 mod 4
+  pairs) a chunk holds 4 elements, and the per-chunk division sequences and 64-bit multiplies were
+  more instructions than the rotation (sm_90 code, ``scripts/kernel_vectors.py``: 28.5 machine
+  instructions per element at D = 36 against 15 at D = 48; 21.5 against 12.5 now).
 * Positions outside the table (only possible with ``positions``, unchecked on the host on a GPU
   to spare a synchronisation) give NaN rows rather than another row's rotation.
 
@@ -137,29 +143,48 @@ def _cos_sin(cos_ptr, sin_ptr, trow, col, cm, valid, HAS_POS: tl.constexpr, INVE
 
 
 @triton.jit
-def _row_starts(r, T, H, sxb, sxt, sxh, sob, sot, soh, SV: tl.constexpr):
-    """Rows ``r`` of the B*T*H rows: their batch and token indices (int64) and the element offsets of
-    their input and output rows (columns of one).
+def _udiv(n, m, p):
+    """``n // d`` for int32 ``0 <= n < 2**31``, from the divisor's magic pair ``(m, p)`` (see
+    ``rope.triton_rope.magic_divisor``): one 32 x 32 -> 64-bit multiply and a shift.
+
+    Why: a division by a runtime divisor is a ~20-instruction sequence on the GPU; the chunk tiling
+    divides every chunk's index by H and T, and at V = 2 (D = 20, 36, 52, ...) that integer work
+    outweighed the arithmetic of the rotation itself.
+    """
+    return ((n.to(tl.uint64) * m.to(tl.uint64)) >> p.to(tl.uint64)).to(tl.int32)
+
+
+@triton.jit
+def _row_starts(r, T, mT, pT, H, mH, pH, sxb, sxt, sxh, sob, sot, soh, SV: tl.constexpr, WIDE: tl.constexpr):
+    """Rows ``r`` of the B*T*H rows: their batch and token indices and the element offsets of their
+    input and output rows (columns of one). ``(mT, pT)``, ``(mH, pH)``: the magic pairs of T and H
+    (:func:`_udiv`). ``WIDE``: the offsets need 64 bits; otherwise (every offset of every tensor
+    below 2**31, checked on the host) the index arithmetic stays in 32 bits, half the instructions.
 
     Row strides arrive divided by SV (constexpr): the offsets are then known multiples of SV, so
     rows of D = 24, 40, 56, ... elements still get vector loads (Triton only infers divisibility by
     16 from a runtime stride).
     """
-    h = (r % H).to(tl.int64)
-    bt = r // H
-    t = (bt % T).to(tl.int64)
-    b = (bt // T).to(tl.int64)
+    bt = _udiv(r, mH, pH)
+    b = _udiv(bt, mT, pT)
+    h = r - bt * H
+    t = bt - b * T
+    if WIDE:
+        h = h.to(tl.int64)
+        t = t.to(tl.int64)
+        b = b.to(tl.int64)
     return b, t, ((b * sxb + t * sxt + h * sxh) * SV)[:, None], ((b * sob + t * sot + h * soh) * SV)[:, None]
 
 
 @triton.jit
 def _row_positions(pos_ptr, b, t, spb, spt, NPOS, rm, HAS_POS: tl.constexpr):
     """The rows' positions (their token index, or read from ``positions``) and whether they lie in the
-    table (out of it: clamped to row 0 here, NaN in :func:`_cos_sin`)."""
+    table (out of it: clamped to row 0 here, NaN in :func:`_cos_sin`). The range test is made on the
+    positions as stored (int64 ones included) before they are narrowed to ``t``'s type."""
     if HAS_POS:
-        pos = tl.load(pos_ptr + b * spb + t * spt, mask=rm, other=0).to(tl.int64)
-        valid = (pos >= 0) & (pos < NPOS)
-        pos = tl.where(valid, pos, 0)
+        raw = tl.load(pos_ptr + b * spb + t * spt, mask=rm, other=0)
+        valid = (raw >= 0) & (raw < NPOS)
+        pos = tl.where(valid, raw, 0).to(t.dtype)
     else:
         pos = t
         valid = rm
@@ -170,10 +195,11 @@ def _row_positions(pos_ptr, b, t, spb, spt, NPOS, rm, HAS_POS: tl.constexpr):
 def _rotate_rows(
     x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod,
     cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
-    r0, NR, T, H,
+    r0, NR, T, mT, pT, H, mH, pH,
     R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
     HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     """Rotate rows [r0, r0 + BR) of one tensor seen as B*T*H rows of D = 2 R2 + PASS elements.
 
@@ -185,7 +211,7 @@ def _rotate_rows(
     DT: tl.constexpr = o_ptr.dtype.element_ty
     r = r0 + tl.arange(0, BR)
     rm = r < NR
-    b, t, x_row, o_row = _row_starts(r, T, H, sxb, sxt, sxh, sob, sot, soh, SV)
+    b, t, x_row, o_row = _row_starts(r, T, mT, pT, H, mH, pH, sxb, sxt, sxh, sob, sot, soh, SV, WIDE)
     pos, valid = _row_positions(pos_ptr, b, t, spb, spt, NPOS, rm, HAS_POS)
     pcol = tl.arange(0, HP)[None, :]
     c, s = _cos_sin(cos_ptr, sin_ptr, pos[:, None] * (s_cs * CSV), pcol, rm[:, None] & (pcol < CW), valid,
@@ -216,10 +242,10 @@ def _rotate_rows(
 def _rotate_chunks(
     x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod,
     cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
-    g0, NR, T, H,
+    g0, NR, T, mT, pT, H, mH, pH,
     R2: tl.constexpr, CW: tl.constexpr, INTERLEAVED: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
     NCH: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
-    HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
+    HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr, WIDE: tl.constexpr,
 ):
     """Rotate chunks [g0, g0 + NCH) of one tensor whose rows are M chunks of V pairs (R2 = M V).
 
@@ -234,7 +260,7 @@ def _rotate_chunks(
     r = g // M
     j = g - r * M
     rm = r < NR
-    b, t, x_row, o_row = _row_starts(r, T, H, sxb, sxt, sxh, sob, sot, soh, SV)
+    b, t, x_row, o_row = _row_starts(r, T, mT, pT, H, mH, pH, sxb, sxt, sxh, sob, sot, soh, SV, WIDE)
     pos, valid = _row_positions(pos_ptr, b, t, spb, spt, NPOS, rm, HAS_POS)
     col = (j * V)[:, None] + tl.arange(0, V)[None, :]  # pair index
     xm = tl.broadcast_to(rm[:, None], (NCH, V))  # every chunk of a row is whole
@@ -261,8 +287,9 @@ def _rotate_chunks(
 
 @triton.jit
 def _copy_chunks(
-    x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod, g0, NR, T, H,
+    x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod, g0, NR, T, mT, pT, H, mH, pH,
     START: tl.constexpr, VP: tl.constexpr, MP: tl.constexpr, NCP: tl.constexpr, SV: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
     """Copy chunks [g0, g0 + NCP) of the pass-through tails (elements START .. START + MP VP of each
     row, rotary_dim < D) in chunks of VP elements: with the chunk tiling the tail is its own set of
@@ -272,7 +299,7 @@ def _copy_chunks(
     r = g // MP
     j = g - r * MP
     rm = r < NR
-    _, _, x_row, o_row = _row_starts(r, T, H, sxb, sxt, sxh, sob, sot, soh, SV)
+    _, _, x_row, o_row = _row_starts(r, T, mT, pT, H, mH, pH, sxb, sxt, sxh, sob, sot, soh, SV, WIDE)
     col = START + (j * VP)[:, None] + tl.arange(0, VP)[None, :]
     m = tl.broadcast_to(rm[:, None], (NCP, VP))
     tl.store(o_ptr + o_row + col * sod, tl.load(x_ptr + x_row + col * sxd, mask=m), mask=m)
@@ -281,18 +308,20 @@ def _copy_chunks(
 # Sizes and counts do not change the generated code's vector widths: keep them out of the
 # specialisation key so new shapes reuse the compiled kernel (strides stay in it; the row geometry
 # R2/CW/PASS/HP/PP is constexpr).
-@triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "HQ", "HK", "NRQ", "NRK", "NPQ", "NPR", "NPPQ"])
+@triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "mT", "pT", "HQ", "mHQ", "pHQ", "HK", "mHK", "pHK",
+                              "NRQ", "NRK", "NPQ", "NPR", "NPPQ"])
 def rope_kernel(
     q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr,
     sqb, sqt, sqh, sqd, skb, skt, skh, skd,
     soqb, soqt, soqh, soqd, sokb, sokt, sokh, sokd,
     spb, spt, s_cs, NPOS, ook,
-    T, HQ, HK, NRQ, NRK, NPQ, NPR, NPPQ,
+    T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ, NRK, NPQ, NPR, NPPQ,
     R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
     HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
     CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
+    WIDE: tl.constexpr = True,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
     others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
@@ -301,36 +330,41 @@ def rope_kernel(
     tensor argument only (under torch.compile two mutated views of one buffer are cloned and copied back)."""
     i = tl.program_id(0)
     if OUT_SHARED:
-        ok_ptr = oq_ptr + ook * SV
+        ok_ptr = oq_ptr + ook.to(tl.int64) * SV
     if CHUNKED and PASS > 0 and i >= NPR:  # a constexpr test first: no copy code without a tail
         if PASS > 0:
             if i - NPR < NPPQ:
-                _copy_chunks(q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, (i - NPR) * NCP, NRQ, T, HQ,
-                             2 * R2, VP, MP, NCP, SV)
+                _copy_chunks(
+                    q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, (i - NPR) * NCP, NRQ,
+                    T, mT, pT, HQ, mHQ, pHQ, 2 * R2, VP, MP, NCP, SV, WIDE,
+                )  # fmt: skip
             else:
-                _copy_chunks(k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, (i - NPR - NPPQ) * NCP, NRK,
-                             T, HK, 2 * R2, VP, MP, NCP, SV)
+                _copy_chunks(
+                    k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, (i - NPR - NPPQ) * NCP, NRK,
+                    T, mT, pT, HK, mHK, pHK, 2 * R2, VP, MP, NCP, SV, WIDE,
+                )  # fmt: skip
     elif CHUNKED:
         if i < NPQ:
             _rotate_chunks(
                 q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, cos_ptr, sin_ptr, pos_ptr, spb, spt,
-                s_cs, NPOS, i * NCH, NRQ, T, HQ, R2, CW, INTERLEAVED, V, M, NCH, SV, CSV, HAS_POS, LOW, INVERSE,
-                EMULATE,
+                s_cs, NPOS, i * NCH, NRQ, T, mT, pT, HQ, mHQ, pHQ, R2, CW, INTERLEAVED, V, M, NCH, SV, CSV,
+                HAS_POS, LOW, INVERSE, EMULATE, WIDE,
             )  # fmt: skip
         else:
             _rotate_chunks(
                 k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, cos_ptr, sin_ptr, pos_ptr, spb, spt,
-                s_cs, NPOS, (i - NPQ) * NCH, NRK, T, HK, R2, CW, INTERLEAVED, V, M, NCH, SV, CSV, HAS_POS, LOW,
-                INVERSE, EMULATE,
+                s_cs, NPOS, (i - NPQ) * NCH, NRK, T, mT, pT, HK, mHK, pHK, R2, CW, INTERLEAVED, V, M, NCH, SV, CSV,
+                HAS_POS, LOW, INVERSE, EMULATE, WIDE,
             )  # fmt: skip
     elif i < NPQ:
         _rotate_rows(
             q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
-            NPOS, i * BR, NRQ, T, HQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,
+            NPOS, i * BR, NRQ, T, mT, pT, HQ, mHQ, pHQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR,
+            HAS_POS, LOW, INVERSE, EMULATE, WIDE,
         )  # fmt: skip
     else:
         _rotate_rows(
             k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
-            NPOS, (i - NPQ) * BR, NRK, T, HK, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE,
-            EMULATE,
+            NPOS, (i - NPQ) * BR, NRK, T, mT, pT, HK, mHK, pHK, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR,
+            HAS_POS, LOW, INVERSE, EMULATE, WIDE,
         )  # fmt: skip

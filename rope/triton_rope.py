@@ -221,15 +221,18 @@ def launch(
     if sin.stride() != cos.stride():  # the kernel indexes both tables with cos's stride
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
+    # 32-bit index arithmetic where every element offset of every operand fits (the common case)
+    wide = _needs_wide_offsets(q, kk, out_q, ok, cos) or (positions is not None and _needs_wide_offsets(positions))
     kernel = _traced_kernel() if traced else _kernels.rope_kernel
     kernel[(npq + npk + nppq + nppk,)](
         q, kk, out_buffer if shared else out_q, cos if shared else ok, cos, sin, pos,  # shared: both outputs through
         # the buffer (ok's slot gets cos, never written: the kernel ignores it)
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(out_q, sv), *_scaled_strides(ok, sv),
         spb, spt, cos.stride(0) // csv, cos.shape[0], ook // sv,
-        T, HQ, HK, nrq, nrk, npq, npq + npk, nppq,
+        T, *magic_divisor(max(T, 1)), HQ, *magic_divisor(max(HQ, 1)), HK, *magic_divisor(max(HK, 1)),
+        nrq, nrk, npq, npq + npk, nppq,
         HAS_POS=positions is not None, LOW=bool(low_precision) and q.dtype != torch.float32,
-        INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, OUT_SHARED=shared, **cfg,
+        INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, OUT_SHARED=shared, WIDE=wide, **cfg,
     )  # fmt: skip
     return out_q, out_k
 
@@ -238,6 +241,30 @@ def launch(
 def _traced_kernel():
     """The kernel wrapped for tracing by torch.compile (inside a ``triton_op`` body)."""
     return torch.library.wrap_triton(_kernels.rope_kernel)
+
+
+@functools.lru_cache(maxsize=64)
+def magic_divisor(d: int) -> tuple[int, int]:
+    """``(m, p)`` with ``n // d == (n * m) >> p`` for every ``0 <= n < 2**31`` and ``m < 2**32``: the
+    kernel's divisions by H and T become a multiply and a shift (Granlund and Montgomery's method,
+    with the numerator one bit short of the word so that ``m`` fits in 32 bits: ``p = 31 + ceil(log2 d)``,
+    ``m = ceil(2**p / d)``, whose error ``m d - 2**p < 2**(p - 31)`` keeps every quotient exact)."""
+    if not 1 <= d < 2**31:
+        raise ValueError(f"magic_divisor: d={d} is not in [1, 2**31)")
+    p = 31 + (d - 1).bit_length()
+    return -(-(1 << p) // d), p
+
+
+def _needs_wide_offsets(*tensors: Tensor) -> bool:
+    """Whether an element offset the kernel computes for one of ``tensors`` can reach 2**31: it then
+    does its index arithmetic in 64 bits (``WIDE``). Bounded by the storage (an offset from the data
+    pointer is below the storage's element count; the masked rows of a last partial program reach
+    one batch past the end, hence the factor 2): storages under 2**30 elements stay in 32 bits.
+    One C call per tensor, where summing size x stride over the dims cost 4 us per launch."""
+    for t in tensors:
+        if t.untyped_storage().nbytes() >= (1 << 30) * t.element_size():
+            return True
+    return False
 
 
 def _pow2_unit(n: int, cap: int = 16) -> int:

@@ -40,7 +40,7 @@ _T, _H = 2048, 16
 
 
 def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dtype: str, arch: int,
-                   chunks: int = -1, out_shared: bool = False):
+                   chunks: int = -1, out_shared: bool = False, wide: bool = False):
     """The compiled ``rope_kernel`` (forward, no positions) for contiguous (B, T, H, D) inputs.
     ``out_shared``: as the fused-qkv backward launches it, k's outputs H heads into q's buffer."""
     import triton
@@ -64,7 +64,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     ints["s_cs"] = rotary_dim // 2 // csv
     ints["ook"] = head_dim // sv  # one q head before k: the least aligned offset there is
     constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": False, "LOW": False, "INVERSE": False, "EMULATE": False,
-                  "OUT_SHARED": out_shared}
+                  "OUT_SHARED": out_shared, "WIDE": wide}
     constexprs |= {n: 1 for n in names if re.fullmatch(r"s(q|k|oq|ok)d", n)}  # unit element stride
     pointers = {"q_ptr", "k_ptr", "oq_ptr", "ok_ptr", "cos_ptr", "sin_ptr", "pos_ptr"}
     signature, attrs = {}, {}
@@ -77,7 +77,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
             signature[n] = "*fp32" if n in fp32 else _DTYPES[dtype]
             attrs[index[n]] = [["tt.divisibility", 16]]  # torch allocations are 16-byte aligned
         else:
-            signature[n] = "i32"
+            signature[n] = "u32" if n in ("mT", "mHQ", "mHK") else "i32"  # magic multipliers: >= 2**31
             if ints.get(n, 1) % 16 == 0:  # what the launcher specialises on
                 attrs[index[n]] = [["tt.divisibility", 16]]
     src = ASTSource(fn=fn, signature=signature, constexprs={index[n]: v for n, v in constexprs.items()},
@@ -96,6 +96,40 @@ def access_widths(ptx: str) -> dict[str, dict[int, int]]:
     return {k: dict(sorted(v.items())) for k, v in out.items()}
 
 
+_INTEGER_DIVISION = re.compile(r"\b(?:div|rem)\.[su](?:16|32|64)\b")
+
+
+def integer_divisions(ptx: str) -> int:
+    """Integer divisions and remainders in ``ptx``: each a ~20-instruction sequence on the GPU when
+    the divisor is a runtime value (the kernel divides by H and T through magic numbers instead)."""
+    return len(_INTEGER_DIVISION.findall(ptx))
+
+
+def sass_per_element(kernel, head_dim: int, rotary_dim: int, layout: str, variant: str, chunks: int) -> float | None:
+    """Machine instructions in the code of one tensor's branch (half the kernel: a program runs q's or
+    k's) over the elements one thread rotates: a static measure of the per-element work, which the
+    rotation's float arithmetic keeps near 12 for wide vectors. None without ``nvdisasm``."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from rope.triton_rope import LaunchConfig, launch_config
+
+    tool = Path(__import__("triton").__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    tool = str(tool) if tool.exists() else shutil.which("nvdisasm")
+    if tool is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(kernel.asm["cubin"])
+        sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    n = len(re.findall(r"^\s*/\*[0-9a-f]{4,}\*/", sass, flags=re.M))
+    cfg = launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved",
+                        LaunchConfig(chunks=chunks))
+    elements = cfg["NCH"] * cfg["V"] * 2 if cfg["CHUNKED"] else cfg["BR"] * head_dim
+    return round(n / 2 / (elements / (32 * cfg["num_warps"])), 1)
+
+
 def report(head_dims: list[int], layouts: list[str], fractions: list[float], variant: str, dtype: str,
            arch: int, chunks: int = -1, out_shared: bool = False) -> list[dict]:
     rows = []
@@ -109,7 +143,9 @@ def report(head_dims: list[int], layouts: list[str], fractions: list[float], var
                 widths = access_widths(kernel.asm["ptx"])
                 rows.append({"head_dim": D, "layout": layout, "rotary_dim": R, "variant": variant, "dtype": dtype,
                              "loads": widths["ld"], "stores": widths["st"],
-                             "narrowest_bytes": min([*widths["ld"], *widths["st"]], default=0)})
+                             "narrowest_bytes": min([*widths["ld"], *widths["st"]], default=0),
+                             "integer_divisions": integer_divisions(kernel.asm["ptx"]),
+                             "sass_per_element": sass_per_element(kernel, D, R, layout, variant, chunks)})
     return rows
 
 
@@ -150,10 +186,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     else:
         print(f"rope_kernel global accesses (instructions in the code by bytes per thread), sm_{args.arch}, "
               f"{args.dtype}, variant={args.variant}, tiling {args.tiling}")
-        print("| D | layout | rotary_dim | loads | stores | narrowest |\n|---|---|---:|---|---|---:|")
+        print("| D | layout | rotary_dim | loads | stores | narrowest | integer divisions | instructions per element |"
+              "\n|---|---|---:|---|---|---:|---:|---:|")
         for r in rows:
             print(f"| {r['head_dim']} | {r['layout']} | {r['rotary_dim']} | {_fmt(r['loads'])} | {_fmt(r['stores'])} "
-                  f"| {r['narrowest_bytes']} B |")
+                  f"| {r['narrowest_bytes']} B | {r['integer_divisions']} | {r['sass_per_element'] or 'n/a'} |")
     return rows
 
 

@@ -646,3 +646,63 @@ def test_row_and_chunk_tilings_give_identical_results(impl, layout, D, rotary_di
     assert mods[1].launch_config.chunks == 1
     for a, b in zip(outs[0], outs[1], strict=True):
         assert not a.isnan().any() and torch.equal(a, b)
+
+
+# -- index arithmetic: divisions by magic numbers, 32-bit offsets where they fit -----------------------
+def test_magic_divisor_is_exact():
+    """The kernel divides row indices by H and T as ``(n * m) >> p``: exact for every n < 2**31 and
+    every divisor a launch can pass, at the edges (n near 2**31, d = 1, powers of two and their
+    neighbours, the largest divisor)."""
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    divisors = sorted({*range(1, 300), *(2**e + o for e in range(1, 31) for o in (-1, 0, 1)), 2**31 - 1,
+                       *torch.randint(1, 2**31, (200,), generator=gen).tolist()})
+    numerators = [0, 1, 2**31 - 1, 2**31 - 2, 2**30, *torch.randint(0, 2**31, (300,), generator=gen).tolist()]
+    for d in divisors:
+        m, p = triton_rope.magic_divisor(d)
+        assert 0 < m < 2**32, (d, m)
+        near = [d * j + o for j in (1, 2, (2**31 - 1) // d) for o in (-1, 0, 1)]
+        for n in numerators + [x for x in near if 0 <= x < 2**31]:
+            assert (n * m) >> p == n // d, (n, d, m, p)
+    for bad in (0, -3, 2**31):
+        with pytest.raises(ValueError, match="magic_divisor: d="):
+            triton_rope.magic_divisor(bad)
+
+
+def test_wide_offsets_are_needed_past_two_to_the_30_stored_elements():
+    """64-bit index arithmetic once an operand's storage holds 2**30 elements (its offsets, and those of
+    a last partial program's masked rows one batch past the end, could then reach 2**31): a slice of
+    a large fused qkv counts by its buffer."""
+    meta = dict(device="meta", dtype=torch.bfloat16)
+    assert not triton_rope._needs_wide_offsets(torch.empty(2, 1024, 16, 128, **meta))
+    assert not triton_rope._needs_wide_offsets(torch.empty(8, 2**17, 4, 64, **meta))  # 2**28 elements
+    assert triton_rope._needs_wide_offsets(torch.empty(1, 2**24, 1, 64, **meta))  # 2**30
+    assert triton_rope._needs_wide_offsets(torch.empty(2**31, dtype=torch.int64, device="meta"))
+    qkv = torch.empty(4, 2**20, 3 * 2 * 64, **meta)  # q: 2**29 elements of a 3 * 2**29 buffer
+    q, k, _ = rope.base.split_qkv(qkv, 2, 2, 64)
+    assert triton_rope._needs_wide_offsets(q) and not triton_rope._needs_wide_offsets(q.contiguous())
+
+
+@pytest.mark.parametrize("chunks", (0, 1))
+@pytest.mark.parametrize("D,rotary_dim", ((20, None), (48, 24), (64, None)))
+def test_wide_and_narrow_index_arithmetic_agree(chunks, D, rotary_dim, monkeypatch, device):
+    """The 32-bit index path (every launch that fits) and the 64-bit one (huge tensors, forced here)
+    rotate the same elements the same way: forward and backward, positions, GQA, strided views, rows
+    and chunks (which divide by H and T through the magic numbers)."""
+    outs = {}
+    qkv = torch.randn(3, 7, (3 + 2 * 1) * D, device=device, dtype=torch.bfloat16)
+    q, k, _ = rope.base.split_qkv(qkv, 3, 1, D)
+    pos = torch.randint(0, 16, (3, 7), device=device)
+    grads = (torch.randn(3, 7, 3, D, device=device, dtype=torch.bfloat16),
+             torch.randn(3, 7, 1, D, device=device, dtype=torch.bfloat16))
+    m = rope.build("triton_v4", D, 16, rotary_dim=rotary_dim).to(device)
+    m.launch_config = triton_rope.LaunchConfig(chunks=chunks)
+    m.poison_outputs = True
+    for wide in (False, True):
+        monkeypatch.setattr(triton_rope, "_needs_wide_offsets", lambda *t, w=wide: w)
+        qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
+        y = m(qg, kg, positions=pos)
+        outs[wide] = (*y, *torch.autograd.grad(y, (qg, kg), grads), *m(q, k))
+    want = rope.build("torch", D, 16, rotary_dim=rotary_dim).to(device)(q.double(), k.double())
+    assert (outs[False][4].double() - want[0]).abs().max() < 1e-2  # and both are the function itself
+    for a, b in zip(outs[False], outs[True], strict=True):
+        assert not a.isnan().any() and torch.equal(a, b)

@@ -65,5 +65,25 @@ def test_shared_output_buffer_keeps_the_access_widths():
             for flag in ((), ("--out-shared",))]
     if runs[0].returncode != 0 and ("ptxas" in runs[0].stderr or "backend" in runs[0].stderr.lower()):
         pytest.skip(f"triton cannot compile for sm_90 here: {runs[0].stderr.strip().splitlines()[-1]}")
-    plain, shared = (json.loads(r.stdout) for r in runs)
+    plain, shared = ([{k: v for k, v in row.items() if k != "sass_per_element"} for row in json.loads(r.stdout)]
+                     for r in runs)
     assert len(plain) == 6 and shared == plain
+
+
+@pytest.mark.parametrize("tiling", ("rows", "chunks"))
+def test_no_integer_division_by_runtime_values(tiling):
+    """Rows are divided by H and T through host-computed magic numbers: a runtime division is a
+    ~20-instruction sequence per chunk, which at V = 2 (D = 20, 36) outweighed the rotation itself.
+    Every tiling, layout and copied tail compiles without one; the per-element instruction count of a
+    V = 2 head size stays within twice that of a 16-byte one (it was 2.3x with the divisions)."""
+    pytest.importorskip("triton.backends.nvidia")
+    res = _run("--head-dims", "20,36,48", "--layouts", "half,interleaved", "--rotary-fractions", "1,0.5",
+               "--tiling", tiling, "--json")
+    if res.returncode != 0 and ("ptxas" in res.stderr or "backend" in res.stderr.lower()):
+        pytest.skip(f"triton cannot compile for sm_90 here: {res.stderr.strip().splitlines()[-1]}")
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert len(rows) == 8 and all(r["integer_divisions"] == 0 for r in rows), rows
+    if tiling == "chunks" and rows[0]["sass_per_element"] is not None:
+        per = {(r["head_dim"], r["layout"], r["rotary_dim"]): r["sass_per_element"] for r in rows}
+        assert per[36, "half", 36] <= 2 * per[48, "half", 48], per
