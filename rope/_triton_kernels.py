@@ -143,15 +143,18 @@ def _cos_sin(cos_ptr, sin_ptr, trow, col, cm, valid, HAS_POS: tl.constexpr, INVE
 
 
 @triton.jit
-def _udiv(n, m, p):
-    """``n // d`` for int32 ``0 <= n < 2**31``, from the divisor's magic pair ``(m, p)`` (see
-    ``rope.triton_rope.magic_divisor``): one 32 x 32 -> 64-bit multiply and a shift.
+def _udiv(n, m, s):
+    """``n // d`` for int32 ``0 <= n < 2**31``, from the divisor's magic pair ``(m, s)`` (see
+    ``rope.triton_rope.magic_divisor``: the multiplier is ``2**31 + m``): a 32 x 32 -> 64-bit multiply,
+    two shifts and an add, ``(((n m) >> 31) + n) >> s``.
 
     Why: a division by a runtime divisor is a ~20-instruction sequence on the GPU; the chunk tiling
     divides every chunk's index by H and T, and at V = 2 (D = 20, 36, 52, ...) that integer work
-    outweighed the arithmetic of the rotation itself.
+    outweighed the arithmetic of the rotation itself. ``m`` travels below 2**31 because Inductor
+    cannot pass a larger Python int to a user Triton kernel (torch 2.11: AttributeError ``xreplace``).
     """
-    return ((n.to(tl.uint64) * m.to(tl.uint64)) >> p.to(tl.uint64)).to(tl.int32)
+    hi = ((n.to(tl.uint64) * m.to(tl.uint64)) >> 31).to(tl.uint32)
+    return ((hi + n.to(tl.uint32)) >> s.to(tl.uint32)).to(tl.int32)
 
 
 @triton.jit

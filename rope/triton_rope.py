@@ -108,7 +108,6 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     hp = _next_pow2(rotary_pairs)
     passed = head_dim - 2 * rotary_pairs
     load_width = 2 * hp if interleaved else hp
-    tile = config.tile or (1024 if load_width <= 16 else 2048)  # 0: what the H100 sweep found best for this width
     cw = rotary_pairs
     if partial and _pow2_unit(rotary_pairs // 2) >= min(4, _pow2_unit(rotary_pairs)):
         cw = rotary_pairs // 2  # the zero-frequency half: cos 1, sin 0 without loading them
@@ -118,6 +117,15 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         chunked = CHUNKS_BY_DEFAULT and hp != rotary_pairs and passed == 0
     v = min(8 if interleaved else 16, _pow2_unit(rotary_pairs)) if chunked else 1
     load_v = 2 * v if interleaved else v  # elements of one chunk's load: a load of NCH chunks holds ``tile``
+    # 0: what the H100 sweeps found best. Rows: by width. Half-layout chunks of V <= 4 pairs: 1024, i.e.
+    # 4 elements a thread at 8 warps (session 8, D = 36 and 52: 94-96% of copy bandwidth against 86%
+    # at 2048, whose 2-4 chunks a thread ran slower once the index arithmetic was 32-bit).
+    if config.tile:
+        tile = config.tile
+    elif chunked and not interleaved and v <= 4:
+        tile = 1024
+    else:
+        tile = 1024 if load_width <= 16 else 2048
     # the copied tail's chunks: VP elements, dividing both its start (2 R2) and its length; a copy
     # program moves at least 2048 elements (16 bytes a thread at 8 warps) whatever the rotated width
     vp = min(16, _pow2_unit(2 * rotary_pairs), _pow2_unit(passed)) if chunked and passed else 1
@@ -245,14 +253,16 @@ def _traced_kernel():
 
 @functools.lru_cache(maxsize=64)
 def magic_divisor(d: int) -> tuple[int, int]:
-    """``(m, p)`` with ``n // d == (n * m) >> p`` for every ``0 <= n < 2**31`` and ``m < 2**32``: the
-    kernel's divisions by H and T become a multiply and a shift (Granlund and Montgomery's method,
-    with the numerator one bit short of the word so that ``m`` fits in 32 bits: ``p = 31 + ceil(log2 d)``,
-    ``m = ceil(2**p / d)``, whose error ``m d - 2**p < 2**(p - 31)`` keeps every quotient exact)."""
+    """``(m, s)`` with ``n // d == (((n * m) >> 31) + n) >> s`` for every ``0 <= n < 2**31``, both below
+    2**31: the kernel's divisions by H and T become a multiply, shifts and an add.
+
+    Granlund and Montgomery's method with the numerator one bit short of the word: ``s = ceil(log2 d)``,
+    ``M = ceil(2**(31 + s) / d)`` (then ``2**31 <= M < 2**32`` and its error ``M d - 2**(31 + s) < 2**s``
+    keeps every quotient exact), passed as ``m = M - 2**31`` so it fits an int32 argument."""
     if not 1 <= d < 2**31:
         raise ValueError(f"magic_divisor: d={d} is not in [1, 2**31)")
-    p = 31 + (d - 1).bit_length()
-    return -(-(1 << p) // d), p
+    s = (d - 1).bit_length()
+    return -(-(1 << (31 + s)) // d) - (1 << 31), s
 
 
 def _needs_wide_offsets(*tensors: Tensor) -> bool:

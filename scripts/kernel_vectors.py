@@ -77,7 +77,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
             signature[n] = "*fp32" if n in fp32 else _DTYPES[dtype]
             attrs[index[n]] = [["tt.divisibility", 16]]  # torch allocations are 16-byte aligned
         else:
-            signature[n] = "u32" if n in ("mT", "mHQ", "mHK") else "i32"  # magic multipliers: >= 2**31
+            signature[n] = "i32"
             if ints.get(n, 1) % 16 == 0:  # what the launcher specialises on
                 attrs[index[n]] = [["tt.divisibility", 16]]
     src = ASTSource(fn=fn, signature=signature, constexprs={index[n]: v for n, v in constexprs.items()},

@@ -650,7 +650,8 @@ def test_row_and_chunk_tilings_give_identical_results(impl, layout, D, rotary_di
 
 # -- index arithmetic: divisions by magic numbers, 32-bit offsets where they fit -----------------------
 def test_magic_divisor_is_exact():
-    """The kernel divides row indices by H and T as ``(n * m) >> p``: exact for every n < 2**31 and
+    """The kernel divides row indices by H and T as ``(((n * m) >> 31) + n) >> s`` with ``m`` and ``s``
+    int32 values (Inductor passes no larger Python int to a user kernel): exact for every n < 2**31 and
     every divisor a launch can pass, at the edges (n near 2**31, d = 1, powers of two and their
     neighbours, the largest divisor)."""
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
@@ -658,11 +659,12 @@ def test_magic_divisor_is_exact():
                        *torch.randint(1, 2**31, (200,), generator=gen).tolist()})
     numerators = [0, 1, 2**31 - 1, 2**31 - 2, 2**30, *torch.randint(0, 2**31, (300,), generator=gen).tolist()]
     for d in divisors:
-        m, p = triton_rope.magic_divisor(d)
-        assert 0 < m < 2**32, (d, m)
+        m, sh = triton_rope.magic_divisor(d)
+        assert 0 <= m < 2**31 and 0 <= sh < 32, (d, m, sh)
         near = [d * j + o for j in (1, 2, (2**31 - 1) // d) for o in (-1, 0, 1)]
         for n in numerators + [x for x in near if 0 <= x < 2**31]:
-            assert (n * m) >> p == n // d, (n, d, m, p)
+            hi = (n * m) >> 31
+            assert hi + n < 2**32 and (hi + n) >> sh == n // d, (n, d, m, sh)  # the uint32 sum does not wrap
     for bad in (0, -3, 2**31):
         with pytest.raises(ValueError, match="magic_divisor: d="):
             triton_rope.magic_divisor(bad)
@@ -706,3 +708,26 @@ def test_wide_and_narrow_index_arithmetic_agree(chunks, D, rotary_dim, monkeypat
     torch.testing.assert_close(outs[False][4].double(), want[0], rtol=2**-7, atol=1e-6)  # one bf16 ulp
     for a, b in zip(outs[False], outs[True], strict=True):
         assert not a.isnan().any() and torch.equal(a, b)
+
+
+def test_launch_passes_only_int32_scalars(monkeypatch, device):
+    """Every integer the kernel receives fits an int32 at ordinary sizes: Inductor, which launches the
+    traced op's kernel itself, fails on a larger Python int argument (torch 2.11: ``'int' object has
+    no attribute 'xreplace'``), which the magic multipliers of H and T were before they were offset."""
+    seen = []
+    kernel = triton_rope._kernels.rope_kernel
+
+    class Recording:
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                seen.append([a for a in (*args, *kwargs.values()) if type(a) is int])
+                return kernel[grid](*args, **kwargs)
+            return run
+
+    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", Recording())
+    for H, T, D in ((3, 7, 20), (1, 1, 48), (13, 1000, 64)):
+        r = build_poisoned("triton_v4", D, 1024, device)
+        q = torch.randn(1, T, H, D, device=device, requires_grad=True)
+        (r(q, q.detach())[0].sum()).backward()
+    assert len(seen) == 6
+    assert all(-(2**31) <= a < 2**31 for ints in seen for a in ints), seen
