@@ -40,9 +40,11 @@ _T, _H = 2048, 16
 
 
 def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dtype: str, arch: int,
-                   chunks: int = -1, out_shared: bool = False, wide: bool = False):
+                   chunks: int = -1, out_shared: bool = False, wide: bool = False, constant_scalars: bool = False):
     """The compiled ``rope_kernel`` (forward, no positions) for contiguous (B, T, H, D) inputs.
-    ``out_shared``: as the fused-qkv backward launches it, k's outputs H heads into q's buffer."""
+    ``out_shared``: as the fused-qkv backward launches it, k's outputs H heads into q's buffer.
+    ``constant_scalars``: every integer argument a compile-time constant, as torch 2.11's Inductor
+    compiles a user kernel to find what it mutates (a kernel that fails there gets its inputs cloned)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -63,9 +65,18 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
         ints |= {f"s{p}b": _T * _H * head_dim // sv, f"s{p}t": _H * head_dim // sv, f"s{p}h": head_dim // sv}
     ints["s_cs"] = rotary_dim // 2 // csv
     ints["ook"] = head_dim // sv  # one q head before k: the least aligned offset there is
+    if constant_scalars:  # the values a launch of B=2 would pass
+        from rope.triton_rope import magic_divisor
+
+        (m_t, p_t), (m_h, p_h) = magic_divisor(_T), magic_divisor(_H)
+        ints |= {"spb": 0, "spt": 0, "NPOS": _T, "T": _T, "mT": m_t, "pT": p_t, "HQ": _H, "mHQ": m_h, "pHQ": p_h,
+                 "HK": _H, "mHK": m_h, "pHK": p_h, "NRQ": 2 * _T * _H, "NRK": 2 * _T * _H, "NPQ": 64, "NPR": 128,
+                 "NPPQ": 0}
     constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": False, "LOW": False, "INVERSE": False, "EMULATE": False,
                   "OUT_SHARED": out_shared, "WIDE": wide}
     constexprs |= {n: 1 for n in names if re.fullmatch(r"s(q|k|oq|ok)d", n)}  # unit element stride
+    if constant_scalars:
+        constexprs |= {n: ints[n] for n in names if n in ints and n not in constexprs}
     pointers = {"q_ptr", "k_ptr", "oq_ptr", "ok_ptr", "cos_ptr", "sin_ptr", "pos_ptr"}
     signature, attrs = {}, {}
     for n in names:
@@ -131,7 +142,7 @@ def sass_per_element(kernel, head_dim: int, rotary_dim: int, layout: str, varian
 
 
 def report(head_dims: list[int], layouts: list[str], fractions: list[float], variant: str, dtype: str,
-           arch: int, chunks: int = -1, out_shared: bool = False) -> list[dict]:
+           arch: int, chunks: int = -1, out_shared: bool = False, constant_scalars: bool = False) -> list[dict]:
     rows = []
     for D in head_dims:
         for layout in layouts:
@@ -139,7 +150,8 @@ def report(head_dims: list[int], layouts: list[str], fractions: list[float], var
                 R = int(D * frac)
                 if R < 2 or R % 2 or (variant == "partial" and R % 4):
                     continue
-                kernel = compile_kernel(D, R, layout, variant, dtype, arch, chunks, out_shared)
+                kernel = compile_kernel(D, R, layout, variant, dtype, arch, chunks, out_shared,
+                                        constant_scalars=constant_scalars)
                 widths = access_widths(kernel.asm["ptx"])
                 rows.append({"head_dim": D, "layout": layout, "rotary_dim": R, "variant": variant, "dtype": dtype,
                              "loads": widths["ld"], "stores": widths["st"],
@@ -165,6 +177,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    help="the program tiling (LaunchConfig.chunks): auto is the kernel's own choice")
     p.add_argument("--out-shared", action="store_true",
                    help="k's outputs through q's output pointer, as the fused-qkv backward launches it")
+    p.add_argument("--constant-scalars", action="store_true",
+                   help="every int argument a compile-time constant, as Inductor's mutation analysis compiles it")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -180,7 +194,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         p.error(f"--head-dims / --rotary-fractions: comma-separated numbers expected ({exc})")
     chunks = {"auto": -1, "rows": 0, "chunks": 1}[args.tiling]
     rows = report(dims, args.layouts.split(","), fractions, args.variant, args.dtype, args.arch, chunks,
-                  args.out_shared)
+                  args.out_shared, args.constant_scalars)
     if args.json:
         print(json.dumps(rows))
     else:
