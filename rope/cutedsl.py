@@ -29,7 +29,7 @@ from torch import Tensor
 from rope.base import LAYOUTS, RotaryEmbedding
 from rope.registry import register
 from rope.scaling import attention_factor
-from rope.triton_rope import _new_output, _pow2_unit  # the Triton entry's: same outputs, same stride units
+from rope.triton_rope import _new_outputs, _pow2_unit  # the Triton entry's: same outputs, same stride units
 
 PACKAGE = "nvidia-cutlass-dsl"
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
@@ -139,10 +139,7 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
     cuda, cutlass, gmem, make_ptr = _runtime()
     B, T, HQ, D = q.shape
     HK = k.shape[2] if k is not None else 0
-    if out_q is None:
-        out_q = _new_output((B, T, HQ, D), q, poison)
-    if k is not None and out_k is None:
-        out_k = _new_output((B, T, HK, D), k, poison)
+    out_q, out_k = _new_outputs(q, k, out_q, out_k, poison)
     if B * T * (HQ + HK) == 0 or D == 0:
         return out_q, out_k
     if max(B * T * HQ, B * T * HK) >= 2**31:

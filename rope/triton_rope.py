@@ -144,6 +144,17 @@ def _new_output(shape: tuple[int, ...], like: Tensor, poison: bool) -> Tensor:
     return out.fill_(float("nan")) if poison else out
 
 
+def _new_outputs(q: Tensor, k: Tensor | None, out_q: Tensor | None, out_k: Tensor | None,
+                 poison: bool) -> tuple[Tensor, Tensor | None]:
+    """q's and k's outputs for a launch: the given ones, else fresh tensors of their shapes (NaN-filled
+    when ``poison``). Shared by the Triton and CuTeDSL launches."""
+    if out_q is None:
+        out_q = _new_output(q.shape, q, poison)
+    if k is not None and out_k is None:
+        out_k = _new_output(k.shape, k, poison)
+    return out_q, out_k
+
+
 def _check_device(name: str, x: Tensor) -> None:
     if not (x.is_cuda or _interpreting()):
         raise ValueError(
@@ -190,10 +201,7 @@ def launch(
         )
     B, T, HQ, D = q.shape
     HK = k.shape[2] if k is not None else 0
-    if out_q is None:
-        out_q = _new_output((B, T, HQ, D), q, poison)
-    if k is not None and out_k is None:
-        out_k = _new_output((B, T, HK, D), k, poison)
+    out_q, out_k = _new_outputs(q, k, out_q, out_k, poison)
     nrq, nrk = B * T * HQ, B * T * HK
     if nrq + nrk == 0 or D == 0:
         return out_q, out_k

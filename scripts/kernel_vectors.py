@@ -26,7 +26,10 @@ import json
 import math
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,10 +123,6 @@ def sass_per_element(kernel, head_dim: int, rotary_dim: int, layout: str, varian
     """Machine instructions in the code of one tensor's branch (half the kernel: a program runs q's or
     k's) over the elements one thread rotates: a static measure of the per-element work, which the
     rotation's float arithmetic keeps near 12 for wide vectors. None without ``nvdisasm``."""
-    import shutil
-    import subprocess
-    import tempfile
-
     from rope.triton_rope import LaunchConfig, launch_config
 
     tool = Path(__import__("triton").__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
