@@ -5,14 +5,15 @@ formula (``a c + b s`` as ``fma(a, c, p) + fma(b, s, -p)``, ``p = b s``), round 
 so on bf16 inputs the two give the same bits wherever they round the same float32 value.
 
 Work split: a tensor (B, T, H, D) is B*T*H rows; a thread rotates V consecutive pairs of one row
-(TPR = R2 / V threads per row, RPC rows per CTA). The pairs are loaded as V-element vectors (V
+(TPR = R2 / V threads per row, RPC rows per block of threads) in each of RPT consecutive blocks of
+rows of its CTA. The pairs are loaded as V-element vectors (V
 chosen so a vector is at most 16 bytes and divides the row geometry), from pointers whose row
 strides arrive divided by their power-of-two unit SV (multiplied back here as a compile-time
 constant) so that the compiler can prove the vectors aligned, as in the Triton kernel. q's CTAs
 come first, then k's: q and k in one launch. Positions outside the table give NaN rows.
 
 Compile-time: the dtype, the row geometry (R2 rotated pairs, CW loaded cos/sin columns, PASS
-copied elements), the layout, V, SV/CSV, HAS_POS and INVERSE (the transposed rotation: backward).
+copied elements), the layout, V, RPC/RPT, SV/CSV, HAS_POS and INVERSE (the transposed rotation: backward).
 Runtime: pointers, sizes and strides (the tensors' in 64 bits: a q or k view of a fused qkv
 projection can reach past 2**31 elements).
 """
@@ -39,29 +40,32 @@ def _rope_kernel(
     mCos: cute.Tensor, mSin: cute.Tensor, mPos: cute.Tensor,
     n_pos: cutlass.Int32, ctas_q: cutlass.Int32,
     R2: cutlass.Constexpr, CW: cutlass.Constexpr, PASS: cutlass.Constexpr, INTERLEAVED: cutlass.Constexpr,
-    V: cutlass.Constexpr, VP: cutlass.Constexpr, RPC: cutlass.Constexpr,
+    V: cutlass.Constexpr, VP: cutlass.Constexpr, RPC: cutlass.Constexpr, RPT: cutlass.Constexpr,
     HAS_POS: cutlass.Constexpr, INVERSE: cutlass.Constexpr,
 ):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     TPR = R2 // V
-    if bidx < ctas_q:
-        _rotate_rows(mQ, mOQ, mCos, mSin, mPos, n_pos, bidx, tidx, R2, CW, PASS, INTERLEAVED, V, VP, RPC, TPR,
-                     HAS_POS, INVERSE)
-    else:
-        _rotate_rows(mK, mOK, mCos, mSin, mPos, n_pos, bidx - ctas_q, tidx, R2, CW, PASS, INTERLEAVED, V, VP, RPC,
-                     TPR, HAS_POS, INVERSE)
+    # A CTA covers RPT blocks of RPC consecutive rows; each thread rotates one chunk in each block
+    # (RPT > 1: more loads in flight per thread and fewer CTAs to schedule).
+    for r in cutlass.range_constexpr(RPT):
+        if bidx < ctas_q:
+            _rotate_rows(mQ, mOQ, mCos, mSin, mPos, n_pos, bidx * RPT + r, tidx, R2, CW, PASS, INTERLEAVED, V, VP,
+                         RPC, TPR, HAS_POS, INVERSE)
+        else:
+            _rotate_rows(mK, mOK, mCos, mSin, mPos, n_pos, (bidx - ctas_q) * RPT + r, tidx, R2, CW, PASS,
+                         INTERLEAVED, V, VP, RPC, TPR, HAS_POS, INVERSE)
 
 
 @cute.jit
 def _rotate_rows(mX: cute.Tensor, mO: cute.Tensor, mCos: cute.Tensor, mSin: cute.Tensor, mPos: cute.Tensor,
-                 n_pos: cutlass.Int32, cta, tidx,
+                 n_pos: cutlass.Int32, block, tidx,
                  R2: cutlass.Constexpr, CW: cutlass.Constexpr, PASS: cutlass.Constexpr,
                  INTERLEAVED: cutlass.Constexpr, V: cutlass.Constexpr, VP: cutlass.Constexpr,
                  RPC: cutlass.Constexpr, TPR: cutlass.Constexpr,
                  HAS_POS: cutlass.Constexpr, INVERSE: cutlass.Constexpr):
     B, T, H, _ = mX.shape
-    row = cta * RPC + tidx // TPR
+    row = block * RPC + tidx // TPR
     chunk = tidx % TPR
     if row < B * T * H and tidx < RPC * TPR:
         h = row % H
@@ -144,7 +148,7 @@ def rope_launch(
     s_cs: cutlass.Int32, n_pos: cutlass.Int32, spb: cutlass.Int32, spt: cutlass.Int32,
     D: cutlass.Constexpr, R2: cutlass.Constexpr, CW: cutlass.Constexpr, INTERLEAVED: cutlass.Constexpr,
     V: cutlass.Constexpr, VP: cutlass.Constexpr, SV: cutlass.Constexpr, CSV: cutlass.Constexpr,
-    RPC: cutlass.Constexpr, HAS_POS: cutlass.Constexpr, INVERSE: cutlass.Constexpr,
+    RPC: cutlass.Constexpr, RPT: cutlass.Constexpr, HAS_POS: cutlass.Constexpr, INVERSE: cutlass.Constexpr,
     stream,
 ):
     """Rotate q (B, T, HQ, D) and k (B, T, HK, D) into oq, ok: one launch of q's CTAs then k's."""
@@ -157,7 +161,7 @@ def rope_launch(
     mSin = cute.make_tensor(sin_ptr, cute.make_layout((n_pos, R2), stride=(cs_stride, 1)))
     mPos = cute.make_tensor(pos_ptr, cute.make_layout((B, T), stride=(spb, spt)))
     tpr = R2 // V
-    ctas_q = (B * T * HQ + RPC - 1) // RPC
-    ctas_k = (B * T * HK + RPC - 1) // RPC
+    ctas_q = (B * T * HQ + RPC * RPT - 1) // (RPC * RPT)
+    ctas_k = (B * T * HK + RPC * RPT - 1) // (RPC * RPT)
     _rope_kernel(mQ, mK, mOQ, mOK, mCos, mSin, mPos, n_pos, ctas_q, R2, CW, D - 2 * R2, INTERLEAVED, V, VP, RPC,
-                 HAS_POS, INVERSE).launch(grid=(ctas_q + ctas_k, 1, 1), block=(RPC * tpr, 1, 1), stream=stream)
+                 RPT, HAS_POS, INVERSE).launch(grid=(ctas_q + ctas_k, 1, 1), block=(RPC * tpr, 1, 1), stream=stream)

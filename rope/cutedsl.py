@@ -18,6 +18,7 @@ user can compare a CuTeDSL kernel with the Triton ones on speed and on model qua
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import math
@@ -33,8 +34,25 @@ from rope.triton_rope import _new_outputs, _pow2_unit  # the Triton entry's: sam
 
 PACKAGE = "nvidia-cutlass-dsl"
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
-#: Threads per CTA (about; a multiple of the threads per row).
-_THREADS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class CuteLaunchConfig:
+    """How a launch splits the rows: ``threads`` per CTA (rounded down to whole rows), each thread
+    rotating one chunk in each of ``rows_per_thread`` consecutive blocks of rows. The defaults are
+    what the H100 tuning measured best (``docs/kernels.md``, CuTeDSL tuning)."""
+
+    threads: int = 256
+    rows_per_thread: int = 1
+
+    def __post_init__(self) -> None:
+        if self.threads < 32 or self.threads > 1024 or self.threads & (self.threads - 1):
+            raise ValueError(f"threads must be a power of two in [32, 1024], got {self.threads}")
+        if self.rows_per_thread < 1 or self.rows_per_thread > 8:
+            raise ValueError(f"rows_per_thread must be in [1, 8], got {self.rows_per_thread}")
+
+
+DEFAULT_LAUNCH = CuteLaunchConfig()
 
 
 def package_missing() -> str | None:
@@ -53,14 +71,15 @@ def _kernels():
 
 
 def geometry(head_dim: int, rotary_pairs: int, partial: bool, interleaved: bool, elem_bytes: int,
-             align_elems: int) -> dict:
+             align_elems: int, config: CuteLaunchConfig = DEFAULT_LAUNCH) -> dict:
     """The compile-time row geometry of a launch.
 
     ``V``: pairs per thread, a power of two with its vector (V elements per half, 2V interleaved) at
     most 16 bytes and at most ``align_elems`` (the alignment every row start has), dividing R2. CW:
     the cos/sin columns loaded (R2/2 with ``partial`` when V divides it: the rest are the zero
     frequencies, cos 1 and sin 0, no load). VP: the vector of the copied tail (rotary_dim < D).
-    RPC: rows per CTA.
+    RPC: rows per block of threads (``config.threads`` of them, or one row's threads if more); RPT:
+    blocks of rows per CTA (``config.rows_per_thread``).
     """
     vmax = min(16 // elem_bytes, align_elems)
     v = vmax // 2 if interleaved else vmax
@@ -74,7 +93,7 @@ def geometry(head_dim: int, rotary_pairs: int, partial: bool, interleaved: bool,
         vp //= 2
     tpr = rotary_pairs // v
     return {"D": head_dim, "R2": rotary_pairs, "CW": cw, "INTERLEAVED": interleaved, "V": v, "VP": vp,
-            "RPC": max(1, _THREADS // tpr)}
+            "RPC": max(1, config.threads // tpr), "RPT": config.rows_per_thread}
 
 
 @functools.cache
@@ -96,7 +115,7 @@ def _cutlass_dtype(dtype: torch.dtype):
 
 @functools.lru_cache(maxsize=256)
 def _compiled(dtype: torch.dtype, D: int, R2: int, CW: int, INTERLEAVED: bool, V: int, VP: int, SV: int, CSV: int,
-              RPC: int, HAS_POS: bool, INVERSE: bool, ALIGN: int, ptx_arch: str | None = None):
+              RPC: int, RPT: int, HAS_POS: bool, INVERSE: bool, ALIGN: int, ptx_arch: str | None = None):
     """``rope_launch`` compiled for one specialisation (pointers and ints are runtime arguments).
 
     Needs no GPU: pointers are placeholders at compile time. ``ptx_arch`` (e.g. ``"sm_90a"``): compile
@@ -113,7 +132,7 @@ def _compiled(dtype: torch.dtype, D: int, R2: int, CW: int, INTERLEAVED: bool, V
         return make_ptr(t, 0, AddressSpace.gmem, assumed_align=align)
 
     args = [ptr(dt, ALIGN)] * 4 + [ptr(cutlass.Float32, 16)] * 2 + [ptr(cutlass.Int32, 4)] + [1] * 20
-    run = (D, R2, CW, INTERLEAVED, V, VP, SV, CSV, RPC, HAS_POS, INVERSE, make_fake_stream())
+    run = (D, R2, CW, INTERLEAVED, V, VP, SV, CSV, RPC, RPT, HAS_POS, INVERSE, make_fake_stream())
     if not ptx_arch:
         return cute.compile(_kernels().rope_launch, *args, *run)
     from cutlass.base_dsl.compiler import DumpDir, GPUArch
@@ -129,7 +148,7 @@ def _compiled(dtype: torch.dtype, D: int, R2: int, CW: int, INTERLEAVED: bool, V
 
 def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, partial: bool,
            inverse: bool, out_q: Tensor | None = None, out_k: Tensor | None = None, *, interleaved: bool = False,
-           poison: bool = False) -> tuple[Tensor, Tensor | None]:
+           poison: bool = False, config: CuteLaunchConfig = DEFAULT_LAUNCH) -> tuple[Tensor, Tensor | None]:
     """Rotate (``inverse``: rotate back) q and k in one launch into new (or the given) outputs.
 
     The rotated width is the tables' (cos, sin: (max_seq_len, R/2) float32); the D - R trailing
@@ -165,9 +184,9 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
     if sin.stride() != cos.stride():
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0), 4)
-    geo = geometry(D, cos.shape[1], bool(partial), bool(interleaved), esize, sv)
+    geo = geometry(D, cos.shape[1], bool(partial), bool(interleaved), esize, sv, config)
     fn = _compiled(q.dtype, geo["D"], geo["R2"], geo["CW"], geo["INTERLEAVED"], geo["V"], geo["VP"], sv, csv,
-                   geo["RPC"], positions is not None, bool(inverse), sv * esize)
+                   geo["RPC"], geo["RPT"], positions is not None, bool(inverse), sv * esize)
     dt = _cutlass_dtype(q.dtype)
 
     def ptr(t, dtype, align):
@@ -182,27 +201,28 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
 
 # -- custom ops: opaque to torch.compile, with fake shapes and autograd ----------------------------
 _SCHEMA = ("(Tensor q, Tensor? k, Tensor cos, Tensor sin, Tensor? positions, bool partial, bool interleaved,"
-           " bool poison) -> (Tensor, Tensor)")
+           " bool poison, int threads, int rows_per_thread) -> (Tensor, Tensor)")
 
 
-def _op(q, k, cos, sin, positions, partial, interleaved, poison, inverse):
-    yq, yk = launch(q, k, cos, sin, positions, partial, inverse, interleaved=interleaved, poison=poison)
+def _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, inverse):
+    yq, yk = launch(q, k, cos, sin, positions, partial, inverse, interleaved=interleaved, poison=poison,
+                    config=CuteLaunchConfig(threads, rows_per_thread))
     return yq, q.new_empty((0,)) if yk is None else yk
 
 
 @torch.library.custom_op("ropelab::cute_rope_fwd", mutates_args=(), schema=_SCHEMA)
-def cute_rope_fwd(q, k, cos, sin, positions, partial, interleaved, poison):
+def cute_rope_fwd(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread):
     """Rotated (q, k); k's slot holds an empty tensor when k is None."""
-    return _op(q, k, cos, sin, positions, partial, interleaved, poison, False)
+    return _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, False)
 
 
 @torch.library.custom_op("ropelab::cute_rope_bwd", mutates_args=(), schema=_SCHEMA)
-def cute_rope_bwd(q, k, cos, sin, positions, partial, interleaved, poison):
+def cute_rope_bwd(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread):
     """The transposed rotation of (q, k): the gradients of :func:`cute_rope_fwd`."""
-    return _op(q, k, cos, sin, positions, partial, interleaved, poison, True)
+    return _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, True)
 
 
-def _fake(q, k, cos, sin, positions, partial, interleaved, poison):
+def _fake(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread):
     yk = q.new_empty((0,)) if k is None else torch.empty_like(k)
     return torch.empty_like(q), yk
 
@@ -212,16 +232,17 @@ torch.library.register_fake("ropelab::cute_rope_bwd")(_fake)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, cos, sin, positions, partial, interleaved, poison = inputs
+    q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread = inputs
     ctx.save_for_backward(cos, sin, positions)
-    ctx.args = (k is not None, partial, interleaved, poison)
+    ctx.args = (k is not None, partial, interleaved, poison, threads, rows_per_thread)
 
 
 def _grads(op, ctx, gq, gk):
     cos, sin, positions = ctx.saved_tensors
-    has_k, partial, interleaved, poison = ctx.args
-    dq, dk = op(gq, gk if has_k else None, cos, sin, positions, partial, interleaved, poison)
-    return (dq, dk if has_k else None) + (None,) * 6
+    has_k, partial, interleaved, poison, threads, rows_per_thread = ctx.args
+    dq, dk = op(gq, gk if has_k else None, cos, sin, positions, partial, interleaved, poison, threads,
+                rows_per_thread)
+    return (dq, dk if has_k else None) + (None,) * 8
 
 
 torch.library.register_autograd("ropelab::cute_rope_fwd", lambda ctx, gq, gk: _grads(cute_rope_bwd, ctx, gq, gk),
@@ -234,18 +255,19 @@ class _CuteRopeFunction(torch.autograd.Function):
     """Eager path: (q, k) -> rotated (q, k); the backward is the same Function with the rotation inverted."""
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, positions, partial, inverse, interleaved, poison):
+    def forward(ctx, q, k, cos, sin, positions, partial, inverse, interleaved, poison, config):
         ctx.save_for_backward(cos, sin, positions)
-        ctx.args = (k is not None, partial, inverse, interleaved, poison)
-        return launch(q, k, cos, sin, positions, partial, inverse, interleaved=interleaved, poison=poison)
+        ctx.args = (k is not None, partial, inverse, interleaved, poison, config)
+        return launch(q, k, cos, sin, positions, partial, inverse, interleaved=interleaved, poison=poison,
+                      config=config)
 
     @staticmethod
     def backward(ctx, gq, gk):
         cos, sin, positions = ctx.saved_tensors
-        has_k, partial, inverse, interleaved, poison = ctx.args
+        has_k, partial, inverse, interleaved, poison, config = ctx.args
         dq, dk = _CuteRopeFunction.apply(gq, gk if has_k else None, cos, sin, positions, partial, not inverse,
-                                         interleaved, poison)
-        return (dq, dk) + (None,) * 7
+                                         interleaved, poison, config)
+        return (dq, dk) + (None,) * 8
 
 
 @register("cutedsl")
@@ -263,6 +285,8 @@ class CuteDSLRotary(RotaryEmbedding):
         super().__init__(head_dim, max_seq_len, base, variant, layout, rotary_dim, scaling)
         # As in the Triton entries: the zero-frequency pairs need no table load unless YaRN scales the table.
         self._partial_shortcut = variant == "partial" and attention_factor(self.scaling) == 1.0
+        #: CTA size and rows per thread of every launch (a tuning knob, like the Triton entries' launch_config).
+        self.launch_config = DEFAULT_LAUNCH
 
     @classmethod
     def unavailable_reason(cls, device: torch.device) -> str | None:
@@ -280,18 +304,20 @@ class CuteDSLRotary(RotaryEmbedding):
         args = (self.cos, self.sin, positions, self._partial_shortcut)
         interleaved = self.layout == "interleaved"
         poison = bool(self.poison_outputs)
+        cfg = self.launch_config
         if torch.compiler.is_compiling():
-            yq, yk = cute_rope_fwd(q, k, *args, interleaved, poison)
+            yq, yk = cute_rope_fwd(q, k, *args, interleaved, poison, cfg.threads, cfg.rows_per_thread)
             return yq, (yk if k is not None else None)
         if not (torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))):
-            return launch(q, k, *args, False, interleaved=interleaved, poison=poison)
-        return _CuteRopeFunction.apply(q, k, *args, False, interleaved, poison)
+            return launch(q, k, *args, False, interleaved=interleaved, poison=poison, config=cfg)
+        return _CuteRopeFunction.apply(q, k, *args, False, interleaved, poison, cfg)
 
     def rotate_transposed(self, gq: Tensor, gk: Tensor | None,
                           positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """The backward kernel alone (no autograd), for the benchmark. Inputs are not validated."""
         return launch(gq, gk, self.cos, self.sin, positions, self._partial_shortcut, True,
-                      interleaved=self.layout == "interleaved", poison=bool(self.poison_outputs))
+                      interleaved=self.layout == "interleaved", poison=bool(self.poison_outputs),
+                      config=self.launch_config)
 
     def check_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
         if q.dtype not in _SUPPORTED:

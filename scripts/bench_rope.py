@@ -183,32 +183,43 @@ def measure_errors(names: list[str], variant: str, B: int = 4, H: int = 8, T: in
     return out
 
 
-def tune(timer: Timer, names: list[str], variant: str) -> None:
-    """Time forward and backward of each entry with a ``launch_config`` (the Triton ones) over a few
-    launch configurations, set on the module instance (prints only)."""
-    from rope.triton_rope import LaunchConfig, launch_config
+def tune_configs(mod) -> list:
+    """The launch configurations ``--tune`` times for ``mod`` (by the type of its ``launch_config``):
+    tiles x warps for the Triton entries, CTA threads x rows per thread for ``cutedsl``; [] for others."""
+    from rope.triton_rope import LaunchConfig
 
-    configs = [LaunchConfig(tile, w) for tile in (1024, 2048, 4096) for w in (4, 8, 16)]
+    cfg = getattr(mod, "launch_config", None)
+    if isinstance(cfg, LaunchConfig):
+        return [LaunchConfig(tile, w) for tile in (1024, 2048, 4096) for w in (4, 8, 16)]
+    if type(cfg).__name__ == "CuteLaunchConfig":  # rope.cutedsl imports only where cutlass does
+        return [type(cfg)(threads, rows) for threads in (128, 256, 512, 1024) for rows in (1, 2, 4)]
+    return []
+
+
+def tune(timer: Timer, names: list[str], variant: str) -> None:
+    """Time forward and backward of each entry with a ``launch_config`` (the Triton ones, ``cutedsl``)
+    over a few launch configurations, set on the module instance (prints only; the default first)."""
     for name in names:
         for B, H, T, D in SHAPES:
             mod = rope.build(name, D, T, variant=variant).cuda()
-            if not isinstance(getattr(mod, "launch_config", None), LaunchConfig):
+            configs = tune_configs(mod)
+            if not configs:
                 break
             q = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
             k = torch.randn_like(q)
             nbytes = 2 * 2 * q.numel() * 2
             res = []
-            for cfg in configs:
+            default = mod.launch_config
+            for cfg in [default, *configs]:
                 mod.launch_config = cfg
                 ms = timer(lambda: mod(q, k))  # noqa: B023
                 msb = timer(lambda: mod.rotate_transposed(q, k))  # noqa: B023
-                res.append((ms, msb, cfg, launch_config(D, mod.cos.shape[1], variant == "partial", False, cfg)))
-            print(f"tune {name} {B}x{H}x{T}x{D}:")
-            for ms, msb, cfg, lc in sorted(res, key=lambda r: r[0]):
-                print(
-                    f"  fwd {ms:.4f} ms {nbytes / ms / 1e6:7.0f} GB/s  bwd {msb:.4f} ms  tile={cfg.tile} "
-                    f"num_warps={cfg.num_warps}  BR={lc['BR']} HP={lc['HP']} warps={lc['num_warps']}"
-                )
+                res.append((ms, msb, cfg))
+            print(f"tune {name} {B}x{H}x{T}x{D} (default {default}, measured first and again in the list):")
+            for ms, msb, cfg in sorted(res[1:], key=lambda r: r[0] + r[1]):
+                print(f"  fwd {ms:.4f} ms {nbytes / ms / 1e6:7.0f} GB/s  bwd {msb:.4f} ms "
+                      f"{nbytes / msb / 1e6:7.0f} GB/s  {cfg}")
+            print(f"  default, first: fwd {res[0][0]:.4f} ms  bwd {res[0][1]:.4f} ms")
 
 
 def markdown(rows: list[dict], errors: list[dict], copy_bw: float, variant: str, device_name: str) -> str:

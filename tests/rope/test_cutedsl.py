@@ -46,26 +46,40 @@ def test_geometry(args, expected):
     assert {k: geo[k] for k in expected} == expected
 
 
-CONFIGS = [  # D, R2, interleaved, positions, inverse
-    (64, 32, False, False, False),
-    (48, 24, False, True, False),
-    (80, 40, False, False, True),
-    (128, 64, True, False, False),
-    (48, 24, True, True, True),
-    (128, 32, False, False, False),  # rotary_dim 64
+def test_geometry_follows_the_launch_config():
+    cfg = cutedsl.CuteLaunchConfig(threads=128, rows_per_thread=2)
+    geo = cutedsl.geometry(256, 128, True, False, 2, 8, cfg)  # 16 threads a row
+    assert (geo["RPC"], geo["RPT"]) == (8, 2)
+    assert cutedsl.geometry(256, 128, True, False, 2, 8)["RPT"] == cutedsl.DEFAULT_LAUNCH.rows_per_thread
+
+
+@pytest.mark.parametrize("kwargs", [{"threads": 96}, {"threads": 2048}, {"rows_per_thread": 0}])
+def test_launch_config_rejects_bad_values(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        cutedsl.CuteLaunchConfig(**kwargs)
+
+
+CONFIGS = [  # D, R2, interleaved, positions, inverse, rows per thread
+    (64, 32, False, False, False, 1),
+    (48, 24, False, True, False, 1),
+    (80, 40, False, False, True, 2),
+    (128, 64, True, False, False, 1),
+    (48, 24, True, True, True, 1),
+    (128, 32, False, False, False, 1),  # rotary_dim 64
+    (256, 128, False, False, False, 4),
 ]
 
 
-@pytest.mark.parametrize("D,R2,interleaved,has_pos,inverse", CONFIGS)
-def test_compiles_offline_with_vector_accesses(D, R2, interleaved, has_pos, inverse):
+@pytest.mark.parametrize("D,R2,interleaved,has_pos,inverse,rpt", CONFIGS)
+def test_compiles_offline_with_vector_accesses(D, R2, interleaved, has_pos, inverse, rpt):
     """The kernel compiles for sm_90a without a GPU; its row and table accesses are 16-byte vectors
     (the positions, one int32 per row, are the only narrower load). The PTX file CuTeDSL writes to
     keep the text does not land in the working directory (CuTeDSL's default dump directory)."""
     pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed (pip install -e '.[cutedsl]')")
     before = set(Path.cwd().iterdir())
-    geo = cutedsl.geometry(D, R2, True, interleaved, 2, 8)
+    geo = cutedsl.geometry(D, R2, True, interleaved, 2, 8, cutedsl.CuteLaunchConfig(rows_per_thread=rpt))
     fn = cutedsl._compiled(torch.bfloat16, geo["D"], geo["R2"], geo["CW"], interleaved, geo["V"], geo["VP"], 8, 4,
-                           geo["RPC"], has_pos, inverse, 16, "sm_90a")
+                           geo["RPC"], geo["RPT"], has_pos, inverse, 16, "sm_90a")
     widths = access_widths(fn.artifacts.PTX)
     assert set(widths["st"]) == {16}, widths
     assert 16 in widths["ld"] and set(widths["ld"]) <= {16} | ({4} if has_pos else set()), widths
@@ -100,4 +114,4 @@ def test_launch_passes_every_runtime_argument(monkeypatch):
     assert [named[n] * sv for n in ("sqb", "sqt", "sqh", "skb", "skt", "skh")] == [*q.stride()[:3], *k.stride()[:3]]
     assert [named[n] * sv for n in ("soqb", "soqt", "soqh")] == list(yq.stride()[:3])
     assert named["n_pos"] == 64 and (named["spb"], named["spt"]) == pos.stride()
-    assert named["q_ptr"] is not named["k_ptr"] and spec[10] is True  # HAS_POS
+    assert named["q_ptr"] is not named["k_ptr"] and spec[11] is True  # HAS_POS

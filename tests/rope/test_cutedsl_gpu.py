@@ -59,6 +59,25 @@ def test_bit_identical_to_triton_v4(D, layout, rotary_dim, pos_kind):
         assert torch.equal(a, b), (a.float() - b.float()).abs().max()
 
 
+@pytest.mark.parametrize("threads,rows", [(128, 2), (1024, 1), (256, 4), (64, 3)])
+@pytest.mark.parametrize("D", (48, 256))
+def test_launch_configs_give_the_default_bits(threads, rows, D):
+    """Every CTA size and rows-per-thread count (the --tune grid) computes the same bits as the default,
+    forward and backward, on a row count that no CTA's rows divide (the last CTA is partial)."""
+    from rope.cutedsl import CuteLaunchConfig
+
+    tuned = build_poisoned("cutedsl", D, 1024, CUDA)
+    tuned.launch_config = CuteLaunchConfig(threads, rows)
+    default = build_poisoned("cutedsl", D, 1024, CUDA)
+    q, k = make_inputs("gqa", 3, 777, 8, 2, D, torch.bfloat16, CUDA)
+    outs = []
+    for r in (tuned, default):
+        yq, yk = r(q, k)
+        outs.append((yq, yk, *torch.autograd.grad((yq, yk), (q, k), (torch.ones_like(yq), torch.ones_like(yk)))))
+    for a, b in zip(*outs, strict=True):
+        assert not a.isnan().any() and torch.equal(a, b)
+
+
 def test_large_tensor_int64_offsets():
     """q and k as views of one qkv of more than 2**31 elements: the last batch element is right."""
     B, T, H, D = 48, 4096, 32, 128

@@ -273,3 +273,19 @@ def test_a_failing_implementation_is_reported_not_fatal(monkeypatch):
     rows, skipped, _ = bm.measure_config(_bench(), ["triton_v4", "broken", "triton_v2"], 1, 4, 1, 16)
     assert [r["impl"] for r in rows] == ["triton_v4", "triton_v2"]
     assert skipped == {"broken": "failed at D=16 (half, rotary_dim=16): RuntimeError: no kernel for this shape"}
+
+
+def test_tune_configs_follow_the_entry():
+    """--tune times the Triton entries over tiles x warps and cutedsl over CTA threads x rows per
+    thread; an entry without a launch configuration is not tuned."""
+    from rope.triton_rope import LaunchConfig
+
+    assert bench_rope.tune_configs(rope.build("torch", 64, 16)) == []
+    triton_cfgs = bench_rope.tune_configs(rope.build("triton_v4", 64, 16))
+    assert len(triton_cfgs) == 9 and all(isinstance(c, LaunchConfig) for c in triton_cfgs)
+    pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed (pip install -e '.[cutedsl]')")
+    from rope.cutedsl import CuteLaunchConfig
+
+    cute_cfgs = bench_rope.tune_configs(rope.build("cutedsl", 64, 16))
+    assert len(cute_cfgs) == 12 and all(isinstance(c, CuteLaunchConfig) for c in cute_cfgs)
+    assert {(c.threads, c.rows_per_thread) for c in cute_cfgs} >= {(256, 1), (128, 4), (1024, 2)}
