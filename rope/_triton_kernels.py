@@ -143,6 +143,17 @@ def _cos_sin(cos_ptr, sin_ptr, trow, col, cm, valid, HAS_POS: tl.constexpr, INVE
 
 
 @triton.jit
+def _load_x(ptr, mask, STREAM: tl.constexpr):
+    """A load of q/k elements; ``STREAM``: with L2 evict-first priority. Each element is read once, and
+    a streaming priority leaves the L2 to what is read again: the cos/sin rows, which every batch
+    element and every head of a token reads (loaded with evict-last)."""
+    if STREAM:
+        return tl.load(ptr, mask=mask, eviction_policy="evict_first")
+    else:
+        return tl.load(ptr, mask=mask)
+
+
+@triton.jit
 def _udiv(n, m, s):
     """``n // d`` for int32 ``0 <= n < 2**31``, from the divisor's magic pair ``(m, s)`` (see
     ``rope.triton_rope.magic_divisor``: the multiplier is ``2**31 + m``): a 32 x 32 -> 64-bit multiply,
@@ -205,7 +216,7 @@ def _rotate_rows(
     R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
     HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
-    WIDE: tl.constexpr,
+    WIDE: tl.constexpr, STREAM: tl.constexpr,
 ):
     """Rotate rows [r0, r0 + BR) of one tensor seen as B*T*H rows of D = 2 R2 + PASS elements.
 
@@ -225,7 +236,7 @@ def _rotate_rows(
     if INTERLEAVED:
         col = tl.arange(0, 2 * HP)[None, :]
         xm = rm[:, None] & (col < 2 * R2)
-        x = tl.load(x_ptr + x_row + col * sxd, mask=xm).to(tl.float32)
+        x = _load_x(x_ptr + x_row + col * sxd, xm, STREAM).to(tl.float32)
         x1, x2 = tl.split(tl.reshape(x, (BR, HP, 2)))
         y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
         y = tl.reshape(tl.join(y1, y2), (BR, 2 * HP))
@@ -233,15 +244,15 @@ def _rotate_rows(
     else:
         col = tl.arange(0, HP)[None, :]
         xm = rm[:, None] & (col < R2)
-        x1 = tl.load(x_ptr + x_row + col * sxd, mask=xm).to(tl.float32)
-        x2 = tl.load(x_ptr + x_row + (R2 + col) * sxd, mask=xm).to(tl.float32)
+        x1 = _load_x(x_ptr + x_row + col * sxd, xm, STREAM).to(tl.float32)
+        x2 = _load_x(x_ptr + x_row + (R2 + col) * sxd, xm, STREAM).to(tl.float32)
         y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
         tl.store(o_ptr + o_row + col * sod, _narrow(y1, DT, EMULATE), mask=xm)
         tl.store(o_ptr + o_row + (R2 + col) * sod, _narrow(y2, DT, EMULATE), mask=xm)
     if PASS > 0:  # rotary_dim < D: the rest is copied
         col = 2 * R2 + tl.arange(0, PP)[None, :]
         pm = rm[:, None] & (col < 2 * R2 + PASS)
-        tl.store(o_ptr + o_row + col * sod, tl.load(x_ptr + x_row + col * sxd, mask=pm), mask=pm)
+        tl.store(o_ptr + o_row + col * sod, _load_x(x_ptr + x_row + col * sxd, pm, STREAM), mask=pm)
 
 
 @triton.jit
@@ -252,6 +263,7 @@ def _rotate_chunks(
     R2: tl.constexpr, CW: tl.constexpr, INTERLEAVED: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
     NCH: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr, WIDE: tl.constexpr,
+    STREAM: tl.constexpr,
 ):
     """Rotate chunks [g0, g0 + NCH) of one tensor whose rows are M chunks of V pairs (R2 = M V).
 
@@ -278,14 +290,14 @@ def _rotate_chunks(
     if INTERLEAVED:
         col2 = (j * (2 * V))[:, None] + tl.arange(0, 2 * V)[None, :]
         xm2 = tl.broadcast_to(rm[:, None], (NCH, 2 * V))
-        x = tl.load(x_ptr + x_row + col2 * sxd, mask=xm2).to(tl.float32)
+        x = _load_x(x_ptr + x_row + col2 * sxd, xm2, STREAM).to(tl.float32)
         x1, x2 = tl.split(tl.reshape(x, (NCH, V, 2)))
         y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
         y = tl.reshape(tl.join(y1, y2), (NCH, 2 * V))
         tl.store(o_ptr + o_row + col2 * sod, _narrow(y, DT, EMULATE), mask=xm2)
     else:
-        x1 = tl.load(x_ptr + x_row + col * sxd, mask=xm).to(tl.float32)
-        x2 = tl.load(x_ptr + x_row + (R2 + col) * sxd, mask=xm).to(tl.float32)
+        x1 = _load_x(x_ptr + x_row + col * sxd, xm, STREAM).to(tl.float32)
+        x2 = _load_x(x_ptr + x_row + (R2 + col) * sxd, xm, STREAM).to(tl.float32)
         y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, EMULATE)
         tl.store(o_ptr + o_row + col * sod, _narrow(y1, DT, EMULATE), mask=xm)
         tl.store(o_ptr + o_row + (R2 + col) * sod, _narrow(y2, DT, EMULATE), mask=xm)
@@ -295,7 +307,7 @@ def _rotate_chunks(
 def _copy_chunks(
     x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod, g0, NR, T, mT, pT, H, mH, pH,
     START: tl.constexpr, VP: tl.constexpr, MP: tl.constexpr, NCP: tl.constexpr, SV: tl.constexpr,
-    WIDE: tl.constexpr,
+    WIDE: tl.constexpr, STREAM: tl.constexpr,
 ):
     """Copy chunks [g0, g0 + NCP) of the pass-through tails (elements START .. START + MP VP of each
     row, rotary_dim < D) in chunks of VP elements: with the chunk tiling the tail is its own set of
@@ -308,7 +320,7 @@ def _copy_chunks(
     _, _, x_row, o_row = _row_starts(r, T, mT, pT, H, mH, pH, sxb, sxt, sxh, sob, sot, soh, SV, WIDE)
     col = START + (j * VP)[:, None] + tl.arange(0, VP)[None, :]
     m = tl.broadcast_to(rm[:, None], (NCP, VP))
-    tl.store(o_ptr + o_row + col * sod, tl.load(x_ptr + x_row + col * sxd, mask=m), mask=m)
+    tl.store(o_ptr + o_row + col * sod, _load_x(x_ptr + x_row + col * sxd, m, STREAM), mask=m)
 
 
 # Sizes and counts do not change the generated code's vector widths: keep them out of the
@@ -327,7 +339,7 @@ def rope_kernel(
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
     CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
-    WIDE: tl.constexpr = True,
+    WIDE: tl.constexpr = True, STREAM: tl.constexpr = False,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
     others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
@@ -342,35 +354,35 @@ def rope_kernel(
             if i - NPR < NPPQ:
                 _copy_chunks(
                     q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, (i - NPR) * NCP, NRQ,
-                    T, mT, pT, HQ, mHQ, pHQ, 2 * R2, VP, MP, NCP, SV, WIDE,
+                    T, mT, pT, HQ, mHQ, pHQ, 2 * R2, VP, MP, NCP, SV, WIDE, STREAM,
                 )  # fmt: skip
             else:
                 _copy_chunks(
                     k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, (i - NPR - NPPQ) * NCP, NRK,
-                    T, mT, pT, HK, mHK, pHK, 2 * R2, VP, MP, NCP, SV, WIDE,
+                    T, mT, pT, HK, mHK, pHK, 2 * R2, VP, MP, NCP, SV, WIDE, STREAM,
                 )  # fmt: skip
     elif CHUNKED:
         if i < NPQ:
             _rotate_chunks(
                 q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, cos_ptr, sin_ptr, pos_ptr, spb, spt,
                 s_cs, NPOS, i * NCH, NRQ, T, mT, pT, HQ, mHQ, pHQ, R2, CW, INTERLEAVED, V, M, NCH, SV, CSV,
-                HAS_POS, LOW, INVERSE, EMULATE, WIDE,
+                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM,
             )  # fmt: skip
         else:
             _rotate_chunks(
                 k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, cos_ptr, sin_ptr, pos_ptr, spb, spt,
                 s_cs, NPOS, (i - NPQ) * NCH, NRK, T, mT, pT, HK, mHK, pHK, R2, CW, INTERLEAVED, V, M, NCH, SV, CSV,
-                HAS_POS, LOW, INVERSE, EMULATE, WIDE,
+                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM,
             )  # fmt: skip
     elif i < NPQ:
         _rotate_rows(
             q_ptr, oq_ptr, sqb, sqt, sqh, sqd, soqb, soqt, soqh, soqd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
             NPOS, i * BR, NRQ, T, mT, pT, HQ, mHQ, pHQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR,
-            HAS_POS, LOW, INVERSE, EMULATE, WIDE,
+            HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM,
         )  # fmt: skip
     else:
         _rotate_rows(
             k_ptr, ok_ptr, skb, skt, skh, skd, sokb, sokt, sokh, sokd, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs,
             NPOS, (i - NPQ) * BR, NRK, T, mT, pT, HK, mHK, pHK, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR,
-            HAS_POS, LOW, INVERSE, EMULATE, WIDE,
+            HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM,
         )  # fmt: skip

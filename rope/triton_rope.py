@@ -63,6 +63,9 @@ class LaunchConfig:
     #: of two), 1 chunks (rows cut into chunks of V pairs, every lane busy: for rotated widths that are
     #: not a power of two), -1 chosen by the row geometry (see :func:`launch_config`).
     chunks: int = -1
+    #: q/k loads with L2 evict-first priority, so that the cos/sin rows (read again by every batch
+    #: element) stay in L2 while the tensors stream through it.
+    streaming: bool = False
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1):
@@ -134,7 +137,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, tile // load_width),
         "CHUNKED": chunked, "V": v, "M": rotary_pairs // v, "NCH": max(1, tile // load_v) if chunked else 1,
         "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
-        "num_warps": config.num_warps,
+        "STREAM": config.streaming, "num_warps": config.num_warps,
     }
 
 
@@ -314,8 +317,8 @@ def _scaled_strides(t: Tensor, unit: int) -> tuple[int, int, int, int]:
 # Triton kernel from its generated code like its own kernels. Tracing needs a real GPU kernel (not
 # the CPU interpreter; :func:`_compiled_ops` picks the set per call) and static shapes (the launch
 # geometry is Python arithmetic on shapes and strides: a dynamic-shape trace calls the custom op).
-# interleaved: the layout; tile, num_warps, chunks and poison: the LaunchConfig and the poison hook
-# of the calling module, as scalars. The rotated width is the tables' (cos.shape[1] pairs).
+# interleaved: the layout; tile, num_warps, chunks, streaming and poison: the LaunchConfig and the poison
+# hook of the calling module, as scalars. The rotated width is the tables' (cos.shape[1] pairs).
 
 
 def _empty_k(q: Tensor) -> Tensor:
@@ -339,13 +342,14 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
         def run(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, partial: bool,
                 low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
                 num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
-                chunks: int = DEFAULT_LAUNCH.chunks) -> tuple[Tensor, Tensor]:
+                chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
+                ) -> tuple[Tensor, Tensor]:
             if traced and not _static(q, k, positions):  # a dynamic-shape trace: the opaque custom op
                 fallback = CUSTOM_OPS.bwd if inverse else CUSTOM_OPS.fwd
                 return fallback(q, k, cos, sin, positions, partial, low_precision, interleaved, tile, num_warps,
-                                poison, chunks)
+                                poison, chunks, streaming)
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks), poison=poison, traced=traced)
+                            config=LaunchConfig(tile, num_warps, chunks, streaming), poison=poison, traced=traced)
             return yq, _empty_k(q) if yk is None else yk
 
         return run
@@ -353,12 +357,12 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
     def qkv_body(gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
                  partial: bool, low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
                  num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
-                 chunks: int = DEFAULT_LAUNCH.chunks) -> Tensor:
+                 chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming) -> Tensor:
         if traced and not _static(gq, gk, gv, positions):
             return CUSTOM_OPS.qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                      num_warps, poison, chunks)
+                                      num_warps, poison, chunks, streaming)
         return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                            LaunchConfig(tile, num_warps, chunks), poison, traced=traced)
+                            LaunchConfig(tile, num_warps, chunks, streaming), poison, traced=traced)
 
     ops = _OpSet(
         define(f"ropelab::rope_fwd{suffix}", mutates_args=())(body(False)),
@@ -376,14 +380,14 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
         ctx.has_k = k is not None
         ctx.partial = partial
         ctx.low_precision = low_precision
-        ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks
+        ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks, streaming
 
     def grads(op):
         def backward(ctx, gq, gk):
             cos, sin, positions = ctx.saved_tensors
             dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision,
                         *ctx.launch_args)
-            return (dq, dk if ctx.has_k else None) + (None,) * 10
+            return (dq, dk if ctx.has_k else None) + (None,) * 11
 
         return backward
 
@@ -393,13 +397,13 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
 
 
 def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0, poison=False,
-          chunks=-1):
+          chunks=-1, streaming=False):
     yk = _empty_k(q) if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
 
 
 def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
-                  poison=False, chunks=-1):
+                  poison=False, chunks=-1, streaming=False):
     B, T, HQ, D = gq.shape
     return gq.new_empty((B, T, (HQ + 2 * gk.shape[2]) * D))
 
@@ -482,29 +486,29 @@ class _RopeQKVFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, tile, num_warps, poison,
-                chunks):
+                chunks, streaming):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():
             yq, yk = _compiled_ops(q).fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                          num_warps, poison, chunks)
+                                          num_warps, poison, chunks, streaming)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks), poison=poison)
+                            config=LaunchConfig(tile, num_warps, chunks, streaming), poison=poison)
         ctx.save_for_backward(cos, sin, positions)
-        ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison, chunks)
+        ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming)
         return yq, yk, v
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
         cos, sin, positions = ctx.saved_tensors
-        partial, low_precision, interleaved, tile, num_warps, poison, chunks = ctx.args
+        partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming = ctx.args
         if torch.compiler.is_compiling():
             dqkv = _compiled_ops(gq).qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                             tile, num_warps, poison, chunks)
+                                             tile, num_warps, poison, chunks, streaming)
         else:
             dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                LaunchConfig(tile, num_warps, chunks), poison)
-        return (dqkv,) + (None,) * 12
+                                LaunchConfig(tile, num_warps, chunks, streaming), poison)
+        return (dqkv,) + (None,) * 13
 
 
 # -- the registry entries ---------------------------------------------------------------------------
@@ -546,11 +550,12 @@ class _TritonRotary(RotaryEmbedding):
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": "input" if self.low_precision else "float32"}
 
-    def _launch_args(self) -> tuple[bool, int, int, bool, int]:
+    def _launch_args(self) -> tuple[bool, int, int, bool, int, bool]:
         """The layout, tuning and test hook as the scalars the launches take: interleaved, tile, warps, poison,
-        chunks."""
-        return (self.layout == "interleaved", self.launch_config.tile, self.launch_config.num_warps,
-                bool(self.poison_outputs), self.launch_config.chunks)
+        chunks, streaming."""
+        cfg = self.launch_config
+        return (self.layout == "interleaved", cfg.tile, cfg.num_warps, bool(self.poison_outputs), cfg.chunks,
+                cfg.streaming)
 
     def _rotate_qkv(self, qkv, q, k, v, positions):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse

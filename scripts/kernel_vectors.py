@@ -43,8 +43,10 @@ _T, _H = 2048, 16
 
 
 def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dtype: str, arch: int,
-                   chunks: int = -1, out_shared: bool = False, wide: bool = False, constant_scalars: bool = False):
+                   chunks: int = -1, out_shared: bool = False, wide: bool = False, constant_scalars: bool = False,
+                   streaming: bool = False):
     """The compiled ``rope_kernel`` (forward, no positions) for contiguous (B, T, H, D) inputs.
+    ``streaming``: the q/k loads with L2 evict-first priority (``LaunchConfig.streaming``).
     ``out_shared``: as the fused-qkv backward launches it, k's outputs H heads into q's buffer.
     ``constant_scalars``: every integer argument a compile-time constant, as torch 2.11's Inductor
     compiles a user kernel to find what it mutates (a kernel that fails there gets its inputs cloned)."""
@@ -56,7 +58,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     from rope.triton_rope import LaunchConfig, _pow2_unit, launch_config
 
     cfg = dict(launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved",
-                             LaunchConfig(chunks=chunks)))
+                             LaunchConfig(chunks=chunks, streaming=streaming)))
     num_warps = cfg.pop("num_warps")
     fn = kernels.rope_kernel
     names = list(fn.arg_names)

@@ -511,7 +511,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     to a power of two, and a load holds ``tile`` elements."""
     assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=8)  # tile by width
     cfg = triton_rope.launch_config
-    rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1}
+    rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False}
     assert cfg(128, 64, True, False) == {"R2": 64, "CW": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
                                          "BR": 32, "M": 64, "num_warps": 8, **rows}
     assert cfg(16, 8, True, False)["BR"] == 128  # narrow rows: 1024-element loads
@@ -520,7 +520,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     # NCH chunks holding the tile's 2048 elements; with a copied tail (rotary_dim < D), rows.
     assert cfg(48, 24, True, False) | {"BR": 0} == {"R2": 24, "CW": 12, "PASS": 0, "INTERLEAVED": False, "HP": 32,
                                                     "PP": 1, "BR": 0, "CHUNKED": True, "V": 8, "M": 3, "NCH": 256,
-                                                    "VP": 1, "MP": 1, "NCP": 1, "num_warps": 8}
+                                                    "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8}
     assert [(cfg(d, d // 2, True, False)["V"], cfg(d, d // 2, True, False)["M"]) for d in (24, 40, 80, 96)] == \
         [(4, 3), (4, 5), (8, 5), (16, 3)]
     assert [cfg(d, d // 2, True, True)[k] for d in (40, 96) for k in ("V", "NCH")] == [4, 256, 8, 128]
@@ -529,6 +529,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     forced = triton_rope.LaunchConfig(chunks=0)
     assert not cfg(48, 24, True, False, forced)["CHUNKED"] and cfg(48, 24, True, False, forced)["BR"] == 64
     assert cfg(64, 32, True, False, triton_rope.LaunchConfig(chunks=1))["CHUNKED"]  # forced on a power of two
+    assert cfg(64, 32, True, False, triton_rope.LaunchConfig(streaming=True))["STREAM"]
     with pytest.raises(ValueError, match=r"LaunchConfig.chunks must be -1 .*, 0 \(rows\) or 1 \(chunks\), got 2"):
         triton_rope.LaunchConfig(chunks=2)
     # rotary_dim < D: rows by default (not measured yet); forced chunks copy the tail in chunks of its own
@@ -547,7 +548,7 @@ def test_launch_config_is_per_instance(monkeypatch, device, qkv_path):
     spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
     monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
     tuned, default = _build(D=16, device=device), _build(D=16, device=device)
-    tuned.launch_config = triton_rope.LaunchConfig(tile=64, num_warps=2)
+    tuned.launch_config = triton_rope.LaunchConfig(tile=64, num_warps=2, streaming=True)
     qkv = torch.randn(2, 5, 3 * 2 * 16, device=device, requires_grad=True)
     grads = []
     for r in (tuned, default):
@@ -556,7 +557,8 @@ def test_launch_config_is_per_instance(monkeypatch, device, qkv_path):
         else:
             yq, yk = r(*qkv.view(2, 5, 3, 2, 16).unbind(2)[:2])
         grads.append(torch.autograd.grad(yq.sum() + 2 * yk.sum(), qkv))
-    assert [(kw["BR"], kw["num_warps"]) for _, kw in spy.launches] == [(8, 2), (8, 2), (128, 8), (128, 8)]
+    assert [(kw["BR"], kw["num_warps"], kw["STREAM"]) for _, kw in spy.launches] == [
+        (8, 2, True), (8, 2, True), (128, 8, False), (128, 8, False)]
     assert torch.equal(grads[0][0], grads[1][0])
 
 

@@ -101,3 +101,32 @@ def test_compiles_with_every_integer_argument_constant(out_shared):
         pytest.skip(f"triton cannot compile for sm_90 here: {res.stderr.strip().splitlines()[-1]}")
     assert res.returncode == 0, res.stderr[-2000:]
     assert len(json.loads(res.stdout)) == 10
+
+
+@pytest.mark.parametrize("D,R,layout", [(48, 48, "half"), (64, 64, "interleaved"), (64, 32, "half")])
+def test_streaming_marks_only_the_tensor_loads_evict_first(D, R, layout):
+    """LaunchConfig(streaming=True): every q/k load (the copied tail's too) carries L2 evict-first, the
+    cos/sin loads keep evict-last, and the widths are those of the default launch. Compiled in a child
+    process (the Triton compiler needs no GPU; the interpreter must be off)."""
+    pytest.importorskip("triton.backends.nvidia")
+    code = f"""
+import json, re
+from scripts.kernel_vectors import compile_kernel, access_widths
+out = {{}}
+for streaming in (False, True):
+    ptx = compile_kernel({D}, {R}, "{layout}", "partial", "bf16", 90, streaming=streaming).asm["ptx"]
+    loads = re.findall(r"ld\\.global([\\w:.]*)\\s", ptx)
+    out[str(streaming)] = {{"first": sum("evict_first" in m for m in loads), "all": len(loads),
+                           "last": sum("evict_last" in m for m in loads), "widths": access_widths(ptx)}}
+print(json.dumps(out))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    if res.returncode != 0 and "ptxas" in res.stderr:
+        pytest.skip(f"triton cannot compile for sm_90 here: {res.stderr.strip().splitlines()[-1]}")
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    plain, stream = out["False"], out["True"]
+    assert plain["first"] == 0 and plain["last"] > 0
+    assert stream["last"] == plain["last"] and stream["first"] == stream["all"] - stream["last"] > 0
+    assert stream["widths"] == plain["widths"]
