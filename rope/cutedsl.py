@@ -43,7 +43,7 @@ class CuteLaunchConfig:
     q and k are loaded. The defaults are
     what the H100 tuning measured best (``docs/kernels.md``, CuTeDSL tuning)."""
 
-    threads: int = 256
+    threads: int = 512
     rows_per_thread: int = 1
     #: q/k loads as streaming loads (evict-first), so that the cos/sin rows stay in L2.
     streaming: bool = False
