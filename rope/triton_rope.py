@@ -141,26 +141,20 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     }
 
 
-def _new_output(shape: tuple[int, ...], like: Tensor, poison: bool, heads_major: bool = False) -> Tensor:
-    """A fresh (B, T, H, D) output of ``like``'s dtype and device, NaN-filled when ``poison`` (the tests'
-    hook). ``heads_major``: stored as a contiguous (B, H, T, D) tensor seen through a transpose, the
-    layout attention kernels take, so that ``.transpose(1, 2)`` after the rotation costs no copy."""
-    if heads_major:
-        B, T, H, D = shape
-        out = torch.empty((B, H, T, D), dtype=like.dtype, device=like.device).transpose(1, 2)
-    else:
-        out = torch.empty(shape, dtype=like.dtype, device=like.device)
+def _new_output(shape: tuple[int, ...], like: Tensor, poison: bool) -> Tensor:
+    """A fresh output of ``like``'s dtype and device, NaN-filled when ``poison`` (the tests' hook)."""
+    out = torch.empty(shape, dtype=like.dtype, device=like.device)
     return out.fill_(float("nan")) if poison else out
 
 
 def _new_outputs(q: Tensor, k: Tensor | None, out_q: Tensor | None, out_k: Tensor | None,
-                 poison: bool, heads_major: bool = False) -> tuple[Tensor, Tensor | None]:
+                 poison: bool) -> tuple[Tensor, Tensor | None]:
     """q's and k's outputs for a launch: the given ones, else fresh tensors of their shapes (NaN-filled
-    when ``poison``; ``heads_major``: see :func:`_new_output`). Shared by the Triton and CuTeDSL launches."""
+    when ``poison``). Shared by the Triton and CuTeDSL launches."""
     if out_q is None:
-        out_q = _new_output(q.shape, q, poison, heads_major)
+        out_q = _new_output(q.shape, q, poison)
     if k is not None and out_k is None:
-        out_k = _new_output(k.shape, k, poison, heads_major)
+        out_k = _new_output(k.shape, k, poison)
     return out_q, out_k
 
 
@@ -189,7 +183,6 @@ def launch(
     poison: bool = False,
     traced: bool = False,
     out_buffer: Tensor | None = None,
-    heads_major: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Rotate (``inverse``: rotate back) q and k in one kernel launch; new (B, T, H, D) outputs.
 
@@ -202,9 +195,8 @@ def launch(
     ``triton_op`` entries must (Inductor then launches the kernel itself). ``out_buffer``: the one
     buffer whose slices ``out_q`` (at its start) and ``out_k`` are; the kernel then writes both
     through it, the only tensor argument it mutates (see the kernel's OUT_SHARED: under
-    torch.compile, mutated views are cloned and copied back). ``heads_major``: fresh outputs stored
-    (B, H, T, D)-contiguous (see :func:`_new_output`). Shapes and dtypes are assumed valid (the module
-    checks).
+    torch.compile, mutated views are cloned and copied back). Shapes and dtypes are assumed valid
+    (the module checks).
     """
     if _kernels is None:
         raise RuntimeError(
@@ -212,7 +204,7 @@ def launch(
         )
     B, T, HQ, D = q.shape
     HK = k.shape[2] if k is not None else 0
-    out_q, out_k = _new_outputs(q, k, out_q, out_k, poison, heads_major)
+    out_q, out_k = _new_outputs(q, k, out_q, out_k, poison)
     nrq, nrk = B * T * HQ, B * T * HK
     if nrq + nrk == 0 or D == 0:
         return out_q, out_k
@@ -351,14 +343,13 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
                 low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
                 num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
                 chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
-                heads_major: bool = False) -> tuple[Tensor, Tensor]:
+                ) -> tuple[Tensor, Tensor]:
             if traced and not _static(q, k, positions):  # a dynamic-shape trace: the opaque custom op
                 fallback = CUSTOM_OPS.bwd if inverse else CUSTOM_OPS.fwd
                 return fallback(q, k, cos, sin, positions, partial, low_precision, interleaved, tile, num_warps,
-                                poison, chunks, streaming, heads_major)
+                                poison, chunks, streaming)
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks, streaming), poison=poison, traced=traced,
-                            heads_major=heads_major)
+                            config=LaunchConfig(tile, num_warps, chunks, streaming), poison=poison, traced=traced)
             return yq, _empty_k(q) if yk is None else yk
 
         return run
@@ -389,14 +380,14 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
         ctx.has_k = k is not None
         ctx.partial = partial
         ctx.low_precision = low_precision
-        ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks, streaming, heads_major
+        ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks, streaming
 
     def grads(op):
         def backward(ctx, gq, gk):
             cos, sin, positions = ctx.saved_tensors
             dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision,
                         *ctx.launch_args)
-            return (dq, dk if ctx.has_k else None) + (None,) * 12
+            return (dq, dk if ctx.has_k else None) + (None,) * 11
 
         return backward
 
@@ -406,9 +397,9 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
 
 
 def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0, poison=False,
-          chunks=-1, streaming=False, heads_major=False):
-    yk = _empty_k(q) if k is None else _new_output(k.shape, k, False, heads_major)
-    return _new_output(q.shape, q, False, heads_major), yk
+          chunks=-1, streaming=False):
+    yk = _empty_k(q) if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
 
 
 def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
@@ -491,9 +482,6 @@ class _RopeQKVFunction(torch.autograd.Function):
 
     Taking the whole projection lets the backward receive v's gradient too and return d qkv as one
     buffer written once. Not twice differentiable (the backward writes into slices of one buffer).
-    The rotated q and k are stored heads-major ((B, H, T, D) contiguous, seen as (B, T, H, D)): the
-    attention transposes them next, and in that layout it needs no copy (under torch.compile, a
-    separate pass over q and k when the outputs were (B, T, H, D): 132 us of a 17 ms seed004 step).
     """
 
     @staticmethod
@@ -502,10 +490,10 @@ class _RopeQKVFunction(torch.autograd.Function):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():
             yq, yk = _compiled_ops(q).fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                          num_warps, poison, chunks, streaming, True)
+                                          num_warps, poison, chunks, streaming)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks, streaming), poison=poison, heads_major=True)
+                            config=LaunchConfig(tile, num_warps, chunks, streaming), poison=poison)
         ctx.save_for_backward(cos, sin, positions)
         ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming)
         return yq, yk, v
