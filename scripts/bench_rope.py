@@ -186,13 +186,14 @@ def measure_errors(names: list[str], variant: str, B: int = 4, H: int = 8, T: in
 def tune_configs(mod) -> list:
     """The launch configurations ``--tune`` times for ``mod`` (by the type of its ``launch_config``):
     tiles x warps for the Triton entries, CTA threads x rows per thread for ``cutedsl``; [] for others."""
+    from rope.cutedsl import CuteLaunchConfig  # imports no cutlass: only its kernels do
     from rope.triton_rope import LaunchConfig
 
     cfg = getattr(mod, "launch_config", None)
     if isinstance(cfg, LaunchConfig):
         return [LaunchConfig(tile, w) for tile in (1024, 2048, 4096) for w in (4, 8, 16)]
-    if type(cfg).__name__ == "CuteLaunchConfig":  # rope.cutedsl imports only where cutlass does
-        return [type(cfg)(threads, rows) for threads in (128, 256, 512, 1024) for rows in (1, 2, 4)]
+    if isinstance(cfg, CuteLaunchConfig):
+        return [CuteLaunchConfig(threads, rows) for threads in (128, 256, 512, 1024) for rows in (1, 2, 4)]
     return []
 
 
