@@ -262,6 +262,12 @@ def _traced_kernel():
     return torch.library.wrap_triton(_kernels.rope_kernel)
 
 
+@functools.cache
+def _traced_copy_kernel():
+    """:func:`copy_heads`'s kernel wrapped for tracing by torch.compile."""
+    return torch.library.wrap_triton(_kernels.copy_heads_kernel)
+
+
 @functools.lru_cache(maxsize=64)
 def magic_divisor(d: int) -> tuple[int, int]:
     """``(m, s)`` with ``n // d == (((n * m) >> 31) + n) >> s`` for every ``0 <= n < 2**31``, both below
@@ -438,11 +444,24 @@ class _RopeFunction(torch.autograd.Function):
     def backward(ctx, gq, gk):
         cos, sin, positions = ctx.saved_tensors
         has_k, partial, low_precision, inverse, interleaved, config, poison = ctx.args
-        dq, dk = _RopeFunction.apply(
-            gq, gk if has_k else None, cos, sin, positions, partial, low_precision, not inverse, interleaved,
+        dq, dk = _apply(
+            _RopeFunction, gq, gk if has_k else None, cos, sin, positions, partial, low_precision, not inverse, interleaved,
             config, poison,
         )
         return (dq, dk) + (None,) * 9
+
+
+def _apply(fn: type[torch.autograd.Function], *args):
+    """``fn.apply(*args)``, skipping ``Function.apply``'s Python prologue where no functorch transform
+    is active (then it only walks the arguments looking for dead functorch wrappers).
+
+    Why: that walk over the eleven arguments was 3 of the ~10 us the module call adds to the bare
+    launch with grad on the 2-core box (kernel mocked); the module call's host time is a target of
+    #13. Under functorch, and under torch.compile (Dynamo traces ``apply`` itself), the full ``apply`` runs.
+    """
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return fn.apply(*args)
+    return super(torch.autograd.Function, fn).apply(*args)
 
 
 # -- fused projection: q and k rotated from a (B, T, W) qkv, the backward writing dqkv in one pass ---
@@ -467,8 +486,43 @@ def qkv_backward(
     if gv is None:
         dv.zero_()
     else:
-        dv.copy_(gv)
+        copy_heads(gv, dqkv, dv, traced=traced)
     return dqkv
+
+
+#: Elements a program of :func:`copy_heads` moves (16 bytes a thread of 8 warps in bf16).
+COPY_TILE = 2048
+
+
+def copy_heads(src: Tensor, buffer: Tensor, dst: Tensor, traced: bool = False) -> None:
+    """``dst.copy_(src)`` for (B, T, H, D) tensors of any strides, ``dst`` a view into ``buffer``, in one
+    Triton launch that writes through ``buffer`` (``traced``: through ``wrap_triton``, in a triton op).
+
+    The fused-qkv backward copies v's gradient into d qkv with it: that gradient arrives heads-major
+    from the attention, and the generic copies transposing it (aten's, Inductor's) ran far below the
+    bandwidth (see the kernel). Rows are cut into chunks of VP elements (the largest power of two up
+    to 16 dividing D), so every load and store is a vector for every head size.
+    """
+    B, T, H, D = src.shape
+    nr = B * T * H
+    if nr == 0 or D == 0:
+        return
+    vp = _pow2_unit(D)
+    mp, ncp = D // vp, max(1, COPY_TILE // vp)
+    if nr * mp + ncp >= 2**31:  # chunk ids are int32
+        dst.copy_(src)
+        return
+    oo = dst.storage_offset() - buffer.storage_offset()
+    if oo < 0 or dst.dtype != buffer.dtype or src.dtype != dst.dtype:
+        raise ValueError(f"copy_heads: dst must be a view into buffer of src's dtype, got offset {oo}, dtypes "
+                         f"{src.dtype}, {dst.dtype}, {buffer.dtype}")
+    sv = _pow2_unit(math.gcd(_row_stride_unit(src, dst), oo))
+    kernel = _traced_copy_kernel() if traced else _kernels.copy_heads_kernel
+    kernel[(-(-nr * mp // ncp),)](
+        src, buffer, *_scaled_strides(src, sv), *_scaled_strides(dst, sv), oo // sv, nr,
+        T, *magic_divisor(max(T, 1)), H, *magic_divisor(max(H, 1)),
+        VP=vp, MP=mp, NCP=ncp, SV=sv, WIDE=_needs_wide_offsets(src, buffer), num_warps=8,
+    )  # fmt: skip
 
 
 CUSTOM_OPS = _define_ops("", traced=False)
@@ -561,8 +615,8 @@ class _TritonRotary(RotaryEmbedding):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse
             yq, yk = self.rotate(q, k, positions)
             return yq, yk, v
-        return _RopeQKVFunction.apply(
-            qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2], self._partial_shortcut, self.low_precision,
+        return _apply(
+            _RopeQKVFunction, qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2], self._partial_shortcut, self.low_precision,
             *self._launch_args(),
         )
 
@@ -578,7 +632,7 @@ class _TritonRotary(RotaryEmbedding):
             return launch(q, k, cos, sin, positions, partial, self.low_precision, False,
                           interleaved=self.layout == "interleaved", config=self.launch_config,
                           poison=self.poison_outputs)
-        return _RopeFunction.apply(q, k, cos, sin, positions, partial, self.low_precision, False,
+        return _apply(_RopeFunction, q, k, cos, sin, positions, partial, self.low_precision, False,
                                    self.layout == "interleaved", self.launch_config, bool(self.poison_outputs))
 
     def rotate_transposed(self, gq: Tensor, gk: Tensor | None,

@@ -448,6 +448,50 @@ def test_rotate_qkv_backward_is_one_launch_and_one_buffer(monkeypatch, device):
     assert torch.equal(dqkv[..., 64:], torch.ones_like(dqkv[..., 64:]))  # v's gradient, copied beside
 
 
+@pytest.mark.parametrize("D", (20, 48, 6))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_copy_heads_copies_any_strides_into_a_slice(D, dtype, device):
+    """copy_heads (v's gradient into d qkv): every element of the slice, nothing beside it, from a
+    heads-major source as the attention returns it and from a strided view with odd sizes."""
+    B, T, H, W = 2, 37, 3, 5 * 3 * D  # several programs (COPY_TILE elements each) at D = 20 and 48
+    for src in (torch.randn(B, H, T, D, device=device).to(dtype).transpose(1, 2),  # heads-major
+                torch.randn(B, T, 2 * H, D, device=device).to(dtype)[:, :, 1::2]):  # every other head
+        buffer = torch.full((B, T, W), float("nan"), device=device, dtype=dtype)
+        dst = buffer[..., 2 * H * D : 3 * H * D].view(B, T, H, D)
+        triton_rope.copy_heads(src, buffer, dst)
+        assert torch.equal(dst, src)
+        rest = torch.cat([buffer[..., : 2 * H * D], buffer[..., 3 * H * D :]], dim=-1)
+        assert rest.isnan().all(), "copy_heads wrote outside its slice"
+
+
+def test_rotate_qkv_backward_takes_a_heads_major_v_gradient(device):
+    """v's gradient arriving transposed (the attention's (B, H, T, D) layout) lands in d qkv as it came."""
+    B, T, HQ, HK, D = 2, 5, 4, 2, 20
+    r = build_poisoned("triton_v4", D, 8, device)
+    qkv = torch.randn(B, T, (HQ + 2 * HK) * D, device=device, requires_grad=True)
+    yq, yk, v = r.rotate_qkv(qkv, HQ, HK)
+    wv = torch.randn(B, HK, T, D, device=device)
+    (dqkv,) = torch.autograd.grad(yq.sum() + yk.sum() + (v.transpose(1, 2) * wv).sum(), qkv)
+    assert torch.equal(dqkv[..., (HQ + HK) * D :].view(B, T, HK, D), wv.transpose(1, 2))
+    assert not dqkv.isnan().any()
+
+
+def test_grad_call_skips_the_function_apply_prologue(monkeypatch, device):
+    """With grad, the module call enters the autograd Function without ``Function.apply``'s walk of the
+    arguments for dead functorch wrappers (host time, #13), and still differentiates."""
+    import torch._functorch.utils as functorch_utils
+
+    def refuse(args):
+        raise AssertionError("Function.apply's Python prologue ran on the module call")
+
+    monkeypatch.setattr(functorch_utils, "unwrap_dead_wrappers", refuse)
+    r = build_poisoned("triton_v4", 16, 8, device)
+    q = torch.randn(1, 4, 2, 16, device=device, requires_grad=True)
+    yq, yk = r(q, q)
+    (g,) = torch.autograd.grad((yq * yk).sum(), q)
+    assert not g.isnan().any()
+
+
 def test_rotate_qkv_without_grad_or_v_grad(device):
     r = _build(D=16, device=device)
     qkv = torch.randn(1, 4, 3 * 16, device=device)
