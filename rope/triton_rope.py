@@ -445,8 +445,8 @@ class _RopeFunction(torch.autograd.Function):
         cos, sin, positions = ctx.saved_tensors
         has_k, partial, low_precision, inverse, interleaved, config, poison = ctx.args
         dq, dk = _apply(
-            _RopeFunction, gq, gk if has_k else None, cos, sin, positions, partial, low_precision, not inverse, interleaved,
-            config, poison,
+            _RopeFunction, gq, gk if has_k else None, cos, sin, positions, partial, low_precision, not inverse,
+            interleaved, config, poison,
         )
         return (dq, dk) + (None,) * 9
 
@@ -616,8 +616,8 @@ class _TritonRotary(RotaryEmbedding):
             yq, yk = self.rotate(q, k, positions)
             return yq, yk, v
         return _apply(
-            _RopeQKVFunction, qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2], self._partial_shortcut, self.low_precision,
-            *self._launch_args(),
+            _RopeQKVFunction, qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2], self._partial_shortcut,
+            self.low_precision, *self._launch_args(),
         )
 
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
