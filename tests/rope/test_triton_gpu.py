@@ -169,4 +169,5 @@ def test_compiled_gpt_launches_the_kernel_from_inductor(impl):
     _, codes = run_and_get_code(step)
     code = "\n".join(codes)
     assert "rope_kernel" in code
+    assert "copy_heads_kernel" in code  # v's gradient into d qkv: our copy, not Inductor's transposing one
     assert "ropelab.rope_fwd.default" not in code and "ropelab.rope_qkv_bwd.default" not in code, code[-3000:]
