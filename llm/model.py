@@ -273,6 +273,23 @@ def rope_cache_len(model_cfg: Mapping, rope_cfg: Mapping) -> int:
     return rope_cfg.get("max_seq_len") or model_cfg["seq_len"]
 
 
+def compile_options(model: GPT) -> dict:
+    """The Inductor options ``model`` should be compiled with: its RoPE module's
+    (``RotaryEmbedding.inductor_options``), less the keys this torch's Inductor does not have."""
+    from torch._inductor import config as inductor_config
+
+    return {k: v for k, v in model.rotary.inductor_options.items() if hasattr(inductor_config, k)}
+
+
+def compile_model(model: GPT, mode: str | None = None, **kwargs: object) -> nn.Module:
+    """``torch.compile(model, **kwargs)`` with the options its RoPE module asks for (the trainer and
+    the step benchmarks compile through here, so both measure the same compiled model). ``mode``
+    (e.g. ``"reduce-overhead"``) excludes options in ``torch.compile``; with a mode they are left out."""
+    if mode:
+        return torch.compile(model, mode=mode, **kwargs)
+    return torch.compile(model, options=compile_options(model) or None, **kwargs)
+
+
 def build_model(model_cfg: Mapping, rope_cfg: Mapping, vocab_size: int) -> GPT:
     """Build the GPT of a ``model`` config group with the RoPE of a ``rope`` config group."""
     fields = GPTConfig.__dataclass_fields__

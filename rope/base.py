@@ -213,6 +213,11 @@ class RotaryEmbedding(nn.Module):
     layouts: tuple[str, ...] = ("half",)
     supports_rotary_dim: bool = False
 
+    #: Inductor options a model using this module should be compiled with (``torch.compile(...,
+    #: options=...)``; the model's compile helper merges them and drops keys its torch lacks). Empty
+    #: here; the Triton entries ask Inductor to launch their kernels as it launches its own.
+    inductor_options: dict[str, object] = {}
+
     #: Test hook: an implementation that allocates its outputs uninitialised (``torch.empty``) fills
     #: them with NaN first when this is set, so an element it fails to write cannot pass unnoticed.
     #: Implementations whose outputs come from torch operators ignore it. Set it per instance.

@@ -572,6 +572,12 @@ class _TritonRotary(RotaryEmbedding):
 
     layouts = LAYOUTS
     supports_rotary_dim = True
+    #: Inductor launches user-defined Triton kernels (these, through the ``triton_op`` entries) with
+    #: Triton's own Python launcher unless this is set, and its own kernels with a static launcher.
+    #: On the H100's host that launcher left the compiled seed004 step host-bound: its GPU work was
+    #: 0.05 ms below compiled torch's while its host time was 0.7 ms above, and the step ran +2.4%
+    #: [+1.3, +3.5] (16 paired rounds; docs/kernels.md, session 10).
+    inductor_options = {"static_launch_user_defined_triton_kernels": True}
 
     low_precision = False
 

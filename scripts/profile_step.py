@@ -154,6 +154,7 @@ def run_one(name: str, model_cfg, device, args: argparse.Namespace) -> dict:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    from llm.model import compile_model
     from llm.optim import build_optimizers
 
     cuda = device.type == "cuda"
@@ -163,7 +164,7 @@ def run_one(name: str, model_cfg, device, args: argparse.Namespace) -> dict:
     if args.no_compile:
         step_model = model
     else:
-        step_model = torch.compile(model, mode=args.mode) if args.mode else torch.compile(model)
+        step_model = compile_model(model, mode=args.mode)
     batch = torch.randint(0, args.vocab, (args.batch, model_cfg.seq_len), device=device)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 

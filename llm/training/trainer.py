@@ -25,7 +25,7 @@ import rope
 from llm.data import TokenData, prepare_data, sample_batch
 from llm.errors import ConfigError
 from llm.fileio import DiskFullError
-from llm.model import GPT, build_model, rope_cache_len
+from llm.model import GPT, build_model, compile_model, rope_cache_len
 from llm.optim import build_optimizers, lr_multiplier, set_lr
 from llm.training import runtime
 from llm.training.checkpoint import LAST, TrainTotals, clean_checkpoint_dir, save_checkpoint, set_rng_state
@@ -170,7 +170,7 @@ class Trainer:
         return state.get("wandb_id")
 
     def _wrap(self, model: GPT) -> torch.nn.Module:
-        wrapped: torch.nn.Module = torch.compile(model) if self.tc.compile else model
+        wrapped: torch.nn.Module = compile_model(model) if self.tc.compile else model
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 

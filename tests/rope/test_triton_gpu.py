@@ -119,7 +119,7 @@ def test_gpt_compiles_fullgraph(impl, shared_out, monkeypatch):
     d qkv itself (``SHARED_OUT_UNDER_COMPILE``)."""
     from omegaconf import OmegaConf
 
-    from llm.model import build_model
+    from llm.model import build_model, compile_model
     from rope import triton_rope
 
     monkeypatch.setattr(triton_rope, "SHARED_OUT_UNDER_COMPILE", shared_out)
@@ -133,7 +133,7 @@ def test_gpt_compiles_fullgraph(impl, shared_out, monkeypatch):
         if isinstance(m, rope.RotaryEmbedding):
             m.poison_outputs = True
     x = torch.randint(0, 1000, (4, 128), device=CUDA)
-    compiled = torch.compile(model, fullgraph=True)
+    compiled = compile_model(model, fullgraph=True)  # as the trainer compiles: Inductor's static launcher
     with torch.autocast("cuda", dtype=torch.bfloat16):
         _, loss = compiled(x, x)
         _, loss_ref = ref(x, x)
@@ -152,12 +152,12 @@ def test_compiled_gpt_launches_the_kernel_from_inductor(impl):
     from omegaconf import OmegaConf
     from torch._inductor.utils import run_and_get_code
 
-    from llm.model import build_model
+    from llm.model import build_model, compile_model
 
     torch._dynamo.reset()
     cfg = OmegaConf.create({"n_layer": 2, "n_head": 4, "n_embd": 192, "seq_len": 64})  # head_dim 48
     model = build_model(cfg, {"name": impl}, 500).to(CUDA)
-    compiled = torch.compile(model, fullgraph=True, dynamic=False)
+    compiled = compile_model(model, fullgraph=True, dynamic=False)
     x = torch.randint(0, 500, (2, 64), device=CUDA)
 
     def step():
