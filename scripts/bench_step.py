@@ -16,10 +16,12 @@ every row. Timers and writers: ``scripts/benchlib.py``.
 One rope after another, the medians of one call moved by several % between calls on the H100's
 host (session 7), more than the differences looked for; ``--rounds R`` times the ropes interleaved
 (all built, compiled and warmed up first, then R rounds with the order rotating) and pairs them by
-round, with a t-CI of the difference against rope=torch.
+round, with a t-CI of the difference against rope=torch. ``--iters`` is split over the rounds, and a
+round's median needs tens of steps: at 2 steps a round (``--iters 40 --rounds 16``) the interval on the
+compiled seed004 step was +-6%, at 60 (``--iters 960``) +-1-2% (H100, session 10).
 
     python -m scripts.bench_step [--model gpt2_small,seed004] [--ropes none,torch,triton_v4] [--batch 32] [--out DIR]
-    python -m scripts.bench_step --model seed004 --ropes none,torch,triton_v4 --iters 40 --rounds 8
+    python -m scripts.bench_step --model seed004 --ropes none,torch,triton_v4 --iters 960 --rounds 16
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ CONF = ROOT / "conf"
 #: The batch each preset is benchmarked at unless --batch says otherwise (seed004: its recipe's 24).
 DEFAULT_BATCH = {"gpt2_small": 32, "seed004": 24}
 GPT2_VOCAB, CL100K_VOCAB = 50257, 100277
+#: Fewer steps a round than this draws a note: the paired interval widens (see the module docstring).
+MIN_STEPS_PER_ROUND = 10
 
 
 def default_batch(model: str) -> int:
@@ -121,6 +125,10 @@ def time_interleaved(model_cfg, names: list[str], mode: str, args: argparse.Name
             errors[name] = _error(exc)
             steps.pop(name, None)
     per_round = max(1, args.iters // args.rounds)
+    if per_round < MIN_STEPS_PER_ROUND:
+        print(f"note: --iters {args.iters} over --rounds {args.rounds} times {per_round} step(s) a round; a round's "
+              f"median needs tens of steps for a tight paired interval (e.g. --iters {60 * args.rounds})",
+              file=sys.stderr)
     times: dict[str, list[list[float]]] = {n: [] for n in steps}
     order = list(steps)
     for r in range(args.rounds):

@@ -66,7 +66,7 @@ def test_dry_run_keeps_going_past_a_failing_entry(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "step_bench.json").read_text())[0]["model"] == "tiny"
 
 
-def test_rounds_interleave_the_ropes_and_pair_them_by_round(tmp_path, monkeypatch):
+def test_rounds_interleave_the_ropes_and_pair_them_by_round(tmp_path, monkeypatch, capsys):
     """--rounds R: every rope compiled and warmed up first, then R rounds of iters/R timed steps with the
     ropes' order rotating; each round's medians pair the ropes, and the table gains the paired column."""
     calls = []
@@ -99,6 +99,8 @@ def test_rounds_interleave_the_ropes_and_pair_them_by_round(tmp_path, monkeypatc
     assert "vs_torch_round_pct" not in rows["torch"]
     text = (tmp_path / "step_bench.md").read_text()
     assert "| paired by round |" in text and "timed interleaved in 3 rounds" in text
+    assert rows["torch"]["round_medians_ms"] == [21.0, 22.0, 23.0]  # kept for a re-analysis
+    assert "times 2 step(s) a round" in capsys.readouterr().err  # too few a round for a tight interval: said
 
 
 def test_rounds_must_fit_the_iterations():
