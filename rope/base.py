@@ -531,6 +531,18 @@ def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
     else:
         raise ValueError(f"seqlen_offsets must be an int or an int tensor of shape (n_seq,)=({n_seq},) on "
                          f"{device}, got {seqlen_offsets!r}")
+    # The positions are queued before the one synchronisation that checks the values, so that after it
+    # only the caller's kernel is left to launch: with them after it, the module call with cu_seqlens
+    # ran at 50-64% of copy bandwidth on the H100 (its slow host launching seven kernels behind the sync),
+    # the kernel alone at 99-100% (session 10). Indices are clamped so that bad values, refused below,
+    # never index out of bounds on the way.
+    tokens = torch.arange(total, device=device)
+    # The sequence of each token: the number of starts <= it, less one (cu[0] = 0 is <= every token).
+    # Searched in the whole of ``cu``, never a slice of it: Inductor's searchsorted ignored a sliced
+    # boundary tensor's offset (pytorch/pytorch#182343), so under torch.compile on CUDA (torch 2.11)
+    # ``searchsorted(cu[1:], ...)`` came out one too high and indexed past ``offsets``.
+    seq = (torch.searchsorted(cu, tokens, right=True) - 1).clamp_(0, n_seq - 1)
+    positions = (tokens - cu[seq] + offsets[seq]).int()
     lengths = cu[1:] - cu[:-1]
     first, decreasing, last, top, low = torch.stack([
         cu[0], (lengths < 0).sum(), cu[-1], (offsets + lengths.clamp(min=1) - 1).max(), offsets.min(),
@@ -541,10 +553,4 @@ def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
     if low < 0 or top >= max_seq_len:
         raise ValueError(f"packed positions must lie in [0, max_seq_len={max_seq_len}): the longest sequence plus "
                          f"its offset reaches {top}" + (f", an offset is {low}" if low < 0 else ""))
-    tokens = torch.arange(total, device=device)
-    # The sequence of each token: the number of starts <= it, less one (cu[0] = 0 is <= every token).
-    # Searched in the whole of ``cu``, never a slice of it: Inductor's searchsorted ignored a sliced
-    # boundary tensor's offset (pytorch/pytorch#182343), so under torch.compile on CUDA (torch 2.11)
-    # ``searchsorted(cu[1:], ...)`` came out one too high and indexed past ``offsets``.
-    seq = torch.searchsorted(cu, tokens, right=True) - 1
-    return (tokens - cu[seq] + offsets[seq]).int()
+    return positions
