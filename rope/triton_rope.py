@@ -86,6 +86,14 @@ SHARED_OUT_UNDER_COMPILE = True
 CHUNKS_BY_DEFAULT = True
 
 
+#: Half-layout rotated widths that are not a power of two but a multiple of this many pairs keep the
+#: row tiling: on the H100 (session 10, `docs/results/bench_h100_s10/rows_vs_chunks*`) rows beat chunks
+#: at 10 of the 11 such head dims from 48 to 240 (D = 48: 95.1/94.9% of copy bandwidth against
+#: 93.7/93.2, Liger 94.0/94.1; D = 80: 95.7/94.5 against 93.7/93.4), their padded row tile loading 16-byte
+#: vectors all the same; at R2 = 4 mod 8 (D = 24, 40, 56, 88, 104, 120, 136) chunks win by 4-16 points.
+ROWS_FROM_GROUPS_OF = 8
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
@@ -116,8 +124,10 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         cw = rotary_pairs // 2  # the zero-frequency half: cos 1, sin 0 without loading them
     if config.chunks in (0, 1):
         chunked = config.chunks == 1
-    else:  # measured: chunks where R2 is not a power of two; a copied tail (rotary_dim < D) not yet
-        chunked = CHUNKS_BY_DEFAULT and hp != rotary_pairs and passed == 0
+    else:  # measured: chunks where R2 is not a power of two, unless its pairs come in groups of 8 or more
+        # (half layout); a copied tail (rotary_dim < D) not yet
+        chunked = CHUNKS_BY_DEFAULT and hp != rotary_pairs and passed == 0 and (
+            interleaved or _pow2_unit(rotary_pairs) < ROWS_FROM_GROUPS_OF)
     v = min(8 if interleaved else 16, _pow2_unit(rotary_pairs)) if chunked else 1
     load_v = 2 * v if interleaved else v  # elements of one chunk's load: a load of NCH chunks holds ``tile``
     # 0: what the H100 sweeps found best. Rows: by width. Half-layout chunks of V <= 4 pairs: 1024, i.e.

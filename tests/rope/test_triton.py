@@ -562,12 +562,18 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert cfg(256, 128, False, False, triton_rope.LaunchConfig(4096, 4))["BR"] == 32
     # A rotated width that is not a power of two: chunks of V pairs (every lane busy), a load of
     # NCH chunks holding the tile's 2048 elements; with a copied tail (rotary_dim < D), rows.
-    assert cfg(48, 24, True, False) | {"BR": 0} == {"R2": 24, "CW": 12, "PASS": 0, "INTERLEAVED": False, "HP": 32,
-                                                    "PP": 1, "BR": 0, "CHUNKED": True, "V": 8, "M": 3, "NCH": 256,
-                                                    "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8}
-    assert [(cfg(d, d // 2, True, False)["V"], cfg(d, d // 2, True, False)["M"]) for d in (24, 40, 80, 96)] == \
-        [(4, 3), (4, 5), (8, 5), (16, 3)]
+    chunks = triton_rope.LaunchConfig(chunks=1)
+    assert cfg(48, 24, True, False, chunks) | {"BR": 0} == {
+        "R2": 24, "CW": 12, "PASS": 0, "INTERLEAVED": False, "HP": 32, "PP": 1, "BR": 0, "CHUNKED": True, "V": 8,
+        "M": 3, "NCH": 256, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8}
+    assert [(cfg(d, d // 2, True, False, chunks)["V"], cfg(d, d // 2, True, False, chunks)["M"])
+            for d in (24, 40, 80, 96)] == [(4, 3), (4, 5), (8, 5), (16, 3)]
     assert [cfg(d, d // 2, True, True)[k] for d in (40, 96) for k in ("V", "NCH")] == [4, 256, 8, 128]
+    # By default (measured on the H100): chunks where the pairs come in groups of 4 or fewer, rows where
+    # they come in groups of 8 or more (half layout), chunks for every such width interleaved.
+    assert [cfg(d, d // 2, True, False)["CHUNKED"] for d in (24, 40, 56, 88, 20, 36)] == [True] * 6
+    assert [cfg(d, d // 2, True, False)["CHUNKED"] for d in (48, 80, 96, 112, 160, 240)] == [False] * 6
+    assert cfg(48, 24, True, True)["CHUNKED"]
     assert cfg(80, 20, False, True) == {"R2": 20, "CW": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
                                         "BR": 32, "M": 20, "num_warps": 8, **rows}
     forced = triton_rope.LaunchConfig(chunks=0)
