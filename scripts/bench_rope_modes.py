@@ -42,7 +42,16 @@ import torch
 import rope
 from rope.base import RopeArgumentError, packed_positions
 from scripts import liger_adapter
-from scripts.benchlib import count_label, fmt, host_loop, markdown_table, rope_names, split_tiling, write_csv
+from scripts.benchlib import (
+    count_label,
+    fmt,
+    host_loop,
+    markdown_table,
+    paired_host_loops,
+    rope_names,
+    split_tiling,
+    write_csv,
+)
 
 COMPILED = "torch_compiled"
 LIGER = liger_adapter.NAME
@@ -750,9 +759,11 @@ def run_overhead(bench: Bench, names: Sequence[str], shapes: Sequence[tuple[int,
                          "grad": "requires_grad" if grad else "no_grad", "impl": name}
                     try:
                         call = _overhead_call(name, mod, q, k, pos, grad)
+                        launch = (lambda: bare(q, k, pos)) if bare else None  # noqa: B023
                         with torch.set_grad_enabled(grad):
                             m = host_loop(call, calls, repeats, bench.device)
-                            b = host_loop(lambda: bare(q, k, pos), calls, repeats, bench.device) if bare else None  # noqa: B023
+                            b = host_loop(launch, calls, repeats, bench.device) if bare else None
+                            paired = paired_host_loops(call, launch, calls, 3 * repeats, bench.device) if bare else None
                     except Exception as exc:  # e.g. liger refusing a leaf that requires grad: noted, not fatal
                         notes.append(f"{name} {r['shape']} positions={pos_kind} {r['grad']} failed: "
                                      f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
@@ -762,7 +773,10 @@ def run_overhead(bench: Bench, names: Sequence[str], shapes: Sequence[tuple[int,
                     if b:
                         r.update({"launch_host_us": b["host_us"], "launch_host_us_min": b["host_us_min"],
                                   "launch_wall_us": b["wall_us"], "launch_gpu_us": b["gpu_us"],
-                                  "call_minus_launch_us": m["host_us"] - b["host_us"]})
+                                  "call_minus_launch_us": paired["diff_us"],
+                                  "call_minus_launch_q1_us": paired["diff_q1_us"],
+                                  "call_minus_launch_q3_us": paired["diff_q3_us"],
+                                  "call_minus_launch_iqr": f"[{paired['diff_q1_us']:.1f}, {paired['diff_q3_us']:.1f}]"})
                     rows.append(r)
         mains = [r for r in rows if r["shape"] == f"{B}x{T}x{H}x{D}" and "call_minus_launch_us" in r]
         bench.log(f"overhead {B}x{T}x{H}x{D}: call - launch us "
@@ -789,7 +803,7 @@ def overhead_markdown(res: Result, names: Sequence[str], calls: int, repeats: in
     entries = [n for n in names if n not in (COMPILED, LIGER)] + ["torch"] + [n for n in names if n == LIGER]
     keys = [("shape BxTxHxD", "shape", ""), ("positions", "positions", ""), ("grad", "grad", "")]
     cells = [("call us", "call_host_us", ".1f"), ("launch us", "launch_host_us", ".1f"),
-             ("call-launch us", "call_minus_launch_us", ".1f")]
+             ("call-launch us", "call_minus_launch_us", ".1f"), ("its quartiles", "call_minus_launch_iqr", "")]
 
     def extra(grp: list[dict]) -> list[str]:
         r = {x["impl"]: x for x in grp}.get(main)
@@ -801,7 +815,10 @@ def overhead_markdown(res: Result, names: Sequence[str], calls: int, repeats: in
         "Host overhead at tiny shapes (< 1M elements)", info,
         [f"Host microseconds per call: {calls} calls back to back (`time.perf_counter` around the loop, the GPU"
          f" idle-waiting for the host), median of {repeats} loops; `launch` = `rope.triton_rope.launch` with the"
-         " module's own arguments (the bare kernel launch); `call-launch` = what the module call adds."
+         " module's own arguments (the bare kernel launch); `call-launch` = what the module call adds: the"
+         f" median over {3 * repeats} pairs of adjacent call and launch loops of their difference (with its"
+         " quartiles), which a drift of the host's speed between loops does not move as it moves the two"
+         " medians beside it."
          " `no_grad`: inputs without grad under `torch.no_grad()`; `requires_grad`: inputs requiring grad"
          " (the autograd Function). `torch` = the eager reference's call; `liger` = Liger's own entry"
          " (`rope_forward` in place, `LigerRopeFunction` with grad) with its tables gathered outside the call."

@@ -137,6 +137,33 @@ def test_layouts_packed_overhead_markdown():
     assert "torch launch us" not in md
 
 
+def test_paired_host_loops_difference_survives_a_drifting_host(monkeypatch):
+    """a costs 3 us more than b a call; the host slows down 10x over the run. Two medians timed apart
+    would mix the drift into the difference; adjacent pairs keep it near 3 us times the local speed."""
+    from scripts import benchlib
+
+    clock = {"t": 0.0, "speed": 1.0}
+    monkeypatch.setattr(benchlib.time, "perf_counter", lambda: clock["t"])
+
+    def cost(us):
+        def f():
+            clock["t"] += us * 1e-6 * clock["speed"]
+        return f
+
+    a, b = cost(13.0), cost(10.0)
+
+    def drifting(f):
+        def g():
+            f()
+            clock["speed"] += 0.0005
+        return g
+
+    got = benchlib.paired_host_loops(drifting(a), drifting(b), calls=10, repeats=30, device="cpu")
+    assert clock["speed"] > 1.3  # the host did drift, by more than the 30% a's extra cost is of b's
+    assert got["diff_q1_us"] <= got["diff_us"] <= got["diff_q3_us"]
+    assert 3.0 <= got["diff_us"] <= 3.0 * clock["speed"]  # the true 3 us at the local speed, never below
+
+
 def test_host_loop_on_the_cpu():
     calls = []
     got = host_loop(lambda: calls.append(1), calls=5, repeats=3, device="cpu")
