@@ -649,7 +649,7 @@ class _TritonRotary(RotaryEmbedding):
                           interleaved=self.layout == "interleaved", config=self.launch_config,
                           poison=self.poison_outputs)
         return _apply(_RopeFunction, q, k, cos, sin, positions, partial, self.low_precision, False,
-                                   self.layout == "interleaved", self.launch_config, bool(self.poison_outputs))
+                      self.layout == "interleaved", self.launch_config, bool(self.poison_outputs))
 
     def rotate_transposed(self, gq: Tensor, gk: Tensor | None,
                           positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:

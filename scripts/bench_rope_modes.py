@@ -775,8 +775,7 @@ def run_overhead(bench: Bench, names: Sequence[str], shapes: Sequence[tuple[int,
                                   "launch_wall_us": b["wall_us"], "launch_gpu_us": b["gpu_us"],
                                   "call_minus_launch_us": paired["diff_us"],
                                   "call_minus_launch_q1_us": paired["diff_q1_us"],
-                                  "call_minus_launch_q3_us": paired["diff_q3_us"],
-                                  "call_minus_launch_iqr": f"[{paired['diff_q1_us']:.1f}, {paired['diff_q3_us']:.1f}]"})
+                                  "call_minus_launch_q3_us": paired["diff_q3_us"]})
                     rows.append(r)
         mains = [r for r in rows if r["shape"] == f"{B}x{T}x{H}x{D}" and "call_minus_launch_us" in r]
         bench.log(f"overhead {B}x{T}x{H}x{D}: call - launch us "
@@ -804,6 +803,8 @@ def overhead_markdown(res: Result, names: Sequence[str], calls: int, repeats: in
     keys = [("shape BxTxHxD", "shape", ""), ("positions", "positions", ""), ("grad", "grad", "")]
     cells = [("call us", "call_host_us", ".1f"), ("launch us", "launch_host_us", ".1f"),
              ("call-launch us", "call_minus_launch_us", ".1f"), ("its quartiles", "call_minus_launch_iqr", "")]
+    rows = [{**r, "call_minus_launch_iqr": f"[{r['call_minus_launch_q1_us']:.1f}, {r['call_minus_launch_q3_us']:.1f}]"}
+            if "call_minus_launch_q1_us" in r else r for r in res.rows]
 
     def extra(grp: list[dict]) -> list[str]:
         r = {x["impl"]: x for x in grp}.get(main)
@@ -824,7 +825,7 @@ def overhead_markdown(res: Result, names: Sequence[str], calls: int, repeats: in
          " (`rope_forward` in place, `LigerRopeFunction` with grad) with its tables gathered outside the call."
          " The CSV also has the wall time per call (loop + final synchronize) and the GPU time per call."])
     target_h = [f"target ({main} call-launch <= {OVERHEAD_TARGET_US:g} us)"] if main else []
-    lines += _pivot(res.rows, keys, entries, cells, extra if main else None, target_h)
+    lines += _pivot(rows, keys, entries, cells, extra if main else None, target_h)
     lines += _notes(res.notes)
     return "\n".join(lines) + "\n"
 

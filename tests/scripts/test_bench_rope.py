@@ -137,6 +137,14 @@ def test_layouts_packed_overhead_markdown():
     assert "torch launch us" not in md
 
 
+def test_overhead_table_shows_the_paired_quartiles():
+    over = [{"shape": "1x1x32x128", "elements": 4096, "positions": "none", "grad": "no_grad", "impl": "triton_v4",
+             "call_host_us": 20.0, "launch_host_us": 14.0, "call_minus_launch_us": 6.0,
+             "call_minus_launch_q1_us": 5.0, "call_minus_launch_q3_us": 7.25}]
+    md = bm.overhead_markdown(bm.Result("overhead", over, []), NAMES, 200, 7, INFO)
+    assert "| triton_v4 its quartiles |" in md and "| 6.0 | [5.0, 7.2] |" in md
+
+
 def test_paired_host_loops_difference_survives_a_drifting_host(monkeypatch):
     """a costs 3 us more than b a call; the host slows down 10x over the run. Two medians timed apart
     would mix the drift into the difference; adjacent pairs keep it near 3 us times the local speed."""
