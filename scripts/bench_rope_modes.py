@@ -46,10 +46,10 @@ from scripts.benchlib import (
     count_label,
     fmt,
     host_loop,
+    launch_overrides,
     markdown_table,
     paired_host_loops,
     rope_names,
-    split_tiling,
     write_csv,
 )
 
@@ -186,7 +186,7 @@ def impl_names(ropes: str | None, device: torch.device, liger: bool = True,
         if name == LIGER:  # the registry's entry: the same kernels behind input copies
             notes.append("the registry's liger entry is left out: Liger's kernels are timed natively as `liger`")
             continue
-        reason = rope.get(split_tiling(name)[0]).unavailable_reason(device)
+        reason = rope.get(launch_overrides(name)[0]).unavailable_reason(device)
         if reason:
             notes.append(f"{name} left out: {reason}")
         else:
@@ -244,15 +244,15 @@ def build_impl(bench: Bench, name: str, D: int, max_seq_len: int, layout: str = 
             return Impl(COMPILED, lambda q, k, positions=None: cf(q, k, positions=positions),
                         lambda gq, gk, positions=None: ci(gq, gk, positions=positions),
                         "compiled transposed rotation (sin negated)", call=cf, module=fwd_mod)
-        base, chunks = split_tiling(name)
+        base, overrides = launch_overrides(name)
         reason = rope.get(base).unavailable_reason(bench.device)
         if reason:
             return f"{name}: {reason}"
         mod = rope.build(base, D, max_seq_len, **opts).to(bench.device)
-        if chunks is not None:
+        if overrides:
             if not hasattr(mod, "launch_config"):
-                return f"{name}: {base} has no launch configuration to choose a tiling in"
-            mod.launch_config = replace(mod.launch_config, chunks=chunks)
+                return f"{name}: {base} has no launch configuration to override"
+            mod.launch_config = replace(mod.launch_config, **overrides)
     except RopeArgumentError as exc:
         return f"{name}: {exc}"
     bwd = None
@@ -744,10 +744,10 @@ def run_overhead(bench: Bench, names: Sequence[str], shapes: Sequence[tuple[int,
                                                    .to(bench.device), dtype=bench.liger_dtype)
                 callers[name] = (native, None)
             else:
-                base, chunks = split_tiling(name)
+                base, overrides = launch_overrides(name)
                 mod = rope.build(base, D, max_seq_len, variant=bench.variant).to(bench.device)
-                if chunks is not None and hasattr(mod, "launch_config"):
-                    mod.launch_config = replace(mod.launch_config, chunks=chunks)
+                if overrides and hasattr(mod, "launch_config"):
+                    mod.launch_config = replace(mod.launch_config, **overrides)
                 callers[name] = (mod, bare_launcher(mod))
         for pos_kind in ("none", "(B,T) int64"):
             pos = None if pos_kind == "none" else positions

@@ -23,15 +23,30 @@ def require_cuda(script: str) -> None:
         raise SystemExit(f"{script} needs a CUDA GPU")
 
 
-#: ``NAME@TILING`` in a list of implementations: a Triton entry with its program tiling forced
-#: (``LaunchConfig.chunks``), so the two tilings are timed side by side in one run.
+#: ``NAME@SPEC`` in a list of implementations: a Triton entry with parts of its ``LaunchConfig`` forced,
+#: so launch configurations are timed side by side in one run. SPEC is ``+``-separated items: a tiling
+#: (``rows``, ``chunks``: ``LaunchConfig.chunks``), ``tile=N``, ``warps=N``, ``stream``.
 TILINGS = {"rows": 0, "chunks": 1}
+_SPEC_INTS = {"tile": "tile", "warps": "num_warps"}
+SPEC_HELP = "NAME@SPEC takes +-separated rows, chunks, tile=N, warps=N, stream (e.g. triton_v4@rows+tile=2048)"
 
 
-def split_tiling(name: str) -> tuple[str, int | None]:
-    """``"triton_v4@chunks"`` -> ("triton_v4", 1); a plain name -> (name, None)."""
-    base, _, tiling = name.partition("@")
-    return base, (TILINGS[tiling] if tiling else None)
+def launch_overrides(name: str) -> tuple[str, dict]:
+    """``"triton_v4@rows+tile=2048"`` -> ("triton_v4", {"chunks": 0, "tile": 2048}); a plain name -> (name, {}).
+    The dict holds ``LaunchConfig`` fields. Raises ValueError naming the item it cannot read."""
+    base, _, spec = name.partition("@")
+    out: dict = {}
+    for item in filter(None, spec.split("+")):
+        key, eq, value = item.partition("=")
+        if not eq and key in TILINGS:
+            out["chunks"] = TILINGS[key]
+        elif not eq and key == "stream":
+            out["streaming"] = True
+        elif eq and key in _SPEC_INTS and value.isdigit() and int(value) > 0:
+            out[_SPEC_INTS[key]] = int(value)
+        else:
+            raise ValueError(f"{item!r} in {name}: {SPEC_HELP}")
+    return base, out
 
 
 def rope_names(selected: str | None, skip: Iterable[str] = ()) -> list[str]:
@@ -46,10 +61,11 @@ def rope_names(selected: str | None, skip: Iterable[str] = ()) -> list[str]:
         if unknown:
             raise SystemExit(f"unknown RoPE implementation(s) {', '.join(unknown)}; available: "
                              f"{', '.join(rope.available())}")
-        bad = [n for n in names if "@" in n and n.partition("@")[2] not in TILINGS]
-        if bad:
-            raise SystemExit(f"unknown tiling in {', '.join(bad)}: NAME@TILING takes {' or '.join(TILINGS)} "
-                             "(the Triton entries' LaunchConfig.chunks)")
+        for n in names:
+            try:
+                launch_overrides(n)
+            except ValueError as exc:
+                raise SystemExit(f"unknown launch configuration: {exc}") from None
         return names
     return [n for n in rope.available() if n not in set(skip)]
 

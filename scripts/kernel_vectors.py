@@ -44,8 +44,9 @@ _T, _H = 2048, 16
 
 def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dtype: str, arch: int,
                    chunks: int = -1, out_shared: bool = False, wide: bool = False, constant_scalars: bool = False,
-                   streaming: bool = False):
-    """The compiled ``rope_kernel`` (forward, no positions) for contiguous (B, T, H, D) inputs.
+                   streaming: bool = False, inverse: bool = False):
+    """The compiled ``rope_kernel`` (forward, or ``inverse``: the backward's transposed rotation; no
+    positions) for contiguous (B, T, H, D) inputs.
     ``streaming``: the q/k loads with L2 evict-first priority (``LaunchConfig.streaming``).
     ``out_shared``: as the fused-qkv backward launches it, k's outputs H heads into q's buffer.
     ``constant_scalars``: every integer argument a compile-time constant, as torch 2.11's Inductor
@@ -77,7 +78,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
         ints |= {"spb": 0, "spt": 0, "NPOS": _T, "T": _T, "mT": m_t, "pT": p_t, "HQ": _H, "mHQ": m_h, "pHQ": p_h,
                  "HK": _H, "mHK": m_h, "pHK": p_h, "NRQ": 2 * _T * _H, "NRK": 2 * _T * _H, "NPQ": 64, "NPR": 128,
                  "NPPQ": 0}
-    constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": False, "LOW": False, "INVERSE": False, "EMULATE": False,
+    constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": False, "LOW": False, "INVERSE": inverse, "EMULATE": False,
                   "OUT_SHARED": out_shared, "WIDE": wide}
     constexprs |= {n: 1 for n in names if re.fullmatch(r"s(q|k|oq|ok)d", n)}  # unit element stride
     if constant_scalars:
@@ -143,7 +144,8 @@ def sass_per_element(kernel, head_dim: int, rotary_dim: int, layout: str, varian
 
 
 def report(head_dims: list[int], layouts: list[str], fractions: list[float], variant: str, dtype: str,
-           arch: int, chunks: int = -1, out_shared: bool = False, constant_scalars: bool = False) -> list[dict]:
+           arch: int, chunks: int = -1, out_shared: bool = False, constant_scalars: bool = False,
+           inverse: bool = False) -> list[dict]:
     rows = []
     for D in head_dims:
         for layout in layouts:
@@ -152,7 +154,7 @@ def report(head_dims: list[int], layouts: list[str], fractions: list[float], var
                 if R < 2 or R % 2 or (variant == "partial" and R % 4):
                     continue
                 kernel = compile_kernel(D, R, layout, variant, dtype, arch, chunks, out_shared,
-                                        constant_scalars=constant_scalars)
+                                        constant_scalars=constant_scalars, inverse=inverse)
                 widths = access_widths(kernel.asm["ptx"])
                 rows.append({"head_dim": D, "layout": layout, "rotary_dim": R, "variant": variant, "dtype": dtype,
                              "loads": widths["ld"], "stores": widths["st"],
@@ -180,6 +182,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    help="k's outputs through q's output pointer, as the fused-qkv backward launches it")
     p.add_argument("--constant-scalars", action="store_true",
                    help="every int argument a compile-time constant, as Inductor's mutation analysis compiles it")
+    p.add_argument("--backward", action="store_true",
+                   help="the backward's kernel (the transposed rotation) instead of the forward's")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -195,12 +199,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         p.error(f"--head-dims / --rotary-fractions: comma-separated numbers expected ({exc})")
     chunks = {"auto": -1, "rows": 0, "chunks": 1}[args.tiling]
     rows = report(dims, args.layouts.split(","), fractions, args.variant, args.dtype, args.arch, chunks,
-                  args.out_shared, args.constant_scalars)
+                  args.out_shared, args.constant_scalars, args.backward)
     if args.json:
         print(json.dumps(rows))
     else:
         print(f"rope_kernel global accesses (instructions in the code by bytes per thread), sm_{args.arch}, "
-              f"{args.dtype}, variant={args.variant}, tiling {args.tiling}")
+              f"{args.dtype}, variant={args.variant}, tiling {args.tiling}, "
+              f"{'backward' if args.backward else 'forward'}")
         print("| D | layout | rotary_dim | loads | stores | narrowest | integer divisions | instructions per element |"
               "\n|---|---|---:|---|---|---:|---:|---:|")
         for r in rows:

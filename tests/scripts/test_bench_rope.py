@@ -11,9 +11,10 @@ import pytest
 import torch
 
 import rope
+from rope.triton_rope import LaunchConfig
 from scripts import bench_rope, liger_adapter
 from scripts import bench_rope_modes as bm
-from scripts.benchlib import WallTimer, count_label, host_loop, parse_count, rope_names
+from scripts.benchlib import WallTimer, count_label, host_loop, launch_overrides, parse_count, rope_names
 
 M = 2**20
 
@@ -221,10 +222,21 @@ def test_a_tiling_suffix_times_the_entry_with_that_tiling():
     assert all(torch.equal(a, b) for a, b in zip(*outs.values(), strict=True))
     assert "no launch configuration" in bm.build_impl(bench, "torch@chunks", 40, 8)
     assert rope_names("triton_v4,triton_v4@chunks") == ["triton_v4", "triton_v4@chunks"]
-    with pytest.raises(SystemExit, match="unknown tiling in triton_v4@cols: NAME@TILING takes rows or chunks"):
+    with pytest.raises(SystemExit, match="'cols' in triton_v4@cols: NAME@SPEC takes"):
         rope_names("triton_v4@cols")
     with pytest.raises(SystemExit, match="unknown RoPE implementation"):
         rope_names("nope@rows")
+
+
+def test_a_launch_spec_sets_tile_warps_and_streaming():
+    """``NAME@rows+tile=2048+warps=4+stream`` reaches the module's LaunchConfig field by field; a bad item is
+    refused with the item named."""
+    impl = bm.build_impl(_bench(), "triton_v4@rows+tile=2048+warps=4+stream", 40, 8)
+    assert impl.module.launch_config == LaunchConfig(tile=2048, num_warps=4, chunks=0, streaming=True)
+    assert launch_overrides("triton_v4") == ("triton_v4", {})
+    for bad in ("triton_v4@tile=0", "triton_v4@warps=x", "triton_v4@tile"):
+        with pytest.raises(ValueError, match=bad.partition("@")[2]):
+            launch_overrides(bad)
 
 
 def test_every_mode_takes_a_tiling_suffix(tmp_path):
