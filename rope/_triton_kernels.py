@@ -323,6 +323,72 @@ def _copy_chunks(
     tl.store(o_ptr + o_row + col * sod, _load_x(x_ptr + x_row + col * sxd, m, STREAM), mask=m)
 
 
+@triton.jit
+def _rotate_flat(
+    x_ptr, o_ptr, sxb, sxt, sob, sot,
+    cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
+    k0, NK, T, mT, pT, WB, mW, pW,
+    D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr, INTERLEAVED: tl.constexpr, VB: tl.constexpr,
+    NBP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
+    HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr, WIDE: tl.constexpr,
+    STREAM: tl.constexpr,
+):
+    """Blocks [k0, k0 + NBP) of one tensor whose tokens are WB blocks of VB consecutive elements (a token's
+    heads contiguous: H D elements, H D = WB VB), each element rotated against its partner.
+
+    Why: the row and chunk tilings load a rotated half with the alignment of its offset in the row, and
+    at R2 = 2 mod 4 (D = 20, 28, 36, ...) or an odd R2 (variant=full) that offset cuts every access to 4 or
+    2 bytes; with a copied tail (rotary_dim < D) the row tile also pads both parts to powers of two. Here
+    every load and store of the tensor is a VB-element vector at the block's own alignment, whatever the row
+    geometry: element d of a row is ``x[d] c + x[p] s'`` with its partner p = d +- R2 (half layout; read
+    again, from L1, as a vector at the partner's alignment) or d ^ 1 (interleaved; a swap in registers),
+    and the tail copied. c and s' come from element tables (``cos_ptr``/``sin_ptr`` here: D + VB columns a
+    position, column d holding the cos and the signed sin of element d's pair, 1 and 0 on the tail, the
+    columns from D on repeating the row's start for blocks that cross into the next row; see
+    ``rope.triton_rope.element_tables``), so they load as vectors too. The same products and sums as
+    :func:`_rotate_pairs` (x2's s' = -s): the results are bit-identical to the other tilings.
+    """
+    DT: tl.constexpr = o_ptr.dtype.element_ty
+    blk = k0 + tl.arange(0, NBP)
+    bm = blk < NK
+    seg = _udiv(blk, mW, pW)  # the token, over B*T
+    w0 = (blk - seg * WB) * VB  # the block's first element in the token's heads
+    b = _udiv(seg, mT, pT)
+    t = seg - b * T
+    DU: tl.constexpr = VB if D % VB == 0 else (VB // 2 if D % (VB // 2) == 0 else 2)  # gcd(VB, D)
+    d0 = (w0 // DU) % (D // DU) * DU  # w0 % D, written so the compiler knows it a multiple of DU
+    if WIDE:
+        b = b.to(tl.int64)
+        t = t.to(tl.int64)
+        w0 = w0.to(tl.int64)
+    x_at = ((b * sxb + t * sxt) * SV + w0)[:, None] + tl.arange(0, VB)[None, :]
+    o_at = ((b * sob + t * sot) * SV + w0)[:, None] + tl.arange(0, VB)[None, :]
+    pos, valid = _row_positions(pos_ptr, b, t, spb, spt, NPOS, bm, HAS_POS)
+    col = d0[:, None] + tl.arange(0, VB)[None, :]  # the element's column in the table (from D on: the next row's)
+    d = col
+    if VB > (D & -D):  # a block may cross into the next row (of the same token)
+        d = tl.where(col >= D, col - D, col)
+    m = tl.broadcast_to(bm[:, None], (NBP, VB))
+    rot = d < 2 * R2
+    own = _load_x(x_ptr + x_at, m, STREAM).to(tl.float32)
+    if INTERLEAVED:
+        ev, od = tl.split(tl.reshape(own, (NBP, VB // 2, 2)))
+        partner = tl.reshape(tl.join(od, ev), (NBP, VB))
+    else:
+        first = d < R2
+        up = _load_x(x_ptr + x_at + R2, m & first, STREAM).to(tl.float32)
+        down = _load_x(x_ptr + x_at - R2, m & rot & (d >= R2), STREAM).to(tl.float32)
+        partner = tl.where(first, up, down)
+    # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
+    c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
+    if LOW:
+        y = _round(own * _round(c, DT, EMULATE), DT, EMULATE) + _round(partner * _round(s, DT, EMULATE), DT, EMULATE)
+    else:
+        p = partner * s
+        y = tl.fma(own, c, p) + tl.fma(partner, s, -p)
+    tl.store(o_ptr + o_at, _narrow(tl.where(rot, y, own), DT, EMULATE), mask=m)
+
+
 @triton.jit(do_not_specialize=["oo", "NR", "T", "mT", "pT", "H", "mH", "pH"])
 def copy_heads_kernel(
     x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod, oo, NR, T, mT, pT, H, mH, pH,
@@ -358,17 +424,33 @@ def rope_kernel(
     BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
     CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
-    WIDE: tl.constexpr = True, STREAM: tl.constexpr = False,
+    WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
+    NBP: tl.constexpr = 1,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
     others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
     tails, q's (NPPQ programs) then k's. OUT_SHARED: k's outputs live in q's output buffer, ``ook * SV``
     elements in (the slices of one d qkv), and ``ok_ptr`` is not used, so the kernel writes through one
-    tensor argument only (under torch.compile two mutated views of one buffer are cloned and copied back)."""
+    tensor argument only (under torch.compile two mutated views of one buffer are cloned and copied back).
+    FLAT: programs rotate NBP blocks of VB elements (:func:`_rotate_flat`); NRQ/NRK count blocks and HQ/HK
+    (with their magic pairs) are the blocks of one token."""
     i = tl.program_id(0)
     if OUT_SHARED:
         ok_ptr = oq_ptr + tl.cast(ook, tl.int64) * SV
-    if CHUNKED and PASS > 0 and i >= NPR:  # a constexpr test first: no copy code without a tail
+    if FLAT:
+        if i < NPQ:
+            _rotate_flat(
+                q_ptr, oq_ptr, sqb, sqt, soqb, soqt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
+                i * NBP, NRQ, T, mT, pT, HQ, mHQ, pHQ, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
+                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM,
+            )  # fmt: skip
+        else:
+            _rotate_flat(
+                k_ptr, ok_ptr, skb, skt, sokb, sokt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
+                (i - NPQ) * NBP, NRK, T, mT, pT, HK, mHK, pHK, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
+                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM,
+            )  # fmt: skip
+    elif CHUNKED and PASS > 0 and i >= NPR:  # a constexpr test first: no copy code without a tail
         if PASS > 0:
             if i - NPR < NPPQ:
                 _copy_chunks(

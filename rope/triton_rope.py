@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -61,16 +62,18 @@ class LaunchConfig:
     num_warps: int = 8
     #: The program tiling: 0 rows (a BR x HP tile of whole rows, the rotated width padded to a power
     #: of two), 1 chunks (rows cut into chunks of V pairs, every lane busy: for rotated widths that are
-    #: not a power of two), -1 chosen by the row geometry (see :func:`launch_config`).
+    #: not a power of two), 2 flat (a token's heads as blocks of 8 contiguous elements, each element
+    #: rotated against its partner: full-width accesses whatever the row geometry; needs each token's
+    #: heads contiguous, else the geometry's choice), -1 chosen by the row geometry (see :func:`launch_config`).
     chunks: int = -1
     #: q/k loads with L2 evict-first priority, so that the cos/sin rows (read again by every batch
     #: element) stay in L2 while the tensors stream through it.
     streaming: bool = False
 
     def __post_init__(self) -> None:
-        if self.chunks not in (-1, 0, 1):
-            raise ValueError(f"LaunchConfig.chunks must be -1 (chosen by the row geometry), 0 (rows) or 1 (chunks), "
-                             f"got {self.chunks!r}")
+        if self.chunks not in (-1, 0, 1, 2):
+            raise ValueError(f"LaunchConfig.chunks must be -1 (chosen by the row geometry), 0 (rows), 1 (chunks) "
+                             f"or 2 (flat), got {self.chunks!r}")
 
 
 DEFAULT_LAUNCH = LaunchConfig()
@@ -92,6 +95,12 @@ CHUNKS_BY_DEFAULT = True
 #: 93.7/93.2, Liger 94.0/94.1; D = 80: 95.7/94.5 against 93.7/93.4), their padded row tile loading 16-byte
 #: vectors all the same; at R2 = 4 mod 8 (D = 24, 40, 56, 88, 104, 120, 136) chunks win by 4-16 points.
 ROWS_FROM_GROUPS_OF = 8
+
+
+#: The flat tiling's block (elements of one vector access: 16 bytes of bf16) and its default elements
+#: per program.
+FLAT_BLOCK = 8
+FLAT_TILE = 2048
 
 
 def _next_pow2(n: int) -> int:
@@ -122,7 +131,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     cw = rotary_pairs
     if partial and _pow2_unit(rotary_pairs // 2) >= min(4, _pow2_unit(rotary_pairs)):
         cw = rotary_pairs // 2  # the zero-frequency half: cos 1, sin 0 without loading them
-    if config.chunks in (0, 1):
+    if config.chunks in (0, 1, 2):
         chunked = config.chunks == 1
     else:  # measured: chunks where R2 is not a power of two, unless its pairs come in groups of 8 or more
         # (half layout); a copied tail (rotary_dim < D) not yet
@@ -147,7 +156,8 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, tile // load_width),
         "CHUNKED": chunked, "V": v, "M": rotary_pairs // v, "NCH": max(1, tile // load_v) if chunked else 1,
         "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
-        "STREAM": config.streaming, "num_warps": config.num_warps,
+        "STREAM": config.streaming, "num_warps": config.num_warps, "FLAT": config.chunks == 2,
+        "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
     }
 
 
@@ -229,24 +239,38 @@ def launch(
     if cfg["CHUNKED"] and max(nrq, nrk) * max(cfg["M"], cfg["MP"]) + max(cfg["NCH"], cfg["NCP"]) >= 2**31:
         # chunk ids are int32: rows instead
         cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, chunks=0))
-    br = cfg["BR"]
-    if max(nrq, nrk) + br >= 2**31:
-        raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")
-    # a program's work unit: BR rows, or NCH chunks of which a row has M (and NCP tail chunks, MP a row)
-    unit, per_row = (cfg["NCH"], cfg["M"]) if cfg["CHUNKED"] else (br, 1)
-    npq, npk = -(-nrq * per_row // unit), -(-nrk * per_row // unit)
-    nppq = nppk = 0
-    if cfg["CHUNKED"] and cfg["PASS"]:
-        nppq, nppk = -(-nrq * cfg["MP"] // cfg["NCP"]), -(-nrk * cfg["MP"] // cfg["NCP"])
     kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
-    sv = _row_stride_unit(q, kk, out_q, ok)
     shared = out_buffer is not None and k is not None
     ook = out_k.storage_offset() - out_buffer.storage_offset() if shared else 0
     if shared and (out_q.storage_offset() != out_buffer.storage_offset() or ook < 0):
         raise ValueError(f"out_buffer needs out_q at its start and out_k after it, got storage offsets "
                          f"{out_q.storage_offset()} and {out_k.storage_offset()} in a buffer at "
                          f"{out_buffer.storage_offset()}")
+    vb = _flat_block(D, HQ, HK, max(nrq, nrk), cfg["NBP"], q, kk, out_q, ok) if cfg["FLAT"] else 0
+    if cfg["FLAT"] and not vb:  # the flat tiling cannot take these tensors: the geometry's choice
+        cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, chunks=-1))
+    br = cfg["BR"]
+    if max(nrq, nrk) + br >= 2**31:
+        raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")
+    nppq = nppk = 0
+    if vb:  # blocks of vb elements, NBP a program; a token's heads are HQ D / vb (HK D / vb) blocks
+        sv = _row_stride_unit(q, kk, out_q, ok, dims=2)
+        units = (HQ * D // vb, HK * D // vb)
+        nrq, nrk = nrq * D // vb, nrk * D // vb
+        cfg = {**cfg, "NBP": cfg["NBP"] * FLAT_BLOCK // vb}  # as many elements a program with narrower blocks
+        # (a copy: the dict is launch_config's cached one)
+        npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
+    else:
+        sv = _row_stride_unit(q, kk, out_q, ok)
+        units = (HQ, HK)
+        # a program's work unit: BR rows, or NCH chunks of which a row has M (and NCP tail chunks, MP a row)
+        unit, per_row = (cfg["NCH"], cfg["M"]) if cfg["CHUNKED"] else (br, 1)
+        npq, npk = -(-nrq * per_row // unit), -(-nrk * per_row // unit)
+        if cfg["CHUNKED"] and cfg["PASS"]:
+            nppq, nppk = -(-nrq * cfg["MP"] // cfg["NCP"]), -(-nrk * cfg["MP"] // cfg["NCP"])
     sv = _pow2_unit(math.gcd(sv, ook)) if ook else sv
+    if vb:
+        cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cache=not traced)
     if sin.stride() != cos.stride():  # the kernel indexes both tables with cos's stride
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
@@ -258,10 +282,11 @@ def launch(
         # the buffer (ok's slot gets cos, never written: the kernel ignores it)
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(out_q, sv), *_scaled_strides(ok, sv),
         spb, spt, cos.stride(0) // csv, cos.shape[0], ook // sv,
-        T, *magic_divisor(max(T, 1)), HQ, *magic_divisor(max(HQ, 1)), HK, *magic_divisor(max(HK, 1)),
-        nrq, nrk, npq, npq + npk, nppq,
+        T, *magic_divisor(max(T, 1)), units[0], *magic_divisor(max(units[0], 1)), units[1],
+        *magic_divisor(max(units[1], 1)), nrq, nrk, npq, npq + npk, nppq,
         HAS_POS=positions is not None, LOW=bool(low_precision) and q.dtype != torch.float32,
-        INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, OUT_SHARED=shared, WIDE=wide, **cfg,
+        INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, OUT_SHARED=shared, WIDE=wide,
+        VB=vb or FLAT_BLOCK, **{**cfg, "FLAT": bool(vb)},
     )  # fmt: skip
     return out_q, out_k
 
@@ -309,14 +334,66 @@ def _pow2_unit(n: int, cap: int = 16) -> int:
     return min(cap, n & -n) if n else cap
 
 
-def _row_stride_unit(*tensors: Tensor) -> int:
-    """The largest power of two (at most 16) dividing every row stride (batch, token, head) of the
-    tensors: the kernel multiplies the strides back by it as a constexpr."""
+def _row_stride_unit(*tensors: Tensor, dims: int = 3) -> int:
+    """The largest power of two (at most 16) dividing every row stride (batch, token, head; the first
+    ``dims``) of the tensors: the kernel multiplies the strides back by it as a constexpr."""
     g = 0
     for t in tensors:
-        for st in t.stride()[:3]:
+        for st in t.stride()[:dims]:
             g = math.gcd(g, st)
     return _pow2_unit(g)
+
+
+_ELEMENT_TABLES: dict[tuple, tuple] = {}
+
+
+def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
+                   cache: bool = True) -> tuple[Tensor, Tensor]:
+    """The flat tiling's tables: per position, the cos and the signed sin of every element's pair.
+
+    ``cos``/``sin`` are (positions, R2) by pair. Column d < 2 R2 of the result holds pair i's cos and
+    +sin (i = d, half layout, or d // 2 interleaved: the first element of the pair) or -sin (the second),
+    so that every element is ``x[d] c + x[partner] s'``; columns 2 R2 .. D - 1 (the copied tail) hold 1
+    and 0; columns D .. D + vb - 1 repeat columns 0 .. vb - 1, for a block that crosses into the next row.
+    The width is rounded up to 4 columns so rows start 16-byte aligned. ``cache``: keep the last few by
+    the tables' identity and version (the module's buffers are reused call after call; not while tracing).
+    """
+    key = (id(cos), id(sin), D, interleaved, vb)
+    if cache:
+        hit = _ELEMENT_TABLES.get(key)
+        # the same tensor objects (alive: a dead weak reference never matches a new tensor given the old
+        # one's id) at the same versions (no in-place change since)
+        if hit is not None and hit[0]() is cos and hit[1]() is sin and hit[2] == (cos._version, sin._version):
+            return hit[3]
+    r2 = cos.shape[1]
+    d = torch.arange(D + vb, device=cos.device) % D
+    pair = torch.where(d < 2 * r2, d // 2 if interleaved else d % max(r2, 1), 0)
+    second = (d % 2 == 1) if interleaved else (d >= r2)
+    tail = d >= 2 * r2
+    width = -(-(D + vb) // 4) * 4
+    ce = cos.new_ones((cos.shape[0], width))
+    se = sin.new_zeros((sin.shape[0], width))
+    ce[:, : D + vb] = torch.where(tail, 1.0, cos[:, pair])
+    se[:, : D + vb] = torch.where(tail, 0.0, torch.where(second, -sin[:, pair], sin[:, pair]))
+    if cache:
+        if len(_ELEMENT_TABLES) >= 8 and key not in _ELEMENT_TABLES:
+            _ELEMENT_TABLES.pop(next(iter(_ELEMENT_TABLES)))
+        _ELEMENT_TABLES[key] = (weakref.ref(cos), weakref.ref(sin), (cos._version, sin._version), (ce, se))
+    return ce, se
+
+
+def _flat_block(D: int, HQ: int, HK: int, rows: int, per_program: int, *tensors: Tensor) -> int:
+    """The flat tiling's block for these tensors (elements; 0: the tiling cannot take them).
+
+    It needs every token's heads contiguous (head stride D, element stride 1) in each tensor, so that a
+    token is one run of H D elements cut into blocks; the block is the largest of 8, 4, 2 dividing both
+    tokens' runs and at most D (a block then spans at most two rows, of one token)."""
+    if any(t.stride(3) != 1 or (t.shape[2] > 1 and t.stride(2) != D) for t in tensors):
+        return 0
+    for vb in (FLAT_BLOCK, 4, 2):
+        if vb <= D and (HQ * D) % vb == 0 and (HK * D) % vb == 0:
+            return vb if rows * D // vb + per_program < 2**31 else 0
+    return 0
 
 
 def _scaled_strides(t: Tensor, unit: int) -> tuple[int, int, int, int]:

@@ -25,10 +25,10 @@ def require_cuda(script: str) -> None:
 
 #: ``NAME@SPEC`` in a list of implementations: a Triton entry with parts of its ``LaunchConfig`` forced,
 #: so launch configurations are timed side by side in one run. SPEC is ``+``-separated items: a tiling
-#: (``rows``, ``chunks``: ``LaunchConfig.chunks``), ``tile=N``, ``warps=N``, ``stream``.
-TILINGS = {"rows": 0, "chunks": 1}
+#: (``rows``, ``chunks``, ``flat``: ``LaunchConfig.chunks``), ``tile=N``, ``warps=N``, ``stream``.
+TILINGS = {"rows": 0, "chunks": 1, "flat": 2}
 _SPEC_INTS = {"tile": "tile", "warps": "num_warps"}
-SPEC_HELP = "NAME@SPEC takes +-separated rows, chunks, tile=N, warps=N, stream (e.g. triton_v4@rows+tile=2048)"
+SPEC_HELP = "NAME@SPEC takes +-separated rows, chunks, flat, tile=N, warps=N, stream (e.g. triton_v4@rows+tile=2048)"
 
 
 def launch_overrides(name: str) -> tuple[str, dict]:

@@ -56,7 +56,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     from triton.compiler import ASTSource
 
     from rope import _triton_kernels as kernels
-    from rope.triton_rope import LaunchConfig, _pow2_unit, launch_config
+    from rope.triton_rope import FLAT_BLOCK, LaunchConfig, _pow2_unit, launch_config
 
     cfg = dict(launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved",
                              LaunchConfig(chunks=chunks, streaming=streaming)))
@@ -64,12 +64,15 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     fn = kernels.rope_kernel
     names = list(fn.arg_names)
     index = {n: (i,) for i, n in enumerate(names)}
-    sv = _pow2_unit(math.gcd(_T * _H * head_dim, _H * head_dim, head_dim))
-    csv = _pow2_unit(rotary_dim // 2)
+    flat = cfg["FLAT"]  # the flat tiling addresses tokens, not rows: the head stride does not count
+    sv = _pow2_unit(math.gcd(_T * _H * head_dim, _H * head_dim, *(() if flat else (head_dim,))))
+    # the table's row stride: pairs, or (flat) the element tables' D + 8 columns rounded up to 4
+    table_stride = -(-(head_dim + FLAT_BLOCK) // 4) * 4 if flat else rotary_dim // 2
+    csv = _pow2_unit(table_stride)
     ints = {}
     for p in ("q", "k", "oq", "ok"):
         ints |= {f"s{p}b": _T * _H * head_dim // sv, f"s{p}t": _H * head_dim // sv, f"s{p}h": head_dim // sv}
-    ints["s_cs"] = rotary_dim // 2 // csv
+    ints["s_cs"] = table_stride // csv
     ints["ook"] = head_dim // sv  # one q head before k: the least aligned offset there is
     if constant_scalars:  # the values a launch of B=2 would pass
         from rope.triton_rope import magic_divisor
@@ -79,7 +82,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
                  "HK": _H, "mHK": m_h, "pHK": p_h, "NRQ": 2 * _T * _H, "NRK": 2 * _T * _H, "NPQ": 64, "NPR": 128,
                  "NPPQ": 0}
     constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": False, "LOW": False, "INVERSE": inverse, "EMULATE": False,
-                  "OUT_SHARED": out_shared, "WIDE": wide}
+                  "OUT_SHARED": out_shared, "WIDE": wide, "VB": FLAT_BLOCK}
     constexprs |= {n: 1 for n in names if re.fullmatch(r"s(q|k|oq|ok)d", n)}  # unit element stride
     if constant_scalars:
         constexprs |= {n: ints[n] for n in names if n in ints and n not in constexprs}
@@ -126,7 +129,7 @@ def sass_per_element(kernel, head_dim: int, rotary_dim: int, layout: str, varian
     """Machine instructions in the code of one tensor's branch (half the kernel: a program runs q's or
     k's) over the elements one thread rotates: a static measure of the per-element work, which the
     rotation's float arithmetic keeps near 12 for wide vectors. None without ``nvdisasm``."""
-    from rope.triton_rope import LaunchConfig, launch_config
+    from rope.triton_rope import FLAT_BLOCK, LaunchConfig, launch_config
 
     tool = Path(__import__("triton").__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
     tool = str(tool) if tool.exists() else shutil.which("nvdisasm")
@@ -139,7 +142,8 @@ def sass_per_element(kernel, head_dim: int, rotary_dim: int, layout: str, varian
     n = len(re.findall(r"^\s*/\*[0-9a-f]{4,}\*/", sass, flags=re.M))
     cfg = launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved",
                         LaunchConfig(chunks=chunks))
-    elements = cfg["NCH"] * cfg["V"] * 2 if cfg["CHUNKED"] else cfg["BR"] * head_dim
+    elements = cfg["NBP"] * FLAT_BLOCK if cfg["FLAT"] else cfg["NCH"] * cfg["V"] * 2 if cfg["CHUNKED"] else \
+        cfg["BR"] * head_dim
     return round(n / 2 / (elements / (32 * cfg["num_warps"])), 1)
 
 
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--variant", default="partial", choices=("partial", "full"))
     p.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES))
     p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100/H200)")
-    p.add_argument("--tiling", default="auto", choices=("auto", "rows", "chunks"),
+    p.add_argument("--tiling", default="auto", choices=("auto", "rows", "chunks", "flat"),
                    help="the program tiling (LaunchConfig.chunks): auto is the kernel's own choice")
     p.add_argument("--out-shared", action="store_true",
                    help="k's outputs through q's output pointer, as the fused-qkv backward launches it")
@@ -197,7 +201,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         fractions = [float(x) for x in args.rotary_fractions.split(",")]
     except ValueError as exc:
         p.error(f"--head-dims / --rotary-fractions: comma-separated numbers expected ({exc})")
-    chunks = {"auto": -1, "rows": 0, "chunks": 1}[args.tiling]
+    chunks = {"auto": -1, "rows": 0, "chunks": 1, "flat": 2}[args.tiling]
     rows = report(dims, args.layouts.split(","), fractions, args.variant, args.dtype, args.arch, chunks,
                   args.out_shared, args.constant_scalars, args.backward)
     if args.json:

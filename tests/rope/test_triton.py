@@ -555,7 +555,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     to a power of two, and a load holds ``tile`` elements."""
     assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=8)  # tile by width
     cfg = triton_rope.launch_config
-    rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False}
+    rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "FLAT": False, "NBP": 256}
     assert cfg(128, 64, True, False) == {"R2": 64, "CW": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
                                          "BR": 32, "M": 64, "num_warps": 8, **rows}
     assert cfg(16, 8, True, False)["BR"] == 128  # narrow rows: 1024-element loads
@@ -565,7 +565,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     chunks = triton_rope.LaunchConfig(chunks=1)
     assert cfg(48, 24, True, False, chunks) | {"BR": 0} == {
         "R2": 24, "CW": 12, "PASS": 0, "INTERLEAVED": False, "HP": 32, "PP": 1, "BR": 0, "CHUNKED": True, "V": 8,
-        "M": 3, "NCH": 256, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8}
+        "M": 3, "NCH": 256, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8, "FLAT": False, "NBP": 256}
     assert [(cfg(d, d // 2, True, False, chunks)["V"], cfg(d, d // 2, True, False, chunks)["M"])
             for d in (24, 40, 80, 96)] == [(4, 3), (4, 5), (8, 5), (16, 3)]
     assert [cfg(d, d // 2, True, True)[k] for d in (40, 96) for k in ("V", "NCH")] == [4, 256, 8, 128]
@@ -580,8 +580,11 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert not cfg(48, 24, True, False, forced)["CHUNKED"] and cfg(48, 24, True, False, forced)["BR"] == 64
     assert cfg(64, 32, True, False, triton_rope.LaunchConfig(chunks=1))["CHUNKED"]  # forced on a power of two
     assert cfg(64, 32, True, False, triton_rope.LaunchConfig(streaming=True))["STREAM"]
-    with pytest.raises(ValueError, match=r"LaunchConfig.chunks must be -1 .*, 0 \(rows\) or 1 \(chunks\), got 2"):
-        triton_rope.LaunchConfig(chunks=2)
+    with pytest.raises(ValueError, match=r"LaunchConfig.chunks must be -1 .*, 0 \(rows\), 1 \(chunks\) or 2 \(flat\), "
+                                         "got 3"):
+        triton_rope.LaunchConfig(chunks=3)
+    flat = cfg(20, 10, True, False, triton_rope.LaunchConfig(chunks=2))  # blocks of 8 elements, 2048 a program
+    assert flat["FLAT"] and not flat["CHUNKED"] and flat["NBP"] == 256
     # rotary_dim < D: rows by default (not measured yet); forced chunks copy the tail in chunks of its own
     assert not cfg(48, 6, True, False)["CHUNKED"]
     tail = cfg(48, 6, True, False, triton_rope.LaunchConfig(chunks=1))
