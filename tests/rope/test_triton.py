@@ -674,17 +674,22 @@ def test_row_strides_are_passed_in_their_largest_power_of_two_unit():
 # -- the two program tilings compute the same function ------------------------------------------------
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("layout", ("half", "interleaved"))
-@pytest.mark.parametrize("D,rotary_dim", ((24, None), (40, None), (48, None), (64, None), (48, 24), (48, 12),
-                                          (64, 16), (40, 20), (56, 8)))
-def test_row_and_chunk_tilings_give_identical_results(impl, layout, D, rotary_dim, device):
-    """Rows (a padded BR x HP tile) and chunks (V pairs per lane group; a copied tail in chunks of
-    its own) differ only in which program handles an element, so forward and backward agree bit for
-    bit: with positions, GQA, strided views of a fused qkv, rotary_dim < D, and at sizes where the
-    last program is partial. The conformance grid checks the default tiling against the float64
-    formula; this keeps the other one honest."""
+@pytest.mark.parametrize("D,rotary_dim,variant", ((24, None, "partial"), (40, None, "partial"), (48, None, "partial"),
+                                                  (64, None, "partial"), (48, 24, "partial"), (48, 12, "partial"),
+                                                  (64, 16, "partial"), (40, 20, "partial"), (56, 8, "partial"),
+                                                  (20, None, "partial"), (36, 20, "partial"), (18, None, "full"),
+                                                  (22, 14, "full"), (30, 6, "full")))
+def test_row_chunk_and_flat_tilings_give_identical_results(impl, layout, D, rotary_dim, variant, device):
+    """Rows (a padded BR x HP tile), chunks (V pairs per lane group; a copied tail in chunks of its own)
+    and flat blocks (8 contiguous elements of a token, each against its partner, from element tables)
+    compute the same products and sums and differ only in which program handles an element, so forward
+    and backward agree bit for bit: with positions, GQA, strided views of a fused qkv, rotary_dim < D,
+    odd rotated halves (variant=full), blocks crossing rows, and at sizes where the last program is
+    partial. The conformance grid checks the default tiling against the float64 formula; this keeps
+    the others honest."""
     mods = {}
-    for chunks in (0, 1):
-        m = rope.build(impl, D, 16, layout=layout, rotary_dim=rotary_dim).to(device)
+    for chunks in (0, 1, 2):
+        m = rope.build(impl, D, 16, layout=layout, rotary_dim=rotary_dim, variant=variant).to(device)
         m.launch_config = triton_rope.LaunchConfig(chunks=chunks)
         m.poison_outputs = True
         mods[chunks] = m
@@ -698,9 +703,52 @@ def test_row_and_chunk_tilings_give_identical_results(impl, layout, D, rotary_di
         qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
         y = m(qg, kg, positions=pos)
         outs[chunks] = (*y, *torch.autograd.grad(y, (qg, kg), grads), *m(q, k))
-    assert mods[1].launch_config.chunks == 1
-    for a, b in zip(outs[0], outs[1], strict=True):
-        assert not a.isnan().any() and torch.equal(a, b)
+    assert mods[1].launch_config.chunks == 1 and mods[2].launch_config.chunks == 2
+    for other in (1, 2):
+        for a, b in zip(outs[0], outs[other], strict=True):
+            assert not a.isnan().any() and torch.equal(a, b), other
+
+
+def test_flat_tiling_takes_tokens_with_contiguous_heads_and_falls_back_otherwise(monkeypatch, device):
+    """The flat tiling addresses a token's heads as one run: it launches (FLAT, blocks of 8, or 4 where a
+    token's run is not a multiple of 8) for contiguous tensors and fused-qkv views, and for heads that are
+    not contiguous (a (B, H, T, D) tensor seen transposed) the row geometry's tiling runs instead, with
+    the same results."""
+    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
+    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    m = rope.build("triton_v4", 20, 16).to(device)
+    m.launch_config = triton_rope.LaunchConfig(chunks=2)
+    ref = rope.build("triton_v4", 20, 16).to(device)
+    q = torch.randn(2, 5, 4, 20, device=device)
+    k = torch.randn(2, 5, 2, 20, device=device)
+    for qq, kk, vb in ((q, k, 8), (q[:, :, :3], k[:, :, :1], 4),  # 3 x 20 and 20 elements a token: blocks of 4
+                       (q.transpose(1, 2).contiguous().transpose(1, 2), k, 0)):
+        spy.launches.clear()
+        got, want = m(qq, kk), ref(qq, kk)
+        kw = spy.launches[0][1]  # m's launch (ref's follows)
+        assert kw["FLAT"] == bool(vb) and (not vb or kw["VB"] == vb), (vb, kw["FLAT"], kw["VB"])
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_element_tables_follow_the_tables_they_expand():
+    """The flat tiling's element tables: cos and the signed sin by element (half layout: the second half
+    negated; interleaved: odd elements negated; the tail 1 and 0; the row's start repeated past D), kept
+    for the same table tensors and rebuilt once those change in place or are other tensors."""
+    cos = torch.rand(4, 3)
+    sin = torch.rand(4, 3)
+    ce, se = triton_rope.element_tables(cos, sin, 8, False, 4)
+    assert ce.shape == (4, 12)  # D + 4, rounded up to 4 columns
+    assert torch.equal(ce[:, :8], torch.cat([cos, cos, torch.ones(4, 2)], 1))
+    assert torch.equal(se[:, :8], torch.cat([sin, -sin, torch.zeros(4, 2)], 1))
+    assert torch.equal(ce[:, 8:12], ce[:, :4]) and torch.equal(se[:, 8:12], se[:, :4])
+    ci, si = triton_rope.element_tables(cos, sin, 8, True, 4)
+    assert torch.equal(ci[:, :6], cos.repeat_interleave(2, 1)) and torch.equal(si[:, 1:6:2], -sin)
+    assert triton_rope.element_tables(cos, sin, 8, False, 4)[0] is ce  # kept
+    cos.mul_(2)
+    again = triton_rope.element_tables(cos, sin, 8, False, 4)[0]
+    assert again is not ce and torch.equal(again[:, :3], cos)  # rebuilt after the in-place change
+    other = cos.clone()
+    assert triton_rope.element_tables(other, sin, 8, False, 4)[0] is not again
 
 
 # -- index arithmetic: divisions by magic numbers, 32-bit offsets where they fit -----------------------
@@ -739,7 +787,7 @@ def test_wide_offsets_are_needed_past_two_to_the_30_stored_elements():
     assert triton_rope._needs_wide_offsets(q) and not triton_rope._needs_wide_offsets(q.contiguous())
 
 
-@pytest.mark.parametrize("chunks", (0, 1))
+@pytest.mark.parametrize("chunks", (0, 1, 2))
 @pytest.mark.parametrize("D,rotary_dim", ((20, None), (48, 24), (64, None)))
 def test_wide_and_narrow_index_arithmetic_agree(chunks, D, rotary_dim, monkeypatch, device):
     """The 32-bit index path (every launch that fits) and the 64-bit one (huge tensors, forced here)
