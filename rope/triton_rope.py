@@ -97,6 +97,15 @@ CHUNKS_BY_DEFAULT = True
 ROWS_FROM_GROUPS_OF = 8
 
 
+#: Whether the flat tiling is the default where it measured faster on the H100 (session 11,
+#: docs/results/bench_h100_s11/): rotary_dim < D, where rows pad both the rotated part and the copied tail
+#: to powers of two (D = 48, rotary_dim 24: 95.5/96.2% of copy bandwidth against 77.5/78.1; rotary_dim 12
+#: 85.5/84.8 against 53.3/53.1; D = 128, rotary_dim 64: 95.6/94.8 against 92.3/92.0), and odd rotated
+#: halves (variant=full at D = 2 mod 4), whose half-layout rows load 2 bytes at a time (D = 18: 75.6/74.4
+#: against 60.3/65.1). At full width with R2 even, rows and chunks stay faster (D = 20: 92.9/89.9 against
+#: 88.3/87.9; D = 64: 94.6/95.1 against 93.0/92.5).
+FLAT_BY_DEFAULT = True
+
 #: The flat tiling's block (elements of one vector access: 16 bytes of bf16) and its default elements
 #: per program.
 FLAT_BLOCK = 8
@@ -131,12 +140,15 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     cw = rotary_pairs
     if partial and _pow2_unit(rotary_pairs // 2) >= min(4, _pow2_unit(rotary_pairs)):
         cw = rotary_pairs // 2  # the zero-frequency half: cos 1, sin 0 without loading them
-    if config.chunks in (0, 1, 2):
+    if config.chunks in (0, 1):
         chunked = config.chunks == 1
     else:  # measured: chunks where R2 is not a power of two, unless its pairs come in groups of 8 or more
-        # (half layout); a copied tail (rotary_dim < D) not yet
+        # (half layout); rows with a copied tail (where the flat tiling does not take the tensors)
         chunked = CHUNKS_BY_DEFAULT and hp != rotary_pairs and passed == 0 and (
             interleaved or _pow2_unit(rotary_pairs) < ROWS_FROM_GROUPS_OF)
+    # flat: forced, or by default where measured faster (FLAT_BY_DEFAULT); CHUNKED then says the tiling to
+    # fall back on for tensors the flat tiling cannot take (heads not contiguous)
+    flat = config.chunks == 2 or (config.chunks == -1 and FLAT_BY_DEFAULT and (passed > 0 or rotary_pairs % 2 == 1))
     v = min(8 if interleaved else 16, _pow2_unit(rotary_pairs)) if chunked else 1
     load_v = 2 * v if interleaved else v  # elements of one chunk's load: a load of NCH chunks holds ``tile``
     # 0: what the H100 sweeps found best. Rows: by width. Half-layout chunks of V <= 4 pairs: 1024, i.e.
@@ -156,7 +168,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, tile // load_width),
         "CHUNKED": chunked, "V": v, "M": rotary_pairs // v, "NCH": max(1, tile // load_v) if chunked else 1,
         "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
-        "STREAM": config.streaming, "num_warps": config.num_warps, "FLAT": config.chunks == 2,
+        "STREAM": config.streaming, "num_warps": config.num_warps, "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
     }
 
@@ -247,8 +259,8 @@ def launch(
                          f"{out_q.storage_offset()} and {out_k.storage_offset()} in a buffer at "
                          f"{out_buffer.storage_offset()}")
     vb = _flat_block(D, HQ, HK, max(nrq, nrk), cfg["NBP"], q, kk, out_q, ok) if cfg["FLAT"] else 0
-    if cfg["FLAT"] and not vb:  # the flat tiling cannot take these tensors: the geometry's choice
-        cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, chunks=-1))
+    if cfg["FLAT"] and not vb:  # the flat tiling cannot take these tensors: rows or chunks (a copy: the dict
+        cfg = {**cfg, "FLAT": False}  # is launch_config's cached one)
     br = cfg["BR"]
     if max(nrq, nrk) + br >= 2**31:
         raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")

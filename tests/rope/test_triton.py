@@ -574,9 +574,12 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert [cfg(d, d // 2, True, False)["CHUNKED"] for d in (24, 40, 56, 88, 20, 36)] == [True] * 6
     assert [cfg(d, d // 2, True, False)["CHUNKED"] for d in (48, 80, 96, 112, 160, 240)] == [False] * 6
     assert cfg(48, 24, True, True)["CHUNKED"]
-    assert cfg(80, 20, False, True) == {"R2": 20, "CW": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
-                                        "BR": 32, "M": 20, "num_warps": 8, **rows}
     forced = triton_rope.LaunchConfig(chunks=0)
+    # rotary_dim < D and odd rotated halves: the flat tiling by default (rows where it cannot take the tensors)
+    assert cfg(80, 20, False, True) == {"R2": 20, "CW": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
+                                        "BR": 32, "M": 20, "num_warps": 8, **rows, "FLAT": True}
+    assert [cfg(d, d // 2, False, False)["FLAT"] for d in (18, 22, 50, 20, 48, 64)] == [True] * 3 + [False] * 3
+    assert not cfg(48, 12, True, False, forced)["FLAT"]  # a forced tiling is kept
     assert not cfg(48, 24, True, False, forced)["CHUNKED"] and cfg(48, 24, True, False, forced)["BR"] == 64
     assert cfg(64, 32, True, False, triton_rope.LaunchConfig(chunks=1))["CHUNKED"]  # forced on a power of two
     assert cfg(64, 32, True, False, triton_rope.LaunchConfig(streaming=True))["STREAM"]
@@ -584,9 +587,9 @@ def test_launch_configuration_is_constexpr_row_geometry():
                                          "got 3"):
         triton_rope.LaunchConfig(chunks=3)
     flat = cfg(20, 10, True, False, triton_rope.LaunchConfig(chunks=2))  # blocks of 8 elements, 2048 a program
-    assert flat["FLAT"] and not flat["CHUNKED"] and flat["NBP"] == 256
-    # rotary_dim < D: rows by default (not measured yet); forced chunks copy the tail in chunks of its own
-    assert not cfg(48, 6, True, False)["CHUNKED"]
+    assert flat["FLAT"] and flat["NBP"] == 256 and flat["CHUNKED"]  # chunks: the geometry's fallback
+    # rotary_dim < D: flat by default, rows to fall back on; forced chunks copy the tail in chunks of its own
+    assert not cfg(48, 6, True, False)["CHUNKED"] and cfg(48, 6, True, False)["FLAT"]
     tail = cfg(48, 6, True, False, triton_rope.LaunchConfig(chunks=1))
     assert [tail[k] for k in ("V", "M", "VP", "MP", "NCP")] == [2, 3, 4, 9, 512]  # copies: >= 2048-element tiles
     # variant=partial loads the cos/sin of the rotating half only, unless its width is not a multiple
