@@ -272,6 +272,7 @@ def launch(
         cfg = {**cfg, "NBP": cfg["NBP"] * FLAT_BLOCK // vb}  # as many elements a program with narrower blocks
         # (a copy: the dict is launch_config's cached one)
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
+        cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cache=not traced)
     else:
         sv = _row_stride_unit(q, kk, out_q, ok)
         units = (HQ, HK)
@@ -281,8 +282,6 @@ def launch(
         if cfg["CHUNKED"] and cfg["PASS"]:
             nppq, nppk = -(-nrq * cfg["MP"] // cfg["NCP"]), -(-nrk * cfg["MP"] // cfg["NCP"])
     sv = _pow2_unit(math.gcd(sv, ook)) if ook else sv
-    if vb:
-        cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cache=not traced)
     if sin.stride() != cos.stride():  # the kernel indexes both tables with cos's stride
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
@@ -298,7 +297,7 @@ def launch(
         *magic_divisor(max(units[1], 1)), nrq, nrk, npq, npq + npk, nppq,
         HAS_POS=positions is not None, LOW=bool(low_precision) and q.dtype != torch.float32,
         INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, OUT_SHARED=shared, WIDE=wide,
-        VB=vb or FLAT_BLOCK, **{**cfg, "FLAT": bool(vb)},
+        VB=vb or FLAT_BLOCK, **cfg,
     )  # fmt: skip
     return out_q, out_k
 
