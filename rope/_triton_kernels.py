@@ -350,8 +350,9 @@ def _rotate_flat(
     and the tail copied. c and s' come from element tables (``cos_ptr``/``sin_ptr`` here: D + VB columns a
     position, column d holding the cos and the signed sin of element d's pair, 1 and 0 on the tail, the
     columns from D on repeating the row's start for blocks that cross into the next row; see
-    ``rope.triton_rope.element_tables``), so they load as vectors too. The same products and sums as
-    :func:`_rotate_pairs` (x2's s' = -s): the results are bit-identical to the other tilings.
+    ``rope.triton_rope.element_tables``), so they load as vectors too. Each element is the first output
+    of :func:`_rotate_pairs` (for x2, with s' = -s, which is exact): the results are bit-identical to the
+    other tilings.
     """
     DT: tl.constexpr = o_ptr.dtype.element_ty
     blk = k0 + tl.arange(0, NBP)
@@ -386,11 +387,7 @@ def _rotate_flat(
         partner = tl.where(first, up, down)
     # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
     c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
-    if LOW:
-        y = _round(own * _round(c, DT, EMULATE), DT, EMULATE) + _round(partner * _round(s, DT, EMULATE), DT, EMULATE)
-    else:
-        p = partner * s
-        y = tl.fma(own, c, p) + tl.fma(partner, s, -p)
+    y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE)  # its first output: own c + partner s'
     tl.store(o_ptr + o_at, _narrow(tl.where(rot, y, own), DT, EMULATE), mask=m)
 
 

@@ -358,6 +358,11 @@ def _row_stride_unit(*tensors: Tensor, dims: int = 3) -> int:
 _ELEMENT_TABLES: dict[tuple, tuple] = {}
 
 
+def element_table_width(D: int, vb: int) -> int:
+    """Columns of a position's row in :func:`element_tables`: D + vb, rounded up to 4 (16-byte rows)."""
+    return -(-(D + vb) // 4) * 4
+
+
 def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
                    cache: bool = True) -> tuple[Tensor, Tensor]:
     """The flat tiling's tables: per position, the cos and the signed sin of every element's pair.
@@ -381,7 +386,7 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
     pair = torch.where(d < 2 * r2, d // 2 if interleaved else d % max(r2, 1), 0)
     second = (d % 2 == 1) if interleaved else (d >= r2)
     tail = d >= 2 * r2
-    width = -(-(D + vb) // 4) * 4
+    width = element_table_width(D, vb)
     ce = cos.new_ones((cos.shape[0], width))
     se = sin.new_zeros((sin.shape[0], width))
     ce[:, : D + vb] = torch.where(tail, 1.0, cos[:, pair])

@@ -56,7 +56,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     from triton.compiler import ASTSource
 
     from rope import _triton_kernels as kernels
-    from rope.triton_rope import FLAT_BLOCK, LaunchConfig, _pow2_unit, launch_config
+    from rope.triton_rope import FLAT_BLOCK, LaunchConfig, _pow2_unit, element_table_width, launch_config
 
     cfg = dict(launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved",
                              LaunchConfig(chunks=chunks, streaming=streaming)))
@@ -67,7 +67,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     flat = cfg["FLAT"]  # the flat tiling addresses tokens, not rows: the head stride does not count
     sv = _pow2_unit(math.gcd(_T * _H * head_dim, _H * head_dim, *(() if flat else (head_dim,))))
     # the table's row stride: pairs, or (flat) the element tables' D + 8 columns rounded up to 4
-    table_stride = -(-(head_dim + FLAT_BLOCK) // 4) * 4 if flat else rotary_dim // 2
+    table_stride = element_table_width(head_dim, FLAT_BLOCK) if flat else rotary_dim // 2
     csv = _pow2_unit(table_stride)
     ints = {}
     for p in ("q", "k", "oq", "ok"):
