@@ -329,6 +329,81 @@ def _copy_chunks(
 
 
 @triton.jit
+def _column(x, C: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
+    """Column ``C`` of the (N, W) tile ``x`` (W = 2, 4 or 8), as an (N,) tile: a tree of ``tl.split``s, each
+    taking one bit of C (a split of a dimension held in one thread's registers is a renaming, no move)."""
+    e, o = tl.split(tl.reshape(x, (N, W // 2, 2)))
+    x = e if C % 2 == 0 else o
+    if W >= 4:
+        e, o = tl.split(tl.reshape(x, (N, W // 4, 2)))
+        x = e if (C // 2) % 2 == 0 else o
+    if W >= 8:
+        e, o = tl.split(tl.reshape(x, (N, W // 8, 2)))
+        x = e if (C // 4) % 2 == 0 else o
+    return tl.reshape(x, (N,))
+
+
+@triton.jit
+def _pick(lo, hi, C: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
+    """Element ``C`` (< 2W) of each row of the (N, 2W) tile that ``lo`` and ``hi`` (N, W) make side by side."""
+    if C < W:
+        col = _column(lo, C, W, N)
+    else:
+        col = _column(hi, C - W, W, N)
+    return col
+
+
+@triton.jit
+def _window(lo, hi, R: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
+    """The (N, W) tile of elements [R, R + W) of the rows of ``lo`` and ``hi`` side by side (0 <= R < W):
+    a shift by a compile-time count done in registers, so that a run of W elements at any alignment comes
+    from two aligned W-element vector loads. ``tl.join`` interleaves its operands, hence the order."""
+    if W == 2:
+        out = tl.join(_pick(lo, hi, R, W, N), _pick(lo, hi, R + 1, W, N))
+    elif W == 4:
+        out = tl.join(
+            tl.join(_pick(lo, hi, R, W, N), _pick(lo, hi, R + 2, W, N)),
+            tl.join(_pick(lo, hi, R + 1, W, N), _pick(lo, hi, R + 3, W, N)),
+        )
+    else:
+        out = tl.join(
+            tl.join(
+                tl.join(_pick(lo, hi, R, W, N), _pick(lo, hi, R + 4, W, N)),
+                tl.join(_pick(lo, hi, R + 2, W, N), _pick(lo, hi, R + 6, W, N)),
+            ),
+            tl.join(
+                tl.join(_pick(lo, hi, R + 1, W, N), _pick(lo, hi, R + 5, W, N)),
+                tl.join(_pick(lo, hi, R + 3, W, N), _pick(lo, hi, R + 7, W, N)),
+            ),
+        )
+    return tl.reshape(out, (N, W))
+
+
+@triton.jit
+def _shifted_run(x_ptr, at, own, S: tl.constexpr, rows, WB, STREAM: tl.constexpr,
+                 VB: tl.constexpr, NBP: tl.constexpr):
+    """Each block's run of VB elements S elements on (S a compile-time count, either sign), from ``x_ptr + at``
+    (``at``: the blocks' first elements, token-relative offsets ``rows`` in tokens of WB blocks) where ``own``
+    was loaded: the two aligned blocks that hold the run, shifted in registers (:func:`_window`). A block
+    outside its token is not read (its part of the run is a masked element's partner); the block at offset
+    0 is ``own``, reused."""
+    A: tl.constexpr = (S // VB) * VB  # floor, for either sign: the first aligned block's offset
+    lanes = tl.arange(0, VB)[None, :]
+    if A == 0:
+        lo = own
+    else:
+        lo = _load_x(x_ptr + at + A + lanes, tl.broadcast_to(((rows + A >= 0) & (rows + A < WB * VB))[:, None],
+                                                            (NBP, VB)), STREAM)
+    if A + VB == 0:
+        hi = own
+    else:
+        hi = _load_x(x_ptr + at + (A + VB) + lanes,
+                     tl.broadcast_to(((rows + (A + VB) >= 0) & (rows + (A + VB) < WB * VB))[:, None], (NBP, VB)),
+                     STREAM)
+    return _window(lo, hi, S - A, VB, NBP)
+
+
+@triton.jit
 def _rotate_flat(
     x_ptr, o_ptr, sxb, sxt, sob, sot,
     cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
@@ -367,24 +442,32 @@ def _rotate_flat(
         b = b.to(tl.int64)
         t = t.to(tl.int64)
         w0 = w0.to(tl.int64)
-    x_at = ((b * sxb + t * sxt) * SV + w0)[:, None] + tl.arange(0, VB)[None, :]
+    x_row = ((b * sxb + t * sxt) * SV + w0)[:, None]
+    x_at = x_row + tl.arange(0, VB)[None, :]
     o_at = ((b * sob + t * sot) * SV + w0)[:, None] + tl.arange(0, VB)[None, :]
     pos, valid = _row_positions(pos_ptr, b, t, spb, spt, NPOS, bm, HAS_POS)
-    col = d0[:, None] + tl.arange(0, VB)[None, :]  # the element's column in the table (from D on: the next row's)
-    d = col
+    d = d0[:, None] + tl.arange(0, VB)[None, :]  # the element's place in its row (from D on: the next row's)
     if VB > (D & -D):  # a block may cross into the next row (of the same token)
-        d = tl.where(col >= D, col - D, col)
+        d = tl.where(d >= D, d - D, d)
+    P: tl.constexpr = D * VB // DU  # the tables' period, lcm(D, VB): a block's columns start aligned
+    col = ((w0 // VB) % (P // VB) * VB)[:, None] + tl.arange(0, VB)[None, :]
     m = tl.broadcast_to(bm[:, None], (NBP, VB))
     rot = d < 2 * R2
-    own = _load_x(x_ptr + x_at, m, STREAM).to(tl.float32)
+    raw = _load_x(x_ptr + x_at, m, STREAM)
+    own = raw.to(tl.float32)
     if INTERLEAVED:
         ev, od = tl.split(tl.reshape(own, (NBP, VB // 2, 2)))
         partner = tl.reshape(tl.join(od, ev), (NBP, VB))
-    else:
+    elif R2 % VB == 0:  # the partners' runs are aligned blocks: plain vector loads
         first = d < R2
         up = _load_x(x_ptr + x_at + R2, m & first, STREAM).to(tl.float32)
         down = _load_x(x_ptr + x_at - R2, m & rot & (d >= R2), STREAM).to(tl.float32)
         partner = tl.where(first, up, down)
+    else:  # misaligned by R2 % VB: aligned blocks shifted in registers (a load at the partner's own
+        # alignment is 2 or 4 bytes wide: 8 or 4 load instructions a block instead of 2)
+        up = _shifted_run(x_ptr, x_row, raw, R2, w0, WB, STREAM, VB, NBP).to(tl.float32)
+        down = _shifted_run(x_ptr, x_row, raw, -R2, w0, WB, STREAM, VB, NBP).to(tl.float32)
+        partner = tl.where(d < R2, up, down)
     # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
     c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
     y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE)  # its first output: own c + partner s'

@@ -358,21 +358,30 @@ def _row_stride_unit(*tensors: Tensor, dims: int = 3) -> int:
 _ELEMENT_TABLES: dict[tuple, tuple] = {}
 
 
+def element_table_period(D: int, vb: int) -> int:
+    """Columns of one period of :func:`element_tables`: lcm(D, vb), the smallest run of elements that starts
+    a row and ends a block, so that a block's columns start at a multiple of vb (aligned vector loads)."""
+    return D * vb // math.gcd(D, vb)
+
+
 def element_table_width(D: int, vb: int) -> int:
-    """Columns of a position's row in :func:`element_tables`: D + vb, rounded up to 4 (16-byte rows)."""
-    return -(-(D + vb) // 4) * 4
+    """Columns of a position's row in :func:`element_tables`: one period, rounded up to 4 (16-byte rows)."""
+    return -(-element_table_period(D, vb) // 4) * 4
 
 
 def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
                    cache: bool = True) -> tuple[Tensor, Tensor]:
     """The flat tiling's tables: per position, the cos and the signed sin of every element's pair.
 
-    ``cos``/``sin`` are (positions, R2) by pair. Column d < 2 R2 of the result holds pair i's cos and
-    +sin (i = d, half layout, or d // 2 interleaved: the first element of the pair) or -sin (the second),
-    so that every element is ``x[d] c + x[partner] s'``; columns 2 R2 .. D - 1 (the copied tail) hold 1
-    and 0; columns D .. D + vb - 1 repeat columns 0 .. vb - 1, for a block that crosses into the next row.
-    The width is rounded up to 4 columns so rows start 16-byte aligned. ``cache``: keep the last few by
-    the tables' identity and version (the module's buffers are reused call after call; not while tracing).
+    ``cos``/``sin`` are (positions, R2) by pair. Column j of the result is element d = j mod D of a row: it
+    holds pair i's cos and +sin (i = d, half layout, or d // 2 interleaved: the first element of the pair)
+    or -sin (the second), so that every element is ``x[d] c + x[partner] s'``; the copied tail
+    (2 R2 <= d < D) holds 1 and 0. The columns run for lcm(D, vb) (:func:`element_table_period`): a block
+    starting at element w of a token's heads reads columns from w mod lcm(D, vb), a multiple of vb, so its
+    cos/sin loads are aligned vectors whatever D is (from d = w mod D they were 8 bytes wide at D = 2 mod 4),
+    and a block crossing into the next row finds that row's start where it reads. The width is rounded up
+    to 4 columns so rows start 16-byte aligned. ``cache``: keep the last few by the tables' identity and
+    version (the module's buffers are reused call after call; not while tracing).
     """
     key = (id(cos), id(sin), D, interleaved, vb)
     if cache:
@@ -382,15 +391,16 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
         if hit is not None and hit[0]() is cos and hit[1]() is sin and hit[2] == (cos._version, sin._version):
             return hit[3]
     r2 = cos.shape[1]
-    d = torch.arange(D + vb, device=cos.device) % D
+    period = element_table_period(D, vb)
+    d = torch.arange(period, device=cos.device) % D
     pair = torch.where(d < 2 * r2, d // 2 if interleaved else d % max(r2, 1), 0)
     second = (d % 2 == 1) if interleaved else (d >= r2)
     tail = d >= 2 * r2
     width = element_table_width(D, vb)
     ce = cos.new_ones((cos.shape[0], width))
     se = sin.new_zeros((sin.shape[0], width))
-    ce[:, : D + vb] = torch.where(tail, 1.0, cos[:, pair])
-    se[:, : D + vb] = torch.where(tail, 0.0, torch.where(second, -sin[:, pair], sin[:, pair]))
+    ce[:, :period] = torch.where(tail, 1.0, cos[:, pair])
+    se[:, :period] = torch.where(tail, 0.0, torch.where(second, -sin[:, pair], sin[:, pair]))
     if cache:
         if len(_ELEMENT_TABLES) >= 8 and key not in _ELEMENT_TABLES:
             _ELEMENT_TABLES.pop(next(iter(_ELEMENT_TABLES)))

@@ -395,6 +395,40 @@ def test_packed_positions_compiled_match_the_written_out_rows(device):
     assert torch.equal(torch.compile(r)(q, None, cu_seqlens=cu), want)
 
 
+def test_packed_positions_are_checked_once_per_cu_seqlens_tensor(monkeypatch, device):
+    """The packed positions (and the check that synchronises with the device) are computed once per
+    cu_seqlens tensor: the layers of a step share it. Reused for the same unchanged objects; computed
+    again for a new tensor, after an in-place change of cu_seqlens or of the offsets (a bad change still
+    refused), and for another length; the results stay those of the written-out rows."""
+    import rope.base as base
+
+    calls = []
+    real = base.packed_positions
+    monkeypatch.setattr(base, "packed_positions", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    r = build("torch", {}, 32, 16, device)
+    lengths, offs = [3, 0, 5, 1], [0, 7, 2, 11]
+    cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+    offsets = torch.tensor(offs, device=device)
+    q = torch.randn(sum(lengths), 2, 32, device=device)
+    ref = build("torch", {}, 32, 16, device)
+    want = ref(q[None], None, positions=_packed_rows(lengths, offs).to(device)[None])[0]
+    for _ in range(3):
+        assert torch.equal(r(q, None, cu_seqlens=cu, seqlen_offsets=offsets), want)
+    assert len(calls) == 1
+    offsets[1] = 0  # in place: computed again
+    offs[1] = 0
+    want = ref(q[None], None, positions=_packed_rows(lengths, offs).to(device)[None])[0]
+    assert torch.equal(r(q, None, cu_seqlens=cu, seqlen_offsets=offsets), want) and len(calls) == 2
+    r(q, None, cu_seqlens=cu.clone(), seqlen_offsets=offsets)  # another tensor
+    assert len(calls) == 3
+    r(q, None, cu_seqlens=cu, seqlen_offsets=offsets)
+    r(q, None, cu_seqlens=cu, seqlen_offsets=1)  # other offsets
+    assert len(calls) == 4
+    cu[2] = 1  # in place, now decreasing: refused
+    with pytest.raises(ValueError, match="cu_seqlens must start at 0, never decrease"):
+        r(q, None, cu_seqlens=cu, seqlen_offsets=offsets)
+
+
 # -- positions outside the table --------------------------------------------------------------------------
 @pytest.mark.parametrize("name,opts", ENTRIES)
 def test_out_of_range_positions_give_nan_rows(name, opts, device):

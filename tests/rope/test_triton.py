@@ -735,17 +735,22 @@ def test_flat_tiling_takes_tokens_with_contiguous_heads_and_falls_back_otherwise
 
 def test_element_tables_follow_the_tables_they_expand():
     """The flat tiling's element tables: cos and the signed sin by element (half layout: the second half
-    negated; interleaved: odd elements negated; the tail 1 and 0; the row's start repeated past D), kept
-    for the same table tensors and rebuilt once those change in place or are other tensors."""
+    negated; interleaved: odd elements negated; the tail 1 and 0; rows repeated for lcm(D, block) columns,
+    so that every block's columns start at a multiple of the block), kept for the same table tensors and
+    rebuilt once those change in place or are other tensors."""
     cos = torch.rand(4, 3)
     sin = torch.rand(4, 3)
     ce, se = triton_rope.element_tables(cos, sin, 8, False, 4)
-    assert ce.shape == (4, 12)  # D + 4, rounded up to 4 columns
-    assert torch.equal(ce[:, :8], torch.cat([cos, cos, torch.ones(4, 2)], 1))
-    assert torch.equal(se[:, :8], torch.cat([sin, -sin, torch.zeros(4, 2)], 1))
-    assert torch.equal(ce[:, 8:12], ce[:, :4]) and torch.equal(se[:, 8:12], se[:, :4])
+    assert ce.shape == (4, 8)  # lcm(8, 4): one row
+    assert torch.equal(ce, torch.cat([cos, cos, torch.ones(4, 2)], 1))
+    assert torch.equal(se, torch.cat([sin, -sin, torch.zeros(4, 2)], 1))
     ci, si = triton_rope.element_tables(cos, sin, 8, True, 4)
     assert torch.equal(ci[:, :6], cos.repeat_interleave(2, 1)) and torch.equal(si[:, 1:6:2], -sin)
+    c10, s10 = triton_rope.element_tables(cos, sin, 10, False, 8)  # D = 10: lcm(10, 8) = 40 columns, 4 rows
+    assert c10.shape == (4, 40) and triton_rope.element_table_period(10, 8) == 40
+    row = torch.cat([sin, -sin, torch.zeros(4, 4)], 1)
+    assert torch.equal(s10, row.repeat(1, 4)) and torch.equal(c10[:, 36:], torch.ones(4, 4))
+    assert triton_rope.element_table_width(18, 8) == 72 and triton_rope.element_table_width(6, 4) == 12
     assert triton_rope.element_tables(cos, sin, 8, False, 4)[0] is ce  # kept
     cos.mul_(2)
     again = triton_rope.element_tables(cos, sin, 8, False, 4)[0]
