@@ -684,8 +684,8 @@ def packed_markdown(res: Result, names: Sequence[str], H: int, D: int, max_len: 
     main = primary(names)
     threshold = 93.0
     headers = ["total tokens", "sequences", "impl", "fwd cu ms", "fwd cu %copy", "fwd pos %copy", "fwd plain %copy",
-               "cu cost us", "new cu cost us", "bwd pos ms", "bwd pos %copy", "bwd plain %copy", "target (fwd cu, bwd >= 93%)",
-               "max diff"]
+               "cu cost us", "new cu cost us", "bwd pos ms", "bwd pos %copy", "bwd plain %copy",
+               "target (fwd cu, bwd >= 93%)", "max diff"]
     body = []
     for r in res.rows:
         ok = ""
@@ -704,9 +704,9 @@ def packed_markdown(res: Result, names: Sequence[str], H: int, D: int, max_len: 
         ["`fwd cu` = the module call `r(q, k, cu_seqlens=cu)` again with the same `cu` (as the layers of a"
          " step call it: the positions computed and checked once per cu_seqlens tensor are reused);"
          " `new cu cost` = a call with a new cu_seqlens tensor each time (the first layer of a step: the"
-         " positions computed and the host-device synchronisation that checks them), less fwd pos; `fwd pos` = the same tokens with the positions"
-         " precomputed (`r(q[None], k[None], positions=pos)`); `plain` = the same tensors as"
-         " (total/2048, 2048, H, D) without positions; `cu cost` = fwd cu - fwd pos. Backward (the gradient"
+         " positions computed and the host-device synchronisation that checks them), less fwd pos;"
+         " `fwd pos` = the same tokens with the positions precomputed (`r(q[None], k[None], positions=pos)`);"
+         " `plain` = the same tensors as (total/2048, 2048, H, D) without positions; `cu cost` = fwd cu - fwd pos. Backward (the gradient"
          " of a packed forward uses the saved positions): the transposed rotation with the packed positions"
          " (`pos`) and without (`plain`). `max diff`: the cu_seqlens output against the float32 reference."])
     lines += markdown_table(headers, body, 3)
