@@ -705,10 +705,11 @@ def packed_markdown(res: Result, names: Sequence[str], H: int, D: int, max_len: 
          " step call it: the positions computed and checked once per cu_seqlens tensor are reused);"
          " `new cu cost` = a call with a new cu_seqlens tensor each time (the first layer of a step: the"
          " positions computed and the host-device synchronisation that checks them), less fwd pos;"
-         " `fwd pos` = the same tokens with the positions precomputed (`r(q[None], k[None], positions=pos)`);"
-         " `plain` = the same tensors as (total/2048, 2048, H, D) without positions; `cu cost` = fwd cu - fwd pos. Backward (the gradient"
-         " of a packed forward uses the saved positions): the transposed rotation with the packed positions"
-         " (`pos`) and without (`plain`). `max diff`: the cu_seqlens output against the float32 reference."])
+         " `fwd pos` = the same tokens with the positions precomputed"
+         " (`r(q[None], k[None], positions=pos)`); `plain` = the same tensors as (total/2048, 2048, H, D)"
+         " without positions; `cu cost` = fwd cu - fwd pos. Backward (the gradient of a packed forward uses"
+         " the saved positions): the transposed rotation with the packed positions (`pos`) and without"
+         " (`plain`). `max diff`: the cu_seqlens output against the float32 reference."])
     lines += markdown_table(headers, body, 3)
     bad = sorted({r["impl"] for r in res.rows if not r["max_diff_cu_fwd"] <= MAX_DIFF})
     if bad:
