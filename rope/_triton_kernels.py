@@ -380,26 +380,29 @@ def _window(lo, hi, R: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
 
 
 @triton.jit
-def _shifted_run(x_ptr, at, own, S: tl.constexpr, rows, WB, STREAM: tl.constexpr,
+def _meets(a, b, LO: tl.constexpr, HI: tl.constexpr):
+    """Whether the lanes [a, b) of each block (a < b) meet the lanes [LO, HI)."""
+    return (a < HI) & (b > LO)
+
+
+@triton.jit
+def _shifted_run(x_ptr, at, own, S: tl.constexpr, need_lo, need_hi, STREAM: tl.constexpr,
                  VB: tl.constexpr, NBP: tl.constexpr):
     """Each block's run of VB elements S elements on (S a compile-time count, either sign), from ``x_ptr + at``
-    (``at``: the blocks' first elements, token-relative offsets ``rows`` in tokens of WB blocks) where ``own``
-    was loaded: the two aligned blocks that hold the run, shifted in registers (:func:`_window`). A block
-    outside its token is not read (its part of the run is a masked element's partner); the block at offset
-    0 is ``own``, reused."""
+    (``at``: the blocks' first elements) where ``own`` was loaded: the two aligned blocks that hold the run,
+    shifted in registers (:func:`_window`). Each is read only for the blocks whose lanes need it (``need_lo``:
+    lanes [0, VB - S mod VB), ``need_hi``: the rest; a needed partner lies in the same row, so these reads
+    stay inside the token); the block at offset 0 is ``own``, reused."""
     A: tl.constexpr = (S // VB) * VB  # floor, for either sign: the first aligned block's offset
     lanes = tl.arange(0, VB)[None, :]
     if A == 0:
         lo = own
     else:
-        lo = _load_x(x_ptr + at + A + lanes, tl.broadcast_to(((rows + A >= 0) & (rows + A < WB * VB))[:, None],
-                                                            (NBP, VB)), STREAM)
+        lo = _load_x(x_ptr + at + A + lanes, tl.broadcast_to(need_lo[:, None], (NBP, VB)), STREAM)
     if A + VB == 0:
         hi = own
     else:
-        hi = _load_x(x_ptr + at + (A + VB) + lanes,
-                     tl.broadcast_to(((rows + (A + VB) >= 0) & (rows + (A + VB) < WB * VB))[:, None], (NBP, VB)),
-                     STREAM)
+        hi = _load_x(x_ptr + at + (A + VB) + lanes, tl.broadcast_to(need_hi[:, None], (NBP, VB)), STREAM)
     return _window(lo, hi, S - A, VB, NBP)
 
 
@@ -449,8 +452,10 @@ def _rotate_flat(
     d = d0[:, None] + tl.arange(0, VB)[None, :]  # the element's place in its row (from D on: the next row's)
     if VB > (D & -D):  # a block may cross into the next row (of the same token)
         d = tl.where(d >= D, d - D, d)
-    P: tl.constexpr = D * VB // DU  # the tables' period, lcm(D, VB): a block's columns start aligned
-    col = ((w0 // VB) % (P // VB) * VB)[:, None] + tl.arange(0, VB)[None, :]
+    # the tables' period (rope.triton_rope.element_table_period) and the alignment G of a block's columns in it
+    P: tl.constexpr = D if VB == 2 or D % 4 == 0 else 2 * D
+    G: tl.constexpr = VB if P % VB == 0 else VB // 2
+    col = ((w0 // G) % (P // G) * G)[:, None] + tl.arange(0, VB)[None, :]
     m = tl.broadcast_to(bm[:, None], (NBP, VB))
     rot = d < 2 * R2
     raw = _load_x(x_ptr + x_at, m, STREAM)
@@ -464,9 +469,22 @@ def _rotate_flat(
         down = _load_x(x_ptr + x_at - R2, m & rot & (d >= R2), STREAM).to(tl.float32)
         partner = tl.where(first, up, down)
     else:  # misaligned by R2 % VB: aligned blocks shifted in registers (a load at the partner's own
-        # alignment is 2 or 4 bytes wide: 8 or 4 load instructions a block instead of 2)
-        up = _shifted_run(x_ptr, x_row, raw, R2, w0, WB, STREAM, VB, NBP).to(tl.float32)
-        down = _shifted_run(x_ptr, x_row, raw, -R2, w0, WB, STREAM, VB, NBP).to(tl.float32)
+        # alignment is 2 or 4 bytes wide: 8 or 4 load instructions a block instead of 2). Which of the four
+        # a block needs, from its lanes in the first half ([-d0, R2 - d0): partner R2 on) and in the second
+        # ([R2 - d0, 2 R2 - d0): R2 back), and the same D on for a block crossing into the next row.
+        SU: tl.constexpr = VB - R2 % VB  # the up run's lanes from the lower aligned block: [0, SU)
+        SD: tl.constexpr = VB - (-R2) % VB  # and the down run's
+        up_lo = _meets(-d0, R2 - d0, 0, SU)
+        up_hi = _meets(-d0, R2 - d0, SU, VB)
+        dn_lo = _meets(R2 - d0, 2 * R2 - d0, 0, SD)
+        dn_hi = _meets(R2 - d0, 2 * R2 - d0, SD, VB)
+        if VB > (D & -D):
+            up_lo |= _meets(D - d0, D + R2 - d0, 0, SU)
+            up_hi |= _meets(D - d0, D + R2 - d0, SU, VB)
+            dn_lo |= _meets(D + R2 - d0, D + 2 * R2 - d0, 0, SD)
+            dn_hi |= _meets(D + R2 - d0, D + 2 * R2 - d0, SD, VB)
+        up = _shifted_run(x_ptr, x_row, raw, R2, bm & up_lo, bm & up_hi, STREAM, VB, NBP).to(tl.float32)
+        down = _shifted_run(x_ptr, x_row, raw, -R2, bm & dn_lo, bm & dn_hi, STREAM, VB, NBP).to(tl.float32)
         partner = tl.where(d < R2, up, down)
     # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
     c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)

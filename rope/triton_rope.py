@@ -359,14 +359,20 @@ _ELEMENT_TABLES: dict[tuple, tuple] = {}
 
 
 def element_table_period(D: int, vb: int) -> int:
-    """Columns of one period of :func:`element_tables`: lcm(D, vb), the smallest run of elements that starts
-    a row and ends a block, so that a block's columns start at a multiple of vb (aligned vector loads)."""
-    return D * vb // math.gcd(D, vb)
+    """Columns of one period of :func:`element_tables`: lcm(D, 4) (lcm(D, 2) = D for blocks of 2), the
+    smallest run of whole rows that a multiple of 4 columns (16 bytes of float32) also ends, so that a
+    block's columns start 16-byte aligned whatever D is. (lcm(D, vb) would align them to the block too, at
+    twice the table where D = 4 mod 8 and four times where D = 2 mod 4: the tables are read through L2 by
+    every token, and at D = 254 the larger ones cost a quarter of the bandwidth.)"""
+    unit = 4 if vb >= 4 else 2
+    return D * unit // math.gcd(D, unit)
 
 
 def element_table_width(D: int, vb: int) -> int:
-    """Columns of a position's row in :func:`element_tables`: one period, rounded up to 4 (16-byte rows)."""
-    return -(-element_table_period(D, vb) // 4) * 4
+    """Columns of a position's row in :func:`element_tables`: a period, and the columns that a block starting
+    at its last aligned column reads past it; rounded up to 4 (16-byte rows)."""
+    period = element_table_period(D, vb)
+    return -(-(period + vb - math.gcd(vb, period)) // 4) * 4
 
 
 def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
@@ -376,12 +382,12 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
     ``cos``/``sin`` are (positions, R2) by pair. Column j of the result is element d = j mod D of a row: it
     holds pair i's cos and +sin (i = d, half layout, or d // 2 interleaved: the first element of the pair)
     or -sin (the second), so that every element is ``x[d] c + x[partner] s'``; the copied tail
-    (2 R2 <= d < D) holds 1 and 0. The columns run for lcm(D, vb) (:func:`element_table_period`): a block
-    starting at element w of a token's heads reads columns from w mod lcm(D, vb), a multiple of vb, so its
-    cos/sin loads are aligned vectors whatever D is (from d = w mod D they were 8 bytes wide at D = 2 mod 4),
-    and a block crossing into the next row finds that row's start where it reads. The width is rounded up
-    to 4 columns so rows start 16-byte aligned. ``cache``: keep the last few by the tables' identity and
-    version (the module's buffers are reused call after call; not while tracing).
+    (2 R2 <= d < D) holds 1 and 0. The columns run for a period P = lcm(D, 4) (:func:`element_table_period`)
+    and on (:func:`element_table_width`): a block starting at element w of a token's heads reads columns from
+    w mod P, a multiple of 4, so its cos/sin loads are 16-byte vectors whatever D is (from d = w mod D they
+    were 8 bytes wide at D = 2 mod 4), and a block crossing into the next row finds that row's start where it
+    reads. The width is rounded up to 4 columns so rows start 16-byte aligned. ``cache``: keep the last few
+    by the tables' identity and version (the module's buffers are reused call after call; not while tracing).
     """
     key = (id(cos), id(sin), D, interleaved, vb)
     if cache:
@@ -391,16 +397,13 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
         if hit is not None and hit[0]() is cos and hit[1]() is sin and hit[2] == (cos._version, sin._version):
             return hit[3]
     r2 = cos.shape[1]
-    period = element_table_period(D, vb)
-    d = torch.arange(period, device=cos.device) % D
+    width = element_table_width(D, vb)
+    d = torch.arange(width, device=cos.device) % D
     pair = torch.where(d < 2 * r2, d // 2 if interleaved else d % max(r2, 1), 0)
     second = (d % 2 == 1) if interleaved else (d >= r2)
     tail = d >= 2 * r2
-    width = element_table_width(D, vb)
-    ce = cos.new_ones((cos.shape[0], width))
-    se = sin.new_zeros((sin.shape[0], width))
-    ce[:, :period] = torch.where(tail, 1.0, cos[:, pair])
-    se[:, :period] = torch.where(tail, 0.0, torch.where(second, -sin[:, pair], sin[:, pair]))
+    ce = torch.where(tail, 1.0, cos[:, pair])
+    se = torch.where(tail, 0.0, torch.where(second, -sin[:, pair], sin[:, pair]))
     if cache:
         if len(_ELEMENT_TABLES) >= 8 and key not in _ELEMENT_TABLES:
             _ELEMENT_TABLES.pop(next(iter(_ELEMENT_TABLES)))

@@ -682,25 +682,29 @@ def test_row_strides_are_passed_in_their_largest_power_of_two_unit():
                                                   (64, 16, "partial"), (40, 20, "partial"), (56, 8, "partial"),
                                                   (20, None, "partial"), (36, 20, "partial"), (18, None, "full"),
                                                   (22, 14, "full"), (30, 6, "full")))
-def test_row_chunk_and_flat_tilings_give_identical_results(impl, layout, D, rotary_dim, variant, device):
+@pytest.mark.parametrize("heads", ((3, 1), (4, 2)), ids=("3q1kv", "4q2kv"))
+def test_row_chunk_and_flat_tilings_give_identical_results(impl, layout, D, rotary_dim, variant, heads, device):
     """Rows (a padded BR x HP tile), chunks (V pairs per lane group; a copied tail in chunks of its own)
     and flat blocks (8 contiguous elements of a token, each against its partner, from element tables)
     compute the same products and sums and differ only in which program handles an element, so forward
     and backward agree bit for bit: with positions, GQA, strided views of a fused qkv, rotary_dim < D,
     odd rotated halves (variant=full), blocks crossing rows, and at sizes where the last program is
-    partial. The conformance grid checks the default tiling against the float64 formula; this keeps
-    the others honest."""
+    partial. The head counts pick the flat block: 3 and 1 heads of D = 2 mod 4 make blocks of 2, 4 and 2
+    heads blocks of 8 that cross rows (with a partner run misaligned to the block where R2 is not a multiple
+    of 8, and at D = 30, rotary_dim 6, a next row's second half inside the block). The conformance grid
+    checks the default tiling against the float64 formula; this keeps the others honest."""
+    hq, hk = heads
     mods = {}
     for chunks in (0, 1, 2):
         m = rope.build(impl, D, 16, layout=layout, rotary_dim=rotary_dim, variant=variant).to(device)
         m.launch_config = triton_rope.LaunchConfig(chunks=chunks)
         m.poison_outputs = True
         mods[chunks] = m
-    qkv = torch.randn(3, 7, (3 + 2 * 1) * D, device=device, dtype=torch.bfloat16)
-    q, k, _ = rope.base.split_qkv(qkv, 3, 1, D)  # strided views
+    qkv = torch.randn(3, 7, (hq + 2 * hk) * D, device=device, dtype=torch.bfloat16)
+    q, k, _ = rope.base.split_qkv(qkv, hq, hk, D)  # strided views
     pos = torch.randint(0, 16, (3, 7), device=device)
-    grads = (torch.randn(3, 7, 3, D, device=device, dtype=torch.bfloat16),
-             torch.randn(3, 7, 1, D, device=device, dtype=torch.bfloat16))
+    grads = (torch.randn(3, 7, hq, D, device=device, dtype=torch.bfloat16),
+             torch.randn(3, 7, hk, D, device=device, dtype=torch.bfloat16))
     outs = {}
     for chunks, m in mods.items():
         qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
@@ -735,22 +739,25 @@ def test_flat_tiling_takes_tokens_with_contiguous_heads_and_falls_back_otherwise
 
 def test_element_tables_follow_the_tables_they_expand():
     """The flat tiling's element tables: cos and the signed sin by element (half layout: the second half
-    negated; interleaved: odd elements negated; the tail 1 and 0; rows repeated for lcm(D, block) columns,
-    so that every block's columns start at a multiple of the block), kept for the same table tensors and
-    rebuilt once those change in place or are other tensors."""
+    negated; interleaved: odd elements negated; the tail 1 and 0; rows repeated for a period of lcm(D, 4)
+    columns and the block read past it, so that every block's columns start 16-byte aligned), kept for the
+    same table tensors and rebuilt once those change in place or are other tensors."""
     cos = torch.rand(4, 3)
     sin = torch.rand(4, 3)
     ce, se = triton_rope.element_tables(cos, sin, 8, False, 4)
-    assert ce.shape == (4, 8)  # lcm(8, 4): one row
+    assert ce.shape == (4, 8)  # lcm(8, 4): one row, and blocks of 4 never read past it
     assert torch.equal(ce, torch.cat([cos, cos, torch.ones(4, 2)], 1))
     assert torch.equal(se, torch.cat([sin, -sin, torch.zeros(4, 2)], 1))
     ci, si = triton_rope.element_tables(cos, sin, 8, True, 4)
     assert torch.equal(ci[:, :6], cos.repeat_interleave(2, 1)) and torch.equal(si[:, 1:6:2], -sin)
-    c10, s10 = triton_rope.element_tables(cos, sin, 10, False, 8)  # D = 10: lcm(10, 8) = 40 columns, 4 rows
-    assert c10.shape == (4, 40) and triton_rope.element_table_period(10, 8) == 40
+    # D = 10, blocks of 8: a period of lcm(10, 4) = 20 columns (2 rows), and 4 more that a block starting at
+    # column 16 reads
+    c10, s10 = triton_rope.element_tables(cos, sin, 10, False, 8)
+    assert c10.shape == (4, 24) and triton_rope.element_table_period(10, 8) == 20
     row = torch.cat([sin, -sin, torch.zeros(4, 4)], 1)
-    assert torch.equal(s10, row.repeat(1, 4)) and torch.equal(c10[:, 36:], torch.ones(4, 4))
-    assert triton_rope.element_table_width(18, 8) == 72 and triton_rope.element_table_width(6, 4) == 12
+    assert torch.equal(s10, row.repeat(1, 3)[:, :24]) and torch.equal(c10[:, 16:20], torch.ones(4, 4))
+    assert triton_rope.element_table_width(18, 8) == 40 and triton_rope.element_table_width(6, 4) == 12
+    assert triton_rope.element_table_width(30, 2) == 32  # blocks of 2: the row itself (D), rounded up to 4
     assert triton_rope.element_tables(cos, sin, 8, False, 4)[0] is ce  # kept
     cos.mul_(2)
     again = triton_rope.element_tables(cos, sin, 8, False, 4)[0]
