@@ -58,8 +58,8 @@ class LaunchConfig:
     """The tunable part of a launch: ``tile`` elements per load (BR rows x the chunk's width) and
     ``num_warps``. The defaults are what the kernel launches with (see :func:`launch_config`)."""
 
-    tile: int = 0  # 0: chosen by width (1024 elements for rotated halves of <= 16 pairs, else 2048)
-    num_warps: int = 8
+    tile: int = 0  # 0: chosen by width (1024 elements for rotated halves of <= 16 pairs, else 2048; flat 1024)
+    num_warps: int = 0  # 0: chosen by tiling (8; flat: 4, so a program keeps 8 elements a thread)
     #: The program tiling: 0 rows (a BR x HP tile of whole rows, the rotated width padded to a power
     #: of two), 1 chunks (rows cut into chunks of V pairs, every lane busy: for rotated widths that are
     #: not a power of two), 2 flat (a token's heads as blocks of 8 contiguous elements, each element
@@ -97,19 +97,24 @@ CHUNKS_BY_DEFAULT = True
 ROWS_FROM_GROUPS_OF = 8
 
 
-#: Whether the flat tiling is the default where it measured faster on the H100 (session 11,
-#: docs/results/bench_h100_s11/): rotary_dim < D, where rows pad both the rotated part and the copied tail
-#: to powers of two (D = 48, rotary_dim 24: 95.5/96.2% of copy bandwidth against 77.5/78.1; rotary_dim 12
-#: 85.5/84.8 against 53.3/53.1; D = 128, rotary_dim 64: 95.6/94.8 against 92.3/92.0), and odd rotated
-#: halves (variant=full at D = 2 mod 4), whose half-layout rows load 2 bytes at a time (D = 18: 75.6/74.4
-#: against 60.3/65.1). At full width with R2 even, rows and chunks stay faster (D = 20: 92.9/89.9 against
-#: 88.3/87.9; D = 64: 94.6/95.1 against 93.0/92.5).
+#: Whether the flat tiling is the default where it measured faster on the H100 (sessions 11 and 12,
+#: docs/results/bench_h100_s11/, bench_h100_s12/): rotary_dim < D, where rows pad both the rotated part and the
+#: copied tail to powers of two (D = 48, rotary_dim 24: 95.4/95.4% of copy bandwidth against 77.5/78.1;
+#: rotary_dim 12: 93.9/94.1 against 53.3/53.1); odd rotated halves (variant=full at D = 2 mod 4), whose
+#: half-layout rows load 2 bytes at a time (D = 18: 93.4/94.7 against 60.3/65.1; D = 254: 89.2/88.2 against
+#: 59.8/67.9, Liger 85.0/85.3); and half-layout halves of R2 = 6 mod 8 pairs, where chunks of 2 pairs load
+#: 4-byte vectors (D = 28: 93.8/92.8 against 92.6/89.3; D = 44: 92.2/92.2 against 90.7/90.8; D = 124:
+#: 92.3/91.8 against 91.7/90.8; D = 60 and 252 within 0.4 either way). At R2 = 2 mod 8 and at other even
+#: widths rows and chunks stay faster (D = 36: 92.4/90.7 against 90.2/89.9; D = 48: 95.1/95.2 against 93.8/94.2).
 FLAT_BY_DEFAULT = True
 
-#: The flat tiling's block (elements of one vector access: 16 bytes of bf16) and its default elements
-#: per program.
+#: The flat tiling's block (elements of one vector access: 16 bytes of bf16), its default elements per
+#: program and warps: 1024 and 4 (8 elements a thread) measured 0.5-2 points above 2048 and 8 at every
+#: geometry it is the default for (session 12, call 4), and 512/2 or 256/1 no better.
 FLAT_BLOCK = 8
-FLAT_TILE = 2048
+FLAT_TILE = 1024
+FLAT_WARPS = 4
+ROW_WARPS = 8
 
 
 def _next_pow2(n: int) -> int:
@@ -148,7 +153,8 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
             interleaved or _pow2_unit(rotary_pairs) < ROWS_FROM_GROUPS_OF)
     # flat: forced, or by default where measured faster (FLAT_BY_DEFAULT); CHUNKED then says the tiling to
     # fall back on for tensors the flat tiling cannot take (heads not contiguous)
-    flat = config.chunks == 2 or (config.chunks == -1 and FLAT_BY_DEFAULT and (passed > 0 or rotary_pairs % 2 == 1))
+    flat = config.chunks == 2 or (config.chunks == -1 and FLAT_BY_DEFAULT and (
+        passed > 0 or rotary_pairs % 2 == 1 or (not interleaved and rotary_pairs % 8 == 6)))
     v = min(8 if interleaved else 16, _pow2_unit(rotary_pairs)) if chunked else 1
     load_v = 2 * v if interleaved else v  # elements of one chunk's load: a load of NCH chunks holds ``tile``
     # 0: what the H100 sweeps found best. Rows: by width. Half-layout chunks of V <= 4 pairs: 1024, i.e.
@@ -168,7 +174,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, tile // load_width),
         "CHUNKED": chunked, "V": v, "M": rotary_pairs // v, "NCH": max(1, tile // load_v) if chunked else 1,
         "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
-        "STREAM": config.streaming, "num_warps": config.num_warps, "FLAT": flat,
+        "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
     }
 
@@ -260,7 +266,7 @@ def launch(
                          f"{out_buffer.storage_offset()}")
     vb = _flat_block(D, HQ, HK, max(nrq, nrk), cfg["NBP"], q, kk, out_q, ok) if cfg["FLAT"] else 0
     if cfg["FLAT"] and not vb:  # the flat tiling cannot take these tensors: rows or chunks (a copy: the dict
-        cfg = {**cfg, "FLAT": False}  # is launch_config's cached one)
+        cfg = {**cfg, "FLAT": False, "num_warps": config.num_warps or ROW_WARPS}  # is launch_config's cached one)
     br = cfg["BR"]
     if max(nrq, nrk) + br >= 2**31:
         raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")

@@ -553,9 +553,9 @@ class _KernelSpy:
 def test_launch_configuration_is_constexpr_row_geometry():
     """The row geometry is compile-time (masks the compiler can see through), the rotated half padded
     to a power of two, and a load holds ``tile`` elements."""
-    assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=8)  # tile by width
+    assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=0)  # tile by width, warps by tiling
     cfg = triton_rope.launch_config
-    rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "FLAT": False, "NBP": 256}
+    rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "FLAT": False, "NBP": 128}
     assert cfg(128, 64, True, False) == {"R2": 64, "CW": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
                                          "BR": 32, "M": 64, "num_warps": 8, **rows}
     assert cfg(16, 8, True, False)["BR"] == 128  # narrow rows: 1024-element loads
@@ -565,7 +565,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     chunks = triton_rope.LaunchConfig(chunks=1)
     assert cfg(48, 24, True, False, chunks) | {"BR": 0} == {
         "R2": 24, "CW": 12, "PASS": 0, "INTERLEAVED": False, "HP": 32, "PP": 1, "BR": 0, "CHUNKED": True, "V": 8,
-        "M": 3, "NCH": 256, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8, "FLAT": False, "NBP": 256}
+        "M": 3, "NCH": 256, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8, "FLAT": False, "NBP": 128}
     assert [(cfg(d, d // 2, True, False, chunks)["V"], cfg(d, d // 2, True, False, chunks)["M"])
             for d in (24, 40, 80, 96)] == [(4, 3), (4, 5), (8, 5), (16, 3)]
     assert [cfg(d, d // 2, True, True)[k] for d in (40, 96) for k in ("V", "NCH")] == [4, 256, 8, 128]
@@ -575,10 +575,14 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert [cfg(d, d // 2, True, False)["CHUNKED"] for d in (48, 80, 96, 112, 160, 240)] == [False] * 6
     assert cfg(48, 24, True, True)["CHUNKED"]
     forced = triton_rope.LaunchConfig(chunks=0)
-    # rotary_dim < D and odd rotated halves: the flat tiling by default (rows where it cannot take the tensors)
+    # rotary_dim < D, odd rotated halves and (half layout) halves of 6 mod 8 pairs: the flat tiling by default
+    # (rows or chunks where it cannot take the tensors), its programs of 1024 elements on 4 warps
     assert cfg(80, 20, False, True) == {"R2": 20, "CW": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
-                                        "BR": 32, "M": 20, "num_warps": 8, **rows, "FLAT": True}
-    assert [cfg(d, d // 2, False, False)["FLAT"] for d in (18, 22, 50, 20, 48, 64)] == [True] * 3 + [False] * 3
+                                        "BR": 32, "M": 20, "num_warps": 4, **rows, "FLAT": True}
+    assert [cfg(d, d // 2, False, False)["FLAT"] for d in (18, 22, 50, 28, 44, 124, 20, 36, 48, 64)] == (
+        [True] * 6 + [False] * 4)
+    assert not cfg(28, 14, False, True)["FLAT"]  # interleaved: chunks
+    assert cfg(28, 14, False, False, triton_rope.LaunchConfig(num_warps=8))["num_warps"] == 8  # as asked
     assert not cfg(48, 12, True, False, forced)["FLAT"]  # a forced tiling is kept
     assert not cfg(48, 24, True, False, forced)["CHUNKED"] and cfg(48, 24, True, False, forced)["BR"] == 64
     assert cfg(64, 32, True, False, triton_rope.LaunchConfig(chunks=1))["CHUNKED"]  # forced on a power of two
@@ -586,8 +590,8 @@ def test_launch_configuration_is_constexpr_row_geometry():
     with pytest.raises(ValueError, match=r"LaunchConfig.chunks must be -1 .*, 0 \(rows\), 1 \(chunks\) or 2 \(flat\), "
                                          "got 3"):
         triton_rope.LaunchConfig(chunks=3)
-    flat = cfg(20, 10, True, False, triton_rope.LaunchConfig(chunks=2))  # blocks of 8 elements, 2048 a program
-    assert flat["FLAT"] and flat["NBP"] == 256 and flat["CHUNKED"]  # chunks: the geometry's fallback
+    flat = cfg(20, 10, True, False, triton_rope.LaunchConfig(chunks=2))  # blocks of 8 elements, 1024 a program
+    assert flat["FLAT"] and flat["NBP"] == 128 and flat["CHUNKED"]  # chunks: the geometry's fallback
     # rotary_dim < D: flat by default, rows to fall back on; forced chunks copy the tail in chunks of its own
     assert not cfg(48, 6, True, False)["CHUNKED"] and cfg(48, 6, True, False)["FLAT"]
     tail = cfg(48, 6, True, False, triton_rope.LaunchConfig(chunks=1))
@@ -734,6 +738,7 @@ def test_flat_tiling_takes_tokens_with_contiguous_heads_and_falls_back_otherwise
         got, want = m(qq, kk), ref(qq, kk)
         kw = spy.launches[0][1]  # m's launch (ref's follows)
         assert kw["FLAT"] == bool(vb) and (not vb or kw["VB"] == vb), (vb, kw["FLAT"], kw["VB"])
+        assert kw["num_warps"] == (4 if vb else 8)  # each tiling's own default
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
