@@ -26,7 +26,8 @@ One kernel serves both entries, both directions and both tensors:
   2 bytes at a time, a program takes a token's heads as blocks of VB contiguous elements and rotates
   each element against its partner, with cos and the signed sin from per-element tables
   (:func:`_rotate_flat`): every q/k load and store is a full vector (H100: 78 -> 96% of copy bandwidth at
-  D = 48, rotary_dim 24). Bit-identical to the other tilings.
+  D = 48, rotary_dim 24), a partner run misaligned to the block included (two aligned vectors shifted in
+  registers, :func:`_window`; variant=full at D = 18: 60 -> 93%). Bit-identical to the other tilings.
 * Layouts. ``INTERLEAVED`` pairs (2i, 2i + 1): the rotated part is loaded as one contiguous
   BR x 2HP tile and split into its even and odd elements (``tl.split``), then joined back for the
   store; the half layout pairs (i, i + R2) with two BR x HP tiles.
