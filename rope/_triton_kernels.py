@@ -425,11 +425,12 @@ def _rotate_flat(
     2 bytes; with a copied tail (rotary_dim < D) the row tile also pads both parts to powers of two. Here
     every load and store of the tensor is a VB-element vector at the block's own alignment, whatever the row
     geometry: element d of a row is ``x[d] c + x[p] s'`` with its partner p = d +- R2 (half layout; read
-    again, from L1, as a vector at the partner's alignment) or d ^ 1 (interleaved; a swap in registers),
-    and the tail copied. c and s' come from element tables (``cos_ptr``/``sin_ptr`` here: D + VB columns a
-    position, column d holding the cos and the signed sin of element d's pair, 1 and 0 on the tail, the
-    columns from D on repeating the row's start for blocks that cross into the next row; see
-    ``rope.triton_rope.element_tables``), so they load as vectors too. Each element is the first output
+    again, from L1: a vector where R2 is a multiple of VB, else two aligned vectors shifted in registers,
+    :func:`_shifted_run`) or d ^ 1 (interleaved; a swap in registers),
+    and the tail copied. c and s' come from element tables (``cos_ptr``/``sin_ptr`` here: column j of a
+    position's row holding the cos and the signed sin of element j mod D's pair, 1 and 0 on the tail, for a
+    period P = lcm(D, 4) and the block read past it, a block starting at column w0 mod P; see
+    ``rope.triton_rope.element_tables``), so they load as 16-byte vectors too. Each element is the first output
     of :func:`_rotate_pairs` (for x2, with s' = -s, which is exact): the results are bit-identical to the
     other tilings.
     """
