@@ -459,7 +459,7 @@ def _rotate_flat(
     G: tl.constexpr = VB if P % VB == 0 else VB // 2
     col = ((w0 // G) % (P // G) * G)[:, None] + tl.arange(0, VB)[None, :]
     m = tl.broadcast_to(bm[:, None], (NBP, VB))
-    rot = d < 2 * R2
+    rot = d < 2 * R2  # (every element where nothing is copied: a constant then, see the store)
     raw = _load_x(x_ptr + x_at, m, STREAM)
     own = raw.to(tl.float32)
     if INTERLEAVED:
@@ -491,7 +491,9 @@ def _rotate_flat(
     # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
     c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
     y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE)  # its first output: own c + partner s'
-    tl.store(o_ptr + o_at, _narrow(tl.where(rot, y, own), DT, EMULATE), mask=m)
+    if 2 * R2 < D:  # a copied tail: its elements pass through
+        y = tl.where(rot, y, own)
+    tl.store(o_ptr + o_at, _narrow(y, DT, EMULATE), mask=m)
 
 
 @triton.jit(do_not_specialize=["oo", "NR", "T", "mT", "pT", "H", "mH", "pH"])
