@@ -459,7 +459,7 @@ def _rotate_flat(
     G: tl.constexpr = VB if P % VB == 0 else VB // 2
     col = ((w0 // G) % (P // G) * G)[:, None] + tl.arange(0, VB)[None, :]
     m = tl.broadcast_to(bm[:, None], (NBP, VB))
-    rot = d < 2 * R2  # (every element where nothing is copied: a constant then, see the store)
+    rot = d < 2 * R2
     raw = _load_x(x_ptr + x_at, m, STREAM)
     own = raw.to(tl.float32)
     if INTERLEAVED:
@@ -491,7 +491,10 @@ def _rotate_flat(
     # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
     c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
     y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE)  # its first output: own c + partner s'
-    if 2 * R2 < D:  # a copied tail: its elements pass through
+    # A copied tail passes through. Without one the select is a no-op, and dropping it changes only the sm_90
+    # schedule: at R2 = 6 mod 8 that ran 2-3.5 points of copy bandwidth faster on the H100, at an odd R2 2.5-5
+    # points slower (an A/B on one machine, docs/results/bench_h100_s12/call10), so odd halves keep it.
+    if 2 * R2 < D or R2 % 2 == 1:
         y = tl.where(rot, y, own)
     tl.store(o_ptr + o_at, _narrow(y, DT, EMULATE), mask=m)
 
