@@ -103,9 +103,10 @@ ROWS_FROM_GROUPS_OF = 8
 #: rotary_dim 12: 93.9/94.1 against 53.3/53.1); odd rotated halves (variant=full at D = 2 mod 4), whose
 #: half-layout rows load 2 bytes at a time (D = 18: 93.4/94.7 against 60.3/65.1; D = 254: 89.2/88.2 against
 #: 59.8/67.9, Liger 85.0/85.3); and half-layout halves of R2 = 6 mod 8 pairs, where chunks of 2 pairs load
-#: 4-byte vectors (D = 28: 93.8/92.8 against 92.6/89.3; D = 44: 92.2/92.2 against 90.7/90.8; D = 124:
-#: 92.3/91.8 against 91.7/90.8; D = 60 and 252 within 0.4 either way). At R2 = 2 mod 8 and at other even
-#: widths rows and chunks stay faster (D = 36: 92.4/90.7 against 90.2/89.9; D = 48: 95.1/95.2 against 93.8/94.2).
+#: 4-byte vectors (D = 28: 95.9/94.7 against 92.6/89.3; D = 44: 95.1/95.2 against 90.7/90.8; D = 124:
+#: 95.3/94.7 against 91.7/90.8; D = 60, 252: 95.5/96.0, 95.1/95.2 against 92.9/92.3, 92.4/92.9). At
+#: R2 = 2 mod 8 and at other even widths rows and chunks stay faster (D = 36: 92.4/90.7 against 90.2/89.9;
+#: D = 48: 95.1/95.2 against 93.8/94.2).
 FLAT_BY_DEFAULT = True
 
 #: The flat tiling's block (elements of one vector access: 16 bytes of bf16), its default elements per
