@@ -386,7 +386,9 @@ class RotaryEmbedding(nn.Module):
         ``positions`` (T,) or (B, T) selects the cos/sin rows (default ``arange(T)``). Packed
         sequences: ``cu_seqlens`` (int32/int64, (n_seq + 1,), starting at 0, non-decreasing, ending
         at total_tokens) with q, k of shape (total_tokens, H, D); each sequence's positions start at
-        0, or at its ``seqlen_offsets`` entry (an int, or an int tensor of shape (n_seq,)).
+        0, or at its ``seqlen_offsets`` entry (an int, or an int tensor of shape (n_seq,)). The packed
+        positions are computed and checked once per cu_seqlens tensor (:func:`packed_positions_once`):
+        the layers of a step that share it pay the check's host-device synchronisation once.
         """
         if cu_seqlens is not None or seqlen_offsets is not None:
             return self._forward_packed(q, k, positions, cu_seqlens, seqlen_offsets)
