@@ -102,11 +102,12 @@ ROWS_FROM_GROUPS_OF = 8
 #: copied tail to powers of two (D = 48, rotary_dim 24: 95.4/95.4% of copy bandwidth against 77.5/78.1;
 #: rotary_dim 12: 93.9/94.1 against 53.3/53.1); odd rotated halves (variant=full at D = 2 mod 4), whose
 #: half-layout rows load 2 bytes at a time (D = 18: 93.4/94.7 against 60.3/65.1; D = 254: 89.2/88.2 against
-#: 59.8/67.9, Liger 85.0/85.3); and half-layout halves of R2 = 6 mod 8 pairs, where chunks of 2 pairs load
-#: 4-byte vectors (D = 28: 95.9/94.7 against 92.6/89.3; D = 44: 95.1/95.2 against 90.7/90.8; D = 124:
-#: 95.3/94.7 against 91.7/90.8; D = 60, 252: 95.5/96.0, 95.1/95.2 against 92.9/92.3, 92.4/92.9). At
-#: R2 = 2 mod 8 and at other even widths rows and chunks stay faster (D = 36: 92.4/90.7 against 90.2/89.9;
-#: D = 48: 95.1/95.2 against 93.8/94.2).
+#: 59.8/67.9, Liger 85.0/85.3); and half-layout halves of R2 = 2 mod 4 pairs, where chunks of 2 pairs load
+#: 4-byte vectors (D = 20: 94.0/93.1 against 93.2/89.8, at 256M 98.9/98.6 against 97.5/96.1; D = 28:
+#: 95.9/94.7 against 92.6/89.3; D = 44: 95.1/95.2 against 90.7/90.8; D = 52: 93.7/92.0 against 92.3/90.0;
+#: D = 68: 92.2/92.1 against 92.4/91.7). At R2 = 4 mod 8 chunks stay faster (D = 40: 94.0/92.7 against
+#: 90.0/93.1; D = 152: 92.6/93.1 against 89.4/91.9), and rows at R2 = 0 mod 8 (D = 48: 95.1/95.2 against
+#: 93.8/94.2).
 FLAT_BY_DEFAULT = True
 
 #: The flat tiling's block (elements of one vector access: 16 bytes of bf16), its default elements per
@@ -155,7 +156,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     # flat: forced, or by default where measured faster (FLAT_BY_DEFAULT); CHUNKED then says the tiling to
     # fall back on for tensors the flat tiling cannot take (heads not contiguous)
     flat = config.chunks == 2 or (config.chunks == -1 and FLAT_BY_DEFAULT and (
-        passed > 0 or rotary_pairs % 2 == 1 or (not interleaved and rotary_pairs % 8 == 6)))
+        passed > 0 or rotary_pairs % 2 == 1 or (not interleaved and rotary_pairs % 4 == 2)))
     v = min(8 if interleaved else 16, _pow2_unit(rotary_pairs)) if chunked else 1
     load_v = 2 * v if interleaved else v  # elements of one chunk's load: a load of NCH chunks holds ``tile``
     # 0: what the H100 sweeps found best. Rows: by width. Half-layout chunks of V <= 4 pairs: 1024, i.e.

@@ -575,12 +575,12 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert [cfg(d, d // 2, True, False)["CHUNKED"] for d in (48, 80, 96, 112, 160, 240)] == [False] * 6
     assert cfg(48, 24, True, True)["CHUNKED"]
     forced = triton_rope.LaunchConfig(chunks=0)
-    # rotary_dim < D, odd rotated halves and (half layout) halves of 6 mod 8 pairs: the flat tiling by default
+    # rotary_dim < D, odd rotated halves and (half layout) halves of 2 mod 4 pairs: the flat tiling by default
     # (rows or chunks where it cannot take the tensors), its programs of 1024 elements on 4 warps
     assert cfg(80, 20, False, True) == {"R2": 20, "CW": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
                                         "BR": 32, "M": 20, "num_warps": 4, **rows, "FLAT": True}
-    assert [cfg(d, d // 2, False, False)["FLAT"] for d in (18, 22, 50, 28, 44, 124, 20, 36, 48, 64)] == (
-        [True] * 6 + [False] * 4)
+    assert [cfg(d, d // 2, False, False)["FLAT"] for d in (18, 22, 50, 28, 44, 124, 20, 36, 40, 56, 48, 64)] == (
+        [True] * 8 + [False] * 4)
     assert not cfg(28, 14, False, True)["FLAT"]  # interleaved: chunks
     assert cfg(28, 14, False, False, triton_rope.LaunchConfig(num_warps=8))["num_warps"] == 8  # as asked
     assert not cfg(48, 12, True, False, forced)["FLAT"]  # a forced tiling is kept
