@@ -505,10 +505,46 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     return (current if a.index is None else a.index) == (current if b.index is None else b.index)
 
 
-#: :func:`packed_positions_once`'s entries: key -> (weak refs to cu_seqlens and a tensor seqlen_offsets, their
-#: versions, the positions). A few: the packed batches of one step, each shared by every layer.
-_PACKED: dict[tuple, tuple] = {}
-_PACKED_ENTRIES = 8
+class TensorCache:
+    """Values derived from tensors, kept while those tensor objects are alive and unchanged in place.
+
+    Why: some derived values are worth computing once and reusing call after call (the flat tiling's
+    element tables from a module's cos/sin buffers; packed positions, whose check synchronises with the
+    device, from the cu_seqlens every layer of a step shares). A key is the tensors' ids plus ``extra``; a
+    hit needs each stored weak reference to still be that object (a dead one never matches a new tensor
+    given the old one's id) and its version counter unchanged (no in-place change since). The oldest of
+    ``entries`` goes first. Not for inference tensors, which keep no version counter (:meth:`usable`); the
+    callers keep nothing while tracing either (the values are then graph values).
+    """
+
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self._store: dict[tuple, tuple] = {}
+
+    @staticmethod
+    def usable(*tensors: Tensor) -> bool:
+        """Whether values of these tensors can be kept: not for inference tensors (no version counter)."""
+        return not any(t.is_inference() for t in tensors)
+
+    def get(self, tensors: tuple[Tensor, ...], extra: tuple = ()) -> object | None:
+        """The value kept for these tensor objects (unchanged since) and ``extra``, or None."""
+        hit = self._store.get((tuple(map(id, tensors)), extra))
+        if hit is None:
+            return None
+        refs, versions, value = hit
+        if all(r() is t for r, t in zip(refs, tensors, strict=True)) and versions == tuple(t._version for t in tensors):
+            return value
+        return None
+
+    def put(self, tensors: tuple[Tensor, ...], extra: tuple, value: object) -> None:
+        key = (tuple(map(id, tensors)), extra)
+        if len(self._store) >= self.entries and key not in self._store:
+            self._store.pop(next(iter(self._store)))
+        self._store[key] = (tuple(weakref.ref(t) for t in tensors), tuple(t._version for t in tensors), value)
+
+
+#: :func:`packed_positions_once`'s positions: a few, the packed batches of one step, each shared by every layer.
+_PACKED = TensorCache(8)
 
 
 def packed_positions_once(cu_seqlens: Tensor, total: int, max_seq_len: int,
@@ -520,26 +556,17 @@ def packed_positions_once(cu_seqlens: Tensor, total: int, max_seq_len: int,
     call at 64K tokens cost 250-330 us more than the rotation itself on the H100 (session 10), over 90%
     of it that wait. Later calls with the same tensor objects, unchanged since (their version counters),
     and the same total, table length and device reuse the positions: no synchronisation, no kernel but
-    the rotation. Not kept while tracing (torch.compile) or for inference tensors (no version counter).
+    the rotation (:class:`TensorCache`: not kept while tracing or for inference tensors).
     """
-    cacheable = not torch.compiler.is_compiling() and isinstance(cu_seqlens, Tensor) \
-        and not cu_seqlens.is_inference() and not (isinstance(seqlen_offsets, Tensor) and seqlen_offsets.is_inference())
-    if not cacheable:
-        return packed_positions(cu_seqlens, total, max_seq_len, seqlen_offsets, device)
     off_is_tensor = isinstance(seqlen_offsets, Tensor)
-    key = (id(cu_seqlens), id(seqlen_offsets) if off_is_tensor else seqlen_offsets, total, max_seq_len, str(device))
-    versions = (cu_seqlens._version, seqlen_offsets._version if off_is_tensor else None)
-    hit = _PACKED.get(key)
-    # the same objects (a live weak reference: a dead one never matches a new tensor given the old one's
-    # id), unchanged in place since
-    if hit is not None and hit[0]() is cu_seqlens and (not off_is_tensor or hit[1]() is seqlen_offsets) \
-            and hit[2] == versions:
-        return hit[3]
-    positions = packed_positions(cu_seqlens, total, max_seq_len, seqlen_offsets, device)
-    if len(_PACKED) >= _PACKED_ENTRIES and key not in _PACKED:
-        _PACKED.pop(next(iter(_PACKED)))
-    _PACKED[key] = (weakref.ref(cu_seqlens), weakref.ref(seqlen_offsets) if off_is_tensor else None, versions,
-                    positions)
+    tensors = (cu_seqlens, seqlen_offsets) if off_is_tensor else (cu_seqlens,)
+    if torch.compiler.is_compiling() or not isinstance(cu_seqlens, Tensor) or not TensorCache.usable(*tensors):
+        return packed_positions(cu_seqlens, total, max_seq_len, seqlen_offsets, device)
+    extra = (None if off_is_tensor else seqlen_offsets, total, max_seq_len, str(device))
+    positions = _PACKED.get(tensors, extra)
+    if positions is None:
+        positions = packed_positions(cu_seqlens, total, max_seq_len, seqlen_offsets, device)
+        _PACKED.put(tensors, extra, positions)
     return positions
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -38,7 +37,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from rope.base import LAYOUTS, RotaryEmbedding, split_qkv
+from rope.base import LAYOUTS, RotaryEmbedding, TensorCache, split_qkv
 from rope.registry import register
 from rope.scaling import attention_factor
 
@@ -363,7 +362,7 @@ def _row_stride_unit(*tensors: Tensor, dims: int = 3) -> int:
     return _pow2_unit(g)
 
 
-_ELEMENT_TABLES: dict[tuple, tuple] = {}
+_ELEMENT_TABLES = TensorCache(8)
 
 
 def element_table_period(D: int, vb: int) -> int:
@@ -395,15 +394,12 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
     w mod P, a multiple of 4, so its cos/sin loads are 16-byte vectors whatever D is (from d = w mod D they
     were 8 bytes wide at D = 2 mod 4), and a block crossing into the next row finds that row's start where it
     reads. The width is rounded up to 4 columns so rows start 16-byte aligned. ``cache``: keep the last few
-    by the tables' identity and version (the module's buffers are reused call after call; not while tracing).
+    (:class:`rope.base.TensorCache`: the module's buffers are reused call after call; not while tracing, not
+    for inference tensors).
     """
-    key = (id(cos), id(sin), D, interleaved, vb)
-    if cache:
-        hit = _ELEMENT_TABLES.get(key)
-        # the same tensor objects (alive: a dead weak reference never matches a new tensor given the old
-        # one's id) at the same versions (no in-place change since)
-        if hit is not None and hit[0]() is cos and hit[1]() is sin and hit[2] == (cos._version, sin._version):
-            return hit[3]
+    cache = cache and TensorCache.usable(cos, sin)
+    if cache and (hit := _ELEMENT_TABLES.get((cos, sin), (D, interleaved, vb))) is not None:
+        return hit
     r2 = cos.shape[1]
     width = element_table_width(D, vb)
     d = torch.arange(width, device=cos.device) % D
@@ -413,9 +409,7 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
     ce = torch.where(tail, 1.0, cos[:, pair])
     se = torch.where(tail, 0.0, torch.where(second, -sin[:, pair], sin[:, pair]))
     if cache:
-        if len(_ELEMENT_TABLES) >= 8 and key not in _ELEMENT_TABLES:
-            _ELEMENT_TABLES.pop(next(iter(_ELEMENT_TABLES)))
-        _ELEMENT_TABLES[key] = (weakref.ref(cos), weakref.ref(sin), (cos._version, sin._version), (ce, se))
+        _ELEMENT_TABLES.put((cos, sin), (D, interleaved, vb), (ce, se))
     return ce, se
 
 

@@ -776,6 +776,20 @@ def test_element_tables_follow_the_tables_they_expand():
     assert triton_rope.element_tables(other, sin, 8, False, 4)[0] is not again
 
 
+def test_flat_tiling_takes_inference_tensors(device):
+    """A module built and called under ``torch.inference_mode`` has inference buffers, which keep no version
+    counter: the element tables are then built each call instead of kept (keeping them read the version
+    and raised), with the same results as the row tiling."""
+    with torch.inference_mode():
+        flat = rope.build("triton_v4", 48, 16, rotary_dim=24).to(device)
+        rows = rope.build("triton_v4", 48, 16, rotary_dim=24).to(device)
+        rows.launch_config = triton_rope.LaunchConfig(chunks=0)
+        q, k = torch.randn(2, 5, 3, 48, device=device), torch.randn(2, 5, 1, 48, device=device)
+        assert flat.cos.is_inference()
+        for _ in range(2):
+            assert all(torch.equal(a, b) for a, b in zip(flat(q, k), rows(q, k), strict=True))
+
+
 # -- index arithmetic: divisions by magic numbers, 32-bit offsets where they fit -----------------------
 def test_magic_divisor_is_exact():
     """The kernel divides row indices by H and T as ``(((n * m) >> 31) + n) >> s`` with ``m`` and ``s``
