@@ -427,9 +427,9 @@ def _rotate_flat(
     geometry: element d of a row is ``x[d] c + x[p] s'`` with its partner p = d +- R2 (half layout; read
     again, from L1: a vector where R2 is a multiple of VB, else two aligned vectors shifted in registers,
     :func:`_shifted_run`) or d ^ 1 (interleaved; a swap in registers),
-    and the tail copied. c and s' come from element tables (``cos_ptr``/``sin_ptr`` here: column j of a
-    position's row holding the cos and the signed sin of element j mod D's pair, 1 and 0 on the tail, for a
-    period P = lcm(D, 4) and the block read past it, a block starting at column w0 mod P; see
+    and the tail copied. c and s' come from an element table (``cos_ptr`` here; ``sin_ptr`` is not read:
+    column j of a position's row holds the cos and the signed sin of element j mod D's pair side by side, 1 and
+    0 on the tail, for a row and the columns a block crossing into the next reads past it; see
     ``rope.triton_rope.element_tables``), so they load as 16-byte vectors too. Each element is the first output
     of :func:`_rotate_pairs` (for x2, with s' = -s, which is exact): the results are bit-identical to the
     other tilings.
@@ -454,10 +454,6 @@ def _rotate_flat(
     d = d0[:, None] + tl.arange(0, VB)[None, :]  # the element's place in its row (from D on: the next row's)
     if VB > (D & -D):  # a block may cross into the next row (of the same token)
         d = tl.where(d >= D, d - D, d)
-    # the tables' period (rope.triton_rope.element_table_period) and the alignment G of a block's columns in it
-    P: tl.constexpr = D if VB == 2 or D % 4 == 0 else 2 * D
-    G: tl.constexpr = VB if P % VB == 0 else VB // 2
-    col = ((w0 // G) % (P // G) * G)[:, None] + tl.arange(0, VB)[None, :]
     m = tl.broadcast_to(bm[:, None], (NBP, VB))
     rot = d < 2 * R2
     raw = _load_x(x_ptr + x_at, m, STREAM)
@@ -488,8 +484,20 @@ def _rotate_flat(
         up = _shifted_run(x_ptr, x_row, raw, R2, bm & up_lo, bm & up_hi, STREAM, VB, NBP).to(tl.float32)
         down = _shifted_run(x_ptr, x_row, raw, -R2, bm & dn_lo, bm & dn_hi, STREAM, VB, NBP).to(tl.float32)
         partner = tl.where(d < R2, up, down)
-    # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
-    c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
+    # the element table: cos and the signed sin of each element's pair (1 and 0 on the copied tail), side by
+    # side from float 2 d0 on (16-byte aligned: d0 is a multiple of DU >= 2). Read without a mask: every
+    # block's position is a row of the table (a block past the end has t < T, and an invalid position row 0).
+    cs_at = cos_ptr + (pos * (s_cs * CSV) + 2 * d0)[:, None] + tl.arange(0, VB)[None, :]
+    c_lo, s_lo = tl.split(tl.reshape(tl.load(cs_at, eviction_policy="evict_last").to(tl.float32), (NBP, VB // 2, 2)))
+    c_hi, s_hi = tl.split(tl.reshape(tl.load(cs_at + VB, eviction_policy="evict_last").to(tl.float32),
+                                     (NBP, VB // 2, 2)))
+    c = tl.reshape(tl.permute(tl.join(c_lo, c_hi), (0, 2, 1)), (NBP, VB))
+    s = tl.reshape(tl.permute(tl.join(s_lo, s_hi), (0, 2, 1)), (NBP, VB))
+    if HAS_POS:
+        c = tl.where(valid[:, None], c, float("nan"))
+        s = tl.where(valid[:, None], s, float("nan"))
+    if INVERSE:
+        s = -s
     y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE)  # its first output: own c + partner s'
     # A copied tail passes through. Without one the select is a no-op, and dropping it changes only the sm_90
     # schedule: at R2 = 6 mod 8 that ran 2-3.5 points of copy bandwidth faster on the H100, at an odd R2 2.5-5

@@ -279,7 +279,7 @@ def launch(
         cfg = {**cfg, "NBP": cfg["NBP"] * FLAT_BLOCK // vb}  # as many elements a program with narrower blocks
         # (a copy: the dict is launch_config's cached one)
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
-        cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cache=not traced)
+        cos = sin = element_tables(cos, sin, D, bool(interleaved), vb, cache=not traced)  # one table, cos_ptr's
     else:
         sv = _row_stride_unit(q, kk, out_q, ok)
         units = (HQ, HK)
@@ -365,37 +365,26 @@ def _row_stride_unit(*tensors: Tensor, dims: int = 3) -> int:
 _ELEMENT_TABLES = TensorCache(8)
 
 
-def element_table_period(D: int, vb: int) -> int:
-    """Columns of one period of :func:`element_tables`: lcm(D, 4) (lcm(D, 2) = D for blocks of 2), the
-    smallest run of whole rows that a multiple of 4 columns (16 bytes of float32) also ends, so that a
-    block's columns start 16-byte aligned whatever D is. (lcm(D, vb) would align them to the block too, at
-    twice the table where D = 4 mod 8 and four times where D = 2 mod 4: the tables are read through L2 by
-    every token, and at D = 254 the larger ones cost a quarter of the bandwidth.)"""
-    unit = 4 if vb >= 4 else 2
-    return D * unit // math.gcd(D, unit)
-
-
 def element_table_width(D: int, vb: int) -> int:
-    """Columns of a position's row in :func:`element_tables`: a period, and the columns that a block starting
-    at its last aligned column reads past it; rounded up to 4 (16-byte rows)."""
-    period = element_table_period(D, vb)
-    return -(-(period + vb - math.gcd(vb, period)) // 4) * 4
+    """Columns of a position's row in :func:`element_tables`: one row's D, and the columns that a block
+    starting at the row's last aligned column reads past it (into the next row's, which they repeat)."""
+    return D + vb - math.gcd(vb, D)
 
 
-def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
-                   cache: bool = True) -> tuple[Tensor, Tensor]:
-    """The flat tiling's tables: per position, the cos and the signed sin of every element's pair.
+def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int, cache: bool = True) -> Tensor:
+    """The flat tiling's table: per position, the cos and the signed sin of every element's pair, side by side.
 
-    ``cos``/``sin`` are (positions, R2) by pair. Column j of the result is element d = j mod D of a row: it
-    holds pair i's cos and +sin (i = d, half layout, or d // 2 interleaved: the first element of the pair)
-    or -sin (the second), so that every element is ``x[d] c + x[partner] s'``; the copied tail
-    (2 R2 <= d < D) holds 1 and 0. The columns run for a period P = lcm(D, 4) (:func:`element_table_period`)
-    and on (:func:`element_table_width`): a block starting at element w of a token's heads reads columns from
-    w mod P, a multiple of 4, so its cos/sin loads are 16-byte vectors whatever D is (from d = w mod D they
-    were 8 bytes wide at D = 2 mod 4), and a block crossing into the next row finds that row's start where it
-    reads. The width is rounded up to 4 columns so rows start 16-byte aligned. ``cache``: keep the last few
-    (:class:`rope.base.TensorCache`: the module's buffers are reused call after call; not while tracing, not
-    for inference tensors).
+    ``cos``/``sin`` are (positions, R2) by pair. Column j of the result is element d = j mod D of a row, and
+    holds two float32s: pair i's cos, then its +sin (i = d, half layout, or d // 2 interleaved: the first
+    element of the pair) or -sin (the second), so that every element is ``x[d] c + x[partner] s'``; the copied
+    tail (2 R2 <= d < D) holds 1 and 0. A block starting at element d of a row reads the 2 VB floats from
+    column d on: d is even, so they start 16-byte aligned whatever D is, and the block's cos and sin are one
+    pair of 16-byte vectors each. Why one table of period D rather than two: two tables needed a period of
+    lcm(D, 4) columns for that alignment, 2 D at D = 2 mod 4, and the tables are read through L2 by every
+    token (at D = 254, a period of lcm(D, 8) cost a quarter of the bandwidth against lcm(D, 4)). The row runs
+    on past D (:func:`element_table_width`) for a block crossing into the next row. ``cache``: keep the last
+    few (:class:`rope.base.TensorCache`: the module's buffers are reused call after call; not while tracing,
+    not for inference tensors).
     """
     cache = cache and TensorCache.usable(cos, sin)
     if cache and (hit := _ELEMENT_TABLES.get((cos, sin), (D, interleaved, vb))) is not None:
@@ -408,9 +397,10 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
     tail = d >= 2 * r2
     ce = torch.where(tail, 1.0, cos[:, pair])
     se = torch.where(tail, 0.0, torch.where(second, -sin[:, pair], sin[:, pair]))
+    table = torch.stack((ce, se), dim=-1).flatten(1).to(torch.float32)
     if cache:
-        _ELEMENT_TABLES.put((cos, sin), (D, interleaved, vb), (ce, se))
-    return ce, se
+        _ELEMENT_TABLES.put((cos, sin), (D, interleaved, vb), table)
+    return table
 
 
 def _flat_block(D: int, HQ: int, HK: int, rows: int, per_program: int, *tensors: Tensor) -> int:

@@ -338,7 +338,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help="elements per tensor of the head-dim sweep, comma-separated (K/M/G = 2^10/2^20/2^30;"
                             " default 32M; --all: 32M,256M); also the layouts' size (the first value)")
     modes.add_argument("--head-dim-list", default=None,
-                       help="comma-separated head dims (default: every multiple of 8 from 16 to 256, and 20, 36, 52)")
+                       help="comma-separated head dims, or 'every' (each one the variant takes from 16 to 256; default:"
+                            " every multiple of 8 from 16 to 256, and 20, 36, 52)")
     modes.add_argument("--seq-len", type=int, default=2048, help="T of the head-dim and layout shapes")
     modes.add_argument("--heads", type=int, default=16, help="H of the head-dim, layout and packed shapes")
     modes.add_argument("--layout-dims", default="48,64,128", help="head dims of --layouts")

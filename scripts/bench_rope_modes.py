@@ -125,9 +125,15 @@ def batch_for(elements: int, T: int, H: int, D: int) -> int:
 
 def parse_dims(text: str | None, variant: str, default: Sequence[int] = DEFAULT_HEAD_DIMS) -> list[int]:
     """Head dims from ``16,24,...`` (or the default), checked for the variant: even, and a multiple
-    of 4 for ``partial`` (D/4 frequencies)."""
-    dims = default if not text else [int(x) for x in str(text).split(",") if x.strip()]
+    of 4 for ``partial`` (D/4 frequencies). ``every``: each head dim the variant takes from 16 to 256,
+    the issue's whole range (61 for partial, 121 for full)."""
     step = 4 if variant == "partial" else 2
+    if str(text).strip() == "every":
+        return list(range(16, 257, step))
+    try:
+        dims = default if not text else [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--head-dim-list takes comma-separated integers or 'every', got {text!r}") from None
     bad = [d for d in dims if d <= 0 or d % step]
     if bad:
         raise ValueError(f"head dims {bad} do not suit variant={variant!r}: every head dim must be "

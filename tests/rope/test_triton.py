@@ -748,32 +748,38 @@ def test_flat_tiling_takes_tokens_with_contiguous_heads_and_falls_back_otherwise
 
 
 def test_element_tables_follow_the_tables_they_expand():
-    """The flat tiling's element tables: cos and the signed sin by element (half layout: the second half
-    negated; interleaved: odd elements negated; the tail 1 and 0; rows repeated for a period of lcm(D, 4)
-    columns and the block read past it, so that every block's columns start 16-byte aligned), kept for the
-    same table tensors and rebuilt once those change in place or are other tensors."""
+    """The flat tiling's element table: per element, its cos and signed sin side by side (half layout: the
+    second half negated; interleaved: odd elements negated; the tail 1 and 0), for a row and the columns that
+    a block starting at the row's last aligned column reads past it (the next row's start); kept for the same
+    table tensors and rebuilt once those change in place or are other tensors."""
     cos = torch.rand(4, 3)
     sin = torch.rand(4, 3)
-    ce, se = triton_rope.element_tables(cos, sin, 8, False, 4)
-    assert ce.shape == (4, 8)  # lcm(8, 4): one row, and blocks of 4 never read past it
+
+    def split(table):
+        pairs = table.unflatten(1, (-1, 2))
+        return pairs[..., 0], pairs[..., 1]
+
+    table = triton_rope.element_tables(cos, sin, 8, False, 4)
+    ce, se = split(table)
+    assert table.shape == (4, 16) and table.dtype == torch.float32  # 8 columns: blocks of 4 never read past
     assert torch.equal(ce, torch.cat([cos, cos, torch.ones(4, 2)], 1))
     assert torch.equal(se, torch.cat([sin, -sin, torch.zeros(4, 2)], 1))
-    ci, si = triton_rope.element_tables(cos, sin, 8, True, 4)
+    ci, si = split(triton_rope.element_tables(cos, sin, 8, True, 4))
     assert torch.equal(ci[:, :6], cos.repeat_interleave(2, 1)) and torch.equal(si[:, 1:6:2], -sin)
-    # D = 10, blocks of 8: a period of lcm(10, 4) = 20 columns (2 rows), and 4 more that a block starting at
-    # column 16 reads
-    c10, s10 = triton_rope.element_tables(cos, sin, 10, False, 8)
-    assert c10.shape == (4, 24) and triton_rope.element_table_period(10, 8) == 20
+    # D = 10, blocks of 8: a block starts at column 0, 2, 4, 6 or 8 (gcd(8, 10) = 2), the last reading 6
+    # columns of the next row
+    c10, s10 = split(triton_rope.element_tables(cos, sin, 10, False, 8))
+    assert c10.shape == (4, 16) and triton_rope.element_table_width(10, 8) == 16
     row = torch.cat([sin, -sin, torch.zeros(4, 4)], 1)
-    assert torch.equal(s10, row.repeat(1, 3)[:, :24]) and torch.equal(c10[:, 16:20], torch.ones(4, 4))
-    assert triton_rope.element_table_width(18, 8) == 40 and triton_rope.element_table_width(6, 4) == 12
-    assert triton_rope.element_table_width(30, 2) == 32  # blocks of 2: the row itself (D), rounded up to 4
-    assert triton_rope.element_tables(cos, sin, 8, False, 4)[0] is ce  # kept
+    assert torch.equal(s10, row.repeat(1, 2)[:, :16]) and torch.equal(c10[:, 16 - 6:], c10[:, :6])
+    assert triton_rope.element_table_width(18, 8) == 24 and triton_rope.element_table_width(6, 4) == 8
+    assert triton_rope.element_table_width(30, 2) == 30  # blocks of 2 never cross a row
+    assert triton_rope.element_tables(cos, sin, 8, False, 4) is table  # kept
     cos.mul_(2)
-    again = triton_rope.element_tables(cos, sin, 8, False, 4)[0]
-    assert again is not ce and torch.equal(again[:, :3], cos)  # rebuilt after the in-place change
+    again = triton_rope.element_tables(cos, sin, 8, False, 4)
+    assert again is not table and torch.equal(split(again)[0][:, :3], cos)  # rebuilt after the in-place change
     other = cos.clone()
-    assert triton_rope.element_tables(other, sin, 8, False, 4)[0] is not again
+    assert triton_rope.element_tables(other, sin, 8, False, 4) is not again
 
 
 def test_flat_tiling_takes_inference_tensors(device):

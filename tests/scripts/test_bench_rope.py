@@ -43,6 +43,10 @@ def test_head_dims_default_and_checks():
     assert {20, 36, 52} <= set(dims) and all(d % 4 == 0 for d in dims) and dims == sorted(dims)
     assert set(range(16, 257, 8)) <= set(dims)
     assert bm.parse_dims("64, 18,64", "full") == [64, 18]
+    assert bm.parse_dims("every", "partial") == list(range(16, 257, 4))  # the range, 61 dims
+    assert len(bm.parse_dims("every", "full")) == 121 and bm.parse_dims("every", "full")[:2] == [16, 18]
+    with pytest.raises(ValueError, match="head-dim-list"):
+        bm.parse_dims("16,x", "full")
     with pytest.raises(ValueError, match="multiple of 4"):
         bm.parse_dims("16,18", "partial")
     with pytest.raises(ValueError, match="even"):
