@@ -408,6 +408,29 @@ def _shifted_run(x_ptr, at, own, S: tl.constexpr, need_lo, need_hi, STREAM: tl.c
 
 
 @triton.jit
+def _paired_cos_sin(cs_ptr, at, valid, VB: tl.constexpr, NBP: tl.constexpr, HAS_POS: tl.constexpr,
+                    INVERSE: tl.constexpr):
+    """float32 cos, sin (NBP, VB) of blocks whose columns start ``at`` floats into the paired element table
+    (each column's cos and signed sin side by side; ``at`` a multiple of 4: 16-byte vectors). Loaded as two
+    (NBP, VB) halves, each deinterleaved in registers: a single (NBP, 2 VB) load took a layout of 4 floats a
+    thread and went through shared memory to meet the blocks' 8 elements a thread. Read without a mask: every
+    block's position is a row of the table (a block past the end has t < T, an invalid position row 0)."""
+    lanes = at[:, None] + tl.arange(0, VB)[None, :]
+    c_lo, s_lo = tl.split(tl.reshape(tl.load(cs_ptr + lanes, eviction_policy="evict_last").to(tl.float32),
+                                     (NBP, VB // 2, 2)))
+    c_hi, s_hi = tl.split(tl.reshape(tl.load(cs_ptr + lanes + VB, eviction_policy="evict_last").to(tl.float32),
+                                     (NBP, VB // 2, 2)))
+    c = tl.reshape(tl.permute(tl.join(c_lo, c_hi), (0, 2, 1)), (NBP, VB))
+    s = tl.reshape(tl.permute(tl.join(s_lo, s_hi), (0, 2, 1)), (NBP, VB))
+    if HAS_POS:
+        c = tl.where(valid[:, None], c, float("nan"))
+        s = tl.where(valid[:, None], s, float("nan"))
+    if INVERSE:
+        s = -s
+    return c, s
+
+
+@triton.jit
 def _rotate_flat(
     x_ptr, o_ptr, sxb, sxt, sob, sot,
     cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
@@ -415,7 +438,7 @@ def _rotate_flat(
     D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr, INTERLEAVED: tl.constexpr, VB: tl.constexpr,
     NBP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr, WIDE: tl.constexpr,
-    STREAM: tl.constexpr,
+    STREAM: tl.constexpr, PAIRED: tl.constexpr,
 ):
     """Blocks [k0, k0 + NBP) of one tensor whose tokens are WB blocks of VB consecutive elements (a token's
     heads contiguous: H D elements, H D = WB VB), each element rotated against its partner.
@@ -427,12 +450,12 @@ def _rotate_flat(
     geometry: element d of a row is ``x[d] c + x[p] s'`` with its partner p = d +- R2 (half layout; read
     again, from L1: a vector where R2 is a multiple of VB, else two aligned vectors shifted in registers,
     :func:`_shifted_run`) or d ^ 1 (interleaved; a swap in registers),
-    and the tail copied. c and s' come from an element table (``cos_ptr`` here; ``sin_ptr`` is not read:
-    column j of a position's row holds the cos and the signed sin of element j mod D's pair side by side, 1 and
-    0 on the tail, for a row and the columns a block crossing into the next reads past it; see
-    ``rope.triton_rope.element_tables``), so they load as 16-byte vectors too. Each element is the first output
-    of :func:`_rotate_pairs` (for x2, with s' = -s, which is exact): the results are bit-identical to the
-    other tilings.
+    and the tail copied. c and s' come from element tables (``cos_ptr``/``sin_ptr`` here: column j of a
+    position's row holding the cos and the signed sin of element j mod D's pair, 1 and 0 on the tail, for a
+    period and the block read past it; PAIRED: one table, each column's cos and sin side by side, at
+    ``cos_ptr``; see ``rope.triton_rope.element_tables``), so they load as 16-byte vectors too. Each element
+    is the first output of :func:`_rotate_pairs` (for x2, with s' = -s, which is exact): the results are
+    bit-identical to the other tilings.
     """
     DT: tl.constexpr = o_ptr.dtype.element_ty
     blk = k0 + tl.arange(0, NBP)
@@ -484,20 +507,15 @@ def _rotate_flat(
         up = _shifted_run(x_ptr, x_row, raw, R2, bm & up_lo, bm & up_hi, STREAM, VB, NBP).to(tl.float32)
         down = _shifted_run(x_ptr, x_row, raw, -R2, bm & dn_lo, bm & dn_hi, STREAM, VB, NBP).to(tl.float32)
         partner = tl.where(d < R2, up, down)
-    # the element table: cos and the signed sin of each element's pair (1 and 0 on the copied tail), side by
-    # side from float 2 d0 on (16-byte aligned: d0 is a multiple of DU >= 2). Read without a mask: every
-    # block's position is a row of the table (a block past the end has t < T, and an invalid position row 0).
-    cs_at = cos_ptr + (pos * (s_cs * CSV) + 2 * d0)[:, None] + tl.arange(0, VB)[None, :]
-    c_lo, s_lo = tl.split(tl.reshape(tl.load(cs_at, eviction_policy="evict_last").to(tl.float32), (NBP, VB // 2, 2)))
-    c_hi, s_hi = tl.split(tl.reshape(tl.load(cs_at + VB, eviction_policy="evict_last").to(tl.float32),
-                                     (NBP, VB // 2, 2)))
-    c = tl.reshape(tl.permute(tl.join(c_lo, c_hi), (0, 2, 1)), (NBP, VB))
-    s = tl.reshape(tl.permute(tl.join(s_lo, s_hi), (0, 2, 1)), (NBP, VB))
-    if HAS_POS:
-        c = tl.where(valid[:, None], c, float("nan"))
-        s = tl.where(valid[:, None], s, float("nan"))
-    if INVERSE:
-        s = -s
+    # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
+    if PAIRED:
+        c, s = _paired_cos_sin(cos_ptr, pos * (s_cs * CSV) + 2 * d0, valid, VB, NBP, HAS_POS, INVERSE)
+    else:  # split tables of period P = lcm(D, 4) (rope.triton_rope.element_table_period), a block's columns
+        # starting at w0 mod P: a multiple of G
+        P: tl.constexpr = D if VB == 2 or D % 4 == 0 else 2 * D
+        G: tl.constexpr = VB if P % VB == 0 else VB // 2
+        col = ((w0 // G) % (P // G) * G)[:, None] + tl.arange(0, VB)[None, :]
+        c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
     y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE)  # its first output: own c + partner s'
     # A copied tail passes through. Without one the select is a no-op, and dropping it changes only the sm_90
     # schedule: at R2 = 6 mod 8 that ran 2-3.5 points of copy bandwidth faster on the H100, at an odd R2 2.5-5
@@ -543,7 +561,7 @@ def rope_kernel(
     CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
-    NBP: tl.constexpr = 1,
+    NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
     others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
@@ -560,13 +578,13 @@ def rope_kernel(
             _rotate_flat(
                 q_ptr, oq_ptr, sqb, sqt, soqb, soqt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
                 i * NBP, NRQ, T, mT, pT, HQ, mHQ, pHQ, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
-                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM,
+                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED,
             )  # fmt: skip
         else:
             _rotate_flat(
                 k_ptr, ok_ptr, skb, skt, sokb, sokt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
                 (i - NPQ) * NBP, NRK, T, mT, pT, HK, mHK, pHK, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
-                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM,
+                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED,
             )  # fmt: skip
     elif CHUNKED and PASS > 0 and i >= NPR:  # a constexpr test first: no copy code without a tail
         if PASS > 0:

@@ -68,11 +68,17 @@ class LaunchConfig:
     #: q/k loads with L2 evict-first priority, so that the cos/sin rows (read again by every batch
     #: element) stay in L2 while the tensors stream through it.
     streaming: bool = False
+    #: The flat tiling's cos/sin tables (:func:`element_tables`): 0 split (two tables), 1 paired (one, each
+    #: column's cos and sin side by side), -1 chosen by the row geometry (see :func:`launch_config`).
+    tables: int = -1
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1, 2):
             raise ValueError(f"LaunchConfig.chunks must be -1 (chosen by the row geometry), 0 (rows), 1 (chunks) "
                              f"or 2 (flat), got {self.chunks!r}")
+        if self.tables not in (-1, 0, 1):
+            raise ValueError(f"LaunchConfig.tables must be -1 (chosen by the row geometry), 0 (split) or 1 (paired), "
+                             f"got {self.tables!r}")
 
 
 DEFAULT_LAUNCH = LaunchConfig()
@@ -113,6 +119,15 @@ FLAT_BY_DEFAULT = True
 #: program and warps: 1024 and 4 (8 elements a thread) measured 0.5-2 points above 2048 and 8 at every
 #: geometry it is the default for (session 12, call 4), and 512/2 or 256/1 no better.
 FLAT_BLOCK = 8
+
+#: The flat tiling's paired cos/sin table (:func:`element_tables`), where measured faster than split ones:
+#: half-layout odd halves whose partners sit 3, 5 or 7 elements off a 16-byte block (R2 mod 8 = 3, 5, 7).
+#: A/B on one H100, two rounds (docs/results/bench_h100_s13/call2): D = 22: 95.2/94.9% of copy bandwidth
+#: against 90.6/89.4; D = 26: 96.5/95.1 against 91.2/88.8; D = 254: 90.7/89.6 against 89.2/87.2. Split
+#: stays where paired measured slower: R2 mod 8 = 1 (D = 18: 90.7/90.3 against 93.3/95.0; D = 66, 130, 194:
+#: 3-5 points), and the even halves and rotary_dim < D it was tried at (D = 20, 28, 36, 52, 68, 252: 2-8
+#: points; D = 48/64/128 at rotary_dim D/2: 2-4 points).
+PAIRED_TABLES_BY_DEFAULT = True
 FLAT_TILE = 1024
 FLAT_WARPS = 4
 ROW_WARPS = 8
@@ -177,6 +192,8 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
         "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
+        "PAIRED": bool(config.tables) if config.tables >= 0 else (
+            PAIRED_TABLES_BY_DEFAULT and not interleaved and rotary_pairs % 2 == 1 and rotary_pairs % 8 != 1),
     }
 
 
@@ -279,7 +296,7 @@ def launch(
         cfg = {**cfg, "NBP": cfg["NBP"] * FLAT_BLOCK // vb}  # as many elements a program with narrower blocks
         # (a copy: the dict is launch_config's cached one)
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
-        cos = sin = element_tables(cos, sin, D, bool(interleaved), vb, cache=not traced)  # one table, cos_ptr's
+        cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced)
     else:
         sv = _row_stride_unit(q, kk, out_q, ok)
         units = (HQ, HK)
@@ -365,42 +382,62 @@ def _row_stride_unit(*tensors: Tensor, dims: int = 3) -> int:
 _ELEMENT_TABLES = TensorCache(8)
 
 
-def element_table_width(D: int, vb: int) -> int:
-    """Columns of a position's row in :func:`element_tables`: one row's D, and the columns that a block
-    starting at the row's last aligned column reads past it (into the next row's, which they repeat)."""
-    return D + vb - math.gcd(vb, D)
+def element_table_period(D: int, vb: int, paired: bool = False) -> int:
+    """Columns of one period of :func:`element_tables`. Paired: D (a column is 8 bytes, an even one starts
+    16-byte aligned). Split: lcm(D, 4) (lcm(D, 2) = D for blocks of 2), the smallest run of whole rows that
+    a multiple of 4 columns (16 bytes of float32) also ends, so that a block's columns start 16-byte aligned
+    whatever D is. (lcm(D, vb) would align them to the block too, at twice the table where D = 4 mod 8 and
+    four times where D = 2 mod 4: the tables are read through L2 by every token, and at D = 254 the larger
+    ones cost a quarter of the bandwidth.)"""
+    unit = 2 if paired or vb < 4 else 4
+    return D * unit // math.gcd(D, unit)
 
 
-def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int, cache: bool = True) -> Tensor:
-    """The flat tiling's table: per position, the cos and the signed sin of every element's pair, side by side.
+def element_table_width(D: int, vb: int, paired: bool = False) -> int:
+    """Columns of a position's row in :func:`element_tables`: a period, and the columns that a block starting
+    at its last aligned column reads past it; rounded up to 16-byte rows (4 columns split, 2 paired)."""
+    period = element_table_period(D, vb, paired)
+    unit = 2 if paired else 4
+    return -(-(period + vb - math.gcd(vb, period)) // unit) * unit
 
-    ``cos``/``sin`` are (positions, R2) by pair. Column j of the result is element d = j mod D of a row, and
-    holds two float32s: pair i's cos, then its +sin (i = d, half layout, or d // 2 interleaved: the first
-    element of the pair) or -sin (the second), so that every element is ``x[d] c + x[partner] s'``; the copied
-    tail (2 R2 <= d < D) holds 1 and 0. A block starting at element d of a row reads the 2 VB floats from
-    column d on: d is even, so they start 16-byte aligned whatever D is, and the block's cos and sin are one
-    pair of 16-byte vectors each. Why one table of period D rather than two: two tables needed a period of
-    lcm(D, 4) columns for that alignment, 2 D at D = 2 mod 4, and the tables are read through L2 by every
-    token (at D = 254, a period of lcm(D, 8) cost a quarter of the bandwidth against lcm(D, 4)). The row runs
-    on past D (:func:`element_table_width`) for a block crossing into the next row. ``cache``: keep the last
-    few (:class:`rope.base.TensorCache`: the module's buffers are reused call after call; not while tracing,
-    not for inference tensors).
+
+def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int, paired: bool = False,
+                   cache: bool = True) -> tuple[Tensor, Tensor]:
+    """The flat tiling's tables: per position, the cos and the signed sin of every element's pair.
+
+    ``cos``/``sin`` are (positions, R2) by pair. Column j of a table is element d = j mod D of a row: it
+    holds pair i's cos and +sin (i = d, half layout, or d // 2 interleaved: the first element of the pair)
+    or -sin (the second), so that every element is ``x[d] c + x[partner] s'``; the copied tail
+    (2 R2 <= d < D) holds 1 and 0. The columns run for a period (:func:`element_table_period`) and on
+    (:func:`element_table_width`): a block starting at element w of a token's heads reads columns from
+    w mod P, and a block crossing into the next row finds that row's start where it reads.
+
+    Split (two tables, returned as cos, sin): P = lcm(D, 4), so a block's columns start at a multiple of 4
+    and its cos/sin loads are 16-byte vectors whatever D is (from d = w mod D they were 8 bytes wide at
+    D = 2 mod 4). Paired (one float32 table, returned twice): column j is its cos and signed sin side by side,
+    P = D, and a block's 2 VB floats from its even column d on are 16-byte vectors too, from a table half
+    as wide at D = 2 mod 4. Which one a geometry reads is measured (``launch_config``'s PAIRED).
+    ``cache``: keep the last few (:class:`rope.base.TensorCache`: the module's buffers are reused call after
+    call; not while tracing, not for inference tensors).
     """
     cache = cache and TensorCache.usable(cos, sin)
-    if cache and (hit := _ELEMENT_TABLES.get((cos, sin), (D, interleaved, vb))) is not None:
+    key = (D, interleaved, vb, paired)
+    if cache and (hit := _ELEMENT_TABLES.get((cos, sin), key)) is not None:
         return hit
     r2 = cos.shape[1]
-    width = element_table_width(D, vb)
+    width = element_table_width(D, vb, paired)
     d = torch.arange(width, device=cos.device) % D
     pair = torch.where(d < 2 * r2, d // 2 if interleaved else d % max(r2, 1), 0)
     second = (d % 2 == 1) if interleaved else (d >= r2)
     tail = d >= 2 * r2
     ce = torch.where(tail, 1.0, cos[:, pair])
     se = torch.where(tail, 0.0, torch.where(second, -sin[:, pair], sin[:, pair]))
-    table = torch.stack((ce, se), dim=-1).flatten(1).to(torch.float32)
+    if paired:
+        table = torch.stack((ce, se), dim=-1).flatten(1).to(torch.float32)
+        ce = se = table
     if cache:
-        _ELEMENT_TABLES.put((cos, sin), (D, interleaved, vb), table)
-    return table
+        _ELEMENT_TABLES.put((cos, sin), key, (ce, se))
+    return ce, se
 
 
 def _flat_block(D: int, HQ: int, HK: int, rows: int, per_program: int, *tensors: Tensor) -> int:

@@ -25,10 +25,13 @@ def require_cuda(script: str) -> None:
 
 #: ``NAME@SPEC`` in a list of implementations: a Triton entry with parts of its ``LaunchConfig`` forced,
 #: so launch configurations are timed side by side in one run. SPEC is ``+``-separated items: a tiling
-#: (``rows``, ``chunks``, ``flat``: ``LaunchConfig.chunks``), ``tile=N``, ``warps=N``, ``stream``.
+#: (``rows``, ``chunks``, ``flat``: ``LaunchConfig.chunks``), the flat tiling's tables (``split``, ``paired``:
+#: ``LaunchConfig.tables``), ``tile=N``, ``warps=N``, ``stream``.
 TILINGS = {"rows": 0, "chunks": 1, "flat": 2}
+TABLES = {"split": 0, "paired": 1}
 _SPEC_INTS = {"tile": "tile", "warps": "num_warps"}
-SPEC_HELP = "NAME@SPEC takes +-separated rows, chunks, flat, tile=N, warps=N, stream (e.g. triton_v4@rows+tile=2048)"
+SPEC_HELP = ("NAME@SPEC takes +-separated rows, chunks, flat, split, paired, tile=N, warps=N, stream "
+             "(e.g. triton_v4@rows+tile=2048)")
 
 
 def launch_overrides(name: str) -> tuple[str, dict]:
@@ -40,6 +43,8 @@ def launch_overrides(name: str) -> tuple[str, dict]:
         key, eq, value = item.partition("=")
         if not eq and key in TILINGS:
             out["chunks"] = TILINGS[key]
+        elif not eq and key in TABLES:
+            out["tables"] = TABLES[key]
         elif not eq and key == "stream":
             out["streaming"] = True
         elif eq and key in _SPEC_INTS and value.isdigit() and int(value) > 0:

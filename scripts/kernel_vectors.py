@@ -66,9 +66,10 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     index = {n: (i,) for i, n in enumerate(names)}
     flat = cfg["FLAT"]  # the flat tiling addresses tokens, not rows: the head stride does not count
     sv = _pow2_unit(math.gcd(_T * _H * head_dim, _H * head_dim, *(() if flat else (head_dim,))))
-    # the table's row stride: pairs, or (flat) two floats a column of the element table (its width:
-    # rope.triton_rope.element_table_width)
-    table_stride = 2 * element_table_width(head_dim, FLAT_BLOCK) if flat else rotary_dim // 2
+    # the table's row stride: pairs, or (flat) the element tables' width (rope.triton_rope.element_table_width;
+    # two floats a column in the paired one)
+    paired = cfg["PAIRED"]
+    table_stride = (1 + paired) * element_table_width(head_dim, FLAT_BLOCK, paired) if flat else rotary_dim // 2
     csv = _pow2_unit(table_stride)
     ints = {}
     for p in ("q", "k", "oq", "ok"):

@@ -701,14 +701,17 @@ def test_row_chunk_and_flat_tilings_give_identical_results(impl, layout, D, rota
     partial. The head counts pick the flat block: 3 and 1 heads of D = 2 mod 4 make blocks of 2, 4 and 2
     heads blocks of 8 that cross rows (with a partner run misaligned to the block where R2 is not a multiple
     of 8, and at D = 30, rotary_dim 6, a next row's second half inside the block). The conformance grid
-    checks the default tiling against the float64 formula; this keeps the others honest."""
+    checks the default tiling against the float64 formula; this keeps the others honest. Flat runs twice:
+    with the geometry's cos/sin tables and with the other format (split or paired)."""
     hq, hk = heads
+    default_paired = triton_rope.launch_config(D, (rotary_dim or D) // 2, variant == "partial",
+                                               layout == "interleaved")["PAIRED"]
     mods = {}
-    for chunks in (0, 1, 2):
+    for key, cfg in ((0, {}), (1, {}), (2, {}), (3, {"tables": int(not default_paired)})):
         m = rope.build(impl, D, 16, layout=layout, rotary_dim=rotary_dim, variant=variant).to(device)
-        m.launch_config = triton_rope.LaunchConfig(chunks=chunks)
+        m.launch_config = triton_rope.LaunchConfig(chunks=min(key, 2), **cfg)
         m.poison_outputs = True
-        mods[chunks] = m
+        mods[key] = m
     qkv = torch.randn(3, 7, (hq + 2 * hk) * D, device=device, dtype=torch.bfloat16)
     q, k, _ = rope.base.split_qkv(qkv, hq, hk, D)  # strided views
     pos = torch.randint(0, 16, (3, 7), device=device)
@@ -719,8 +722,8 @@ def test_row_chunk_and_flat_tilings_give_identical_results(impl, layout, D, rota
         qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
         y = m(qg, kg, positions=pos)
         outs[chunks] = (*y, *torch.autograd.grad(y, (qg, kg), grads), *m(q, k))
-    assert mods[1].launch_config.chunks == 1 and mods[2].launch_config.chunks == 2
-    for other in (1, 2):
+    assert mods[1].launch_config.chunks == 1 and mods[2].launch_config.chunks == mods[3].launch_config.chunks == 2
+    for other in (1, 2, 3):
         for a, b in zip(outs[0], outs[other], strict=True):
             assert not a.isnan().any() and torch.equal(a, b), other
 
@@ -748,38 +751,54 @@ def test_flat_tiling_takes_tokens_with_contiguous_heads_and_falls_back_otherwise
 
 
 def test_element_tables_follow_the_tables_they_expand():
-    """The flat tiling's element table: per element, its cos and signed sin side by side (half layout: the
-    second half negated; interleaved: odd elements negated; the tail 1 and 0), for a row and the columns that
-    a block starting at the row's last aligned column reads past it (the next row's start); kept for the same
-    table tensors and rebuilt once those change in place or are other tensors."""
+    """The flat tiling's element tables: cos and the signed sin by element (half layout: the second half
+    negated; interleaved: odd elements negated; the tail 1 and 0), rows repeated for a period (split: lcm(D,
+    4) columns; paired, each column's cos and sin side by side: D) and the block read past it, so that every
+    block's columns start 16-byte aligned; kept for the same table tensors and rebuilt once those change in
+    place or are other tensors."""
     cos = torch.rand(4, 3)
     sin = torch.rand(4, 3)
-
-    def split(table):
-        pairs = table.unflatten(1, (-1, 2))
-        return pairs[..., 0], pairs[..., 1]
-
-    table = triton_rope.element_tables(cos, sin, 8, False, 4)
-    ce, se = split(table)
-    assert table.shape == (4, 16) and table.dtype == torch.float32  # 8 columns: blocks of 4 never read past
+    ce, se = triton_rope.element_tables(cos, sin, 8, False, 4)
+    assert ce.shape == (4, 8)  # lcm(8, 4): one row, and blocks of 4 never read past it
     assert torch.equal(ce, torch.cat([cos, cos, torch.ones(4, 2)], 1))
     assert torch.equal(se, torch.cat([sin, -sin, torch.zeros(4, 2)], 1))
-    ci, si = split(triton_rope.element_tables(cos, sin, 8, True, 4))
+    ci, si = triton_rope.element_tables(cos, sin, 8, True, 4)
     assert torch.equal(ci[:, :6], cos.repeat_interleave(2, 1)) and torch.equal(si[:, 1:6:2], -sin)
-    # D = 10, blocks of 8: a block starts at column 0, 2, 4, 6 or 8 (gcd(8, 10) = 2), the last reading 6
-    # columns of the next row
-    c10, s10 = split(triton_rope.element_tables(cos, sin, 10, False, 8))
-    assert c10.shape == (4, 16) and triton_rope.element_table_width(10, 8) == 16
+    # D = 10, blocks of 8: a period of lcm(10, 4) = 20 columns (2 rows), and 4 more that a block starting at
+    # column 16 reads
+    c10, s10 = triton_rope.element_tables(cos, sin, 10, False, 8)
+    assert c10.shape == (4, 24) and triton_rope.element_table_period(10, 8) == 20
     row = torch.cat([sin, -sin, torch.zeros(4, 4)], 1)
-    assert torch.equal(s10, row.repeat(1, 2)[:, :16]) and torch.equal(c10[:, 16 - 6:], c10[:, :6])
-    assert triton_rope.element_table_width(18, 8) == 24 and triton_rope.element_table_width(6, 4) == 8
-    assert triton_rope.element_table_width(30, 2) == 30  # blocks of 2 never cross a row
-    assert triton_rope.element_tables(cos, sin, 8, False, 4) is table  # kept
+    assert torch.equal(s10, row.repeat(1, 3)[:, :24]) and torch.equal(c10[:, 16:20], torch.ones(4, 4))
+    assert triton_rope.element_table_width(18, 8) == 40 and triton_rope.element_table_width(6, 4) == 12
+    assert triton_rope.element_table_width(30, 2) == 32  # blocks of 2: the row itself (D), rounded up to 4
+    # paired, D = 10: a period of 10 columns (even ones start 16 bytes in), and the 6 that a block starting at
+    # column 8 reads past it; the same columns as split, side by side
+    table, same = triton_rope.element_tables(cos, sin, 10, False, 8, paired=True)
+    assert same is table and table.shape == (4, 32) and triton_rope.element_table_period(10, 8, True) == 10
+    pairs = table.unflatten(1, (-1, 2))
+    assert torch.equal(pairs[..., 0], c10[:, :16]) and torch.equal(pairs[..., 1], s10[:, :16])
+    assert triton_rope.element_table_width(18, 8, True) == 24 and triton_rope.element_table_width(30, 2, True) == 30
+    assert triton_rope.element_tables(cos, sin, 8, False, 4)[0] is ce  # kept
+    assert triton_rope.element_tables(cos, sin, 10, False, 8, paired=True)[0] is table
     cos.mul_(2)
-    again = triton_rope.element_tables(cos, sin, 8, False, 4)
-    assert again is not table and torch.equal(split(again)[0][:, :3], cos)  # rebuilt after the in-place change
+    again = triton_rope.element_tables(cos, sin, 8, False, 4)[0]
+    assert again is not ce and torch.equal(again[:, :3], cos)  # rebuilt after the in-place change
     other = cos.clone()
-    assert triton_rope.element_tables(other, sin, 8, False, 4) is not again
+    assert triton_rope.element_tables(other, sin, 8, False, 4)[0] is not again
+
+
+def test_paired_tables_where_partners_sit_3_5_or_7_elements_off_a_block():
+    """The measured default: paired cos/sin tables for half-layout odd halves with R2 mod 8 = 3, 5, 7 only;
+    ``LaunchConfig.tables`` forces either."""
+    cfg = triton_rope.launch_config
+    assert [d for d in range(16, 80, 2) if cfg(d, d // 2, False, False)["PAIRED"]] == [
+        22, 26, 30, 38, 42, 46, 54, 58, 62, 70, 74, 78]
+    assert not cfg(22, 11, False, True)["PAIRED"] and not cfg(48, 12, True, False)["PAIRED"]
+    assert cfg(48, 12, True, False, triton_rope.LaunchConfig(tables=1))["PAIRED"]
+    assert not cfg(22, 11, False, False, triton_rope.LaunchConfig(tables=0))["PAIRED"]
+    with pytest.raises(ValueError, match="tables"):
+        triton_rope.LaunchConfig(tables=2)
 
 
 def test_flat_tiling_takes_inference_tensors(device):

@@ -238,6 +238,8 @@ def test_a_launch_spec_sets_tile_warps_and_streaming():
     impl = bm.build_impl(_bench(), "triton_v4@rows+tile=2048+warps=4+stream", 40, 8)
     assert impl.module.launch_config == LaunchConfig(tile=2048, num_warps=4, chunks=0, streaming=True)
     assert launch_overrides("triton_v4") == ("triton_v4", {})
+    assert launch_overrides("triton_v4@flat+paired") == ("triton_v4", {"chunks": 2, "tables": 1})
+    assert launch_overrides("triton_v4@split") == ("triton_v4", {"tables": 0})
     for bad in ("triton_v4@tile=0", "triton_v4@warps=x", "triton_v4@tile"):
         with pytest.raises(ValueError, match=bad.partition("@")[2]):
             launch_overrides(bad)
