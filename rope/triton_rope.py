@@ -121,7 +121,8 @@ FLAT_BY_DEFAULT = True
 FLAT_BLOCK = 8
 
 #: The flat tiling's paired cos/sin table (:func:`element_tables`), where measured faster than split ones:
-#: half-layout odd halves whose partners sit 3, 5 or 7 elements off a 16-byte block (R2 mod 8 = 3, 5, 7).
+#: half-layout odd halves whose partners sit 3, 5 or 7 elements off a 16-byte block (R2 mod 8 = 3, 5, 7), at
+#: full width (a copied tail with odd R2 is not measured).
 #: A/B on one H100, two rounds (docs/results/bench_h100_s13/call2): D = 22: 95.2/94.9% of copy bandwidth
 #: against 90.6/89.4; D = 26: 96.5/95.1 against 91.2/88.8; D = 254: 90.7/89.6 against 89.2/87.2. Split
 #: stays where paired measured slower: R2 mod 8 = 1 (D = 18: 90.7/90.3 against 93.3/95.0; D = 66, 130, 194:
@@ -193,7 +194,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
         "PAIRED": bool(config.tables) if config.tables >= 0 else (
-            PAIRED_TABLES_BY_DEFAULT and not interleaved and rotary_pairs % 2 == 1 and rotary_pairs % 8 != 1),
+            PAIRED_TABLES_BY_DEFAULT and not interleaved and passed == 0 and rotary_pairs % 8 in (3, 5, 7)),
     }
 
 

@@ -789,12 +789,13 @@ def test_element_tables_follow_the_tables_they_expand():
 
 
 def test_paired_tables_where_partners_sit_3_5_or_7_elements_off_a_block():
-    """The measured default: paired cos/sin tables for half-layout odd halves with R2 mod 8 = 3, 5, 7 only;
-    ``LaunchConfig.tables`` forces either."""
+    """The measured default: paired cos/sin tables for half-layout odd halves with R2 mod 8 = 3, 5, 7 at full
+    width only; ``LaunchConfig.tables`` forces either."""
     cfg = triton_rope.launch_config
     assert [d for d in range(16, 80, 2) if cfg(d, d // 2, False, False)["PAIRED"]] == [
         22, 26, 30, 38, 42, 46, 54, 58, 62, 70, 74, 78]
     assert not cfg(22, 11, False, True)["PAIRED"] and not cfg(48, 12, True, False)["PAIRED"]
+    assert not cfg(64, 11, False, False)["PAIRED"]  # a copied tail
     assert cfg(48, 12, True, False, triton_rope.LaunchConfig(tables=1))["PAIRED"]
     assert not cfg(22, 11, False, False, triton_rope.LaunchConfig(tables=0))["PAIRED"]
     with pytest.raises(ValueError, match="tables"):
