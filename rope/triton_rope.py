@@ -71,6 +71,9 @@ class LaunchConfig:
     #: The flat tiling's cos/sin tables (:func:`element_tables`): 0 split (two tables), 1 paired (one, each
     #: column's cos and sin side by side), -1 chosen by the row geometry (see :func:`launch_config`).
     tables: int = -1
+    #: A register cap per thread for the compiler (``maxnreg``; 0: its own choice). 32 lets 16 programs of
+    #: 4 warps share an SM (64K registers); the flat tiling compiles to 32-38.
+    maxnreg: int = 0
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1, 2):
@@ -193,6 +196,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
         "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
+        **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "PAIRED": bool(config.tables) if config.tables >= 0 else (
             PAIRED_TABLES_BY_DEFAULT and not interleaved and passed == 0 and rotary_pairs % 8 in (3, 5, 7)),
     }

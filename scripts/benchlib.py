@@ -26,11 +26,11 @@ def require_cuda(script: str) -> None:
 #: ``NAME@SPEC`` in a list of implementations: a Triton entry with parts of its ``LaunchConfig`` forced,
 #: so launch configurations are timed side by side in one run. SPEC is ``+``-separated items: a tiling
 #: (``rows``, ``chunks``, ``flat``: ``LaunchConfig.chunks``), the flat tiling's tables (``split``, ``paired``:
-#: ``LaunchConfig.tables``), ``tile=N``, ``warps=N``, ``stream``.
+#: ``LaunchConfig.tables``), ``tile=N``, ``warps=N``, ``regs=N`` (``LaunchConfig.maxnreg``), ``stream``.
 TILINGS = {"rows": 0, "chunks": 1, "flat": 2}
 TABLES = {"split": 0, "paired": 1}
-_SPEC_INTS = {"tile": "tile", "warps": "num_warps"}
-SPEC_HELP = ("NAME@SPEC takes +-separated rows, chunks, flat, split, paired, tile=N, warps=N, stream "
+_SPEC_INTS = {"tile": "tile", "warps": "num_warps", "regs": "maxnreg"}
+SPEC_HELP = ("NAME@SPEC takes +-separated rows, chunks, flat, split, paired, tile=N, warps=N, regs=N, stream "
              "(e.g. triton_v4@rows+tile=2048)")
 
 

@@ -44,7 +44,7 @@ _T, _H = 2048, 16
 
 def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dtype: str, arch: int,
                    chunks: int = -1, out_shared: bool = False, wide: bool = False, constant_scalars: bool = False,
-                   streaming: bool = False, inverse: bool = False):
+                   streaming: bool = False, inverse: bool = False, config=None):
     """The compiled ``rope_kernel`` (forward, or ``inverse``: the backward's transposed rotation; no
     positions) for contiguous (B, T, H, D) inputs.
     ``streaming``: the q/k loads with L2 evict-first priority (``LaunchConfig.streaming``).
@@ -59,8 +59,9 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     from rope.triton_rope import FLAT_BLOCK, LaunchConfig, _pow2_unit, element_table_width, launch_config
 
     cfg = dict(launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved",
-                             LaunchConfig(chunks=chunks, streaming=streaming)))
+                             config or LaunchConfig(chunks=chunks, streaming=streaming)))
     num_warps = cfg.pop("num_warps")
+    options = {"num_warps": num_warps, **({"maxnreg": cfg.pop("maxnreg")} if "maxnreg" in cfg else {})}
     fn = kernels.rope_kernel
     names = list(fn.arg_names)
     index = {n: (i,) for i, n in enumerate(names)}
@@ -104,7 +105,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
                 attrs[index[n]] = [["tt.divisibility", 16]]
     src = ASTSource(fn=fn, signature=signature, constexprs={index[n]: v for n, v in constexprs.items()},
                     attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def access_widths(ptx: str) -> dict[str, dict[int, int]]:
