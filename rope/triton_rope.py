@@ -124,13 +124,15 @@ FLAT_BY_DEFAULT = True
 FLAT_BLOCK = 8
 
 #: The flat tiling's paired cos/sin table (:func:`element_tables`), where measured faster than split ones:
-#: half-layout odd halves whose partners sit 3, 5 or 7 elements off a 16-byte block (R2 mod 8 = 3, 5, 7), at
-#: full width (a copied tail with odd R2 is not measured).
-#: A/B on one H100, two rounds (docs/results/bench_h100_s13/call2): D = 22: 95.2/94.9% of copy bandwidth
-#: against 90.6/89.4; D = 26: 96.5/95.1 against 91.2/88.8; D = 254: 90.7/89.6 against 89.2/87.2. Split
-#: stays where paired measured slower: R2 mod 8 = 1 (D = 18: 90.7/90.3 against 93.3/95.0; D = 66, 130, 194:
-#: 3-5 points), and the even halves and rotary_dim < D it was tried at (D = 20, 28, 36, 52, 68, 252: 2-8
-#: points; D = 48/64/128 at rotary_dim D/2: 2-4 points).
+#: half-layout odd halves at full width whose partners sit 3 or 5 elements off a 16-byte block (R2 mod 8 = 3, 5),
+#: and every odd half from D = 200 on. Split and paired side by side at all 60 odd halves D = 18 ... 254 on one
+#: H100 (docs/results/bench_h100_s13/call3): paired leads by 3-11 points at R2 mod 8 = 3, 5 from D = 166 on
+#: (D = 186: 86.1/87.5% of copy bandwidth against 77.5/75.0), by 1-4 at D >= 206 otherwise (D = 210:
+#: 88.1/87.2 against 83.9/83.2), and by 1 to 5 in the backward at D = 22, 26; split leads by 1-3 points at R2
+#: mod 8 = 1 and 7 below D = 200 (D = 66: 91.9/93.0 against 90.1/88.1) and at some R2 mod 8 = 3, 5 between
+#: (D = 70, 74, 102, 118: 1.5-2 points). The rule's mean over the 60, min(forward, backward), is 88.8 against
+#: 88.1 all paired, 87.0 all split, 89.0 for the better of the two at each D. A copied tail with odd R2 and the
+#: even halves (2-8 points slower paired, call 2) stay split.
 PAIRED_TABLES_BY_DEFAULT = True
 FLAT_TILE = 1024
 FLAT_WARPS = 4
@@ -198,7 +200,8 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "PAIRED": bool(config.tables) if config.tables >= 0 else (
-            PAIRED_TABLES_BY_DEFAULT and not interleaved and passed == 0 and rotary_pairs % 8 in (3, 5, 7)),
+            PAIRED_TABLES_BY_DEFAULT and not interleaved and passed == 0 and rotary_pairs % 2 == 1
+            and (rotary_pairs % 8 in (3, 5) or head_dim >= 200)),
     }
 
 
@@ -499,13 +502,15 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
                 low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
                 num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
                 chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
+                tables: int = DEFAULT_LAUNCH.tables, maxnreg: int = DEFAULT_LAUNCH.maxnreg,
                 ) -> tuple[Tensor, Tensor]:
             if traced and not _static(q, k, positions):  # a dynamic-shape trace: the opaque custom op
                 fallback = CUSTOM_OPS.bwd if inverse else CUSTOM_OPS.fwd
                 return fallback(q, k, cos, sin, positions, partial, low_precision, interleaved, tile, num_warps,
-                                poison, chunks, streaming)
+                                poison, chunks, streaming, tables, maxnreg)
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks, streaming), poison=poison, traced=traced)
+                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg), poison=poison,
+                            traced=traced)
             return yq, _empty_k(q) if yk is None else yk
 
         return run
@@ -513,12 +518,13 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
     def qkv_body(gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
                  partial: bool, low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
                  num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
-                 chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming) -> Tensor:
+                 chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
+                 tables: int = DEFAULT_LAUNCH.tables, maxnreg: int = DEFAULT_LAUNCH.maxnreg) -> Tensor:
         if traced and not _static(gq, gk, gv, positions):
             return CUSTOM_OPS.qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                      num_warps, poison, chunks, streaming)
+                                      num_warps, poison, chunks, streaming, tables, maxnreg)
         return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                            LaunchConfig(tile, num_warps, chunks, streaming), poison, traced=traced)
+                            LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg), poison, traced=traced)
 
     ops = _OpSet(
         define(f"ropelab::rope_fwd{suffix}", mutates_args=())(body(False)),
@@ -536,14 +542,14 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
         ctx.has_k = k is not None
         ctx.partial = partial
         ctx.low_precision = low_precision
-        ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks, streaming
+        ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg
 
     def grads(op):
         def backward(ctx, gq, gk):
             cos, sin, positions = ctx.saved_tensors
             dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision,
                         *ctx.launch_args)
-            return (dq, dk if ctx.has_k else None) + (None,) * 11
+            return (dq, dk if ctx.has_k else None) + (None,) * 13
 
         return backward
 
@@ -553,13 +559,13 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
 
 
 def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0, poison=False,
-          chunks=-1, streaming=False):
+          chunks=-1, streaming=False, tables=-1, maxnreg=0):
     yk = _empty_k(q) if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
 
 
 def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
-                  poison=False, chunks=-1, streaming=False):
+                  poison=False, chunks=-1, streaming=False, tables=-1, maxnreg=0):
     B, T, HQ, D = gq.shape
     return gq.new_empty((B, T, (HQ + 2 * gk.shape[2]) * D))
 
@@ -690,29 +696,29 @@ class _RopeQKVFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, tile, num_warps, poison,
-                chunks, streaming):
+                chunks, streaming, tables, maxnreg):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():
             yq, yk = _compiled_ops(q).fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                          num_warps, poison, chunks, streaming)
+                                          num_warps, poison, chunks, streaming, tables, maxnreg)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks, streaming), poison=poison)
+                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg), poison=poison)
         ctx.save_for_backward(cos, sin, positions)
-        ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming)
+        ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg)
         return yq, yk, v
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
         cos, sin, positions = ctx.saved_tensors
-        partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming = ctx.args
+        partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg = ctx.args
         if torch.compiler.is_compiling():
             dqkv = _compiled_ops(gq).qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                             tile, num_warps, poison, chunks, streaming)
+                                             tile, num_warps, poison, chunks, streaming, tables, maxnreg)
         else:
             dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                LaunchConfig(tile, num_warps, chunks, streaming), poison)
-        return (dqkv,) + (None,) * 13
+                                LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg), poison)
+        return (dqkv,) + (None,) * 15
 
 
 # -- the registry entries ---------------------------------------------------------------------------
@@ -760,12 +766,12 @@ class _TritonRotary(RotaryEmbedding):
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": "input" if self.low_precision else "float32"}
 
-    def _launch_args(self) -> tuple[bool, int, int, bool, int, bool]:
+    def _launch_args(self) -> tuple[bool, int, int, bool, int, bool, int, int]:
         """The layout, tuning and test hook as the scalars the launches take: interleaved, tile, warps, poison,
-        chunks, streaming."""
+        chunks, streaming, tables, maxnreg (every LaunchConfig field: one left out is silently the default)."""
         cfg = self.launch_config
         return (self.layout == "interleaved", cfg.tile, cfg.num_warps, bool(self.poison_outputs), cfg.chunks,
-                cfg.streaming)
+                cfg.streaming, cfg.tables, cfg.maxnreg)
 
     def _rotate_qkv(self, qkv, q, k, v, positions):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse

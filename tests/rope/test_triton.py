@@ -12,6 +12,7 @@ filled with NaN before the launch (the ``poison_outputs`` hook), so an unwritten
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import subprocess
@@ -448,6 +449,27 @@ def test_rotate_qkv_backward_is_one_launch_and_one_buffer(monkeypatch, device):
     assert torch.equal(dqkv[..., 64:], torch.ones_like(dqkv[..., 64:]))  # v's gradient, copied beside
 
 
+def test_every_launch_config_field_reaches_the_fused_qkv_launches(monkeypatch, device):
+    """The fused-qkv Function (and the compiled ops, which take the same scalars) carries the LaunchConfig as
+    scalars: every field reaches the forward's and the backward's launch, none silently the default."""
+    seen = []
+    real = triton_rope.launch
+
+    def spy(*args, config=None, **kwargs):
+        seen.append(config)
+        return real(*args, config=config, **kwargs)
+
+    monkeypatch.setattr(triton_rope, "launch", spy)
+    r = _build(D=16, device=device)
+    cfg = triton_rope.LaunchConfig(tile=512, num_warps=2, chunks=2, streaming=True, tables=1, maxnreg=40)
+    r.launch_config = cfg
+    assert len(r._launch_args()) == len(dataclasses.fields(cfg)) + 2  # and the layout and poison hook
+    qkv = torch.randn(2, 5, 3 * 2 * 16, device=device, requires_grad=True)
+    yq, yk, v = r.rotate_qkv(qkv, 2)
+    torch.autograd.grad((yq.sum() + yk.sum() + v.sum()), qkv)
+    assert seen == [cfg, cfg]
+
+
 @pytest.mark.parametrize("D", (20, 48, 6))
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
 def test_copy_heads_copies_any_strides_into_a_slice(D, dtype, device):
@@ -555,7 +577,8 @@ def test_launch_configuration_is_constexpr_row_geometry():
     to a power of two, and a load holds ``tile`` elements."""
     assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=0)  # tile by width, warps by tiling
     cfg = triton_rope.launch_config
-    rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "FLAT": False, "NBP": 128}
+    rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "FLAT": False, "NBP": 128,
+            "PAIRED": False}
     assert cfg(128, 64, True, False) == {"R2": 64, "CW": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
                                          "BR": 32, "M": 64, "num_warps": 8, **rows}
     assert cfg(16, 8, True, False)["BR"] == 128  # narrow rows: 1024-element loads
@@ -565,7 +588,8 @@ def test_launch_configuration_is_constexpr_row_geometry():
     chunks = triton_rope.LaunchConfig(chunks=1)
     assert cfg(48, 24, True, False, chunks) | {"BR": 0} == {
         "R2": 24, "CW": 12, "PASS": 0, "INTERLEAVED": False, "HP": 32, "PP": 1, "BR": 0, "CHUNKED": True, "V": 8,
-        "M": 3, "NCH": 256, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8, "FLAT": False, "NBP": 128}
+        "M": 3, "NCH": 256, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8, "FLAT": False, "NBP": 128,
+        "PAIRED": False}
     assert [(cfg(d, d // 2, True, False, chunks)["V"], cfg(d, d // 2, True, False, chunks)["M"])
             for d in (24, 40, 80, 96)] == [(4, 3), (4, 5), (8, 5), (16, 3)]
     assert [cfg(d, d // 2, True, True)[k] for d in (40, 96) for k in ("V", "NCH")] == [4, 256, 8, 128]
@@ -788,12 +812,13 @@ def test_element_tables_follow_the_tables_they_expand():
     assert triton_rope.element_tables(other, sin, 8, False, 4)[0] is not again
 
 
-def test_paired_tables_where_partners_sit_3_5_or_7_elements_off_a_block():
-    """The measured default: paired cos/sin tables for half-layout odd halves with R2 mod 8 = 3, 5, 7 at full
-    width only; ``LaunchConfig.tables`` forces either."""
+def test_paired_tables_where_measured_faster():
+    """The measured default: paired cos/sin tables for half-layout odd halves at full width with R2 mod 8 = 3, 5,
+    and from D = 200 on; ``LaunchConfig.tables`` forces either."""
     cfg = triton_rope.launch_config
-    assert [d for d in range(16, 80, 2) if cfg(d, d // 2, False, False)["PAIRED"]] == [
-        22, 26, 30, 38, 42, 46, 54, 58, 62, 70, 74, 78]
+    assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["PAIRED"]] == [
+        22, 26, 38, 42, 54, 58, 70, 74, 86, 90, 102, 106, 118, 122, 134, 138, 150, 154, 166, 170, 182, 186, 198,
+        202, 206, 210, 214, 218, 222, 226, 230, 234, 238, 242, 246, 250, 254]
     assert not cfg(22, 11, False, True)["PAIRED"] and not cfg(48, 12, True, False)["PAIRED"]
     assert not cfg(64, 11, False, False)["PAIRED"]  # a copied tail
     assert cfg(48, 12, True, False, triton_rope.LaunchConfig(tables=1))["PAIRED"]
