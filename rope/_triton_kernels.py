@@ -408,29 +408,6 @@ def _shifted_run(x_ptr, at, own, S: tl.constexpr, need_lo, need_hi, STREAM: tl.c
 
 
 @triton.jit
-def _paired_cos_sin(cs_ptr, at, valid, VB: tl.constexpr, NBP: tl.constexpr, HAS_POS: tl.constexpr,
-                    INVERSE: tl.constexpr):
-    """float32 cos, sin (NBP, VB) of blocks whose columns start ``at`` floats into the paired element table
-    (each column's cos and signed sin side by side; ``at`` a multiple of 4: 16-byte vectors). Loaded as two
-    (NBP, VB) halves, each deinterleaved in registers: a single (NBP, 2 VB) load took a layout of 4 floats a
-    thread and went through shared memory to meet the blocks' 8 elements a thread. Read without a mask: every
-    block's position is a row of the table (a block past the end has t < T, an invalid position row 0)."""
-    lanes = at[:, None] + tl.arange(0, VB)[None, :]
-    c_lo, s_lo = tl.split(tl.reshape(tl.load(cs_ptr + lanes, eviction_policy="evict_last").to(tl.float32),
-                                     (NBP, VB // 2, 2)))
-    c_hi, s_hi = tl.split(tl.reshape(tl.load(cs_ptr + lanes + VB, eviction_policy="evict_last").to(tl.float32),
-                                     (NBP, VB // 2, 2)))
-    c = tl.reshape(tl.permute(tl.join(c_lo, c_hi), (0, 2, 1)), (NBP, VB))
-    s = tl.reshape(tl.permute(tl.join(s_lo, s_hi), (0, 2, 1)), (NBP, VB))
-    if HAS_POS:
-        c = tl.where(valid[:, None], c, float("nan"))
-        s = tl.where(valid[:, None], s, float("nan"))
-    if INVERSE:
-        s = -s
-    return c, s
-
-
-@triton.jit
 def _rotate_flat(
     x_ptr, o_ptr, sxb, sxt, sob, sot,
     cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
@@ -477,6 +454,12 @@ def _rotate_flat(
     d = d0[:, None] + tl.arange(0, VB)[None, :]  # the element's place in its row (from D on: the next row's)
     if VB > (D & -D):  # a block may cross into the next row (of the same token)
         d = tl.where(d >= D, d - D, d)
+    if not PAIRED:  # split tables of period P = lcm(D, 4) (rope.triton_rope.element_table_period), a block's
+        # columns starting at w0 mod P: a multiple of G (computed here, before the loads, as the code measured in
+        # session 12 was: the order changes the sm_90 schedule)
+        P: tl.constexpr = D if VB == 2 or D % 4 == 0 else 2 * D
+        G: tl.constexpr = VB if P % VB == 0 else VB // 2
+        col = ((w0 // G) % (P // G) * G)[:, None] + tl.arange(0, VB)[None, :]
     m = tl.broadcast_to(bm[:, None], (NBP, VB))
     rot = d < 2 * R2
     raw = _load_x(x_ptr + x_at, m, STREAM)
@@ -508,13 +491,25 @@ def _rotate_flat(
         down = _shifted_run(x_ptr, x_row, raw, -R2, bm & dn_lo, bm & dn_hi, STREAM, VB, NBP).to(tl.float32)
         partner = tl.where(d < R2, up, down)
     # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
-    if PAIRED:
-        c, s = _paired_cos_sin(cos_ptr, pos * (s_cs * CSV) + 2 * d0, valid, VB, NBP, HAS_POS, INVERSE)
-    else:  # split tables of period P = lcm(D, 4) (rope.triton_rope.element_table_period), a block's columns
-        # starting at w0 mod P: a multiple of G
-        P: tl.constexpr = D if VB == 2 or D % 4 == 0 else 2 * D
-        G: tl.constexpr = VB if P % VB == 0 else VB // 2
-        col = ((w0 // G) % (P // G) * G)[:, None] + tl.arange(0, VB)[None, :]
+    if PAIRED:  # one table, each column's cos and signed sin side by side, from float 2 d0 on (16-byte aligned:
+        # d0 is a multiple of DU >= 2); loaded as two (NBP, VB) halves, each deinterleaved in registers (a single
+        # (NBP, 2 VB) load took a layout of 4 floats a thread and went through shared memory to meet the blocks'
+        # 8 elements a thread). Written out here, not in a helper: the call's blocks changed the sm_90 schedule.
+        # Read without a mask: every block's position is a row of the table (a block past the end has t < T, an
+        # invalid position row 0).
+        cs_at = cos_ptr + (pos * (s_cs * CSV) + 2 * d0)[:, None] + tl.arange(0, VB)[None, :]
+        c_lo, s_lo = tl.split(tl.reshape(tl.load(cs_at, eviction_policy="evict_last").to(tl.float32),
+                                         (NBP, VB // 2, 2)))
+        c_hi, s_hi = tl.split(tl.reshape(tl.load(cs_at + VB, eviction_policy="evict_last").to(tl.float32),
+                                         (NBP, VB // 2, 2)))
+        c = tl.reshape(tl.permute(tl.join(c_lo, c_hi), (0, 2, 1)), (NBP, VB))
+        s = tl.reshape(tl.permute(tl.join(s_lo, s_hi), (0, 2, 1)), (NBP, VB))
+        if HAS_POS:
+            c = tl.where(valid[:, None], c, float("nan"))
+            s = tl.where(valid[:, None], s, float("nan"))
+        if INVERSE:
+            s = -s
+    else:  # split tables (columns computed above)
         c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
     y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE)  # its first output: own c + partner s'
     # A copied tail passes through. Without one the select is a no-op, and dropping it changes only the sm_90

@@ -132,7 +132,10 @@ FLAT_BLOCK = 8
 #: mod 8 = 1 and 7 below D = 200 (D = 66: 91.9/93.0 against 90.1/88.1) and at some R2 mod 8 = 3, 5 between
 #: (D = 70, 74, 102, 118: 1.5-2 points). The rule's mean over the 60, min(forward, backward), is 88.8 against
 #: 88.1 all paired, 87.0 all split, 89.0 for the better of the two at each D. A copied tail with odd R2 and the
-#: even halves (2-8 points slower paired, call 2) stay split.
+#: even halves (2-8 points slower paired, call 2) stay split. How the kernel source orders the same operations
+#: moved these numbers by up to 5 points: the code now compiles (PTX, compared offline) to that of 3433ad3 for
+#: paired tables (call 2: D = 22 95.2/94.9, D = 26 96.5/95.1, against 90.3/93.9 and 90.2/93.8 in calls 3 and 7)
+#: and to that of 14a7907 for split ones.
 PAIRED_TABLES_BY_DEFAULT = True
 FLAT_TILE = 1024
 FLAT_WARPS = 4
