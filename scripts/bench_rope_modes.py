@@ -226,6 +226,23 @@ def build_options(variant: str, D: int, layout: str, rotary_dim: int | None) -> 
     return opts
 
 
+class EntrySpecError(ValueError):
+    """``NAME@SPEC`` names launch settings its entry does not have."""
+
+
+def build_entry(name: str, D: int, max_seq_len: int, device: torch.device | str, **opts) -> torch.nn.Module:
+    """The registry entry ``NAME@SPEC`` built (``rope.build`` options ``opts``) with SPEC's launch settings
+    (:func:`scripts.benchlib.launch_overrides`) in its ``launch_config``: the one place a spec reaches a module,
+    for every mode. Raises :class:`EntrySpecError` naming the entry when SPEC is given to one without them."""
+    base, overrides = launch_overrides(name)
+    mod = rope.build(base, D, max_seq_len, **opts).to(device)
+    if overrides:
+        if not hasattr(mod, "launch_config"):
+            raise EntrySpecError(f"{name}: {base} has no launch configuration to override")
+        mod.launch_config = replace(mod.launch_config, **overrides)
+    return mod
+
+
 def build_impl(bench: Bench, name: str, D: int, max_seq_len: int, layout: str = "half",
                rotary_dim: int | None = None) -> Impl | str:
     """``name`` built for one configuration, or a one-line reason why it cannot run it."""
@@ -250,17 +267,14 @@ def build_impl(bench: Bench, name: str, D: int, max_seq_len: int, layout: str = 
             return Impl(COMPILED, lambda q, k, positions=None: cf(q, k, positions=positions),
                         lambda gq, gk, positions=None: ci(gq, gk, positions=positions),
                         "compiled transposed rotation (sin negated)", call=cf, module=fwd_mod)
-        base, overrides = launch_overrides(name)
-        reason = rope.get(base).unavailable_reason(bench.device)
+        reason = rope.get(launch_overrides(name)[0]).unavailable_reason(bench.device)
         if reason:
             return f"{name}: {reason}"
-        mod = rope.build(base, D, max_seq_len, **opts).to(bench.device)
-        if overrides:
-            if not hasattr(mod, "launch_config"):
-                return f"{name}: {base} has no launch configuration to override"
-            mod.launch_config = replace(mod.launch_config, **overrides)
+        mod = build_entry(name, D, max_seq_len, bench.device, **opts)
     except RopeArgumentError as exc:
         return f"{name}: {exc}"
+    except EntrySpecError as exc:
+        return str(exc)
     bwd = None
     if hasattr(mod, "rotate_transposed"):
         bwd = lambda gq, gk, positions=None: mod.rotate_transposed(gq, gk, positions)  # noqa: E731
@@ -756,10 +770,11 @@ def run_overhead(bench: Bench, names: Sequence[str], shapes: Sequence[tuple[int,
                                                    .to(bench.device), dtype=bench.liger_dtype)
                 callers[name] = (native, None)
             else:
-                base, overrides = launch_overrides(name)
-                mod = rope.build(base, D, max_seq_len, variant=bench.variant).to(bench.device)
-                if overrides and hasattr(mod, "launch_config"):
-                    mod.launch_config = replace(mod.launch_config, **overrides)
+                try:
+                    mod = build_entry(name, D, max_seq_len, bench.device, variant=bench.variant)
+                except EntrySpecError as exc:
+                    notes.append(str(exc))
+                    continue
                 callers[name] = (mod, bare_launcher(mod))
         for pos_kind in ("none", "(B,T) int64"):
             pos = None if pos_kind == "none" else positions

@@ -245,6 +245,16 @@ def test_a_launch_spec_sets_tile_warps_and_streaming():
             launch_overrides(bad)
 
 
+def test_a_spec_reaches_the_module_through_one_builder():
+    """``build_entry`` is where every mode turns NAME@SPEC into a module: the settings land in its
+    LaunchConfig, and a spec for an entry without one is refused with the entry named (the overhead mode
+    used to drop it silently)."""
+    mod = bm.build_entry("triton_v4@flat+paired+regs=40", 18, 32, "cpu", variant="full")
+    assert mod.launch_config == LaunchConfig(chunks=2, tables=1, maxnreg=40)
+    with pytest.raises(bm.EntrySpecError, match="torch@rows: torch has no launch configuration"):
+        bm.build_entry("torch@rows", 16, 32, "cpu")
+
+
 def test_every_mode_takes_a_tiling_suffix(tmp_path):
     """The modes build ``NAME@TILING`` entries too (the overhead mode once looked the suffixed name up in
     the registry and failed)."""
