@@ -15,7 +15,11 @@ bytes. It needs no GPU and it is no benchmark: what the widths cost is measured 
     python -m scripts.kernel_vectors [--head-dims 16,24,40,48] [--layouts half,interleaved]
         [--rotary-fractions 1,0.5] [--variant partial] [--dtype bf16] [--arch 90] [--json]
 
-Runs without ``TRITON_INTERPRET`` (the interpreter replaces the kernels by Python functions).
+Runs without ``TRITON_INTERPRET`` (the interpreter replaces the kernels by Python functions). The code is
+the installed Triton's; to see what the device compiles, put its version first on the path (the H100 image
+has triton 3.6: ``pip install --target DIR triton==3.6.0 --no-deps``, then ``PYTHONPATH=DIR``). Two Tritons
+compile the same kernel differently, and the order of the same operations in the source can move a geometry
+by points (docs/kernels.md, session 13).
 """
 
 from __future__ import annotations
