@@ -124,18 +124,20 @@ FLAT_BY_DEFAULT = True
 FLAT_BLOCK = 8
 
 #: The flat tiling's paired cos/sin table (:func:`element_tables`), where measured faster than split ones:
-#: half-layout odd halves at full width whose partners sit 3 or 5 elements off a 16-byte block (R2 mod 8 = 3, 5),
-#: and every odd half from D = 200 on. Split and paired side by side at all 60 odd halves D = 18 ... 254 on one
+#: half-layout odd halves at full width whose partners sit 3 or 5 elements off a 16-byte block (R2 mod 8 = 3,
+#: 5), and those at 7 from D = 200 on. Split and paired side by side at all 60 odd halves D = 18 ... 254 on one
 #: H100 (docs/results/bench_h100_s13/call3): paired leads by 3-11 points at R2 mod 8 = 3, 5 from D = 166 on
 #: (D = 186: 86.1/87.5% of copy bandwidth against 77.5/75.0), by 1-4 at D >= 206 otherwise (D = 210:
-#: 88.1/87.2 against 83.9/83.2), and by 1 to 5 in the backward at D = 22, 26; split leads by 1-3 points at R2
+#: 88.1/87.2 against 83.9/83.2, with that call's paired code), and by 1 to 5 in the backward at D = 22, 26;
+#: split leads by 1-3 points at R2
 #: mod 8 = 1 and 7 below D = 200 (D = 66: 91.9/93.0 against 90.1/88.1) and at some R2 mod 8 = 3, 5 between
-#: (D = 70, 74, 102, 118: 1.5-2 points). The rule's mean over the 60, min(forward, backward), is 88.8 against
-#: 88.1 all paired, 87.0 all split, 89.0 for the better of the two at each D. A copied tail with odd R2 and the
-#: even halves (2-8 points slower paired, call 2) stay split. How the kernel source orders the same operations
-#: moved these numbers by up to 5 points: the code now compiles (PTX, compared offline) to that of 3433ad3 for
-#: paired tables (call 2: D = 22 95.2/94.9, D = 26 96.5/95.1, against 90.3/93.9 and 90.2/93.8 in calls 3 and 7)
-#: and to that of 14a7907 for split ones.
+#: (D = 70, 74, 102, 118: 1.5-2 points). A copied tail with odd R2 and the even halves (2-8 points slower
+#: paired, call 2) stay split. How the kernel source orders the same operations moved these numbers by up to
+#: 5 points, through the registers it takes (docs/kernels.md, session 13): the code now compiles to 3433ad3's
+#: PTX for paired tables (call 2: D = 22 95.2/94.9, D = 26 96.5/95.1, against 90.3/93.9 and 90.2/93.8 in calls
+#: 3 and 7, whose forward took 36 registers) and to 14a7907's for split ones. That paired code takes 34-36
+#: registers at R2 mod 8 = 1 (32 elsewhere, and split 32 at every odd half) and ran 2-5 points under split
+#: there (call 2: D = 18, 66, 130, 194), so R2 mod 8 = 1 stays split at every D.
 PAIRED_TABLES_BY_DEFAULT = True
 FLAT_TILE = 1024
 FLAT_WARPS = 4
@@ -203,8 +205,8 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "PAIRED": bool(config.tables) if config.tables >= 0 else (
-            PAIRED_TABLES_BY_DEFAULT and not interleaved and passed == 0 and rotary_pairs % 2 == 1
-            and (rotary_pairs % 8 in (3, 5) or head_dim >= 200)),
+            PAIRED_TABLES_BY_DEFAULT and not interleaved and passed == 0
+            and (rotary_pairs % 8 in (3, 5) or (rotary_pairs % 8 == 7 and head_dim >= 200))),
     }
 
 
