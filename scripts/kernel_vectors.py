@@ -132,20 +132,32 @@ def integer_divisions(ptx: str) -> int:
     return len(_INTEGER_DIVISION.findall(ptx))
 
 
+def cuda_tool(name: str) -> str | None:
+    """The CUDA binary ``name`` (nvdisasm, cuobjdump): the one Triton ships, else one on PATH, else None."""
+    tool = Path(__import__("triton").__file__).parent / "backends" / "nvidia" / "bin" / name
+    return str(tool) if tool.exists() else shutil.which(name)
+
+
+def cubin_tool_output(kernel, name: str, *args: str, check: bool = False) -> str | None:
+    """What the CUDA binary ``name`` prints for the compiled kernel's cubin given ``args`` (None without it)."""
+    tool = cuda_tool(name)
+    if tool is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(kernel.asm["cubin"])
+        return subprocess.run([tool, *args, str(path)], capture_output=True, text=True, check=check).stdout
+
+
 def sass_per_element(kernel, head_dim: int, rotary_dim: int, layout: str, variant: str, chunks: int) -> float | None:
     """Machine instructions in the code of one tensor's branch (half the kernel: a program runs q's or
     k's) over the elements one thread rotates: a static measure of the per-element work, which the
     rotation's float arithmetic keeps near 12 for wide vectors. None without ``nvdisasm``."""
     from rope.triton_rope import FLAT_BLOCK, LaunchConfig, launch_config
 
-    tool = Path(__import__("triton").__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-    tool = str(tool) if tool.exists() else shutil.which("nvdisasm")
-    if tool is None:
+    sass = cubin_tool_output(kernel, "nvdisasm", "-c", check=True)
+    if sass is None:
         return None
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.cubin"
-        path.write_bytes(kernel.asm["cubin"])
-        sass = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
     n = len(re.findall(r"^\s*/\*[0-9a-f]{4,}\*/", sass, flags=re.M))
     cfg = launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved",
                         LaunchConfig(chunks=chunks))
@@ -158,15 +170,8 @@ def registers(kernel) -> int | None:
     """Registers a thread of the compiled kernel takes (``cuobjdump -res-usage``; None without the tool). Why
     it matters: a flat program is 4 warps, and at 32 registers 16 programs share an SM where at 34-40 only 12
     do; every 3-5 point gap between code variants measured on the H100 in session 13 lined up with it."""
-    tool = Path(__import__("triton").__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    tool = str(tool) if tool.exists() else shutil.which("cuobjdump")
-    if tool is None:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "k.cubin"
-        path.write_bytes(kernel.asm["cubin"])
-        usage = subprocess.run([tool, "-res-usage", str(path)], capture_output=True, text=True).stdout
-    m = re.search(r"REG:(\d+)", usage)
+    usage = cubin_tool_output(kernel, "cuobjdump", "-res-usage")
+    m = re.search(r"REG:(\d+)", usage or "")
     return int(m.group(1)) if m else None
 
 

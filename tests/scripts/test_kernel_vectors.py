@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts import kernel_vectors
 from scripts.kernel_vectors import access_widths
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,16 +58,7 @@ def test_cos_sin_and_rows_load_at_least_8_bytes_per_thread():
         assert "16" in r["loads"], r  # JSON keys: the cos/sin tiles load 16 bytes per thread
         # the registers a thread takes, read from the cubin (None only where cuobjdump is missing)
         assert r["registers"] is None or 16 <= r["registers"] <= 255, r
-    assert any(r["registers"] for r in rows) or kernel_vectors_tool_missing("cuobjdump")
-
-
-def kernel_vectors_tool_missing(name: str) -> bool:
-    import shutil
-    from pathlib import Path
-
-    import triton
-
-    return not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name).exists() and not shutil.which(name)
+    assert any(r["registers"] for r in rows) or kernel_vectors.cuda_tool("cuobjdump") is None
 
 
 def test_shared_output_buffer_keeps_the_access_widths():
