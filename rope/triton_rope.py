@@ -122,6 +122,9 @@ FLAT_BY_DEFAULT = True
 #: program and warps: 1024 and 4 (8 elements a thread) measured 0.5-2 points above 2048 and 8 at every
 #: geometry it is the default for (session 12, call 4), and 512/2 or 256/1 no better.
 FLAT_BLOCK = 8
+FLAT_TILE = 1024
+FLAT_WARPS = 4
+ROW_WARPS = 8
 
 #: The flat tiling's paired cos/sin table (:func:`element_tables`), where measured faster than split ones:
 #: half-layout odd halves at full width whose partners sit 3 or 5 elements off a 16-byte block (R2 mod 8 = 3,
@@ -129,19 +132,15 @@ FLAT_BLOCK = 8
 #: H100 (docs/results/bench_h100_s13/call3): paired leads by 3-11 points at R2 mod 8 = 3, 5 from D = 166 on
 #: (D = 186: 86.1/87.5% of copy bandwidth against 77.5/75.0), by 1-4 at D >= 206 otherwise (D = 210:
 #: 88.1/87.2 against 83.9/83.2, with that call's paired code), and by 1 to 5 in the backward at D = 22, 26;
-#: split leads by 1-3 points at R2
-#: mod 8 = 1 and 7 below D = 200 (D = 66: 91.9/93.0 against 90.1/88.1) and at some R2 mod 8 = 3, 5 between
-#: (D = 70, 74, 102, 118: 1.5-2 points). A copied tail with odd R2 and the even halves (2-8 points slower
-#: paired, call 2) stay split. How the kernel source orders the same operations moved these numbers by up to
-#: 5 points, through the registers it takes (docs/kernels.md, session 13): the code now compiles to 3433ad3's
-#: PTX for paired tables (call 2: D = 22 95.2/94.9, D = 26 96.5/95.1, against 90.3/93.9 and 90.2/93.8 in calls
-#: 3 and 7, whose forward took 36 registers) and to 14a7907's for split ones. That paired code takes 34-36
-#: registers at R2 mod 8 = 1 (32 elsewhere, and split 32 at every odd half) and ran 2-5 points under split
-#: there (call 2: D = 18, 66, 130, 194), so R2 mod 8 = 1 stays split at every D.
+#: split leads by 1-3 points at R2 mod 8 = 1 and 7 below D = 200 (D = 66: 91.9/93.0 against 90.1/88.1) and
+#: at some R2 mod 8 = 3, 5 between (D = 70, 74, 102, 118: 1.5-2 points). A copied tail with odd R2 and the
+#: even halves (2-8 points slower paired, call 2) stay split. How the kernel source orders the same operations
+#: moved these numbers by up to 5 points, through the registers it takes (docs/kernels.md, session 13): the
+#: code now compiles to 3433ad3's PTX for paired tables (call 2: D = 22 95.2/94.9, D = 26 96.5/95.1, against
+#: 90.3/93.9 and 90.2/93.8 in calls 3 and 7, whose forward took 36 registers) and to 14a7907's for split ones.
+#: That paired code takes 34-36 registers at R2 mod 8 = 1 (32 elsewhere, and split 32 at every odd half) and
+#: ran 2-5 points under split there (call 2: D = 18, 66, 130, 194), so R2 mod 8 = 1 stays split at every D.
 PAIRED_TABLES_BY_DEFAULT = True
-FLAT_TILE = 1024
-FLAT_WARPS = 4
-ROW_WARPS = 8
 
 
 def _next_pow2(n: int) -> int:
