@@ -82,6 +82,9 @@ class LaunchConfig:
         if self.tables not in (-1, 0, 1):
             raise ValueError(f"LaunchConfig.tables must be -1 (chosen by the row geometry), 0 (split) or 1 (paired), "
                              f"got {self.tables!r}")
+        if not (self.maxnreg == 0 or 16 <= self.maxnreg <= 255):
+            raise ValueError(f"LaunchConfig.maxnreg must be 0 (the compiler's choice) or a register count from 16 to "
+                             f"255, got {self.maxnreg!r}")
 
 
 DEFAULT_LAUNCH = LaunchConfig()

@@ -51,6 +51,12 @@ def launch_overrides(name: str) -> tuple[str, dict]:
             out[_SPEC_INTS[key]] = int(value)
         else:
             raise ValueError(f"{item!r} in {name}: {SPEC_HELP}")
+    from rope.triton_rope import LaunchConfig
+
+    try:  # the fields' own bounds (regs=8, say), refused here with the entry named, before any work
+        LaunchConfig(**out)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
     return base, out
 
 

@@ -825,6 +825,8 @@ def test_paired_tables_where_measured_faster():
     assert not cfg(22, 11, False, False, triton_rope.LaunchConfig(tables=0))["PAIRED"]
     with pytest.raises(ValueError, match="tables"):
         triton_rope.LaunchConfig(tables=2)
+    with pytest.raises(ValueError, match="maxnreg must be 0 .* from 16 to 255, got -1"):
+        triton_rope.LaunchConfig(maxnreg=-1)
 
 
 def test_flat_tiling_takes_inference_tensors(device):

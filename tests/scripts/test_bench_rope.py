@@ -243,6 +243,8 @@ def test_a_launch_spec_sets_tile_warps_and_streaming():
     for bad in ("triton_v4@tile=0", "triton_v4@warps=x", "triton_v4@tile"):
         with pytest.raises(ValueError, match=bad.partition("@")[2]):
             launch_overrides(bad)
+    with pytest.raises(ValueError, match="triton_v4@regs=8: LaunchConfig.maxnreg must be"):
+        launch_overrides("triton_v4@regs=8")
 
 
 def test_a_spec_reaches_the_module_through_one_builder():
