@@ -381,6 +381,89 @@ def _window(lo, hi, R: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
 
 
 @triton.jit
+def _half_word(w, HIGH: tl.constexpr, DT: tl.constexpr):
+    """The 16-bit element in the high (``HIGH``) or low half of the int32 words ``w``, as float32 (exact).
+    A bfloat16's float32 is its bits in the high half of a word, so for bf16 this is one shift or one mask."""
+    if DT == tl.bfloat16:
+        bits = (w & -65536) if HIGH else (w << 16)
+        val = bits.to(tl.float32, bitcast=True)
+    else:
+        half = (w >> 16) if HIGH else w
+        val = half.to(tl.int16).to(DT, bitcast=True).to(tl.float32)
+    return val
+
+
+@triton.jit
+def _word(lo, hi, J: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
+    """Word ``J`` (< 2W) of each row of the (N, 2W) int32 tile that ``lo`` and ``hi`` (N, W) make side by side."""
+    if W == 1:
+        word = tl.reshape(lo if J < 1 else hi, (N,))
+    else:
+        word = _pick(lo, hi, J, W, N)
+    return word
+
+
+@triton.jit
+def _partner_element(ulo, uhi, dlo, dhi, first, L: tl.constexpr, RU: tl.constexpr, RD: tl.constexpr,
+                     W: tl.constexpr, N: tl.constexpr, DT: tl.constexpr):
+    """Lane ``L``'s partner as float32: element RU + L of the up run's words (``first``: the lane is in the
+    first half) else element RD + L of the down run's. RU and RD have the same parity (RU + RD = 2W), so the
+    element sits in the same half of whichever word is chosen: one select of words, then one conversion."""
+    word = tl.where(_column(first, L, 2 * W, N), _word(ulo, uhi, (RU + L) // 2, W, N),
+                    _word(dlo, dhi, (RD + L) // 2, W, N))
+    return _half_word(word, (RU + L) % 2 == 1, DT)
+
+
+@triton.jit
+def _word_partners(ulo, uhi, dlo, dhi, first, RU: tl.constexpr, RD: tl.constexpr, W: tl.constexpr,
+                   N: tl.constexpr, DT: tl.constexpr):
+    """Each lane's partner (N, 2W), float32, from the int32 words of the up and down runs' aligned blocks
+    (:func:`_partner_element`; joined in :func:`_window`'s order). Why words: moving 16-bit elements between
+    registers packs and unpacks halves, and converting both runs before the select kept both live."""
+    if W == 1:
+        out = tl.join(_partner_element(ulo, uhi, dlo, dhi, first, 0, RU, RD, W, N, DT),
+                      _partner_element(ulo, uhi, dlo, dhi, first, 1, RU, RD, W, N, DT))
+    elif W == 2:
+        out = tl.join(
+            tl.join(_partner_element(ulo, uhi, dlo, dhi, first, 0, RU, RD, W, N, DT),
+                    _partner_element(ulo, uhi, dlo, dhi, first, 2, RU, RD, W, N, DT)),
+            tl.join(_partner_element(ulo, uhi, dlo, dhi, first, 1, RU, RD, W, N, DT),
+                    _partner_element(ulo, uhi, dlo, dhi, first, 3, RU, RD, W, N, DT)),
+        )
+    else:
+        out = tl.join(
+            tl.join(
+                tl.join(_partner_element(ulo, uhi, dlo, dhi, first, 0, RU, RD, W, N, DT),
+                        _partner_element(ulo, uhi, dlo, dhi, first, 4, RU, RD, W, N, DT)),
+                tl.join(_partner_element(ulo, uhi, dlo, dhi, first, 2, RU, RD, W, N, DT),
+                        _partner_element(ulo, uhi, dlo, dhi, first, 6, RU, RD, W, N, DT)),
+            ),
+            tl.join(
+                tl.join(_partner_element(ulo, uhi, dlo, dhi, first, 1, RU, RD, W, N, DT),
+                        _partner_element(ulo, uhi, dlo, dhi, first, 5, RU, RD, W, N, DT)),
+                tl.join(_partner_element(ulo, uhi, dlo, dhi, first, 3, RU, RD, W, N, DT),
+                        _partner_element(ulo, uhi, dlo, dhi, first, 7, RU, RD, W, N, DT)),
+            ),
+        )
+    return tl.reshape(out, (N, 2 * W))
+
+
+@triton.jit
+def _run_words(x_ptr, at_w, S: tl.constexpr, need_lo, need_hi, STREAM: tl.constexpr, VB: tl.constexpr,
+               NBP: tl.constexpr):
+    """The two aligned blocks holding each block's run of VB 16-bit elements S elements on (as
+    :func:`_shifted_run`), read as VB/2 int32 words each (``at_w``: the blocks' first words; the tensor
+    word-aligned, see ``WORDS``). The block at offset 0 is read again (from L1): only R2 < VB has one."""
+    A: tl.constexpr = (S // VB) * VB
+    W: tl.constexpr = VB // 2
+    w_ptr = x_ptr.to(tl.pointer_type(tl.int32))
+    lanes = tl.arange(0, W)[None, :]
+    lo = _load_x(w_ptr + at_w + A // 2 + lanes, tl.broadcast_to(need_lo[:, None], (NBP, W)), STREAM)
+    hi = _load_x(w_ptr + at_w + (A + VB) // 2 + lanes, tl.broadcast_to(need_hi[:, None], (NBP, W)), STREAM)
+    return lo, hi
+
+
+@triton.jit
 def _meets(a, b, LO: tl.constexpr, HI: tl.constexpr):
     """Whether the lanes [a, b) of each block (a < b) meet the lanes [LO, HI)."""
     return (a < HI) & (b > LO)
@@ -415,7 +498,7 @@ def _rotate_flat(
     D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr, INTERLEAVED: tl.constexpr, VB: tl.constexpr,
     NBP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr, WIDE: tl.constexpr,
-    STREAM: tl.constexpr, PAIRED: tl.constexpr,
+    STREAM: tl.constexpr, PAIRED: tl.constexpr, WORDS: tl.constexpr,
 ):
     """Blocks [k0, k0 + NBP) of one tensor whose tokens are WB blocks of VB consecutive elements (a token's
     heads contiguous: H D elements, H D = WB VB), each element rotated against its partner.
@@ -487,9 +570,15 @@ def _rotate_flat(
             up_hi |= _meets(D - d0, D + R2 - d0, SU, VB)
             dn_lo |= _meets(D + R2 - d0, D + 2 * R2 - d0, 0, SD)
             dn_hi |= _meets(D + R2 - d0, D + 2 * R2 - d0, SD, VB)
-        up = _shifted_run(x_ptr, x_row, raw, R2, bm & up_lo, bm & up_hi, STREAM, VB, NBP).to(tl.float32)
-        down = _shifted_run(x_ptr, x_row, raw, -R2, bm & dn_lo, bm & dn_hi, STREAM, VB, NBP).to(tl.float32)
-        partner = tl.where(d < R2, up, down)
+        if WORDS and DT.primitive_bitwidth == 16:
+            xw_row = ((b * sxb + t * sxt) * (SV // 2) + (blk - seg * WB) * (VB // 2))[:, None]
+            ulo, uhi = _run_words(x_ptr, xw_row, R2, bm & up_lo, bm & up_hi, STREAM, VB, NBP)
+            dlo, dhi = _run_words(x_ptr, xw_row, -R2, bm & dn_lo, bm & dn_hi, STREAM, VB, NBP)
+            partner = _word_partners(ulo, uhi, dlo, dhi, d < R2, R2 % VB, (-R2) % VB, VB // 2, NBP, DT)
+        else:
+            up = _shifted_run(x_ptr, x_row, raw, R2, bm & up_lo, bm & up_hi, STREAM, VB, NBP).to(tl.float32)
+            down = _shifted_run(x_ptr, x_row, raw, -R2, bm & dn_lo, bm & dn_hi, STREAM, VB, NBP).to(tl.float32)
+            partner = tl.where(d < R2, up, down)
     # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
     if PAIRED:  # one table, each column's cos and signed sin side by side, from float 2 d0 on (16-byte aligned:
         # d0 is a multiple of DU >= 2); loaded as two (NBP, VB) halves, each deinterleaved in registers (a single
@@ -556,7 +645,7 @@ def rope_kernel(
     CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
-    NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False,
+    NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
     others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
@@ -573,13 +662,13 @@ def rope_kernel(
             _rotate_flat(
                 q_ptr, oq_ptr, sqb, sqt, soqb, soqt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
                 i * NBP, NRQ, T, mT, pT, HQ, mHQ, pHQ, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
-                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED,
+                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
             )  # fmt: skip
         else:
             _rotate_flat(
                 k_ptr, ok_ptr, skb, skt, sokb, sokt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
                 (i - NPQ) * NBP, NRK, T, mT, pT, HK, mHK, pHK, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
-                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED,
+                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
             )  # fmt: skip
     elif CHUNKED and PASS > 0 and i >= NPR:  # a constexpr test first: no copy code without a tail
         if PASS > 0:

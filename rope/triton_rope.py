@@ -74,6 +74,11 @@ class LaunchConfig:
     #: A register cap per thread for the compiler (``maxnreg``; 0: its own choice). 32 lets 16 programs of
     #: 4 warps share an SM (64K registers); the flat tiling compiles to 32-38.
     maxnreg: int = 0
+    #: How the flat tiling reads a partner run that is not aligned to its block, for 16-bit inputs: 1 as int32
+    #: words (each element a shift or mask of the word holding it, one select per lane between the up and down
+    #: runs), 0 as 16-bit elements shifted in registers, -1 chosen by the row geometry (see
+    #: :func:`launch_config`). Words need word-aligned tensors; others take elements whatever this says.
+    words: int = -1
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1, 2):
@@ -82,6 +87,9 @@ class LaunchConfig:
         if self.tables not in (-1, 0, 1):
             raise ValueError(f"LaunchConfig.tables must be -1 (chosen by the row geometry), 0 (split) or 1 (paired), "
                              f"got {self.tables!r}")
+        if self.words not in (-1, 0, 1):
+            raise ValueError(f"LaunchConfig.words must be -1 (chosen by the row geometry), 0 (16-bit elements) or 1 "
+                             f"(int32 words), got {self.words!r}")
         if not (self.maxnreg == 0 or 16 <= self.maxnreg <= 255):
             raise ValueError(f"LaunchConfig.maxnreg must be 0 (the compiler's choice) or a register count from 16 to "
                              f"255, got {self.maxnreg!r}")
@@ -146,6 +154,11 @@ ROW_WARPS = 8
 PAIRED_TABLES_BY_DEFAULT = True
 
 
+#: Whether the flat tiling reads misaligned partner runs of 16-bit inputs as int32 words by default
+#: (``LaunchConfig.words``).
+WORDS_BY_DEFAULT = False
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
@@ -206,6 +219,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
+        "WORDS": bool(config.words) if config.words >= 0 else WORDS_BY_DEFAULT,
         "PAIRED": bool(config.tables) if config.tables >= 0 else (
             PAIRED_TABLES_BY_DEFAULT and not interleaved and passed == 0
             and (rotary_pairs % 8 in (3, 5) or (rotary_pairs % 8 == 7 and head_dim >= 200))),
@@ -321,6 +335,8 @@ def launch(
         if cfg["CHUNKED"] and cfg["PASS"]:
             nppq, nppk = -(-nrq * cfg["MP"] // cfg["NCP"]), -(-nrk * cfg["MP"] // cfg["NCP"])
     sv = _pow2_unit(math.gcd(sv, ook)) if ook else sv
+    if cfg["WORDS"] and not (vb and sv % 2 == 0 and _word_aligned(q, traced) and _word_aligned(kk, traced)):
+        cfg = {**cfg, "WORDS": False}  # (a copy: the dict is launch_config's cached one)
     if sin.stride() != cos.stride():  # the kernel indexes both tables with cos's stride
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
@@ -469,6 +485,15 @@ def _flat_block(D: int, HQ: int, HK: int, rows: int, per_program: int, *tensors:
     return 0
 
 
+def _word_aligned(t: Tensor, traced: bool) -> bool:
+    """Whether ``t``'s data starts on a 4-byte boundary, so its even element offsets can be read as int32 words
+    (``WORDS``). Traced (torch.compile): from the storage offset, as Inductor reasons about alignment (its
+    allocations, like the caching allocator's, are aligned); eagerly from the pointer."""
+    if traced:
+        return (t.storage_offset() * t.element_size()) % 4 == 0
+    return t.data_ptr() % 4 == 0
+
+
 def _scaled_strides(t: Tensor, unit: int) -> tuple[int, int, int, int]:
     sb, st, sh, sd = t.stride()
     return sb // unit, st // unit, sh // unit, sd
@@ -510,14 +535,15 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
                 num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
                 chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
                 tables: int = DEFAULT_LAUNCH.tables, maxnreg: int = DEFAULT_LAUNCH.maxnreg,
+                words: int = DEFAULT_LAUNCH.words,
                 ) -> tuple[Tensor, Tensor]:
             if traced and not _static(q, k, positions):  # a dynamic-shape trace: the opaque custom op
                 fallback = CUSTOM_OPS.bwd if inverse else CUSTOM_OPS.fwd
                 return fallback(q, k, cos, sin, positions, partial, low_precision, interleaved, tile, num_warps,
-                                poison, chunks, streaming, tables, maxnreg)
+                                poison, chunks, streaming, tables, maxnreg, words)
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg), poison=poison,
-                            traced=traced)
+                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words),
+                            poison=poison, traced=traced)
             return yq, _empty_k(q) if yk is None else yk
 
         return run
@@ -526,12 +552,14 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
                  partial: bool, low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
                  num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
                  chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
-                 tables: int = DEFAULT_LAUNCH.tables, maxnreg: int = DEFAULT_LAUNCH.maxnreg) -> Tensor:
+                 tables: int = DEFAULT_LAUNCH.tables, maxnreg: int = DEFAULT_LAUNCH.maxnreg,
+                 words: int = DEFAULT_LAUNCH.words) -> Tensor:
         if traced and not _static(gq, gk, gv, positions):
             return CUSTOM_OPS.qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                      num_warps, poison, chunks, streaming, tables, maxnreg)
+                                      num_warps, poison, chunks, streaming, tables, maxnreg, words)
         return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                            LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg), poison, traced=traced)
+                            LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words), poison,
+                            traced=traced)
 
     ops = _OpSet(
         define(f"ropelab::rope_fwd{suffix}", mutates_args=())(body(False)),
@@ -549,14 +577,14 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
         ctx.has_k = k is not None
         ctx.partial = partial
         ctx.low_precision = low_precision
-        ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg
+        ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg, words
 
     def grads(op):
         def backward(ctx, gq, gk):
             cos, sin, positions = ctx.saved_tensors
             dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision,
                         *ctx.launch_args)
-            return (dq, dk if ctx.has_k else None) + (None,) * 13
+            return (dq, dk if ctx.has_k else None) + (None,) * 14
 
         return backward
 
@@ -566,13 +594,13 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
 
 
 def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0, poison=False,
-          chunks=-1, streaming=False, tables=-1, maxnreg=0):
+          chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1):
     yk = _empty_k(q) if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
 
 
 def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
-                  poison=False, chunks=-1, streaming=False, tables=-1, maxnreg=0):
+                  poison=False, chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1):
     B, T, HQ, D = gq.shape
     return gq.new_empty((B, T, (HQ + 2 * gk.shape[2]) * D))
 
@@ -703,29 +731,32 @@ class _RopeQKVFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, tile, num_warps, poison,
-                chunks, streaming, tables, maxnreg):
+                chunks, streaming, tables, maxnreg, words):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():
             yq, yk = _compiled_ops(q).fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                          num_warps, poison, chunks, streaming, tables, maxnreg)
+                                          num_warps, poison, chunks, streaming, tables, maxnreg, words)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg), poison=poison)
+                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words),
+                            poison=poison)
         ctx.save_for_backward(cos, sin, positions)
-        ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg)
+        ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg,
+                    words)
         return yq, yk, v
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
         cos, sin, positions = ctx.saved_tensors
-        partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg = ctx.args
+        (partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg,
+         words) = ctx.args
         if torch.compiler.is_compiling():
             dqkv = _compiled_ops(gq).qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                             tile, num_warps, poison, chunks, streaming, tables, maxnreg)
+                                             tile, num_warps, poison, chunks, streaming, tables, maxnreg, words)
         else:
             dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg), poison)
-        return (dqkv,) + (None,) * 15
+                                LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words), poison)
+        return (dqkv,) + (None,) * 16
 
 
 # -- the registry entries ---------------------------------------------------------------------------
@@ -773,12 +804,12 @@ class _TritonRotary(RotaryEmbedding):
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": "input" if self.low_precision else "float32"}
 
-    def _launch_args(self) -> tuple[bool, int, int, bool, int, bool, int, int]:
+    def _launch_args(self) -> tuple[bool, int, int, bool, int, bool, int, int, int]:
         """The layout, tuning and test hook as the scalars the launches take: interleaved, tile, warps, poison,
-        chunks, streaming, tables, maxnreg (every LaunchConfig field: one left out is silently the default)."""
+        chunks, streaming, tables, maxnreg, words (every LaunchConfig field: one left out is silently the default)."""
         cfg = self.launch_config
         return (self.layout == "interleaved", cfg.tile, cfg.num_warps, bool(self.poison_outputs), cfg.chunks,
-                cfg.streaming, cfg.tables, cfg.maxnreg)
+                cfg.streaming, cfg.tables, cfg.maxnreg, cfg.words)
 
     def _rotate_qkv(self, qkv, q, k, v, positions):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse

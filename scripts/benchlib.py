@@ -26,12 +26,14 @@ def require_cuda(script: str) -> None:
 #: ``NAME@SPEC`` in a list of implementations: a Triton entry with parts of its ``LaunchConfig`` forced,
 #: so launch configurations are timed side by side in one run. SPEC is ``+``-separated items: a tiling
 #: (``rows``, ``chunks``, ``flat``: ``LaunchConfig.chunks``), the flat tiling's tables (``split``, ``paired``:
-#: ``LaunchConfig.tables``), ``tile=N``, ``warps=N``, ``regs=N`` (``LaunchConfig.maxnreg``), ``stream``.
+#: ``LaunchConfig.tables``), how misaligned partner runs are read (``words``, ``elements``: ``LaunchConfig.words``),
+#: ``tile=N``, ``warps=N``, ``regs=N`` (``LaunchConfig.maxnreg``), ``stream``.
 TILINGS = {"rows": 0, "chunks": 1, "flat": 2}
 TABLES = {"split": 0, "paired": 1}
+PARTNERS = {"elements": 0, "words": 1}
 _SPEC_INTS = {"tile": "tile", "warps": "num_warps", "regs": "maxnreg"}
-SPEC_HELP = ("NAME@SPEC takes +-separated rows, chunks, flat, split, paired, tile=N, warps=N, regs=N, stream "
-             "(e.g. triton_v4@rows+tile=2048)")
+SPEC_HELP = ("NAME@SPEC takes +-separated rows, chunks, flat, split, paired, words, elements, tile=N, warps=N, "
+             "regs=N, stream (e.g. triton_v4@rows+tile=2048)")
 
 
 def launch_overrides(name: str) -> tuple[str, dict]:
@@ -45,6 +47,8 @@ def launch_overrides(name: str) -> tuple[str, dict]:
             out["chunks"] = TILINGS[key]
         elif not eq and key in TABLES:
             out["tables"] = TABLES[key]
+        elif not eq and key in PARTNERS:
+            out["words"] = PARTNERS[key]
         elif not eq and key == "stream":
             out["streaming"] = True
         elif eq and key in _SPEC_INTS and value.isdigit() and int(value) > 0:

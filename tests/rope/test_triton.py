@@ -461,7 +461,8 @@ def test_every_launch_config_field_reaches_the_fused_qkv_launches(monkeypatch, d
 
     monkeypatch.setattr(triton_rope, "launch", spy)
     r = _build(D=16, device=device)
-    cfg = triton_rope.LaunchConfig(tile=512, num_warps=2, chunks=2, streaming=True, tables=1, maxnreg=40)
+    cfg = triton_rope.LaunchConfig(tile=512, num_warps=2, chunks=2, streaming=True, tables=1, maxnreg=40,
+                                    words=1)
     r.launch_config = cfg
     assert len(r._launch_args()) == len(dataclasses.fields(cfg)) + 2  # and the layout and poison hook
     qkv = torch.randn(2, 5, 3 * 2 * 16, device=device, requires_grad=True)
@@ -578,7 +579,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=0)  # tile by width, warps by tiling
     cfg = triton_rope.launch_config
     rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "FLAT": False, "NBP": 128,
-            "PAIRED": False}
+            "PAIRED": False, "WORDS": triton_rope.WORDS_BY_DEFAULT}
     assert cfg(128, 64, True, False) == {"R2": 64, "CW": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
                                          "BR": 32, "M": 64, "num_warps": 8, **rows}
     assert cfg(16, 8, True, False)["BR"] == 128  # narrow rows: 1024-element loads
@@ -589,7 +590,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert cfg(48, 24, True, False, chunks) | {"BR": 0} == {
         "R2": 24, "CW": 12, "PASS": 0, "INTERLEAVED": False, "HP": 32, "PP": 1, "BR": 0, "CHUNKED": True, "V": 8,
         "M": 3, "NCH": 256, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8, "FLAT": False, "NBP": 128,
-        "PAIRED": False}
+        "PAIRED": False, "WORDS": triton_rope.WORDS_BY_DEFAULT}
     assert [(cfg(d, d // 2, True, False, chunks)["V"], cfg(d, d // 2, True, False, chunks)["M"])
             for d in (24, 40, 80, 96)] == [(4, 3), (4, 5), (8, 5), (16, 3)]
     assert [cfg(d, d // 2, True, True)[k] for d in (40, 96) for k in ("V", "NCH")] == [4, 256, 8, 128]
@@ -725,13 +726,16 @@ def test_row_chunk_and_flat_tilings_give_identical_results(impl, layout, D, rota
     partial. The head counts pick the flat block: 3 and 1 heads of D = 2 mod 4 make blocks of 2, 4 and 2
     heads blocks of 8 that cross rows (with a partner run misaligned to the block where R2 is not a multiple
     of 8, and at D = 30, rotary_dim 6, a next row's second half inside the block). The conformance grid
-    checks the default tiling against the float64 formula; this keeps the others honest. Flat runs twice:
-    with the geometry's cos/sin tables and with the other format (split or paired)."""
+    checks the default tiling against the float64 formula; this keeps the others honest. Flat runs again with
+    the other cos/sin table format (split or paired) and, in the half layout, with misaligned partner runs read
+    the other way (int32 words or 16-bit elements)."""
     hq, hk = heads
-    default_paired = triton_rope.launch_config(D, (rotary_dim or D) // 2, variant == "partial",
-                                               layout == "interleaved")["PAIRED"]
+    default = triton_rope.launch_config(D, (rotary_dim or D) // 2, variant == "partial", layout == "interleaved")
+    variants = [(0, {}), (1, {}), (2, {}), (3, {"tables": int(not default["PAIRED"])})]
+    if layout == "half":
+        variants.append((4, {"words": int(not default["WORDS"])}))
     mods = {}
-    for key, cfg in ((0, {}), (1, {}), (2, {}), (3, {"tables": int(not default_paired)})):
+    for key, cfg in variants:
         m = rope.build(impl, D, 16, layout=layout, rotary_dim=rotary_dim, variant=variant).to(device)
         m.launch_config = triton_rope.LaunchConfig(chunks=min(key, 2), **cfg)
         m.poison_outputs = True
@@ -747,7 +751,7 @@ def test_row_chunk_and_flat_tilings_give_identical_results(impl, layout, D, rota
         y = m(qg, kg, positions=pos)
         outs[chunks] = (*y, *torch.autograd.grad(y, (qg, kg), grads), *m(q, k))
     assert mods[1].launch_config.chunks == 1 and mods[2].launch_config.chunks == mods[3].launch_config.chunks == 2
-    for other in (1, 2, 3):
+    for other in list(mods)[1:]:
         for a, b in zip(outs[0], outs[other], strict=True):
             assert not a.isnan().any() and torch.equal(a, b), other
 
@@ -827,6 +831,31 @@ def test_paired_tables_where_measured_faster():
         triton_rope.LaunchConfig(tables=2)
     with pytest.raises(ValueError, match="maxnreg must be 0 .* from 16 to 255, got -1"):
         triton_rope.LaunchConfig(maxnreg=-1)
+    with pytest.raises(ValueError, match="words must be -1 .* or 1 \\(int32 words\\), got 2"):
+        triton_rope.LaunchConfig(words=2)
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_partner_words_need_word_aligned_tensors(dtype, monkeypatch, device):
+    """``LaunchConfig.words`` reads misaligned partner runs as int32 words: launched so for tensors on 4-byte
+    boundaries, and as 16-bit elements (the same results) for a view starting one element in, whose words would
+    straddle elements. Both 16-bit dtypes: a word's halves become float32 differently for each."""
+    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
+    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    m = rope.build("triton_v4", 36, 16).to(device)
+    m.launch_config = triton_rope.LaunchConfig(chunks=2, words=1)
+    ref = rope.build("triton_v4", 36, 16).to(device)
+    ref.launch_config = triton_rope.LaunchConfig(chunks=2, words=0)
+    base = torch.randn(2 * 5 * 2 * 36 + 1, device=device, dtype=dtype)
+    aligned = base[:-1].view(2, 5, 2, 36)
+    shifted = base[1:].view(2, 5, 2, 36)  # 2 bytes in
+    assert triton_rope._word_aligned(aligned, False) and not triton_rope._word_aligned(shifted, False)
+    assert not triton_rope._word_aligned(shifted, True)  # traced: from the storage offset
+    for q, words in ((aligned, True), (shifted, False)):
+        spy.launches.clear()
+        got, want = m(q, q), ref(q, q)
+        assert [kw["WORDS"] for _, kw in spy.launches] == [words, False]
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 def test_flat_tiling_takes_inference_tensors(device):

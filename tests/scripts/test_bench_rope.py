@@ -240,6 +240,8 @@ def test_a_launch_spec_sets_tile_warps_and_streaming():
     assert launch_overrides("triton_v4") == ("triton_v4", {})
     assert launch_overrides("triton_v4@flat+paired") == ("triton_v4", {"chunks": 2, "tables": 1})
     assert launch_overrides("triton_v4@split") == ("triton_v4", {"tables": 0})
+    assert launch_overrides("triton_v4@words+regs=32") == ("triton_v4", {"words": 1, "maxnreg": 32})
+    assert launch_overrides("triton_v4@elements") == ("triton_v4", {"words": 0})
     for bad in ("triton_v4@tile=0", "triton_v4@warps=x", "triton_v4@tile"):
         with pytest.raises(ValueError, match=bad.partition("@")[2]):
             launch_overrides(bad)
