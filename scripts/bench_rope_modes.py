@@ -755,6 +755,26 @@ def bare_launcher(mod) -> Callable | None:
     return go
 
 
+class _EmptyFunction(torch.autograd.Function):
+    """An autograd Function that only allocates its two outputs: what any kernel pays to join autograd."""
+
+    @staticmethod
+    def forward(ctx, q, k):
+        return torch.empty_like(q), torch.empty_like(k)
+
+    @staticmethod
+    def backward(ctx, gq, gk):
+        return gq, gk
+
+
+def autograd_floor(q: torch.Tensor, k: torch.Tensor, calls: int, repeats: int, device) -> dict:
+    """Host microseconds an empty autograd Function of (q, k) adds to allocating its two outputs, in paired
+    loops: the floor under "call - launch" with grad for any kernel behind ``autograd.Function`` (the
+    module's, Liger's), measured beside it because hosts differ severalfold."""
+    return paired_host_loops(lambda: _EmptyFunction.apply(q, k), lambda: (torch.empty_like(q), torch.empty_like(k)),
+                             calls, repeats, device)
+
+
 def run_overhead(bench: Bench, names: Sequence[str], shapes: Sequence[tuple[int, int, int, int]],
                  calls: int = 200, repeats: int = 7, max_seq_len: int = 2048) -> Result:
     """Per-call host time of the module call and of the bare launch in host-bound loops."""
@@ -803,6 +823,10 @@ def run_overhead(bench: Bench, names: Sequence[str], shapes: Sequence[tuple[int,
                                   "call_minus_launch_us": paired["diff_us"],
                                   "call_minus_launch_q1_us": paired["diff_q1_us"],
                                   "call_minus_launch_q3_us": paired["diff_q3_us"]})
+                    if grad and b:
+                        with torch.enable_grad():
+                            floor = autograd_floor(q, k, calls, 3 * repeats, bench.device)
+                        r["autograd_floor_us"] = floor["diff_us"]
                     rows.append(r)
         mains = [r for r in rows if r["shape"] == f"{B}x{T}x{H}x{D}" and "call_minus_launch_us" in r]
         bench.log(f"overhead {B}x{T}x{H}x{D}: call - launch us "
@@ -829,7 +853,8 @@ def overhead_markdown(res: Result, names: Sequence[str], calls: int, repeats: in
     entries = [n for n in names if n not in (COMPILED, LIGER)] + ["torch"] + [n for n in names if n == LIGER]
     keys = [("shape BxTxHxD", "shape", ""), ("positions", "positions", ""), ("grad", "grad", "")]
     cells = [("call us", "call_host_us", ".1f"), ("launch us", "launch_host_us", ".1f"),
-             ("call-launch us", "call_minus_launch_us", ".1f"), ("its quartiles", "call_minus_launch_iqr", "")]
+             ("call-launch us", "call_minus_launch_us", ".1f"), ("its quartiles", "call_minus_launch_iqr", ""),
+             ("autograd floor us", "autograd_floor_us", ".1f")]
     rows = [{**r, "call_minus_launch_iqr": f"[{r['call_minus_launch_q1_us']:.1f}, {r['call_minus_launch_q3_us']:.1f}]"}
             if "call_minus_launch_q1_us" in r else r for r in res.rows]
 
@@ -848,8 +873,10 @@ def overhead_markdown(res: Result, names: Sequence[str], calls: int, repeats: in
          " quartiles), which a drift of the host's speed between loops does not move as it moves the two"
          " medians beside it."
          " `no_grad`: inputs without grad under `torch.no_grad()`; `requires_grad`: inputs requiring grad"
-         " (the autograd Function). `torch` = the eager reference's call; `liger` = Liger's own entry"
-         " (`rope_forward` in place, `LigerRopeFunction` with grad) with its tables gathered outside the call."
+         " (the autograd Function); `autograd floor` (with grad) = what an empty autograd Function returning"
+         " two fresh tensors adds to allocating them, in the same paired loops: the share of call-launch that"
+         " any kernel joining autograd through a Function pays. `torch` = the eager reference's call; `liger` ="
+         " Liger's own entry (`rope_forward` in place, `LigerRopeFunction` with grad) with its tables gathered outside the call."
          " The CSV also has the wall time per call (loop + final synchronize) and the GPU time per call."])
     target_h = [f"target ({main} call-launch <= {OVERHEAD_TARGET_US:g} us)"] if main else []
     lines += _pivot(rows, keys, entries, cells, extra if main else None, target_h)

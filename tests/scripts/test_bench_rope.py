@@ -272,6 +272,10 @@ def test_every_mode_takes_a_tiling_suffix(tmp_path):
     for name in ("layouts", "packed", "overhead"):
         with open(out / f"{name}.csv") as f:
             assert "triton_v4@chunks" in {r["impl"] for r in csv.DictReader(f)}, name
+    with open(out / "overhead.csv") as f:  # the autograd floor beside each call with grad, and only there
+        rows = [r for r in csv.DictReader(f) if r["impl"] == "triton_v4@chunks"]
+    assert {r["grad"] for r in rows if r["autograd_floor_us"]} == {"requires_grad"}
+    assert "autograd floor us" in (out / "overhead.md").read_text()
 
 
 def test_impl_names_order_and_notes():
