@@ -876,7 +876,8 @@ def overhead_markdown(res: Result, names: Sequence[str], calls: int, repeats: in
          " (the autograd Function); `autograd floor` (with grad) = what an empty autograd Function returning"
          " two fresh tensors adds to allocating them, in the same paired loops: the share of call-launch that"
          " any kernel joining autograd through a Function pays. `torch` = the eager reference's call; `liger` ="
-         " Liger's own entry (`rope_forward` in place, `LigerRopeFunction` with grad) with its tables gathered outside the call."
+         " Liger's own entry (`rope_forward` in place, `LigerRopeFunction` with grad) with its tables gathered"
+         " outside the call."
          " The CSV also has the wall time per call (loop + final synchronize) and the GPU time per call."])
     target_h = [f"target ({main} call-launch <= {OVERHEAD_TARGET_US:g} us)"] if main else []
     lines += _pivot(rows, keys, entries, cells, extra if main else None, target_h)
