@@ -139,24 +139,36 @@ ROW_WARPS = 8
 
 #: The flat tiling's paired cos/sin table (:func:`element_tables`), where measured faster than split ones:
 #: half-layout odd halves at full width whose partners sit 3 or 5 elements off a 16-byte block (R2 mod 8 = 3,
-#: 5), and those at 7 from D = 200 on. Split and paired side by side at all 60 odd halves D = 18 ... 254 on one
-#: H100 (docs/results/bench_h100_s13/call3): paired leads by 3-11 points at R2 mod 8 = 3, 5 from D = 166 on
-#: (D = 186: 86.1/87.5% of copy bandwidth against 77.5/75.0), by 1-4 at D >= 206 otherwise (D = 210:
-#: 88.1/87.2 against 83.9/83.2, with that call's paired code), and by 1 to 5 in the backward at D = 22, 26;
-#: split leads by 1-3 points at R2 mod 8 = 1 and 7 below D = 200 (D = 66: 91.9/93.0 against 90.1/88.1) and
-#: at some R2 mod 8 = 3, 5 between (D = 70, 74, 102, 118: 1.5-2 points). A copied tail with odd R2 and the
-#: even halves (2-8 points slower paired, call 2) stay split. How the kernel source orders the same operations
-#: moved these numbers by up to 5 points, through the registers it takes (docs/kernels.md, session 13): the
-#: code now compiles to 3433ad3's PTX for paired tables (call 2: D = 22 95.2/94.9, D = 26 96.5/95.1, against
-#: 90.3/93.9 and 90.2/93.8 in calls 3 and 7, whose forward took 36 registers) and to 14a7907's for split ones.
-#: That paired code takes 34-36 registers at R2 mod 8 = 1 (32 elsewhere, and split 32 at every odd half) and
-#: ran 2-5 points under split there (call 2: D = 18, 66, 130, 194), so R2 mod 8 = 1 stays split at every D.
+#: 5), and those at 1 and 7 where their partner runs are read as words (:data:`WORDS_BY_DEFAULT`). Split and
+#: paired side by side at all 60 odd halves D = 18 ... 254 on one H100 (docs/results/bench_h100_s13/call3):
+#: paired leads by 3-11 points at R2 mod 8 = 3, 5 from D = 166 on (D = 186: 86.1/87.5% of copy bandwidth
+#: against 77.5/75.0) and by 1 to 5 in the backward at D = 22, 26; split leads at some R2 mod 8 = 3, 5 between
+#: (D = 70, 74, 102, 118: 1.5-2 points). A copied tail with odd R2 and the even halves (2-8 points slower
+#: paired, call 2) stay split. How the kernel source orders the same operations moved these numbers by up to 5
+#: points, through the registers it takes (docs/kernels.md, session 13): the code compiles to 3433ad3's PTX
+#: for paired tables (call 2: D = 22 95.2/94.9, D = 26 96.5/95.1, against 90.3/93.9 and 90.2/93.8 in calls 3
+#: and 7, whose forward took 36 registers) and to 14a7907's for split ones. With 16-bit elements that paired
+#: code takes 34-36 registers at R2 mod 8 = 1 and ran 2-5 points under split there (call 2: D = 18, 66, 130, 194).
 PAIRED_TABLES_BY_DEFAULT = True
 
 
-#: Whether the flat tiling reads misaligned partner runs of 16-bit inputs as int32 words by default
-#: (``LaunchConfig.words``).
-WORDS_BY_DEFAULT = False
+#: Whether the flat tiling reads misaligned partner runs of 16-bit inputs as int32 words (``LaunchConfig.words``)
+#: where measured faster: half-layout odd halves at full width with R2 mod 8 = 1 or 7 (their words take 32
+#: registers a thread with either table format, under triton 3.6 for sm_90) up to D = 50 and from D = 174 on,
+#: with the paired table. Elements, words with split tables and words with paired ones side by side at all 30 such
+#: D, and again at 10 (docs/results/bench_h100_s14/call2), min(forward, backward) % of copy bandwidth: D = 18
+#: 93.4 -> 94.4, 30 92.8 -> 94.1, 46 92.1 -> 93.6, 50 92.9 -> 94.2; D = 210 82.6-85.1 -> 88.4, 226 83.2 -> 88.9,
+#: 242 84.0 -> 89.4, 254 89.4 -> 90.3. From D = 62 to 162 elements with split tables led words and paired by
+#: 0.5-2 points and words with split tables were level (forward 1-2 points faster, backward 0.5-1 slower). At
+#: R2 mod 8 = 3, 5 words take 34-36 registers and ran 5 points slower (call 1: D = 22, 26, 70, 186); at the
+#: partial R2 = 2 mod 8 family (D = 20, 36, 52, ...: 38 registers either way) they were level (call 1).
+WORDS_BY_DEFAULT = True
+
+
+def _words_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool) -> bool:
+    """Where :data:`WORDS_BY_DEFAULT` reads partner runs as words, with the paired table (measured together)."""
+    return (not interleaved and passed == 0 and rotary_pairs % 8 in (1, 7)
+            and (head_dim <= 50 or head_dim >= 174))
 
 
 def _next_pow2(n: int) -> int:
@@ -219,10 +231,12 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
-        "WORDS": bool(config.words) if config.words >= 0 else WORDS_BY_DEFAULT,
+        "WORDS": bool(config.words) if config.words >= 0 else (
+            WORDS_BY_DEFAULT and _words_geometry(head_dim, rotary_pairs, passed, interleaved)),
         "PAIRED": bool(config.tables) if config.tables >= 0 else (
             PAIRED_TABLES_BY_DEFAULT and not interleaved and passed == 0
-            and (rotary_pairs % 8 in (3, 5) or (rotary_pairs % 8 == 7 and head_dim >= 200))),
+            and (rotary_pairs % 8 in (3, 5) or (WORDS_BY_DEFAULT and _words_geometry(
+                head_dim, rotary_pairs, passed, interleaved)))),
     }
 
 

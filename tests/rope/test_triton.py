@@ -579,7 +579,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=0)  # tile by width, warps by tiling
     cfg = triton_rope.launch_config
     rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "FLAT": False, "NBP": 128,
-            "PAIRED": False, "WORDS": triton_rope.WORDS_BY_DEFAULT}
+            "PAIRED": False, "WORDS": False}
     assert cfg(128, 64, True, False) == {"R2": 64, "CW": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
                                          "BR": 32, "M": 64, "num_warps": 8, **rows}
     assert cfg(16, 8, True, False)["BR"] == 128  # narrow rows: 1024-element loads
@@ -590,7 +590,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert cfg(48, 24, True, False, chunks) | {"BR": 0} == {
         "R2": 24, "CW": 12, "PASS": 0, "INTERLEAVED": False, "HP": 32, "PP": 1, "BR": 0, "CHUNKED": True, "V": 8,
         "M": 3, "NCH": 256, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8, "FLAT": False, "NBP": 128,
-        "PAIRED": False, "WORDS": triton_rope.WORDS_BY_DEFAULT}
+        "PAIRED": False, "WORDS": False}
     assert [(cfg(d, d // 2, True, False, chunks)["V"], cfg(d, d // 2, True, False, chunks)["M"])
             for d in (24, 40, 80, 96)] == [(4, 3), (4, 5), (8, 5), (16, 3)]
     assert [cfg(d, d // 2, True, True)[k] for d in (40, 96) for k in ("V", "NCH")] == [4, 256, 8, 128]
@@ -818,11 +818,18 @@ def test_element_tables_follow_the_tables_they_expand():
 
 def test_paired_tables_where_measured_faster():
     """The measured default: paired cos/sin tables for half-layout odd halves at full width with R2 mod 8 = 3, 5,
-    and 7 from D = 200 on; ``LaunchConfig.tables`` forces either."""
+    and with 1, 7 where their partner runs are read as int32 words (D <= 50 or >= 174); ``LaunchConfig.tables``
+    and ``LaunchConfig.words`` force either."""
     cfg = triton_rope.launch_config
-    assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["PAIRED"]] == [
+    words = [18, 30, 34, 46, 50, 174, 178, 190, 194, 206, 210, 222, 226, 238, 242, 254]
+    assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["WORDS"]] == words
+    assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["PAIRED"]] == sorted(words + [
         22, 26, 38, 42, 54, 58, 70, 74, 86, 90, 102, 106, 118, 122, 134, 138, 150, 154, 166, 170, 182, 186, 198,
-        202, 206, 214, 218, 222, 230, 234, 238, 246, 250, 254]
+        202, 214, 218, 230, 234, 246, 250])
+    assert not any(cfg(d, d // 2, True, False)["WORDS"] for d in range(16, 257, 4))  # partial: level, not taken
+    assert not cfg(18, 9, False, True)["WORDS"] and not cfg(36, 9, False, False)["WORDS"]  # interleaved; a tail
+    assert not cfg(18, 9, False, False, triton_rope.LaunchConfig(words=0))["WORDS"]
+    assert cfg(36, 18, True, False, triton_rope.LaunchConfig(words=1))["WORDS"]
     assert not cfg(22, 11, False, True)["PAIRED"] and not cfg(48, 12, True, False)["PAIRED"]
     assert not cfg(64, 11, False, False)["PAIRED"]  # a copied tail
     assert cfg(48, 12, True, False, triton_rope.LaunchConfig(tables=1))["PAIRED"]
