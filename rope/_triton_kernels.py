@@ -27,7 +27,8 @@ One kernel serves both entries, both directions and both tensors:
   each element against its partner, with cos and the signed sin from per-element tables
   (:func:`_rotate_flat`): every q/k load and store is a full vector (H100: 78 -> 96% of copy bandwidth at
   D = 48, rotary_dim 24), a partner run misaligned to the block included (two aligned vectors shifted in
-  registers, :func:`_window`; variant=full at D = 18: 60 -> 93%). Bit-identical to the other tilings.
+  registers, :func:`_window`; variant=full at D = 18: 60 -> 93%; or, ``WORDS``, as int32 words, each element a
+  shift or mask of its word, :func:`_word_partners`). Bit-identical to the other tilings.
 * Layouts. ``INTERLEAVED`` pairs (2i, 2i + 1): the rotated part is loaded as one contiguous
   BR x 2HP tile and split into its even and odd elements (``tl.split``), then joined back for the
   store; the half layout pairs (i, i + R2) with two BR x HP tiles.
