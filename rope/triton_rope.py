@@ -223,6 +223,8 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     # the copied tail's chunks: VP elements, dividing both its start (2 R2) and its length; a copy
     # program moves at least 2048 elements (16 bytes a thread at 8 warps) whatever the rotated width
     vp = min(16, _pow2_unit(2 * rotary_pairs), _pow2_unit(passed)) if chunked and passed else 1
+    # the default words geometry takes the paired table too (the two were measured together)
+    default_words = WORDS_BY_DEFAULT and _words_geometry(head_dim, rotary_pairs, passed, interleaved)
     return {
         "R2": rotary_pairs, "CW": cw, "PASS": passed,
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, tile // load_width),
@@ -231,12 +233,9 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
-        "WORDS": bool(config.words) if config.words >= 0 else (
-            WORDS_BY_DEFAULT and _words_geometry(head_dim, rotary_pairs, passed, interleaved)),
-        "PAIRED": bool(config.tables) if config.tables >= 0 else (
-            PAIRED_TABLES_BY_DEFAULT and not interleaved and passed == 0
-            and (rotary_pairs % 8 in (3, 5) or (WORDS_BY_DEFAULT and _words_geometry(
-                head_dim, rotary_pairs, passed, interleaved)))),
+        "WORDS": bool(config.words) if config.words >= 0 else default_words,
+        "PAIRED": bool(config.tables) if config.tables >= 0 else PAIRED_TABLES_BY_DEFAULT and (
+            default_words or (not interleaved and passed == 0 and rotary_pairs % 8 in (3, 5))),
     }
 
 
