@@ -740,19 +740,30 @@ def packed_markdown(res: Result, names: Sequence[str], H: int, D: int, max_len: 
 
 # -- mode 4: host overhead at tiny shapes ---------------------------------------------------------
 def bare_launcher(mod) -> Callable | None:
-    """``launch(...)`` of ``rope.triton_rope`` with the module's own arguments, or None for an
-    entry that does not launch through it."""
+    """For an entry launching through ``rope.triton_rope``: ``prepare(q, k, positions)`` -> the bare kernel launch
+    of the module's call on those tensors, as a closure: its two outputs allocated and Triton's own launch
+    (``rope_kernel[grid](...)``) with the arguments worked out beforehand (the module's :func:`launch_plan`), so
+    that everything the module call does beyond that is what "call - launch" counts. None for other entries."""
     from rope import triton_rope
 
     if not (isinstance(mod, torch.nn.Module) and type(mod).__module__ == triton_rope.__name__
             and hasattr(mod, "launch_config") and hasattr(mod, "low_precision")):
         return None
 
-    def go(q, k, positions=None):
-        return triton_rope.launch(q, k, mod.cos, mod.sin, positions, mod.variant == "partial", mod.low_precision,
-                                  False, interleaved=mod.layout == "interleaved", config=mod.launch_config)
+    def prepare(q, k, positions=None) -> Callable[[], tuple]:
+        cos, sin = mod.cos, mod.sin
+        partial = getattr(mod, "_partial_shortcut", mod.variant == "partial")
+        plan = triton_rope.launch_plan(q, k, cos, sin, positions, partial, mod.low_precision,
+                                       False, interleaved=mod.layout == "interleaved", config=mod.launch_config)
 
-    return go
+        def go():
+            out_q, out_k = torch.empty_like(q), torch.empty_like(k)
+            plan.triton_launch(plan.tensors(q, k, out_q, out_k, positions, cos, sin))
+            return out_q, out_k
+
+        return go
+
+    return prepare
 
 
 class _EmptyFunction(torch.autograd.Function):
@@ -806,7 +817,7 @@ def run_overhead(bench: Bench, names: Sequence[str], shapes: Sequence[tuple[int,
                          "grad": "requires_grad" if grad else "no_grad", "impl": name}
                     try:
                         call = _overhead_call(name, mod, q, k, pos, grad)
-                        launch = (lambda: bare(q, k, pos)) if bare else None  # noqa: B023
+                        launch = bare(q, k, pos) if bare else None
                         with torch.set_grad_enabled(grad):
                             m = host_loop(call, calls, repeats, bench.device)
                             b = host_loop(launch, calls, repeats, bench.device) if bare else None
@@ -867,8 +878,9 @@ def overhead_markdown(res: Result, names: Sequence[str], calls: int, repeats: in
     lines = header_lines(
         "Host overhead at tiny shapes (< 1M elements)", info,
         [f"Host microseconds per call: {calls} calls back to back (`time.perf_counter` around the loop, the GPU"
-         f" idle-waiting for the host), median of {repeats} loops; `launch` = `rope.triton_rope.launch` with the"
-         " module's own arguments (the bare kernel launch); `call-launch` = what the module call adds: the"
+         f" idle-waiting for the host), median of {repeats} loops; `launch` = the bare kernel launch: its two"
+         " outputs allocated and Triton's own `rope_kernel[grid](...)` with the arguments worked out beforehand"
+         " (the module's `rope.triton_rope.launch_plan`); `call-launch` = what the module call adds: the"
          f" median over {3 * repeats} pairs of adjacent call and launch loops of their difference (with its"
          " quartiles), which a drift of the host's speed between loops does not move as it moves the two"
          " medians beside it."

@@ -962,3 +962,71 @@ def test_launch_passes_only_int32_scalars(monkeypatch, device):
         (r(q, q.detach())[0].sum()).backward()
     assert len(seen) == 6
     assert all(-(2**31) <= a < 2**31 for ints in seen for a in ints), seen
+
+
+# -- launch plans: the launch's arguments worked out once per signature ---------------------------------
+def _plan(m, q, k, positions=None, **kw):
+    return triton_rope.launch_plan(q, k, m.cos, m.sin, positions, True, False, False, config=m.launch_config, **kw)
+
+
+def test_launch_plan_is_kept_per_signature(device):
+    """A call with new tensors of the same signature reuses the plan; anything the launch's arguments depend on
+    makes another: alignment (the words reading, Triton's pointer specialisation), strides, dtype, GQA,
+    positions and their strides, given outputs, the flags, the config."""
+    m = rope.build("triton_v4", 36, 16).to(device)  # flat tiling, misaligned partners (words by default: R2 = 18)
+    bf = dict(device=device, dtype=torch.bfloat16)
+    base = torch.randn(2 * 5 * 2 * 36 + 1, **bf)
+    q, k = base[:-1].view(2, 5, 2, 36), torch.randn(2, 5, 2, 36, **bf)
+    p = _plan(m, q, k)
+    assert _plan(m, torch.randn(2, 5, 2, 36, **bf), torch.randn(2, 5, 2, 36, **bf)) is p
+    pos = torch.randint(0, 16, (2, 5), device=device)
+    others = [
+        _plan(m, base[1:].view(2, 5, 2, 36), k),  # 2 bytes in
+        _plan(m, q, k.transpose(0, 1).contiguous().transpose(0, 1)),  # strides
+        _plan(m, q.float(), k.float()),
+        _plan(m, q, k[:, :, :1]),  # GQA
+        _plan(m, q, None),
+        _plan(m, q, k, pos),
+        _plan(m, q, k, pos.int()),
+        _plan(m, q, k, pos.t().contiguous().t()),
+        _plan(m, q, k, out_q=torch.empty(2, 5, 2, 40, **bf)[..., :36]),
+        triton_rope.launch_plan(q, k, m.cos, m.sin, None, True, False, True),  # inverse
+        triton_rope.launch_plan(q, k, m.cos, m.sin, None, True, False, False, config=triton_rope.LaunchConfig(words=0)),
+    ]
+    assert all(o is not p for o in others) and len({id(o) for o in others}) == len(others)
+    assert _plan(m, q, k, pos) is others[5]
+
+
+def test_launch_plan_follows_the_tables(device):
+    """A plan holds the flat tiling's element tables, derived from the module's cos/sin: changed in place (their
+    version counters), the tables are derived again, and the rotation follows them."""
+    m = rope.build("triton_v4", 30, 16, variant="full").to(device)  # odd halves: flat tiling
+    other = rope.build("triton_v4", 30, 16, variant="full", base=500.0).to(device)
+    q, k = torch.randn(2, 7, 3, 30, device=device), torch.randn(2, 7, 1, 30, device=device)
+    before = m(q, k)
+    p = _plan(m, q, k)
+    assert p.tables is not None
+    with torch.no_grad():
+        m.cos.copy_(other.cos)
+        m.sin.copy_(other.sin)
+    assert _plan(m, q, k) is not p
+    assert all(torch.equal(a, b) for a, b in zip(m(q, k), other(q, k), strict=True))
+    assert not torch.equal(before[0], other(q, k)[0])
+
+
+def test_reused_plan_rotates_each_call_tensors(device):
+    """Calls reusing one plan rotate their own tensors: the results equal those of a launch with the plans
+    forgotten, for new data, a strided view and positions."""
+    m = build_poisoned("triton_v4", 44, 32, device)  # R2 = 22: flat, misaligned partners
+    qkv = torch.randn(3, 6, (4 + 2 * 2) * 44, device=device, dtype=torch.bfloat16)
+    pos = torch.randint(0, 32, (3, 6), device=device)
+    got = []
+    for i in range(3):
+        q, k, _ = rope.base.split_qkv(qkv + i, 4, 2, 44)
+        got.append(m(q, k, positions=(pos + i) % 32))
+    triton_rope._PLANS._store.clear()
+    for i in range(3):
+        q, k, _ = rope.base.split_qkv(qkv + i, 4, 2, 44)
+        want = m(q, k, positions=(pos + i) % 32)
+        assert all(torch.equal(a, b) for a, b in zip(got[i], want, strict=True))
+        triton_rope._PLANS._store.clear()

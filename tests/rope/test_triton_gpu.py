@@ -171,3 +171,66 @@ def test_compiled_gpt_launches_the_kernel_from_inductor(impl):
     assert "rope_kernel" in code
     assert "copy_heads_kernel" in code  # v's gradient into d qkv: our copy, not Inductor's transposing one
     assert "ropelab.rope_fwd.default" not in code and "ropelab.rope_qkv_bwd.default" not in code, code[-3000:]
+
+
+@pytest.mark.parametrize(
+    "variant,D,rotary_dim,dtype",
+    [("full", 30, None, torch.bfloat16), ("partial", 36, None, torch.float16), ("partial", 128, None, torch.bfloat16),
+     ("full", 96, None, torch.float32), ("full", 64, 32, torch.bfloat16), ("full", 210, None, torch.bfloat16)],
+)
+def test_kept_plan_launches_its_compiled_kernel(variant, D, rotary_dim, dtype, monkeypatch):
+    """From the second call of a signature on, the kept plan launches Triton's compiled kernel directly (not
+    through Triton's launch): on new data each call, forward and backward, with positions, GQA and the strided
+    views of a fused projection, on and off 16-byte alignment, every result within the precision bound."""
+    from rope import triton_rope
+
+    through_triton = []
+    triton_launch = triton_rope.LaunchPlan.triton_launch
+    monkeypatch.setattr(triton_rope.LaunchPlan, "triton_launch",
+                        lambda self, args: through_triton.append(self) or triton_launch(self, args))
+    m = build_poisoned("triton_v4", D, 64, CUDA, variant=variant, rotary_dim=rotary_dim)
+    ref = rope.build("torch", D, 64, variant=variant, rotary_dim=rotary_dim, compute_dtype="float64").to(CUDA)
+    width = (4 + 2 * 2) * D
+    for off in (0, 1):  # a view one element in: another plan (alignment)
+        for call in range(3):
+            through_triton.clear()
+            qkv = torch.randn(3, 17, width + 1, device=CUDA, dtype=dtype)[..., off:off + width]
+            q, k, _ = rope.base.split_qkv(qkv, 4, 2, D)
+            pos = torch.randint(0, 64, (3, 17), device=CUDA)
+            qg, kg = q.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
+            yq, yk = m(q, k, positions=pos)
+            gq, gk = torch.randn_like(yq), torch.randn_like(yk)
+            dq, dk = torch.autograd.grad(m(qg, kg, positions=pos), (qg, kg), (gq, gk))
+            q64, k64 = q.double().requires_grad_(), k.double().requires_grad_()
+            want = ref(q64, k64, positions=pos)
+            dwant = torch.autograd.grad(want, (q64, k64), (gq.double(), gk.double()))
+            for got, w, what in ((yq, want[0], "q"), (yk, want[1], "k"), (dq, dwant[0], "dq"), (dk, dwant[1], "dk")):
+                assert_precise(got, w.detach(), dtype, f"off {off} call {call} {what}")
+            plan = triton_rope.launch_plan(q, k, m.cos, m.sin, pos, m._partial_shortcut, False, False,
+                                           interleaved=False, config=m.launch_config)
+            assert plan.compiled is not None
+            # the first call launches its new signatures through Triton (at off 0: the views' forward, the leaves'
+            # forward and the backward; at off 1 the views' only), the later calls none
+            assert len(through_triton) == ((3 if off == 0 else 1) if call == 0 else 0), len(through_triton)
+
+
+def test_a_replaced_kernel_sees_launches_of_kept_plans(monkeypatch):
+    """A plan launching its compiled kernel directly still goes through ``rope_kernel`` once that is replaced
+    (the tests' spies): the direct launch is taken only for the kernel that compiled it."""
+    from rope import triton_rope
+
+    m = rope.build("triton_v4", 64, 16).to(CUDA)
+    q = torch.randn(2, 5, 3, 64, device=CUDA)
+    for _ in range(2):
+        m(q, q)
+    calls = []
+    kernel = triton_rope._kernels.rope_kernel
+
+    class Counting:
+        def __getitem__(self, grid):
+            calls.append(grid)
+            return kernel[grid]
+
+    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", Counting())
+    m(q, q)
+    assert len(calls) == 1

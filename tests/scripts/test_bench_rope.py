@@ -193,9 +193,9 @@ def test_bare_launcher_is_the_module_call_without_the_module():
     mod = rope.build("triton_v4", 16, 8, variant="partial", layout="interleaved", rotary_dim=8)
     q, k = torch.randn(2, 3, 2, 16, dtype=torch.bfloat16), torch.randn(2, 3, 2, 16, dtype=torch.bfloat16)
     pos = torch.tensor([[5, 1, 7], [0, 2, 3]])
-    bare = bm.bare_launcher(mod)
+    prepare = bm.bare_launcher(mod)
     for p in (None, pos):
-        for a, b in zip(bare(q, k, p), mod(q, k, positions=p), strict=True):
+        for a, b in zip(prepare(q, k, p)(), mod(q, k, positions=p), strict=True):
             assert torch.equal(a, b)
     assert bm.bare_launcher(rope.build("torch", 16, 8)) is None
 
