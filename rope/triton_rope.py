@@ -79,6 +79,12 @@ class LaunchConfig:
     #: runs), 0 as 16-bit elements shifted in registers, -1 chosen by the row geometry (see
     #: :func:`launch_config`). Words need word-aligned tensors; others take elements whatever this says.
     words: int = -1
+    #: The flat tiling's largest block (``VB``: elements a thread reads as one vector, its partner runs and
+    #: table entries with it): 0 the default (:data:`FLAT_BLOCK`), else 8, 4 or 2; smaller where the heads'
+    #: width needs. A block of 8 reads 64 bytes of table a thread as four 16-byte vectors 64 bytes apart, so
+    #: each warp-wide table load spans 2 KB (16 L1 wavefronts for 512 bytes); smaller blocks read the table
+    #: in contiguous runs, at the price of narrower data accesses.
+    block: int = 0
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1, 2):
@@ -90,6 +96,8 @@ class LaunchConfig:
         if self.words not in (-1, 0, 1):
             raise ValueError(f"LaunchConfig.words must be -1 (chosen by the row geometry), 0 (16-bit elements) or 1 "
                              f"(int32 words), got {self.words!r}")
+        if self.block not in (0, 2, 4, 8):
+            raise ValueError(f"LaunchConfig.block must be 0 (the default, {FLAT_BLOCK}), 8, 4 or 2, got {self.block!r}")
         if not (self.maxnreg == 0 or 16 <= self.maxnreg <= 255):
             raise ValueError(f"LaunchConfig.maxnreg must be 0 (the compiler's choice) or a register count from 16 to "
                              f"255, got {self.maxnreg!r}")
@@ -478,7 +486,8 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         raise ValueError(f"out_buffer needs out_q at its start and out_k after it, got storage offsets "
                          f"{out_q.storage_offset()} and {out_k.storage_offset()} in a buffer at "
                          f"{out_buffer.storage_offset()}")
-    vb = _flat_block(D, HQ, HK, max(nrq, nrk), cfg["NBP"], q, kk, oq, ok) if cfg["FLAT"] else 0
+    vb = _flat_block(D, HQ, HK, max(nrq, nrk), cfg["NBP"], q, kk, oq, ok, largest=config.block or FLAT_BLOCK) \
+        if cfg["FLAT"] else 0
     given = (cos, sin)
     if cfg["FLAT"] and not vb:  # the flat tiling cannot take these tensors: rows or chunks (a copy: the dict
         cfg = {**cfg, "FLAT": False, "num_warps": config.num_warps or ROW_WARPS}  # is launch_config's cached one)
@@ -642,16 +651,17 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
     return ce, se
 
 
-def _flat_block(D: int, HQ: int, HK: int, rows: int, per_program: int, *tensors: Tensor) -> int:
+def _flat_block(D: int, HQ: int, HK: int, rows: int, per_program: int, *tensors: Tensor,
+                largest: int = 8) -> int:
     """The flat tiling's block for these tensors (elements; 0: the tiling cannot take them).
 
     It needs every token's heads contiguous (head stride D, element stride 1) in each tensor, so that a
     token is one run of H D elements cut into blocks; the block is the largest of 8, 4, 2 dividing both
-    tokens' runs and at most D (a block then spans at most two rows, of one token)."""
+    tokens' runs and at most D (a block then spans at most two rows, of one token), and at most ``largest``."""
     if any(t.stride(3) != 1 or (t.shape[2] > 1 and t.stride(2) != D) for t in tensors):
         return 0
-    for vb in (FLAT_BLOCK, 4, 2):
-        if vb <= D and (HQ * D) % vb == 0 and (HK * D) % vb == 0:
+    for vb in (8, 4, 2):
+        if vb <= min(D, largest) and (HQ * D) % vb == 0 and (HK * D) % vb == 0:
             return vb if rows * D // vb + per_program < 2**31 else 0
     return 0
 
@@ -706,14 +716,14 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
                 num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
                 chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
                 tables: int = DEFAULT_LAUNCH.tables, maxnreg: int = DEFAULT_LAUNCH.maxnreg,
-                words: int = DEFAULT_LAUNCH.words,
+                words: int = DEFAULT_LAUNCH.words, block: int = DEFAULT_LAUNCH.block,
                 ) -> tuple[Tensor, Tensor]:
             if traced and not _static(q, k, positions):  # a dynamic-shape trace: the opaque custom op
                 fallback = CUSTOM_OPS.bwd if inverse else CUSTOM_OPS.fwd
                 return fallback(q, k, cos, sin, positions, partial, low_precision, interleaved, tile, num_warps,
-                                poison, chunks, streaming, tables, maxnreg, words)
+                                poison, chunks, streaming, tables, maxnreg, words, block)
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words),
+                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block),
                             poison=poison, traced=traced)
             return yq, _empty_k(q) if yk is None else yk
 
@@ -724,12 +734,12 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
                  num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
                  chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
                  tables: int = DEFAULT_LAUNCH.tables, maxnreg: int = DEFAULT_LAUNCH.maxnreg,
-                 words: int = DEFAULT_LAUNCH.words) -> Tensor:
+                 words: int = DEFAULT_LAUNCH.words, block: int = DEFAULT_LAUNCH.block) -> Tensor:
         if traced and not _static(gq, gk, gv, positions):
             return CUSTOM_OPS.qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                      num_warps, poison, chunks, streaming, tables, maxnreg, words)
+                                      num_warps, poison, chunks, streaming, tables, maxnreg, words, block)
         return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                            LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words), poison,
+                            LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block), poison,
                             traced=traced)
 
     ops = _OpSet(
@@ -748,14 +758,15 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
         ctx.has_k = k is not None
         ctx.partial = partial
         ctx.low_precision = low_precision
-        ctx.launch_args = launch_args  # interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg, words
+        # interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg, words, block
+        ctx.launch_args = launch_args
 
     def grads(op):
         def backward(ctx, gq, gk):
             cos, sin, positions = ctx.saved_tensors
             dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision,
                         *ctx.launch_args)
-            return (dq, dk if ctx.has_k else None) + (None,) * 14
+            return (dq, dk if ctx.has_k else None) + (None,) * 15
 
         return backward
 
@@ -765,13 +776,13 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
 
 
 def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0, poison=False,
-          chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1):
+          chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1, block=0):
     yk = _empty_k(q) if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
 
 
 def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
-                  poison=False, chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1):
+                  poison=False, chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1, block=0):
     B, T, HQ, D = gq.shape
     return gq.new_empty((B, T, (HQ + 2 * gk.shape[2]) * D))
 
@@ -902,32 +913,32 @@ class _RopeQKVFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, tile, num_warps, poison,
-                chunks, streaming, tables, maxnreg, words):
+                chunks, streaming, tables, maxnreg, words, block):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():
             yq, yk = _compiled_ops(q).fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                          num_warps, poison, chunks, streaming, tables, maxnreg, words)
+                                          num_warps, poison, chunks, streaming, tables, maxnreg, words, block)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words),
+                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block),
                             poison=poison)
         ctx.save_for_backward(cos, sin, positions)
         ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg,
-                    words)
+                    words, block)
         return yq, yk, v
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
         cos, sin, positions = ctx.saved_tensors
         (partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg,
-         words) = ctx.args
+         words, block) = ctx.args
         if torch.compiler.is_compiling():
             dqkv = _compiled_ops(gq).qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                             tile, num_warps, poison, chunks, streaming, tables, maxnreg, words)
+                                             tile, num_warps, poison, chunks, streaming, tables, maxnreg, words, block)
         else:
             dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words), poison)
-        return (dqkv,) + (None,) * 16
+                                LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block), poison)
+        return (dqkv,) + (None,) * 17
 
 
 # -- the registry entries ---------------------------------------------------------------------------
@@ -975,12 +986,13 @@ class _TritonRotary(RotaryEmbedding):
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": "input" if self.low_precision else "float32"}
 
-    def _launch_args(self) -> tuple[bool, int, int, bool, int, bool, int, int, int]:
+    def _launch_args(self) -> tuple[bool, int, int, bool, int, bool, int, int, int, int]:
         """The layout, tuning and test hook as the scalars the launches take: interleaved, tile, warps, poison,
-        chunks, streaming, tables, maxnreg, words (every LaunchConfig field: one left out is silently the default)."""
+        chunks, streaming, tables, maxnreg, words, block (every LaunchConfig field: one left out is silently the
+        default)."""
         cfg = self.launch_config
         return (self.layout == "interleaved", cfg.tile, cfg.num_warps, bool(self.poison_outputs), cfg.chunks,
-                cfg.streaming, cfg.tables, cfg.maxnreg, cfg.words)
+                cfg.streaming, cfg.tables, cfg.maxnreg, cfg.words, cfg.block)
 
     def _rotate_qkv(self, qkv, q, k, v, positions):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse

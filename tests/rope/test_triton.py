@@ -462,7 +462,7 @@ def test_every_launch_config_field_reaches_the_fused_qkv_launches(monkeypatch, d
     monkeypatch.setattr(triton_rope, "launch", spy)
     r = _build(D=16, device=device)
     cfg = triton_rope.LaunchConfig(tile=512, num_warps=2, chunks=2, streaming=True, tables=1, maxnreg=40,
-                                    words=1)
+                                    words=1, block=4)
     r.launch_config = cfg
     assert len(r._launch_args()) == len(dataclasses.fields(cfg)) + 2  # and the layout and poison hook
     qkv = torch.randn(2, 5, 3 * 2 * 16, device=device, requires_grad=True)
@@ -1030,3 +1030,30 @@ def test_reused_plan_rotates_each_call_tensors(device):
         want = m(q, k, positions=(pos + i) % 32)
         assert all(torch.equal(a, b) for a, b in zip(got[i], want, strict=True))
         triton_rope._PLANS._store.clear()
+
+
+@pytest.mark.parametrize("block", (4, 2))
+@pytest.mark.parametrize("variant,D,rotary_dim", [("full", 18, None), ("partial", 36, None), ("full", 40, 20),
+                                                  ("full", 34, None)])
+def test_flat_block_sizes_rotate_alike(block, variant, D, rotary_dim, monkeypatch, device):
+    """``LaunchConfig.block`` narrows the flat tiling's vectors (the kernel's VB): the same results, bit for bit,
+    as blocks of 8, forward and backward, with positions and GQA, in bf16 (words at D = 18, 34) and float32."""
+    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
+    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    mods = {}
+    for b in (8, block):
+        mods[b] = rope.build("triton_v4", D, 32, variant=variant, rotary_dim=rotary_dim).to(device)
+        mods[b].launch_config = triton_rope.LaunchConfig(chunks=2, block=b)
+    for dtype in (torch.bfloat16, torch.float32):
+        q = torch.randn(2, 7, 8, D, device=device, dtype=dtype)
+        k = torch.randn(2, 7, 4, D, device=device, dtype=dtype)  # 4 D elements a token: blocks of 8 fit
+        pos = torch.randint(0, 32, (2, 7), device=device)
+        g = (torch.randn_like(q), torch.randn_like(k))
+        outs = {}
+        for b, m in mods.items():
+            spy.launches.clear()
+            qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
+            y = m(qg, kg, positions=pos)
+            outs[b] = (*y, *torch.autograd.grad(y, (qg, kg), g))
+            assert [kw["VB"] for _, kw in spy.launches] == [b, b]
+        assert all(torch.equal(x, y) for x, y in zip(outs[8], outs[block], strict=True))

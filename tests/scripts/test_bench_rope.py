@@ -242,6 +242,9 @@ def test_a_launch_spec_sets_tile_warps_and_streaming():
     assert launch_overrides("triton_v4@split") == ("triton_v4", {"tables": 0})
     assert launch_overrides("triton_v4@words+regs=32") == ("triton_v4", {"words": 1, "maxnreg": 32})
     assert launch_overrides("triton_v4@elements") == ("triton_v4", {"words": 0})
+    assert launch_overrides("triton_v4@block=2") == ("triton_v4", {"block": 2})
+    with pytest.raises(ValueError, match="triton_v4@block=3: LaunchConfig.block must be"):
+        launch_overrides("triton_v4@block=3")
     for bad in ("triton_v4@tile=0", "triton_v4@warps=x", "triton_v4@tile"):
         with pytest.raises(ValueError, match=bad.partition("@")[2]):
             launch_overrides(bad)
