@@ -432,13 +432,14 @@ class LaunchPlan:
                          None, None, None, *args, *self.ints, *self.tail)
             return
         got = self.triton_launch(args)
+        jit = _kernels.rope_kernel  # a JITFunction, unless replaced (the tests' spies)
         if (self.device >= 0 and not self.traced and not _interpreting() and hasattr(got, "packed_metadata")
-                and torch.cuda.current_device() == self.device):
+                and hasattr(jit, "signature") and torch.cuda.current_device() == self.device):
             # the launcher takes every argument in the kernel's order, constexprs included (it skips them)
-            params = list(_kernels.rope_kernel.signature.parameters.values())[len(args) + len(self.ints):]
+            params = list(jit.signature.parameters.values())[len(args) + len(self.ints):]
             self.tail = tuple(self.constexprs.get(p.name, p.default) for p in params)
             self.stream = _triton_driver().get_current_stream
-            self.jit, self.compiled = _kernels.rope_kernel, got
+            self.jit, self.compiled = jit, got
 
     def triton_launch(self, args: tuple[Tensor, ...]) -> object:
         """Triton's own launch of the kernel with these tensors (what :meth:`run` does the first time), which
@@ -448,9 +449,14 @@ class LaunchPlan:
 
 
 def _launch_hooks_unset() -> bool:
-    """Whether no Triton launch hook is set (a profiler's hooks need Triton's own launch)."""
+    """Whether no Triton launch hook is set (a profiler's hooks need Triton's own launch). Triton 3.6 holds them
+    as chains of calls (``knobs.HookChain``, empty by default), earlier versions as a callable or None."""
     rt = _kernels.triton.knobs.runtime
-    return rt.launch_enter_hook is None and rt.launch_exit_hook is None
+    return _no_hook(rt.launch_enter_hook) and _no_hook(rt.launch_exit_hook)
+
+
+def _no_hook(hook: object) -> bool:
+    return hook is None or getattr(hook, "calls", None) == []
 
 
 @functools.cache
