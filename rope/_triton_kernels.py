@@ -500,6 +500,7 @@ def _rotate_flat(
     NBP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr, WIDE: tl.constexpr,
     STREAM: tl.constexpr, PAIRED: tl.constexpr, WORDS: tl.constexpr,
+    y_ptr, oy_ptr, syb, syt, soyb, soyt, WBY, JOINT: tl.constexpr,
 ):
     """Blocks [k0, k0 + NBP) of one tensor whose tokens are WB blocks of VB consecutive elements (a token's
     heads contiguous: H D elements, H D = WB VB), each element rotated against its partner.
@@ -517,6 +518,11 @@ def _rotate_flat(
     ``cos_ptr``; see ``rope.triton_rope.element_tables``), so they load as 16-byte vectors too. Each element
     is the first output of :func:`_rotate_pairs` (for x2, with s' = -s, which is exact): the results are
     bit-identical to the other tilings.
+
+    JOINT: the same blocks of a second tensor (k at ``y_ptr``, whose tokens are WBY <= WB blocks: the blocks
+    past them are masked) are rotated too, with the same positions and table values: each table entry is
+    loaded once for q's element and k's, where separate programs loaded it twice (the table is most of the
+    L1 traffic here, 64 of a block's ~80 wavefronts at D = 254: docs/kernels.md, session 15).
     """
     DT: tl.constexpr = o_ptr.dtype.element_ty
     blk = k0 + tl.arange(0, NBP)
@@ -546,8 +552,68 @@ def _rotate_flat(
         col = ((w0 // G) % (P // G) * G)[:, None] + tl.arange(0, VB)[None, :]
     m = tl.broadcast_to(bm[:, None], (NBP, VB))
     rot = d < 2 * R2
+    wblk = blk - seg * WB  # the block's index in its token
     raw = _load_x(x_ptr + x_at, m, STREAM)
     own = raw.to(tl.float32)
+    partner = _flat_partner(x_ptr, x_row, x_at, raw, own, bm, m, d, d0, rot, b, t, wblk, sxb, sxt, D, R2,
+                            INTERLEAVED, VB, NBP, SV, STREAM, WORDS, DT)
+    if JOINT:
+        ybm = bm & (wblk < WBY)
+        ym = tl.broadcast_to(ybm[:, None], (NBP, VB))
+        y_row = ((b * syb + t * syt) * SV + w0)[:, None]
+        y_at = y_row + tl.arange(0, VB)[None, :]
+        yraw = _load_x(y_ptr + y_at, ym, STREAM)
+        yown = yraw.to(tl.float32)
+        ypartner = _flat_partner(y_ptr, y_row, y_at, yraw, yown, ybm, ym, d, d0, rot, b, t, wblk, syb, syt, D, R2,
+                                 INTERLEAVED, VB, NBP, SV, STREAM, WORDS, DT)
+    # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
+    if PAIRED:  # one table, each column's cos and signed sin side by side, from float 2 d0 on (16-byte aligned:
+        # d0 is a multiple of DU >= 2); loaded as two (NBP, VB) halves, each deinterleaved in registers (a single
+        # (NBP, 2 VB) load took a layout of 4 floats a thread and went through shared memory to meet the blocks'
+        # 8 elements a thread). Written out here, not in a helper: the call's blocks changed the sm_90 schedule.
+        # Read without a mask: every block's position is a row of the table (a block past the end has t < T, an
+        # invalid position row 0).
+        cs_at = cos_ptr + (pos * (s_cs * CSV) + 2 * d0)[:, None] + tl.arange(0, VB)[None, :]
+        c_lo, s_lo = tl.split(tl.reshape(tl.load(cs_at, eviction_policy="evict_last").to(tl.float32),
+                                         (NBP, VB // 2, 2)))
+        c_hi, s_hi = tl.split(tl.reshape(tl.load(cs_at + VB, eviction_policy="evict_last").to(tl.float32),
+                                         (NBP, VB // 2, 2)))
+        c = tl.reshape(tl.permute(tl.join(c_lo, c_hi), (0, 2, 1)), (NBP, VB))
+        s = tl.reshape(tl.permute(tl.join(s_lo, s_hi), (0, 2, 1)), (NBP, VB))
+        if HAS_POS:
+            c = tl.where(valid[:, None], c, float("nan"))
+            s = tl.where(valid[:, None], s, float("nan"))
+        if INVERSE:
+            s = -s
+    else:  # split tables (columns computed above)
+        c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
+    _flat_store(o_ptr + o_at, own, partner, c, s, rot, m, D, R2, DT, LOW, EMULATE)
+    if JOINT:
+        oy_at = ((b * soyb + t * soyt) * SV + w0)[:, None] + tl.arange(0, VB)[None, :]
+        _flat_store(oy_ptr + oy_at, yown, ypartner, c, s, rot, ym, D, R2, DT, LOW, EMULATE)
+
+
+@triton.jit
+def _flat_store(o_ptrs, own, partner, c, s, rot, m, D: tl.constexpr, R2: tl.constexpr, DT: tl.constexpr,
+                LOW: tl.constexpr, EMULATE: tl.constexpr):
+    """Each element rotated against its partner (the first output of :func:`_rotate_pairs`: own c + partner s')
+    and stored; a copied tail passes through."""
+    y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE)
+    # Without a tail the select is a no-op, and dropping it changes only the sm_90 schedule: at R2 = 6 mod 8 that
+    # ran 2-3.5 points of copy bandwidth faster on the H100, at an odd R2 2.5-5 points slower (an A/B on one
+    # machine, docs/results/bench_h100_s12/call10), so odd halves keep it.
+    if 2 * R2 < D or R2 % 2 == 1:
+        y = tl.where(rot, y, own)
+    tl.store(o_ptrs, _narrow(y, DT, EMULATE), mask=m)
+
+
+@triton.jit
+def _flat_partner(x_ptr, x_row, x_at, raw, own, bm, m, d, d0, rot, b, t, wblk, sxb, sxt, D: tl.constexpr,
+                  R2: tl.constexpr, INTERLEAVED: tl.constexpr, VB: tl.constexpr, NBP: tl.constexpr,
+                  SV: tl.constexpr, STREAM: tl.constexpr, WORDS: tl.constexpr, DT: tl.constexpr):
+    """Each element's partner in float32 (:func:`_rotate_flat`): d ^ 1 interleaved (a swap in registers), else
+    d +- R2, read again from L1 (a vector where R2 is a multiple of VB, else two aligned vectors shifted in
+    registers or read as int32 words)."""
     if INTERLEAVED:
         ev, od = tl.split(tl.reshape(own, (NBP, VB // 2, 2)))
         partner = tl.reshape(tl.join(od, ev), (NBP, VB))
@@ -572,7 +638,7 @@ def _rotate_flat(
             dn_lo |= _meets(D + R2 - d0, D + 2 * R2 - d0, 0, SD)
             dn_hi |= _meets(D + R2 - d0, D + 2 * R2 - d0, SD, VB)
         if WORDS and DT.primitive_bitwidth == 16:
-            xw_row = ((b * sxb + t * sxt) * (SV // 2) + (blk - seg * WB) * (VB // 2))[:, None]
+            xw_row = ((b * sxb + t * sxt) * (SV // 2) + wblk * (VB // 2))[:, None]
             ulo, uhi = _run_words(x_ptr, xw_row, R2, bm & up_lo, bm & up_hi, STREAM, VB, NBP)
             dlo, dhi = _run_words(x_ptr, xw_row, -R2, bm & dn_lo, bm & dn_hi, STREAM, VB, NBP)
             partner = _word_partners(ulo, uhi, dlo, dhi, d < R2, R2 % VB, (-R2) % VB, VB // 2, NBP, DT)
@@ -580,34 +646,7 @@ def _rotate_flat(
             up = _shifted_run(x_ptr, x_row, raw, R2, bm & up_lo, bm & up_hi, STREAM, VB, NBP).to(tl.float32)
             down = _shifted_run(x_ptr, x_row, raw, -R2, bm & dn_lo, bm & dn_hi, STREAM, VB, NBP).to(tl.float32)
             partner = tl.where(d < R2, up, down)
-    # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
-    if PAIRED:  # one table, each column's cos and signed sin side by side, from float 2 d0 on (16-byte aligned:
-        # d0 is a multiple of DU >= 2); loaded as two (NBP, VB) halves, each deinterleaved in registers (a single
-        # (NBP, 2 VB) load took a layout of 4 floats a thread and went through shared memory to meet the blocks'
-        # 8 elements a thread). Written out here, not in a helper: the call's blocks changed the sm_90 schedule.
-        # Read without a mask: every block's position is a row of the table (a block past the end has t < T, an
-        # invalid position row 0).
-        cs_at = cos_ptr + (pos * (s_cs * CSV) + 2 * d0)[:, None] + tl.arange(0, VB)[None, :]
-        c_lo, s_lo = tl.split(tl.reshape(tl.load(cs_at, eviction_policy="evict_last").to(tl.float32),
-                                         (NBP, VB // 2, 2)))
-        c_hi, s_hi = tl.split(tl.reshape(tl.load(cs_at + VB, eviction_policy="evict_last").to(tl.float32),
-                                         (NBP, VB // 2, 2)))
-        c = tl.reshape(tl.permute(tl.join(c_lo, c_hi), (0, 2, 1)), (NBP, VB))
-        s = tl.reshape(tl.permute(tl.join(s_lo, s_hi), (0, 2, 1)), (NBP, VB))
-        if HAS_POS:
-            c = tl.where(valid[:, None], c, float("nan"))
-            s = tl.where(valid[:, None], s, float("nan"))
-        if INVERSE:
-            s = -s
-    else:  # split tables (columns computed above)
-        c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
-    y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE)  # its first output: own c + partner s'
-    # A copied tail passes through. Without one the select is a no-op, and dropping it changes only the sm_90
-    # schedule: at R2 = 6 mod 8 that ran 2-3.5 points of copy bandwidth faster on the H100, at an odd R2 2.5-5
-    # points slower (an A/B on one machine, docs/results/bench_h100_s12/call10), so odd halves keep it.
-    if 2 * R2 < D or R2 % 2 == 1:
-        y = tl.where(rot, y, own)
-    tl.store(o_ptr + o_at, _narrow(y, DT, EMULATE), mask=m)
+    return partner
 
 
 @triton.jit(do_not_specialize=["oo", "NR", "T", "mT", "pT", "H", "mH", "pH"])
@@ -646,7 +685,7 @@ def rope_kernel(
     CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
-    NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False,
+    NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
     others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
@@ -654,7 +693,8 @@ def rope_kernel(
     elements in (the slices of one d qkv), and ``ok_ptr`` is not used, so the kernel writes through one
     tensor argument only (under torch.compile two mutated views of one buffer are cloned and copied back).
     FLAT: programs rotate NBP blocks of VB elements (:func:`_rotate_flat`); NRQ/NRK count blocks and HQ/HK
-    (with their magic pairs) are the blocks of one token."""
+    (with their magic pairs) are the blocks of one token; JOINT (HK <= HQ): q's programs rotate k's blocks of
+    the same tokens too, and there are no k programs."""
     i = tl.program_id(0)
     if OUT_SHARED:
         ok_ptr = oq_ptr + tl.cast(ook, tl.int64) * SV
@@ -664,12 +704,14 @@ def rope_kernel(
                 q_ptr, oq_ptr, sqb, sqt, soqb, soqt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
                 i * NBP, NRQ, T, mT, pT, HQ, mHQ, pHQ, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
                 HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
+                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, JOINT,
             )  # fmt: skip
         else:
             _rotate_flat(
                 k_ptr, ok_ptr, skb, skt, sokb, sokt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
                 (i - NPQ) * NBP, NRK, T, mT, pT, HK, mHK, pHK, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
                 HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
+                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, False,
             )  # fmt: skip
     elif CHUNKED and PASS > 0 and i >= NPR:  # a constexpr test first: no copy code without a tail
         if PASS > 0:

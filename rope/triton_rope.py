@@ -85,6 +85,11 @@ class LaunchConfig:
     #: each warp-wide table load spans 2 KB (16 L1 wavefronts for 512 bytes); smaller blocks read the table
     #: in contiguous runs, at the price of narrower data accesses.
     block: int = 0
+    #: The flat tiling's programs for q rotate k's blocks of the same tokens too (1; k with at most q's heads),
+    #: loading each table entry once for both, or q and k have programs of their own (0); -1 chosen by the row
+    #: geometry (see :func:`launch_config`). The tables are most of the flat tiling's L1 traffic
+    #: (docs/kernels.md, session 15).
+    joint: int = -1
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1, 2):
@@ -96,6 +101,9 @@ class LaunchConfig:
         if self.words not in (-1, 0, 1):
             raise ValueError(f"LaunchConfig.words must be -1 (chosen by the row geometry), 0 (16-bit elements) or 1 "
                              f"(int32 words), got {self.words!r}")
+        if self.joint not in (-1, 0, 1):
+            raise ValueError(f"LaunchConfig.joint must be -1 (chosen by the row geometry), 0 (q and k apart) or 1 "
+                             f"(q's programs take k's blocks), got {self.joint!r}")
         if self.block not in (0, 2, 4, 8):
             raise ValueError(f"LaunchConfig.block must be 0 (the default, {FLAT_BLOCK}), 8, 4 or 2, got {self.block!r}")
         if not (self.maxnreg == 0 or 16 <= self.maxnreg <= 255):
@@ -242,6 +250,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,
+        "JOINT": config.joint == 1 and flat,
         "PAIRED": bool(config.tables) if config.tables >= 0 else PAIRED_TABLES_BY_DEFAULT and (
             default_words or (not interleaved and passed == 0 and rotary_pairs % 8 in (3, 5))),
     }
@@ -496,7 +505,8 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         if cfg["FLAT"] else 0
     given = (cos, sin)
     if cfg["FLAT"] and not vb:  # the flat tiling cannot take these tensors: rows or chunks (a copy: the dict
-        cfg = {**cfg, "FLAT": False, "num_warps": config.num_warps or ROW_WARPS}  # is launch_config's cached one)
+        cfg = {**cfg, "FLAT": False, "JOINT": False,  # is launch_config's cached one)
+               "num_warps": config.num_warps or ROW_WARPS}
     br = cfg["BR"]
     if max(nrq, nrk) + br >= 2**31:
         raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")
@@ -508,6 +518,10 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         cfg = {**cfg, "NBP": cfg["NBP"] * FLAT_BLOCK // vb}  # as many elements a program with narrower blocks
         # (a copy: the dict is launch_config's cached one)
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
+        if cfg["JOINT"] and k is not None and HK <= HQ:  # q's programs take k's blocks: no k programs
+            npk = 0
+        elif cfg["JOINT"]:
+            cfg = {**cfg, "JOINT": False}
         cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced)
     else:
         sv = _row_stride_unit(q, kk, oq, ok)
@@ -723,13 +737,15 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
                 chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
                 tables: int = DEFAULT_LAUNCH.tables, maxnreg: int = DEFAULT_LAUNCH.maxnreg,
                 words: int = DEFAULT_LAUNCH.words, block: int = DEFAULT_LAUNCH.block,
+                joint: int = DEFAULT_LAUNCH.joint,
                 ) -> tuple[Tensor, Tensor]:
             if traced and not _static(q, k, positions):  # a dynamic-shape trace: the opaque custom op
                 fallback = CUSTOM_OPS.bwd if inverse else CUSTOM_OPS.fwd
                 return fallback(q, k, cos, sin, positions, partial, low_precision, interleaved, tile, num_warps,
-                                poison, chunks, streaming, tables, maxnreg, words, block)
+                                poison, chunks, streaming, tables, maxnreg, words, block, joint)
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block),
+                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block,
+                                                joint),
                             poison=poison, traced=traced)
             return yq, _empty_k(q) if yk is None else yk
 
@@ -740,13 +756,14 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
                  num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
                  chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
                  tables: int = DEFAULT_LAUNCH.tables, maxnreg: int = DEFAULT_LAUNCH.maxnreg,
-                 words: int = DEFAULT_LAUNCH.words, block: int = DEFAULT_LAUNCH.block) -> Tensor:
+                 words: int = DEFAULT_LAUNCH.words, block: int = DEFAULT_LAUNCH.block,
+                 joint: int = DEFAULT_LAUNCH.joint) -> Tensor:
         if traced and not _static(gq, gk, gv, positions):
             return CUSTOM_OPS.qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                      num_warps, poison, chunks, streaming, tables, maxnreg, words, block)
+                                      num_warps, poison, chunks, streaming, tables, maxnreg, words, block, joint)
         return qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                            LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block), poison,
-                            traced=traced)
+                            LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block, joint),
+                            poison, traced=traced)
 
     ops = _OpSet(
         define(f"ropelab::rope_fwd{suffix}", mutates_args=())(body(False)),
@@ -764,7 +781,7 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
         ctx.has_k = k is not None
         ctx.partial = partial
         ctx.low_precision = low_precision
-        # interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg, words, block
+        # interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg, words, block, joint
         ctx.launch_args = launch_args
 
     def grads(op):
@@ -772,7 +789,7 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
             cos, sin, positions = ctx.saved_tensors
             dq, dk = op(gq, gk if ctx.has_k else None, cos, sin, positions, ctx.partial, ctx.low_precision,
                         *ctx.launch_args)
-            return (dq, dk if ctx.has_k else None) + (None,) * 15
+            return (dq, dk if ctx.has_k else None) + (None,) * 16
 
         return backward
 
@@ -782,13 +799,13 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
 
 
 def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0, poison=False,
-          chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1, block=0):
+          chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1, block=0, joint=-1):
     yk = _empty_k(q) if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
 
 
 def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
-                  poison=False, chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1, block=0):
+                  poison=False, chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1, block=0, joint=-1):
     B, T, HQ, D = gq.shape
     return gq.new_empty((B, T, (HQ + 2 * gk.shape[2]) * D))
 
@@ -919,32 +936,35 @@ class _RopeQKVFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, tile, num_warps, poison,
-                chunks, streaming, tables, maxnreg, words, block):
+                chunks, streaming, tables, maxnreg, words, block, joint):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():
             yq, yk = _compiled_ops(q).fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                          num_warps, poison, chunks, streaming, tables, maxnreg, words, block)
+                                          num_warps, poison, chunks, streaming, tables, maxnreg, words, block, joint)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
-                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block),
+                            config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block,
+                                                joint),
                             poison=poison)
         ctx.save_for_backward(cos, sin, positions)
         ctx.args = (partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg,
-                    words, block)
+                    words, block, joint)
         return yq, yk, v
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
         cos, sin, positions = ctx.saved_tensors
         (partial, low_precision, interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg,
-         words, block) = ctx.args
+         words, block, joint) = ctx.args
         if torch.compiler.is_compiling():
             dqkv = _compiled_ops(gq).qkv_bwd(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                             tile, num_warps, poison, chunks, streaming, tables, maxnreg, words, block)
+                                             tile, num_warps, poison, chunks, streaming, tables, maxnreg, words, block,
+                                             joint)
         else:
             dqkv = qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block), poison)
-        return (dqkv,) + (None,) * 17
+                                LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block, joint),
+                                poison)
+        return (dqkv,) + (None,) * 18
 
 
 # -- the registry entries ---------------------------------------------------------------------------
@@ -992,13 +1012,13 @@ class _TritonRotary(RotaryEmbedding):
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": "input" if self.low_precision else "float32"}
 
-    def _launch_args(self) -> tuple[bool, int, int, bool, int, bool, int, int, int, int]:
+    def _launch_args(self) -> tuple[bool, int, int, bool, int, bool, int, int, int, int, int]:
         """The layout, tuning and test hook as the scalars the launches take: interleaved, tile, warps, poison,
-        chunks, streaming, tables, maxnreg, words, block (every LaunchConfig field: one left out is silently the
+        chunks, streaming, tables, maxnreg, words, block, joint (every LaunchConfig field: one left out is silently the
         default)."""
         cfg = self.launch_config
         return (self.layout == "interleaved", cfg.tile, cfg.num_warps, bool(self.poison_outputs), cfg.chunks,
-                cfg.streaming, cfg.tables, cfg.maxnreg, cfg.words, cfg.block)
+                cfg.streaming, cfg.tables, cfg.maxnreg, cfg.words, cfg.block, cfg.joint)
 
     def _rotate_qkv(self, qkv, q, k, v, positions):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse

@@ -27,13 +27,15 @@ def require_cuda(script: str) -> None:
 #: so launch configurations are timed side by side in one run. SPEC is ``+``-separated items: a tiling
 #: (``rows``, ``chunks``, ``flat``: ``LaunchConfig.chunks``), the flat tiling's tables (``split``, ``paired``:
 #: ``LaunchConfig.tables``), how misaligned partner runs are read (``words``, ``elements``: ``LaunchConfig.words``),
+#: whether q's flat programs take k's blocks (``joint``, ``apart``: ``LaunchConfig.joint``),
 #: ``tile=N``, ``warps=N``, ``regs=N`` (``LaunchConfig.maxnreg``), ``block=N`` (``LaunchConfig.block``), ``stream``.
 TILINGS = {"rows": 0, "chunks": 1, "flat": 2}
 TABLES = {"split": 0, "paired": 1}
 PARTNERS = {"elements": 0, "words": 1}
+PROGRAMS = {"apart": 0, "joint": 1}
 _SPEC_INTS = {"tile": "tile", "warps": "num_warps", "regs": "maxnreg", "block": "block"}
-SPEC_HELP = ("NAME@SPEC takes +-separated rows, chunks, flat, split, paired, words, elements, tile=N, warps=N, "
-             "regs=N, block=N, stream (e.g. triton_v4@rows+tile=2048)")
+SPEC_HELP = ("NAME@SPEC takes +-separated rows, chunks, flat, split, paired, words, elements, joint, apart, tile=N, "
+             "warps=N, regs=N, block=N, stream (e.g. triton_v4@rows+tile=2048)")
 
 
 def launch_overrides(name: str) -> tuple[str, dict]:
@@ -49,6 +51,8 @@ def launch_overrides(name: str) -> tuple[str, dict]:
             out["tables"] = TABLES[key]
         elif not eq and key in PARTNERS:
             out["words"] = PARTNERS[key]
+        elif not eq and key in PROGRAMS:
+            out["joint"] = PROGRAMS[key]
         elif not eq and key == "stream":
             out["streaming"] = True
         elif eq and key in _SPEC_INTS and value.isdigit() and int(value) > 0:

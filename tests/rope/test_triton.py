@@ -462,7 +462,7 @@ def test_every_launch_config_field_reaches_the_fused_qkv_launches(monkeypatch, d
     monkeypatch.setattr(triton_rope, "launch", spy)
     r = _build(D=16, device=device)
     cfg = triton_rope.LaunchConfig(tile=512, num_warps=2, chunks=2, streaming=True, tables=1, maxnreg=40,
-                                    words=1, block=4)
+                                    words=1, block=4, joint=1)
     r.launch_config = cfg
     assert len(r._launch_args()) == len(dataclasses.fields(cfg)) + 2  # and the layout and poison hook
     qkv = torch.randn(2, 5, 3 * 2 * 16, device=device, requires_grad=True)
@@ -579,7 +579,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=0)  # tile by width, warps by tiling
     cfg = triton_rope.launch_config
     rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "FLAT": False, "NBP": 128,
-            "PAIRED": False, "WORDS": False}
+            "PAIRED": False, "WORDS": False, "JOINT": False}
     assert cfg(128, 64, True, False) == {"R2": 64, "CW": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
                                          "BR": 32, "M": 64, "num_warps": 8, **rows}
     assert cfg(16, 8, True, False)["BR"] == 128  # narrow rows: 1024-element loads
@@ -590,7 +590,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert cfg(48, 24, True, False, chunks) | {"BR": 0} == {
         "R2": 24, "CW": 12, "PASS": 0, "INTERLEAVED": False, "HP": 32, "PP": 1, "BR": 0, "CHUNKED": True, "V": 8,
         "M": 3, "NCH": 256, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8, "FLAT": False, "NBP": 128,
-        "PAIRED": False, "WORDS": False}
+        "PAIRED": False, "WORDS": False, "JOINT": False}
     assert [(cfg(d, d // 2, True, False, chunks)["V"], cfg(d, d // 2, True, False, chunks)["M"])
             for d in (24, 40, 80, 96)] == [(4, 3), (4, 5), (8, 5), (16, 3)]
     assert [cfg(d, d // 2, True, True)[k] for d in (40, 96) for k in ("V", "NCH")] == [4, 256, 8, 128]
@@ -1057,3 +1057,36 @@ def test_flat_block_sizes_rotate_alike(block, variant, D, rotary_dim, monkeypatc
             outs[b] = (*y, *torch.autograd.grad(y, (qg, kg), g))
             assert [kw["VB"] for _, kw in spy.launches] == [b, b]
         assert all(torch.equal(x, y) for x, y in zip(outs[8], outs[block], strict=True))
+
+
+@pytest.mark.parametrize("variant,D,rotary_dim,hk", [("full", 18, None, 4), ("partial", 36, None, 8),
+                                                     ("full", 30, None, 2), ("full", 40, 20, 4),
+                                                     ("partial", 64, 16, 1)])
+def test_joint_programs_rotate_alike(variant, D, rotary_dim, hk, monkeypatch, device):
+    """``LaunchConfig.joint``: q's flat programs rotate k's blocks of the same tokens too (one table load for both),
+    with the same results, bit for bit, as programs of their own, forward and backward, with positions, GQA
+    (k's blocks past its heads masked) and the strided views of a fused projection; in bf16 (words at D = 18, 30)
+    and float32. The launch has no k programs."""
+    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
+    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    mods = {}
+    for joint in (0, 1):
+        mods[joint] = rope.build("triton_v4", D, 32, variant=variant, rotary_dim=rotary_dim).to(device)
+        mods[joint].launch_config = triton_rope.LaunchConfig(chunks=2, joint=joint)
+    for dtype in (torch.bfloat16, torch.float32):
+        qkv = torch.randn(2, 7, (8 + 2 * hk) * D, device=device, dtype=dtype)
+        q, k, _ = rope.base.split_qkv(qkv, 8, hk, D)
+        pos = torch.randint(0, 32, (2, 7), device=device)
+        g = (torch.randn_like(q), torch.randn(k.shape, device=device, dtype=dtype))
+        outs = {}
+        for joint, m in mods.items():
+            spy.launches.clear()
+            qg, kg = q.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
+            y = m(qg, kg, positions=pos)
+            outs[joint] = (*y, *torch.autograd.grad(y, (qg, kg), g), *m(q, k, positions=pos))
+            assert [kw["JOINT"] for _, kw in spy.launches] == [bool(joint)] * 3
+            assert [kw["FLAT"] for _, kw in spy.launches] == [True] * 3
+        grids = [grid[0] for grid, _ in spy.launches]
+        assert all(torch.equal(a, b) for a, b in zip(outs[0], outs[1], strict=True))
+        assert all(not x.isnan().any() for x in outs[1])
+    assert grids[0] == -(-2 * 7 * 8 * D // 1024)  # q's programs only (1024 elements each)
