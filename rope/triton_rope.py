@@ -177,14 +177,37 @@ PAIRED_TABLES_BY_DEFAULT = True
 #: 242 84.0 -> 89.4, 254 89.4 -> 90.3. From D = 62 to 162 elements with split tables led words and paired by
 #: 0.5-2 points and words with split tables were level (forward 1-2 points faster, backward 0.5-1 slower). At
 #: R2 mod 8 = 3, 5 words take 34-36 registers and ran 5 points slower (call 1: D = 22, 26, 70, 186); at the
-#: partial R2 = 2 mod 8 family (D = 20, 36, 52, ...: 38 registers either way) they were level (call 1).
+#: partial R2 = 2 mod 8 family (D = 20, 36, 52, ...: 38 registers either way) they were level (call 1). With
+#: joint programs (:data:`JOINT_BY_DEFAULT`, session 15) words and paired tables lead at every R2 mod 8 = 1, 7 from
+#: D = 62 on (D = 66: joint with elements and split tables 87.2/85.6, with words and paired ones 93.5/93.6), so
+#: there the rule is: words wherever the programs are joint.
 WORDS_BY_DEFAULT = True
 
 
+#: Whether the flat tiling's q programs take k's blocks by default (``LaunchConfig.joint``) where measured faster:
+#: half-layout odd halves at full width from D = 54 on, with q and k of as many heads. Each table entry is then
+#: loaded once for q's element and k's; the table is most of the flat tiling's L1 traffic (Nsight Compute,
+#: docs/results/bench_h100_s15/call1: at D = 254 the L1 data pipe at 95.5%, DRAM at 80.9%). Apart and joint side
+#: by side at every odd half from 54 to 250 (calls 6, 7; 32M elements, % of copy bandwidth fwd/bwd): apart
+#: 88.0-92.9, joint 92.3-95.4 with words and paired tables at R2 mod 8 = 1, 7 (D = 66: 92.3/93.2 -> 93.5/93.6;
+#: 130: 90.8/91.7 -> 93.2/94.2; 254: 90.6/90.5 -> 95.4/95.2) and 16-bit elements and paired tables at 3, 5
+#: (D = 70: 90.1/90.2 -> 93.0/93.3; 186: 88.7/89.2 -> 93.8/93.3); at 256M D = 130, 194, 254: 96.5-97.6,
+#: 95.5, 96.8 -> 98.7-99.8. Below D = 54 joint ran 0.7-2 points slower (D = 18, 34: call 5), and the partial
+#: R2 = 2 mod 8 family 0.5-1.5 slower (call 7), so those stay apart. Where the plan finds k absent, with more
+#: heads than q or with fewer (GQA: its blocks past k's heads are masked; not measured), the default is apart.
+JOINT_BY_DEFAULT = True
+
+
+def _joint_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool) -> bool:
+    """Where :data:`JOINT_BY_DEFAULT` puts q's and k's blocks in q's programs."""
+    return JOINT_BY_DEFAULT and not interleaved and passed == 0 and rotary_pairs % 2 == 1 and head_dim >= 54
+
+
 def _words_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool) -> bool:
-    """Where :data:`WORDS_BY_DEFAULT` reads partner runs as words, with the paired table (measured together)."""
+    """Where :data:`WORDS_BY_DEFAULT` reads partner runs as words, with the paired table (measured together):
+    R2 mod 8 = 1, 7 up to D = 50 and with joint programs (apart, from D = 174 on: session 14's rule)."""
     return (not interleaved and passed == 0 and rotary_pairs % 8 in (1, 7)
-            and (head_dim <= 50 or head_dim >= 174))
+            and (head_dim <= 50 or head_dim >= 174 or _joint_geometry(head_dim, rotary_pairs, passed, interleaved)))
 
 
 def _next_pow2(n: int) -> int:
@@ -250,7 +273,8 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,
-        "JOINT": config.joint == 1 and flat,
+        "JOINT": flat and (config.joint == 1 if config.joint >= 0
+                           else _joint_geometry(head_dim, rotary_pairs, passed, interleaved)),
         "PAIRED": bool(config.tables) if config.tables >= 0 else PAIRED_TABLES_BY_DEFAULT and (
             default_words or (not interleaved and passed == 0 and rotary_pairs % 8 in (3, 5))),
     }
@@ -518,8 +542,8 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         cfg = {**cfg, "NBP": cfg["NBP"] * FLAT_BLOCK // vb}  # as many elements a program with narrower blocks
         # (a copy: the dict is launch_config's cached one)
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
-        if cfg["JOINT"] and k is not None and HK <= HQ:  # q's programs take k's blocks: no k programs
-            npk = 0
+        if cfg["JOINT"] and k is not None and (HK == HQ or config.joint == 1 and HK < HQ):
+            npk = 0  # q's programs take k's blocks: no k programs (by default only where measured: HK = HQ)
         elif cfg["JOINT"]:
             cfg = {**cfg, "JOINT": False}
         cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced)

@@ -818,10 +818,11 @@ def test_element_tables_follow_the_tables_they_expand():
 
 def test_paired_tables_where_measured_faster():
     """The measured default: paired cos/sin tables for half-layout odd halves at full width with R2 mod 8 = 3, 5,
-    and with 1, 7 where their partner runs are read as int32 words (D <= 50 or >= 174); ``LaunchConfig.tables``
-    and ``LaunchConfig.words`` force either."""
+    and with 1, 7 where their partner runs are read as int32 words (all of them: D <= 50 apart, from 54 on with
+    joint programs); ``LaunchConfig.tables`` and ``LaunchConfig.words`` force either."""
     cfg = triton_rope.launch_config
-    words = [18, 30, 34, 46, 50, 174, 178, 190, 194, 206, 210, 222, 226, 238, 242, 254]
+    words = [d for d in range(18, 257, 4) if (d // 2) % 8 in (1, 7)]
+    assert words[:5] == [18, 30, 34, 46, 50] and words[-1] == 254 and len(words) == 30
     assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["WORDS"]] == words
     assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["PAIRED"]] == sorted(words + [
         22, 26, 38, 42, 54, 58, 70, 74, 86, 90, 102, 106, 118, 122, 134, 138, 150, 154, 166, 170, 182, 186, 198,
@@ -840,6 +841,36 @@ def test_paired_tables_where_measured_faster():
         triton_rope.LaunchConfig(maxnreg=-1)
     with pytest.raises(ValueError, match="words must be -1 .* or 1 \\(int32 words\\), got 2"):
         triton_rope.LaunchConfig(words=2)
+
+
+def test_joint_programs_where_measured_faster(monkeypatch):
+    """The measured default: q's flat programs take k's blocks at half-layout odd halves at full width from D = 54
+    on, for q and k of as many heads (not measured with GQA: apart there unless ``LaunchConfig.joint`` says);
+    apart below, for the even halves, interleaved pairs and a copied tail; ``LaunchConfig.joint`` forces either."""
+    cfg = triton_rope.launch_config
+    assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["JOINT"]] == list(range(54, 257, 4))
+    assert not any(cfg(d, d // 2, True, False)["JOINT"] for d in range(16, 257, 4))  # partial
+    assert not cfg(54, 27, False, True)["JOINT"] and not cfg(64, 27, False, False)["JOINT"]  # interleaved; a tail
+    assert not cfg(130, 65, False, False, triton_rope.LaunchConfig(joint=0))["JOINT"]
+    assert cfg(36, 18, True, False, triton_rope.LaunchConfig(joint=1))["JOINT"]
+    assert not cfg(64, 32, False, False, triton_rope.LaunchConfig(joint=1))["JOINT"]  # rows: no flat programs
+    with pytest.raises(ValueError, match="joint must be -1 .* got 2"):
+        triton_rope.LaunchConfig(joint=2)
+    m = rope.build("triton_v4", 66, 16, variant="full")
+    q, k = torch.randn(1, 3, 4, 66), torch.randn(1, 3, 4, 66)
+    plan = triton_rope.launch_plan
+    assert plan(q, k, m.cos, m.sin, None, False, False, False).constexprs["JOINT"]
+    assert not plan(q, k[:, :, :2], m.cos, m.sin, None, False, False, False).constexprs["JOINT"]  # GQA
+    assert not plan(q, None, m.cos, m.sin, None, False, False, False).constexprs["JOINT"]
+    forced = triton_rope.LaunchConfig(joint=1)
+    assert plan(q, k[:, :, :2], m.cos, m.sin, None, False, False, False, config=forced).constexprs["JOINT"]
+    monkeypatch.setattr(triton_rope, "JOINT_BY_DEFAULT", False)
+    triton_rope.launch_config.cache_clear()
+    try:
+        assert not any(cfg(d, d // 2, False, False)["JOINT"] for d in range(16, 257, 2))
+    finally:
+        monkeypatch.undo()
+        triton_rope.launch_config.cache_clear()
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
