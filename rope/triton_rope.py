@@ -403,7 +403,7 @@ def launch_plan(
                                         positions.data_ptr() % 16),
         None if out_q is None else (out_q.stride(), out_q.storage_offset(), out_q.data_ptr() % 16),
         None if out_k is None else (out_k.stride(), out_k.storage_offset(), out_k.data_ptr() % 16),
-        None if out_buffer is None else out_buffer.storage_offset(),
+        None if out_buffer is None else (out_buffer.storage_offset(), out_buffer.data_ptr() % 16),
         wide, bool(partial), bool(low_precision), bool(inverse), bool(interleaved), config,
     )
     plan = _PLANS.get((cos, sin), key)

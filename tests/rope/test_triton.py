@@ -1011,6 +1011,7 @@ def test_launch_plan_is_kept_per_signature(device):
     p = _plan(m, q, k)
     assert _plan(m, torch.randn(2, 5, 2, 36, **bf), torch.randn(2, 5, 2, 36, **bf)) is p
     pos = torch.randint(0, 16, (2, 5), device=device)
+    obuf = torch.empty(2 * 720 + 1, **bf)
     others = [
         _plan(m, base[1:].view(2, 5, 2, 36), k),  # 2 bytes in
         _plan(m, q, k.transpose(0, 1).contiguous().transpose(0, 1)),  # strides
@@ -1021,6 +1022,9 @@ def test_launch_plan_is_kept_per_signature(device):
         _plan(m, q, k, pos.int()),
         _plan(m, q, k, pos.t().contiguous().t()),
         _plan(m, q, k, out_q=torch.empty(2, 5, 2, 40, **bf)[..., :36]),
+        _plan(m, q, k, out_q=obuf[:720].view(2, 5, 2, 36), out_k=obuf[720:1440].view(2, 5, 2, 36), out_buffer=obuf),
+        _plan(m, q, k, out_q=obuf[1:721].view(2, 5, 2, 36), out_k=obuf[721:1441].view(2, 5, 2, 36),
+              out_buffer=obuf[1:]),  # the buffer 2 bytes in: the kernel's output pointer
         triton_rope.launch_plan(q, k, m.cos, m.sin, None, True, False, True),  # inverse
         triton_rope.launch_plan(q, k, m.cos, m.sin, None, True, False, False, config=triton_rope.LaunchConfig(words=0)),
     ]
