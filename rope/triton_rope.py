@@ -280,9 +280,11 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     }
 
 
-def _new_output(shape: tuple[int, ...], like: Tensor, poison: bool) -> Tensor:
-    """A fresh output of ``like``'s dtype and device, NaN-filled when ``poison`` (the tests' hook)."""
-    if shape == like.shape:  # empty_like: half the host time of torch.empty(shape, dtype=, device=)
+def _new_output(shape: tuple[int, ...], like: Tensor, poison: bool, eager: bool = False) -> Tensor:
+    """A fresh output of ``like``'s dtype and device, NaN-filled when ``poison`` (the tests' hook). ``eager``
+    (not tracing): ``empty_like`` where the shapes agree, half the host time of ``torch.empty(shape, dtype=,
+    device=)``; while tracing, the allocation the compiled graphs were measured and tested with."""
+    if eager and shape == like.shape:
         out = torch.empty_like(like, memory_format=torch.contiguous_format)
     else:
         out = torch.empty(shape, dtype=like.dtype, device=like.device)
@@ -290,13 +292,13 @@ def _new_output(shape: tuple[int, ...], like: Tensor, poison: bool) -> Tensor:
 
 
 def _new_outputs(q: Tensor, k: Tensor | None, out_q: Tensor | None, out_k: Tensor | None,
-                 poison: bool) -> tuple[Tensor, Tensor | None]:
+                 poison: bool, eager: bool = False) -> tuple[Tensor, Tensor | None]:
     """q's and k's outputs for a launch: the given ones, else fresh tensors of their shapes (NaN-filled
-    when ``poison``). Shared by the Triton and CuTeDSL launches."""
+    when ``poison``; ``eager``: see :func:`_new_output`). Shared by the Triton and CuTeDSL launches."""
     if out_q is None:
-        out_q = _new_output(q.shape, q, poison)
+        out_q = _new_output(q.shape, q, poison, eager)
     if k is not None and out_k is None:
-        out_k = _new_output(k.shape, k, poison)
+        out_k = _new_output(k.shape, k, poison, eager)
     return out_q, out_k
 
 
@@ -351,7 +353,7 @@ def launch(
         positions = positions.long()
     plan = launch_plan(q, k, cos, sin, positions, partial, low_precision, inverse, out_q, out_k,
                        interleaved=interleaved, config=config, traced=traced, out_buffer=out_buffer)
-    out_q, out_k = _new_outputs(q, k, out_q, out_k, poison)
+    out_q, out_k = _new_outputs(q, k, out_q, out_k, poison, eager=not traced)
     if plan is not None:
         plan.run(q, k, out_q, out_k, positions, cos, sin, out_buffer)
     return out_q, out_k
