@@ -564,9 +564,8 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
     # 32-bit index arithmetic where every element offset of every operand fits (the common case)
-    wide = (_needs_wide_offsets(q, kk, cos) or (positions is not None and _needs_wide_offsets(positions))
-            or any(t is not None and _needs_wide_offsets(t) for t in (out_q, out_k, out_buffer))
-            or max(oq.numel(), ok.numel()) >= 1 << 30)
+    wide = (_needs_wide_offsets(*(t for t in (q, kk, cos, positions, out_q, out_k, out_buffer) if t is not None))
+            or max(oq.numel(), ok.numel()) >= 1 << 30)  # fresh outputs: their storage is their elements
     ints = (
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(oq, sv), *_scaled_strides(ok, sv),
         spb, spt, cos.stride(0) // csv, cos.shape[0], ook // sv,

@@ -13,7 +13,7 @@ from torch.nn import functional as F
 import rope
 
 from .cases import DTYPE_NAMES, LAYOUTS, POSITIONS, assert_precise, build_poisoned, run_case
-from .test_triton import DTYPES, IMPLS
+from .test_triton import DTYPES, IMPLS, _KernelSpy
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -223,14 +223,7 @@ def test_a_replaced_kernel_sees_launches_of_kept_plans(monkeypatch):
     q = torch.randn(2, 5, 3, 64, device=CUDA)
     for _ in range(2):
         m(q, q)
-    calls = []
-    kernel = triton_rope._kernels.rope_kernel
-
-    class Counting:
-        def __getitem__(self, grid):
-            calls.append(grid)
-            return kernel[grid]
-
-    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", Counting())
+    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
+    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
     m(q, q)
-    assert len(calls) == 1
+    assert len(spy.launches) == 1
