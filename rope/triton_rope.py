@@ -113,12 +113,6 @@ class LaunchConfig:
 
 DEFAULT_LAUNCH = LaunchConfig()
 
-#: Whether the compiled fused-qkv backward (the triton op) writes dq and dk through d qkv itself
-#: (``launch(out_buffer=...)``), sparing the clones and copy-back Inductor adds for two mutated views of
-#: one buffer. On since session 8: the GPU compile tests pass with it under Inductor, and the compiled
-#: seed004 step's profile went from 18.55 to 16.39 ms (torch 16.53) on the H100 (docs/kernels.md).
-SHARED_OUT_UNDER_COMPILE = True
-
 #: Whether rotated widths that are not a power of two take the chunk tiling unless a LaunchConfig says:
 #: on the H200 it lifted D = 24/40/56/80/160 from 57-81% to 81-91% of copy bandwidth (docs/kernels.md).
 CHUNKS_BY_DEFAULT = True
@@ -896,6 +890,13 @@ def qkv_backward(
     The kernel writes dq and dk straight into their slices of the one buffer and v's gradient is
     copied beside them, so no stack of three separate gradients follows (autograd's default for
     views of one tensor: one more read and write of dq and dk).
+
+    The kernel is handed the buffer itself (``out_buffer``), never its dq and dk views, eagerly and under
+    ``torch.compile`` alike. Why, under compile: Inductor clones a user kernel's mutated arguments, and for a
+    strided view of a compact temporary torch 2.11's clone reads the view's whole storage span from a buffer
+    of the view's size (pytorch/pytorch#161115, fixed by #184050): an out-of-bounds read, an illegal address
+    where the temporary ends a segment (docs/kernels.md, session 16). Through the buffer there are no clones
+    and no copy-back either (the compiled seed004 step: 18.55 -> 16.39 ms on the H100, session 8).
     """
     B, T, HQ, D = gq.shape
     HK = gk.shape[2]
@@ -903,7 +904,7 @@ def qkv_backward(
     dq, dk, dv = split_qkv(dqkv, HQ, HK, D)
     launch(gq, gk, cos, sin, positions, partial, low_precision, inverse=True, out_q=dq, out_k=dk,
            interleaved=interleaved, config=config, poison=poison, traced=traced,
-           out_buffer=dqkv if (SHARED_OUT_UNDER_COMPILE or not traced) else None)
+           out_buffer=dqkv)
     if gv is None:
         dv.zero_()
     else:

@@ -17,7 +17,6 @@ profiles a few with ``torch.profiler`` and prints, per rope:
 
     python -m scripts.profile_step --model seed004 --ropes none,torch,triton_v4
     python -m scripts.profile_step --mode reduce-overhead      # CUDA graphs: host launch cost hidden
-    python -m scripts.profile_step --shared-out off            # SHARED_OUT_UNDER_COMPILE off (docs/kernels.md)
     python -m scripts.profile_step --device cpu --tiny --no-compile   # a dry run without a GPU
 """
 
@@ -45,9 +44,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--optim", default="adamw", help="a conf/optim preset")
     p.add_argument("--mode", default=None, help="torch.compile mode (default: none, like training)")
     p.add_argument("--no-compile", action="store_true", help="eager")
-    p.add_argument("--shared-out", choices=("on", "off"), default=None,
-                   help="set rope.triton_rope.SHARED_OUT_UNDER_COMPILE (the one-buffer fused-qkv backward under "
-                        "torch.compile; default: the module's own value)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--prof-steps", type=int, default=5)
@@ -308,10 +304,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from omegaconf import OmegaConf
 
-    import rope.triton_rope
-
-    if args.shared_out is not None:
-        rope.triton_rope.SHARED_OUT_UNDER_COMPILE = args.shared_out == "on"
     device = torch.device(args.device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -325,7 +317,6 @@ def main(argv: list[str] | None = None) -> int:
     dev_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (dry run)"
     print(f"model={args.model} B={args.batch} T={model_cfg.seq_len} vocab={args.vocab} optim={args.optim} "
           f"compile={'off' if args.no_compile else (args.mode or 'default')} "
-          f"shared_out={rope.triton_rope.SHARED_OUT_UNDER_COMPILE} | "
           f"{dev_name} | torch {torch.__version__} | warmup {args.warmup}, timed {args.iters}, "
           f"profiled {args.prof_steps}", flush=True)
     rows, t0 = [], time.time()

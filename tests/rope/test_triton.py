@@ -323,6 +323,31 @@ def test_traced_ops_equal_custom_ops(impl, device):
     assert torch.equal(tr.CUSTOM_OPS.qkv_bwd(*qkv_args), tr.TRACED_OPS.qkv_bwd(*qkv_args))
 
 
+def test_fused_backward_gives_the_kernel_the_whole_buffer(device, monkeypatch):
+    """The fused-qkv backward hands the kernel d qkv itself (``out_buffer``), eagerly and in the triton op
+    that Inductor compiles: given dq and dk as two strided views instead, torch 2.11's Inductor clones them
+    by reading past a compact temporary (pytorch/pytorch#161115), an illegal address on the H100 (session 16)."""
+    from rope import triton_rope as tr
+
+    r = _build("triton_v4", D=48, max_seq_len=16, device=device)
+    q = torch.randn(2, 5, 3, 48, device=device, dtype=torch.bfloat16)
+    k = torch.randn(2, 5, 1, 48, device=device, dtype=torch.bfloat16)
+    gv = torch.randn(2, 5, 1, 48, device=device, dtype=torch.bfloat16)
+    buffers, real = [], tr.launch
+
+    def spy(*args, **kwargs):
+        buffers.append(kwargs.get("out_buffer"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tr, "launch", spy)
+    ops = [tr.CUSTOM_OPS.qkv_bwd] + ([] if tr.TRACED_OPS is None else [tr.TRACED_OPS.qkv_bwd])
+    for op in ops:
+        buffers.clear()
+        dqkv = op(q, k, gv, r.cos, r.sin, None, True, False)
+        assert len(buffers) == 1 and buffers[0] is not None, buffers
+        assert (buffers[0].data_ptr(), buffers[0].shape) == (dqkv.data_ptr(), dqkv.shape)
+
+
 def test_out_buffer_must_hold_q_at_its_start(device):
     """``launch(out_buffer=...)`` writes k's outputs at their offset in the buffer; slices in another order
     are refused in one line instead of being written to the wrong place."""
