@@ -10,6 +10,7 @@ Without a cache (training, evaluation) the forward is exactly the full-sequence 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -281,13 +282,41 @@ def compile_options(model: GPT) -> dict:
     return {k: v for k, v in model.rotary.inductor_options.items() if hasattr(inductor_config, k)}
 
 
+def export_to_compile_workers(options: Mapping[str, object]) -> bool:
+    """Make Inductor ``options`` visible to its compile workers, as ``TORCHINDUCTOR_<NAME>`` environment
+    variables; a pool of workers already started without them is shut down, so that the next compile
+    starts one that reads them. Returns whether anything changed.
+
+    Why: Inductor compiles Triton kernels in worker processes and decides there whether a kernel gets
+    its static launcher. Of ``torch.compile``'s options the workers see only ``use_static_triton_launcher``
+    (torch 2.11 to 2.13, ``async_compile.py``); ``static_launch_user_defined_triton_kernels`` they read
+    from the environment when they start. Without this the Triton entries' kernels went through Triton's
+    Python launcher whenever the pool compiled them (every compile after a process's first; session 17's
+    host profile of the compiled seed004 step: 18 launches a step), the host time the option exists to save.
+    """
+    changed = False
+    for key, value in options.items():
+        name, text = f"TORCHINDUCTOR_{key.upper()}", str(int(value) if isinstance(value, bool) else value)
+        if os.environ.get(name) != text:
+            os.environ[name] = text
+            changed = True
+    if changed:
+        from torch._inductor import async_compile
+
+        async_compile.shutdown_compile_workers()
+    return changed
+
+
 def compile_model(model: GPT, mode: str | None = None, **kwargs: object) -> nn.Module:
     """``torch.compile(model, **kwargs)`` with the options its RoPE module asks for (the trainer and
-    the step benchmarks compile through here, so both measure the same compiled model). ``mode``
-    (e.g. ``"reduce-overhead"``) excludes options in ``torch.compile``; with a mode they are left out."""
+    the step benchmarks compile through here, so both measure the same compiled model), exported to
+    Inductor's compile workers too (:func:`export_to_compile_workers`). ``mode`` (e.g.
+    ``"reduce-overhead"``) excludes options in ``torch.compile``; with a mode they are left out."""
     if mode:
         return torch.compile(model, mode=mode, **kwargs)
-    return torch.compile(model, options=compile_options(model) or None, **kwargs)
+    options = compile_options(model)
+    export_to_compile_workers(options)
+    return torch.compile(model, options=options or None, **kwargs)
 
 
 def build_model(model_cfg: Mapping, rope_cfg: Mapping, vocab_size: int) -> GPT:

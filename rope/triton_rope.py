@@ -199,9 +199,21 @@ def _joint_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: 
 
 def _words_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool) -> bool:
     """Where :data:`WORDS_BY_DEFAULT` reads partner runs as words, with the paired table (measured together):
-    R2 mod 8 = 1, 7 up to D = 50 and with joint programs (apart, from D = 174 on: session 14's rule)."""
-    return (not interleaved and passed == 0 and rotary_pairs % 8 in (1, 7)
-            and (head_dim <= 50 or head_dim >= 174 or _joint_geometry(head_dim, rotary_pairs, passed, interleaved)))
+    R2 mod 8 = 1, 7 up to D = 50 and with joint programs (apart, from D = 174 on: session 14's rule); R2 mod 8 = 2
+    up to D = 52 (D = 20, 36, 52, both variants: session 17).
+
+    R2 mod 8 = 2 (D = 4 + 16k) compiles to 38 registers a thread with elements and split tables, to 32 with words
+    and the paired table (triton 3.6, sm_90, forward and backward, every such D), yet the second ran faster only
+    at these three: three runs on two H100s (docs/results/bench_h100_s17, calls 2-4), min(forward, backward) % of
+    copy bandwidth, D = 20 92.7 -> 94.7, D = 36 91.9-92.6 -> 93.5-94.1, D = 52 91.5-92.2 -> 92.1-93.4; from
+    D = 68 on 3-5 points slower (D = 100 91.9 -> 88.0; 256M: 97.4 -> 94.6), as the paired table was for the
+    even flat halves in session 13."""
+    if interleaved or passed:
+        return False
+    if rotary_pairs % 8 == 2:
+        return head_dim <= 52
+    return rotary_pairs % 8 in (1, 7) and (
+        head_dim <= 50 or head_dim >= 174 or _joint_geometry(head_dim, rotary_pairs, passed, interleaved))
 
 
 def _next_pow2(n: int) -> int:

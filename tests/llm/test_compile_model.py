@@ -4,13 +4,16 @@ for their kernels, which took the compiled seed004 step off the host's critical 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from llm.model import build_model, compile_model, compile_options
+from llm.model import build_model, compile_model, compile_options, export_to_compile_workers
 from llm.training import trainer as trainer_mod
 
 CFG = OmegaConf.create({"n_layer": 1, "n_head": 2, "n_embd": 32, "seq_len": 16})
@@ -32,6 +35,31 @@ def test_compile_model_passes_the_rope_modules_options(name, options, compiles):
     assert compiles[-1] == {"options": options, "fullgraph": True}
     compile_model(model, mode="reduce-overhead")  # torch.compile refuses mode and options together
     assert compiles[-1] == {"mode": "reduce-overhead"}
+
+
+ENV = "TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS"
+
+
+def test_options_reach_the_compile_workers(monkeypatch, compiles):
+    """Inductor's compile workers decide the static launch and see torch.compile's options only through the
+    environment: compile_model exports them and restarts a pool started without them, once."""
+    from torch._inductor import async_compile
+
+    shutdowns = []
+    monkeypatch.setattr(async_compile, "shutdown_compile_workers", lambda: shutdowns.append(1))
+    monkeypatch.delenv(ENV, raising=False)
+    compile_model(build_model(CFG, {"name": "torch"}, 50))
+    assert ENV not in os.environ and not shutdowns  # nothing asked, nothing exported
+    compile_model(build_model(CFG, {"name": "triton_v4"}, 50))
+    assert os.environ[ENV] == "1" and shutdowns == [1]
+    compile_model(build_model(CFG, {"name": "triton_v2"}, 50))
+    assert shutdowns == [1]  # already exported: the running pool has it
+    monkeypatch.setenv(ENV, "0")
+    assert export_to_compile_workers({"static_launch_user_defined_triton_kernels": True})
+    assert os.environ[ENV] == "1" and shutdowns == [1, 1]
+    code = "import torch._inductor.config as c; print(c.static_launch_user_defined_triton_kernels)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True", out  # what a worker started now reads
 
 
 def test_options_this_torch_lacks_are_dropped(monkeypatch):

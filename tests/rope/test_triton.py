@@ -844,15 +844,19 @@ def test_element_tables_follow_the_tables_they_expand():
 def test_paired_tables_where_measured_faster():
     """The measured default: paired cos/sin tables for half-layout odd halves at full width with R2 mod 8 = 3, 5,
     and with 1, 7 where their partner runs are read as int32 words (all of them: D <= 50 apart, from 54 on with
-    joint programs); ``LaunchConfig.tables`` and ``LaunchConfig.words`` force either."""
+    joint programs), and words and paired tables at R2 mod 8 = 2 up to D = 52 (both variants);
+    ``LaunchConfig.tables`` and ``LaunchConfig.words`` force either."""
     cfg = triton_rope.launch_config
-    words = [d for d in range(18, 257, 4) if (d // 2) % 8 in (1, 7)]
-    assert words[:5] == [18, 30, 34, 46, 50] and words[-1] == 254 and len(words) == 30
+    odd_words = [d for d in range(18, 257, 4) if (d // 2) % 8 in (1, 7)]
+    assert odd_words[:5] == [18, 30, 34, 46, 50] and odd_words[-1] == 254 and len(odd_words) == 30
+    words = sorted(odd_words + [20, 36, 52])
     assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["WORDS"]] == words
     assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["PAIRED"]] == sorted(words + [
         22, 26, 38, 42, 54, 58, 70, 74, 86, 90, 102, 106, 118, 122, 134, 138, 150, 154, 166, 170, 182, 186, 198,
         202, 214, 218, 230, 234, 246, 250])
-    assert not any(cfg(d, d // 2, True, False)["WORDS"] for d in range(16, 257, 4))  # partial: level, not taken
+    assert [d for d in range(16, 257, 4) if cfg(d, d // 2, True, False)["WORDS"]] == [20, 36, 52]  # partial
+    assert [d for d in range(16, 257, 4) if cfg(d, d // 2, True, False)["PAIRED"]] == [20, 36, 52]
+    assert not cfg(20, 10, False, True)["WORDS"] and not cfg(24, 10, False, False)["WORDS"]  # interleaved; a tail
     assert not cfg(18, 9, False, True)["WORDS"] and not cfg(36, 9, False, False)["WORDS"]  # interleaved; a tail
     assert not cfg(18, 9, False, False, triton_rope.LaunchConfig(words=0))["WORDS"]
     assert cfg(36, 18, True, False, triton_rope.LaunchConfig(words=1))["WORDS"]
