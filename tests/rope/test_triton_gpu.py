@@ -141,10 +141,11 @@ def test_gpt_compiles_fullgraph(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_compiled_gpt_launches_the_kernel_from_inductor(impl):
+def test_compiled_gpt_launches_the_kernel_from_inductor(impl, monkeypatch):
     """Under torch.compile (static shapes) the training path goes through the triton ops: Inductor's
     generated code launches rope_kernel itself, and no ropelab custom op (with its Python dispatch and
-    launcher, the host time that slowed the compiled seed004 step) is left in the graph."""
+    launcher, the host time that slowed the compiled seed004 step) is left in the graph; the kernels go through
+    Inductor's static launcher."""
     from omegaconf import OmegaConf
     from torch._inductor.utils import run_and_get_code
 
@@ -162,11 +163,23 @@ def test_compiled_gpt_launches_the_kernel_from_inductor(impl):
         loss.backward()
         return loss
 
-    _, codes = run_and_get_code(step)
+    from torch._inductor import async_compile
+    from triton.backends.nvidia import driver
+
+    async_compile.CompiledTritonKernels.cache_clear()  # kernels compiled by earlier tests without the option
+    with torch._inductor.config.patch(force_disable_caches=True):
+        _, codes = run_and_get_code(step)
     code = "\n".join(codes)
     assert "rope_kernel" in code
     assert "copy_heads_kernel" in code  # v's gradient into d qkv: our copy, not Inductor's transposing one
     assert "ropelab.rope_fwd.default" not in code and "ropelab.rope_qkv_bwd.default" not in code, code[-3000:]
+    # and Inductor launches them with its static launcher, not Triton's Python one (compiled in its workers,
+    # which see the option only through the environment: llm.model.export_to_compile_workers)
+    python_launches = []
+    monkeypatch.setattr(driver.CudaLauncher, "__call__", lambda self, *a: python_launches.append(a))
+    step()
+    torch.cuda.synchronize()
+    assert not python_launches, f"{len(python_launches)} launches through Triton's Python launcher"
 
 
 @pytest.mark.parametrize(
