@@ -1,3 +1,4 @@
+# ruff: noqa  (a record of what ran on the H100, kept as it ran)
 """Host time of the compiled seed004 step's phases, per rope, with the GPU held busy by a sleep so the host never
 waits: forward call, backward, optimizer. Then cProfile of 20 forwards+backwards (tottime top 25)."""
 import cProfile, io, pstats, statistics, sys, time

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Session 17, call 4: with the compile workers' fix, the compiled seed004 step over 16 paired rounds, and GPT-2 small.
+set -u
+cd "$(dirname "$0")/.."
+[ -d /tmp/site/hydra ] || bash .whl_slim/install.sh > /tmp/inst.log 2>&1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+T0=$(date +%s)
+mkdir -p $OUT/r
+timeout 330 python -m scripts.bench_step --model seed004 --ropes none,torch,triton_v4 --no-liger --modes compile \
+  --iters 960 --rounds 16 --out $OUT/r/step_seed004 > $OUT/r/step_seed004.log 2>&1
+tail -n 8 $OUT/r/step_seed004.log
+echo "at $(( $(date +%s) - T0 )) s"
+timeout $(( 585 - $(date +%s) + T0 )) python -m scripts.bench_step --model gpt2_small --ropes none,torch,triton_v4 --no-liger \
+  --iters 160 --rounds 8 --out $OUT/r/step_gpt2 > $OUT/r/step_gpt2.log 2>&1
+tail -n 12 $OUT/r/step_gpt2.log
+echo "at $(( $(date +%s) - T0 )) s"
+cd $OUT && tar czf res.tgz r && rm -rf r
