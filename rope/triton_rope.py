@@ -204,10 +204,10 @@ def _words_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: 
 
     R2 mod 8 = 2 (D = 4 + 16k) compiles to 38 registers a thread with elements and split tables, to 32 with words
     and the paired table (triton 3.6, sm_90, forward and backward, every such D), yet the second ran faster only
-    at these three: three runs on two H100s (docs/results/bench_h100_s17, calls 2-4), min(forward, backward) % of
-    copy bandwidth, D = 20 92.7 -> 94.7, D = 36 91.9-92.6 -> 93.5-94.1, D = 52 91.5-92.2 -> 92.1-93.4; from
-    D = 68 on 3-5 points slower (D = 100 91.9 -> 88.0; 256M: 97.4 -> 94.6), as the paired table was for the
-    even flat halves in session 13."""
+    at these three (docs/results/bench_h100_s17, calls 2, 4, 5: D = 20 one run, the others three on two H100s),
+    min(forward, backward) % of copy bandwidth, D = 20 92.7 -> 94.7, D = 36 91.9-92.6 -> 93.5-94.1, D = 52
+    91.5-92.2 -> 92.1-93.4; from D = 68 on 3-5 points slower (D = 100 91.9 -> 88.0; 256M: 97.4 -> 94.6), as the
+    paired table was for the even flat halves in session 13."""
     if interleaved or passed:
         return False
     if rotary_pairs % 8 == 2:
