@@ -159,6 +159,7 @@ ROW_WARPS = 8
 #: for paired tables (call 2: D = 22 95.2/94.9, D = 26 96.5/95.1, against 90.3/93.9 and 90.2/93.8 in calls 3
 #: and 7, whose forward took 36 registers) and to 14a7907's for split ones. With 16-bit elements that paired
 #: code takes 34-36 registers at R2 mod 8 = 1 and ran 2-5 points under split there (call 2: D = 18, 66, 130, 194).
+#: R2 = 2 mod 8 takes it with joint programs (:data:`JOINT_BY_DEFAULT`: measured so in session 18).
 PAIRED_TABLES_BY_DEFAULT = True
 
 
@@ -179,41 +180,50 @@ WORDS_BY_DEFAULT = True
 
 
 #: Whether the flat tiling's q programs take k's blocks by default (``LaunchConfig.joint``) where measured faster:
-#: half-layout odd halves at full width from D = 54 on, with q and k of as many heads. Each table entry is then
-#: loaded once for q's element and k's; the table is most of the flat tiling's L1 traffic (Nsight Compute,
-#: docs/results/bench_h100_s15/call1: at D = 254 the L1 data pipe at 95.5%, DRAM at 80.9%). Apart and joint side
-#: by side at every odd half from 54 to 250 (calls 6, 7; 32M elements, % of copy bandwidth fwd/bwd): apart
-#: 88.0-92.9, joint 92.3-95.4 with words and paired tables at R2 mod 8 = 1, 7 (D = 66: 92.3/93.2 -> 93.5/93.6;
-#: 130: 90.8/91.7 -> 93.2/94.2; 254: 90.6/90.5 -> 95.4/95.2) and 16-bit elements and paired tables at 3, 5
-#: (D = 70: 90.1/90.2 -> 93.0/93.3; 186: 88.7/89.2 -> 93.8/93.3); at 256M D = 130, 194, 254: 96.5-97.6,
-#: 95.5, 96.8 -> 98.7-99.8. Below D = 54 joint ran 0.7-2 points slower (D = 18, 34: call 5), and the partial
-#: R2 = 2 mod 8 family 0.5-1.5 slower (call 7), so those stay apart. Where the plan finds k absent, with more
-#: heads than q or with fewer (GQA: its blocks past k's heads are masked; not measured), the default is apart.
+#: half-layout rotated halves at full width, with q and k of as many heads, that are odd from D = 54 on or of
+#: R2 = 2 mod 8 pairs from D = 36 on. Each table entry is then loaded once for q's element and k's; the table is
+#: most of the flat tiling's L1 traffic (Nsight Compute, docs/results/bench_h100_s15/call1: at D = 254 the L1
+#: data pipe at 95.5%, DRAM at 80.9%). Odd halves, apart and joint side by side at every one from 54 to 250
+#: (session 15, calls 6, 7; 32M elements, % of copy bandwidth fwd/bwd): apart 88.0-92.9, joint 92.3-95.4 with
+#: words and paired tables at R2 mod 8 = 1, 7 (D = 66: 92.3/93.2 -> 93.5/93.6; 130: 90.8/91.7 -> 93.2/94.2; 254:
+#: 90.6/90.5 -> 95.4/95.2) and 16-bit elements and paired tables at 3, 5 (D = 70: 90.1/90.2 -> 93.0/93.3; 186:
+#: 88.7/89.2 -> 93.8/93.3); at 256M D = 130, 194, 254: 96.5-97.6, 95.5, 96.8 -> 98.7-99.8. Below D = 54 joint
+#: ran 0.7-2 points slower (D = 18, 34: call 5). R2 = 2 mod 8 (D = 4 + 16k), joint with elements and the paired
+#: table (docs/results/bench_h100_s18, calls 1, 2; session 15 had measured it joint with split tables only, 0.5-1.5
+#: points under apart): from D = 36 to 244 at 93.0-95.8 both ways where apart gave 91.2-94.9 (D = 68: 92.7/92.4
+#: -> 94.1/94.7; 100: 92.2/91.8 -> 94.8/94.6; 244: 91.6/91.8 -> 94.0/94.3); at D = 20 apart with words stays
+#: ahead (96.6/95.4 against 96.3/94.3). R2 = 6 mod 8 stays apart (D = 28 ... 252: apart 94.3-96.3, joint with
+#: the paired table 88.4-95.1 forward), as does rotary_dim < D (D = 80, rotary_dim 40: 94.8/95.0 apart, 89.6/88.8
+#: joint). Where the plan finds k absent, with more heads than q or with fewer (GQA: its blocks past k's heads
+#: are masked; not measured), the programs are apart, with the tables and partner reads chosen for apart.
 JOINT_BY_DEFAULT = True
 
 
 def _joint_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool) -> bool:
     """Where :data:`JOINT_BY_DEFAULT` puts q's and k's blocks in q's programs."""
-    return JOINT_BY_DEFAULT and not interleaved and passed == 0 and rotary_pairs % 2 == 1 and head_dim >= 54
+    if not JOINT_BY_DEFAULT or interleaved or passed:
+        return False
+    return (rotary_pairs % 2 == 1 and head_dim >= 54) or (rotary_pairs % 8 == 2 and head_dim >= 36)
 
 
-def _words_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool) -> bool:
-    """Where :data:`WORDS_BY_DEFAULT` reads partner runs as words, with the paired table (measured together):
-    R2 mod 8 = 1, 7 up to D = 50 and with joint programs (apart, from D = 174 on: session 14's rule); R2 mod 8 = 2
-    up to D = 52 (D = 20, 36, 52, both variants: session 17).
+def _words_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool, joint: bool) -> bool:
+    """Where :data:`WORDS_BY_DEFAULT` reads partner runs as words, with the paired table (measured together),
+    given whether the programs are ``joint``: R2 mod 8 = 1, 7 up to D = 50, from D = 174 on, and wherever joint
+    (session 14's rule, session 15's joint programs); R2 mod 8 = 2 apart up to D = 52 (D = 20 by default; 36 and 52
+    where GQA keeps the programs apart: session 17).
 
-    R2 mod 8 = 2 (D = 4 + 16k) compiles to 38 registers a thread with elements and split tables, to 32 with words
-    and the paired table (triton 3.6, sm_90, forward and backward, every such D), yet the second ran faster only
-    at these three (docs/results/bench_h100_s17, calls 2, 4, 5: D = 20 one run, the others three on two H100s),
+    Apart, R2 mod 8 = 2 (D = 4 + 16k) compiles to 38 registers a thread with elements and split tables, to 32 with
+    words and the paired table (triton 3.6, sm_90, forward and backward, every such D), yet the second ran faster
+    only at D <= 52 (docs/results/bench_h100_s17, calls 2, 4, 5: D = 20 one run, the others three on two H100s),
     min(forward, backward) % of copy bandwidth, D = 20 92.7 -> 94.7, D = 36 91.9-92.6 -> 93.5-94.1, D = 52
     91.5-92.2 -> 92.1-93.4; from D = 68 on 3-5 points slower (D = 100 91.9 -> 88.0; 256M: 97.4 -> 94.6), as the
-    paired table was for the even flat halves in session 13."""
+    paired table was for the even flat halves in session 13. Joint, elements and words were level there
+    (bench_h100_s18/call2: D = 36 ... 244 within a point, elements ahead at 19 of 28 readings, level at 3): elements."""
     if interleaved or passed:
         return False
     if rotary_pairs % 8 == 2:
-        return head_dim <= 52
-    return rotary_pairs % 8 in (1, 7) and (
-        head_dim <= 50 or head_dim >= 174 or _joint_geometry(head_dim, rotary_pairs, passed, interleaved))
+        return not joint and head_dim <= 52
+    return rotary_pairs % 8 in (1, 7) and (head_dim <= 50 or head_dim >= 174 or joint)
 
 
 def _next_pow2(n: int) -> int:
@@ -268,8 +278,10 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     # the copied tail's chunks: VP elements, dividing both its start (2 R2) and its length; a copy
     # program moves at least 2048 elements (16 bytes a thread at 8 warps) whatever the rotated width
     vp = min(16, _pow2_unit(2 * rotary_pairs), _pow2_unit(passed)) if chunked and passed else 1
+    joint = flat and (config.joint == 1 if config.joint >= 0
+                      else _joint_geometry(head_dim, rotary_pairs, passed, interleaved))
     # the default words geometry takes the paired table too (the two were measured together)
-    default_words = WORDS_BY_DEFAULT and _words_geometry(head_dim, rotary_pairs, passed, interleaved)
+    default_words = WORDS_BY_DEFAULT and _words_geometry(head_dim, rotary_pairs, passed, interleaved, joint)
     return {
         "R2": rotary_pairs, "CW": cw, "PASS": passed,
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, tile // load_width),
@@ -279,10 +291,10 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,
-        "JOINT": flat and (config.joint == 1 if config.joint >= 0
-                           else _joint_geometry(head_dim, rotary_pairs, passed, interleaved)),
+        "JOINT": joint,
         "PAIRED": bool(config.tables) if config.tables >= 0 else PAIRED_TABLES_BY_DEFAULT and (
-            default_words or (not interleaved and passed == 0 and rotary_pairs % 8 in (3, 5))),
+            default_words or (not interleaved and passed == 0 and (
+                rotary_pairs % 8 in (3, 5) or joint and rotary_pairs % 8 == 2))),
     }
 
 
@@ -552,8 +564,9 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
         if cfg["JOINT"] and k is not None and (HK == HQ or config.joint == 1 and HK < HQ):
             npk = 0  # q's programs take k's blocks: no k programs (by default only where measured: HK = HQ)
-        elif cfg["JOINT"]:
-            cfg = {**cfg, "JOINT": False}
+        elif cfg["JOINT"]:  # apart after all: the tables and partner reads chosen for apart programs
+            apart = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, joint=0))
+            cfg = {**cfg, "JOINT": False, "WORDS": apart["WORDS"], "PAIRED": apart["PAIRED"]}
         cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced)
     else:
         sv = _row_stride_unit(q, kk, oq, ok)

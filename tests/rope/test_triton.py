@@ -844,18 +844,23 @@ def test_element_tables_follow_the_tables_they_expand():
 def test_paired_tables_where_measured_faster():
     """The measured default: paired cos/sin tables for half-layout odd halves at full width with R2 mod 8 = 3, 5,
     and with 1, 7 where their partner runs are read as int32 words (all of them: D <= 50 apart, from 54 on with
-    joint programs), and words and paired tables at R2 mod 8 = 2 up to D = 52 (both variants);
-    ``LaunchConfig.tables`` and ``LaunchConfig.words`` force either."""
+    joint programs); at R2 mod 8 = 2 (both variants) paired tables everywhere, with words at D = 20 (apart) and
+    16-bit elements from D = 36 on (joint); ``LaunchConfig.tables`` and ``LaunchConfig.words`` force either."""
     cfg = triton_rope.launch_config
     odd_words = [d for d in range(18, 257, 4) if (d // 2) % 8 in (1, 7)]
     assert odd_words[:5] == [18, 30, 34, 46, 50] and odd_words[-1] == 254 and len(odd_words) == 30
-    words = sorted(odd_words + [20, 36, 52])
+    words = sorted(odd_words + [20])
+    two_mod_8 = list(range(20, 257, 16))
     assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["WORDS"]] == words
-    assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["PAIRED"]] == sorted(words + [
+    assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["PAIRED"]] == sorted(odd_words + two_mod_8 + [
         22, 26, 38, 42, 54, 58, 70, 74, 86, 90, 102, 106, 118, 122, 134, 138, 150, 154, 166, 170, 182, 186, 198,
         202, 214, 218, 230, 234, 246, 250])
-    assert [d for d in range(16, 257, 4) if cfg(d, d // 2, True, False)["WORDS"]] == [20, 36, 52]  # partial
-    assert [d for d in range(16, 257, 4) if cfg(d, d // 2, True, False)["PAIRED"]] == [20, 36, 52]
+    assert [d for d in range(16, 257, 4) if cfg(d, d // 2, True, False)["WORDS"]] == [20]  # partial
+    assert [d for d in range(16, 257, 4) if cfg(d, d // 2, True, False)["PAIRED"]] == two_mod_8
+    apart = triton_rope.LaunchConfig(joint=0)  # apart (GQA's default), words and paired tables up to D = 52 only
+    assert [d for d in range(16, 257, 4) if cfg(d, d // 2, True, False, apart)["WORDS"]] == [20, 36, 52]
+    assert [d for d in range(16, 257, 4) if cfg(d, d // 2, True, False, apart)["PAIRED"]] == [20, 36, 52]
+    assert [d for d in range(54, 174, 4) if cfg(d, d // 2, False, False, apart)["WORDS"]] == []  # odd halves
     assert not cfg(20, 10, False, True)["WORDS"] and not cfg(24, 10, False, False)["WORDS"]  # interleaved; a tail
     assert not cfg(18, 9, False, True)["WORDS"] and not cfg(36, 9, False, False)["WORDS"]  # interleaved; a tail
     assert not cfg(18, 9, False, False, triton_rope.LaunchConfig(words=0))["WORDS"]
@@ -874,14 +879,18 @@ def test_paired_tables_where_measured_faster():
 
 def test_joint_programs_where_measured_faster(monkeypatch):
     """The measured default: q's flat programs take k's blocks at half-layout odd halves at full width from D = 54
-    on, for q and k of as many heads (not measured with GQA: apart there unless ``LaunchConfig.joint`` says);
-    apart below, for the even halves, interleaved pairs and a copied tail; ``LaunchConfig.joint`` forces either."""
+    on and at R2 = 2 mod 8 (both variants) from D = 36 on, for q and k of as many heads (not measured with GQA:
+    apart there, with the tables and partner reads of apart programs, unless ``LaunchConfig.joint`` says); apart
+    below, for R2 = 6 mod 8, interleaved pairs and a copied tail; ``LaunchConfig.joint`` forces either."""
     cfg = triton_rope.launch_config
-    assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["JOINT"]] == list(range(54, 257, 4))
-    assert not any(cfg(d, d // 2, True, False)["JOINT"] for d in range(16, 257, 4))  # partial
+    two_mod_8 = list(range(36, 257, 16))
+    assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["JOINT"]] == sorted(
+        list(range(54, 257, 4)) + two_mod_8)
+    assert [d for d in range(16, 257, 4) if cfg(d, d // 2, True, False)["JOINT"]] == two_mod_8  # partial
     assert not cfg(54, 27, False, True)["JOINT"] and not cfg(64, 27, False, False)["JOINT"]  # interleaved; a tail
+    assert not cfg(68, 34, True, True)["JOINT"] and not cfg(80, 34, True, False)["JOINT"]
     assert not cfg(130, 65, False, False, triton_rope.LaunchConfig(joint=0))["JOINT"]
-    assert cfg(36, 18, True, False, triton_rope.LaunchConfig(joint=1))["JOINT"]
+    assert cfg(28, 14, True, False, triton_rope.LaunchConfig(joint=1))["JOINT"]
     assert not cfg(64, 32, False, False, triton_rope.LaunchConfig(joint=1))["JOINT"]  # rows: no flat programs
     with pytest.raises(ValueError, match="joint must be -1 .* got 2"):
         triton_rope.LaunchConfig(joint=2)
@@ -889,7 +898,14 @@ def test_joint_programs_where_measured_faster(monkeypatch):
     q, k = torch.randn(1, 3, 4, 66), torch.randn(1, 3, 4, 66)
     plan = triton_rope.launch_plan
     assert plan(q, k, m.cos, m.sin, None, False, False, False).constexprs["JOINT"]
-    assert not plan(q, k[:, :, :2], m.cos, m.sin, None, False, False, False).constexprs["JOINT"]  # GQA
+    gqa = plan(q, k[:, :, :2], m.cos, m.sin, None, False, False, False).constexprs
+    assert not any(gqa[key] for key in ("JOINT", "WORDS", "PAIRED"))  # R2 mod 8 = 1 at D = 66 apart: elements, split
+    m100 = rope.build("triton_v4", 100, 16)
+    q100, k100 = torch.randn(1, 3, 4, 100), torch.randn(1, 3, 4, 100)
+    joint = plan(q100, k100, m100.cos, m100.sin, None, False, False, False).constexprs
+    assert joint["JOINT"] and joint["PAIRED"] and not joint["WORDS"]
+    gqa = plan(q100, k100[:, :, :1], m100.cos, m100.sin, None, False, False, False).constexprs
+    assert not gqa["JOINT"] and not gqa["PAIRED"] and not gqa["WORDS"]  # R2 = 2 mod 8 apart: elements, split
     assert not plan(q, None, m.cos, m.sin, None, False, False, False).constexprs["JOINT"]
     forced = triton_rope.LaunchConfig(joint=1)
     assert plan(q, k[:, :, :2], m.cos, m.sin, None, False, False, False, config=forced).constexprs["JOINT"]
