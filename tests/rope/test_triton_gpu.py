@@ -41,6 +41,14 @@ def test_every_head_dim(variant, D):
     run_case("triton_v4", torch.bfloat16, variant, "qkv", "bt", B=2, T=301, HQ=8, HK=8, D=D, device=CUDA)
 
 
+@pytest.mark.parametrize("D", (36, 66, 100, 130))
+def test_gqa_at_the_joint_geometries(D):
+    """Where q's programs take k's blocks by default (R2 = 2 mod 8 from D = 36, odd halves from 54), k with fewer
+    heads keeps the programs apart, with the tables and partner reads of apart programs."""
+    variant = "partial" if D % 4 == 0 else "full"
+    run_case("triton_v4", torch.bfloat16, variant, "gqa", "bt", B=2, T=301, HQ=8, HK=2, D=D, device=CUDA)
+
+
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=DTYPE_NAMES.get)
 def test_v2_low_precision_at_size(dtype):
     run_case("triton_v2", dtype, "partial", "gqa", "t", B=4, T=2048, HQ=32, HK=8, D=128, device=CUDA)
