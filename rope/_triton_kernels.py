@@ -668,12 +668,23 @@ def copy_heads_kernel(
     )  # fmt: skip
 
 
-# Sizes and counts do not change the generated code's vector widths: keep them out of the
-# specialisation key so new shapes reuse the compiled kernel (strides stay in it; the row geometry
-# R2/CW/PASS/HP/PP is constexpr).
-@triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "mT", "pT", "HQ", "mHQ", "pHQ", "HK", "mHK", "pHK",
-                              "NRQ", "NRK", "NPQ", "NPR", "NPPQ"])
-def rope_kernel(
+@triton.jit
+def copy_heads_kernel_static(
+    x_ptr, o_ptr, sxb: tl.constexpr, sxt: tl.constexpr, sxh: tl.constexpr, sxd: tl.constexpr, sob: tl.constexpr,
+    sot: tl.constexpr, soh: tl.constexpr, sod: tl.constexpr, oo: tl.constexpr, NR: tl.constexpr, T: tl.constexpr,
+    mT: tl.constexpr, pT: tl.constexpr, H: tl.constexpr, mH: tl.constexpr, pH: tl.constexpr,
+    VP: tl.constexpr, MP: tl.constexpr, NCP: tl.constexpr, SV: tl.constexpr, WIDE: tl.constexpr,
+):
+    """:func:`copy_heads_kernel` with every shape and stride a compile-time constant, for ``torch.compile``
+    (see :func:`rope_kernel_static`)."""
+    _copy_chunks(
+        x_ptr, o_ptr + tl.cast(oo, tl.int64) * SV, sxb, sxt, sxh, sxd, sob, sot, soh, sod, tl.program_id(0) * NCP,
+        NR, T, mT, pT, H, mH, pH, 0, VP, MP, NCP, SV, WIDE, False,
+    )  # fmt: skip
+
+
+@triton.jit
+def _rope_program(
     q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr,
     sqb, sqt, sqh, sqd, skb, skt, skh, skd,
     soqb, soqt, soqh, soqd, sokb, sokt, sokh, sokd,
@@ -750,3 +761,65 @@ def rope_kernel(
             NPOS, (i - NPQ) * BR, NRK, T, mT, pT, HK, mHK, pHK, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR,
             HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM,
         )  # fmt: skip
+
+
+# Sizes and counts do not change the generated code's vector widths: keep them out of the
+# specialisation key so new shapes reuse the compiled kernel (strides stay in it; the row geometry
+# R2/CW/PASS/HP/PP is constexpr).
+@triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "mT", "pT", "HQ", "mHQ", "pHQ", "HK", "mHK", "pHK",
+                              "NRQ", "NRK", "NPQ", "NPR", "NPPQ"])
+def rope_kernel(
+    q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr,
+    sqb, sqt, sqh, sqd, skb, skt, skh, skd,
+    soqb, soqt, soqh, soqd, sokb, sokt, sokh, sokd,
+    spb, spt, s_cs, NPOS, ook,
+    T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ, NRK, NPQ, NPR, NPPQ,
+    R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
+    HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
+    BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
+    CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
+    VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
+    WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
+    NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
+):
+    """The rotation (:func:`_rope_program`) with its shapes and strides as runtime arguments: one compiled kernel
+    serves every shape of a row geometry (the eager launches)."""
+    _rope_program(
+        q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, sqd, skb, skt, skh, skd, soqb, soqt,
+        soqh, soqd, sokb, sokt, sokh, sokd, spb, spt, s_cs, NPOS, ook, T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ,
+        NRK, NPQ, NPR, NPPQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,
+        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
+    )  # fmt: skip
+
+
+@triton.jit
+def rope_kernel_static(
+    q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr,
+    sqb: tl.constexpr, sqt: tl.constexpr, sqh: tl.constexpr, sqd: tl.constexpr, skb: tl.constexpr, skt: tl.constexpr,
+    skh: tl.constexpr, skd: tl.constexpr, soqb: tl.constexpr, soqt: tl.constexpr, soqh: tl.constexpr,
+    soqd: tl.constexpr, sokb: tl.constexpr, sokt: tl.constexpr, sokh: tl.constexpr, sokd: tl.constexpr,
+    spb: tl.constexpr, spt: tl.constexpr, s_cs: tl.constexpr, NPOS: tl.constexpr, ook: tl.constexpr, T: tl.constexpr,
+    mT: tl.constexpr, pT: tl.constexpr, HQ: tl.constexpr, mHQ: tl.constexpr, pHQ: tl.constexpr, HK: tl.constexpr,
+    mHK: tl.constexpr, pHK: tl.constexpr, NRQ: tl.constexpr, NRK: tl.constexpr, NPQ: tl.constexpr, NPR: tl.constexpr,
+    NPPQ: tl.constexpr,
+    R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
+    HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
+    BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
+    CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
+    VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
+    WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
+    NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
+):
+    """The rotation (:func:`_rope_program`) with every shape and stride a compile-time constant: the kernel that
+    ``torch.compile`` launches (static shapes), compiled per shape.
+
+    Why: Inductor's launcher hands each runtime argument over one by one on every launch, and on the H100's host
+    the compiled seed004 step waits on that host time while its forward is enqueued (docs/kernels.md, session 19);
+    here the launch passes the seven tensors alone."""
+    _rope_program(
+        q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, sqd, skb, skt, skh, skd, soqb, soqt,
+        soqh, soqd, sokb, sokt, sokh, sokd, spb, spt, s_cs, NPOS, ook, T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ,
+        NRK, NPQ, NPR, NPPQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,
+        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
+    )  # fmt: skip
+

@@ -28,6 +28,7 @@ it: outputs are NaN-filled before each launch); both reach :func:`launch` as arg
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import os
 from collections.abc import Callable
@@ -143,6 +144,9 @@ FLAT_BY_DEFAULT = True
 #: program and warps: 1024 and 4 (8 elements a thread) measured 0.5-2 points above 2048 and 8 at every
 #: geometry it is the default for (session 12, call 4), and 512/2 or 256/1 no better.
 FLAT_BLOCK = 8
+#: The block of the joint flat programs at R2 = 4 mod 8 (:data:`JOINT_BY_DEFAULT`): partners R2 elements away then
+#: start on a block, so every partner read is one aligned vector (with blocks of 8 they sit half a block off).
+FLAT_BLOCK_R2_4 = 4
 FLAT_TILE = 1024
 FLAT_WARPS = 4
 ROW_WARPS = 8
@@ -196,6 +200,11 @@ WORDS_BY_DEFAULT = True
 #: the paired table 88.4-95.1 forward), as does rotary_dim < D (D = 80, rotary_dim 40: 94.8/95.0 apart, 89.6/88.8
 #: joint). Where the plan finds k absent, with more heads than q or with fewer (GQA: its blocks past k's heads
 #: are masked; not measured), the programs are apart, with the tables and partner reads chosen for apart.
+#: R2 = 4 mod 8 (D = 8 + 16k), the chunk tiling's until session 19, takes the flat tiling with joint programs and
+#: blocks of 4 elements (:data:`FLAT_BLOCK_R2_4`), split tables and 16-bit elements: docs/results/bench_h100_s19,
+#: calls 1 and 2 (32M elements, % of copy bandwidth, min of forward and backward), at or above 93.0 in all 41 readings
+#: from D = 24 to 248, both variants, where the chunks were under 93 at 15 (D = 40: 92.8 -> 93.8 and 92.7 -> 94.4;
+#: D = 104: 92.4 -> 93.3; 184: 92.9 -> 94.0). Apart (GQA, k absent) the flat tiling ran at 83-89: chunks stay there.
 JOINT_BY_DEFAULT = True
 
 
@@ -203,7 +212,8 @@ def _joint_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: 
     """Where :data:`JOINT_BY_DEFAULT` puts q's and k's blocks in q's programs."""
     if not JOINT_BY_DEFAULT or interleaved or passed:
         return False
-    return (rotary_pairs % 2 == 1 and head_dim >= 54) or (rotary_pairs % 8 == 2 and head_dim >= 36)
+    return ((rotary_pairs % 2 == 1 and head_dim >= 54) or (rotary_pairs % 8 == 2 and head_dim >= 36)
+            or (rotary_pairs % 8 == 4 and head_dim >= 24))
 
 
 def _words_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool, joint: bool) -> bool:
@@ -262,8 +272,11 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
             interleaved or _pow2_unit(rotary_pairs) < ROWS_FROM_GROUPS_OF)
     # flat: forced, or by default where measured faster (FLAT_BY_DEFAULT); CHUNKED then says the tiling to
     # fall back on for tensors the flat tiling cannot take (heads not contiguous)
+    joint_geometry = (config.joint == 1 if config.joint >= 0
+                      else _joint_geometry(head_dim, rotary_pairs, passed, interleaved))
     flat = config.chunks == 2 or (config.chunks == -1 and FLAT_BY_DEFAULT and (
-        passed > 0 or rotary_pairs % 2 == 1 or (not interleaved and rotary_pairs % 4 == 2)))
+        passed > 0 or rotary_pairs % 2 == 1 or (not interleaved and rotary_pairs % 4 == 2)
+        or (joint_geometry and not interleaved and rotary_pairs % 8 == 4)))
     v = min(8 if interleaved else 16, _pow2_unit(rotary_pairs)) if chunked else 1
     load_v = 2 * v if interleaved else v  # elements of one chunk's load: a load of NCH chunks holds ``tile``
     # 0: what the H100 sweeps found best. Rows: by width. Half-layout chunks of V <= 4 pairs: 1024, i.e.
@@ -278,8 +291,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     # the copied tail's chunks: VP elements, dividing both its start (2 R2) and its length; a copy
     # program moves at least 2048 elements (16 bytes a thread at 8 warps) whatever the rotated width
     vp = min(16, _pow2_unit(2 * rotary_pairs), _pow2_unit(passed)) if chunked and passed else 1
-    joint = flat and (config.joint == 1 if config.joint >= 0
-                      else _joint_geometry(head_dim, rotary_pairs, passed, interleaved))
+    joint = flat and joint_geometry
     # the default words geometry takes the paired table too (the two were measured together)
     default_words = WORDS_BY_DEFAULT and _words_geometry(head_dim, rotary_pairs, passed, interleaved, joint)
     return {
@@ -289,6 +301,8 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
         "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
+        # the largest block the flat tiling takes (the plan narrows it where the heads' width needs)
+        "VB": config.block or (FLAT_BLOCK_R2_4 if joint and not interleaved and rotary_pairs % 8 == 4 else FLAT_BLOCK),
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,
         "JOINT": joint,
@@ -496,9 +510,12 @@ class LaunchPlan:
 
     def triton_launch(self, args: tuple[Tensor, ...]) -> object:
         """Triton's own launch of the kernel with these tensors (what :meth:`run` does the first time), which
-        returns the compiled kernel: the bare kernel launch that the benchmark compares the module call with."""
-        kernel = _traced_kernel() if self.traced else _kernels.rope_kernel
-        return kernel[(self.grid,)](*args, *self.ints, **self.constexprs)
+        returns the compiled kernel: the bare kernel launch that the benchmark compares the module call with.
+        Traced (``torch.compile``), the kernel with its integers as constants (``rope_kernel_static``)."""
+        if self.traced:
+            ints = dict(zip(_static_int_names(len(self.ints)), self.ints, strict=True))
+            return _traced_kernel()[(self.grid,)](*args, **ints, **self.constexprs)
+        return _kernels.rope_kernel[(self.grid,)](*args, *self.ints, **self.constexprs)
 
 
 def _launch_hooks_unset() -> bool:
@@ -536,6 +553,10 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
     else:
         spb, spt = 0, 0
     cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), config)
+    if cfg["JOINT"] and not (k is not None and (HK == HQ or config.joint == 1 and HK < HQ)):
+        # q's programs cannot take k's blocks (k absent, more k heads, or GQA unless forced: not measured): the
+        # choice measured for programs apart, tiling, tables, partner reads and block alike
+        cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, joint=0))
     if cfg["CHUNKED"] and max(nrq, nrk) * max(cfg["M"], cfg["MP"]) + max(cfg["NCH"], cfg["NCP"]) >= 2**31:
         # chunk ids are int32: rows instead
         cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, chunks=0))
@@ -545,7 +566,7 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         raise ValueError(f"out_buffer needs out_q at its start and out_k after it, got storage offsets "
                          f"{out_q.storage_offset()} and {out_k.storage_offset()} in a buffer at "
                          f"{out_buffer.storage_offset()}")
-    vb = _flat_block(D, HQ, HK, max(nrq, nrk), cfg["NBP"], q, kk, oq, ok, largest=config.block or FLAT_BLOCK) \
+    vb = _flat_block(D, HQ, HK, max(nrq, nrk), cfg["NBP"], q, kk, oq, ok, largest=cfg["VB"]) \
         if cfg["FLAT"] else 0
     given = (cos, sin)
     if cfg["FLAT"] and not vb:  # the flat tiling cannot take these tensors: rows or chunks (a copy: the dict
@@ -562,11 +583,8 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         cfg = {**cfg, "NBP": cfg["NBP"] * FLAT_BLOCK // vb}  # as many elements a program with narrower blocks
         # (a copy: the dict is launch_config's cached one)
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
-        if cfg["JOINT"] and k is not None and (HK == HQ or config.joint == 1 and HK < HQ):
-            npk = 0  # q's programs take k's blocks: no k programs (by default only where measured: HK = HQ)
-        elif cfg["JOINT"]:  # apart after all: the tables and partner reads chosen for apart programs
-            apart = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, joint=0))
-            cfg = {**cfg, "JOINT": False, "WORDS": apart["WORDS"], "PAIRED": apart["PAIRED"]}
+        if cfg["JOINT"]:
+            npk = 0  # q's programs take k's blocks: no k programs
         cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced)
     else:
         sv = _row_stride_unit(q, kk, oq, ok)
@@ -594,7 +612,7 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
     constexprs = dict(
         HAS_POS=positions is not None, LOW=bool(low_precision) and q.dtype != torch.float32,
         INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, OUT_SHARED=shared, WIDE=wide,
-        VB=vb or FLAT_BLOCK, **cfg,
+        **{**cfg, "VB": vb or FLAT_BLOCK},
     )
     tables = None if cos is given[0] and sin is given[1] else (cos, sin)
     return LaunchPlan(npq + npk + nppq + nppk, ints, constexprs, tables, shared, traced,
@@ -603,14 +621,23 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
 
 @functools.cache
 def _traced_kernel():
-    """The kernel wrapped for tracing by torch.compile (inside a ``triton_op`` body)."""
-    return torch.library.wrap_triton(_kernels.rope_kernel)
+    """The kernel wrapped for tracing by torch.compile (inside a ``triton_op`` body): ``rope_kernel_static``, whose
+    shapes and strides are constants, so Inductor's launch hands over the seven tensors alone (static shapes: a
+    dynamic-shape trace calls the custom op, which launches ``rope_kernel``)."""
+    return torch.library.wrap_triton(_kernels.rope_kernel_static)
+
+
+@functools.cache
+def _static_int_names(count: int) -> tuple[str, ...]:
+    """The names of ``rope_kernel_static``'s ``count`` integer parameters after its seven tensors: the plan's
+    ``ints``, in ``rope_kernel``'s order, passed to it by name."""
+    return tuple(inspect.signature(_kernels.rope_kernel_static.fn).parameters)[7:7 + count]
 
 
 @functools.cache
 def _traced_copy_kernel():
-    """:func:`copy_heads`'s kernel wrapped for tracing by torch.compile."""
-    return torch.library.wrap_triton(_kernels.copy_heads_kernel)
+    """:func:`copy_heads`'s kernel wrapped for tracing by torch.compile: its twin with constant shapes and strides."""
+    return torch.library.wrap_triton(_kernels.copy_heads_kernel_static)
 
 
 @functools.lru_cache(maxsize=64)
@@ -864,7 +891,7 @@ def _compiled_ops(x: Tensor) -> _OpSet:
     trace the launch (CUDA, a real kernel), else the custom ops. (Shapes cannot be told static from
     here: Dynamo answers ``isinstance(size, int)`` true for symbols too; the triton ops' bodies, traced
     later with the real symbols, fall back to the custom ops for dynamic shapes.)"""
-    if TRACED_OPS is not None and not _interpreting() and x.is_cuda:
+    if _TRACEABLE and x.is_cuda:
         return TRACED_OPS
     return CUSTOM_OPS
 
@@ -964,18 +991,25 @@ def copy_heads(src: Tensor, buffer: Tensor, dst: Tensor, traced: bool = False) -
         raise ValueError(f"copy_heads: dst must be a view into buffer of src's dtype, got offset {oo}, dtypes "
                          f"{src.dtype}, {dst.dtype}, {buffer.dtype}")
     sv = _pow2_unit(math.gcd(_row_stride_unit(src, dst), oo))
-    kernel = _traced_copy_kernel() if traced else _kernels.copy_heads_kernel
-    kernel[(-(-nr * mp // ncp),)](
-        src, buffer, *_scaled_strides(src, sv), *_scaled_strides(dst, sv), oo // sv, nr,
-        T, *magic_divisor(max(T, 1)), H, *magic_divisor(max(H, 1)),
-        VP=vp, MP=mp, NCP=ncp, SV=sv, WIDE=_needs_wide_offsets(src, buffer), num_warps=8,
-    )  # fmt: skip
+    ints = (*_scaled_strides(src, sv), *_scaled_strides(dst, sv), oo // sv, nr,
+            T, *magic_divisor(max(T, 1)), H, *magic_divisor(max(H, 1)))
+    meta = dict(VP=vp, MP=mp, NCP=ncp, SV=sv, WIDE=_needs_wide_offsets(src, buffer), num_warps=8)
+    grid = (-(-nr * mp // ncp),)
+    if traced:  # the twin with constant integers, given them by name
+        names = tuple(inspect.signature(_kernels.copy_heads_kernel_static.fn).parameters)[2:2 + len(ints)]
+        _traced_copy_kernel()[grid](src, buffer, **dict(zip(names, ints, strict=True)), **meta)
+    else:
+        _kernels.copy_heads_kernel[grid](src, buffer, *ints, **meta)
 
 
 CUSTOM_OPS = _define_ops("", traced=False)
 #: None where this torch has no ``torch.library.triton_op`` (added in 2.6) or triton is missing.
 TRACED_OPS = _define_ops("_traced", traced=True) if hasattr(torch.library, "triton_op") and _kernels else None
 rope_fwd, rope_bwd, rope_qkv_bwd = CUSTOM_OPS
+#: Whether compiled graphs can trace the launches: triton ops exist and the kernels are GPU kernels (the interpreter,
+#: chosen when triton was imported, makes them Python functions). A constant, so that Dynamo guards on one global
+#: rather than on ``os.environ`` at every compiled call.
+_TRACEABLE = TRACED_OPS is not None and not _interpreting()
 
 
 class _RopeQKVFunction(torch.autograd.Function):

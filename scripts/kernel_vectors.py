@@ -53,8 +53,9 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     positions) for contiguous (B, T, H, D) inputs.
     ``streaming``: the q/k loads with L2 evict-first priority (``LaunchConfig.streaming``).
     ``out_shared``: as the fused-qkv backward launches it, k's outputs H heads into q's buffer.
-    ``constant_scalars``: every integer argument a compile-time constant, as torch 2.11's Inductor
-    compiles a user kernel to find what it mutates (a kernel that fails there gets its inputs cloned)."""
+    ``constant_scalars``: ``rope_kernel_static``, every integer argument a compile-time constant, the kernel
+    ``torch.compile`` launches (and how torch 2.11's Inductor compiles a user kernel to find what it mutates: a
+    kernel that fails there gets its inputs cloned)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -66,7 +67,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
                              config or LaunchConfig(chunks=chunks, streaming=streaming)))
     num_warps = cfg.pop("num_warps")
     options = {"num_warps": num_warps, **({"maxnreg": cfg.pop("maxnreg")} if "maxnreg" in cfg else {})}
-    fn = kernels.rope_kernel
+    fn = kernels.rope_kernel_static if constant_scalars else kernels.rope_kernel
     names = list(fn.arg_names)
     index = {n: (i,) for i, n in enumerate(names)}
     flat = cfg["FLAT"]  # the flat tiling addresses tokens, not rows: the head stride does not count
@@ -74,7 +75,9 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     # the table's row stride: pairs, or (flat) the element tables' width (rope.triton_rope.element_table_width;
     # two floats a column in the paired one)
     paired = cfg["PAIRED"]
-    table_stride = (1 + paired) * element_table_width(head_dim, FLAT_BLOCK, paired) if flat else rotary_dim // 2
+    table_stride = (1 + paired) * element_table_width(head_dim, cfg["VB"], paired) if flat else rotary_dim // 2
+    if flat:  # as many elements a program with narrower blocks (as rope.triton_rope._make_plan launches it)
+        cfg["NBP"] = cfg["NBP"] * FLAT_BLOCK // cfg["VB"]
     csv = _pow2_unit(table_stride)
     ints = {}
     for p in ("q", "k", "oq", "ok"):
@@ -89,7 +92,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
                  "HK": _H, "mHK": m_h, "pHK": p_h, "NRQ": 2 * _T * _H, "NRK": 2 * _T * _H, "NPQ": 64, "NPR": 128,
                  "NPPQ": 0}
     constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": False, "LOW": False, "INVERSE": inverse, "EMULATE": False,
-                  "OUT_SHARED": out_shared, "WIDE": wide, "VB": FLAT_BLOCK}
+                  "OUT_SHARED": out_shared, "WIDE": wide, "VB": cfg["VB"]}
     constexprs |= {n: 1 for n in names if re.fullmatch(r"s(q|k|oq|ok)d", n)}  # unit element stride
     if constant_scalars:
         constexprs |= {n: ints[n] for n in names if n in ints and n not in constexprs}
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--out-shared", action="store_true",
                    help="k's outputs through q's output pointer, as the fused-qkv backward launches it")
     p.add_argument("--constant-scalars", action="store_true",
-                   help="every int argument a compile-time constant, as Inductor's mutation analysis compiles it")
+                   help="rope_kernel_static: every int argument a compile-time constant, as torch.compile launches it")
     p.add_argument("--backward", action="store_true",
                    help="the backward's kernel (the transposed rotation) instead of the forward's")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")

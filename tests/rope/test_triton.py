@@ -323,6 +323,42 @@ def test_traced_ops_equal_custom_ops(impl, device):
     assert torch.equal(tr.CUSTOM_OPS.qkv_bwd(*qkv_args), tr.TRACED_OPS.qkv_bwd(*qkv_args))
 
 
+#: (head_dim, variant, layout, rotary_dim, (q heads, k heads), LaunchConfig.chunks): one case per tiling the plan
+#: takes (rows; chunks, with a copied tail when forced; flat with a tail and GQA; joint flat programs at an odd half
+#: and at R2 = 2 mod 8; interleaved rows).
+_TILINGS = [
+    (48, "partial", "half", None, (3, 3), -1), (40, "full", "half", None, (2, 2), -1),
+    (48, "full", "half", 24, (2, 1), 1), (48, "full", "half", 24, (2, 1), -1), (54, "full", "half", None, (2, 2), -1),
+    (36, "partial", "half", None, (2, 2), -1), (64, "full", "interleaved", None, (2, 2), -1),
+]
+
+
+@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS,
+                         ids=["rows", "chunks", "chunks-tail", "flat-tail-gqa", "joint-odd", "joint-r2", "interleaved"])
+def test_traced_kernel_equals_runtime_kernel(D, variant, layout, rotary_dim, heads, chunks, device):
+    """The kernels compiled graphs launch (``rope_kernel_static``, ``copy_heads_kernel_static``: every shape and
+    stride a constant) compute what the eager launches compute, bit for bit, in every tiling, with and without
+    positions: forward, backward and the fused qkv backward with its copy of v's gradient. (Run eagerly: the
+    interpreter cannot be traced; the twins take their integers by name, so a name out of order fails here.)"""
+    from rope import triton_rope as tr
+
+    if tr.TRACED_OPS is None:
+        pytest.skip("this torch has no torch.library.triton_op")
+    r = _build(D=D, max_seq_len=16, device=device, variant=variant, layout=layout, rotary_dim=rotary_dim)
+    (hq, hk), il, partial = heads, layout == "interleaved", r._partial_shortcut
+    q = torch.randn(2, 5, hq, D, device=device, dtype=torch.bfloat16)
+    k = torch.randn(2, 5, hk, D, device=device, dtype=torch.bfloat16)
+    gv = torch.randn(2, 5, hk, D, device=device, dtype=torch.bfloat16).transpose(1, 2).contiguous().transpose(1, 2)
+    pos = torch.randint(0, 16, (2, 5), device=device)
+    for p in (None, pos):
+        args = (q, k, r.cos, r.sin, p, partial, False, il, 0, 0, True, chunks)
+        for custom, traced in ((tr.CUSTOM_OPS.fwd, tr.TRACED_OPS.fwd), (tr.CUSTOM_OPS.bwd, tr.TRACED_OPS.bwd)):
+            for a, b in zip(custom(*args), traced(*args), strict=True):
+                assert torch.equal(a, b)
+        qkv_args = (q, k, gv, r.cos, r.sin, p, partial, False, il, 0, 0, True, chunks)
+        assert torch.equal(tr.CUSTOM_OPS.qkv_bwd(*qkv_args), tr.TRACED_OPS.qkv_bwd(*qkv_args))
+
+
 def test_fused_backward_gives_the_kernel_the_whole_buffer(device, monkeypatch):
     """The fused-qkv backward hands the kernel d qkv itself (``out_buffer``), eagerly and in the triton op
     that Inductor compiles: given dq and dk as two strided views instead, torch 2.11's Inductor clones them
@@ -604,7 +640,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert triton_rope.DEFAULT_LAUNCH == triton_rope.LaunchConfig(tile=0, num_warps=0)  # tile by width, warps by tiling
     cfg = triton_rope.launch_config
     rows = {"CHUNKED": False, "V": 1, "NCH": 1, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "FLAT": False, "NBP": 128,
-            "PAIRED": False, "WORDS": False, "JOINT": False}
+            "PAIRED": False, "WORDS": False, "JOINT": False, "VB": 8}
     assert cfg(128, 64, True, False) == {"R2": 64, "CW": 32, "PASS": 0, "INTERLEAVED": False, "HP": 64, "PP": 1,
                                          "BR": 32, "M": 64, "num_warps": 8, **rows}
     assert cfg(16, 8, True, False)["BR"] == 128  # narrow rows: 1024-element loads
@@ -615,7 +651,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert cfg(48, 24, True, False, chunks) | {"BR": 0} == {
         "R2": 24, "CW": 12, "PASS": 0, "INTERLEAVED": False, "HP": 32, "PP": 1, "BR": 0, "CHUNKED": True, "V": 8,
         "M": 3, "NCH": 256, "VP": 1, "MP": 1, "NCP": 1, "STREAM": False, "num_warps": 8, "FLAT": False, "NBP": 128,
-        "PAIRED": False, "WORDS": False, "JOINT": False}
+        "PAIRED": False, "WORDS": False, "JOINT": False, "VB": 8}
     assert [(cfg(d, d // 2, True, False, chunks)["V"], cfg(d, d // 2, True, False, chunks)["M"])
             for d in (24, 40, 80, 96)] == [(4, 3), (4, 5), (8, 5), (16, 3)]
     assert [cfg(d, d // 2, True, True)[k] for d in (40, 96) for k in ("V", "NCH")] == [4, 256, 8, 128]
@@ -625,12 +661,12 @@ def test_launch_configuration_is_constexpr_row_geometry():
     assert [cfg(d, d // 2, True, False)["CHUNKED"] for d in (48, 80, 96, 112, 160, 240)] == [False] * 6
     assert cfg(48, 24, True, True)["CHUNKED"]
     forced = triton_rope.LaunchConfig(chunks=0)
-    # rotary_dim < D, odd rotated halves and (half layout) halves of 2 mod 4 pairs: the flat tiling by default
-    # (rows or chunks where it cannot take the tensors), its programs of 1024 elements on 4 warps
+    # rotary_dim < D, odd rotated halves, (half layout) halves of 2 mod 4 pairs and, with joint programs, of 4 mod 8:
+    # the flat tiling by default (rows or chunks where it cannot take the tensors), programs of 1024 elements on 4 warps
     assert cfg(80, 20, False, True) == {"R2": 20, "CW": 20, "PASS": 40, "INTERLEAVED": True, "HP": 32, "PP": 64,
                                         "BR": 32, "M": 20, "num_warps": 4, **rows, "FLAT": True}
     assert [cfg(d, d // 2, False, False)["FLAT"] for d in (18, 22, 50, 28, 44, 124, 20, 36, 40, 56, 48, 64)] == (
-        [True] * 8 + [False] * 4)
+        [True] * 10 + [False] * 2)
     assert not cfg(28, 14, False, True)["FLAT"]  # interleaved: chunks
     assert cfg(28, 14, False, False, triton_rope.LaunchConfig(num_warps=8))["num_warps"] == 8  # as asked
     assert not cfg(48, 12, True, False, forced)["FLAT"]  # a forced tiling is kept
@@ -879,14 +915,18 @@ def test_paired_tables_where_measured_faster():
 
 def test_joint_programs_where_measured_faster(monkeypatch):
     """The measured default: q's flat programs take k's blocks at half-layout odd halves at full width from D = 54
-    on and at R2 = 2 mod 8 (both variants) from D = 36 on, for q and k of as many heads (not measured with GQA:
-    apart there, with the tables and partner reads of apart programs, unless ``LaunchConfig.joint`` says); apart
-    below, for R2 = 6 mod 8, interleaved pairs and a copied tail; ``LaunchConfig.joint`` forces either."""
+    on, at R2 = 2 mod 8 (both variants) from D = 36 on and at R2 = 4 mod 8 from D = 24 on (with blocks of 4), for q
+    and k of as many heads (not measured with GQA: apart there, with the tiling, tables and partner reads of apart
+    programs, unless ``LaunchConfig.joint`` says); apart below, for R2 = 6 mod 8, interleaved pairs and a copied
+    tail; ``LaunchConfig.joint`` forces either."""
     cfg = triton_rope.launch_config
-    two_mod_8 = list(range(36, 257, 16))
+    two_mod_8, four_mod_8 = list(range(36, 257, 16)), list(range(24, 257, 16))
     assert [d for d in range(16, 257, 2) if cfg(d, d // 2, False, False)["JOINT"]] == sorted(
-        list(range(54, 257, 4)) + two_mod_8)
-    assert [d for d in range(16, 257, 4) if cfg(d, d // 2, True, False)["JOINT"]] == two_mod_8  # partial
+        list(range(54, 257, 4)) + two_mod_8 + four_mod_8)
+    assert [d for d in range(16, 257, 4) if cfg(d, d // 2, True, False)["JOINT"]] == sorted(
+        two_mod_8 + four_mod_8)  # partial
+    assert [cfg(d, d // 2, True, False)["VB"] for d in (24, 40, 36, 54, 48)] == [4, 4, 8, 8, 8]
+    assert cfg(40, 20, True, False, triton_rope.LaunchConfig(joint=0))["FLAT"] is False  # apart: chunks
     assert not cfg(54, 27, False, True)["JOINT"] and not cfg(64, 27, False, False)["JOINT"]  # interleaved; a tail
     assert not cfg(68, 34, True, True)["JOINT"] and not cfg(80, 34, True, False)["JOINT"]
     assert not cfg(130, 65, False, False, triton_rope.LaunchConfig(joint=0))["JOINT"]
@@ -907,6 +947,12 @@ def test_joint_programs_where_measured_faster(monkeypatch):
     gqa = plan(q100, k100[:, :, :1], m100.cos, m100.sin, None, False, False, False).constexprs
     assert not gqa["JOINT"] and not gqa["PAIRED"] and not gqa["WORDS"]  # R2 = 2 mod 8 apart: elements, split
     assert not plan(q, None, m.cos, m.sin, None, False, False, False).constexprs["JOINT"]
+    m40 = rope.build("triton_v4", 40, 16)
+    q40, k40 = torch.randn(1, 3, 4, 40), torch.randn(1, 3, 4, 40)
+    joint = plan(q40, k40, m40.cos, m40.sin, None, True, False, False).constexprs
+    assert joint["JOINT"] and joint["FLAT"] and joint["VB"] == 4 and joint["NBP"] == 256
+    gqa = plan(q40, k40[:, :, :2], m40.cos, m40.sin, None, True, False, False).constexprs
+    assert not gqa["JOINT"] and not gqa["FLAT"] and gqa["CHUNKED"]  # R2 = 4 mod 8 apart: the chunk tiling
     forced = triton_rope.LaunchConfig(joint=1)
     assert plan(q, k[:, :, :2], m.cos, m.sin, None, False, False, False, config=forced).constexprs["JOINT"]
     monkeypatch.setattr(triton_rope, "JOINT_BY_DEFAULT", False)

@@ -41,11 +41,12 @@ def test_every_head_dim(variant, D):
     run_case("triton_v4", torch.bfloat16, variant, "qkv", "bt", B=2, T=301, HQ=8, HK=8, D=D, device=CUDA)
 
 
-@pytest.mark.parametrize("D", (36, 66, 100, 130))
+@pytest.mark.parametrize("D", (36, 66, 100, 130, 40, 104))
 def test_gqa_at_the_joint_geometries(D):
-    """Where q's programs take k's blocks by default (R2 = 2 mod 8 from D = 36, odd halves from 54), k with fewer
-    heads keeps the programs apart and the results within the precision bound at real sizes (which tables and
-    partner reads that plan takes is pinned on the CPU: test_triton.py, test_joint_programs_where_measured_faster)."""
+    """Where q's programs take k's blocks by default (R2 = 2 mod 8 from D = 36, odd halves from 54, R2 = 4 mod 8
+    from 24), k with fewer heads keeps the programs apart and the results within the precision bound at real sizes
+    (which tiling, tables and partner reads that plan takes is pinned on the CPU: test_triton.py,
+    test_joint_programs_where_measured_faster)."""
     variant = "partial" if D % 4 == 0 else "full"
     run_case("triton_v4", torch.bfloat16, variant, "gqa", "bt", B=2, T=301, HQ=8, HK=2, D=D, device=CUDA)
 
@@ -152,9 +153,9 @@ def test_gpt_compiles_fullgraph(impl):
 @pytest.mark.parametrize("impl", IMPLS)
 def test_compiled_gpt_launches_the_kernel_from_inductor(impl, monkeypatch):
     """Under torch.compile (static shapes) the training path goes through the triton ops: Inductor's
-    generated code launches rope_kernel itself, and no ropelab custom op (with its Python dispatch and
-    launcher, the host time that slowed the compiled seed004 step) is left in the graph; the kernels go through
-    Inductor's static launcher."""
+    generated code launches the kernels itself (their twins with constant shapes and strides), and no ropelab
+    custom op (with its Python dispatch and launcher, the host time that slowed the compiled seed004 step) is left
+    in the graph; the kernels go through Inductor's static launcher."""
     from omegaconf import OmegaConf
     from torch._inductor.utils import run_and_get_code
 
@@ -179,8 +180,8 @@ def test_compiled_gpt_launches_the_kernel_from_inductor(impl, monkeypatch):
     with torch._inductor.config.patch(force_disable_caches=True):
         _, codes = run_and_get_code(step)
     code = "\n".join(codes)
-    assert "rope_kernel" in code
-    assert "copy_heads_kernel" in code  # v's gradient into d qkv: our copy, not Inductor's transposing one
+    assert "rope_kernel_static" in code
+    assert "copy_heads_kernel_static" in code  # v's gradient into d qkv: our copy, not Inductor's transposing one
     assert "ropelab.rope_fwd.default" not in code and "ropelab.rope_qkv_bwd.default" not in code, code[-3000:]
     # and Inductor launches them with its static launcher, not Triton's Python one (compiled in its workers,
     # which see the option only through the environment: llm.model.export_to_compile_workers)
