@@ -135,9 +135,9 @@ ROWS_FROM_GROUPS_OF = 8
 #: 59.8/67.9, Liger 85.0/85.3); and half-layout halves of R2 = 2 mod 4 pairs, where chunks of 2 pairs load
 #: 4-byte vectors (D = 20: 94.0/93.1 against 93.2/89.8, at 256M 98.9/98.6 against 97.5/96.1; D = 28:
 #: 95.9/94.7 against 92.6/89.3; D = 44: 95.1/95.2 against 90.7/90.8; D = 52: 93.7/92.0 against 92.3/90.0;
-#: D = 68: 92.2/92.1 against 92.4/91.7). At R2 = 4 mod 8 chunks stay faster (D = 40: 94.0/92.7 against
-#: 90.0/93.1; D = 152: 92.6/93.1 against 89.4/91.9), and rows at R2 = 0 mod 8 (D = 48: 95.1/95.2 against
-#: 93.8/94.2).
+#: D = 68: 92.2/92.1 against 92.4/91.7). At R2 = 4 mod 8 chunks stay faster than flat programs apart (D = 40:
+#: 94.0/92.7 against 90.0/93.1; D = 152: 92.6/93.1 against 89.4/91.9), not than joint ones with blocks of 4
+#: (:data:`JOINT_BY_DEFAULT`, session 19), and rows at R2 = 0 mod 8 (D = 48: 95.1/95.2 against 93.8/94.2).
 FLAT_BY_DEFAULT = True
 
 #: The flat tiling's block (elements of one vector access: 16 bytes of bf16), its default elements per
