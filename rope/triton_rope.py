@@ -274,9 +274,9 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     # fall back on for tensors the flat tiling cannot take (heads not contiguous)
     joint_geometry = (config.joint == 1 if config.joint >= 0
                       else _joint_geometry(head_dim, rotary_pairs, passed, interleaved))
+    joint_4_mod_8 = joint_geometry and not interleaved and rotary_pairs % 8 == 4  # flat with blocks of 4
     flat = config.chunks == 2 or (config.chunks == -1 and FLAT_BY_DEFAULT and (
-        passed > 0 or rotary_pairs % 2 == 1 or (not interleaved and rotary_pairs % 4 == 2)
-        or (joint_geometry and not interleaved and rotary_pairs % 8 == 4)))
+        passed > 0 or rotary_pairs % 2 == 1 or (not interleaved and rotary_pairs % 4 == 2) or joint_4_mod_8))
     v = min(8 if interleaved else 16, _pow2_unit(rotary_pairs)) if chunked else 1
     load_v = 2 * v if interleaved else v  # elements of one chunk's load: a load of NCH chunks holds ``tile``
     # 0: what the H100 sweeps found best. Rows: by width. Half-layout chunks of V <= 4 pairs: 1024, i.e.
@@ -302,7 +302,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
         # the largest block the flat tiling takes (the plan narrows it where the heads' width needs)
-        "VB": config.block or (FLAT_BLOCK_R2_4 if joint and not interleaved and rotary_pairs % 8 == 4 else FLAT_BLOCK),
+        "VB": config.block or (FLAT_BLOCK_R2_4 if joint and joint_4_mod_8 else FLAT_BLOCK),
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,
         "JOINT": joint,
@@ -513,7 +513,7 @@ class LaunchPlan:
         returns the compiled kernel: the bare kernel launch that the benchmark compares the module call with.
         Traced (``torch.compile``), the kernel with its integers as constants (``rope_kernel_static``)."""
         if self.traced:
-            ints = dict(zip(_static_int_names(len(self.ints)), self.ints, strict=True))
+            ints = _by_name(_kernels.rope_kernel_static, len(args), self.ints)
             return _traced_kernel()[(self.grid,)](*args, **ints, **self.constexprs)
         return _kernels.rope_kernel[(self.grid,)](*args, *self.ints, **self.constexprs)
 
@@ -627,11 +627,17 @@ def _traced_kernel():
     return torch.library.wrap_triton(_kernels.rope_kernel_static)
 
 
+def _by_name(kernel, first: int, values: tuple) -> dict:
+    """``values`` keyed by the names of ``kernel``'s parameters from position ``first`` on: the integers of a
+    launch of a runtime-argument kernel, in its order, handed to its constant twin (``*_static``), which takes them
+    as constexprs, that is by name."""
+    names = _param_names(kernel, first, len(values))
+    return dict(zip(names, values, strict=True))
+
+
 @functools.cache
-def _static_int_names(count: int) -> tuple[str, ...]:
-    """The names of ``rope_kernel_static``'s ``count`` integer parameters after its seven tensors: the plan's
-    ``ints``, in ``rope_kernel``'s order, passed to it by name."""
-    return tuple(inspect.signature(_kernels.rope_kernel_static.fn).parameters)[7:7 + count]
+def _param_names(kernel, first: int, count: int) -> tuple[str, ...]:
+    return tuple(inspect.signature(kernel.fn).parameters)[first:first + count]
 
 
 @functools.cache
@@ -996,8 +1002,7 @@ def copy_heads(src: Tensor, buffer: Tensor, dst: Tensor, traced: bool = False) -
     meta = dict(VP=vp, MP=mp, NCP=ncp, SV=sv, WIDE=_needs_wide_offsets(src, buffer), num_warps=8)
     grid = (-(-nr * mp // ncp),)
     if traced:  # the twin with constant integers, given them by name
-        names = tuple(inspect.signature(_kernels.copy_heads_kernel_static.fn).parameters)[2:2 + len(ints)]
-        _traced_copy_kernel()[grid](src, buffer, **dict(zip(names, ints, strict=True)), **meta)
+        _traced_copy_kernel()[grid](src, buffer, **_by_name(_kernels.copy_heads_kernel_static, 2, ints), **meta)
     else:
         _kernels.copy_heads_kernel[grid](src, buffer, *ints, **meta)
 
