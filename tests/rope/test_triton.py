@@ -314,13 +314,20 @@ def test_traced_ops_equal_custom_ops(impl, device):
     k = torch.randn(2, 5, 1, 48, device=device, dtype=torch.bfloat16)
     gv = torch.randn(2, 5, 1, 48, device=device, dtype=torch.bfloat16)
     pos = torch.randint(0, 16, (5,), device=device)
-    calls = [(q, k, r.cos, r.sin, pos, True, low), (q, None, r.cos, r.sin, None, False, low, True, 0, 8, False, 1)]
-    for args in calls:
-        for custom, traced in ((tr.CUSTOM_OPS.fwd, tr.TRACED_OPS.fwd), (tr.CUSTOM_OPS.bwd, tr.TRACED_OPS.bwd)):
-            for a, b in zip(custom(*args), traced(*args), strict=True):
-                assert torch.equal(a, b)
-    qkv_args = (q, k, gv, r.cos, r.sin, pos, True, low)
-    assert torch.equal(tr.CUSTOM_OPS.qkv_bwd(*qkv_args), tr.TRACED_OPS.qkv_bwd(*qkv_args))
+    _assert_traced_ops_equal((q, k, r.cos, r.sin, pos, True, low), (q, k, gv, r.cos, r.sin, pos, True, low))
+    _assert_traced_ops_equal((q, None, r.cos, r.sin, None, False, low, True, 0, 8, False, 1))
+
+
+def _assert_traced_ops_equal(args: tuple, qkv_args: tuple | None = None) -> None:
+    """The triton ops (run eagerly) and the custom ops give the same tensors, bit for bit: forward and backward
+    with ``args``, the fused qkv backward with ``qkv_args``."""
+    from rope import triton_rope as tr
+
+    for custom, traced in ((tr.CUSTOM_OPS.fwd, tr.TRACED_OPS.fwd), (tr.CUSTOM_OPS.bwd, tr.TRACED_OPS.bwd)):
+        for a, b in zip(custom(*args), traced(*args), strict=True):
+            assert torch.equal(a, b)
+    if qkv_args is not None:
+        assert torch.equal(tr.CUSTOM_OPS.qkv_bwd(*qkv_args), tr.TRACED_OPS.qkv_bwd(*qkv_args))
 
 
 #: (head_dim, variant, layout, rotary_dim, (q heads, k heads), LaunchConfig.chunks): one case per tiling the plan
@@ -351,12 +358,8 @@ def test_traced_kernel_equals_runtime_kernel(D, variant, layout, rotary_dim, hea
     gv = torch.randn(2, 5, hk, D, device=device, dtype=torch.bfloat16).transpose(1, 2).contiguous().transpose(1, 2)
     pos = torch.randint(0, 16, (2, 5), device=device)
     for p in (None, pos):
-        args = (q, k, r.cos, r.sin, p, partial, False, il, 0, 0, True, chunks)
-        for custom, traced in ((tr.CUSTOM_OPS.fwd, tr.TRACED_OPS.fwd), (tr.CUSTOM_OPS.bwd, tr.TRACED_OPS.bwd)):
-            for a, b in zip(custom(*args), traced(*args), strict=True):
-                assert torch.equal(a, b)
-        qkv_args = (q, k, gv, r.cos, r.sin, p, partial, False, il, 0, 0, True, chunks)
-        assert torch.equal(tr.CUSTOM_OPS.qkv_bwd(*qkv_args), tr.TRACED_OPS.qkv_bwd(*qkv_args))
+        _assert_traced_ops_equal((q, k, r.cos, r.sin, p, partial, False, il, 0, 0, True, chunks),
+                                 (q, k, gv, r.cos, r.sin, p, partial, False, il, 0, 0, True, chunks))
 
 
 def test_fused_backward_gives_the_kernel_the_whole_buffer(device, monkeypatch):
