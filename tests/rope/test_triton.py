@@ -1219,3 +1219,42 @@ def test_joint_programs_rotate_alike(variant, D, rotary_dim, hk, monkeypatch, de
         assert all(torch.equal(a, b) for a, b in zip(outs[0], outs[1], strict=True))
         assert all(not x.isnan().any() for x in outs[1])
     assert grids[0] == -(-2 * 7 * 8 * D // 1024)  # q's programs only (1024 elements each)
+
+
+@pytest.mark.parametrize("variant,D,rotary_dim,layout,hq,hk,extra,share,sh", [
+    ("full", 18, None, "half", 8, 8, {}, 2, 2),  # odd half, words, apart: groups of 4 heads
+    ("full", 22, None, "half", 8, 8, {"joint": 1}, 2, 2),  # elements, paired table, joint
+    ("full", 22, None, "half", 16, 16, {"tables": 0, "words": 0}, 4, 4),  # split tables
+    ("partial", 36, None, "half", 8, 8, {}, 4, 4),  # R2 = 2 mod 8: groups of 2 heads
+    ("full", 40, 20, "half", 4, 4, {}, 4, 4),  # a copied tail; groups of one head
+    ("full", 22, None, "interleaved", 8, 8, {}, 2, 2),
+    ("full", 18, None, "half", 16, 8, {"joint": 1}, 2, 2),  # GQA, joint: k's groups past its heads masked
+    ("full", 18, None, "half", 8, 4, {}, 2, 1),  # k's 4 heads are one group of 4: no slot of 2 groups
+])
+def test_shared_table_groups_rotate_alike(variant, D, rotary_dim, layout, hq, hk, extra, share, sh, monkeypatch,
+                                          device):
+    """``LaunchConfig.share``: a flat program's thread rotates a block of each of SH head groups with one table
+    load, with the same results, bit for bit, as one block a thread, forward and backward, with positions and the
+    strided views of a fused projection, in bf16 and float32; where the heads are not a multiple of SH groups
+    the launch takes one group (``sh``)."""
+    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
+    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    mods = {}
+    for s in (1, share):
+        mods[s] = rope.build("triton_v4", D, 32, variant=variant, rotary_dim=rotary_dim, layout=layout).to(device)
+        mods[s].launch_config = triton_rope.LaunchConfig(chunks=2, share=s, **extra)
+    for dtype in (torch.bfloat16, torch.float32):
+        qkv = torch.randn(2, 5, (hq + 2 * hk) * D, device=device, dtype=dtype)
+        q, k, _ = rope.base.split_qkv(qkv, hq, hk, D)
+        pos = torch.randint(0, 32, (2, 5), device=device)
+        g = (torch.randn_like(q), torch.randn(k.shape, device=device, dtype=dtype))
+        outs = {}
+        for s, m in mods.items():
+            spy.launches.clear()
+            qg, kg = q.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
+            y = m(qg, kg, positions=pos)
+            outs[s] = (*y, *torch.autograd.grad(y, (qg, kg), g), *m(q, k, positions=pos))
+            assert [kw["SH"] for _, kw in spy.launches] == [sh if s > 1 else 1] * 3
+            assert [kw["FLAT"] for _, kw in spy.launches] == [True] * 3
+        assert all(torch.equal(a, b) for a, b in zip(outs[1], outs[share], strict=True))
+        assert all(not x.isnan().any() for x in outs[share])
