@@ -720,30 +720,57 @@ def _rotate_flat_groups(
         col = ((j * VB // G) % (P // G) * G)[:, None] + tl.arange(0, VB)[None, :]
     m = tl.broadcast_to(bm[:, None], (NBP, VB))
     rot = d < 2 * R2
-    c, s = _element_table(cos_ptr, sin_ptr, pos, valid, d0, col, m, CSV, s_cs, VB, NBP, HAS_POS, INVERSE, PAIRED)
-    for g in tl.static_range(SH):
-        wblk = first + g * GB
-        w0 = wblk * VB
-        x_row = ((b * sxb + t * sxt) * SV + w0)[:, None]
-        x_at = x_row + tl.arange(0, VB)[None, :]
-        raw = _load_x(x_ptr + x_at, m, STREAM)
-        own = raw.to(tl.float32)
-        partner = _flat_partner(x_ptr, x_row, x_at, raw, own, bm, m, d, d0, rot, b, t, wblk, sxb, sxt, D, R2,
-                                INTERLEAVED, VB, NBP, SV, STREAM, WORDS, DT)
-        o_at = ((b * sob + t * sot) * SV + w0)[:, None] + tl.arange(0, VB)[None, :]
-        _flat_store(o_ptr + o_at, own, partner, c, s, rot, m, D, R2, DT, LOW, EMULATE)
+    # every load before any store (a store may alias a later load, so the compiler keeps them in program order):
+    # the first group's blocks, q's and k's, then the second's
+    own, partner = _flat_read(x_ptr, b, t, sxb, sxt, first, bm, d, d0, rot, D, R2, INTERLEAVED, VB, NBP, SV, STREAM,
+                              WORDS, DT)
+    if JOINT:
+        ybm = bm & (first < WSY * SH)
+        yown, ypartner = _flat_read(y_ptr, b, t, syb, syt, first, ybm, d, d0, rot, D, R2, INTERLEAVED, VB, NBP, SV,
+                                    STREAM, WORDS, DT)
+    if SH == 2:
+        own2, partner2 = _flat_read(x_ptr, b, t, sxb, sxt, first + GB, bm, d, d0, rot, D, R2, INTERLEAVED, VB, NBP,
+                                    SV, STREAM, WORDS, DT)
         if JOINT:
-            ybm = bm & (wblk < WSY * SH)
-            ym = tl.broadcast_to(ybm[:, None], (NBP, VB))
-            y_row = ((b * syb + t * syt) * SV + w0)[:, None]
-            y_at = y_row + tl.arange(0, VB)[None, :]
-            yraw = _load_x(y_ptr + y_at, ym, STREAM)
-            yown = yraw.to(tl.float32)
-            ypartner = _flat_partner(y_ptr, y_row, y_at, yraw, yown, ybm, ym, d, d0, rot, b, t, wblk, syb, syt, D,
-                                     R2, INTERLEAVED, VB, NBP, SV, STREAM, WORDS, DT)
-            oy_at = ((b * soyb + t * soyt) * SV + w0)[:, None] + tl.arange(0, VB)[None, :]
-            _flat_store(oy_ptr + oy_at, yown, ypartner, c, s, rot, ym, D, R2, DT, LOW, EMULATE)
+            ybm2 = bm & (first + GB < WSY * SH)
+            yown2, ypartner2 = _flat_read(y_ptr, b, t, syb, syt, first + GB, ybm2, d, d0, rot, D, R2, INTERLEAVED,
+                                          VB, NBP, SV, STREAM, WORDS, DT)
+    c, s = _element_table(cos_ptr, sin_ptr, pos, valid, d0, col, m, CSV, s_cs, VB, NBP, HAS_POS, INVERSE, PAIRED)
+    _flat_write(o_ptr, b, t, sob, sot, first, own, partner, c, s, rot, bm, D, R2, VB, NBP, SV, DT, LOW, EMULATE)
+    if JOINT:
+        _flat_write(oy_ptr, b, t, soyb, soyt, first, yown, ypartner, c, s, rot, ybm, D, R2, VB, NBP, SV, DT, LOW,
+                    EMULATE)
+    if SH == 2:
+        _flat_write(o_ptr, b, t, sob, sot, first + GB, own2, partner2, c, s, rot, bm, D, R2, VB, NBP, SV, DT, LOW,
+                    EMULATE)
+        if JOINT:
+            _flat_write(oy_ptr, b, t, soyb, soyt, first + GB, yown2, ypartner2, c, s, rot, ybm2, D, R2, VB, NBP, SV,
+                        DT, LOW, EMULATE)
 
+
+@triton.jit
+def _flat_read(x_ptr, b, t, sxb, sxt, wblk, bm, d, d0, rot, D: tl.constexpr, R2: tl.constexpr,
+               INTERLEAVED: tl.constexpr, VB: tl.constexpr, NBP: tl.constexpr, SV: tl.constexpr, STREAM: tl.constexpr,
+               WORDS: tl.constexpr, DT: tl.constexpr):
+    """Blocks ``wblk`` of the tokens (b, t) and their partners, float32 (:func:`_rotate_flat_groups`)."""
+    m = tl.broadcast_to(bm[:, None], (NBP, VB))
+    x_row = ((b * sxb + t * sxt) * SV + wblk * VB)[:, None]
+    x_at = x_row + tl.arange(0, VB)[None, :]
+    raw = _load_x(x_ptr + x_at, m, STREAM)
+    own = raw.to(tl.float32)
+    partner = _flat_partner(x_ptr, x_row, x_at, raw, own, bm, m, d, d0, rot, b, t, wblk, sxb, sxt, D, R2,
+                            INTERLEAVED, VB, NBP, SV, STREAM, WORDS, DT)
+    return own, partner
+
+
+@triton.jit
+def _flat_write(o_ptr, b, t, sob, sot, wblk, own, partner, c, s, rot, bm, D: tl.constexpr, R2: tl.constexpr,
+                VB: tl.constexpr, NBP: tl.constexpr, SV: tl.constexpr, DT: tl.constexpr, LOW: tl.constexpr,
+                EMULATE: tl.constexpr):
+    """Blocks ``wblk`` of the tokens (b, t) rotated and stored (:func:`_rotate_flat_groups`)."""
+    o_at = ((b * sob + t * sot) * SV + wblk * VB)[:, None] + tl.arange(0, VB)[None, :]
+    _flat_store(o_ptr + o_at, own, partner, c, s, rot, tl.broadcast_to(bm[:, None], (NBP, VB)), D, R2, DT, LOW,
+                EMULATE)
 
 @triton.jit(do_not_specialize=["oo", "NR", "T", "mT", "pT", "H", "mH", "pH"])
 def copy_heads_kernel(

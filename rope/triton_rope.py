@@ -91,7 +91,7 @@ class LaunchConfig:
     #: geometry (see :func:`launch_config`). The tables are most of the flat tiling's L1 traffic
     #: (docs/kernels.md, session 15).
     joint: int = -1
-    #: The flat tiling's head groups whose blocks one thread rotates with one table load (``SH``: 1, 2 or 4;
+    #: The flat tiling's head groups whose blocks one thread rotates with one table load (``SH``: 1 or 2;
     #: 0 chosen by the row geometry). A group is the heads after which a row starts at a block's alignment
     #: again (D = 54, blocks of 8: 4 heads); a group's blocks read the same table entries as the next group's.
     #: Taken where the heads (q's and k's) are a multiple of that many groups, else 1.
@@ -112,8 +112,8 @@ class LaunchConfig:
                              f"(q's programs take k's blocks), got {self.joint!r}")
         if self.block not in (0, 2, 4, 8):
             raise ValueError(f"LaunchConfig.block must be 0 (the default, {FLAT_BLOCK}), 8, 4 or 2, got {self.block!r}")
-        if self.share not in (0, 1, 2, 4):
-            raise ValueError(f"LaunchConfig.share must be 0 (chosen by the row geometry), 1, 2 or 4, "
+        if self.share not in (0, 1, 2):
+            raise ValueError(f"LaunchConfig.share must be 0 (chosen by the row geometry), 1 or 2, "
                              f"got {self.share!r}")
         if not (self.maxnreg == 0 or 16 <= self.maxnreg <= 255):
             raise ValueError(f"LaunchConfig.maxnreg must be 0 (the compiler's choice) or a register count from 16 to "

@@ -1224,9 +1224,9 @@ def test_joint_programs_rotate_alike(variant, D, rotary_dim, hk, monkeypatch, de
 @pytest.mark.parametrize("variant,D,rotary_dim,layout,hq,hk,extra,share,sh", [
     ("full", 18, None, "half", 8, 8, {}, 2, 2),  # odd half, words, apart: groups of 4 heads
     ("full", 22, None, "half", 8, 8, {"joint": 1}, 2, 2),  # elements, paired table, joint
-    ("full", 22, None, "half", 16, 16, {"tables": 0, "words": 0}, 4, 4),  # split tables
-    ("partial", 36, None, "half", 8, 8, {}, 4, 4),  # R2 = 2 mod 8: groups of 2 heads
-    ("full", 40, 20, "half", 4, 4, {}, 4, 4),  # a copied tail; groups of one head
+    ("full", 22, None, "half", 16, 16, {"tables": 0, "words": 0}, 2, 2),  # split tables
+    ("partial", 36, None, "half", 8, 8, {}, 2, 2),  # R2 = 2 mod 8: groups of 2 heads
+    ("full", 40, 20, "half", 4, 4, {}, 2, 2),  # a copied tail; groups of one head
     ("full", 22, None, "interleaved", 8, 8, {}, 2, 2),
     ("full", 18, None, "half", 16, 8, {"joint": 1}, 2, 2),  # GQA, joint: k's groups past its heads masked
     ("full", 18, None, "half", 8, 4, {}, 2, 1),  # k's 4 heads are one group of 4: no slot of 2 groups
