@@ -649,129 +649,6 @@ def _flat_partner(x_ptr, x_row, x_at, raw, own, bm, m, d, d0, rot, b, t, wblk, s
     return partner
 
 
-@triton.jit
-def _element_table(cos_ptr, sin_ptr, pos, valid, d0, col, m, CSV: tl.constexpr, s_cs, VB: tl.constexpr,
-                   NBP: tl.constexpr, HAS_POS: tl.constexpr, INVERSE: tl.constexpr, PAIRED: tl.constexpr):
-    """The (NBP, VB) cos and signed sin of blocks starting at element ``d0`` of their rows (paired table) or at
-    column ``col`` (split tables), as :func:`_rotate_flat` loads them."""
-    if PAIRED:
-        cs_at = cos_ptr + (pos * (s_cs * CSV) + 2 * d0)[:, None] + tl.arange(0, VB)[None, :]
-        c_lo, s_lo = tl.split(tl.reshape(tl.load(cs_at, eviction_policy="evict_last").to(tl.float32),
-                                         (NBP, VB // 2, 2)))
-        c_hi, s_hi = tl.split(tl.reshape(tl.load(cs_at + VB, eviction_policy="evict_last").to(tl.float32),
-                                         (NBP, VB // 2, 2)))
-        c = tl.reshape(tl.permute(tl.join(c_lo, c_hi), (0, 2, 1)), (NBP, VB))
-        s = tl.reshape(tl.permute(tl.join(s_lo, s_hi), (0, 2, 1)), (NBP, VB))
-        if HAS_POS:
-            c = tl.where(valid[:, None], c, float("nan"))
-            s = tl.where(valid[:, None], s, float("nan"))
-        if INVERSE:
-            s = -s
-    else:
-        c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
-    return c, s
-
-
-@triton.jit
-def _rotate_flat_groups(
-    x_ptr, o_ptr, sxb, sxt, sob, sot,
-    cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
-    k0, NK, T, mT, pT, WS, mW, pW,
-    D: tl.constexpr, R2: tl.constexpr, INTERLEAVED: tl.constexpr, VB: tl.constexpr,
-    NBP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
-    HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr, WIDE: tl.constexpr,
-    STREAM: tl.constexpr, PAIRED: tl.constexpr, WORDS: tl.constexpr,
-    y_ptr, oy_ptr, syb, syt, soyb, soyt, WSY, JOINT: tl.constexpr, SH: tl.constexpr,
-):
-    """:func:`_rotate_flat` with one table load for the blocks of SH head groups: slots [k0, k0 + NBP) of one
-    tensor whose tokens are WS slots, a slot being block j of SH consecutive groups of a token's heads.
-
-    A group is the PH = VB / gcd(D, VB) heads after which a row starts at a block's alignment again (D = 54 and
-    blocks of 8: 4 heads, 27 blocks), so block j of every group sits at the same place in its row and reads the
-    same table entries (both formats: a group is a whole number of the tables' periods). Why: a warp's table load
-    spans 2 KB for 512 useful bytes (each thread's 64 bytes are four vectors 64 bytes apart), most of the flat
-    tiling's L1 traffic even with q and k sharing it (JOINT); here each entry is loaded once for SH groups.
-    WSY: k's slots a token (JOINT; k's groups past them are masked)."""
-    DT: tl.constexpr = o_ptr.dtype.element_ty
-    DU: tl.constexpr = VB if D % VB == 0 else (VB // 2 if D % (VB // 2) == 0 else 2)  # gcd(VB, D)
-    GB: tl.constexpr = D // DU  # blocks of a group
-    slot = k0 + tl.arange(0, NBP)
-    bm = slot < NK
-    seg = _udiv(slot, mW, pW)  # the token, over B*T
-    ws = slot - seg * WS
-    sg = ws // GB
-    j = ws - sg * GB  # the block in its group
-    first = sg * (SH * GB) + j  # the slot's block in the token's first group of the SH
-    b = _udiv(seg, mT, pT)
-    t = seg - b * T
-    d0 = (j * (VB // DU)) % GB * DU  # j VB mod D, written so the compiler knows it a multiple of DU
-    if WIDE:
-        b = b.to(tl.int64)
-        t = t.to(tl.int64)
-        first = first.to(tl.int64)
-    pos, valid = _row_positions(pos_ptr, b, t, spb, spt, NPOS, bm, HAS_POS)
-    d = d0[:, None] + tl.arange(0, VB)[None, :]
-    if VB > (D & -D):
-        d = tl.where(d >= D, d - D, d)
-    col = d0  # split tables: columns from d0 (the block's w0 mod P equals d0: every group is whole periods)
-    if not PAIRED:
-        P: tl.constexpr = D if VB == 2 or D % 4 == 0 else 2 * D
-        G: tl.constexpr = VB if P % VB == 0 else VB // 2
-        col = ((j * VB // G) % (P // G) * G)[:, None] + tl.arange(0, VB)[None, :]
-    m = tl.broadcast_to(bm[:, None], (NBP, VB))
-    rot = d < 2 * R2
-    # every load before any store (a store may alias a later load, so the compiler keeps them in program order):
-    # the first group's blocks, q's and k's, then the second's
-    own, partner = _flat_read(x_ptr, b, t, sxb, sxt, first, bm, d, d0, rot, D, R2, INTERLEAVED, VB, NBP, SV, STREAM,
-                              WORDS, DT)
-    if JOINT:
-        ybm = bm & (first < WSY * SH)
-        yown, ypartner = _flat_read(y_ptr, b, t, syb, syt, first, ybm, d, d0, rot, D, R2, INTERLEAVED, VB, NBP, SV,
-                                    STREAM, WORDS, DT)
-    if SH == 2:
-        own2, partner2 = _flat_read(x_ptr, b, t, sxb, sxt, first + GB, bm, d, d0, rot, D, R2, INTERLEAVED, VB, NBP,
-                                    SV, STREAM, WORDS, DT)
-        if JOINT:
-            ybm2 = bm & (first + GB < WSY * SH)
-            yown2, ypartner2 = _flat_read(y_ptr, b, t, syb, syt, first + GB, ybm2, d, d0, rot, D, R2, INTERLEAVED,
-                                          VB, NBP, SV, STREAM, WORDS, DT)
-    c, s = _element_table(cos_ptr, sin_ptr, pos, valid, d0, col, m, CSV, s_cs, VB, NBP, HAS_POS, INVERSE, PAIRED)
-    _flat_write(o_ptr, b, t, sob, sot, first, own, partner, c, s, rot, bm, D, R2, VB, NBP, SV, DT, LOW, EMULATE)
-    if JOINT:
-        _flat_write(oy_ptr, b, t, soyb, soyt, first, yown, ypartner, c, s, rot, ybm, D, R2, VB, NBP, SV, DT, LOW,
-                    EMULATE)
-    if SH == 2:
-        _flat_write(o_ptr, b, t, sob, sot, first + GB, own2, partner2, c, s, rot, bm, D, R2, VB, NBP, SV, DT, LOW,
-                    EMULATE)
-        if JOINT:
-            _flat_write(oy_ptr, b, t, soyb, soyt, first + GB, yown2, ypartner2, c, s, rot, ybm2, D, R2, VB, NBP, SV,
-                        DT, LOW, EMULATE)
-
-
-@triton.jit
-def _flat_read(x_ptr, b, t, sxb, sxt, wblk, bm, d, d0, rot, D: tl.constexpr, R2: tl.constexpr,
-               INTERLEAVED: tl.constexpr, VB: tl.constexpr, NBP: tl.constexpr, SV: tl.constexpr, STREAM: tl.constexpr,
-               WORDS: tl.constexpr, DT: tl.constexpr):
-    """Blocks ``wblk`` of the tokens (b, t) and their partners, float32 (:func:`_rotate_flat_groups`)."""
-    m = tl.broadcast_to(bm[:, None], (NBP, VB))
-    x_row = ((b * sxb + t * sxt) * SV + wblk * VB)[:, None]
-    x_at = x_row + tl.arange(0, VB)[None, :]
-    raw = _load_x(x_ptr + x_at, m, STREAM)
-    own = raw.to(tl.float32)
-    partner = _flat_partner(x_ptr, x_row, x_at, raw, own, bm, m, d, d0, rot, b, t, wblk, sxb, sxt, D, R2,
-                            INTERLEAVED, VB, NBP, SV, STREAM, WORDS, DT)
-    return own, partner
-
-
-@triton.jit
-def _flat_write(o_ptr, b, t, sob, sot, wblk, own, partner, c, s, rot, bm, D: tl.constexpr, R2: tl.constexpr,
-                VB: tl.constexpr, NBP: tl.constexpr, SV: tl.constexpr, DT: tl.constexpr, LOW: tl.constexpr,
-                EMULATE: tl.constexpr):
-    """Blocks ``wblk`` of the tokens (b, t) rotated and stored (:func:`_rotate_flat_groups`)."""
-    o_at = ((b * sob + t * sot) * SV + wblk * VB)[:, None] + tl.arange(0, VB)[None, :]
-    _flat_store(o_ptr + o_at, own, partner, c, s, rot, tl.broadcast_to(bm[:, None], (NBP, VB)), D, R2, DT, LOW,
-                EMULATE)
-
 @triton.jit(do_not_specialize=["oo", "NR", "T", "mT", "pT", "H", "mH", "pH"])
 def copy_heads_kernel(
     x_ptr, o_ptr, sxb, sxt, sxh, sxd, sob, sot, soh, sod, oo, NR, T, mT, pT, H, mH, pH,
@@ -820,7 +697,6 @@ def _rope_program(
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
     NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
-    SH: tl.constexpr = 1,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
     others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
@@ -833,22 +709,7 @@ def _rope_program(
     i = tl.program_id(0)
     if OUT_SHARED:
         ok_ptr = oq_ptr + tl.cast(ook, tl.int64) * SV
-    if FLAT and SH > 1:
-        if i < NPQ:
-            _rotate_flat_groups(
-                q_ptr, oq_ptr, sqb, sqt, soqb, soqt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
-                i * NBP, NRQ, T, mT, pT, HQ, mHQ, pHQ, 2 * R2 + PASS, R2, INTERLEAVED, VB, NBP, SV, CSV,
-                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
-                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, JOINT, SH,
-            )  # fmt: skip
-        else:
-            _rotate_flat_groups(
-                k_ptr, ok_ptr, skb, skt, sokb, sokt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
-                (i - NPQ) * NBP, NRK, T, mT, pT, HK, mHK, pHK, 2 * R2 + PASS, R2, INTERLEAVED, VB, NBP, SV, CSV,
-                HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
-                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, False, SH,
-            )  # fmt: skip
-    elif FLAT:
+    if FLAT:
         if i < NPQ:
             _rotate_flat(
                 q_ptr, oq_ptr, sqb, sqt, soqb, soqt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
@@ -920,7 +781,6 @@ def rope_kernel(
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
     NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
-    SH: tl.constexpr = 1,
 ):
     """The rotation (:func:`_rope_program`) with its shapes and strides as runtime arguments: one compiled kernel
     serves every shape of a row geometry (the eager launches)."""
@@ -928,7 +788,7 @@ def rope_kernel(
         q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, sqd, skb, skt, skh, skd, soqb, soqt,
         soqh, soqd, sokb, sokt, sokh, sokd, spb, spt, s_cs, NPOS, ook, T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ,
         NRK, NPQ, NPR, NPPQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,
-        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT, SH,
+        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
     )  # fmt: skip
 
 
@@ -949,7 +809,6 @@ def rope_kernel_static(
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
     NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
-    SH: tl.constexpr = 1,
 ):
     """The rotation (:func:`_rope_program`) with every shape and stride a compile-time constant: the kernel that
     ``torch.compile`` launches (static shapes), compiled per shape.
@@ -961,6 +820,6 @@ def rope_kernel_static(
         q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, sqd, skb, skt, skh, skd, soqb, soqt,
         soqh, soqd, sokb, sokt, sokh, sokd, spb, spt, s_cs, NPOS, ook, T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ,
         NRK, NPQ, NPR, NPPQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,
-        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT, SH,
+        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
     )  # fmt: skip
 

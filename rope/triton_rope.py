@@ -91,11 +91,6 @@ class LaunchConfig:
     #: geometry (see :func:`launch_config`). The tables are most of the flat tiling's L1 traffic
     #: (docs/kernels.md, session 15).
     joint: int = -1
-    #: The flat tiling's head groups whose blocks one thread rotates with one table load (``SH``: 1 or 2;
-    #: 0 chosen by the row geometry). A group is the heads after which a row starts at a block's alignment
-    #: again (D = 54, blocks of 8: 4 heads); a group's blocks read the same table entries as the next group's.
-    #: Taken where the heads (q's and k's) are a multiple of that many groups, else 1.
-    share: int = 0
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1, 2):
@@ -112,9 +107,6 @@ class LaunchConfig:
                              f"(q's programs take k's blocks), got {self.joint!r}")
         if self.block not in (0, 2, 4, 8):
             raise ValueError(f"LaunchConfig.block must be 0 (the default, {FLAT_BLOCK}), 8, 4 or 2, got {self.block!r}")
-        if self.share not in (0, 1, 2):
-            raise ValueError(f"LaunchConfig.share must be 0 (chosen by the row geometry), 1 or 2, "
-                             f"got {self.share!r}")
         if not (self.maxnreg == 0 or 16 <= self.maxnreg <= 255):
             raise ValueError(f"LaunchConfig.maxnreg must be 0 (the compiler's choice) or a register count from 16 to "
                              f"255, got {self.maxnreg!r}")
@@ -314,7 +306,6 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,
         "JOINT": joint,
-        "SH": (config.share or 1) if flat else 1,
         "PAIRED": bool(config.tables) if config.tables >= 0 else PAIRED_TABLES_BY_DEFAULT and (
             default_words or (not interleaved and passed == 0 and (
                 rotary_pairs % 8 in (3, 5) or joint and rotary_pairs % 8 == 2))),
@@ -585,16 +576,10 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
     if max(nrq, nrk) + br >= 2**31:
         raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")
     nppq = nppk = 0
-    if vb:  # blocks of vb elements, NBP a program; a token's heads are HQ D / vb (HK D / vb) blocks, seen as
-        # slots of SH blocks, one in each of SH groups of vb / gcd(D, vb) heads (SH = 1: the blocks themselves)
+    if vb:  # blocks of vb elements, NBP a program; a token's heads are HQ D / vb (HK D / vb) blocks
         sv = _row_stride_unit(q, kk, oq, ok, dims=2)
-        sh = cfg["SH"]
-        heads = sh * vb // math.gcd(D, vb)
-        if sh > 1 and (HQ % heads or HK % heads):
-            sh = 1
-        cfg = {**cfg, "SH": sh}  # (a copy: the dict is launch_config's cached one)
-        units = (HQ * D // vb // sh, HK * D // vb // sh)
-        nrq, nrk = nrq * D // vb // sh, nrk * D // vb // sh
+        units = (HQ * D // vb, HK * D // vb)
+        nrq, nrk = nrq * D // vb, nrk * D // vb
         cfg = {**cfg, "NBP": cfg["NBP"] * FLAT_BLOCK // vb}  # as many elements a program with narrower blocks
         # (a copy: the dict is launch_config's cached one)
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
