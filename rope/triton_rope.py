@@ -609,10 +609,11 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
     # 32-bit index arithmetic where every element offset of every operand fits (the common case)
     wide = (_needs_wide_offsets(*(t for t in (q, kk, cos, positions, out_q, out_k, out_buffer) if t is not None))
             or max(oq.numel(), ok.numel()) >= 1 << 30)  # fresh outputs: their storage is their elements
+    major = B if vb and cfg["TMAJOR"] else T  # the token index's outer divisor (position-major: B)
     ints = (
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(oq, sv), *_scaled_strides(ok, sv),
         spb, spt, cos.stride(0) // csv, cos.shape[0], ook // sv,
-        *((B, *magic_divisor(max(B, 1))) if vb and cfg["TMAJOR"] else (T, *magic_divisor(max(T, 1)))), units[0], *magic_divisor(max(units[0], 1)), units[1],
+        major, *magic_divisor(max(major, 1)), units[0], *magic_divisor(max(units[0], 1)), units[1],
         *magic_divisor(max(units[1], 1)), nrq, nrk, npq, npq + npk, nppq,
     )  # fmt: skip
     constexprs = dict(
