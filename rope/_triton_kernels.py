@@ -500,7 +500,7 @@ def _rotate_flat(
     NBP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr, WIDE: tl.constexpr,
     STREAM: tl.constexpr, PAIRED: tl.constexpr, WORDS: tl.constexpr,
-    y_ptr, oy_ptr, syb, syt, soyb, soyt, WBY, JOINT: tl.constexpr, TMAJOR: tl.constexpr = False,
+    y_ptr, oy_ptr, syb, syt, soyb, soyt, WBY, JOINT: tl.constexpr,
 ):
     """Blocks [k0, k0 + NBP) of one tensor whose tokens are WB blocks of VB consecutive elements (a token's
     heads contiguous: H D elements, H D = WB VB), each element rotated against its partner.
@@ -529,12 +529,8 @@ def _rotate_flat(
     bm = blk < NK
     seg = _udiv(blk, mW, pW)  # the token, over B*T
     w0 = (blk - seg * WB) * VB  # the block's first element in the token's heads
-    if TMAJOR:  # tokens in position-major order: T (and its magic pair) holds B
-        t = _udiv(seg, mT, pT)
-        b = seg - t * T
-    else:
-        b = _udiv(seg, mT, pT)
-        t = seg - b * T
+    b = _udiv(seg, mT, pT)
+    t = seg - b * T
     DU: tl.constexpr = VB if D % VB == 0 else (VB // 2 if D % (VB // 2) == 0 else 2)  # gcd(VB, D)
     d0 = (w0 // DU) % (D // DU) * DU  # w0 % D, written so the compiler knows it a multiple of DU
     if WIDE:
@@ -701,7 +697,6 @@ def _rope_program(
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
     NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
-    TMAJOR: tl.constexpr = False,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
     others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
@@ -720,14 +715,14 @@ def _rope_program(
                 q_ptr, oq_ptr, sqb, sqt, soqb, soqt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
                 i * NBP, NRQ, T, mT, pT, HQ, mHQ, pHQ, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
                 HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
-                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, JOINT, TMAJOR,
+                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, JOINT,
             )  # fmt: skip
         else:
             _rotate_flat(
                 k_ptr, ok_ptr, skb, skt, sokb, sokt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
                 (i - NPQ) * NBP, NRK, T, mT, pT, HK, mHK, pHK, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
                 HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
-                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, False, TMAJOR,
+                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, False,
             )  # fmt: skip
     elif CHUNKED and PASS > 0 and i >= NPR:  # a constexpr test first: no copy code without a tail
         if PASS > 0:
@@ -786,7 +781,6 @@ def rope_kernel(
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
     NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
-    TMAJOR: tl.constexpr = False,
 ):
     """The rotation (:func:`_rope_program`) with its shapes and strides as runtime arguments: one compiled kernel
     serves every shape of a row geometry (the eager launches)."""
@@ -794,7 +788,7 @@ def rope_kernel(
         q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, sqd, skb, skt, skh, skd, soqb, soqt,
         soqh, soqd, sokb, sokt, sokh, sokd, spb, spt, s_cs, NPOS, ook, T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ,
         NRK, NPQ, NPR, NPPQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,
-        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT, TMAJOR,
+        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
     )  # fmt: skip
 
 
@@ -815,7 +809,6 @@ def rope_kernel_static(
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
     NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
-    TMAJOR: tl.constexpr = False,
 ):
     """The rotation (:func:`_rope_program`) with every shape and stride a compile-time constant: the kernel that
     ``torch.compile`` launches (static shapes), compiled per shape.
@@ -827,6 +820,6 @@ def rope_kernel_static(
         q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, sqd, skb, skt, skh, skd, soqb, soqt,
         soqh, soqd, sokb, sokt, sokh, sokd, spb, spt, s_cs, NPOS, ook, T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ,
         NRK, NPQ, NPR, NPPQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,
-        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT, TMAJOR,
+        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
     )  # fmt: skip
 

@@ -91,9 +91,6 @@ class LaunchConfig:
     #: geometry (see :func:`launch_config`). The tables are most of the flat tiling's L1 traffic
     #: (docs/kernels.md, session 15).
     joint: int = -1
-    #: The flat tiling's token order: 0 batch-major (token b T + t, as stored), 1 position-major (t B + b), so that a
-    #: program's consecutive tokens share a position and read the same element-table row.
-    order: int = 0
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1, 2):
@@ -110,8 +107,6 @@ class LaunchConfig:
                              f"(q's programs take k's blocks), got {self.joint!r}")
         if self.block not in (0, 2, 4, 8):
             raise ValueError(f"LaunchConfig.block must be 0 (the default, {FLAT_BLOCK}), 8, 4 or 2, got {self.block!r}")
-        if self.order not in (0, 1):
-            raise ValueError(f"LaunchConfig.order must be 0 (batch-major) or 1 (position-major), got {self.order!r}")
         if not (self.maxnreg == 0 or 16 <= self.maxnreg <= 255):
             raise ValueError(f"LaunchConfig.maxnreg must be 0 (the compiler's choice) or a register count from 16 to "
                              f"255, got {self.maxnreg!r}")
@@ -311,7 +306,6 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,
         "JOINT": joint,
-        "TMAJOR": flat and config.order == 1,
         "PAIRED": bool(config.tables) if config.tables >= 0 else PAIRED_TABLES_BY_DEFAULT and (
             default_words or (not interleaved and passed == 0 and (
                 rotary_pairs % 8 in (3, 5) or joint and rotary_pairs % 8 == 2))),
@@ -576,7 +570,7 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         if cfg["FLAT"] else 0
     given = (cos, sin)
     if cfg["FLAT"] and not vb:  # the flat tiling cannot take these tensors: rows or chunks (a copy: the dict
-        cfg = {**cfg, "FLAT": False, "JOINT": False, "TMAJOR": False,  # is launch_config's cached one)
+        cfg = {**cfg, "FLAT": False, "JOINT": False,  # is launch_config's cached one)
                "num_warps": config.num_warps or ROW_WARPS}
     br = cfg["BR"]
     if max(nrq, nrk) + br >= 2**31:
@@ -609,11 +603,10 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
     # 32-bit index arithmetic where every element offset of every operand fits (the common case)
     wide = (_needs_wide_offsets(*(t for t in (q, kk, cos, positions, out_q, out_k, out_buffer) if t is not None))
             or max(oq.numel(), ok.numel()) >= 1 << 30)  # fresh outputs: their storage is their elements
-    major = B if vb and cfg["TMAJOR"] else T  # the token index's outer divisor (position-major: B)
     ints = (
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(oq, sv), *_scaled_strides(ok, sv),
         spb, spt, cos.stride(0) // csv, cos.shape[0], ook // sv,
-        major, *magic_divisor(max(major, 1)), units[0], *magic_divisor(max(units[0], 1)), units[1],
+        T, *magic_divisor(max(T, 1)), units[0], *magic_divisor(max(units[0], 1)), units[1],
         *magic_divisor(max(units[1], 1)), nrq, nrk, npq, npq + npk, nppq,
     )  # fmt: skip
     constexprs = dict(

@@ -33,7 +33,7 @@ TILINGS = {"rows": 0, "chunks": 1, "flat": 2}
 TABLES = {"split": 0, "paired": 1}
 PARTNERS = {"elements": 0, "words": 1}
 PROGRAMS = {"apart": 0, "joint": 1}
-_SPEC_INTS = {"tile": "tile", "warps": "num_warps", "regs": "maxnreg", "block": "block", "order": "order"}
+_SPEC_INTS = {"tile": "tile", "warps": "num_warps", "regs": "maxnreg", "block": "block"}
 SPEC_HELP = ("NAME@SPEC takes +-separated rows, chunks, flat, split, paired, words, elements, joint, apart, tile=N, "
              "warps=N, regs=N, block=N, stream (e.g. triton_v4@rows+tile=2048)")
 
