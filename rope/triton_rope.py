@@ -294,15 +294,15 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     joint = flat and joint_geometry
     # the default words geometry takes the paired table too (the two were measured together)
     default_words = WORDS_BY_DEFAULT and _words_geometry(head_dim, rotary_pairs, passed, interleaved, joint)
+    # the largest block the flat tiling takes (the plan narrows it where the heads' width needs)
+    vb = config.block or (FLAT_BLOCK_R2_4 if joint and joint_4_mod_8 else FLAT_BLOCK)
     return {
         "R2": rotary_pairs, "CW": cw, "PASS": passed,
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, tile // load_width),
         "CHUNKED": chunked, "V": v, "M": rotary_pairs // v, "NCH": max(1, tile // load_v) if chunked else 1,
         "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
         "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
-        "NBP": max(1, (config.tile or FLAT_TILE) // FLAT_BLOCK),
-        # the largest block the flat tiling takes (the plan narrows it where the heads' width needs)
-        "VB": config.block or (FLAT_BLOCK_R2_4 if joint and joint_4_mod_8 else FLAT_BLOCK),
+        "NBP": max(1, (config.tile or FLAT_TILE) // vb), "VB": vb,
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,
         "JOINT": joint,
@@ -580,7 +580,7 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         sv = _row_stride_unit(q, kk, oq, ok, dims=2)
         units = (HQ * D // vb, HK * D // vb)
         nrq, nrk = nrq * D // vb, nrk * D // vb
-        cfg = {**cfg, "NBP": cfg["NBP"] * FLAT_BLOCK // vb}  # as many elements a program with narrower blocks
+        cfg = {**cfg, "NBP": cfg["NBP"] * cfg["VB"] // vb}  # as many elements a program with narrower blocks
         # (a copy: the dict is launch_config's cached one)
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
         if cfg["JOINT"]:

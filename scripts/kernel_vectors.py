@@ -61,7 +61,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     from triton.compiler import ASTSource
 
     from rope import _triton_kernels as kernels
-    from rope.triton_rope import FLAT_BLOCK, LaunchConfig, _pow2_unit, element_table_width, launch_config
+    from rope.triton_rope import LaunchConfig, _pow2_unit, element_table_width, launch_config
 
     cfg = dict(launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved",
                              config or LaunchConfig(chunks=chunks, streaming=streaming)))
@@ -76,8 +76,6 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     # two floats a column in the paired one)
     paired = cfg["PAIRED"]
     table_stride = (1 + paired) * element_table_width(head_dim, cfg["VB"], paired) if flat else rotary_dim // 2
-    if flat:  # as many elements a program with narrower blocks (as rope.triton_rope._make_plan launches it)
-        cfg["NBP"] = cfg["NBP"] * FLAT_BLOCK // cfg["VB"]
     csv = _pow2_unit(table_stride)
     ints = {}
     for p in ("q", "k", "oq", "ok"):
@@ -92,7 +90,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
                  "HK": _H, "mHK": m_h, "pHK": p_h, "NRQ": 2 * _T * _H, "NRK": 2 * _T * _H, "NPQ": 64, "NPR": 128,
                  "NPPQ": 0}
     constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": False, "LOW": False, "INVERSE": inverse, "EMULATE": False,
-                  "OUT_SHARED": out_shared, "WIDE": wide, "VB": cfg["VB"]}
+                  "OUT_SHARED": out_shared, "WIDE": wide}
     constexprs |= {n: 1 for n in names if re.fullmatch(r"s(q|k|oq|ok)d", n)}  # unit element stride
     if constant_scalars:
         constexprs |= {n: ints[n] for n in names if n in ints and n not in constexprs}
@@ -156,7 +154,7 @@ def sass_per_element(kernel, head_dim: int, rotary_dim: int, layout: str, varian
     """Machine instructions in the code of one tensor's branch (half the kernel: a program runs q's or
     k's) over the elements one thread rotates: a static measure of the per-element work, which the
     rotation's float arithmetic keeps near 12 for wide vectors. None without ``nvdisasm``."""
-    from rope.triton_rope import FLAT_BLOCK, LaunchConfig, launch_config
+    from rope.triton_rope import LaunchConfig, launch_config
 
     sass = cubin_tool_output(kernel, "nvdisasm", "-c", check=True)
     if sass is None:
@@ -164,7 +162,7 @@ def sass_per_element(kernel, head_dim: int, rotary_dim: int, layout: str, varian
     n = len(re.findall(r"^\s*/\*[0-9a-f]{4,}\*/", sass, flags=re.M))
     cfg = launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved",
                         LaunchConfig(chunks=chunks))
-    elements = cfg["NBP"] * FLAT_BLOCK if cfg["FLAT"] else cfg["NCH"] * cfg["V"] * 2 if cfg["CHUNKED"] else \
+    elements = cfg["NBP"] * cfg["VB"] if cfg["FLAT"] else cfg["NCH"] * cfg["V"] * 2 if cfg["CHUNKED"] else \
         cfg["BR"] * head_dim
     return round(n / 2 / (elements / (32 * cfg["num_warps"])), 1)
 
