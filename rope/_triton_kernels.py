@@ -684,20 +684,6 @@ def copy_heads_kernel_static(
 
 
 @triton.jit
-def _flat_range(j, NBP: tl.constexpr, NR, SPAN: tl.constexpr):
-    """Program ``j``'s blocks [k0, kend) of a tensor of NR blocks (flat tiling): NBP from every NBP-th block, or
-    (SPAN > 0) the SPAN blocks from every SPAN-th, SPAN a whole number of head groups (the heads from one that
-    starts on a block to the next such), so that every partner a program reads lies in its own blocks."""
-    if SPAN > 0:
-        k0 = j * SPAN
-        kend = tl.minimum(k0 + SPAN, NR)
-    else:
-        k0 = j * NBP
-        kend = NR
-    return k0, kend
-
-
-@triton.jit
 def _rope_program(
     q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr,
     sqb, sqt, sqh, sqd, skb, skt, skh, skd,
@@ -711,7 +697,6 @@ def _rope_program(
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
     NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
-    SPAN: tl.constexpr = 0,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
     others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
@@ -726,18 +711,16 @@ def _rope_program(
         ok_ptr = oq_ptr + tl.cast(ook, tl.int64) * SV
     if FLAT:
         if i < NPQ:
-            k0, kend = _flat_range(i, NBP, NRQ, SPAN)
             _rotate_flat(
                 q_ptr, oq_ptr, sqb, sqt, soqb, soqt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
-                k0, kend, T, mT, pT, HQ, mHQ, pHQ, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
+                i * NBP, NRQ, T, mT, pT, HQ, mHQ, pHQ, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
                 HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
                 k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, JOINT,
             )  # fmt: skip
         else:
-            k0, kend = _flat_range(i - NPQ, NBP, NRK, SPAN)
             _rotate_flat(
                 k_ptr, ok_ptr, skb, skt, sokb, sokt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
-                k0, kend, T, mT, pT, HK, mHK, pHK, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
+                (i - NPQ) * NBP, NRK, T, mT, pT, HK, mHK, pHK, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
                 HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
                 k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, False,
             )  # fmt: skip
@@ -798,7 +781,6 @@ def rope_kernel(
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
     NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
-    SPAN: tl.constexpr = 0,
 ):
     """The rotation (:func:`_rope_program`) with its shapes and strides as runtime arguments: one compiled kernel
     serves every shape of a row geometry (the eager launches)."""
@@ -806,7 +788,7 @@ def rope_kernel(
         q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, sqd, skb, skt, skh, skd, soqb, soqt,
         soqh, soqd, sokb, sokt, sokh, sokd, spb, spt, s_cs, NPOS, ook, T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ,
         NRK, NPQ, NPR, NPPQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,
-        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT, SPAN,
+        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
     )  # fmt: skip
 
 
@@ -827,7 +809,6 @@ def rope_kernel_static(
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
     NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
-    SPAN: tl.constexpr = 0,
 ):
     """The rotation (:func:`_rope_program`) with every shape and stride a compile-time constant: the kernel that
     ``torch.compile`` launches (static shapes), compiled per shape.
@@ -839,6 +820,6 @@ def rope_kernel_static(
         q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, sqd, skb, skt, skh, skd, soqb, soqt,
         soqh, soqd, sokb, sokt, sokh, sokd, spb, spt, s_cs, NPOS, ook, T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ,
         NRK, NPQ, NPR, NPPQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,
-        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT, SPAN,
+        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
     )  # fmt: skip
 

@@ -91,10 +91,6 @@ class LaunchConfig:
     #: geometry (see :func:`launch_config`). The tables are most of the flat tiling's L1 traffic
     #: (docs/kernels.md, session 15).
     joint: int = -1
-    #: The flat tiling's programs take whole head groups (1: the most of them that NBP blocks hold, a group being
-    #: the heads from one that starts on a block to the next, so that no partner lies outside the program; where
-    #: a token is whole groups), or every NBP-th block on (0).
-    heads: int = 0
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1, 2):
@@ -310,7 +306,6 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,
         "JOINT": joint,
-        "SPAN": config.heads,  # a flag here: :func:`_make_plan` puts the program's blocks in its place
         "PAIRED": bool(config.tables) if config.tables >= 0 else PAIRED_TABLES_BY_DEFAULT and (
             default_words or (not interleaved and passed == 0 and (
                 rotary_pairs % 8 in (3, 5) or joint and rotary_pairs % 8 == 2))),
@@ -588,13 +583,6 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         cfg = {**cfg, "NBP": cfg["NBP"] * cfg["VB"] // vb}  # as many elements a program with narrower blocks
         # (a copy: the dict is launch_config's cached one)
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
-        if cfg["SPAN"]:  # programs of whole head groups (a group: lcm(D, vb) elements, from a head on a block),
-            # where a token is whole groups
-            group = D // math.gcd(D, vb)
-            span = cfg["NBP"] // group * group if units[0] % group == 0 and units[1] % group == 0 else 0
-            cfg = {**cfg, "SPAN": span}
-            if span:
-                npq, npk = -(-nrq // span), -(-nrk // span)
         if cfg["JOINT"]:
             npk = 0  # q's programs take k's blocks: no k programs
         cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced)
