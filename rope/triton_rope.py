@@ -91,6 +91,9 @@ class LaunchConfig:
     #: geometry (see :func:`launch_config`). The tables are most of the flat tiling's L1 traffic
     #: (docs/kernels.md, session 15).
     joint: int = -1
+    #: Where the flat tiling's transposed rotation (the backward) negates sin: 1 in its element table (a table of
+    #: its own, so that the backward runs the forward's code), 0 in the kernel (``INVERSE``).
+    signs: int = 0
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1, 2):
@@ -585,7 +588,10 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
         if cfg["JOINT"]:
             npk = 0  # q's programs take k's blocks: no k programs
-        cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced)
+        negated = bool(inverse) and config.signs == 1
+        cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced,
+                                  negated=negated)
+        inverse = bool(inverse) and not negated
     else:
         sv = _row_stride_unit(q, kk, oq, ok)
         units = (HQ, HK)
@@ -710,7 +716,7 @@ def element_table_width(D: int, vb: int, paired: bool = False) -> int:
 
 
 def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int, paired: bool = False,
-                   cache: bool = True) -> tuple[Tensor, Tensor]:
+                   cache: bool = True, negated: bool = False) -> tuple[Tensor, Tensor]:
     """The flat tiling's tables: per position, the cos and the signed sin of every element's pair.
 
     ``cos``/``sin`` are (positions, R2) by pair. Column j of a table is element d = j mod D of a row: it
@@ -729,7 +735,7 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
     call; not while tracing, not for inference tensors).
     """
     cache = cache and TensorCache.usable(cos, sin)
-    key = (D, interleaved, vb, paired)
+    key = (D, interleaved, vb, paired, negated)
     if cache and (hit := _ELEMENT_TABLES.get((cos, sin), key)) is not None:
         return hit
     r2 = cos.shape[1]
@@ -740,6 +746,8 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
     tail = d >= 2 * r2
     ce = torch.where(tail, 1.0, cos[:, pair])
     se = torch.where(tail, 0.0, torch.where(second, -sin[:, pair], sin[:, pair]))
+    if negated:  # the transposed rotation's signs
+        se = -se
     if paired:
         table = torch.stack((ce, se), dim=-1).flatten(1).to(torch.float32)
         ce = se = table
