@@ -94,6 +94,8 @@ class LaunchConfig:
     #: Where the flat tiling's transposed rotation (the backward) negates sin: 1 in its element table (a table of
     #: its own, so that the backward runs the forward's code), 0 in the kernel (``INVERSE``).
     signs: int = 0
+    #: The flat tiling's stores (experiment): 0 plain, 1 ``.cs`` (streaming), 2 L2 evict-first.
+    store_hint: int = 0
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1, 2):
@@ -304,7 +306,8 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, tile // load_width),
         "CHUNKED": chunked, "V": v, "M": rotary_pairs // v, "NCH": max(1, tile // load_v) if chunked else 1,
         "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
-        "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
+        "STREAM": 1 if config.streaming else (1 + config.store_hint if config.store_hint else 0),
+        "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // vb), "VB": vb,
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,

@@ -57,6 +57,8 @@ def launch_overrides(name: str) -> tuple[str, dict]:
             out["streaming"] = True
         elif not eq and key == "signs":
             out["signs"] = 1
+        elif not eq and key in ("cs", "evfirst"):
+            out["store_hint"] = 1 if key == "cs" else 2
         elif eq and key in _SPEC_INTS and value.isdigit() and int(value) > 0:
             out[_SPEC_INTS[key]] = int(value)
         else:
