@@ -154,7 +154,7 @@ def _load_x(ptr, mask, STREAM: tl.constexpr):
     """A load of q/k elements; ``STREAM``: with L2 evict-first priority. Each element is read once, and
     a streaming priority leaves the L2 to what is read again: the cos/sin rows, which every batch
     element and every head of a token reads (loaded with evict-last)."""
-    if STREAM == 1:
+    if STREAM:
         return tl.load(ptr, mask=mask, eviction_policy="evict_first")
     else:
         return tl.load(ptr, mask=mask)
@@ -587,15 +587,15 @@ def _rotate_flat(
             s = -s
     else:  # split tables (columns computed above)
         c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
-    _flat_store(o_ptr + o_at, own, partner, c, s, rot, m, D, R2, DT, LOW, EMULATE, STREAM)
+    _flat_store(o_ptr + o_at, own, partner, c, s, rot, m, D, R2, DT, LOW, EMULATE)
     if JOINT:
         oy_at = ((b * soyb + t * soyt) * SV + w0)[:, None] + tl.arange(0, VB)[None, :]
-        _flat_store(oy_ptr + oy_at, yown, ypartner, c, s, rot, ym, D, R2, DT, LOW, EMULATE, STREAM)
+        _flat_store(oy_ptr + oy_at, yown, ypartner, c, s, rot, ym, D, R2, DT, LOW, EMULATE)
 
 
 @triton.jit
 def _flat_store(o_ptrs, own, partner, c, s, rot, m, D: tl.constexpr, R2: tl.constexpr, DT: tl.constexpr,
-                LOW: tl.constexpr, EMULATE: tl.constexpr, STREAM: tl.constexpr = 0):
+                LOW: tl.constexpr, EMULATE: tl.constexpr):
     """Each element rotated against its partner (the first output of :func:`_rotate_pairs`: own c + partner s')
     and stored; a copied tail passes through."""
     y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE)
@@ -604,12 +604,7 @@ def _flat_store(o_ptrs, own, partner, c, s, rot, m, D: tl.constexpr, R2: tl.cons
     # machine, docs/results/bench_h100_s12/call10), so odd halves keep it.
     if 2 * R2 < D or R2 % 2 == 1:
         y = tl.where(rot, y, own)
-    if STREAM == 2:
-        tl.store(o_ptrs, _narrow(y, DT, EMULATE), mask=m, cache_modifier=".cs")
-    elif STREAM == 3:
-        tl.store(o_ptrs, _narrow(y, DT, EMULATE), mask=m, eviction_policy="evict_first")
-    else:
-        tl.store(o_ptrs, _narrow(y, DT, EMULATE), mask=m)
+    tl.store(o_ptrs, _narrow(y, DT, EMULATE), mask=m)
 
 
 @triton.jit

@@ -91,11 +91,6 @@ class LaunchConfig:
     #: geometry (see :func:`launch_config`). The tables are most of the flat tiling's L1 traffic
     #: (docs/kernels.md, session 15).
     joint: int = -1
-    #: Where the flat tiling's transposed rotation (the backward) negates sin: 1 in its element table (a table of
-    #: its own, so that the backward runs the forward's code), 0 in the kernel (``INVERSE``).
-    signs: int = 0
-    #: The flat tiling's stores (experiment): 0 plain, 1 ``.cs`` (streaming), 2 L2 evict-first.
-    store_hint: int = 0
 
     def __post_init__(self) -> None:
         if self.chunks not in (-1, 0, 1, 2):
@@ -306,8 +301,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         "INTERLEAVED": interleaved, "HP": hp, "PP": _next_pow2(max(passed, 1)), "BR": max(1, tile // load_width),
         "CHUNKED": chunked, "V": v, "M": rotary_pairs // v, "NCH": max(1, tile // load_v) if chunked else 1,
         "VP": vp, "MP": passed // vp if vp > 1 else 1, "NCP": max(2048, tile) // vp if vp > 1 else 1,
-        "STREAM": 1 if config.streaming else (1 + config.store_hint if config.store_hint else 0),
-        "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
+        "STREAM": config.streaming, "num_warps": config.num_warps or (FLAT_WARPS if flat else ROW_WARPS), "FLAT": flat,
         "NBP": max(1, (config.tile or FLAT_TILE) // vb), "VB": vb,
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,
@@ -591,10 +585,7 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
         if cfg["JOINT"]:
             npk = 0  # q's programs take k's blocks: no k programs
-        negated = bool(inverse) and config.signs == 1
-        cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced,
-                                  negated=negated)
-        inverse = bool(inverse) and not negated
+        cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced)
     else:
         sv = _row_stride_unit(q, kk, oq, ok)
         units = (HQ, HK)
@@ -719,7 +710,7 @@ def element_table_width(D: int, vb: int, paired: bool = False) -> int:
 
 
 def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int, paired: bool = False,
-                   cache: bool = True, negated: bool = False) -> tuple[Tensor, Tensor]:
+                   cache: bool = True) -> tuple[Tensor, Tensor]:
     """The flat tiling's tables: per position, the cos and the signed sin of every element's pair.
 
     ``cos``/``sin`` are (positions, R2) by pair. Column j of a table is element d = j mod D of a row: it
@@ -738,7 +729,7 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
     call; not while tracing, not for inference tensors).
     """
     cache = cache and TensorCache.usable(cos, sin)
-    key = (D, interleaved, vb, paired, negated)
+    key = (D, interleaved, vb, paired)
     if cache and (hit := _ELEMENT_TABLES.get((cos, sin), key)) is not None:
         return hit
     r2 = cos.shape[1]
@@ -749,8 +740,6 @@ def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int,
     tail = d >= 2 * r2
     ce = torch.where(tail, 1.0, cos[:, pair])
     se = torch.where(tail, 0.0, torch.where(second, -sin[:, pair], sin[:, pair]))
-    if negated:  # the transposed rotation's signs
-        se = -se
     if paired:
         table = torch.stack((ce, se), dim=-1).flatten(1).to(torch.float32)
         ce = se = table

@@ -35,7 +35,7 @@ PARTNERS = {"elements": 0, "words": 1}
 PROGRAMS = {"apart": 0, "joint": 1}
 _SPEC_INTS = {"tile": "tile", "warps": "num_warps", "regs": "maxnreg", "block": "block"}
 SPEC_HELP = ("NAME@SPEC takes +-separated rows, chunks, flat, split, paired, words, elements, joint, apart, tile=N, "
-             "warps=N, regs=N, block=N, stream, signs (e.g. triton_v4@rows+tile=2048)")
+             "warps=N, regs=N, block=N, stream (e.g. triton_v4@rows+tile=2048)")
 
 
 def launch_overrides(name: str) -> tuple[str, dict]:
@@ -55,10 +55,6 @@ def launch_overrides(name: str) -> tuple[str, dict]:
             out["joint"] = PROGRAMS[key]
         elif not eq and key == "stream":
             out["streaming"] = True
-        elif not eq and key == "signs":
-            out["signs"] = 1
-        elif not eq and key in ("cs", "evfirst"):
-            out["store_hint"] = 1 if key == "cs" else 2
         elif eq and key in _SPEC_INTS and value.isdigit() and int(value) > 0:
             out[_SPEC_INTS[key]] = int(value)
         else:
