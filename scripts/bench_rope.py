@@ -356,6 +356,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help="dtype of Liger's cos/sin tables: the inputs' (bf16, Hugging Face's convention; the"
                             " default on CUDA) or float32 (Liger then computes in float32; forced on the CPU, whose"
                             " Triton interpreter gets bf16 arithmetic wrong)")
+    modes.add_argument("--placements", type=int, default=1,
+                       help="input sets each head-dim and layout configuration is timed on, the median kept (the same "
+                            "kernel on other allocations of one shape runs 1-2 points of copy bandwidth apart)")
     modes.add_argument("--budget-s", type=float, default=None,
                        help="seconds after which the modes measure nothing more (what is left is listed)")
     modes.add_argument("--compile-backend", default="inductor", help="torch.compile backend (tests: eager)")
@@ -379,6 +382,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.dims = parse_dims(args.head_dim_list, args.variant)
     except ValueError as exc:
         ap.error(str(exc))
+    if args.placements < 1:
+        ap.error(f"--placements must be a positive count of input sets, got {args.placements}")
     if args.reps is None:
         args.reps = 15 if args.modes else 30
     if args.modes and args.tune:
@@ -423,10 +428,11 @@ def run_modes(args: argparse.Namespace) -> int:
     deadline = None if args.budget_s is None else t0 + args.budget_s
     # --all: the budget cuts only its last sweep (256M), the other modes always run whole
     bench = bm.Bench(timer, device, copy_bw, lambda m: torch.compile(m, dynamic=False, backend=args.compile_backend),
-                     args.variant, deadline=None if args.all else deadline, t0=t0)
+                     args.variant, deadline=None if args.all else deadline, t0=t0, placements=args.placements)
     if args.liger_tables == "float32" or device.type != "cuda":
         bench.liger_table_dtype = torch.float32
     info = {"device_name": device_name, "variant": args.variant, "copy_bw": copy_bw, "reps": args.reps,
+            "placements": args.placements,
             "liger_tables": bench.liger_dtype}
     versions = f"torch {torch.__version__}"
     for dist in ("triton", "liger-kernel"):

@@ -31,6 +31,7 @@ reference (forward and autograd backward) in the same run; the CSVs have the dif
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -93,6 +94,10 @@ class Bench:
     t0: float = field(default_factory=time.time)
     #: dtype of Liger's cos/sin tables (None: the inputs', Hugging Face's convention; Liger computes in it)
     liger_table_dtype: torch.dtype | None = None
+    #: Input sets (fresh allocations of the same shape) each configuration is timed on; the median is kept. Why:
+    #: on the H100 one kernel timed on different allocations of the same shape reads 1-2 points of copy bandwidth
+    #: apart (docs/kernels.md, session 21), more than the differences the head-dim sweep is read for.
+    placements: int = 1
 
     @property
     def liger_dtype(self) -> torch.dtype:
@@ -330,6 +335,18 @@ def time_pair(bench: Bench, impl: Impl, q, k, gq, gk, positions=None) -> dict:
     return {"fwd_ms": fwd, "bwd_ms": bwd, "fwd_host_ms": fwd_host, "bwd_host_ms": timer.last_host_ms}
 
 
+def _median_times(per_set: Sequence[dict]) -> dict:
+    """:func:`time_pair`'s results over several input sets: the median of each time (the host times the first set's),
+    and with more than one set the highest forward and backward times (``*_ms_highest``)."""
+    out = dict(per_set[0])
+    if len(per_set) > 1:
+        for key in ("fwd_ms", "bwd_ms"):
+            values = [t[key] for t in per_set]
+            out[key] = statistics.median(values)
+            out[f"{key}_highest"] = max(values)
+    return out
+
+
 def max_diff(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> float:
     return max((a.float() - b.float()).abs().max().item() for a, b in zip(got, want, strict=True))
 
@@ -391,10 +408,11 @@ def measure_config(bench: Bench, names: Sequence[str], B: int, T: int, H: int, D
         _SETTLED["done"] = True
     nbytes = 2 * (q.numel() + k.numel()) * q.element_size()
     diffs = check_outputs(bench, impls, D, T, layout, rotary_dim, q, k, gq, gk)
+    sets = [(q, k, gq, gk)] + [tuple(bench.randn(B, T, H, D) for _ in range(4)) for _ in range(bench.placements - 1)]
     rows = []
     for impl in impls:
         try:
-            times = time_pair(bench, impl, q, k, gq, gk)
+            times = _median_times([time_pair(bench, impl, *inputs) for inputs in sets])
         except Exception as exc:
             skipped[impl.name] = f"timing failed at D={D} ({layout}, rotary_dim={rotary_dim or D}): {_error(exc)}"
             continue
@@ -404,8 +422,11 @@ def measure_config(bench: Bench, names: Sequence[str], B: int, T: int, H: int, D
         r["bwd_GBps"], r["bwd_pct_copy"] = bench.pct(nbytes, r["bwd_ms"])
         r["max_diff_fwd"], r["max_diff_bwd"] = diffs[impl.name]
         r["bwd_method"] = impl.bwd_method
+        if len(sets) > 1:  # the spread over the input sets: the slowest one's % of copy bandwidth
+            r["fwd_pct_copy_lowest"] = bench.pct(nbytes, r.pop("fwd_ms_highest"))[1]
+            r["bwd_pct_copy_lowest"] = bench.pct(nbytes, r.pop("bwd_ms_highest"))[1]
         rows.append(r)
-    del q, k, gq, gk, impls, built
+    del q, k, gq, gk, impls, built, sets
     reset_compiled()
     return rows, skipped, compile_s
 
@@ -523,7 +544,13 @@ def header_lines(title: str, bench_info: dict, extra: Sequence[str] = ()) -> lis
             f"{bench_info['device_name']}, bf16, variant={bench_info['variant']}; copy bandwidth measured in this run"
             f" (1 GiB `copy_`): **{bench_info['copy_bw']:.0f} GB/s**. Bytes = q and k read once and written once"
             " (the pass-through part of rotary_dim < D included). Timer: lower of two medians of"
-            f" {bench_info['reps']} reps, L2 flushed before each.", *extra, ""]
+            f" {bench_info['reps']} reps, L2 flushed before each" + _placements_note(bench_info.get("placements", 1))
+            + ".", *extra, ""]
+
+
+def _placements_note(placements: int) -> str:
+    return (f"; each configuration timed on {placements} input sets (fresh allocations), the median kept (the"
+            " slowest set in the CSV's `*_lowest` columns)" if placements > 1 else "")
 
 
 def headdim_markdown(res: Result, names: Sequence[str], elements: int, T: int, H: int, info: dict) -> str:

@@ -363,3 +363,28 @@ def test_tune_configs_follow_the_entry():
     cute_cfgs = bench_rope.tune_configs(rope.build("cutedsl", 64, 16))
     assert len(cute_cfgs) == 12 and all(isinstance(c, CuteLaunchConfig) for c in cute_cfgs)
     assert {(c.threads, c.rows_per_thread) for c in cute_cfgs} >= {(256, 1), (128, 4), (1024, 2)}
+
+
+def test_placements_time_each_input_set_and_keep_the_median(monkeypatch):
+    """--placements N: every implementation is timed on N distinct input sets (fresh allocations), the median time
+    is reported and the slowest set's % of copy bandwidth kept beside it."""
+    seen, times = [], iter([1.0, 4.0, 2.0, 8.0, 3.0, 2.0])  # fwd ms of the three sets: 1, 2, 3; bwd: 4, 8, 2
+
+    def time_pair(bench, impl, q, k, gq, gk, positions=None):
+        seen.append((q.data_ptr(), gq.data_ptr()))
+        return {"fwd_ms": next(times), "bwd_ms": next(times), "fwd_host_ms": 0.1, "bwd_host_ms": 0.1}
+
+    monkeypatch.setattr(bm, "time_pair", time_pair)
+    rows, skipped, _ = bm.measure_config(_bench(placements=3), ["triton_v4"], 1, 4, 1, 16)
+    assert not skipped and len(set(seen)) == 3  # three different input sets
+    (r,) = rows
+    nbytes = 2 * 2 * 4 * 16 * 2  # q and k, read and written, bf16
+    assert r["fwd_ms"] == 2.0 and r["bwd_ms"] == 4.0
+    assert r["fwd_pct_copy_lowest"] == pytest.approx(100 * nbytes / 3.0e-3 / 1e9 / 10.0)
+    assert r["bwd_pct_copy_lowest"] == pytest.approx(100 * nbytes / 8.0e-3 / 1e9 / 10.0)
+    assert "fwd_ms_highest" not in r
+
+
+def test_placements_must_be_positive():
+    with pytest.raises(SystemExit):
+        bench_rope.parse_args(["--head-dims", "--placements", "0"])
