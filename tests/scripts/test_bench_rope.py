@@ -388,3 +388,15 @@ def test_placements_time_each_input_set_and_keep_the_median(monkeypatch):
 def test_placements_must_be_positive():
     with pytest.raises(SystemExit):
         bench_rope.parse_args(["--head-dims", "--placements", "0"])
+
+
+def test_placements_are_named_only_in_the_modes_that_use_them():
+    """The head-dim and layout tables say they are medians over input sets; the packed and overhead modes, timed on
+    one set whatever --placements says, must not."""
+    info = {"device_name": "GPU", "variant": "partial", "copy_bw": 3000.0, "reps": 15, "placements": 3}
+    said = "timed on 3 input sets"
+    assert said in "\n".join(bm.header_lines("t", info))
+    res = bm.Result("packed", [], [])
+    assert said not in bm.packed_markdown(res, ["triton_v4"], 16, 128, 4096, info)
+    res = bm.Result("overhead", [], [])
+    assert said not in bm.overhead_markdown(res, ["triton_v4"], 200, 7, info)
