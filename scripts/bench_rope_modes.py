@@ -336,15 +336,9 @@ def time_pair(bench: Bench, impl: Impl, q, k, gq, gk, positions=None) -> dict:
 
 
 def _median_times(per_set: Sequence[dict]) -> dict:
-    """:func:`time_pair`'s results over several input sets: the median of each time (the host times the first set's),
-    and with more than one set the highest forward and backward times (``*_ms_highest``)."""
-    out = dict(per_set[0])
-    if len(per_set) > 1:
-        for key in ("fwd_ms", "bwd_ms"):
-            values = [t[key] for t in per_set]
-            out[key] = statistics.median(values)
-            out[f"{key}_highest"] = max(values)
-    return out
+    """:func:`time_pair`'s results over several input sets: the median of each time (the host times the first
+    set's)."""
+    return {**per_set[0], **{key: statistics.median(t[key] for t in per_set) for key in ("fwd_ms", "bwd_ms")}}
 
 
 def max_diff(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]) -> float:
@@ -412,19 +406,19 @@ def measure_config(bench: Bench, names: Sequence[str], B: int, T: int, H: int, D
     rows = []
     for impl in impls:
         try:
-            times = _median_times([time_pair(bench, impl, *inputs) for inputs in sets])
+            per_set = [time_pair(bench, impl, *inputs) for inputs in sets]
         except Exception as exc:
             skipped[impl.name] = f"timing failed at D={D} ({layout}, rotary_dim={rotary_dim or D}): {_error(exc)}"
             continue
         r = {"impl": impl.name, "B": B, "T": T, "H": H, "D": D, "elements": q.numel(), "layout": layout,
-             "rotary_dim": rotary_dim or D, "variant": bench.variant, **times}
+             "rotary_dim": rotary_dim or D, "variant": bench.variant, **_median_times(per_set)}
         r["fwd_GBps"], r["fwd_pct_copy"] = bench.pct(nbytes, r["fwd_ms"])
         r["bwd_GBps"], r["bwd_pct_copy"] = bench.pct(nbytes, r["bwd_ms"])
         r["max_diff_fwd"], r["max_diff_bwd"] = diffs[impl.name]
         r["bwd_method"] = impl.bwd_method
         if len(sets) > 1:  # the spread over the input sets: the slowest one's % of copy bandwidth
-            r["fwd_pct_copy_lowest"] = bench.pct(nbytes, r.pop("fwd_ms_highest"))[1]
-            r["bwd_pct_copy_lowest"] = bench.pct(nbytes, r.pop("bwd_ms_highest"))[1]
+            r["fwd_pct_copy_lowest"] = bench.pct(nbytes, max(t["fwd_ms"] for t in per_set))[1]
+            r["bwd_pct_copy_lowest"] = bench.pct(nbytes, max(t["bwd_ms"] for t in per_set))[1]
         rows.append(r)
     del q, k, gq, gk, impls, built, sets
     reset_compiled()
@@ -539,13 +533,14 @@ def _notes(notes: Sequence[str]) -> list[str]:
     return ["", *(f"- {n}" for n in notes)] if notes else []
 
 
-def header_lines(title: str, bench_info: dict, extra: Sequence[str] = ()) -> list[str]:
+def header_lines(title: str, bench_info: dict, extra: Sequence[str] = (), placements: int = 1) -> list[str]:
+    """A mode's title and the run's conditions; ``placements``: the input sets each configuration was timed on (the
+    head-dim and layout modes, :attr:`Bench.placements`; the others time one)."""
     return [f"## {title}", "",
             f"{bench_info['device_name']}, bf16, variant={bench_info['variant']}; copy bandwidth measured in this run"
             f" (1 GiB `copy_`): **{bench_info['copy_bw']:.0f} GB/s**. Bytes = q and k read once and written once"
             " (the pass-through part of rotary_dim < D included). Timer: lower of two medians of"
-            f" {bench_info['reps']} reps, L2 flushed before each" + _placements_note(bench_info.get("placements", 1))
-            + ".", *extra, ""]
+            f" {bench_info['reps']} reps, L2 flushed before each" + _placements_note(placements) + ".", *extra, ""]
 
 
 def _placements_note(placements: int) -> str:
@@ -565,7 +560,7 @@ def headdim_markdown(res: Result, names: Sequence[str], elements: int, T: int, H
         [f"Backward: {_bwd_methods(res.rows)}. Liger: `rope_forward`/`rope_backward` on (B, T, H, D)-contiguous"
          " buffers seen as (B, H, T, D) (its zero-copy input, rotated in place), Hugging Face tables (1, T, D) in"
          f" {str(info.get('liger_tables', 'bfloat16')).replace('torch.', '')} with the sine negated (our"
-         " rotation's sign; Liger computes in the tables' dtype)."])
+         " rotation's sign; Liger computes in the tables' dtype)."], info.get("placements", 1))
     lines += ["### Forward", ""]
     lines += _pivot(res.rows, keys, names, cells, lambda g: [judge(g, "fwd_pct_copy", threshold, main)], target_h)
     lines += ["", "### Backward", ""]
@@ -653,7 +648,7 @@ def layouts_markdown(res: Result, names: Sequence[str], elements: int, T: int, H
     lines = header_lines(f"Layouts and rotary_dim: q, k of (B, T={T}, H={H}, D), each >= {count_label(elements)}"
                          " elements", info,
                          [f"Backward: {_bwd_methods(res.rows)}. Liger only where it computes the same function"
-                          " (half layout, whole head)."])
+                          " (half layout, whole head)."], info.get("placements", 1))
     lines += _pivot(res.rows, keys, names, cells, extra, extra_h)
     lines += ["", *_diff_line(res.rows), *_notes(res.notes)] if res.rows else _notes(res.notes)
     return "\n".join(lines) + "\n"
@@ -747,7 +742,7 @@ def packed_markdown(res: Result, names: Sequence[str], H: int, D: int, max_len: 
                      fmt(r.get("bwd_plain_pct_copy"), ".1f"), ok, fmt(r["max_diff_cu_fwd"], ".3g")])
     lines = header_lines(
         f"Packed sequences (cu_seqlens): q, k of (total_tokens, H={H}, D={D}), random lengths in [1, {max_len}]",
-        {**info, "placements": 1},  # timed on one input set whatever --placements says
+        info,
         ["`fwd cu` = the module call `r(q, k, cu_seqlens=cu)` again with the same `cu` (as the layers of a"
          " step call it: the positions computed and checked once per cu_seqlens tensor are reused);"
          " `new cu cost` = a call with a new cu_seqlens tensor each time (the first layer of a step: the"
@@ -903,7 +898,7 @@ def overhead_markdown(res: Result, names: Sequence[str], calls: int, repeats: in
         return ["ok" if r["call_minus_launch_us"] <= OVERHEAD_TARGET_US else "MISS"]
 
     lines = header_lines(
-        "Host overhead at tiny shapes (< 1M elements)", {**info, "placements": 1},
+        "Host overhead at tiny shapes (< 1M elements)", info,
         [f"Host microseconds per call: {calls} calls back to back (`time.perf_counter` around the loop, the GPU"
          f" idle-waiting for the host), median of {repeats} loops; `launch` = the bare kernel launch: its two"
          " outputs allocated and Triton's own `rope_kernel[grid](...)` with the arguments worked out beforehand"

@@ -395,7 +395,8 @@ def test_placements_are_named_only_in_the_modes_that_use_them():
     one set whatever --placements says, must not."""
     info = {"device_name": "GPU", "variant": "partial", "copy_bw": 3000.0, "reps": 15, "placements": 3}
     said = "timed on 3 input sets"
-    assert said in "\n".join(bm.header_lines("t", info))
+    assert said in bm.headdim_markdown(bm.Result("head_dims", [], []), ["triton_v4"], 32 * M, 2048, 16, info)
+    assert said in bm.layouts_markdown(bm.Result("layouts", [], []), ["triton_v4"], 32 * M, 2048, 16, info)
     res = bm.Result("packed", [], [])
     assert said not in bm.packed_markdown(res, ["triton_v4"], 16, 128, 4096, info)
     res = bm.Result("overhead", [], [])
