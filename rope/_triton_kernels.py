@@ -823,3 +823,83 @@ def rope_kernel_static(
         CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
     )  # fmt: skip
 
+
+# The fused-qkv backward's launch: the transposed rotation of dq and dk into d qkv and the copy of v's gradient
+# beside them, one kernel (see :func:`rope_copy_kernel`).
+@triton.jit(do_not_specialize=["spb", "spt", "NPOS", "T", "mT", "pT", "HQ", "mHQ", "pHQ", "HK", "mHK", "pHK",
+                              "NRQ", "NRK", "NPQ", "NPR", "NPPQ", "NRV", "HV", "mHV", "pHV", "NPRO"])
+def rope_copy_kernel(
+    q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, v_ptr,
+    sqb, sqt, sqh, sqd, skb, skt, skh, skd,
+    soqb, soqt, soqh, soqd, sokb, sokt, sokh, sokd,
+    spb, spt, s_cs, NPOS, ook,
+    T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ, NRK, NPQ, NPR, NPPQ,
+    svb, svt, svh, svd, sovb, sovt, sovh, sovd, oov, NRV, HV, mHV, pHV, NPRO,
+    R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
+    HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
+    BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
+    CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
+    VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
+    WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
+    NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
+    CVP: tl.constexpr = 1, CMP: tl.constexpr = 1, CNCP: tl.constexpr = 1, CSVV: tl.constexpr = 1,
+    CWIDE: tl.constexpr = True,
+):
+    """:func:`rope_kernel`'s programs (the first NPRO), then programs copying v's gradient (B, T, HV, D, any
+    strides, at ``v_ptr``) into its slice of the output buffer, ``oov * CSVV`` elements into ``oq_ptr`` with the
+    strides ``sov*`` (as :func:`copy_heads_kernel`, CNCP chunks of CVP elements a program, CMP chunks a row).
+
+    Why one launch: the fused-qkv backward launched the rotation and then the copy, two launches a layer; in the
+    compiled seed004 step the copy ran at about half the copy bandwidth (a 19 MB kernel's start and tail) and each
+    launch is host time in a step that is partly host-bound (docs/kernels.md, sessions 10 and 19)."""
+    if tl.program_id(0) < NPRO:
+        _rope_program(
+            q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, sqd, skb, skt, skh, skd, soqb,
+            soqt, soqh, soqd, sokb, sokt, sokh, sokd, spb, spt, s_cs, NPOS, ook, T, mT, pT, HQ, mHQ, pHQ, HK, mHK,
+            pHK, NRQ, NRK, NPQ, NPR, NPPQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE,
+            EMULATE, CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
+        )  # fmt: skip
+    else:
+        _copy_chunks(
+            v_ptr, oq_ptr + tl.cast(oov, tl.int64) * CSVV, svb, svt, svh, svd, sovb, sovt, sovh, sovd,
+            (tl.program_id(0) - NPRO) * CNCP, NRV, T, mT, pT, HV, mHV, pHV, 0, CVP, CMP, CNCP, CSVV, CWIDE, False,
+        )  # fmt: skip
+
+
+@triton.jit
+def rope_copy_kernel_static(
+    q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, v_ptr,
+    sqb: tl.constexpr, sqt: tl.constexpr, sqh: tl.constexpr, sqd: tl.constexpr, skb: tl.constexpr, skt: tl.constexpr,
+    skh: tl.constexpr, skd: tl.constexpr, soqb: tl.constexpr, soqt: tl.constexpr, soqh: tl.constexpr,
+    soqd: tl.constexpr, sokb: tl.constexpr, sokt: tl.constexpr, sokh: tl.constexpr, sokd: tl.constexpr,
+    spb: tl.constexpr, spt: tl.constexpr, s_cs: tl.constexpr, NPOS: tl.constexpr, ook: tl.constexpr, T: tl.constexpr,
+    mT: tl.constexpr, pT: tl.constexpr, HQ: tl.constexpr, mHQ: tl.constexpr, pHQ: tl.constexpr, HK: tl.constexpr,
+    mHK: tl.constexpr, pHK: tl.constexpr, NRQ: tl.constexpr, NRK: tl.constexpr, NPQ: tl.constexpr, NPR: tl.constexpr,
+    NPPQ: tl.constexpr,
+    svb: tl.constexpr, svt: tl.constexpr, svh: tl.constexpr, svd: tl.constexpr, sovb: tl.constexpr,
+    sovt: tl.constexpr, sovh: tl.constexpr, sovd: tl.constexpr, oov: tl.constexpr, NRV: tl.constexpr,
+    HV: tl.constexpr, mHV: tl.constexpr, pHV: tl.constexpr, NPRO: tl.constexpr,
+    R2: tl.constexpr, CW: tl.constexpr, PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
+    HP: tl.constexpr, PP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
+    BR: tl.constexpr, HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr,
+    CHUNKED: tl.constexpr = False, V: tl.constexpr = 1, M: tl.constexpr = 1, NCH: tl.constexpr = 1,
+    VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
+    WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
+    NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
+    CVP: tl.constexpr = 1, CMP: tl.constexpr = 1, CNCP: tl.constexpr = 1, CSVV: tl.constexpr = 1,
+    CWIDE: tl.constexpr = True,
+):
+    """:func:`rope_copy_kernel` with every shape and stride a compile-time constant, for ``torch.compile`` (see
+    :func:`rope_kernel_static`)."""
+    if tl.program_id(0) < NPRO:
+        _rope_program(
+            q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, sqd, skb, skt, skh, skd, soqb,
+            soqt, soqh, soqd, sokb, sokt, sokh, sokd, spb, spt, s_cs, NPOS, ook, T, mT, pT, HQ, mHQ, pHQ, HK, mHK,
+            pHK, NRQ, NRK, NPQ, NPR, NPPQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE,
+            EMULATE, CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
+        )  # fmt: skip
+    else:
+        _copy_chunks(
+            v_ptr, oq_ptr + tl.cast(oov, tl.int64) * CSVV, svb, svt, svh, svd, sovb, sovt, sovh, sovd,
+            (tl.program_id(0) - NPRO) * CNCP, NRV, T, mT, pT, HV, mHV, pHV, 0, CVP, CMP, CNCP, CSVV, CWIDE, False,
+        )  # fmt: skip

@@ -359,6 +359,7 @@ def launch(
     poison: bool = False,
     traced: bool = False,
     out_buffer: Tensor | None = None,
+    copy: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Rotate (``inverse``: rotate back) q and k in one kernel launch; new (B, T, H, D) outputs.
 
@@ -371,8 +372,10 @@ def launch(
     ``triton_op`` entries must (Inductor then launches the kernel itself). ``out_buffer``: the one
     buffer whose slices ``out_q`` (at its start) and ``out_k`` are; the kernel then writes both
     through it, the only tensor argument it mutates (see the kernel's OUT_SHARED: under
-    torch.compile, mutated views are cloned and copied back). Shapes and dtypes are assumed valid
-    (the module checks).
+    torch.compile, mutated views are cloned and copied back). ``copy``: ``(src, dst)``, a (B, T, H, D)
+    tensor of any strides and its slice of ``out_buffer`` (v's gradient in :func:`qkv_backward`), copied by
+    programs of the same launch where the plan can take them, else by :func:`copy_heads` after it. Shapes and
+    dtypes are assumed valid (the module checks).
 
     Eagerly, the launch's arguments are a :class:`LaunchPlan` computed once per signature (see
     :func:`launch_plan`) and the kernel is launched through its compiled launcher (:meth:`LaunchPlan.run`).
@@ -384,10 +387,12 @@ def launch(
     if positions is not None and positions.dtype not in (torch.int32, torch.int64):
         positions = positions.long()
     plan = launch_plan(q, k, cos, sin, positions, partial, low_precision, inverse, out_q, out_k,
-                       interleaved=interleaved, config=config, traced=traced, out_buffer=out_buffer)
+                       interleaved=interleaved, config=config, traced=traced, out_buffer=out_buffer, copy=copy)
     out_q, out_k = _new_outputs(q, k, out_q, out_k, poison, eager=not traced)
     if plan is not None:
-        plan.run(q, k, out_q, out_k, positions, cos, sin, out_buffer)
+        plan.run(q, k, out_q, out_k, positions, cos, sin, out_buffer, None if copy is None else copy[0])
+    if copy is not None and (plan is None or not plan.copies):
+        copy_heads(copy[0], out_buffer, copy[1], traced=traced)
     return out_q, out_k
 
 
@@ -412,6 +417,7 @@ def launch_plan(
     config: LaunchConfig = DEFAULT_LAUNCH,
     traced: bool = False,
     out_buffer: Tensor | None = None,
+    copy: tuple[Tensor, Tensor] | None = None,
 ) -> LaunchPlan | None:
     """The :class:`LaunchPlan` of :func:`launch` with these arguments (None: nothing to launch), kept per signature.
 
@@ -420,13 +426,14 @@ def launch_plan(
     itself, for the module call's host time that #13 bounds. All of it is a function of the signature
     built here: shapes, strides, dtypes, the device, each tensor's alignment (the words reading and Triton's
     pointer specialisation depend on it), whether an offset needs 64 bits (from the storages' sizes),
-    the flags, and the cos/sin tensors (held as :class:`rope.base.TensorCache` holds them: same objects,
-    unchanged). ``positions`` must be int32 or int64 (:func:`launch` converts). Not kept while tracing
-    (the plan's values are then graph values), nor for inference-mode tables (no version counter).
+    the flags, the copy's source and slice, and the cos/sin tensors (held as :class:`rope.base.TensorCache`
+    holds them: same objects, unchanged). ``positions`` must be int32 or int64 (:func:`launch` converts). Not
+    kept while tracing (the plan's values are then graph values), nor for inference-mode tables (no version
+    counter).
     """
     if traced or cos.is_inference() or sin.is_inference():
         return _make_plan(q, k, cos, sin, positions, partial, low_precision, inverse, out_q, out_k,
-                          interleaved, config, traced, out_buffer)
+                          interleaved, config, traced, out_buffer, copy)
     wide = _needs_wide_offsets(q) or (k is not None and _needs_wide_offsets(k)) or (
         (positions is not None or out_q is not None or out_k is not None)
         and _needs_wide_offsets(*(t for t in (positions, out_q, out_k, out_buffer) if t is not None)))
@@ -439,11 +446,13 @@ def launch_plan(
         None if out_k is None else (out_k.stride(), out_k.storage_offset(), out_k.data_ptr() % 16),
         None if out_buffer is None else (out_buffer.storage_offset(), out_buffer.data_ptr() % 16),
         wide, bool(partial), bool(low_precision), bool(inverse), bool(interleaved), config,
+        None if copy is None else (copy[0].shape, copy[0].stride(), copy[0].dtype, copy[0].data_ptr() % 16,
+                                   _needs_wide_offsets(copy[0]), copy[1].stride(), copy[1].storage_offset()),
     )
     plan = _PLANS.get((cos, sin), key)
     if plan is None:
         plan = _make_plan(q, k, cos, sin, positions, partial, low_precision, inverse, out_q, out_k,
-                          interleaved, config, traced, out_buffer)
+                          interleaved, config, traced, out_buffer, copy)
         _PLANS.put((cos, sin), key, plan)
     return plan
 
@@ -458,13 +467,17 @@ class LaunchPlan:
     construction (the plan's key holds each tensor's alignment, and its integers are fixed). Triton's own
     launch is kept where the direct one does not apply: the CPU interpreter, tracing (``wrap_triton``), a
     launch hook set (profilers: Triton then builds launch metadata), another current device.
+
+    ``copies``: the launch also copies a tensor into the output buffer (:func:`launch`'s ``copy``), through
+    :func:`rope._triton_kernels.rope_copy_kernel`, whose eighth tensor is the copy's source.
     """
 
     __slots__ = ("grid", "ints", "constexprs", "tail", "tables", "shared", "traced", "jit", "compiled", "device",
-                 "stream")
+                 "stream", "copies")
 
     def __init__(self, grid: int, ints: tuple, constexprs: dict, tables: tuple[Tensor, Tensor] | None, shared: bool,
-                 traced: bool, device: int) -> None:
+                 traced: bool, device: int, copies: bool = False) -> None:
+        self.copies = copies
         self.grid = grid
         self.ints = ints  # the arguments after the seven tensors, up to the constexprs
         self.constexprs = constexprs  # the kernel's constexprs and Triton's launch options (num_warps, ...)
@@ -478,28 +491,35 @@ class LaunchPlan:
         self.stream = self.tail = None
 
     def tensors(self, q: Tensor, k: Tensor | None, out_q: Tensor, out_k: Tensor | None, positions: Tensor | None,
-                cos: Tensor, sin: Tensor, out_buffer: Tensor | None = None) -> tuple[Tensor, ...]:
-        """The kernel's seven tensor arguments for this call."""
+                cos: Tensor, sin: Tensor, out_buffer: Tensor | None = None,
+                copy_src: Tensor | None = None) -> tuple[Tensor, ...]:
+        """The kernel's tensor arguments for this call: seven, and the copy's source where the plan copies."""
         if self.tables is not None:
             cos, sin = self.tables
         kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
         pos = positions if positions is not None else cos
         if self.shared:  # both outputs through the buffer; ok's slot gets cos, never written (the kernel ignores it)
-            return q, kk, out_buffer, cos, cos, sin, pos
-        return q, kk, out_q, ok, cos, sin, pos
+            args = q, kk, out_buffer, cos, cos, sin, pos
+        else:
+            args = q, kk, out_q, ok, cos, sin, pos
+        return (*args, copy_src) if self.copies else args
+
+    def kernel(self):
+        """The kernel this plan launches (looked up at each call: the tests replace kernels with spies)."""
+        return _kernels.rope_copy_kernel if self.copies else _kernels.rope_kernel
 
     def run(self, q: Tensor, k: Tensor | None, out_q: Tensor, out_k: Tensor | None, positions: Tensor | None,
-            cos: Tensor, sin: Tensor, out_buffer: Tensor | None = None) -> None:
+            cos: Tensor, sin: Tensor, out_buffer: Tensor | None = None, copy_src: Tensor | None = None) -> None:
         """Launch on this call's tensors, which have the plan's signature (:func:`launch_plan`)."""
-        args = self.tensors(q, k, out_q, out_k, positions, cos, sin, out_buffer)
+        args = self.tensors(q, k, out_q, out_k, positions, cos, sin, out_buffer, copy_src)
         compiled = self.compiled
-        if (compiled is not None and _kernels.rope_kernel is self.jit and _launch_hooks_unset()
+        if (compiled is not None and self.kernel() is self.jit and _launch_hooks_unset()
                 and torch.cuda.current_device() == self.device):
             compiled.run(self.grid, 1, 1, self.stream(self.device), compiled.function, compiled.packed_metadata,
                          None, None, None, *args, *self.ints, *self.tail)
             return
         got = self.triton_launch(args)
-        jit = _kernels.rope_kernel  # a JITFunction, unless replaced (the tests' spies)
+        jit = self.kernel()  # a JITFunction, unless replaced (the tests' spies)
         if (self.device >= 0 and not self.traced and not _interpreting() and hasattr(got, "packed_metadata")
                 and hasattr(jit, "signature") and torch.cuda.current_device() == self.device):
             # the launcher takes every argument in the kernel's order, constexprs included (it skips them)
@@ -513,9 +533,10 @@ class LaunchPlan:
         returns the compiled kernel: the bare kernel launch that the benchmark compares the module call with.
         Traced (``torch.compile``), the kernel with its integers as constants (``rope_kernel_static``)."""
         if self.traced:
-            ints = _by_name(_kernels.rope_kernel_static, len(args), self.ints)
-            return _traced_kernel()[(self.grid,)](*args, **ints, **self.constexprs)
-        return _kernels.rope_kernel[(self.grid,)](*args, *self.ints, **self.constexprs)
+            static = _kernels.rope_copy_kernel_static if self.copies else _kernels.rope_kernel_static
+            ints = _by_name(static, len(args), self.ints)
+            return _traced_kernel(self.copies)[(self.grid,)](*args, **ints, **self.constexprs)
+        return self.kernel()[(self.grid,)](*args, *self.ints, **self.constexprs)
 
 
 def _launch_hooks_unset() -> bool:
@@ -536,9 +557,11 @@ def _triton_driver():
 
 def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, partial: bool,
                low_precision: bool, inverse: bool, out_q: Tensor | None, out_k: Tensor | None, interleaved: bool,
-               config: LaunchConfig, traced: bool, out_buffer: Tensor | None) -> LaunchPlan | None:
+               config: LaunchConfig, traced: bool, out_buffer: Tensor | None,
+               copy: tuple[Tensor, Tensor] | None = None) -> LaunchPlan | None:
     """:func:`launch_plan` worked out (None: nothing to launch). Outputs not given are fresh contiguous tensors
-    of q's and k's shapes, as :func:`launch` allocates them."""
+    of q's and k's shapes, as :func:`launch` allocates them. ``copy`` joins the launch where the outputs share
+    ``out_buffer`` and its chunk ids fit (the plan's ``copies``); else :func:`launch` copies it apart."""
     B, T, HQ, D = q.shape
     HK = k.shape[2] if k is not None else 0
     nrq, nrk = B * T * HQ, B * T * HK
@@ -615,16 +638,27 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         **{**cfg, "VB": vb or FLAT_BLOCK},
     )
     tables = None if cos is given[0] and sin is given[1] else (cos, sin)
-    return LaunchPlan(npq + npk + nppq + nppk, ints, constexprs, tables, shared, traced,
-                      q.get_device() if q.is_cuda else -1)
+    programs = npq + npk + nppq + nppk
+    geometry = None
+    if copy is not None and shared and copy[0].shape[:2] == (B, T):
+        # copy programs of the rotation's warps, 16 bytes a thread
+        geometry = _copy_geometry(*copy, out_buffer, constexprs["num_warps"] * 32 * 16 // q.element_size())
+    if geometry is not None:
+        ints = (*ints, *geometry.fused_ints, programs)
+        constexprs.update(CVP=geometry.meta["VP"], CMP=geometry.meta["MP"], CNCP=geometry.meta["NCP"],
+                          CSVV=geometry.meta["SV"], CWIDE=geometry.meta["WIDE"])
+        programs += geometry.programs
+    return LaunchPlan(programs, ints, constexprs, tables, shared, traced, q.get_device() if q.is_cuda else -1,
+                      copies=geometry is not None)
 
 
 @functools.cache
-def _traced_kernel():
+def _traced_kernel(copies: bool = False):
     """The kernel wrapped for tracing by torch.compile (inside a ``triton_op`` body): ``rope_kernel_static``, whose
     shapes and strides are constants, so Inductor's launch hands over the seven tensors alone (static shapes: a
-    dynamic-shape trace calls the custom op, which launches ``rope_kernel``)."""
-    return torch.library.wrap_triton(_kernels.rope_kernel_static)
+    dynamic-shape trace calls the custom op, which launches ``rope_kernel``); ``copies``: its twin that also
+    copies v's gradient, ``rope_copy_kernel_static``."""
+    return torch.library.wrap_triton(_kernels.rope_copy_kernel_static if copies else _kernels.rope_kernel_static)
 
 
 def _by_name(kernel, first: int, values: tuple) -> dict:
@@ -947,7 +981,9 @@ def qkv_backward(
 
     The kernel writes dq and dk straight into their slices of the one buffer and v's gradient is
     copied beside them, so no stack of three separate gradients follows (autograd's default for
-    views of one tensor: one more read and write of dq and dk).
+    views of one tensor: one more read and write of dq and dk). The copy is programs of the same launch
+    (:func:`rope._triton_kernels.rope_copy_kernel`), one launch a layer where the rotation and
+    :func:`copy_heads` were two.
 
     The kernel is handed the buffer itself (``out_buffer``), never its dq and dk views, eagerly and under
     ``torch.compile`` alike. Why, under compile: Inductor clones a user kernel's mutated arguments, and for a
@@ -962,11 +998,9 @@ def qkv_backward(
     dq, dk, dv = split_qkv(dqkv, HQ, HK, D)
     launch(gq, gk, cos, sin, positions, partial, low_precision, inverse=True, out_q=dq, out_k=dk,
            interleaved=interleaved, config=config, poison=poison, traced=traced,
-           out_buffer=dqkv)
+           out_buffer=dqkv, copy=None if gv is None else (gv, dv))
     if gv is None:
         dv.zero_()
-    else:
-        copy_heads(gv, dqkv, dv, traced=traced)
     return dqkv
 
 
@@ -984,14 +1018,45 @@ def copy_heads(src: Tensor, buffer: Tensor, dst: Tensor, traced: bool = False) -
     to 16 dividing D), so every load and store is a vector for every head size.
     """
     B, T, H, D = src.shape
-    nr = B * T * H
-    if nr == 0 or D == 0:
+    if B * T * H == 0 or D == 0:
         return
-    vp = _pow2_unit(D)
-    mp, ncp = D // vp, max(1, COPY_TILE // vp)
-    if nr * mp + ncp >= 2**31:  # chunk ids are int32
+    geometry = _copy_geometry(src, dst, buffer, COPY_TILE)
+    if geometry is None:  # chunk ids are int32
         dst.copy_(src)
         return
+    grid = (geometry.programs,)
+    meta = {**geometry.meta, "num_warps": 8}
+    if traced:  # the twin with constant integers, given them by name
+        _traced_copy_kernel()[grid](src, buffer, **_by_name(_kernels.copy_heads_kernel_static, 2, geometry.ints),
+                                    **meta)
+    else:
+        _kernels.copy_heads_kernel[grid](src, buffer, *geometry.ints, **meta)
+
+
+class _CopyGeometry(NamedTuple):
+    """A copy of (B, T, H, D) rows into a slice of a buffer in chunks (:func:`_copy_geometry`)."""
+
+    ints: tuple  # copy_heads_kernel's integers, in its order
+    meta: dict  # its constexprs: VP, MP, NCP, SV, WIDE
+    programs: int
+
+    @property
+    def fused_ints(self) -> tuple:
+        """The integers ``rope_copy_kernel`` takes for the copy (T and its magic pair are the rotation's)."""
+        return (*self.ints[:10], *self.ints[13:])
+
+
+def _copy_geometry(src: Tensor, dst: Tensor, buffer: Tensor, per_program: int) -> _CopyGeometry | None:
+    """How :func:`copy_heads_kernel <rope._triton_kernels.copy_heads_kernel>` (or the copy programs of
+    ``rope_copy_kernel``) copies ``src`` into ``dst``, a view into ``buffer``, with about ``per_program`` elements
+    a program; None where its chunk ids would overflow int32. Rows are cut into chunks of VP elements (the largest
+    power of two up to 16 dividing D), so every load and store is a vector for every head size."""
+    B, T, H, D = src.shape
+    nr = B * T * H
+    vp = _pow2_unit(D)
+    mp, ncp = D // vp, max(1, per_program // vp)
+    if nr * mp + ncp >= 2**31:
+        return None
     oo = dst.storage_offset() - buffer.storage_offset()
     if oo < 0 or dst.dtype != buffer.dtype or src.dtype != dst.dtype:
         raise ValueError(f"copy_heads: dst must be a view into buffer of src's dtype, got offset {oo}, dtypes "
@@ -999,12 +1064,8 @@ def copy_heads(src: Tensor, buffer: Tensor, dst: Tensor, traced: bool = False) -
     sv = _pow2_unit(math.gcd(_row_stride_unit(src, dst), oo))
     ints = (*_scaled_strides(src, sv), *_scaled_strides(dst, sv), oo // sv, nr,
             T, *magic_divisor(max(T, 1)), H, *magic_divisor(max(H, 1)))
-    meta = dict(VP=vp, MP=mp, NCP=ncp, SV=sv, WIDE=_needs_wide_offsets(src, buffer), num_warps=8)
-    grid = (-(-nr * mp // ncp),)
-    if traced:  # the twin with constant integers, given them by name
-        _traced_copy_kernel()[grid](src, buffer, **_by_name(_kernels.copy_heads_kernel_static, 2, ints), **meta)
-    else:
-        _kernels.copy_heads_kernel[grid](src, buffer, *ints, **meta)
+    meta = dict(VP=vp, MP=mp, NCP=ncp, SV=sv, WIDE=_needs_wide_offsets(src, buffer))
+    return _CopyGeometry(ints, meta, -(-nr * mp // ncp))
 
 
 CUSTOM_OPS = _define_ops("", traced=False)

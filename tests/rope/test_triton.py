@@ -563,6 +563,60 @@ def test_rotate_qkv_backward_takes_a_heads_major_v_gradient(device):
     assert not dqkv.isnan().any()
 
 
+@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS,
+                         ids=["rows", "chunks", "chunks-tail", "flat-tail-gqa", "joint-odd", "joint-r2", "interleaved"])
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32))
+def test_fused_backward_copies_v_in_the_rotation_launch(D, variant, layout, rotary_dim, heads, chunks, dtype, device,
+                                                        monkeypatch):
+    """The fused-qkv backward's one launch (``rope_copy_kernel``) writes all of d qkv: dq and dk as the backward
+    kernel alone rotates them, bit for bit, and v's gradient as it came (heads-major, as the attention returns it),
+    in every tiling, with and without positions, poisoned buffers; ``copy_heads`` is not called."""
+    from rope import triton_rope as tr
+
+    def no_copy_heads(*args, **kwargs):
+        raise AssertionError("v's gradient was copied by a launch of its own")
+
+    B, T = 2, 37  # several programs of each kind, the last ones partial
+    r = build_poisoned("triton_v4", D, T, device, variant=variant, layout=layout, rotary_dim=rotary_dim)
+    r.launch_config = tr.LaunchConfig(chunks=chunks)
+    (hq, hk), il, partial = heads, layout == "interleaved", r._partial_shortcut
+    gq = torch.randn(B, T, hq, D, device=device, dtype=dtype)
+    gk = torch.randn(B, T, hk, D, device=device, dtype=dtype)
+    gv = torch.randn(B, hk, T, D, device=device, dtype=dtype).transpose(1, 2)
+    pos = torch.randint(0, T, (B, T), device=device)
+    for p in (None, pos):
+        want_q, want_k = tr.launch(gq, gk, r.cos, r.sin, p, partial, False, True, interleaved=il,
+                                   config=r.launch_config)
+        monkeypatch.setattr(tr, "copy_heads", no_copy_heads)
+        dqkv = tr.qkv_backward(gq, gk, gv, r.cos, r.sin, p, partial, False, il, r.launch_config, poison=True)
+        monkeypatch.undo()
+        dq, dk, dv = (t.reshape(B, T, -1, D) for t in dqkv.split((hq * D, hk * D, hk * D), dim=-1))
+        assert torch.equal(dq, want_q) and torch.equal(dk, want_k)
+        assert torch.equal(dv, gv)
+
+
+def test_fused_backward_copies_v_apart_where_the_launch_cannot(device, monkeypatch):
+    """Where the plan cannot take the copy (its chunk ids past int32, made to happen here), ``launch`` still
+    delivers v's gradient, through ``copy_heads`` after the rotation."""
+    from rope import triton_rope as tr
+
+    calls = []
+    real_copy_heads = tr.copy_heads
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real_copy_heads(*args, **kwargs)
+
+    monkeypatch.setattr(tr, "_copy_geometry", lambda *a: None)  # copy_heads then falls back to copy_
+    monkeypatch.setattr(tr, "copy_heads", spy)
+    r = build_poisoned("triton_v4", 48, 16, device)
+    gq, gk = (torch.randn(2, 5, h, 48, device=device, dtype=torch.bfloat16) for h in (3, 1))
+    gv = torch.randn(2, 1, 5, 48, device=device, dtype=torch.bfloat16).transpose(1, 2)
+    dqkv = tr.qkv_backward(gq, gk, gv, r.cos, r.sin, None, True, False, poison=True)
+    assert len(calls) == 1
+    assert torch.equal(dqkv[..., 4 * 48:].view(2, 5, 1, 48), gv) and not dqkv.isnan().any()
+
+
 def test_grad_call_skips_the_function_apply_prologue(monkeypatch, device):
     """With grad, the module call enters the autograd Function without ``Function.apply``'s walk of the
     arguments for dead functorch wrappers (host time, #13), and still differentiates."""
@@ -625,8 +679,8 @@ def test_rotate_qkv_compiles_without_graph_breaks(impl, device):
 class _KernelSpy:
     """Stands in for ``rope_kernel``: records each launch's grid and keywords, optionally runs it."""
 
-    def __init__(self, kernel, run: bool) -> None:
-        self.kernel, self.run, self.launches = kernel, run, []
+    def __init__(self, kernel, run: bool, launches: list | None = None) -> None:
+        self.kernel, self.run, self.launches = kernel, run, [] if launches is None else launches
 
     def __getitem__(self, grid):
         def call(*args, **kwargs):
@@ -635,6 +689,16 @@ class _KernelSpy:
                 self.kernel[grid](*args, **kwargs)
 
         return call
+
+
+def _spy_rope_kernels(monkeypatch, run: bool) -> _KernelSpy:
+    """Spies on both rotation kernels, ``rope_kernel`` and the fused-qkv backward's ``rope_copy_kernel``, recording
+    their launches in one list, in launch order (the returned spy's ``launches``)."""
+    launches = []
+    for name in ("rope_kernel", "rope_copy_kernel"):
+        spy = _KernelSpy(getattr(triton_rope._kernels, name), run, launches)
+        monkeypatch.setattr(triton_rope._kernels, name, spy)
+    return spy
 
 
 def test_launch_configuration_is_constexpr_row_geometry():
@@ -694,8 +758,7 @@ def test_launch_configuration_is_constexpr_row_geometry():
 def test_launch_config_is_per_instance(monkeypatch, device, qkv_path):
     """An instance's ``launch_config`` reaches every launch it makes (forward and backward), and
     leaves other instances on the default; the results do not depend on it."""
-    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
-    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    spy = _spy_rope_kernels(monkeypatch, run=True)
     tuned, default = _build(D=16, device=device), _build(D=16, device=device)
     tuned.launch_config = triton_rope.LaunchConfig(tile=64, num_warps=2, streaming=True)
     qkv = torch.randn(2, 5, 3 * 2 * 16, device=device, requires_grad=True)
@@ -714,8 +777,7 @@ def test_launch_config_is_per_instance(monkeypatch, device, qkv_path):
 def test_poison_outputs_fills_what_the_kernel_does_not_write(monkeypatch, device):
     """With the kernel replaced by a no-op, poisoned outputs stay NaN and unpoisoned ones are just
     allocated: the hook is what makes an unwritten element visible (and it is off by default)."""
-    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=False)
-    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    spy = _spy_rope_kernels(monkeypatch, run=False)
     r = rope.build("triton_v4", 16, 8).to(device)
     assert r.poison_outputs is False
     q = torch.randn(1, 4, 2, 16, device=device)
@@ -725,7 +787,7 @@ def test_poison_outputs_fills_what_the_kernel_does_not_write(monkeypatch, device
     qkv = torch.randn(1, 4, 3 * 16, device=device, requires_grad=True)
     yq, yk, v = r.rotate_qkv(qkv, 1)
     (dqkv,) = torch.autograd.grad(yq.sum() + yk.sum() + v.sum(), qkv)
-    assert dqkv[..., :32].isnan().all() and torch.equal(dqkv[..., 32:], torch.ones_like(dqkv[..., 32:]))
+    assert dqkv.isnan().all()  # v's gradient too: its copy is programs of the backward's (no-op) launch
     assert len(spy.launches) == 3
 
 
@@ -825,8 +887,7 @@ def test_flat_tiling_takes_tokens_with_contiguous_heads_and_falls_back_otherwise
     token's run is not a multiple of 8) for contiguous tensors and fused-qkv views, and for heads that are
     not contiguous (a (B, H, T, D) tensor seen transposed) the row geometry's tiling runs instead, with
     the same results."""
-    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
-    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    spy = _spy_rope_kernels(monkeypatch, run=True)
     m = rope.build("triton_v4", 20, 16).to(device)
     m.launch_config = triton_rope.LaunchConfig(chunks=2)
     ref = rope.build("triton_v4", 20, 16).to(device)
@@ -972,8 +1033,7 @@ def test_partner_words_need_word_aligned_tensors(dtype, monkeypatch, device):
     """``LaunchConfig.words`` reads misaligned partner runs as int32 words: launched so for tensors on 4-byte
     boundaries, and as 16-bit elements (the same results) for a view starting one element in, whose words would
     straddle elements. Both 16-bit dtypes: a word's halves become float32 differently for each."""
-    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
-    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    spy = _spy_rope_kernels(monkeypatch, run=True)
     m = rope.build("triton_v4", 36, 16).to(device)
     m.launch_config = triton_rope.LaunchConfig(chunks=2, words=1)
     ref = rope.build("triton_v4", 36, 16).to(device)
@@ -1167,8 +1227,7 @@ def test_reused_plan_rotates_each_call_tensors(device):
 def test_flat_block_sizes_rotate_alike(block, variant, D, rotary_dim, monkeypatch, device):
     """``LaunchConfig.block`` narrows the flat tiling's vectors (the kernel's VB): the same results, bit for bit,
     as blocks of 8, forward and backward, with positions and GQA, in bf16 (words at D = 18, 34) and float32."""
-    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
-    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    spy = _spy_rope_kernels(monkeypatch, run=True)
     mods = {}
     for b in (8, block):
         mods[b] = rope.build("triton_v4", D, 32, variant=variant, rotary_dim=rotary_dim).to(device)
@@ -1196,8 +1255,7 @@ def test_joint_programs_rotate_alike(variant, D, rotary_dim, hk, monkeypatch, de
     with the same results, bit for bit, as programs of their own, forward and backward, with positions, GQA
     (k's blocks past its heads masked) and the strided views of a fused projection; in bf16 (words at D = 18, 30)
     and float32. The launch has no k programs."""
-    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
-    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
+    spy = _spy_rope_kernels(monkeypatch, run=True)
     mods = {}
     for joint in (0, 1):
         mods[joint] = rope.build("triton_v4", D, 32, variant=variant, rotary_dim=rotary_dim).to(device)

@@ -181,7 +181,9 @@ def test_compiled_gpt_launches_the_kernel_from_inductor(impl, monkeypatch):
         _, codes = run_and_get_code(step)
     code = "\n".join(codes)
     assert "rope_kernel_static" in code
-    assert "copy_heads_kernel_static" in code  # v's gradient into d qkv: our copy, not Inductor's transposing one
+    # v's gradient into d qkv: copied by the backward rotation's own launch, not Inductor's transposing copy nor a
+    # launch of its own
+    assert "rope_copy_kernel_static" in code and "copy_heads_kernel_static" not in code
     assert "ropelab.rope_fwd.default" not in code and "ropelab.rope_qkv_bwd.default" not in code, code[-3000:]
     # and Inductor launches them with its static launcher, not Triton's Python one (compiled in its workers,
     # which see the option only through the environment: llm.model.export_to_compile_workers)
