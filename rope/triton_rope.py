@@ -652,12 +652,16 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
                       copies=geometry is not None)
 
 
-@functools.cache
 def _traced_kernel(copies: bool = False):
     """The kernel wrapped for tracing by torch.compile (inside a ``triton_op`` body): ``rope_kernel_static``, whose
     shapes and strides are constants, so Inductor's launch hands over the seven tensors alone (static shapes: a
     dynamic-shape trace calls the custom op, which launches ``rope_kernel``); ``copies``: its twin that also
-    copies v's gradient, ``rope_copy_kernel_static``."""
+    copies v's gradient, ``rope_copy_kernel_static``.
+
+    Wrapped at each call, never kept: ``wrap_triton`` returns the bare kernel where a triton op runs eagerly (its
+    backend turns the wrapping off) and the traceable wrapper while tracing, so a kept first answer was the wrong
+    one for the other (a triton op called eagerly, then a compiled graph traced with fake tensors: the bare kernel
+    launched on them, "Cannot access data pointer", H100, session 22)."""
     return torch.library.wrap_triton(_kernels.rope_copy_kernel_static if copies else _kernels.rope_kernel_static)
 
 
@@ -674,9 +678,9 @@ def _param_names(kernel, first: int, count: int) -> tuple[str, ...]:
     return tuple(inspect.signature(kernel.fn).parameters)[first:first + count]
 
 
-@functools.cache
 def _traced_copy_kernel():
-    """:func:`copy_heads`'s kernel wrapped for tracing by torch.compile: its twin with constant shapes and strides."""
+    """:func:`copy_heads`'s kernel wrapped for tracing by torch.compile: its twin with constant shapes and strides
+    (wrapped at each call, as :func:`_traced_kernel`)."""
     return torch.library.wrap_triton(_kernels.copy_heads_kernel_static)
 
 

@@ -248,3 +248,27 @@ def test_a_replaced_kernel_sees_launches_of_kept_plans(monkeypatch):
     monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
     m(q, q)
     assert len(spy.launches) == 1
+
+
+def test_triton_ops_run_eagerly_then_traced():
+    """A triton op run eagerly (its backend turns ``wrap_triton`` off, so the body launches the bare kernel) and
+    then traced by a compiled graph (``wrap_triton`` on: the launch becomes a graph node on fake tensors): each
+    gets its own wrapping. A kept first answer launched the bare kernel on fake tensors ("Cannot access data
+    pointer", session 22), and so failed any compile after an eager call of the ops in the process."""
+    from rope import triton_rope as tr
+
+    if tr.TRACED_OPS is None:
+        pytest.skip("this torch has no torch.library.triton_op")
+    r = rope.build("triton_v4", 48, 16).to(CUDA)
+    q, k, gv = (torch.randn(2, 5, h, 48, device=CUDA, dtype=torch.bfloat16) for h in (3, 1, 1))
+    ops = tr.TRACED_OPS
+
+    def both(q, k, gv):
+        yq, yk = ops.fwd(q, k, r.cos, r.sin, None, True, False)
+        return yq, yk, ops.qkv_bwd(yq, yk, gv, r.cos, r.sin, None, True, False)
+
+    eager = both(q, k, gv)  # first: the eager wrapping
+    torch._dynamo.reset()
+    compiled = torch.compile(both, fullgraph=True, backend="aot_eager")(q, k, gv)
+    for got, want in zip(compiled, eager, strict=True):
+        assert torch.equal(got, want)
