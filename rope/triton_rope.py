@@ -641,8 +641,9 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
     programs = npq + npk + nppq + nppk
     geometry = None
     if copy is not None and shared and copy[0].shape[:2] == (B, T):
-        # copy programs of the rotation's warps, 16 bytes a thread
-        geometry = _copy_geometry(*copy, out_buffer, constexprs["num_warps"] * 32 * 16 // q.element_size())
+        # copy programs of copy_heads's size whatever the rotation's warps: with the flat tiling's 4 warps, programs
+        # of 16 bytes a thread (1024 bf16 elements) ran the launch 2-3% slower at D = 54 and 114 (session 22)
+        geometry = _copy_geometry(*copy, out_buffer, COPY_TILE)
     if geometry is not None:
         ints = (*ints, *geometry.fused_ints, programs)
         constexprs.update(CVP=geometry.meta["VP"], CMP=geometry.meta["MP"], CNCP=geometry.meta["NCP"],
