@@ -567,24 +567,7 @@ def _rotate_flat(
         ypartner = _flat_partner(y_ptr, y_row, y_at, yraw, yown, ybm, ym, d, d0, rot, b, t, wblk, syb, syt, D, R2,
                                  INTERLEAVED, VB, NBP, SV, STREAM, WORDS, DT)
     # the element tables: cos and the signed sin of each element's pair (1 and 0 on the copied tail)
-    if PAIRED == 2:  # by pair (rope.triton_rope.pair_table): the 8 entries from d0 (first half) or d0 - R2 (second
-        # half: an odd entry, so the loads are 8-byte vectors), no shift; the entries past R2 repeat the first ones for
-        # the blocks crossing R2 or D, and the second half's sin takes its sign by lane
-        base = tl.where(d0 < R2, d0, d0 - R2)
-        cs_at = cos_ptr + (pos * (s_cs * CSV) + 2 * base)[:, None] + tl.arange(0, VB)[None, :]
-        c_0, s_0 = tl.split(tl.reshape(tl.load(cs_at, eviction_policy="evict_last").to(tl.float32),
-                                       (NBP, VB // 2, 2)))
-        c_1, s_1 = tl.split(tl.reshape(tl.load(cs_at + VB, eviction_policy="evict_last").to(tl.float32),
-                                       (NBP, VB // 2, 2)))
-        c = tl.reshape(tl.permute(tl.join(c_0, c_1), (0, 2, 1)), (NBP, VB))
-        s = tl.reshape(tl.permute(tl.join(s_0, s_1), (0, 2, 1)), (NBP, VB))
-        s = tl.where(d >= R2, -s, s)
-        if HAS_POS:
-            c = tl.where(valid[:, None], c, float("nan"))
-            s = tl.where(valid[:, None], s, float("nan"))
-        if INVERSE:
-            s = -s
-    elif PAIRED:  # one table, each column's cos and signed sin side by side, from float 2 d0 on (16-byte aligned:
+    if PAIRED:  # one table, each column's cos and signed sin side by side, from float 2 d0 on (16-byte aligned:
         # d0 is a multiple of DU >= 2); loaded as two (NBP, VB) halves, each deinterleaved in registers (a single
         # (NBP, 2 VB) load took a layout of 4 floats a thread and went through shared memory to meet the blocks'
         # 8 elements a thread). Written out here, not in a helper: the call's blocks changed the sm_90 schedule.

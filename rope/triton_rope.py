@@ -96,9 +96,9 @@ class LaunchConfig:
         if self.chunks not in (-1, 0, 1, 2):
             raise ValueError(f"LaunchConfig.chunks must be -1 (chosen by the row geometry), 0 (rows), 1 (chunks) "
                              f"or 2 (flat), got {self.chunks!r}")
-        if self.tables not in (-1, 0, 1, 2):
-            raise ValueError(f"LaunchConfig.tables must be -1 (chosen by the row geometry), 0 (split), 1 (paired) or 2 "
-                             f"(paired by pair, odd halves), got {self.tables!r}")
+        if self.tables not in (-1, 0, 1):
+            raise ValueError(f"LaunchConfig.tables must be -1 (chosen by the row geometry), 0 (split) or 1 (paired), "
+                             f"got {self.tables!r}")
         if self.words not in (-1, 0, 1):
             raise ValueError(f"LaunchConfig.words must be -1 (chosen by the row geometry), 0 (16-bit elements) or 1 "
                              f"(int32 words), got {self.words!r}")
@@ -306,8 +306,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
         "WORDS": bool(config.words) if config.words >= 0 else default_words,
         "JOINT": joint,
-        "PAIRED": (config.tables if config.tables == 2 else bool(config.tables)) if config.tables >= 0
-        else PAIRED_TABLES_BY_DEFAULT and (
+        "PAIRED": bool(config.tables) if config.tables >= 0 else PAIRED_TABLES_BY_DEFAULT and (
             default_words or (not interleaved and passed == 0 and (
                 rotary_pairs % 8 in (3, 5) or joint and rotary_pairs % 8 == 2))),
     }
@@ -609,13 +608,7 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         npq, npk = -(-nrq // cfg["NBP"]), -(-nrk // cfg["NBP"])
         if cfg["JOINT"]:
             npk = 0  # q's programs take k's blocks: no k programs
-        if cfg["PAIRED"] == 2 and not (vb == 8 and not interleaved and D == 2 * cos.shape[1] and cos.shape[1] % 2 == 1
-                                       and cos.shape[1] >= 9):
-            cfg = {**cfg, "PAIRED": True}  # the pair table serves odd halves at full width with blocks of 8 only
-        if cfg["PAIRED"] == 2:
-            cos = sin = pair_table(cos, sin)
-        else:
-            cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced)
+        cos, sin = element_tables(cos, sin, D, bool(interleaved), vb, cfg["PAIRED"], cache=not traced)
     else:
         sv = _row_stride_unit(q, kk, oq, ok)
         units = (HQ, HK)
@@ -753,18 +746,6 @@ def element_table_width(D: int, vb: int, paired: bool = False) -> int:
     period = element_table_period(D, vb, paired)
     unit = 2 if paired else 4
     return -(-(period + vb - math.gcd(vb, period)) // unit) * unit
-
-
-def pair_table(cos: Tensor, sin: Tensor) -> Tensor:
-    """The flat tiling's table by pair (experiment, ``LaunchConfig.tables=2``; odd halves at full width): per position,
-    entry e holds pair (e mod R2)'s cos and sin side by side, for e < R2 + 8 (rows of a whole number of 16 bytes). A
-    block of 8 elements at d0 reads the 8 entries from d0 (first half) or d0 - R2 (second half: an odd entry, read as
-    8-byte vectors); the periodic entries past R2 serve the blocks that cross R2 or D, and the sign of the second
-    half's sin is applied by lane. Half the element table's bytes, whose read from DRAM after the benchmark's L2 flush
-    is a fixed cost of each launch (docs/kernels.md, session 22)."""
-    r2 = cos.shape[1]
-    e = torch.arange(r2 + 8 + (r2 + 8) % 2, device=cos.device) % r2
-    return torch.stack((cos[:, e], sin[:, e]), dim=-1).flatten(1).to(torch.float32).contiguous()
 
 
 def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, vb: int, paired: bool = False,
