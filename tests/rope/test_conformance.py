@@ -392,7 +392,9 @@ def test_packed_positions_compiled_match_the_written_out_rows(device):
     r = build("torch", {}, 32, 16, device)
     q = torch.randn(sum(lengths), 2, 32, device=device)
     want = r(q, None, cu_seqlens=cu)
-    assert torch.equal(torch.compile(r)(q, None, cu_seqlens=cu), want)
+    # Close, not equal: on CUDA Inductor's fused float32 arithmetic rounds differently from eager's (a few ulp, H100,
+    # session 22); a row taken at a wrong position is off by O(1)
+    torch.testing.assert_close(torch.compile(r)(q, None, cu_seqlens=cu), want, rtol=1e-5, atol=1e-5)
 
 
 def test_packed_positions_are_checked_once_per_cu_seqlens_tensor(monkeypatch, device):
