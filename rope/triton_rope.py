@@ -1017,10 +1017,10 @@ def copy_heads(src: Tensor, buffer: Tensor, dst: Tensor, traced: bool = False) -
     """``dst.copy_(src)`` for (B, T, H, D) tensors of any strides, ``dst`` a view into ``buffer``, in one
     Triton launch that writes through ``buffer`` (``traced``: through ``wrap_triton``, in a triton op).
 
-    The fused-qkv backward copies v's gradient into d qkv with it: that gradient arrives heads-major
-    from the attention, and the generic copies transposing it (aten's, Inductor's) ran far below the
-    bandwidth (see the kernel). Rows are cut into chunks of VP elements (the largest power of two up
-    to 16 dividing D), so every load and store is a vector for every head size.
+    The fused-qkv backward's fallback for v's gradient, where its one launch cannot take the copy
+    (:func:`launch`'s ``copy``): that gradient arrives heads-major from the attention, and the generic
+    copies transposing it (aten's, Inductor's) ran far below the bandwidth (see the kernel). The chunking:
+    :func:`_copy_geometry`.
     """
     B, T, H, D = src.shape
     if B * T * H == 0 or D == 0:

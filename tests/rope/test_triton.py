@@ -587,9 +587,9 @@ def test_fused_backward_copies_v_in_the_rotation_launch(D, variant, layout, rota
     for p in (None, pos):
         want_q, want_k = tr.launch(gq, gk, r.cos, r.sin, p, partial, False, True, interleaved=il,
                                    config=r.launch_config)
-        monkeypatch.setattr(tr, "copy_heads", no_copy_heads)
-        dqkv = tr.qkv_backward(gq, gk, gv, r.cos, r.sin, p, partial, False, il, r.launch_config, poison=True)
-        monkeypatch.undo()
+        with monkeypatch.context() as m:
+            m.setattr(tr, "copy_heads", no_copy_heads)
+            dqkv = tr.qkv_backward(gq, gk, gv, r.cos, r.sin, p, partial, False, il, r.launch_config, poison=True)
         dq, dk, dv = (t.reshape(B, T, -1, D) for t in dqkv.split((hq * D, hk * D, hk * D), dim=-1))
         assert torch.equal(dq, want_q) and torch.equal(dk, want_k)
         assert torch.equal(dv, gv)
