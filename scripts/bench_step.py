@@ -49,6 +49,8 @@ DEFAULT_BATCH = {"gpt2_small": 32, "seed004": 24}
 GPT2_VOCAB, CL100K_VOCAB = 50257, 100277
 #: Fewer steps a round than this draws a note: the paired interval widens (see the module docstring).
 MIN_STEPS_PER_ROUND = 10
+#: Row keys that are lists (per round), written to the JSON only.
+JSON_ONLY = ("round_medians_ms", "round_times_ms")
 
 
 def default_batch(model: str) -> int:
@@ -142,6 +144,7 @@ def time_interleaved(model_cfg, names: list[str], mode: str, args: argparse.Name
         row = _row(model_cfg, args, batch_size, vocab, mode, name, [t for rnd in times[name] for t in rnd],
                    params[name])
         row["round_medians_ms"] = [statistics.median(rnd) for rnd in times[name]]  # in the JSON, for a re-analysis
+        row["round_times_ms"] = times[name]  # every timed step, by round (the JSON only)
         if "torch" in times and name != "torch":
             d = [100.0 * (statistics.median(a) / statistics.median(b) - 1.0)
                  for a, b in zip(times[name], times["torch"], strict=True)]
@@ -293,7 +296,7 @@ def write(rows: list[dict], args: argparse.Namespace, out: Path, device_name: st
     relative(rows)
     text = table(rows, args, device_name=device_name)
     (out / "step_bench.md").write_text(text)
-    write_csv(out / "step_bench.csv", [{k: v for k, v in r.items() if k != "round_medians_ms"} for r in rows])
+    write_csv(out / "step_bench.csv", [{k: v for k, v in r.items() if k not in JSON_ONLY} for r in rows])
     (out / "step_bench.json").write_text(json.dumps(rows, indent=2))
     return text
 

@@ -100,6 +100,9 @@ def test_rounds_interleave_the_ropes_and_pair_them_by_round(tmp_path, monkeypatc
     text = (tmp_path / "step_bench.md").read_text()
     assert "| paired by round |" in text and "timed interleaved in 3 rounds" in text
     assert rows["torch"]["round_medians_ms"] == [21.0, 22.0, 23.0]  # kept for a re-analysis
+    assert rows["torch"]["round_times_ms"] == [[21.0, 21.0], [22.0, 22.0], [23.0, 23.0]]  # every step too
+    with open(tmp_path / "step_bench.csv") as f:
+        assert not {"round_medians_ms", "round_times_ms"} & set(next(csv.DictReader(f)))  # the lists: JSON only
     assert "times 2 step(s) a round" in capsys.readouterr().err  # too few a round for a tight interval: said
 
 
