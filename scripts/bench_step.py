@@ -15,13 +15,17 @@ every row. Timers and writers: ``scripts/benchlib.py``.
 
 One rope after another, the medians of one call moved by several % between calls on the H100's
 host (session 7), more than the differences looked for; ``--rounds R`` times the ropes interleaved
-(all built, compiled and warmed up first, then R rounds with the order rotating) and pairs them by
-round, with a t-CI of the difference against rope=torch. ``--iters`` is split over the rounds, and a
-round's median needs tens of steps: at 2 steps a round (``--iters 40 --rounds 16``) the interval on the
-compiled seed004 step was +-6%, at 60 (``--iters 960``) +-1-2% (H100, session 10).
+(all built, compiled and warmed up first, then R rounds with the order rotating, one untimed step before
+each rope's timed ones) and pairs them by round. Two comparisons against rope=torch: the medians of all
+steps with a bootstrap CI that resamples whole rounds (:func:`llm.report.stats.median_ratio_interval`), and
+the mean over rounds of each round's median ratio with a t-CI. Step times drift by several % within a call
+and have a heavy tail (single steps 3-4x the median), so many short rounds and the medians resolve most:
+on the compiled seed004 step (H100, session 23) 1000 rounds of 2 steps gave +-0.3% for the medians, where
+16-24 rounds of 60 give +-1-2% either way; the round means need tens of steps a round (at 2, one outlier
+moves them: +-1.2% over those 1000 rounds).
 
     python -m scripts.bench_step [--model gpt2_small,seed004] [--ropes none,torch,triton_v4] [--batch 32] [--out DIR]
-    python -m scripts.bench_step --model seed004 --ropes none,torch,triton_v4 --iters 960 --rounds 16
+    python -m scripts.bench_step --model seed004 --ropes none,torch,triton_v4 --modes compile --iters 2000 --rounds 1000
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ CONF = ROOT / "conf"
 #: The batch each preset is benchmarked at unless --batch says otherwise (seed004: its recipe's 24).
 DEFAULT_BATCH = {"gpt2_small": 32, "seed004": 24}
 GPT2_VOCAB, CL100K_VOCAB = 50257, 100277
-#: Fewer steps a round than this draws a note: the paired interval widens (see the module docstring).
+#: Fewer steps a round than this draws a note: the round means' t interval widens (the module docstring).
 MIN_STEPS_PER_ROUND = 10
 #: Row keys that are lists (per round), written to the JSON only.
 JSON_ONLY = ("round_medians_ms", "round_times_ms")
@@ -115,7 +119,7 @@ def time_interleaved(model_cfg, names: list[str], mode: str, args: argparse.Name
     each round, all models alive at once: a drift of the host or the GPU over the run (several % between
     calls on the H100's host) then falls on every rope alike, and each round pairs the ropes. The rows add
     ``vs_torch_round_pct`` (mean and 95% t-CI over rounds of each round's median against torch's)."""
-    from llm.report.stats import t_interval
+    from llm.report.stats import median_ratio_interval, t_interval
 
     device = torch.device(args.device)
     steps, params, errors = {}, {}, {}
@@ -128,8 +132,8 @@ def time_interleaved(model_cfg, names: list[str], mode: str, args: argparse.Name
             steps.pop(name, None)
     per_round = max(1, args.iters // args.rounds)
     if per_round < MIN_STEPS_PER_ROUND:
-        print(f"note: --iters {args.iters} over --rounds {args.rounds} times {per_round} step(s) a round; a round's "
-              f"median needs tens of steps for a tight paired interval (e.g. --iters {60 * args.rounds})",
+        print(f"note: --iters {args.iters} over --rounds {args.rounds} times {per_round} step(s) a round: read the "
+              "medians' bootstrap interval; the round means' t interval needs tens of steps a round",
               file=sys.stderr)
     times: dict[str, list[list[float]]] = {n: [] for n in steps}
     order = list(steps)
@@ -149,6 +153,8 @@ def time_interleaved(model_cfg, names: list[str], mode: str, args: argparse.Name
             d = [100.0 * (statistics.median(a) / statistics.median(b) - 1.0)
                  for a, b in zip(times[name], times["torch"], strict=True)]
             row["vs_torch_round_pct"], row["vs_torch_round_lo"], row["vs_torch_round_hi"] = t_interval(d)
+            row["vs_torch_median_pct"], row["vs_torch_median_lo"], row["vs_torch_median_hi"] = \
+                median_ratio_interval(times[name], times["torch"])
         rows.append(row)
     return rows
 
@@ -186,20 +192,22 @@ def table(rows: list[dict], args: argparse.Namespace, seq_len: int | None = None
                 f"median of {args.iters} steps after {args.warmup} warm-up")
         paired = any(r.get("vs_torch_round_pct") is not None for r in mine)
         if paired:
-            head += (f"; timed interleaved in {args.rounds} rounds, the last column the mean over rounds of each "
-                     "round's median against rope=torch's [95% t-CI]")
-        cols = ["mode", "rope", "step (ms)", "vs rope=none", "vs rope=torch"] + (["paired by round"] if paired else [])
+            head += (f"; timed interleaved in {args.rounds} rounds. Against rope=torch: the medians of all steps "
+                     "[95% bootstrap CI, rounds resampled], and the mean over rounds of each round's median [95% t-CI]")
+        cols = ["mode", "rope", "step (ms)", "vs rope=none", "vs rope=torch"]
+        cols += ["medians [bootstrap CI]", "paired by round"] if paired else []
         body = ([r["mode"], r["rope"], f"{r['step_ms']:.2f}" if math.isfinite(r["step_ms"]) else "failed",
                  pct(r["overhead_vs_none_pct"]), pct(r["vs_torch_pct"])]
-                + ([_ci(r)] if paired else []) for r in mine)
+                + ([_ci(r, "vs_torch_median"), _ci(r, "vs_torch_round")] if paired else []) for r in mine)
         out += [head, "", *markdown_table(cols, body, 2)]
         errors = [f"- {r['mode']} {r['rope']}: {r['error']}" for r in mine if r.get("error")]
         out += ["", *errors, ""] if errors else [""]
     return "\n".join(out).rstrip() + "\n"
 
 
-def _ci(row: dict) -> str:
-    mean, lo, hi = (row.get(k) for k in ("vs_torch_round_pct", "vs_torch_round_lo", "vs_torch_round_hi"))
+def _ci(row: dict, key: str) -> str:
+    """``row``'s ``<key>_pct`` with its ``_lo``/``_hi`` interval, as "+0.1% [-0.2, +0.5]"."""
+    mean, lo, hi = (row.get(f"{key}_{end}") for end in ("pct", "lo", "hi"))
     if mean is None:
         return ""
     return f"{mean:+.1f}%" + (f" [{lo:+.1f}, {hi:+.1f}]" if lo is not None else "")

@@ -17,6 +17,7 @@ from llm.report.stats import (
     INCONCLUSIVE,
     SINGLE,
     WELCH,
+    median_ratio_interval,
     minimum_detectable_effect,
     seeds_for_equivalence,
     tost_power,
@@ -274,3 +275,25 @@ def test_one_sided_rejection_is_not_equivalence(tmp_path: Path):
     assert p_low < 0.05 < p_high
     assert c.p_tost == pytest.approx(max(p_low, p_high))
     assert c.verdict == INCONCLUSIVE
+
+
+def test_median_ratio_interval_holds_a_planted_difference_through_outliers_and_drift():
+    """Benchmark rounds (bench_step): b is a 1% slower than a, every round drifts both alike and 3% of the steps
+    are 4x outliers. The medians' ratio finds the 1% with an interval around it that a mean of round ratios
+    (pulled by the outliers) would not give; whole rounds are resampled, so drift shared within a round stays
+    paired."""
+    rng = np.random.default_rng(7)
+    a, b = [], []
+    for r in range(400):
+        drift = 1 + 0.05 * math.sin(r / 20)
+        for out, scale in ((a, 1.0), (b, 0.99)):
+            steps = 10 * scale * drift * (1 + 0.01 * rng.standard_normal(2))
+            steps[rng.random(2) < 0.03] *= 4
+            out.append(list(steps))
+    est, lo, hi = median_ratio_interval(a, b)
+    assert lo < est < hi
+    assert lo < 100 * (1 / 0.99 - 1) < hi and hi - lo < 1.0
+    assert median_ratio_interval(b, b) == (0.0, 0.0, 0.0)
+    assert median_ratio_interval(a[:1], b[:1])[1:] == (None, None)  # one round: no interval
+    with pytest.raises(ValueError, match="groups"):
+        median_ratio_interval(a, b[:3])

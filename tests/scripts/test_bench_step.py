@@ -97,8 +97,13 @@ def test_rounds_interleave_the_ropes_and_pair_them_by_round(tmp_path, monkeypatc
     assert rows["triton_v4"]["vs_torch_round_pct"] == pytest.approx(sum(want) / 3)
     assert rows["triton_v4"]["vs_torch_round_lo"] < rows["triton_v4"]["vs_torch_round_pct"]
     assert "vs_torch_round_pct" not in rows["torch"]
+    # the medians of all steps: triton_v4 20, 20, 21, 21, 22, 22 against torch 21, ..., 23
+    assert rows["triton_v4"]["vs_torch_median_pct"] == pytest.approx(100 * (21 / 22 - 1))
+    assert rows["triton_v4"]["vs_torch_median_lo"] <= rows["triton_v4"]["vs_torch_median_pct"]
+    assert rows["triton_v4"]["vs_torch_median_hi"] >= rows["triton_v4"]["vs_torch_median_pct"]
     text = (tmp_path / "step_bench.md").read_text()
-    assert "| paired by round |" in text and "timed interleaved in 3 rounds" in text
+    assert "| medians [bootstrap CI] | paired by round |" in text and "timed interleaved in 3 rounds" in text
+    assert f"| {100 * (21 / 22 - 1):+.1f}% [" in text
     assert rows["torch"]["round_medians_ms"] == [21.0, 22.0, 23.0]  # kept for a re-analysis
     assert rows["torch"]["round_times_ms"] == [[21.0, 21.0], [22.0, 22.0], [23.0, 23.0]]  # every step too
     with open(tmp_path / "step_bench.csv") as f:
