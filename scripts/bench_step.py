@@ -118,6 +118,7 @@ def time_interleaved(model_cfg, names: list[str], mode: str, args: argparse.Name
     """Every rope's step timed in ``args.rounds`` rounds of ``iters / rounds`` steps, the ropes' order rotating
     each round, all models alive at once: a drift of the host or the GPU over the run (several % between
     calls on the H100's host) then falls on every rope alike, and each round pairs the ropes. The rows add
+    ``vs_torch_median_pct`` (the medians of all steps against torch's, 95% bootstrap CI over rounds) and
     ``vs_torch_round_pct`` (mean and 95% t-CI over rounds of each round's median against torch's)."""
     from llm.report.stats import median_ratio_interval, t_interval
 
