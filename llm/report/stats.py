@@ -239,13 +239,16 @@ def median_ratio_interval(a: Sequence[Sequence[float]], b: Sequence[Sequence[flo
     medians are not; and resampling whole rounds keeps what the rounds pair (a drift shared by both within a
     round). ``scipy.stats.bootstrap`` resamples round indices; groups may differ in length.
     """
-    def ratio(index: np.ndarray) -> float:
-        pick_a = np.concatenate([np.asarray(a[i], dtype=float) for i in index])
-        pick_b = np.concatenate([np.asarray(b[i], dtype=float) for i in index])
-        return 100.0 * (float(np.median(pick_a)) / float(np.median(pick_b)) - 1.0)
-
     if len(a) != len(b):
         raise ValueError(f"median_ratio_interval: {len(a)} groups of a against {len(b)} of b")
+    groups_a = [np.asarray(g, dtype=float) for g in a]  # converted once, not at every resample
+    groups_b = [np.asarray(g, dtype=float) for g in b]
+
+    def ratio(index: np.ndarray) -> float:
+        pick_a = np.concatenate([groups_a[i] for i in index])
+        pick_b = np.concatenate([groups_b[i] for i in index])
+        return 100.0 * (float(np.median(pick_a)) / float(np.median(pick_b)) - 1.0)
+
     est = ratio(np.arange(len(a)))
     if len(a) < 2:
         return est, None, None
