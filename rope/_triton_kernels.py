@@ -697,6 +697,7 @@ def _rope_program(
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
     NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
+    KIN: tl.constexpr = 0,
 ):
     """Program i < NPQ rotates q's rows [i*BR, (i+1)*BR) (CHUNKED: chunks [i*NCH, (i+1)*NCH)), the
     others k's: q and k in one launch. CHUNKED with a pass-through tail: programs from NPR on copy the
@@ -705,10 +706,13 @@ def _rope_program(
     tensor argument only (under torch.compile two mutated views of one buffer are cloned and copied back).
     FLAT: programs rotate NBP blocks of VB elements (:func:`_rotate_flat`); NRQ/NRK count blocks and HQ/HK
     (with their magic pairs) are the blocks of one token; JOINT (HK <= HQ): q's programs rotate k's blocks of
-    the same tokens too, and there are no k programs."""
+    the same tokens too, and there are no k programs. KIN > 0: k's rows start ``KIN * SV`` elements after q's (the
+    slices of one qkv projection) and ``k_ptr`` is not used (None), so the launch hands over the projection alone."""
     i = tl.program_id(0)
     if OUT_SHARED:
         ok_ptr = oq_ptr + tl.cast(ook, tl.int64) * SV
+    if KIN > 0:
+        k_ptr = q_ptr + tl.cast(KIN, tl.int64) * SV
     if FLAT:
         if i < NPQ:
             _rotate_flat(
@@ -809,18 +813,21 @@ def rope_kernel_static(
     VP: tl.constexpr = 1, MP: tl.constexpr = 1, NCP: tl.constexpr = 1, OUT_SHARED: tl.constexpr = False,
     WIDE: tl.constexpr = True, STREAM: tl.constexpr = False, FLAT: tl.constexpr = False, VB: tl.constexpr = 8,
     NBP: tl.constexpr = 1, PAIRED: tl.constexpr = False, WORDS: tl.constexpr = False, JOINT: tl.constexpr = False,
+    KIN: tl.constexpr = 0,
 ):
     """The rotation (:func:`_rope_program`) with every shape and stride a compile-time constant: the kernel that
     ``torch.compile`` launches (static shapes), compiled per shape.
 
     Why: Inductor's launcher hands each runtime argument over one by one on every launch, and on the H100's host
     the compiled seed004 step waits on that host time while its forward is enqueued (docs/kernels.md, session 19);
-    here the launch passes the seven tensors alone."""
+    here the launch passes the tensors alone: the seven, or fewer where some are None (no positions, the shared
+    output buffer's unused k slot, k read at KIN out of the qkv projection: the compiled forward hands over the
+    projection, its two outputs and the tables, as Inductor's own fused rotation does; session 24)."""
     _rope_program(
         q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, sqd, skb, skt, skh, skd, soqb, soqt,
         soqh, soqd, sokb, sokt, sokh, sokd, spb, spt, s_cs, NPOS, ook, T, mT, pT, HQ, mHQ, pHQ, HK, mHK, pHK, NRQ,
         NRK, NPQ, NPR, NPPQ, R2, CW, PASS, INTERLEAVED, HP, PP, SV, CSV, BR, HAS_POS, LOW, INVERSE, EMULATE,
-        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT,
+        CHUNKED, V, M, NCH, VP, MP, NCP, OUT_SHARED, WIDE, STREAM, FLAT, VB, NBP, PAIRED, WORDS, JOINT, KIN,
     )  # fmt: skip
 
 

@@ -11,10 +11,11 @@ of the output gradients). In eager mode the launches go through a ``torch.autogr
 under ``torch.compile`` through ops with fake implementations and registered autograd, so a model
 using them compiles without graph breaks: on CUDA ``torch.library.triton_op``s, whose launch
 Inductor emits in its own code (``ropelab::rope_fwd_traced``, ...), else the custom ops
-``ropelab::rope_fwd`` / ``rope_bwd`` / ``rope_qkv_bwd``, whose Python bodies run at each call.
-Strided views (such as the q and k halves of a fused ``qkv`` projection) are read in place, never
-copied. ``rotate_qkv`` takes the fused projection itself, so its backward writes d qkv as one
-buffer (the ``rope_qkv_bwd`` ops under compile) instead of leaving autograd to stack dq, dk and dv.
+``ropelab::rope_fwd`` / ``rope_bwd`` / ``rope_qkv_bwd`` / ``rope_qkv_fwd``, whose Python bodies run at
+each call. Strided views (such as the q and k halves of a fused ``qkv`` projection) are read in place,
+never copied. ``rotate_qkv`` takes the fused projection itself, so its backward writes d qkv as one
+buffer (the ``rope_qkv_bwd`` ops under compile) instead of leaving autograd to stack dq, dk and dv, and
+under compile its forward hands the kernel the projection, not two views of it (``rope_qkv_fwd``).
 Design notes and H100 numbers: ``docs/kernels.md``.
 
 Without an importable ``triton`` the names stay registered and building one raises a RuntimeError
@@ -360,6 +361,7 @@ def launch(
     traced: bool = False,
     out_buffer: Tensor | None = None,
     copy: tuple[Tensor, Tensor] | None = None,
+    in_buffer: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Rotate (``inverse``: rotate back) q and k in one kernel launch; new (B, T, H, D) outputs.
 
@@ -374,8 +376,9 @@ def launch(
     through it, the only tensor argument it mutates (see the kernel's OUT_SHARED: under
     torch.compile, mutated views are cloned and copied back). ``copy``: ``(src, dst)``, a (B, T, H, D)
     tensor of any strides and its slice of ``out_buffer`` (v's gradient in :func:`qkv_backward`), copied by
-    programs of the same launch where the plan can take them, else by :func:`copy_heads` after it. Shapes and
-    dtypes are assumed valid (the module checks).
+    programs of the same launch where the plan can take them, else by :func:`copy_heads` after it. ``in_buffer``
+    (``traced`` only): the one buffer whose slices q (at its start) and k are, the qkv projection; the kernel then
+    reads both through it (see :class:`LaunchPlan`). Shapes and dtypes are assumed valid (the module checks).
 
     Eagerly, the launch's arguments are a :class:`LaunchPlan` computed once per signature (see
     :func:`launch_plan`) and the kernel is launched through its compiled launcher (:meth:`LaunchPlan.run`).
@@ -387,10 +390,11 @@ def launch(
     if positions is not None and positions.dtype not in (torch.int32, torch.int64):
         positions = positions.long()
     plan = launch_plan(q, k, cos, sin, positions, partial, low_precision, inverse, out_q, out_k,
-                       interleaved=interleaved, config=config, traced=traced, out_buffer=out_buffer, copy=copy)
+                       interleaved=interleaved, config=config, traced=traced, out_buffer=out_buffer, copy=copy,
+                       in_buffer=in_buffer)
     out_q, out_k = _new_outputs(q, k, out_q, out_k, poison, eager=not traced)
     if plan is not None:
-        plan.run(q, k, out_q, out_k, positions, cos, sin, out_buffer, None if copy is None else copy[0])
+        plan.run(q, k, out_q, out_k, positions, cos, sin, out_buffer, None if copy is None else copy[0], in_buffer)
     if copy is not None and (plan is None or not plan.copies):
         copy_heads(copy[0], out_buffer, copy[1], traced=traced)
     return out_q, out_k
@@ -418,6 +422,7 @@ def launch_plan(
     traced: bool = False,
     out_buffer: Tensor | None = None,
     copy: tuple[Tensor, Tensor] | None = None,
+    in_buffer: Tensor | None = None,
 ) -> LaunchPlan | None:
     """The :class:`LaunchPlan` of :func:`launch` with these arguments (None: nothing to launch), kept per signature.
 
@@ -431,9 +436,11 @@ def launch_plan(
     kept while tracing (the plan's values are then graph values), nor for inference-mode tables (no version
     counter).
     """
+    if in_buffer is not None and not traced:
+        raise ValueError("launch: in_buffer is for traced launches (rope_kernel_static takes k's offset in it)")
     if traced or cos.is_inference() or sin.is_inference():
         return _make_plan(q, k, cos, sin, positions, partial, low_precision, inverse, out_q, out_k,
-                          interleaved, config, traced, out_buffer, copy)
+                          interleaved, config, traced, out_buffer, copy, in_buffer)
     wide = _needs_wide_offsets(q) or (k is not None and _needs_wide_offsets(k)) or (
         (positions is not None or out_q is not None or out_k is not None)
         and _needs_wide_offsets(*(t for t in (positions, out_q, out_k, out_buffer) if t is not None)))
@@ -470,14 +477,23 @@ class LaunchPlan:
 
     ``copies``: the launch also copies a tensor into the output buffer (:func:`launch`'s ``copy``), through
     :func:`rope._triton_kernels.rope_copy_kernel`, whose eighth tensor is the copy's source.
+
+    Traced, the slots no program reads get None (a constant to Triton, which drops it from the compiled kernel's
+    arguments): positions where there are none, k's output slot where both outputs go through the buffer, and k's
+    where it is read out of ``in_buffer`` (``k_in``: the kernel's KIN). Why: Inductor's generated code passes
+    every tensor argument on every launch, and each view it passes is a ``reinterpret_tensor`` call: the
+    compiled forward's launch line cost 5.25 us [4.24, 6.36] of host time more than Inductor's own fused
+    rotation, in a forward that is host-bound (docs/kernels.md, session 23). Eagerly the placeholders stay
+    tensors (the eager kernels' specialisations, measured, are unchanged).
     """
 
     __slots__ = ("grid", "ints", "constexprs", "tail", "tables", "shared", "traced", "jit", "compiled", "device",
-                 "stream", "copies")
+                 "stream", "copies", "k_in")
 
     def __init__(self, grid: int, ints: tuple, constexprs: dict, tables: tuple[Tensor, Tensor] | None, shared: bool,
-                 traced: bool, device: int, copies: bool = False) -> None:
+                 traced: bool, device: int, copies: bool = False, k_in: bool = False) -> None:
         self.copies = copies
+        self.k_in = k_in  # q and k read through in_buffer (traced only)
         self.grid = grid
         self.ints = ints  # the arguments after the seven tensors, up to the constexprs
         self.constexprs = constexprs  # the kernel's constexprs and Triton's launch options (num_warps, ...)
@@ -491,15 +507,19 @@ class LaunchPlan:
         self.stream = self.tail = None
 
     def tensors(self, q: Tensor, k: Tensor | None, out_q: Tensor, out_k: Tensor | None, positions: Tensor | None,
-                cos: Tensor, sin: Tensor, out_buffer: Tensor | None = None,
-                copy_src: Tensor | None = None) -> tuple[Tensor, ...]:
-        """The kernel's tensor arguments for this call: seven, and the copy's source where the plan copies."""
+                cos: Tensor, sin: Tensor, out_buffer: Tensor | None = None, copy_src: Tensor | None = None,
+                in_buffer: Tensor | None = None) -> tuple[Tensor | None, ...]:
+        """The kernel's tensor arguments for this call: seven (traced, None where no program reads one), and the
+        copy's source where the plan copies."""
         if self.tables is not None:
             cos, sin = self.tables
         kk, ok = (k, out_k) if k is not None else (q, out_q)  # k absent: no program reads these
-        pos = positions if positions is not None else cos
-        if self.shared:  # both outputs through the buffer; ok's slot gets cos, never written (the kernel ignores it)
-            args = q, kk, out_buffer, cos, cos, sin, pos
+        unused = None if self.traced else cos  # a slot no program reads (eagerly a tensor: see the class)
+        if self.k_in:
+            q, kk = in_buffer, None
+        pos = positions if positions is not None else unused
+        if self.shared:  # both outputs through the buffer; ok's slot is never written (the kernel ignores it)
+            args = q, kk, out_buffer, unused, cos, sin, pos
         else:
             args = q, kk, out_q, ok, cos, sin, pos
         return (*args, copy_src) if self.copies else args
@@ -509,9 +529,10 @@ class LaunchPlan:
         return _kernels.rope_copy_kernel if self.copies else _kernels.rope_kernel
 
     def run(self, q: Tensor, k: Tensor | None, out_q: Tensor, out_k: Tensor | None, positions: Tensor | None,
-            cos: Tensor, sin: Tensor, out_buffer: Tensor | None = None, copy_src: Tensor | None = None) -> None:
+            cos: Tensor, sin: Tensor, out_buffer: Tensor | None = None, copy_src: Tensor | None = None,
+            in_buffer: Tensor | None = None) -> None:
         """Launch on this call's tensors, which have the plan's signature (:func:`launch_plan`)."""
-        args = self.tensors(q, k, out_q, out_k, positions, cos, sin, out_buffer, copy_src)
+        args = self.tensors(q, k, out_q, out_k, positions, cos, sin, out_buffer, copy_src, in_buffer)
         compiled = self.compiled
         if (compiled is not None and self.kernel() is self.jit and _launch_hooks_unset()
                 and torch.cuda.current_device() == self.device):
@@ -528,7 +549,7 @@ class LaunchPlan:
             self.stream = _triton_driver().get_current_stream
             self.jit, self.compiled = jit, got
 
-    def triton_launch(self, args: tuple[Tensor, ...]) -> object:
+    def triton_launch(self, args: tuple[Tensor | None, ...]) -> object:
         """Triton's own launch of the kernel with these tensors (what :meth:`run` does the first time), which
         returns the compiled kernel: the bare kernel launch that the benchmark compares the module call with.
         Traced (``torch.compile``), the kernel with its integers as constants (``rope_kernel_static``)."""
@@ -558,10 +579,11 @@ def _triton_driver():
 def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, partial: bool,
                low_precision: bool, inverse: bool, out_q: Tensor | None, out_k: Tensor | None, interleaved: bool,
                config: LaunchConfig, traced: bool, out_buffer: Tensor | None,
-               copy: tuple[Tensor, Tensor] | None = None) -> LaunchPlan | None:
+               copy: tuple[Tensor, Tensor] | None = None, in_buffer: Tensor | None = None) -> LaunchPlan | None:
     """:func:`launch_plan` worked out (None: nothing to launch). Outputs not given are fresh contiguous tensors
     of q's and k's shapes, as :func:`launch` allocates them. ``copy`` joins the launch where the outputs share
-    ``out_buffer`` and its chunk ids fit (the plan's ``copies``); else :func:`launch` copies it apart."""
+    ``out_buffer`` and its chunk ids fit (the plan's ``copies``); else :func:`launch` copies it apart. ``in_buffer``
+    (traced): q and k are read through it, k at its offset (the kernel's KIN)."""
     B, T, HQ, D = q.shape
     HK = k.shape[2] if k is not None else 0
     nrq, nrk = B * T * HQ, B * T * HK
@@ -589,6 +611,11 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         raise ValueError(f"out_buffer needs out_q at its start and out_k after it, got storage offsets "
                          f"{out_q.storage_offset()} and {out_k.storage_offset()} in a buffer at "
                          f"{out_buffer.storage_offset()}")
+    k_in = in_buffer is not None and k is not None
+    oki = k.storage_offset() - in_buffer.storage_offset() if k_in else 0
+    if k_in and (q.storage_offset() != in_buffer.storage_offset() or oki <= 0 or copy is not None):
+        raise ValueError(f"in_buffer needs q at its start and k after it (and no copy), got storage offsets "
+                         f"{q.storage_offset()} and {k.storage_offset()} in a buffer at {in_buffer.storage_offset()}")
     vb = _flat_block(D, HQ, HK, max(nrq, nrk), cfg["NBP"], q, kk, oq, ok, largest=cfg["VB"]) \
         if cfg["FLAT"] else 0
     given = (cos, sin)
@@ -618,6 +645,7 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         if cfg["CHUNKED"] and cfg["PASS"]:
             nppq, nppk = -(-nrq * cfg["MP"] // cfg["NCP"]), -(-nrk * cfg["MP"] // cfg["NCP"])
     sv = _pow2_unit(math.gcd(sv, ook)) if ook else sv
+    sv = _pow2_unit(math.gcd(sv, oki)) if oki else sv  # k's offset in the projection, in units of SV (KIN)
     if cfg["WORDS"] and not (vb and sv % 2 == 0 and _word_aligned(q, traced) and _word_aligned(kk, traced)):
         cfg = {**cfg, "WORDS": False}  # (a copy: the dict is launch_config's cached one)
     if sin.stride() != cos.stride():  # the kernel indexes both tables with cos's stride
@@ -637,6 +665,8 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, OUT_SHARED=shared, WIDE=wide,
         **{**cfg, "VB": vb or FLAT_BLOCK},
     )
+    if k_in:
+        constexprs["KIN"] = oki // sv
     tables = None if cos is given[0] and sin is given[1] else (cos, sin)
     programs = npq + npk + nppq + nppk
     geometry = None
@@ -650,7 +680,7 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
                           CSVV=geometry.meta["SV"], CWIDE=geometry.meta["WIDE"])
         programs += geometry.programs
     return LaunchPlan(programs, ints, constexprs, tables, shared, traced, q.get_device() if q.is_cuda else -1,
-                      copies=geometry is not None)
+                      copies=geometry is not None, k_in=k_in)
 
 
 def _traced_kernel(copies: bool = False):
@@ -834,16 +864,19 @@ def _empty_k(q: Tensor) -> Tensor:
 
 
 class _OpSet(NamedTuple):
-    """The forward, backward and fused-qkv-backward ops of one kind (custom ops or triton ops)."""
+    """The forward, backward, fused-qkv-backward and fused-qkv-forward ops of one kind (custom ops or triton
+    ops)."""
 
     fwd: Callable
     bwd: Callable
     qkv_bwd: Callable
+    qkv_fwd: Callable
 
 
 def _define_ops(suffix: str, traced: bool) -> _OpSet:
-    """Register ``ropelab::rope_fwd{suffix}``, ``rope_bwd{suffix}`` and ``rope_qkv_bwd{suffix}``:
-    custom ops with fake implementations, or (``traced``) triton ops whose bodies Inductor traces."""
+    """Register ``ropelab::rope_fwd{suffix}``, ``rope_bwd{suffix}``, ``rope_qkv_bwd{suffix}`` and
+    ``rope_qkv_fwd{suffix}``: custom ops with fake implementations, or (``traced``) triton ops whose bodies
+    Inductor traces."""
     define = torch.library.triton_op if traced else torch.library.custom_op
 
     def body(inverse: bool):
@@ -881,15 +914,36 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
                             LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block, joint),
                             poison, traced=traced)
 
+    def qkv_fwd_body(qkv: Tensor, cos: Tensor, sin: Tensor, positions: Tensor | None, hq: int, hk: int,
+                     partial: bool, low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
+                     num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
+                     chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
+                     tables: int = DEFAULT_LAUNCH.tables, maxnreg: int = DEFAULT_LAUNCH.maxnreg,
+                     words: int = DEFAULT_LAUNCH.words, block: int = DEFAULT_LAUNCH.block,
+                     joint: int = DEFAULT_LAUNCH.joint) -> tuple[Tensor, Tensor]:
+        """Rotated q and k of the (B, T, (hq + 2 hk) D) projection ``qkv``. Traced, the kernel reads both through
+        ``qkv`` itself (``in_buffer``): Inductor's launch then passes the projection's buffer, not two views of it
+        (see :class:`LaunchPlan`)."""
+        if traced and not _static(qkv, positions):
+            return CUSTOM_OPS.qkv_fwd(qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, tile,
+                                      num_warps, poison, chunks, streaming, tables, maxnreg, words, block, joint)
+        q, k, _ = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
+        yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, False, interleaved=interleaved,
+                        config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block, joint),
+                        poison=poison, traced=traced, in_buffer=qkv if traced else None)
+        return yq, yk
+
     ops = _OpSet(
         define(f"ropelab::rope_fwd{suffix}", mutates_args=())(body(False)),
         define(f"ropelab::rope_bwd{suffix}", mutates_args=())(body(True)),
         define(f"ropelab::rope_qkv_bwd{suffix}", mutates_args=())(qkv_body),
+        define(f"ropelab::rope_qkv_fwd{suffix}", mutates_args=())(qkv_fwd_body),
     )
     if not traced:  # a triton op's fake is its traced body
         ops.fwd.register_fake(_fake)
         ops.bwd.register_fake(_fake)
         ops.qkv_bwd.register_fake(_qkv_bwd_fake)
+        ops.qkv_fwd.register_fake(_qkv_fwd_fake)
 
     def setup_context(ctx, inputs, output):
         q, k, cos, sin, positions, partial, low_precision, *launch_args = inputs
@@ -918,6 +972,13 @@ def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, 
           chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1, block=0, joint=-1):
     yk = _empty_k(q) if k is None else torch.empty(k.shape, dtype=k.dtype, device=k.device)
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
+
+
+def _qkv_fwd_fake(qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved=False, tile=0, num_warps=0,
+                  poison=False, chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1, block=0, joint=-1):
+    B, T, W = qkv.shape
+    D = W // (hq + 2 * hk)
+    return qkv.new_empty((B, T, hq, D)), qkv.new_empty((B, T, hk, D))
 
 
 def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
@@ -1076,7 +1137,7 @@ def _copy_geometry(src: Tensor, dst: Tensor, buffer: Tensor, per_program: int) -
 CUSTOM_OPS = _define_ops("", traced=False)
 #: None where this torch has no ``torch.library.triton_op`` (added in 2.6) or triton is missing.
 TRACED_OPS = _define_ops("_traced", traced=True) if hasattr(torch.library, "triton_op") and _kernels else None
-rope_fwd, rope_bwd, rope_qkv_bwd = CUSTOM_OPS
+rope_fwd, rope_bwd, rope_qkv_bwd, rope_qkv_fwd = CUSTOM_OPS
 #: Whether compiled graphs can trace the launches: triton ops exist and the kernels are GPU kernels (the interpreter,
 #: chosen when triton was imported, makes them Python functions). A constant, so that Dynamo guards on one global
 #: rather than on ``os.environ`` at every compiled call.
@@ -1094,9 +1155,10 @@ class _RopeQKVFunction(torch.autograd.Function):
     def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, tile, num_warps, poison,
                 chunks, streaming, tables, maxnreg, words, block, joint):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
-        if torch.compiler.is_compiling():
-            yq, yk = _compiled_ops(q).fwd(q, k, cos, sin, positions, partial, low_precision, interleaved, tile,
-                                          num_warps, poison, chunks, streaming, tables, maxnreg, words, block, joint)
+        if torch.compiler.is_compiling():  # the projection itself to the op (see its traced body)
+            yq, yk = _compiled_ops(qkv).qkv_fwd(qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved,
+                                                tile, num_warps, poison, chunks, streaming, tables, maxnreg, words,
+                                                block, joint)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
                             config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block,
@@ -1178,7 +1240,11 @@ class _TritonRotary(RotaryEmbedding):
 
     def _rotate_qkv(self, qkv, q, k, v, positions):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse
-            yq, yk = self.rotate(q, k, positions)
+            if torch.compiler.is_compiling():  # the projection itself to the op, as in the Function's forward
+                yq, yk = _compiled_ops(qkv).qkv_fwd(qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2],
+                                                    self._partial_shortcut, self.low_precision, *self._launch_args())
+            else:
+                yq, yk = self.rotate(q, k, positions)
             return yq, yk, v
         return _apply(
             _RopeQKVFunction, qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2], self._partial_shortcut,

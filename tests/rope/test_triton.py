@@ -320,7 +320,9 @@ def test_traced_ops_equal_custom_ops(impl, device):
 
 def _assert_traced_ops_equal(args: tuple, qkv_args: tuple | None = None) -> None:
     """The triton ops (run eagerly) and the custom ops give the same tensors, bit for bit: forward and backward
-    with ``args``, the fused qkv backward with ``qkv_args``."""
+    with ``args``, the fused qkv backward with ``qkv_args``; and where q and k are given, the fused qkv forward
+    (which the triton op reads through the projection itself, k at its offset: the kernel's KIN) on a projection
+    holding them gives the forward's results."""
     from rope import triton_rope as tr
 
     for custom, traced in ((tr.CUSTOM_OPS.fwd, tr.TRACED_OPS.fwd), (tr.CUSTOM_OPS.bwd, tr.TRACED_OPS.bwd)):
@@ -328,6 +330,15 @@ def _assert_traced_ops_equal(args: tuple, qkv_args: tuple | None = None) -> None
             assert torch.equal(a, b)
     if qkv_args is not None:
         assert torch.equal(tr.CUSTOM_OPS.qkv_bwd(*qkv_args), tr.TRACED_OPS.qkv_bwd(*qkv_args))
+    q, k, cos, sin, positions, *flags = args
+    if k is None:
+        return
+    hq, D, hk = q.shape[2], q.shape[3], k.shape[2]
+    qkv = torch.cat([q.flatten(2), k.flatten(2), torch.randn_like(k).flatten(2)], dim=-1)
+    want = tr.CUSTOM_OPS.fwd(*rope.base.split_qkv(qkv, hq, hk, D)[:2], cos, sin, positions, *flags)
+    for op in (tr.CUSTOM_OPS.qkv_fwd, tr.TRACED_OPS.qkv_fwd):
+        for a, b in zip(op(qkv, cos, sin, positions, hq, hk, *flags), want, strict=True):
+            assert torch.equal(a, b)
 
 
 #: (head_dim, variant, layout, rotary_dim, (q heads, k heads), LaunchConfig.chunks): one case per tiling the plan
@@ -385,6 +396,50 @@ def test_fused_backward_gives_the_kernel_the_whole_buffer(device, monkeypatch):
         dqkv = op(q, k, gv, r.cos, r.sin, None, True, False)
         assert len(buffers) == 1 and buffers[0] is not None, buffers
         assert (buffers[0].data_ptr(), buffers[0].shape) == (dqkv.data_ptr(), dqkv.shape)
+
+
+def test_traced_launches_pass_only_what_the_kernel_reads(device, monkeypatch):
+    """Under torch.compile every tensor argument of a launch is host time in Inductor's generated code, and each
+    view is a ``reinterpret_tensor`` call (5 us a layer more than Inductor's own rotation, session 23): the traced
+    fused-qkv forward hands the kernel the projection itself, no view of q or k, and the traced launches pass None
+    for the slots no program reads (no positions; k's output slot where both outputs go through one buffer).
+    Eagerly the slots keep tensors."""
+    from rope import triton_rope as tr
+
+    if tr.TRACED_OPS is None:
+        pytest.skip("this torch has no torch.library.triton_op")
+    launched, real = [], tr.LaunchPlan.triton_launch
+    monkeypatch.setattr(tr.LaunchPlan, "triton_launch", lambda self, args: launched.append(args) or real(self, args))
+    r = _build(D=48, max_seq_len=16, device=device)
+    qkv = torch.randn(2, 5, (3 + 2 * 1) * 48, device=device, dtype=torch.bfloat16)
+    q, k, _ = rope.base.split_qkv(qkv, 3, 1, 48)
+    gv = torch.randn(2, 5, 1, 48, device=device, dtype=torch.bfloat16)
+    pos = torch.randint(0, 16, (2, 5), device=device)
+    for p in (None, pos):
+        launched.clear()
+        tr.TRACED_OPS.qkv_fwd(qkv, r.cos, r.sin, p, 3, 1, True, False)
+        tr.TRACED_OPS.qkv_bwd(q, k, gv, r.cos, r.sin, p, True, False)
+        (fwd_q, fwd_k, *_, fwd_pos), (*_, bwd_ok, _, _, bwd_pos, _) = launched
+        assert fwd_q.data_ptr() == qkv.data_ptr() and fwd_q.shape == qkv.shape and fwd_k is None
+        assert bwd_ok is None
+        assert fwd_pos is p and bwd_pos is p  # None without positions
+    launched.clear()
+    tr.CUSTOM_OPS.qkv_bwd(q, k, gv, r.cos, r.sin, None, True, False)
+    assert all(a is not None for args in launched for a in args)  # the eager launch (the interpreter's)
+
+
+def test_in_buffer_is_for_traced_launches_with_q_at_its_start(device):
+    """``launch(in_buffer=...)`` reads k at its offset in the buffer: slices in another order are refused in one
+    line, and so is an eager launch (its kernel takes k's pointer)."""
+    from rope import triton_rope as tr
+
+    r = _build(D=16, max_seq_len=8, device=device)
+    qkv = torch.randn(1, 2, 48, device=device)
+    q, k, _ = rope.base.split_qkv(qkv, 1, 1, 16)
+    with pytest.raises(ValueError, match="in_buffer is for traced launches"):
+        tr.launch(q, k, r.cos, r.sin, None, True, False, False, in_buffer=qkv)
+    with pytest.raises(ValueError, match="in_buffer needs q at its start"):
+        tr.launch(k, q, r.cos, r.sin, None, True, False, False, traced=True, in_buffer=qkv)
 
 
 def test_out_buffer_must_hold_q_at_its_start(device):
@@ -660,7 +715,8 @@ def test_rotate_qkv_bad_input(args, match, no_launch):
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_rotate_qkv_compiles_without_graph_breaks(impl, device):
-    """The fused entry under torch.compile(fullgraph=True): custom ops forward and backward."""
+    """The fused entry under torch.compile(fullgraph=True): custom ops forward and backward, and forward alone
+    without grad."""
     torch._dynamo.reset()
     r = _build(impl, D=16, max_seq_len=8, device=device)
 
@@ -673,6 +729,8 @@ def test_rotate_qkv_compiles_without_graph_breaks(impl, device):
     (g,) = torch.autograd.grad(compiled(qkv), qkv)
     (g_e,) = torch.autograd.grad(step(qkv), qkv)
     torch.testing.assert_close(g, g_e)
+    with torch.no_grad():  # no backward to fuse: the fused forward op alone
+        torch.testing.assert_close(compiled(qkv), step(qkv))
 
 
 # -- per-instance hooks: the launch configuration and the NaN poison ---------------------------------

@@ -13,7 +13,7 @@ from torch.nn import functional as F
 import rope
 
 from .cases import DTYPE_NAMES, LAYOUTS, POSITIONS, assert_precise, build_poisoned, run_case
-from .test_triton import DTYPES, IMPLS, _KernelSpy
+from .test_triton import _TILINGS, DTYPES, IMPLS, _KernelSpy
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -150,6 +150,40 @@ def test_gpt_compiles_fullgraph(impl):
         torch.testing.assert_close(p.grad, q.grad, rtol=5e-2, atol=5e-3, msg=name)
 
 
+@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS,
+                         ids=["rows", "chunks", "chunks-tail", "flat-tail-gqa", "joint-odd", "joint-r2", "interleaved"])
+def test_compiled_rotate_qkv_equals_eager_in_every_tiling(D, variant, layout, rotary_dim, heads, chunks):
+    """Compiled by Inductor, ``rotate_qkv`` reads q and k through the projection itself (the traced fused-qkv forward:
+    k at its constant offset, KIN) and gives the eager results bit for bit, forward and gradient (and without grad),
+    in every tiling, with and without positions, on a projection that starts on and off a 16-byte boundary."""
+    from rope import triton_rope as tr
+
+    hq, hk = heads
+    m = build_poisoned("triton_v4", D, 64, CUDA, variant=variant, layout=layout, rotary_dim=rotary_dim)
+    m.launch_config = tr.LaunchConfig(chunks=chunks)
+    width = (hq + 2 * hk) * D
+
+    def f(qkv, pos):
+        q, k, v = m.rotate_qkv(qkv, hq, hk, positions=pos)
+        return q, k, v * 1
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=False)
+    for off in (0, 1):
+        for pos in (None, torch.randint(0, 64, (3, 40), device=CUDA)):
+            qkv = torch.randn(3, 40, width + 1, device=CUDA, dtype=torch.bfloat16)[..., off:off + width]
+            grads = [torch.randn(3, 40, h, D, device=CUDA, dtype=torch.bfloat16) for h in (hq, hk, hk)]
+            results = []
+            for fn in (f, compiled):
+                x = qkv.detach().requires_grad_()
+                out = fn(x, pos)
+                results.append((*out, *torch.autograd.grad(out, x, grads)))
+            for got, want in zip(results[1], results[0], strict=True):
+                assert torch.equal(got, want), (off, pos is not None)
+            with torch.no_grad():  # no backward to fuse: the traced op all the same
+                for got, want in zip(compiled(qkv, pos), f(qkv, pos), strict=True):
+                    assert torch.equal(got, want), (off, pos is not None, "no grad")
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_compiled_gpt_launches_the_kernel_from_inductor(impl, monkeypatch):
     """Under torch.compile (static shapes) the training path goes through the triton ops: Inductor's
@@ -184,7 +218,11 @@ def test_compiled_gpt_launches_the_kernel_from_inductor(impl, monkeypatch):
     # v's gradient into d qkv: copied by the backward rotation's own launch, not Inductor's transposing copy nor a
     # launch of its own
     assert "rope_copy_kernel_static" in code and "copy_heads_kernel_static" not in code
-    assert "ropelab.rope_fwd.default" not in code and "ropelab.rope_qkv_bwd.default" not in code, code[-3000:]
+    assert all(f"ropelab.{op}.default" not in code for op in ("rope_fwd", "rope_qkv_fwd", "rope_qkv_bwd")), code[-3000:]
+    # the forward's launch hands over the projection's buffer, not views of it (a reinterpret_tensor call each: host
+    # time, session 23)
+    launches = [line for line in code.splitlines() if "rope_kernel_static" in line and ".run(" in line]
+    assert launches and not any("reinterpret_tensor" in line for line in launches), launches
     # and Inductor launches them with its static launcher, not Triton's Python one (compiled in its workers,
     # which see the option only through the environment: llm.model.export_to_compile_workers)
     python_launches = []
