@@ -665,8 +665,6 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         INVERSE=bool(inverse), EMULATE=_interpreting(), SV=sv, CSV=csv, OUT_SHARED=shared, WIDE=wide,
         **{**cfg, "VB": vb or FLAT_BLOCK},
     )
-    if k_in:
-        constexprs["KIN"] = oki // sv
     tables = None if cos is given[0] and sin is given[1] else (cos, sin)
     programs = npq + npk + nppq + nppk
     geometry = None
@@ -679,6 +677,8 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         constexprs.update(CVP=geometry.meta["VP"], CMP=geometry.meta["MP"], CNCP=geometry.meta["NCP"],
                           CSVV=geometry.meta["SV"], CWIDE=geometry.meta["WIDE"])
         programs += geometry.programs
+    elif traced:  # the static kernel's KIN, given even where 0: Inductor compiles a user kernel with the
+        constexprs["KIN"] = oki // sv  # constexprs a launch leaves out set to None (H100, session 24)
     return LaunchPlan(programs, ints, constexprs, tables, shared, traced, q.get_device() if q.is_cuda else -1,
                       copies=geometry is not None, k_in=k_in)
 
@@ -914,20 +914,21 @@ def _define_ops(suffix: str, traced: bool) -> _OpSet:
                             LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block, joint),
                             poison, traced=traced)
 
-    def qkv_fwd_body(qkv: Tensor, cos: Tensor, sin: Tensor, positions: Tensor | None, hq: int, hk: int,
+    def qkv_fwd_body(qkv: Tensor, seq_len: int, cos: Tensor, sin: Tensor, positions: Tensor | None, hq: int, hk: int,
                      partial: bool, low_precision: bool, interleaved: bool = False, tile: int = DEFAULT_LAUNCH.tile,
                      num_warps: int = DEFAULT_LAUNCH.num_warps, poison: bool = False,
                      chunks: int = DEFAULT_LAUNCH.chunks, streaming: bool = DEFAULT_LAUNCH.streaming,
                      tables: int = DEFAULT_LAUNCH.tables, maxnreg: int = DEFAULT_LAUNCH.maxnreg,
                      words: int = DEFAULT_LAUNCH.words, block: int = DEFAULT_LAUNCH.block,
                      joint: int = DEFAULT_LAUNCH.joint) -> tuple[Tensor, Tensor]:
-        """Rotated q and k of the (B, T, (hq + 2 hk) D) projection ``qkv``. Traced, the kernel reads both through
-        ``qkv`` itself (``in_buffer``): Inductor's launch then passes the projection's buffer, not two views of it
-        (see :class:`LaunchPlan`)."""
+        """Rotated q and k of the projection ``qkv``: (B, T, (hq + 2 hk) D), or (B T, (hq + 2 hk) D) with T =
+        ``seq_len`` (:func:`_flat_projection`). Traced, the kernel reads both through ``qkv`` itself (``in_buffer``):
+        Inductor's launch then passes the projection's buffer, not views of it (see :class:`LaunchPlan`)."""
         if traced and not _static(qkv, positions):
-            return CUSTOM_OPS.qkv_fwd(qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, tile,
-                                      num_warps, poison, chunks, streaming, tables, maxnreg, words, block, joint)
-        q, k, _ = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
+            return CUSTOM_OPS.qkv_fwd(qkv, seq_len, cos, sin, positions, hq, hk, partial, low_precision, interleaved,
+                                      tile, num_warps, poison, chunks, streaming, tables, maxnreg, words, block, joint)
+        width = qkv.shape[-1]
+        q, k, _ = split_qkv(qkv if qkv.dim() == 3 else qkv.view(-1, seq_len, width), hq, hk, width // (hq + 2 * hk))
         yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, False, interleaved=interleaved,
                         config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block, joint),
                         poison=poison, traced=traced, in_buffer=qkv if traced else None)
@@ -974,11 +975,23 @@ def _fake(q, k, cos, sin, positions, partial, low_precision, interleaved=False, 
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), yk
 
 
-def _qkv_fwd_fake(qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved=False, tile=0, num_warps=0,
-                  poison=False, chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1, block=0, joint=-1):
-    B, T, W = qkv.shape
+def _qkv_fwd_fake(qkv, seq_len, cos, sin, positions, hq, hk, partial, low_precision, interleaved=False, tile=0,
+                  num_warps=0, poison=False, chunks=-1, streaming=False, tables=-1, maxnreg=0, words=-1, block=0,
+                  joint=-1):
+    W = qkv.shape[-1]
     D = W // (hq + 2 * hk)
-    return qkv.new_empty((B, T, hq, D)), qkv.new_empty((B, T, hk, D))
+    B = qkv.shape[0] if qkv.dim() == 3 else qkv.shape[0] // seq_len
+    return qkv.new_empty((B, seq_len, hq, D)), qkv.new_empty((B, seq_len, hk, D))
+
+
+def _flat_projection(qkv: Tensor) -> Tensor:
+    """The (B, T, W) projection as a (B T, W) view where its batch and time dims merge (else as it is), for the
+    fused-qkv forward op under torch.compile. Why: the projection is a matmul's (B T, W) output that the model
+    views as (B, T, W); handed over in the matmul's own shape, Inductor's launch passes that buffer by name,
+    where a (B, T, W) argument is one ``reinterpret_tensor`` call a layer of host time."""
+    if qkv.numel() and (qkv.shape[1] == 1 or qkv.stride(0) == qkv.shape[1] * qkv.stride(1)):
+        return qkv.flatten(0, 1)
+    return qkv
 
 
 def _qkv_bwd_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved=False, tile=0, num_warps=0,
@@ -1156,9 +1169,9 @@ class _RopeQKVFunction(torch.autograd.Function):
                 chunks, streaming, tables, maxnreg, words, block, joint):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():  # the projection itself to the op (see its traced body)
-            yq, yk = _compiled_ops(qkv).qkv_fwd(qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved,
-                                                tile, num_warps, poison, chunks, streaming, tables, maxnreg, words,
-                                                block, joint)
+            yq, yk = _compiled_ops(qkv).qkv_fwd(_flat_projection(qkv), qkv.shape[1], cos, sin, positions, hq, hk,
+                                                partial, low_precision, interleaved, tile, num_warps, poison, chunks,
+                                                streaming, tables, maxnreg, words, block, joint)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
                             config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block,
@@ -1241,8 +1254,9 @@ class _TritonRotary(RotaryEmbedding):
     def _rotate_qkv(self, qkv, q, k, v, positions):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse
             if torch.compiler.is_compiling():  # the projection itself to the op, as in the Function's forward
-                yq, yk = _compiled_ops(qkv).qkv_fwd(qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2],
-                                                    self._partial_shortcut, self.low_precision, *self._launch_args())
+                yq, yk = _compiled_ops(qkv).qkv_fwd(_flat_projection(qkv), qkv.shape[1], self.cos, self.sin,
+                                                    positions, q.shape[2], k.shape[2], self._partial_shortcut,
+                                                    self.low_precision, *self._launch_args())
             else:
                 yq, yk = self.rotate(q, k, positions)
             return yq, yk, v

@@ -13,6 +13,7 @@ filled with NaN before the launch (the ``poison_outputs`` hook), so an unwritten
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import os
 import subprocess
@@ -337,8 +338,9 @@ def _assert_traced_ops_equal(args: tuple, qkv_args: tuple | None = None) -> None
     qkv = torch.cat([q.flatten(2), k.flatten(2), torch.randn_like(k).flatten(2)], dim=-1)
     want = tr.CUSTOM_OPS.fwd(*rope.base.split_qkv(qkv, hq, hk, D)[:2], cos, sin, positions, *flags)
     for op in (tr.CUSTOM_OPS.qkv_fwd, tr.TRACED_OPS.qkv_fwd):
-        for a, b in zip(op(qkv, cos, sin, positions, hq, hk, *flags), want, strict=True):
-            assert torch.equal(a, b)
+        for given in (qkv, qkv.flatten(0, 1)):  # (B, T, W) or, as the compiled Function hands it, (B T, W)
+            for a, b in zip(op(given, q.shape[1], cos, sin, positions, hq, hk, *flags), want, strict=True):
+                assert torch.equal(a, b)
 
 
 #: (head_dim, variant, layout, rotary_dim, (q heads, k heads), LaunchConfig.chunks): one case per tiling the plan
@@ -417,15 +419,43 @@ def test_traced_launches_pass_only_what_the_kernel_reads(device, monkeypatch):
     pos = torch.randint(0, 16, (2, 5), device=device)
     for p in (None, pos):
         launched.clear()
-        tr.TRACED_OPS.qkv_fwd(qkv, r.cos, r.sin, p, 3, 1, True, False)
+        tr.TRACED_OPS.qkv_fwd(qkv.flatten(0, 1), 5, r.cos, r.sin, p, 3, 1, True, False)
         tr.TRACED_OPS.qkv_bwd(q, k, gv, r.cos, r.sin, p, True, False)
         (fwd_q, fwd_k, *_, fwd_pos), (*_, bwd_ok, _, _, bwd_pos, _) = launched
-        assert fwd_q.data_ptr() == qkv.data_ptr() and fwd_q.shape == qkv.shape and fwd_k is None
+        assert fwd_q.data_ptr() == qkv.data_ptr() and fwd_q.shape == (10, qkv.shape[2]) and fwd_k is None
         assert bwd_ok is None
         assert fwd_pos is p and bwd_pos is p  # None without positions
     launched.clear()
     tr.CUSTOM_OPS.qkv_bwd(q, k, gv, r.cos, r.sin, None, True, False)
     assert all(a is not None for args in launched for a in args)  # the eager launch (the interpreter's)
+
+
+@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS,
+                         ids=["rows", "chunks", "chunks-tail", "flat-tail-gqa", "joint-odd", "joint-r2", "interleaved"])
+def test_traced_plans_give_every_constexpr(D, variant, layout, rotary_dim, heads, chunks):
+    """A traced launch names every constexpr of its static kernel: Inductor compiles a user kernel with the
+    constexprs a launch leaves out set to None, not to their defaults (``KIN > 0`` failed to compile on the H100,
+    session 24). The rotation (with and without the projection as ``in_buffer``) and the fused backward's copy."""
+    from rope import triton_rope as tr
+
+    r = _build(D=D, max_seq_len=16, variant=variant, layout=layout, rotary_dim=rotary_dim)
+    (hq, hk), il, partial = heads, layout == "interleaved", r._partial_shortcut
+    cfg = tr.LaunchConfig(chunks=chunks)
+    qkv = torch.randn(2, 5, (hq + 2 * hk) * D, dtype=torch.bfloat16)
+    q, k, v = rope.base.split_qkv(qkv, hq, hk, D)
+    dqkv = torch.empty_like(qkv)
+    dq, dk, dv = rope.base.split_qkv(dqkv, hq, hk, D)
+    plans = [tr.launch_plan(q, k, r.cos, r.sin, p, partial, False, False, interleaved=il, config=cfg, traced=True,
+                            in_buffer=buf) for p in (None, torch.zeros(2, 5, dtype=torch.long)) for buf in (None, qkv)]
+    plans.append(tr.launch_plan(q, k, r.cos, r.sin, None, partial, False, True, dq, dk, interleaved=il, config=cfg,
+                                traced=True, out_buffer=dqkv, copy=(v, dv)))
+    assert plans[-1].copies
+    for plan in plans:
+        kernel = tr._kernels.rope_copy_kernel_static if plan.copies else tr._kernels.rope_kernel_static
+        params = list(inspect.signature(kernel.fn).parameters)
+        tensors = len(plan.tensors(q, k, q, k, None, r.cos, r.sin, dqkv, v, qkv))
+        given = set(tr._by_name(kernel, tensors, plan.ints)) | set(plan.constexprs)
+        assert set(params[tensors:]) <= given, set(params[tensors:]) - given
 
 
 def test_in_buffer_is_for_traced_launches_with_q_at_its_start(device):
@@ -478,7 +508,7 @@ def test_compiled_ops_choice(device):
     if tr.TRACED_OPS is None:
         pytest.skip("this torch has no torch.library.triton_op")
     x = torch.randn(2, 3, 4, 16, device=device)
-    assert tr._compiled_ops(x) is tr.CUSTOM_OPS  # the CPU interpreter
+    assert tr._compiled_ops(x) is (tr.TRACED_OPS if x.is_cuda else tr.CUSTOM_OPS)  # not on the CPU interpreter
     assert tr._static(x, None)
     r = _build(D=16, max_seq_len=8, device=device)
 
