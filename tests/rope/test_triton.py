@@ -299,6 +299,9 @@ def test_custom_ops_opcheck(device):
         torch.library.opcheck(op, (q, k, r.cos, r.sin, pos, True, False))
         torch.library.opcheck(op, (q, None, r.cos, r.sin, None, False, True))
         torch.library.opcheck(op, (q, k, r.cos, r.sin, pos, True, False, 256, 4, True))  # tile, warps, poison
+    qkv = torch.randn(1, 3, (2 + 2 * 1) * 16, device=device)  # the fused forward: (B, T, W) or (B T, W)
+    for given in (qkv, qkv.flatten(0, 1)):
+        torch.library.opcheck(torch.ops.ropelab.rope_qkv_fwd.default, (given, 3, r.cos, r.sin, pos, 2, 1, True, False))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
