@@ -746,24 +746,26 @@ def test_rotate_qkv_bad_input(args, match, no_launch):
         r.rotate_qkv(*args)
 
 
+@pytest.mark.parametrize("dynamic", (False, True))
 @pytest.mark.parametrize("impl", IMPLS)
-def test_rotate_qkv_compiles_without_graph_breaks(impl, device):
+def test_rotate_qkv_compiles_without_graph_breaks(impl, dynamic, device):
     """The fused entry under torch.compile(fullgraph=True): custom ops forward and backward, and forward alone
-    without grad."""
+    without grad; with dynamic shapes too (the fused forward op then takes T as a symbol)."""
     torch._dynamo.reset()
-    r = _build(impl, D=16, max_seq_len=8, device=device)
+    r = _build(impl, D=16, max_seq_len=16, device=device)
 
     def step(qkv):
         q, k, v = r.rotate_qkv(qkv, 2, 1)
         return (q * 1.5).sum() + (k * k).sum() + (v * 3.0).sum()
 
-    qkv = torch.randn(2, 6, 64, device=device, requires_grad=True)
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    (g,) = torch.autograd.grad(compiled(qkv), qkv)
-    (g_e,) = torch.autograd.grad(step(qkv), qkv)
-    torch.testing.assert_close(g, g_e)
-    with torch.no_grad():  # no backward to fuse: the fused forward op alone
-        torch.testing.assert_close(compiled(qkv), step(qkv))
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    for T in (6, 9):
+        qkv = torch.randn(2, T, 64, device=device, requires_grad=True)
+        (g,) = torch.autograd.grad(compiled(qkv), qkv)
+        (g_e,) = torch.autograd.grad(step(qkv), qkv)
+        torch.testing.assert_close(g, g_e)
+        with torch.no_grad():  # no backward to fuse: the fused forward op alone
+            torch.testing.assert_close(compiled(qkv), step(qkv))
 
 
 # -- per-instance hooks: the launch configuration and the NaN poison ---------------------------------
