@@ -354,10 +354,10 @@ _TILINGS = [
     (48, "full", "half", 24, (2, 1), 1), (48, "full", "half", 24, (2, 1), -1), (54, "full", "half", None, (2, 2), -1),
     (36, "partial", "half", None, (2, 2), -1), (64, "full", "interleaved", None, (2, 2), -1),
 ]
+_TILING_IDS = ["rows", "chunks", "chunks-tail", "flat-tail-gqa", "joint-odd", "joint-r2", "interleaved"]
 
 
-@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS,
-                         ids=["rows", "chunks", "chunks-tail", "flat-tail-gqa", "joint-odd", "joint-r2", "interleaved"])
+@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS, ids=_TILING_IDS)
 def test_traced_kernel_equals_runtime_kernel(D, variant, layout, rotary_dim, heads, chunks, device):
     """The kernels compiled graphs launch (``rope_kernel_static``, ``copy_heads_kernel_static``: every shape and
     stride a constant) compute what the eager launches compute, bit for bit, in every tiling, with and without
@@ -433,8 +433,7 @@ def test_traced_launches_pass_only_what_the_kernel_reads(device, monkeypatch):
     assert all(a is not None for args in launched for a in args)  # the eager launch (the interpreter's)
 
 
-@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS,
-                         ids=["rows", "chunks", "chunks-tail", "flat-tail-gqa", "joint-odd", "joint-r2", "interleaved"])
+@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS, ids=_TILING_IDS)
 def test_traced_plans_give_every_constexpr(D, variant, layout, rotary_dim, heads, chunks):
     """A traced launch names every constexpr of its static kernel: Inductor compiles a user kernel with the
     constexprs a launch leaves out set to None, not to their defaults (``KIN > 0`` failed to compile on the H100,
@@ -651,8 +650,7 @@ def test_rotate_qkv_backward_takes_a_heads_major_v_gradient(device):
     assert not dqkv.isnan().any()
 
 
-@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS,
-                         ids=["rows", "chunks", "chunks-tail", "flat-tail-gqa", "joint-odd", "joint-r2", "interleaved"])
+@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS, ids=_TILING_IDS)
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32))
 def test_fused_backward_copies_v_in_the_rotation_launch(D, variant, layout, rotary_dim, heads, chunks, dtype, device,
                                                         monkeypatch):

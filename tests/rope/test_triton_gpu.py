@@ -13,7 +13,7 @@ from torch.nn import functional as F
 import rope
 
 from .cases import DTYPE_NAMES, LAYOUTS, POSITIONS, assert_precise, build_poisoned, run_case
-from .test_triton import _TILINGS, DTYPES, IMPLS, _KernelSpy
+from .test_triton import _TILING_IDS, _TILINGS, DTYPES, IMPLS, _KernelSpy
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -150,8 +150,7 @@ def test_gpt_compiles_fullgraph(impl):
         torch.testing.assert_close(p.grad, q.grad, rtol=5e-2, atol=5e-3, msg=name)
 
 
-@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS,
-                         ids=["rows", "chunks", "chunks-tail", "flat-tail-gqa", "joint-odd", "joint-r2", "interleaved"])
+@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS, ids=_TILING_IDS)
 def test_compiled_rotate_qkv_equals_eager_in_every_tiling(D, variant, layout, rotary_dim, heads, chunks):
     """Compiled by Inductor, ``rotate_qkv`` reads q and k through the projection itself (the traced fused-qkv forward:
     k at its constant offset, KIN) and gives the eager results bit for bit, forward and gradient (and without grad),
