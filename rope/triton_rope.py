@@ -985,6 +985,15 @@ def _qkv_fwd_fake(qkv, seq_len, cos, sin, positions, hq, hk, partial, low_precis
     return qkv.new_empty((B, seq_len, hq, D)), qkv.new_empty((B, seq_len, hk, D))
 
 
+def _compiled_qkv_forward(qkv: Tensor, cos: Tensor, sin: Tensor, positions: Tensor | None, hq: int, hk: int,
+                          partial: bool, low_precision: bool, *launch_args) -> tuple[Tensor, Tensor]:
+    """Rotated q and k of the (B, T, W) projection inside a compiled graph: the fused-qkv forward op of
+    :func:`_compiled_ops`, handed the projection by :func:`_flat_projection` with T beside it. ``launch_args``:
+    interleaved, tile, num_warps, poison, chunks, streaming, tables, maxnreg, words, block, joint."""
+    return _compiled_ops(qkv).qkv_fwd(_flat_projection(qkv), qkv.shape[1], cos, sin, positions, hq, hk, partial,
+                                      low_precision, *launch_args)
+
+
 def _flat_projection(qkv: Tensor) -> Tensor:
     """The (B, T, W) projection as a (B T, W) view where its batch and time dims merge (else as it is), for the
     fused-qkv forward op under torch.compile. Why: the projection is a matmul's (B T, W) output that the model
@@ -1170,9 +1179,9 @@ class _RopeQKVFunction(torch.autograd.Function):
                 chunks, streaming, tables, maxnreg, words, block, joint):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if torch.compiler.is_compiling():  # the projection itself to the op (see its traced body)
-            yq, yk = _compiled_ops(qkv).qkv_fwd(_flat_projection(qkv), qkv.shape[1], cos, sin, positions, hq, hk,
-                                                partial, low_precision, interleaved, tile, num_warps, poison, chunks,
-                                                streaming, tables, maxnreg, words, block, joint)
+            yq, yk = _compiled_qkv_forward(qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved,
+                                           tile, num_warps, poison, chunks, streaming, tables, maxnreg, words, block,
+                                           joint)
         else:
             yq, yk = launch(q, k, cos, sin, positions, partial, low_precision, inverse=False, interleaved=interleaved,
                             config=LaunchConfig(tile, num_warps, chunks, streaming, tables, maxnreg, words, block,
@@ -1255,9 +1264,8 @@ class _TritonRotary(RotaryEmbedding):
     def _rotate_qkv(self, qkv, q, k, v, positions):
         if not (torch.is_grad_enabled() and qkv.requires_grad):  # no backward to fuse
             if torch.compiler.is_compiling():  # the projection itself to the op, as in the Function's forward
-                yq, yk = _compiled_ops(qkv).qkv_fwd(_flat_projection(qkv), qkv.shape[1], self.cos, self.sin,
-                                                    positions, q.shape[2], k.shape[2], self._partial_shortcut,
-                                                    self.low_precision, *self._launch_args())
+                yq, yk = _compiled_qkv_forward(qkv, self.cos, self.sin, positions, q.shape[2], k.shape[2],
+                                               self._partial_shortcut, self.low_precision, *self._launch_args())
             else:
                 yq, yk = self.rotate(q, k, positions)
             return yq, yk, v
