@@ -5,10 +5,12 @@ Why it exists: in session 6 the compiled seed004 step was 14% slower with ``rope
 step host-bound (the custom ops' Python dispatch and Triton launcher, 0.2-0.3 ms of host time a call),
 which led to the ``triton_op`` path (docs/kernels.md, session 7). It builds the model as
 ``scripts/bench_step.py`` does (conf/model and conf/rope presets, fused AdamW, bf16 autocast,
-``torch.compile`` as training does), times steps with CUDA events and the host time of each, then
-profiles a few with ``torch.profiler`` and prints, per rope:
+``torch.compile`` as training does), builds every rope's model first, times their steps with CUDA events
+and the host time of each in rounds whose order rotates, then profiles a few steps of each, alternating, in
+one ``torch.profiler`` session, and prints, per rope:
 
-* wall / host / GPU-kernel-sum / GPU-busy / GPU-idle ms per step, against ``rope=none``;
+* wall (with a bootstrap interval against ``rope=none``) / host / GPU-kernel-sum / GPU-busy / GPU-idle ms
+  per step;
 * per phase (forward, backward, optimizer): host ms and the GPU time of the kernels launched in it;
 * host us per call of the compiled wrappers and of any ``ropelab`` op left in the graph;
 * the kernels whose time differs most from the first rope, and each rope's top kernels;
@@ -29,6 +31,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +48,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mode", default=None, help="torch.compile mode (default: none, like training)")
     p.add_argument("--no-compile", action="store_true", help="eager")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=int, default=40, help="timed steps a rope, over --rounds")
+    p.add_argument("--rounds", type=int, default=10,
+                   help="the timed steps in R rounds, the ropes' order rotating each round (a d-wall interval needs 2)")
     p.add_argument("--prof-steps", type=int, default=5)
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--device", default="cuda")
@@ -57,9 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not (CONF / "optim" / f"{a.optim}.yaml").is_file():
         p.error(f"--optim: no preset conf/optim/{a.optim}.yaml")
     if a.tiny:
-        a.batch, a.vocab, a.warmup, a.iters, a.prof_steps = 2, 1024, 2, 3, 2
-    if min(a.warmup, a.iters, a.prof_steps) < 1:
-        p.error("--warmup, --iters and --prof-steps must be at least 1")
+        a.batch, a.vocab, a.warmup, a.iters, a.rounds, a.prof_steps = 2, 1024, 2, 4, 2, 2
+    if min(a.warmup, a.iters, a.prof_steps, a.rounds) < 1:
+        p.error("--warmup, --iters, --rounds and --prof-steps must be at least 1")
+    if a.rounds > a.iters:
+        p.error(f"--rounds must be at most --iters ({a.iters}), got {a.rounds}")
     return a
 
 
@@ -81,6 +88,9 @@ def short(name: str, n: int = 64) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+STEP_START = "<step start: sync, guards, first launches>"
+
+
 def gpu_timeline(dev: list, step_starts: list[float]) -> tuple[float, dict]:
     """Busy time (union of the device events' intervals, us) and the idle gaps between them, keyed by
     (event before, event after); a gap spanning a profiled step's start is keyed as the step start."""
@@ -95,7 +105,7 @@ def gpu_timeline(dev: list, step_starts: list[float]) -> tuple[float, dict]:
         if s > cur_e:
             busy += cur_e - cur_s
             boundary = any(cur_e <= t <= s for t in step_starts)
-            key = ("<step start: sync, guards, first launches>", short(e.name, 40)) if boundary else \
+            key = (STEP_START, short(e.name, 40)) if boundary else \
                   (short(prev.name, 40), short(e.name, 40))
             gaps[key][0] += s - cur_e
             gaps[key][1] += 1
@@ -144,25 +154,21 @@ def phase_stats(cpu: list, dev: list, P: int) -> tuple[dict, dict]:
     return dict(phases), spans
 
 
-def run_one(name: str, model_cfg, device, args: argparse.Namespace) -> dict:
+def build_step(name: str, model_cfg, device, args: argparse.Namespace) -> tuple[Callable[[], None], float]:
+    """One training step of the model with RoPE ``name`` as a callable (phases marked for the profiler), after
+    its warm-up; and the seconds of its first step (the compile, under ``torch.compile``)."""
     import torch
     from omegaconf import OmegaConf
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import record_function
 
     from llm.model import compile_model
     from llm.optim import build_optimizers
 
-    cuda = device.type == "cuda"
     model = make_model(name, model_cfg, args.vocab, device)
     optim_cfg = OmegaConf.to_container(OmegaConf.load(CONF / "optim" / f"{args.optim}.yaml"))
     optimizers = build_optimizers(model, optim_cfg, device)
-    if args.no_compile:
-        step_model = model
-    else:
-        step_model = compile_model(model, mode=args.mode)
+    step_model = model if args.no_compile else compile_model(model, mode=args.mode)
     batch = torch.randint(0, args.vocab, (args.batch, model_cfg.seq_len), device=device)
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def step() -> None:
         with record_function("phase_fwd"):
@@ -175,6 +181,7 @@ def run_one(name: str, model_cfg, device, args: argparse.Namespace) -> dict:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
 
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     t0 = time.perf_counter()
     step()
     sync()
@@ -182,36 +189,92 @@ def run_one(name: str, model_cfg, device, args: argparse.Namespace) -> dict:
     for _ in range(args.warmup - 1):
         step()
     sync()
+    return step, first_s
 
-    walls, hosts = [], []
-    for _ in range(args.iters):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-        h0 = time.perf_counter()
-        step()
-        hosts.append((time.perf_counter() - h0) * 1e3)
-        if cuda:
-            end.record()
-            end.synchronize()
-            walls.append(start.elapsed_time(end))
-        else:
-            walls.append((time.perf_counter() - h0) * 1e3)
+
+def time_rounds(steps: dict[str, Callable[[], None]], args: argparse.Namespace, cuda: bool) -> dict[str, dict]:
+    """Each rope's step timed in ``args.rounds`` rounds of ``iters / rounds`` steps, the ropes' order rotating
+    each round, every model alive: name -> {"walls", "hosts"}, ms by round.
+
+    Why: timed one rope after another, a rope's steps read 0.5-2 ms slower the later it came in the process,
+    whichever rope it was (docs/kernels.md, session 25: the first of three read fastest in both orders), so
+    the d-wall column compared places in the run, not ropes. Rotating rounds give every rope the same
+    places and pair them by round (``scripts/bench_step.py --rounds`` times steps the same way)."""
+    import torch
+
+    per_round = max(1, args.iters // args.rounds)
+    out = {n: {"walls": [], "hosts": []} for n in steps}
+    order = list(steps)
+    for r in range(args.rounds):
+        for name in order[r % len(order):] + order[: r % len(order)]:
+            step = steps[name]
+            step()  # untimed: whatever the previous rope left (its graph first in Dynamo's cache) is paid here
+            if cuda:
+                torch.cuda.synchronize()
+            walls, hosts = [], []
+            for _ in range(per_round):
+                if cuda:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                h0 = time.perf_counter()
+                step()
+                hosts.append((time.perf_counter() - h0) * 1e3)
+                if cuda:
+                    end.record()
+                    end.synchronize()
+                    walls.append(start.elapsed_time(end))
+                else:
+                    walls.append(hosts[-1])
+            out[name]["walls"].append(walls)
+            out[name]["hosts"].append(hosts)
+    return out
+
+
+def profile_rounds(steps: dict[str, Callable[[], None]], args: argparse.Namespace, cuda: bool) -> tuple[list, dict]:
+    """``args.prof_steps`` steps of every rope under one ``torch.profiler`` session, the ropes alternating step
+    by step, each step (and the synchronisation after it) inside a ``prof_step <rope>`` range: the events, and
+    each rope's step windows (start, end; us on the profiler's clock).
+
+    Why one session, alternating: the profiler's own host cost need not be the same in a later session of
+    the process as in the first, and ropes profiled one after another would carry whatever it is unevenly."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    P = args.prof_steps
+    order = list(steps)
     with profile(activities=acts) as prof:
-        for _ in range(P):
-            with record_function("prof_step"):
-                step()
-            sync()
+        for i in range(args.prof_steps):
+            for name in order[i % len(order):] + order[: i % len(order)]:
+                with record_function(f"prof_step {name}"):
+                    steps[name]()
+                    if cuda:
+                        torch.cuda.synchronize()
     if args.trace:
         Path(args.trace).mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(Path(args.trace) / f"trace_{name}.json"))
+        prof.export_chrome_trace(str(Path(args.trace) / "trace.json"))
     events = list(prof.events())
+    windows: dict[str, list[tuple[float, float]]] = {n: [] for n in steps}
+    for e in events:
+        if e.device_type == DeviceType.CPU and e.name.startswith("prof_step "):
+            windows[e.name[len("prof_step "):]].append((e.time_range.start, e.time_range.end))
+    return events, windows
 
-    dev = [e for e in events if e.device_type != DeviceType.CPU]
-    cpu = [e for e in events if e.device_type == DeviceType.CPU]
+
+
+def summarize(name: str, events: list, windows: list[tuple[float, float]], timing: dict, first_s: float,
+              P: int) -> dict:
+    """One rope's row of the report from its timed rounds and its events of the shared profile: the CPU events
+    and the device events (kernels, copies; not the ranges that ``record_function`` projects onto the GPU
+    timeline, which span whole phases and are no GPU work) that start inside its step windows."""
+    from torch.autograd import DeviceType
+
+    def mine(e) -> bool:
+        return any(a <= e.time_range.start <= b for a, b in windows)
+
+    cpu = [e for e in events if e.device_type == DeviceType.CPU and mine(e)]
+    dev = [e for e in events if e.device_type != DeviceType.CPU and not getattr(e, "is_user_annotation", False)
+           and mine(e)]
     kern = defaultdict(lambda: [0.0, 0])  # short name -> [us total, count]
     if dev:
         for e in dev:
@@ -226,17 +289,30 @@ def run_one(name: str, model_cfg, device, args: argparse.Namespace) -> dict:
             k[0] += e.self_cpu_time_total
             k[1] += 1
     kern = {n: (t / P, c / P) for n, (t, c) in kern.items()}
-
-    step_starts = sorted(e.time_range.start for e in cpu if e.name == "prof_step")
-    busy, gaps = gpu_timeline(dev, step_starts)
+    busy, gaps = 0.0, defaultdict(lambda: [0.0, 0])
+    for a, b in windows:  # step by step: the gaps between two of its steps span other ropes' steps
+        evs = [e for e in dev if a <= e.time_range.start <= b]
+        if not evs:
+            continue
+        w_busy, w_gaps = gpu_timeline(evs, [])
+        busy += w_busy
+        for key, (t, c) in w_gaps.items():
+            gaps[key][0] += t
+            gaps[key][1] += c
+        first = min(evs, key=lambda e: e.time_range.start)
+        gaps[(STEP_START, short(first.name, 40))][0] += first.time_range.start - a
+        gaps[(STEP_START, short(first.name, 40))][1] += 1
     phases, spans = phase_stats(cpu, dev, P)
     ops = defaultdict(lambda: [0.0, 0])
     for e in cpu:
         if "ropelab" in e.name or e.name in ("CompiledFunction", "CompiledFunctionBackward"):
             ops[e.name][0] += e.cpu_time_total
             ops[e.name][1] += 1
+    walls = [t for rnd in timing["walls"] for t in rnd]
+    hosts = [t for rnd in timing["hosts"] for t in rnd]
     return {
         "name": name, "first_s": first_s, "wall": statistics.median(walls), "host": statistics.median(hosts),
+        "wall_rounds": timing["walls"],
         "kern_sum": sum(t for t, _ in kern.values()) / 1e3, "n_kern": sum(c for _, c in kern.values()),
         "busy": busy / P / 1e3, "kern": kern, "gaps": {k: (v[0] / P, v[1] / P) for k, v in gaps.items()},
         "phases": phases, "phase_idle": spans, "ops": {k: (v[0] / v[1], v[1] / P) for k, v in ops.items()},
@@ -245,18 +321,24 @@ def run_one(name: str, model_cfg, device, args: argparse.Namespace) -> dict:
 
 # -- report -------------------------------------------------------------------------------------------
 def report(rows: list[dict], cuda: bool, args: argparse.Namespace) -> None:
+    from llm.report.stats import median_ratio_interval
+
     base = next((r for r in rows if r["name"] == "none"), rows[0])
     print("\n== per step (ms): wall = CUDA events median; host = until step() returns; kernels = profiler "
           f"(mean of {args.prof_steps} steps); idle = wall - busy")
-    hdr = f"{'rope':14s}{'wall':>9s}{'d wall':>9s}{'host':>9s}{'kern sum':>10s}{'d kern':>9s}{'busy':>9s}" \
-          f"{'idle':>9s}{'d idle':>9s}{'#kern':>8s}{'1st step s':>11s}"
+    print(f"   (d wall % [95% CI]: the medians of all timed steps against {base['name']}'s, bootstrap over the "
+          f"{args.rounds} rounds, in which the ropes' order rotated)")
+    hdr = f"{'rope':14s}{'wall':>9s}{'d wall':>9s}{'d wall % [95% CI]':>24s}{'host':>9s}{'kern sum':>10s}" \
+          f"{'d kern':>9s}{'busy':>9s}{'idle':>9s}{'d idle':>9s}{'#kern':>8s}{'1st step s':>11s}"
     print(hdr)
     for r in rows:
         idle = r["wall"] - r["busy"] if cuda else float("nan")
         bidle = base["wall"] - base["busy"] if cuda else float("nan")
-        print(f"{r['name']:14s}{r['wall']:9.3f}{r['wall'] - base['wall']:+9.3f}{r['host']:9.3f}{r['kern_sum']:10.3f}"
-              f"{r['kern_sum'] - base['kern_sum']:+9.3f}{r['busy']:9.3f}{idle:9.3f}{idle - bidle:+9.3f}"
-              f"{r['n_kern']:8.0f}{r['first_s']:11.1f}")
+        pct, lo, hi = median_ratio_interval(r["wall_rounds"], base["wall_rounds"])
+        ci = "(base)" if r is base else f"{pct:+.2f} [{lo:+.2f}, {hi:+.2f}]" if lo is not None else f"{pct:+.2f}"
+        print(f"{r['name']:14s}{r['wall']:9.3f}{r['wall'] - base['wall']:+9.3f}{ci:>24s}{r['host']:9.3f}"
+              f"{r['kern_sum']:10.3f}{r['kern_sum'] - base['kern_sum']:+9.3f}{r['busy']:9.3f}{idle:9.3f}"
+              f"{idle - bidle:+9.3f}{r['n_kern']:8.0f}{r['first_s']:11.1f}")
     print("\n== phases per step (ms): host time of the phase / GPU kernel time attributed to it "
           "(a phase whose host time exceeds its GPU time is host-bound)")
     print("   (gpu idle = GPU idle between the first and last kernel launched in the phase)")
@@ -319,19 +401,26 @@ def main(argv: list[str] | None = None) -> int:
           f"compile={'off' if args.no_compile else (args.mode or 'default')} "
           f"{dev_name} | torch {torch.__version__} | warmup {args.warmup}, timed {args.iters}, "
           f"profiled {args.prof_steps}", flush=True)
-    rows, t0 = [], time.time()
+    t0 = time.time()
+    if not args.no_compile:  # one compiled model a rope, all alive: room in Dynamo's cache for each
+        for key in ("cache_size_limit", "recompile_limit"):
+            if hasattr(torch._dynamo.config, key):
+                setattr(torch._dynamo.config, key, max(getattr(torch._dynamo.config, key), 8 + len(names)))
+    steps, first = {}, {}
     for n in names:
         try:
-            rows.append(run_one(n, model_cfg, device, args))  # its model, optimizer and profile die on return
-            r = rows[-1]
-            print(f"  {n:14s} wall {r['wall']:.3f} ms  host {r['host']:.3f} ms  kernels {r['kern_sum']:.3f} ms "
-                  f"(first step {r['first_s']:.1f} s, {time.time() - t0:.0f} s so far)", flush=True)
+            steps[n], first[n] = build_step(n, model_cfg, device, args)
+            print(f"  {n:14s} built (first step {first[n]:.1f} s, {time.time() - t0:.0f} s so far)", flush=True)
         except Exception as exc:  # one failing entry must not lose the others
             print(f"  {n:14s} FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
                   flush=True)
-        torch._dynamo.reset()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    rows = []
+    if steps:
+        cuda = device.type == "cuda"
+        timing = time_rounds(steps, args, cuda)
+        print(f"  timed {args.rounds} rounds ({time.time() - t0:.0f} s so far)", flush=True)
+        events, windows = profile_rounds(steps, args, cuda)
+        rows = [summarize(n, events, windows[n], timing[n], first[n], args.prof_steps) for n in steps]
     if rows:
         report(rows, device.type == "cuda", args)
     print(f"\ntotal {time.time() - t0:.0f} s")

@@ -48,3 +48,51 @@ def test_gpu_timeline_busy_and_gaps():
     assert busy == 12 + 10 + 1
     assert gaps[("b", "c")] == [8, 1]
     assert gaps[("<step start: sync, guards, first launches>", "d")] == [10, 1]
+
+
+def test_timed_rounds_rotate_the_ropes_order():
+    """Every rope leads a round in turn and each round times every rope: a rope's place in the run (the later,
+    the slower, on the H100: docs/kernels.md, session 25) falls on all of them alike."""
+    calls = []
+    steps = {n: (lambda n=n: calls.append(n)) for n in ("a", "b", "c")}
+    args = SimpleNamespace(iters=6, rounds=3)
+    timing = profile_step.time_rounds(steps, args, cuda=False)
+    # each rope: one untimed then 2 timed steps a round
+    firsts = [calls[i * 9] for i in range(3)]
+    assert firsts == ["a", "b", "c"]
+    assert all(len(timing[n]["walls"]) == 3 and all(len(r) == 2 for r in timing[n]["walls"]) for n in steps)
+
+
+def _cpu(name, start, end, id_=0):
+    from torch.autograd import DeviceType
+    return SimpleNamespace(name=name, device_type=DeviceType.CPU, time_range=SimpleNamespace(start=start, end=end),
+                           id=id_, cpu_time_total=end - start, self_cpu_time_total=end - start,
+                           is_user_annotation=False, linked_correlation_id=0)
+
+
+def _gpu(name, start, end, link=0, annotation=False):
+    from torch.autograd import DeviceType
+    return SimpleNamespace(name=name, device_type=DeviceType.CUDA, time_range=SimpleNamespace(start=start, end=end),
+                           id=-1, is_user_annotation=annotation, linked_correlation_id=link)
+
+
+def test_summarize_keeps_a_ropes_own_kernels_and_no_annotation():
+    """A rope's row counts the device events inside its own step windows only (the profile alternates ropes),
+    not the ranges record_function projects onto the GPU (a phase's whole span: counted as busy, it hid the
+    forward's idle time and made idle negative), and its gaps stay inside each of its steps."""
+    events = [
+        _cpu("prof_step a", 0, 100), _cpu("phase_fwd", 1, 50),
+        _cpu("launch", 2, 3, id_=1), _cpu("launch", 30, 31, id_=2),
+        _gpu("k1", 10, 20, link=1), _gpu("k2", 40, 60, link=2), _gpu("phase_fwd", 10, 60, annotation=True),
+        _cpu("prof_step b", 100, 200), _cpu("launch", 101, 102, id_=3),
+        _gpu("k3", 110, 190, link=3),
+    ]
+    timing = {"walls": [[100.0]], "hosts": [[90.0]]}
+    row = profile_step.summarize("a", events, [(0, 100)], timing, 0.0, P=1)
+    assert set(row["kern"]) == {"k1", "k2"}
+    assert row["busy"] == (10 + 20) / 1e3
+    assert row["gaps"][("k1", "k2")] == (20, 1)
+    assert row["gaps"][(profile_step.STEP_START, "k1")] == (10, 1)
+    assert row["phases"]["phase_fwd"][1] == 30  # k1 and k2, launched inside phase_fwd
+    other = profile_step.summarize("b", events, [(100, 200)], timing, 0.0, P=1)
+    assert set(other["kern"]) == {"k3"} and other["busy"] == 80 / 1e3
