@@ -118,23 +118,34 @@ def gpu_timeline(dev: list, step_starts: list[float]) -> tuple[float, dict]:
     return busy, gaps
 
 
+def launch_times(cpu: list, dev: list) -> dict[int, float]:
+    """Device event (by ``id()``) -> the start of the host call that launched it: the CUDA runtime or driver
+    call (``cudaLaunchKernel``, ``cuLaunchKernel``, ``cudaMemsetAsync``, ...) with the same correlation id.
+
+    Why this way: torch 2.11's ``FunctionEvent`` has no ``linked_correlation_id`` (profile_step read it and
+    attributed no kernel to any phase on the H100, session 25), and the correlation ids of the runtime calls
+    share their numbers with other CPU events (a ``record_function`` range among them), so an id alone is not
+    a link; the id of a runtime call is."""
+    runtime = {e.id: e.time_range.start for e in cpu if e.name.startswith("cu")}
+    return {id(e): runtime[e.id] for e in dev if e.id in runtime}
+
+
 def phase_stats(cpu: list, dev: list, P: int) -> tuple[dict, dict]:
     """Per phase_* range: [host us, GPU kernel us] per step, and the GPU idle us per step between the first
     and last kernel launched in it."""
     # phases: host time of each phase_* range (main thread; the backward's launches come from the autograd
     # thread but inside phase_bwd's wall-clock window), and the GPU time of the kernels launched inside
-    # each window (kernel -> its launching CPU event through the profiler's correlation id)
+    # each window (kernel -> the runtime call that launched it, :func:`launch_times`)
     phases = defaultdict(lambda: [0.0, 0.0])
     windows = []
     for e in cpu:
         if e.name in ("phase_fwd", "phase_bwd", "phase_opt"):
             phases[e.name][0] += e.cpu_time_total / P
             windows.append((e.time_range.start, e.time_range.end, e.name))
-    by_id = {e.id: e for e in cpu}
+    launched = launch_times(cpu, dev)
     per_phase = defaultdict(list)
     for e in dev:
-        src = by_id.get(getattr(e, "linked_correlation_id", 0) or -1)
-        t = src.time_range.start if src is not None else None
+        t = launched.get(id(e))
         ph = next((n for a, b, n in windows if t is not None and a <= t <= b), "phase_unattributed")
         phases[ph][1] += (e.time_range.end - e.time_range.start) / P
         per_phase[ph].append(e)
@@ -146,7 +157,7 @@ def phase_stats(cpu: list, dev: list, P: int) -> tuple[dict, dict]:
         for a, b, n in windows:
             if n != ph:
                 continue
-            mine = [e for e in evs if a <= by_id[e.linked_correlation_id].time_range.start <= b]
+            mine = [e for e in evs if a <= launched[id(e)] <= b]
             if mine:
                 bz, _ = gpu_timeline(mine, [])
                 idle += max(e.time_range.end for e in mine) - min(e.time_range.start for e in mine) - bz

@@ -67,32 +67,41 @@ def _cpu(name, start, end, id_=0):
     from torch.autograd import DeviceType
     return SimpleNamespace(name=name, device_type=DeviceType.CPU, time_range=SimpleNamespace(start=start, end=end),
                            id=id_, cpu_time_total=end - start, self_cpu_time_total=end - start,
-                           is_user_annotation=False, linked_correlation_id=0)
+                           is_user_annotation=False)
 
 
-def _gpu(name, start, end, link=0, annotation=False):
+def _gpu(name, start, end, id_=0, annotation=False):
+    """A device event as torch 2.11 gives it: its id the CUDA correlation id of the runtime call that launched
+    it, no link attribute."""
     from torch.autograd import DeviceType
     return SimpleNamespace(name=name, device_type=DeviceType.CUDA, time_range=SimpleNamespace(start=start, end=end),
-                           id=-1, is_user_annotation=annotation, linked_correlation_id=link)
+                           id=id_, is_user_annotation=annotation)
 
 
 def test_summarize_keeps_a_ropes_own_kernels_and_no_annotation():
     """A rope's row counts the device events inside its own step windows only (the profile alternates ropes),
     not the ranges record_function projects onto the GPU (a phase's whole span: counted as busy, it hid the
-    forward's idle time and made idle negative), and its gaps stay inside each of its steps."""
+    forward's idle time and made idle negative), and its gaps stay inside each of its steps. Kernels go to
+    the phase whose window holds the runtime call that launched them (same correlation id), not to another
+    CPU event sharing the number (phase_bwd's range, id 7, as on the H100; an aten::mm after k5's launch)."""
     events = [
-        _cpu("prof_step a", 0, 100), _cpu("phase_fwd", 1, 50),
-        _cpu("launch", 2, 3, id_=1), _cpu("launch", 30, 31, id_=2),
-        _gpu("k1", 10, 20, link=1), _gpu("k2", 40, 60, link=2), _gpu("phase_fwd", 10, 60, annotation=True),
-        _cpu("prof_step b", 100, 200), _cpu("launch", 101, 102, id_=3),
-        _gpu("k3", 110, 190, link=3),
+        _cpu("prof_step a", 0, 100), _cpu("phase_fwd", 1, 50, id_=5), _cpu("phase_bwd", 55, 99, id_=7),
+        _cpu("cudaLaunchKernel", 2, 3, id_=1), _cpu("cuLaunchKernel", 30, 31, id_=7),
+        _cpu("cudaLaunchKernelExC", 60, 61, id_=9),
+        _cpu("cudaLaunchKernel", 45, 46, id_=11), _cpu("aten::mm", 50.5, 51, id_=11),  # between the phases
+        _gpu("k1", 10, 20, id_=1), _gpu("k2", 40, 60, id_=7), _gpu("k4", 62, 70, id_=9), _gpu("k5", 52, 54, id_=11),
+        _gpu("phase_fwd", 10, 60, id_=5, annotation=True),
+        _cpu("prof_step b", 100, 200), _cpu("cudaLaunchKernel", 101, 102, id_=3),
+        _gpu("k3", 110, 190, id_=3),
     ]
     timing = {"walls": [[100.0]], "hosts": [[90.0]]}
     row = profile_step.summarize("a", events, [(0, 100)], timing, 0.0, P=1)
-    assert set(row["kern"]) == {"k1", "k2"}
-    assert row["busy"] == (10 + 20) / 1e3
+    assert set(row["kern"]) == {"k1", "k2", "k4", "k5"}
+    assert row["busy"] == (10 + 20 + 8) / 1e3
     assert row["gaps"][("k1", "k2")] == (20, 1)
     assert row["gaps"][(profile_step.STEP_START, "k1")] == (10, 1)
-    assert row["phases"]["phase_fwd"][1] == 30  # k1 and k2, launched inside phase_fwd
+    assert row["phases"]["phase_fwd"][1] == 32  # k1, k2 and k5, launched inside phase_fwd
+    assert row["phases"]["phase_bwd"][1] == 8  # k4
+    assert "phase_unattributed" not in row["phases"]
     other = profile_step.summarize("b", events, [(100, 200)], timing, 0.0, P=1)
     assert set(other["kern"]) == {"k3"} and other["busy"] == 80 / 1e3
