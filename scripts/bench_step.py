@@ -26,6 +26,7 @@ moves them: +-1.2% over those 1000 rounds).
 
     python -m scripts.bench_step [--model gpt2_small,seed004] [--ropes none,torch,triton_v4] [--batch 32] [--out DIR]
     python -m scripts.bench_step --model seed004 --ropes none,torch,triton_v4 --modes compile --iters 2000 --rounds 1000
+    python -m scripts.bench_step --model seed004 --ropes none,torch,triton_v4 --modes compile,cudagraphs --rounds 600
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ import torch
 from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parent.parent
+#: ``--modes``: eager, ``torch.compile`` as training does, and ``torch.compile(mode="reduce-overhead")``
+#: (CUDA graphs: the host's launch cost out of the step, which shows what the GPU work alone costs where a
+#: compiled step is host-bound, as the seed004 forward is on the H100: docs/kernels.md, session 25)
+COMPILE_MODES = {"compile": None, "cudagraphs": "reduce-overhead"}
 if str(ROOT) not in sys.path:  # also runnable as `python scripts/bench_step.py`
     sys.path.insert(0, str(ROOT))
 
@@ -84,10 +89,13 @@ def make_step(model_cfg, name: str, mode: str, args: argparse.Namespace, batch_s
     model = build_model(model_cfg, rope_config(name), vocab).to(device)
     optim_cfg = OmegaConf.to_container(OmegaConf.load(CONF / "optim" / f"{args.optim}.yaml"))
     optimizers = build_optimizers(model, optim_cfg, device)
-    step_model = compile_model(model) if mode == "compile" else model
+    step_model = model if mode == "eager" else compile_model(model, mode=COMPILE_MODES[mode])
     batch = torch.randint(0, vocab, (batch_size, model_cfg.seq_len), device=device)
+    graphs = mode == "cudagraphs"
 
     def step() -> None:
+        if graphs:  # a new iteration: the previous replay's outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(device.type, dtype=torch.bfloat16):
             _, loss = step_model(batch, batch)
         loss.backward()
@@ -224,7 +232,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--vocab", type=int, default=None,
                    help="vocabulary (default: 50257 = GPT-2's for gpt2_small, 100277 = cl100k_base's otherwise)")
     p.add_argument("--optim", default="adamw", help="a conf/optim preset (adamw: fused AdamW; muon)")
-    p.add_argument("--modes", default="eager,compile")
+    p.add_argument("--modes", default="eager,compile",
+                   help="comma-separated: eager, compile (torch.compile as training does), cudagraphs "
+                        "(torch.compile mode=reduce-overhead)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--rounds", type=int, default=1,
@@ -236,6 +246,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.rounds < 1 or args.rounds > args.iters:
         p.error(f"--rounds must be between 1 and --iters ({args.iters}), got {args.rounds}")
+    allowed = ("eager", *COMPILE_MODES)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in allowed for m in modes):
+        p.error(f"--modes: each of {', '.join(allowed)} (comma-separated), got {args.modes!r}")
+    args.modes = ",".join(modes)
     args.models = [m.strip() for m in args.model.split(",") if m.strip()]
     for m in args.models:
         if not (CONF / "model" / f"{m}.yaml").is_file():

@@ -116,3 +116,37 @@ def test_rounds_must_fit_the_iterations():
         bench_step.parse_args(["--iters", "4", "--rounds", "5"])
     with pytest.raises(SystemExit):
         bench_step.parse_args(["--rounds", "0"])
+
+
+def test_modes_are_checked_before_any_work(capsys):
+    assert bench_step.parse_args(["--modes", "eager, cudagraphs"]).modes == "eager,cudagraphs"
+    for bad in ("compiled", "eager,cuda", ""):
+        with pytest.raises(SystemExit):
+            bench_step.parse_args(["--modes", bad])
+        err = capsys.readouterr().err
+        assert "--modes: each of eager, compile, cudagraphs" in err
+
+
+@pytest.mark.parametrize("mode,compiled_as,marks", [("eager", None, 0), ("compile", [None], 0),
+                                                    ("cudagraphs", ["reduce-overhead"], 2)])
+def test_each_mode_compiles_its_way(mode, compiled_as, marks, monkeypatch):
+    """cudagraphs: torch.compile(mode="reduce-overhead"), and every step begins a new CUDA-graph iteration
+    (whose outputs a later replay may overwrite)."""
+    import torch
+
+    import llm.model
+
+    seen, begun = [], []
+
+    def compile_model(model, mode=None):
+        seen.append(mode)
+        return model
+
+    monkeypatch.setattr(llm.model, "compile_model", compile_model)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: begun.append(1))
+    args = bench_step.parse_args(["--model", "tiny", "--device", "cpu", "--modes", mode])
+    step, _ = bench_step.make_step(bench_step.OmegaConf.load(bench_step.CONF / "model" / "tiny.yaml"), "torch", mode,
+                                   args, 2, 64)
+    step()
+    step()
+    assert (seen or None) == compiled_as and len(begun) == marks
