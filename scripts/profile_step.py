@@ -91,9 +91,10 @@ def short(name: str, n: int = 64) -> str:
 STEP_START = "<step start: sync, guards, first launches>"
 
 
-def gpu_timeline(dev: list, step_starts: list[float]) -> tuple[float, dict]:
+def gpu_timeline(dev: list) -> tuple[float, dict]:
     """Busy time (union of the device events' intervals, us) and the idle gaps between them, keyed by
-    (event before, event after); a gap spanning a profiled step's start is keyed as the step start."""
+    (event before, event after). Called on one step's events (:func:`summarize` adds the gap from the step's
+    start to its first kernel)."""
     busy = 0.0
     gaps = defaultdict(lambda: [0.0, 0])
     if not dev:
@@ -104,9 +105,7 @@ def gpu_timeline(dev: list, step_starts: list[float]) -> tuple[float, dict]:
         s, en = e.time_range.start, e.time_range.end
         if s > cur_e:
             busy += cur_e - cur_s
-            boundary = any(cur_e <= t <= s for t in step_starts)
-            key = (STEP_START, short(e.name, 40)) if boundary else \
-                  (short(prev.name, 40), short(e.name, 40))
+            key = (short(prev.name, 40), short(e.name, 40))
             gaps[key][0] += s - cur_e
             gaps[key][1] += 1
             cur_s, cur_e = s, en
@@ -159,7 +158,7 @@ def phase_stats(cpu: list, dev: list, P: int) -> tuple[dict, dict]:
                 continue
             mine = [e for e in evs if a <= launched[id(e)] <= b]
             if mine:
-                bz, _ = gpu_timeline(mine, [])
+                bz, _ = gpu_timeline(mine)
                 idle += max(e.time_range.end for e in mine) - min(e.time_range.start for e in mine) - bz
         spans[ph] = idle / P
     return dict(phases), spans
@@ -272,7 +271,6 @@ def profile_rounds(steps: dict[str, Callable[[], None]], args: argparse.Namespac
     return events, windows
 
 
-
 def summarize(name: str, events: list, windows: list[tuple[float, float]], timing: dict, first_s: float,
               P: int) -> dict:
     """One rope's row of the report from its timed rounds and its events of the shared profile: the CPU events
@@ -305,7 +303,7 @@ def summarize(name: str, events: list, windows: list[tuple[float, float]], timin
         evs = [e for e in dev if a <= e.time_range.start <= b]
         if not evs:
             continue
-        w_busy, w_gaps = gpu_timeline(evs, [])
+        w_busy, w_gaps = gpu_timeline(evs)
         busy += w_busy
         for key, (t, c) in w_gaps.items():
             gaps[key][0] += t
