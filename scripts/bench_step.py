@@ -50,7 +50,7 @@ COMPILE_MODES = {"compile": None, "cudagraphs": "reduce-overhead"}
 if str(ROOT) not in sys.path:  # also runnable as `python scripts/bench_step.py`
     sys.path.insert(0, str(ROOT))
 
-from scripts.benchlib import event_times, markdown_table, require_cuda, rope_names, write_csv  # noqa: E402
+from scripts.benchlib import event_times, markdown_table, require_cuda, rope_names, round_order, write_csv  # noqa: E402
 
 CONF = ROOT / "conf"
 #: The batch each preset is benchmarked at unless --batch says otherwise (seed004: its recipe's 24).
@@ -147,7 +147,7 @@ def time_interleaved(model_cfg, names: list[str], mode: str, args: argparse.Name
     times: dict[str, list[list[float]]] = {n: [] for n in steps}
     order = list(steps)
     for r in range(args.rounds):
-        for name in order[r % len(order):] + order[: r % len(order)] if order else []:
+        for name in round_order(order, r):
             times[name].append(event_times(steps[name], 1, per_round, device))
     rows = []
     for name in names:

@@ -216,6 +216,13 @@ def count_label(n: int) -> str:
     return str(n)
 
 
+def round_order(names: Sequence[str], r: int) -> list[str]:
+    """``names`` in the order round ``r`` of an interleaved benchmark takes them: from the (r mod n)-th on,
+    wrapping, so that over n rounds each comes first once and a drift within the run falls on all alike."""
+    k = r % len(names) if names else 0
+    return [*names[k:], *names[:k]]
+
+
 def event_times(step: Callable[[], object], warmup: int, iters: int,
                 device: str | torch.device = "cuda") -> list[float]:
     """Milliseconds of each of ``iters`` back-to-back calls (CUDA events around each) after ``warmup``.

@@ -212,11 +212,13 @@ def time_rounds(steps: dict[str, Callable[[], None]], args: argparse.Namespace, 
     places and pair them by round (``scripts/bench_step.py --rounds`` times steps the same way)."""
     import torch
 
+    from scripts.benchlib import round_order
+
     per_round = max(1, args.iters // args.rounds)
     out = {n: {"walls": [], "hosts": []} for n in steps}
     order = list(steps)
     for r in range(args.rounds):
-        for name in order[r % len(order):] + order[: r % len(order)]:
+        for name in round_order(order, r):
             step = steps[name]
             step()  # untimed: whatever the previous rope left (its graph first in Dynamo's cache) is paid here
             if cuda:
@@ -251,11 +253,13 @@ def profile_rounds(steps: dict[str, Callable[[], None]], args: argparse.Namespac
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    from scripts.benchlib import round_order
+
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     order = list(steps)
     with profile(activities=acts) as prof:
         for i in range(args.prof_steps):
-            for name in order[i % len(order):] + order[: i % len(order)]:
+            for name in round_order(order, i):
                 with record_function(f"prof_step {name}"):
                     steps[name]()
                     if cuda:

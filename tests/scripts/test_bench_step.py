@@ -150,3 +150,11 @@ def test_each_mode_compiles_its_way(mode, compiled_as, marks, monkeypatch):
     step()
     step()
     assert (seen or None) == compiled_as and len(begun) == marks
+
+
+def test_round_order_puts_each_name_first_once_per_cycle():
+    from scripts.benchlib import round_order
+
+    assert [round_order(["a", "b", "c"], r) for r in range(4)] == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert round_order([], 3) == []
