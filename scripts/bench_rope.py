@@ -49,8 +49,10 @@ if str(ROOT) not in sys.path:
 import rope  # noqa: E402
 from rope.numerics import ulp  # noqa: E402
 from scripts.benchlib import (  # noqa: E402
+    FLUSHES,
     Timer,
     copy_bandwidth,
+    count_label,
     fmt,
     make_timer,
     markdown_table,
@@ -310,6 +312,7 @@ def measure(timer: Timer, names: list[str], variant: str, sweep: bool, copy_bw: 
 
 
 MODES = ("head_dims", "layouts", "packed", "overhead")
+PACKED_HEAD_DIM = 128  # D of --packed
 #: --all: the time it may take before the remaining head dims (the 256M sweep last) are left out.
 ALL_BUDGET_S = 300.0
 
@@ -323,6 +326,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--variant", default="partial", choices=("partial", "full"))
     ap.add_argument("--reps", type=int, default=None,
                     help="repetitions per timing pass (default 30; 15 in the modes)")
+    ap.add_argument("--flush", default="zero", choices=tuple(FLUSHES),
+                    help="how the L2 is flushed before each timed call: "
+                         + "; ".join(f"{k}: {v}" for k, v in FLUSHES.items()))
     ap.add_argument("--tune", action="store_true",
                     help="also time a few launch configurations of the entries that take one (Triton)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the token sweep")
@@ -388,7 +394,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.reps = 15 if args.modes else 30
     if args.modes and args.tune:
         ap.error("--tune belongs to the default run, not to the modes")
+    if args.flush == "steady" and (problem := steady_flush_problem(args)):
+        ap.error(problem)
     return args
+
+
+#: The fewest bytes a call timed with ``--flush steady`` may move (q and k read and written): about five times the
+#: 50 MB L2 of an H100 or H200, so that the untimed call before it leaves none of its inputs in the L2.
+STEADY_MIN_BYTES = 256 * 2**20
+
+
+def steady_flush_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--flush steady`` cannot time this run (one line), or None: each timed call must move at least
+    :data:`STEADY_MIN_BYTES` (bf16 q and k, read and written: 8 bytes an element of each tensor)."""
+    if not args.modes:
+        return "--flush steady needs calls of at least 256 MB: the default run's token sweep has smaller ones (use it" \
+               " with --head-dims, --layouts or --packed)"
+    if set(args.modes) & {"head_dims", "layouts"} and 8 * min(args.element_counts) < STEADY_MIN_BYTES:
+        return f"--flush steady needs --elements of at least {count_label(STEADY_MIN_BYTES // 8)} a tensor (calls of" \
+               f" 256 MB), got {count_label(min(args.element_counts))}"
+    if "packed" in args.modes and 8 * min(args.packed_totals) * args.heads * PACKED_HEAD_DIM < STEADY_MIN_BYTES:
+        least = -(-STEADY_MIN_BYTES // (8 * args.heads * PACKED_HEAD_DIM))
+        return f"--flush steady needs --packed-tokens of at least {count_label(least)} at --heads {args.heads}" \
+               f" (calls of 256 MB), got {count_label(min(args.packed_totals))}"
+    return None
 
 
 def parse_shapes(text: str | None) -> list[tuple[int, int, int, int]]:
@@ -421,7 +450,7 @@ def run_modes(args: argparse.Namespace) -> int:
             setattr(torch._dynamo.config, key, value)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    timer = make_timer(args.reps, device)
+    timer = make_timer(args.reps, device, args.flush)
     copy_bw = copy_bandwidth(timer, 2**30 if device.type == "cuda" else 2**22, device)
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (dry run)"
     names, notes = bm.impl_names(args.ropes, device, liger=not args.no_liger, compiled=not args.no_compiled)
@@ -432,7 +461,7 @@ def run_modes(args: argparse.Namespace) -> int:
     if args.liger_tables == "float32" or device.type != "cuda":
         bench.liger_table_dtype = torch.float32
     info = {"device_name": device_name, "variant": args.variant, "copy_bw": copy_bw, "reps": args.reps,
-            "placements": args.placements,
+            "placements": args.placements, "flush": args.flush,
             "liger_tables": bench.liger_dtype}
     versions = f"torch {torch.__version__}"
     for dist in ("triton", "liger-kernel"):
@@ -491,7 +520,7 @@ def _layouts_packed(args, bench, bm, names, info, done) -> None:
         res = bm.run_layouts(bench, names, args.layout_dim_values, args.element_counts[0], T, H)
         done(res, bm.layouts_markdown(res, names, args.element_counts[0], T, H, info))
     if args.packed:
-        res = bm.run_packed(bench, names, args.packed_totals, H, 128, args.packed_max_len)
+        res = bm.run_packed(bench, names, args.packed_totals, H, PACKED_HEAD_DIM, args.packed_max_len)
         done(res, bm.packed_markdown(res, names, H, 128, args.packed_max_len, info))
 
 
@@ -504,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     torch._dynamo.config.cache_size_limit = 64
     t0 = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
-    timer = Timer(args.reps)
+    timer = Timer(args.reps, args.flush)
     device_name = torch.cuda.get_device_name()
     copy_bw = copy_bandwidth(timer)
     print(f"{device_name}: copy bandwidth {copy_bw:.0f} GB/s  (torch {torch.__version__}); {', '.join(names)}",

@@ -44,6 +44,7 @@ import rope
 from rope.base import RopeArgumentError, packed_positions
 from scripts import liger_adapter
 from scripts.benchlib import (
+    FLUSHES,
     count_label,
     fmt,
     host_loop,
@@ -540,7 +541,13 @@ def header_lines(title: str, bench_info: dict, extra: Sequence[str] = (), placem
             f"{bench_info['device_name']}, bf16, variant={bench_info['variant']}; copy bandwidth measured in this run"
             f" (1 GiB `copy_`): **{bench_info['copy_bw']:.0f} GB/s**. Bytes = q and k read once and written once"
             " (the pass-through part of rotary_dim < D included). Timer: lower of two medians of"
-            f" {bench_info['reps']} reps, L2 flushed before each" + _placements_note(placements) + ".", *extra, ""]
+            f" {bench_info['reps']} reps, L2 flushed before each ({_flush_note(bench_info)})"
+            + _placements_note(placements) + ".", *extra, ""]
+
+
+def _flush_note(bench_info: dict) -> str:
+    mode = bench_info.get("flush", "zero")
+    return f"`--flush {mode}`: {FLUSHES[mode]}"
 
 
 def _placements_note(placements: int) -> str:

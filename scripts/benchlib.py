@@ -89,6 +89,21 @@ def rope_names(selected: str | None, skip: Iterable[str] = ()) -> list[str]:
     return [n for n in rope.available() if n not in set(skip)]
 
 
+#: How :class:`Timer` empties the L2 of the timed call's inputs before each timed call (``--flush``). Why three:
+#: the L2 is write-back, so what a call pays depends on the dirty lines it finds there and on those it leaves
+#: behind unwritten when it ends (session 26, H100: a 268 MB copy took 92.9 us after ``zero``, 87.1 after
+#: ``read``; its 1 GiB copy 714 and 707 us).
+FLUSHES = {
+    "zero": "256 MB zeroed before each call, as triton.testing.do_bench does; the call also pays for writing back"
+            " the zeros' dirty lines",
+    "read": "256 MB read before each call; the call starts with a clean L2, and its own dirty lines left in L2"
+            " when it ends are not charged to it",
+    "steady": "the same call run untimed just before each timed one; the timed call pays its predecessor's"
+              " dirty lines as a call in a stream of such calls does (only for calls moving several times the"
+              " L2: smaller inputs would be found in it)",
+}
+
+
 class Timer:
     """GPU time (ms) of ``fn``: the lower of two medians over ``reps`` calls, each after an L2 flush.
 
@@ -96,20 +111,33 @@ class Timer:
     is the kernels' and not Python's launch overhead; ``last_host_ms`` keeps the median host time
     of one call (enqueueing only), to tell a host-bound measurement apart. Two passes, keeping the
     lower median, damp a pass disturbed by the host (a few forward+backward medians of single
-    passes came out 3-10x too high on the H100 while the kernels alone were not).
+    passes came out 3-10x too high on the H100 while the kernels alone were not). ``flush``: one
+    of :data:`FLUSHES`.
     """
 
-    def __init__(self, reps: int) -> None:
+    def __init__(self, reps: int, flush: str = "zero", device: str | torch.device = "cuda") -> None:
+        if flush not in FLUSHES:
+            raise ValueError(f"flush must be one of {', '.join(FLUSHES)}, got {flush!r}")
         self.reps = reps
-        self.flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+        self.flush_mode = flush
+        self.flush = torch.zeros(256 * 2**20 if flush != "steady" else 0, dtype=torch.uint8, device=device)
         self.last_host_ms = math.nan
+
+    def _flush(self, fn: Callable[[], object]) -> None:
+        """Evict the timed call's inputs from the L2 (see :data:`FLUSHES`)."""
+        if self.flush_mode == "zero":
+            self.flush.zero_()
+        elif self.flush_mode == "read":
+            self.flush.view(torch.int64).amax()  # reads every byte, writes one scalar
+        else:
+            fn()
 
     def _pass(self, fn: Callable[[], object], reps: int) -> tuple[float, float]:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         host = []
         for s, e in zip(starts, ends, strict=True):
-            self.flush.zero_()
+            self._flush(fn)
             torch.cuda._sleep(4_000_000)  # ~2 ms of GPU idle: the host queues the timed work meanwhile
             s.record()
             t0 = time.perf_counter()
@@ -149,9 +177,9 @@ class WallTimer:
         return self.last_host_ms
 
 
-def make_timer(reps: int, device: str | torch.device) -> Timer | WallTimer:
-    """The GPU :class:`Timer` on CUDA, the :class:`WallTimer` elsewhere."""
-    return Timer(reps) if torch.device(device).type == "cuda" else WallTimer(reps)
+def make_timer(reps: int, device: str | torch.device, flush: str = "zero") -> Timer | WallTimer:
+    """The GPU :class:`Timer` on CUDA (L2 flushed the ``flush`` way), the :class:`WallTimer` elsewhere."""
+    return Timer(reps, flush) if torch.device(device).type == "cuda" else WallTimer(reps)
 
 
 def synchronize(device: str | torch.device) -> None:

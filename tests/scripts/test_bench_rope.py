@@ -401,3 +401,97 @@ def test_placements_are_named_only_in_the_modes_that_use_them():
     assert said not in bm.packed_markdown(res, ["triton_v4"], 16, 128, 4096, info)
     res = bm.Result("overhead", [], [])
     assert said not in bm.overhead_markdown(res, ["triton_v4"], 200, 7, info)
+
+
+class _FakeCuda:
+    """Stands in for the CUDA calls of :class:`scripts.benchlib.Timer` and logs what the GPU would run, in order."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def event(self, enable_timing: bool = False):
+        log = self.log
+
+        class Event:
+            def record(self) -> None:
+                log.append("event")
+
+            def elapsed_time(self, end) -> float:
+                return 1.0
+
+        return Event()
+
+
+class _FlushBuffer:
+    """Logs what the timer does to its flush buffer."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def zero_(self):
+        self.log.append("zero")
+        return self
+
+    def view(self, dtype):
+        return self
+
+    def amax(self):
+        self.log.append("read")
+
+
+@pytest.mark.parametrize("flush, before", [("zero", ["zero"]), ("read", ["read"]), ("steady", ["call"])])
+def test_timer_flush_runs_before_each_timed_call(monkeypatch, flush, before):
+    """Each timed call is preceded by its flush and then the GPU sleep: zeroing or reading the buffer, or (steady) the
+    same call untimed; nothing else runs between the start and end events but the call."""
+    from scripts import benchlib
+
+    log: list[str] = []
+    fake = _FakeCuda(log)
+    monkeypatch.setattr(torch.cuda, "Event", fake.event)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append("sleep"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    timer = benchlib.Timer(3, flush, device="cpu")
+    assert timer.flush.numel() == (0 if flush == "steady" else 256 * M)  # steady needs no buffer
+    timer.flush = _FlushBuffer(log)
+    gpu, _host = timer._pass(lambda: log.append("call"), 3)
+    assert gpu == 1.0
+    assert log == (before + ["sleep", "event", "call", "event"]) * 3
+
+
+def test_timer_rejects_an_unknown_flush():
+    from scripts import benchlib
+
+    with pytest.raises(ValueError, match="flush must be one of zero, read, steady"):
+        benchlib.Timer(3, "clear", device="cpu")
+
+
+def test_steady_flush_needs_calls_several_times_the_l2():
+    """--flush steady times a call after the same call: inputs small enough to stay in the L2 would be found there,
+    so the arguments are refused (one line naming the option) unless every timed call moves 256 MB."""
+    a = bench_rope.parse_args(["--head-dims", "--layouts", "--packed", "--flush", "steady"])  # 32M, 64K tokens: fine
+    assert a.flush == "steady"
+    assert bench_rope.parse_args(["--head-dims", "--flush", "read", "--elements", "4K"]).flush == "read"
+    for bad, says in ((["--flush", "steady"], "default run"),
+                      (["--head-dims", "--flush", "steady", "--elements", "16M"], "--elements of at least 32M"),
+                      (["--layouts", "--flush", "steady", "--elements", "32M,8M"], "got 8M"),
+                      (["--packed", "--flush", "steady", "--packed-tokens", "8K"], "--packed-tokens of at least 16K"),
+                      (["--packed", "--flush", "steady", "--heads", "8", "--packed-tokens", "16K"], "at least 32K")):
+        assert says in bench_rope.steady_flush_problem(_args(bad))
+        with pytest.raises(SystemExit):
+            bench_rope.parse_args(bad)
+
+
+def _args(argv: list[str]):
+    """parse_args's namespace without its checks of --flush steady."""
+    import unittest.mock
+
+    with unittest.mock.patch.object(bench_rope, "steady_flush_problem", lambda args: None):
+        return bench_rope.parse_args(argv)
+
+
+def test_headers_say_how_the_l2_was_flushed():
+    info = {"device_name": "GPU", "variant": "partial", "copy_bw": 3000.0, "reps": 15, "flush": "steady"}
+    text = bm.headdim_markdown(bm.Result("head_dims", [], []), ["triton_v4"], 32 * M, 2048, 16, info)
+    assert "`--flush steady`: the same call run untimed just before each timed one" in text
+    assert "`--flush zero`" in bm.headdim_markdown(bm.Result("head_dims", [], []), ["triton_v4"], 32 * M, 2048, 16,
+                                                   {**info, "flush": "zero"})
