@@ -10,9 +10,9 @@ under ``torch.compile`` (the baselines of the speedup columns): forward, forward
 (a ``rotate_transposed`` method: the Triton ones), the backward kernel alone. Bytes = q and k read
 once and written once (twice that for forward+backward); the device-to-device copy bandwidth
 (``dst.copy_(src)``, 1 GiB) is measured in the same run. Each timing is the lower of two medians
-over repetitions, each preceded by an L2 flush (the CSV also has the host time per call, to spot
-host-bound measurements). It also measures the bf16 error of each entry (and of ``torch``
-computing in bf16) against the float64 reference. ``--tune`` times the entries that take a
+over repetitions, each preceded by an L2 flush (``--flush``: see ``benchlib.FLUSHES``; the CSV also has
+the host time per call, to spot host-bound measurements). It also measures the bf16 error of each
+entry (and of ``torch`` computing in bf16) against the float64 reference. ``--tune`` times the entries that take a
 ``launch_config`` over a few launch configurations. Timers and writers: ``scripts/benchlib.py``.
 
 Writes ``bench_rope.md``, ``bench_rope.csv`` and ``bench_rope.png`` under ``--out`` (default
