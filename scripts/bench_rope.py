@@ -521,7 +521,7 @@ def _layouts_packed(args, bench, bm, names, info, done) -> None:
         done(res, bm.layouts_markdown(res, names, args.element_counts[0], T, H, info))
     if args.packed:
         res = bm.run_packed(bench, names, args.packed_totals, H, PACKED_HEAD_DIM, args.packed_max_len)
-        done(res, bm.packed_markdown(res, names, H, 128, args.packed_max_len, info))
+        done(res, bm.packed_markdown(res, names, H, PACKED_HEAD_DIM, args.packed_max_len, info))
 
 
 def main(argv: list[str] | None = None) -> int:
