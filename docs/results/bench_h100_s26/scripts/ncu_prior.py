@@ -1,5 +1,4 @@
 # ruff: noqa
-# ruff: noqa
 """Session 26: what happens in DRAM and L2 when triton_v4's forward (32M elements, variant full) starts after the
 benchmark's zero flush, after a read flush, or after its own call (steady). For ncu with --cache-control none: each
 profiled forward sits in an NVTX range "prof"; what precedes it runs outside.  python ncu_prior.py D [D ...]"""
