@@ -64,18 +64,13 @@ def val_losses(run_dir: Path) -> dict[int, float]:
     return {m["step"]: m["val_loss"] for m in read_metrics(run_dir) if m["kind"] == "val"}
 
 
-def read_wandb_run(wandb_file: Path) -> dict:
-    """Decode an offline ``run-*.wandb`` transaction log (LevelDB-style log of protobuf records).
-
-    wandb no longer ships a Python reader, so the tests decode the documented log framing: a 7-byte
-    file header, then 32 KiB blocks of records, each with a 7-byte header (crc32, length, type).
-    """
+def _wandb_records(raw: bytes) -> list:
+    """The protobuf records of a wandb transaction log's bytes (framing: see :func:`read_wandb_run`)."""
     import struct
 
     from wandb.proto import wandb_internal_pb2 as pb
 
-    raw, block = Path(wandb_file).read_bytes(), 32768
-    assert raw[:4] == b":W&B", "not a wandb transaction log"
+    block = 32768
     pos, payloads, partial = 7, [], b""
     while pos + 7 <= len(raw):
         left = block - pos % block
@@ -83,6 +78,8 @@ def read_wandb_run(wandb_file: Path) -> dict:
             pos += left
             continue
         _crc, length, kind = struct.unpack("<IHB", raw[pos:pos + 7])
+        if pos + 7 + length > len(raw):  # a record still being written
+            break
         if kind == 0:
             pos += left
             continue
@@ -95,10 +92,36 @@ def read_wandb_run(wandb_file: Path) -> dict:
             partial += data
         elif kind == 4:
             payloads.append(partial + data)
-    out = {"history": [], "summary": {}, "config": {}, "group": None, "name": None}
+    records = []
     for data in payloads:
         rec = pb.Record()
         rec.ParseFromString(data)
+        records.append(rec)
+    return records
+
+
+def read_wandb_run(wandb_file: Path, wait_s: float = 30.0) -> dict:
+    """Decode an offline ``run-*.wandb`` transaction log (LevelDB-style log of protobuf records).
+
+    wandb no longer ships a Python reader, so the tests decode the documented log framing: a 7-byte
+    file header, then 32 KiB blocks of records, each with a 7-byte header (crc32, length, type).
+    wandb's service process writes the log on its own schedule: once in CI (2 cores, under load) the log
+    read right after ``run.finish()`` held no ``run`` record, most likely not yet written out. So this
+    re-reads the file until its ``exit`` record (a finished run's last) is there, for up to ``wait_s``
+    seconds, and decodes only whole records.
+    """
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        raw = Path(wandb_file).read_bytes()
+        records = _wandb_records(raw) if raw[:4] == b":W&B" else []
+        if any(rec.WhichOneof("record_type") == "exit" for rec in records) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert raw[:4] == b":W&B", "not a wandb transaction log"
+    out = {"history": [], "summary": {}, "config": {}, "group": None, "name": None}
+    for rec in records:
         kind = rec.WhichOneof("record_type")
         if kind == "run":
             out["group"], out["name"] = rec.run.run_group, rec.run.display_name

@@ -61,6 +61,27 @@ def test_report_table_logged_offline(tmp_path: Path, offline, monkeypatch):
     assert sweep_failures(sweep) == []  # the report's own wandb dir is not a crashed job
 
 
+def test_the_wandb_log_is_read_once_it_is_complete(tmp_path: Path, offline):
+    """The tests' log reader waits for a log still being written (its header alone, then half a record, then the whole
+    log), as wandb's service process may leave it when ``run.finish()`` returns."""
+    import threading
+
+    sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))}, logger=WANDB)
+    cb = CompareOnMultirunEnd()
+    cb.on_multirun_end(_cfg(sweep))
+    whole = next(cb.last_wandb_dir.glob("run-*.wandb")).read_bytes()
+    late = tmp_path / "late.wandb"
+    late.write_bytes(whole[:7])
+    steps = [lambda: late.write_bytes(whole[:len(whole) // 2]), lambda: late.write_bytes(whole)]
+    timers = [threading.Timer(0.5 * (i + 1), step) for i, step in enumerate(steps)]
+    for t in timers:
+        t.start()
+    logged = read_wandb_run(late)
+    for t in timers:
+        t.join()
+    assert logged["group"] == f"synth-{sweep.name}" and logged["config"]["reference"] == "torch (partial, float32)"
+
+
 def test_no_wandb_when_the_runs_did_not_use_it(tmp_path: Path, offline):
     sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))})
     cb = CompareOnMultirunEnd()
