@@ -400,23 +400,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 #: The fewest bytes a call timed with ``--flush steady`` may move (q and k read and written): about five times the
-#: 50 MB L2 of an H100 or H200, so that the untimed call before it leaves none of its inputs in the L2.
+#: 50 MB L2 of an H100 or H200, so that the untimed call before it leaves none of its inputs in the L2. On a GPU
+#: with a larger L2, :func:`run_modes` asks for five times its L2 (:func:`steady_min_bytes`).
 STEADY_MIN_BYTES = 256 * 2**20
 
 
-def steady_flush_problem(args: argparse.Namespace) -> str | None:
+def steady_min_bytes(l2_bytes: int) -> int:
+    """The fewest bytes a ``--flush steady`` call may move on a GPU with ``l2_bytes`` of L2: five times that, and
+    never under :data:`STEADY_MIN_BYTES` (what the arguments are checked against before any GPU is touched)."""
+    return max(STEADY_MIN_BYTES, 5 * l2_bytes)
+
+
+def steady_flush_problem(args: argparse.Namespace, min_bytes: int = STEADY_MIN_BYTES) -> str | None:
     """Why ``--flush steady`` cannot time this run (one line), or None: each timed call must move at least
-    :data:`STEADY_MIN_BYTES` (bf16 q and k, read and written: 8 bytes an element of each tensor)."""
+    ``min_bytes`` (bf16 q and k, read and written: 8 bytes an element of each tensor)."""
+    size = f"{min_bytes / 2**20:.0f} MB"
     if not args.modes:
-        return "--flush steady needs calls of at least 256 MB: the default run's token sweep has smaller ones (use it" \
-               " with --head-dims, --layouts or --packed)"
-    if set(args.modes) & {"head_dims", "layouts"} and 8 * min(args.element_counts) < STEADY_MIN_BYTES:
-        return f"--flush steady needs --elements of at least {count_label(STEADY_MIN_BYTES // 8)} a tensor (calls of" \
-               f" 256 MB), got {count_label(min(args.element_counts))}"
-    if "packed" in args.modes and 8 * min(args.packed_totals) * args.heads * PACKED_HEAD_DIM < STEADY_MIN_BYTES:
-        least = -(-STEADY_MIN_BYTES // (8 * args.heads * PACKED_HEAD_DIM))
+        return f"--flush steady needs calls of at least {size}: the default run's token sweep has smaller ones (use" \
+               " it with --head-dims, --layouts or --packed)"
+    if set(args.modes) & {"head_dims", "layouts"} and 8 * min(args.element_counts) < min_bytes:
+        return f"--flush steady needs --elements of at least {count_label(-(-min_bytes // 8))} a tensor (calls of" \
+               f" {size}), got {count_label(min(args.element_counts))}"
+    if "packed" in args.modes and 8 * min(args.packed_totals) * args.heads * PACKED_HEAD_DIM < min_bytes:
+        least = -(-min_bytes // (8 * args.heads * PACKED_HEAD_DIM))
         return f"--flush steady needs --packed-tokens of at least {count_label(least)} at --heads {args.heads}" \
-               f" (calls of 256 MB), got {count_label(min(args.packed_totals))}"
+               f" (calls of {size}), got {count_label(min(args.packed_totals))}"
     return None
 
 
@@ -443,6 +451,10 @@ def run_modes(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
     if device.type == "cuda":
         require_cuda("bench_rope.py")
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+        if args.flush == "steady" and (problem := steady_flush_problem(args, steady_min_bytes(l2))):
+            print(f"bench_rope.py: error: {problem} (this GPU's L2: {l2 / 2**20:.0f} MB)", file=sys.stderr)
+            return 2
     t0 = time.time()
     for key, value in (("cache_size_limit", 1024), ("recompile_limit", 1024), ("accumulated_cache_size_limit", 8192),
                        ("accumulated_recompile_limit", 8192)):

@@ -495,3 +495,16 @@ def test_headers_say_how_the_l2_was_flushed():
     assert "`--flush steady`: the same call run untimed just before each timed one" in text
     assert "`--flush zero`" in bm.headdim_markdown(bm.Result("head_dims", [], []), ["triton_v4"], 32 * M, 2048, 16,
                                                    {**info, "flush": "zero"})
+
+
+def test_steady_flush_asks_for_five_times_a_larger_l2():
+    """On a GPU whose L2 is larger than an H100's 50 MB, --flush steady needs calls of five times that L2."""
+    assert bench_rope.steady_min_bytes(50 * M) == bench_rope.STEADY_MIN_BYTES
+    assert bench_rope.steady_min_bytes(128 * M) == 640 * M
+    args = bench_rope.parse_args(["--head-dims", "--packed", "--flush", "steady", "--elements", "64M"])
+    assert bench_rope.steady_flush_problem(args, bench_rope.steady_min_bytes(50 * M)) is None
+    problem = bench_rope.steady_flush_problem(args, bench_rope.steady_min_bytes(128 * M))
+    assert problem == "--flush steady needs --elements of at least 80M a tensor (calls of 640 MB), got 64M"
+    args = bench_rope.parse_args(["--packed", "--flush", "steady"])  # 64K tokens x 16 heads x 128: 1 GiB calls
+    assert bench_rope.steady_flush_problem(args, bench_rope.steady_min_bytes(256 * M)) == (
+        "--flush steady needs --packed-tokens of at least 80K at --heads 16 (calls of 1280 MB), got 64K")
