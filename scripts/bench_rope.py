@@ -451,10 +451,11 @@ def run_modes(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
     if device.type == "cuda":
         require_cuda("bench_rope.py")
-        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
-        if args.flush == "steady" and (problem := steady_flush_problem(args, steady_min_bytes(l2))):
-            print(f"bench_rope.py: error: {problem} (this GPU's L2: {l2 / 2**20:.0f} MB)", file=sys.stderr)
-            return 2
+        if args.flush == "steady":
+            l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+            if problem := steady_flush_problem(args, steady_min_bytes(l2)):
+                print(f"bench_rope.py: error: {problem} (this GPU's L2: {l2 / 2**20:.0f} MB)", file=sys.stderr)
+                return 2
     t0 = time.time()
     for key, value in (("cache_size_limit", 1024), ("recompile_limit", 1024), ("accumulated_cache_size_limit", 8192),
                        ("accumulated_recompile_limit", 8192)):
