@@ -3,7 +3,7 @@
 at B=3 T=1031 and GQA; max error over the bf16 ulp of the result's scale."""
 import torch, rope
 bad = 0
-for D in [18, 38, 54, 56, 62, 114, 206, 130]:
+for D in [18, 38, 54, 56, 62, 86, 114, 150, 206, 230, 130]:
     for hq, hk in [(16, 16), (12, 4)]:
         ref = rope.build("torch", D, 2048, variant="full").cuda()
         r = rope.build("triton_v4", D, 2048, variant="full").cuda()
