@@ -31,6 +31,7 @@ so every implementation supports it.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import numbers
@@ -493,6 +494,18 @@ def _signature(x: Tensor | None) -> tuple | None:
     if x is None:
         return None
     return (x.shape, x.dtype, x.device) if isinstance(x, Tensor) else ("not a tensor", type(x))
+
+
+def on_device_of(x: Tensor) -> contextlib.AbstractContextManager:
+    """A context that makes ``x``'s GPU the current CUDA device where it is not (else it does nothing).
+
+    Why: a kernel launched from Python outside PyTorch's own ops (Triton, Liger's Triton kernels, CuTeDSL) runs on
+    the current device and its stream, whatever device its tensors are on; a module moved to ``cuda:1`` and called
+    without ``torch.cuda.set_device(1)`` would launch on GPU 0. The autograd engine switches for the backward.
+    """
+    if x.is_cuda and x.get_device() != torch.cuda.current_device():
+        return torch.cuda.device(x.device)
+    return contextlib.nullcontext()
 
 
 def _same_device(a: torch.device, b: torch.device) -> bool:

@@ -27,7 +27,7 @@ import tempfile
 import torch
 from torch import Tensor
 
-from rope.base import LAYOUTS, RotaryEmbedding
+from rope.base import LAYOUTS, RotaryEmbedding, on_device_of
 from rope.registry import register
 from rope.scaling import attention_factor
 from rope.triton_rope import _new_outputs, _pow2_unit  # the Triton entry's: same outputs, same stride units
@@ -198,8 +198,9 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
 
     strides = [st // sv for t in tensors for st in t.stride()[:3]]
     stream = cuda.CUstream(torch.cuda.current_stream(q.device).cuda_stream)
-    fn(*(ptr(t, dt, sv * esize) for t in tensors), ptr(cos, cutlass.Float32, 16), ptr(sin, cutlass.Float32, 16),
-       ptr(pos, cutlass.Int32, 4), B, T, HQ, HK, *strides, cos.stride(0) // csv, cos.shape[0], spb, spt, stream)
+    with on_device_of(q):  # the compiled kernel is loaded into, and launched in, the current device's context
+        fn(*(ptr(t, dt, sv * esize) for t in tensors), ptr(cos, cutlass.Float32, 16), ptr(sin, cutlass.Float32, 16),
+           ptr(pos, cutlass.Int32, 4), B, T, HQ, HK, *strides, cos.stride(0) // csv, cos.shape[0], spb, spt, stream)
     return out_q, out_k
 
 

@@ -43,7 +43,7 @@ from importlib import metadata
 import torch
 from torch import Tensor
 
-from rope.base import RotaryEmbedding
+from rope.base import RotaryEmbedding, on_device_of
 from rope.reference import gather_tables
 from rope.registry import register
 
@@ -113,7 +113,8 @@ class _LigerRope(torch.autograd.Function):
         R = cos.shape[-1]
         ctx.liger, ctx.rotary_width, ctx.has_k = liger, R, k is not None
         q_rot, k_rot = _fresh(q, R), _kv(q, k, R)
-        yq, yk = liger.forward(ctx, q_rot.transpose(1, 2), k_rot.transpose(1, 2), cos, sin)
+        with on_device_of(q):  # Liger's Triton launch goes to the current device
+            yq, yk = liger.forward(ctx, q_rot.transpose(1, 2), k_rot.transpose(1, 2), cos, sin)
         yq = _assemble(_owned(yq, q_rot), q, R)
         return yq, None if k is None else _assemble(_owned(yk, k_rot), k, R)
 

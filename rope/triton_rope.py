@@ -540,6 +540,10 @@ class LaunchPlan:
             compiled.run(self.grid, 1, 1, self.stream(self.device), compiled.function, compiled.packed_metadata,
                          None, None, None, *args, *self.ints, *self.tail)
             return
+        if _elsewhere(self.device) and not self.traced:
+            with torch.cuda.device(self.device):  # then the launch above, or Triton's, on the tensors' GPU
+                self.run(q, k, out_q, out_k, positions, cos, sin, out_buffer, copy_src, in_buffer)
+            return
         got = self.triton_launch(args)
         jit = self.kernel()  # a JITFunction, unless replaced (the tests' spies)
         if (self.device >= 0 and not self.traced and not _interpreting() and hasattr(got, "packed_metadata")
@@ -559,6 +563,14 @@ class LaunchPlan:
             ints = _by_name(static, len(args), self.ints)
             return _traced_kernel(self.copies)[(self.grid,)](*args, **ints, **self.constexprs)
         return self.kernel()[(self.grid,)](*args, *self.ints, **self.constexprs)
+
+
+def _elsewhere(device: int) -> bool:
+    """Whether the CUDA device ``device`` (-1: not CUDA) is not the current one. Why it matters: Triton launches on
+    the current device and its stream, whatever device the tensors are on, so a call on tensors of another GPU
+    (a module moved to ``cuda:1`` without ``torch.cuda.set_device``) must switch first. The autograd engine
+    switches for the backward; nothing does for the forward."""
+    return device >= 0 and torch.cuda.current_device() != device
 
 
 def _launch_hooks_unset() -> bool:
@@ -1112,6 +1124,10 @@ def copy_heads(src: Tensor, buffer: Tensor, dst: Tensor, traced: bool = False) -
     geometry = _copy_geometry(src, dst, buffer, COPY_TILE)
     if geometry is None:  # chunk ids are int32
         dst.copy_(src)
+        return
+    if not traced and src.is_cuda and _elsewhere(src.get_device()):  # see _elsewhere
+        with torch.cuda.device(src.device):
+            copy_heads(src, buffer, dst)
         return
     grid = (geometry.programs,)
     meta = {**geometry.meta, "num_warps": 8}

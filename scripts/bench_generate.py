@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # also runnable as `python scripts/bench_generate.py`
     sys.path.insert(0, str(ROOT))
 
-from scripts.benchlib import fmt, markdown_table, rope_names, write_csv  # noqa: E402
+from scripts.benchlib import fmt, markdown_table, parse_device, rope_names, use_device, write_csv  # noqa: E402
 
 CONF = ROOT / "conf"
 
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--vocab", type=int, default=50257, help="50257 = GPT-2's vocabulary")
-    p.add_argument("--device", default="auto", help="auto (cuda if present) | cpu | cuda")
+    p.add_argument("--device", default="auto", help="auto (cuda if present) | cpu | cuda[:N]")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=5, help="timed generations (decode steps: 10x as many)")
     p.add_argument("--out", default="outputs/bench")
@@ -159,8 +159,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not args.batches or min(args.batches) < 1 or args.iters < 1 or args.warmup < 0:
         raise SystemExit(f"--batches {','.join(map(str, args.batches))}, --iters {args.iters} and --warmup "
                          f"{args.warmup} must be positive (warmup >= 0)")
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
+    if args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        try:
+            device = parse_device(args.device)
+        except argparse.ArgumentTypeError as e:
+            raise SystemExit(f"bench_generate: --device: {e} (or auto)") from None
+    device = use_device(device, "bench_generate")
     model_file = CONF / "model" / f"{args.model}.yaml"
     if not model_file.is_file():
         raise SystemExit(f"--model {args.model}: no conf/model/{args.model}.yaml; choose one of "

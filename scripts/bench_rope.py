@@ -57,8 +57,10 @@ from scripts.benchlib import (  # noqa: E402
     make_timer,
     markdown_table,
     parse_count,
+    parse_device,
     require_cuda,
     rope_names,
+    use_device,
     write_csv,
 )
 
@@ -368,8 +370,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     modes.add_argument("--budget-s", type=float, default=None,
                        help="seconds after which the modes measure nothing more (what is left is listed)")
     modes.add_argument("--compile-backend", default="inductor", help="torch.compile backend (tests: eager)")
-    modes.add_argument("--device", default="cuda",
-                       help="cuda; cpu = a slow dry run of the modes (Triton entries need TRITON_INTERPRET=1)")
+    modes.add_argument("--device", type=parse_device, default="cuda",
+                       help="cuda[:N] (the GPU timed); cpu = a slow dry run of the modes (Triton entries need "
+                            "TRITON_INTERPRET=1)")
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.all:
@@ -448,9 +451,8 @@ def run_modes(args: argparse.Namespace) -> int:
     (every table) is rewritten after each and printed at the end."""
     from scripts import bench_rope_modes as bm
 
-    device = torch.device(args.device)
+    device = use_device(args.device, "bench_rope.py")
     if device.type == "cuda":
-        require_cuda("bench_rope.py")
         if args.flush == "steady":
             l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
             if problem := steady_flush_problem(args, steady_min_bytes(l2)):
@@ -465,7 +467,7 @@ def run_modes(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     timer = make_timer(args.reps, device, args.flush)
     copy_bw = copy_bandwidth(timer, 2**30 if device.type == "cuda" else 2**22, device)
-    device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (dry run)"
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (dry run)"
     names, notes = bm.impl_names(args.ropes, device, liger=not args.no_liger, compiled=not args.no_compiled)
     deadline = None if args.budget_s is None else t0 + args.budget_s
     # --all: the budget cuts only its last sweep (256M), the other modes always run whole

@@ -50,7 +50,15 @@ COMPILE_MODES = {"compile": None, "cudagraphs": "reduce-overhead"}
 if str(ROOT) not in sys.path:  # also runnable as `python scripts/bench_step.py`
     sys.path.insert(0, str(ROOT))
 
-from scripts.benchlib import event_times, markdown_table, require_cuda, rope_names, round_order, write_csv  # noqa: E402
+from scripts.benchlib import (  # noqa: E402
+    event_times,
+    markdown_table,
+    parse_device,
+    rope_names,
+    round_order,
+    use_device,
+    write_csv,
+)
 
 CONF = ROOT / "conf"
 #: The batch each preset is benchmarked at unless --batch says otherwise (seed004: its recipe's 24).
@@ -241,7 +249,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="time the ropes interleaved: R rounds of iters/R steps each, the order rotating, with a "
                         "per-round paired CI against rope=torch (default 1: one rope after another)")
     p.add_argument("--no-liger", action="store_true", help="leave Liger-Kernel's RoPE out")
-    p.add_argument("--device", default="cuda", help="cuda; cpu = a dry run (tests)")
+    p.add_argument("--device", type=parse_device, default="cuda",
+                   help="cuda[:N] (the GPU timed); cpu = a dry run (tests)")
     p.add_argument("--out", default="outputs/bench")
     args = p.parse_args(argv)
     if args.rounds < 1 or args.rounds > args.iters:
@@ -269,9 +278,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda":
-        require_cuda("bench_step")
+    device = use_device(args.device, "bench_step")
+    args.device = device
     import rope
 
     names = []
@@ -282,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
         elif not (args.no_liger and n == "liger"):
             names.append(n)
     torch.backends.cuda.matmul.allow_tf32 = True
-    device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (dry run)"
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (dry run)"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []

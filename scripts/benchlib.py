@@ -7,6 +7,7 @@ needs no GPU (the benchmarks refuse to run without one, but still import and ans
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 import statistics
@@ -21,6 +22,37 @@ def require_cuda(script: str) -> None:
     """Exit with one line unless a CUDA GPU is present: the benchmarks time GPU kernels."""
     if not torch.cuda.is_available():
         raise SystemExit(f"{script} needs a CUDA GPU")
+
+
+def parse_device(text: str | torch.device) -> torch.device:
+    """``--device``'s argparse type: ``cpu`` or ``cuda[:N]`` (whether that GPU exists is :func:`use_device`'s
+    check, at run time, so that ``--help`` and the parsers' tests need no GPU)."""
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"expected cpu or cuda[:N], got {str(text)!r}")
+    return device
+
+
+def use_device(device: torch.device, script: str) -> torch.device:
+    """Check that ``device`` exists and make it the current CUDA device; returns it with its index.
+
+    Why current: CUDA events, ``torch.cuda._sleep``, ``synchronize`` and ``get_device_name`` act on the current
+    device, so a run of ``--device cuda:1`` that did not switch would put its timing events and its L2 flush on
+    GPU 0 and time GPU 1's kernels against an idle stream. One line, before any work, for a GPU that is not here.
+    """
+    if device.type != "cuda":
+        return device
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{script}: --device {device}: no CUDA GPU here (--device cpu is a dry run)")
+    count = torch.cuda.device_count()
+    if (device.index or 0) >= count:
+        raise SystemExit(f"{script}: --device {device}: this machine has {count} CUDA device(s), cuda:0 to "
+                         f"cuda:{count - 1}")
+    torch.cuda.set_device(device)
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 #: ``NAME@SPEC`` in a list of implementations: a Triton entry with parts of its ``LaunchConfig`` forced,
@@ -178,8 +210,9 @@ class WallTimer:
 
 
 def make_timer(reps: int, device: str | torch.device, flush: str = "zero") -> Timer | WallTimer:
-    """The GPU :class:`Timer` on CUDA (L2 flushed the ``flush`` way), the :class:`WallTimer` elsewhere."""
-    return Timer(reps, flush) if torch.device(device).type == "cuda" else WallTimer(reps)
+    """The GPU :class:`Timer` on CUDA (L2 flushed the ``flush`` way, its flush buffer on ``device``: make that the
+    current device first, :func:`use_device`), the :class:`WallTimer` elsewhere."""
+    return Timer(reps, flush, device) if torch.device(device).type == "cuda" else WallTimer(reps)
 
 
 def synchronize(device: str | torch.device) -> None:

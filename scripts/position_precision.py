@@ -66,7 +66,7 @@ if not torch.cuda.is_available():  # before triton is imported (by rope): the ke
 
 import rope  # noqa: E402
 from rope.numerics import ulp  # noqa: E402
-from scripts.benchlib import markdown_table, write_csv  # noqa: E402
+from scripts.benchlib import markdown_table, parse_device, use_device, write_csv  # noqa: E402
 
 PROG = "python -m scripts.position_precision"
 RANDOM_PER_POWER = 4  # random test positions near each 2^k, beside 2^k - 3 ... 2^k + 3
@@ -152,18 +152,6 @@ def parse_head_dim(text: str) -> int:
     if value <= 0 or value % 4:
         raise argparse.ArgumentTypeError(f"expected a positive multiple of 4 (variant partial needs D/4), got {text!r}")
     return value
-
-
-def parse_device(text: str) -> torch.device:
-    try:
-        device = torch.device(text)
-    except RuntimeError:
-        raise argparse.ArgumentTypeError(f"expected cpu or cuda[:N], got {text!r}") from None
-    if device.type not in ("cpu", "cuda"):
-        raise argparse.ArgumentTypeError(f"expected cpu or cuda[:N], got {text!r}")
-    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
-        raise argparse.ArgumentTypeError(f"{text!r}: no such CUDA device here (use cpu)")
-    return device
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -655,6 +643,7 @@ def write_outputs(args: argparse.Namespace, res: Results, command: str, seconds:
 def main(argv: list[str] | None = None) -> int:
     """Measure and write the md and csv; 0 on success, 2 on a bad option (before any work)."""
     args = parse_args(argv)
+    args.device = use_device(args.device, PROG)
     command = " ".join([PROG, *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     _log(f"seed={args.seed} (replay with --seed {args.seed})")
     t0 = time.perf_counter()

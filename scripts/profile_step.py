@@ -399,11 +399,18 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from omegaconf import OmegaConf
 
-    device = torch.device(args.device)
+    from scripts.benchlib import parse_device, use_device
+
+    try:
+        device = parse_device(args.device)
+    except argparse.ArgumentTypeError as e:
+        print(f"profile_step: --device: {e}", file=sys.stderr)
+        return 2
     if device.type == "cuda":
         if not torch.cuda.is_available():
             print("profile_step: no CUDA device (use --device cpu --tiny for a dry run)", file=sys.stderr)
             return 2
+        device = use_device(device, "profile_step")
         torch.backends.cuda.matmul.allow_tf32 = True
     model_cfg = OmegaConf.load(CONF / "model" / f"{args.model}.yaml")
     if args.tiny:

@@ -505,6 +505,51 @@ def test_rotate_qkv(name, opts, dtype, HQ, HK, pos_kind, device):
     assert torch.equal(dv, grads[2]), "d qkv (v part) must be v's gradient as it came"
 
 
+# -- another GPU than the current one -----------------------------------------------------------------
+@pytest.fixture
+def second_gpu():
+    """cuda:1, with cuda:0 the current device during the test (restored after)."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs")
+    before = torch.cuda.current_device()
+    torch.cuda.set_device(0)
+    yield torch.device("cuda", 1)
+    torch.cuda.set_device(before)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_an_entry_on_another_gpu_than_the_current_one(name, opts, second_gpu):
+    """A module moved to cuda:1 and called while cuda:0 is current (no ``torch.cuda.set_device``) rotates on
+    cuda:1: forward and backward against the formula, q/k as views of a fused projection and through
+    ``rotate_qkv``, twice (the second call takes the Triton entries' cached launch). Kernels launched from
+    Python go to the current device unless the entry switches."""
+    dev, D, T = second_gpu, 48, 301
+    r = build(name, opts, D, T + 5, dev)
+    for _ in range(2):
+        check_against_formula(r, "qkv", "bt", torch.bfloat16, "partial", 2, T, 8, 8, T + 5, dev)
+        qkv = torch.randn(2, T, 16 * D, device=dev).to(torch.bfloat16).requires_grad_()
+        yq, yk, v = r.rotate_qkv(qkv, 8, 4)
+        arith = arithmetic(r, torch.bfloat16)
+        if arith is None:
+            continue
+        grads = [torch.randn(t.shape, device=dev).to(torch.bfloat16) for t in (yq, yk, v)]
+        (dqkv,) = torch.autograd.grad((yq, yk, v), qkv, grads)
+        x64 = _leaf64(qkv)
+        q64, k64, v64 = _split(x64, 8, 4, D)
+        rows = torch.arange(T, device=dev)
+        rq, rk = formula64(q64, rows, r.base, "partial"), formula64(k64, rows, r.base, "partial")
+        (rdqkv,) = torch.autograd.grad((rq, rk, v64), x64, [g.double() for g in grads])
+        assert_conforms(yq, rq, pair_scale(_split(qkv.detach(), 8, 4, D)[0]), arith, torch.bfloat16, "q forward")
+        assert_conforms(yk, rk, pair_scale(_split(qkv.detach(), 8, 4, D)[1]), arith, torch.bfloat16, "k forward")
+        dq, dk, dv = _split(dqkv, 8, 4, D)
+        rdq, rdk, _ = _split(rdqkv, 8, 4, D)
+        assert_conforms(dq, rdq, pair_scale(grads[0]), arith, torch.bfloat16, "d qkv (q part)")
+        assert_conforms(dk, rdk, pair_scale(grads[1]), arith, torch.bfloat16, "d qkv (k part)")
+        assert torch.equal(dv, grads[2])
+    assert torch.cuda.current_device() == 0  # the entry switched back
+
+
 # -- errors --------------------------------------------------------------------------------------------
 def _x(device, *shape, dtype=torch.float32):
     return torch.randn(*shape, device=device).to(dtype)

@@ -508,3 +508,47 @@ def test_steady_flush_asks_for_five_times_a_larger_l2():
     args = bench_rope.parse_args(["--packed", "--flush", "steady"])  # 64K tokens x 16 heads x 128: 1 GiB calls
     assert bench_rope.steady_flush_problem(args, bench_rope.steady_min_bytes(256 * M)) == (
         "--flush steady needs --packed-tokens of at least 80K at --heads 16 (calls of 1280 MB), got 64K")
+
+
+def _two_gpus(monkeypatch, count: int = 2) -> list[torch.device]:
+    """torch.cuda as a machine with ``count`` GPUs would answer (current device 0); returns the set_device log."""
+    made: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: made.append(torch.device(d)))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: made[-1].index if made else 0)
+    return made
+
+
+def test_use_device_makes_the_timed_gpu_current(monkeypatch):
+    """CUDA events, the GPU sleep and synchronize act on the current device: --device cuda:1 must make it current
+    (else the events time GPU 0's idle stream), and the timer's flush buffer must be on it."""
+    from scripts import benchlib
+
+    made = _two_gpus(monkeypatch)
+    assert benchlib.use_device(torch.device("cuda:1"), "x") == torch.device("cuda", 1)
+    assert made == [torch.device("cuda", 1)]
+    assert benchlib.use_device(torch.device("cpu"), "x") == torch.device("cpu") and len(made) == 1
+    timers = []
+    monkeypatch.setattr(benchlib, "Timer", lambda reps, flush, device: timers.append(device))
+    benchlib.make_timer(3, torch.device("cuda", 1), "zero")
+    assert timers == [torch.device("cuda", 1)]
+
+
+@pytest.mark.parametrize("script", ["bench_rope", "bench_step"])
+def test_a_gpu_that_is_not_here_is_one_line_before_any_work(monkeypatch, script):
+    """--device is parsed as cpu or cuda[:N] (one line from argparse), and a GPU index past the machine's count
+    or a CUDA device on a machine without one stops the run with one line naming --device, before it measures."""
+    from scripts import bench_step
+
+    main = {"bench_rope": lambda a: bench_rope.main(["--head-dims", *a]), "bench_step": bench_step.main}[script]
+    with pytest.raises(SystemExit) as e:
+        main(["--device", "gpu0"])
+    assert e.value.code == 2  # argparse's usage error
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match=r"--device cuda:1: no CUDA GPU here \(--device cpu is a dry run\)$"):
+        main(["--device", "cuda:1"])
+    made = _two_gpus(monkeypatch, count=1)
+    with pytest.raises(SystemExit, match=r"--device cuda:1: this machine has 1 CUDA device\(s\), cuda:0 to cuda:0$"):
+        main(["--device", "cuda:1"])
+    assert made == []
