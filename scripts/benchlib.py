@@ -51,7 +51,8 @@ def use_device(device: torch.device, script: str) -> torch.device:
     if (device.index or 0) >= count:
         raise SystemExit(f"{script}: --device {device}: this machine has {count} CUDA device(s), cuda:0 to "
                          f"cuda:{count - 1}")
-    torch.cuda.set_device(device)
+    if device.index is not None:  # plain "cuda" is the current device already (set_device refuses it)
+        torch.cuda.set_device(device)
     return torch.device("cuda", torch.cuda.current_device())
 
 

@@ -515,7 +515,13 @@ def _two_gpus(monkeypatch, count: int = 2) -> list[torch.device]:
     made: list[torch.device] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda d: made.append(torch.device(d)))
+
+    def set_device(d) -> None:
+        if torch.device(d).index is None:  # as torch.cuda.set_device refuses it
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{d}")
+        made.append(torch.device(d))
+
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: made[-1].index if made else 0)
     return made
 
@@ -529,6 +535,7 @@ def test_use_device_makes_the_timed_gpu_current(monkeypatch):
     assert benchlib.use_device(torch.device("cuda:1"), "x") == torch.device("cuda", 1)
     assert made == [torch.device("cuda", 1)]
     assert benchlib.use_device(torch.device("cpu"), "x") == torch.device("cpu") and len(made) == 1
+    assert benchlib.use_device(torch.device("cuda"), "x") == torch.device("cuda", 1) and len(made) == 1  # current
     timers = []
     monkeypatch.setattr(benchlib, "Timer", lambda reps, flush, device: timers.append(device))
     benchlib.make_timer(3, torch.device("cuda", 1), "zero")
