@@ -39,7 +39,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from rope.base import LAYOUTS, RotaryEmbedding, TensorCache, split_qkv
+from rope.base import LAYOUTS, RotaryEmbedding, TensorCache, on_device_of, split_qkv
 from rope.registry import register
 from rope.scaling import attention_factor
 
@@ -1125,17 +1125,14 @@ def copy_heads(src: Tensor, buffer: Tensor, dst: Tensor, traced: bool = False) -
     if geometry is None:  # chunk ids are int32
         dst.copy_(src)
         return
-    if not traced and src.is_cuda and _elsewhere(src.get_device()):  # see _elsewhere
-        with torch.cuda.device(src.device):
-            copy_heads(src, buffer, dst)
-        return
     grid = (geometry.programs,)
     meta = {**geometry.meta, "num_warps": 8}
     if traced:  # the twin with constant integers, given them by name
         _traced_copy_kernel()[grid](src, buffer, **_by_name(_kernels.copy_heads_kernel_static, 2, geometry.ints),
                                     **meta)
     else:
-        _kernels.copy_heads_kernel[grid](src, buffer, *geometry.ints, **meta)
+        with on_device_of(src):  # Triton launches on the current device
+            _kernels.copy_heads_kernel[grid](src, buffer, *geometry.ints, **meta)
 
 
 class _CopyGeometry(NamedTuple):
