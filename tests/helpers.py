@@ -1,4 +1,4 @@
-"""Shared helpers for the training tests: small configs, in-process and CLI runs."""
+"""Shared helpers for the tests: small configs, in-process and CLI runs, a fake multi-GPU ``torch.cuda``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -132,3 +133,37 @@ def read_wandb_run(wandb_file: Path, wait_s: float = 30.0) -> dict:
             out["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json)
                                    for i in rec.summary.update})
     return out
+
+
+class FakeGpus:
+    """``torch.cuda`` as a machine with ``count`` GPUs answers it, for CPU tests of code that picks a device:
+    ``is_available``, ``device_count``, the current device (``current``, 0 at first), ``set_device`` (logged in
+    ``set_calls``; an index-less device refused, as torch refuses it) and the ``torch.cuda.device`` context."""
+
+    def __init__(self, monkeypatch, count: int = 2) -> None:
+        self.current = 0
+        self.set_calls: list[torch.device] = []
+        fake = self
+
+        class Switch:
+            def __init__(self, device) -> None:
+                self.index = device if isinstance(device, int) else torch.device(device).index
+
+            def __enter__(self):
+                self.before, fake.current = fake.current, self.index
+
+            def __exit__(self, *exc):
+                fake.current = self.before
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+        monkeypatch.setattr(torch.cuda, "set_device", self._set_device)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.current)
+        monkeypatch.setattr(torch.cuda, "device", Switch)
+
+    def _set_device(self, device) -> None:
+        device = torch.device(device)
+        if device.index is None:
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
+        self.set_calls.append(device)
+        self.current = device.index

@@ -479,16 +479,24 @@ def test_rotate_qkv(name, opts, dtype, HQ, HK, pos_kind, device):
     """q, k rotated, v the untouched view of qkv, and d qkv against the formula's autograd."""
     B, T, D = 2, 7, 48
     r = build(name, opts, D, 12, device)
-    qkv = torch.randn(B, T, (HQ + 2 * HK) * D, device=device).to(dtype).requires_grad_()
     pos = make_positions(pos_kind, B, T, 12, device)
-    yq, yk, v = r.rotate_qkv(qkv, HQ, HK, positions=pos)
+    qkv, v = check_rotate_qkv(r, dtype, B, T, HQ, HK, pos, device)
     assert v.data_ptr() == qkv.data_ptr() + (HQ + HK) * D * qkv.element_size()  # v is the view itself
     assert torch.equal(v, qkv[..., (HQ + HK) * D :].view(B, T, HK, D))
+
+
+def check_rotate_qkv(r: rope.RotaryEmbedding, dtype: torch.dtype, B: int, T: int, HQ: int, HK: int,
+                     pos: torch.Tensor | None, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``r.rotate_qkv`` of a fresh (B, T, (HQ + 2 HK) D) projection: q and k against the formula (the identity: the
+    views themselves), d qkv against the formula's autograd, v's part of it as it came. Returns qkv and v."""
+    D = r.head_dim
+    qkv = torch.randn(B, T, (HQ + 2 * HK) * D, device=device).to(dtype).requires_grad_()
+    yq, yk, v = r.rotate_qkv(qkv, HQ, HK, positions=pos)
     arith = arithmetic(r, dtype)
     q, k, _ = _split(qkv.detach(), HQ, HK, D)
     if arith is None:
         assert torch.equal(yq, q) and torch.equal(yk, k) and yq.data_ptr() == qkv.data_ptr()
-        return
+        return qkv, v
     grads = [torch.randn(t.shape, device=device).to(dtype) for t in (yq, yk, v)]
     (dqkv,) = torch.autograd.grad((yq, yk, v), qkv, grads)
     x64 = _leaf64(qkv)
@@ -503,6 +511,7 @@ def test_rotate_qkv(name, opts, dtype, HQ, HK, pos_kind, device):
     assert_conforms(dq, rdq, pair_scale(grads[0]), arith, dtype, "d qkv (q part)")
     assert_conforms(dk, rdk, pair_scale(grads[1]), arith, dtype, "d qkv (k part)")
     assert torch.equal(dv, grads[2]), "d qkv (v part) must be v's gradient as it came"
+    return qkv, v
 
 
 # -- another GPU than the current one -----------------------------------------------------------------
@@ -528,25 +537,7 @@ def test_an_entry_on_another_gpu_than_the_current_one(name, opts, second_gpu):
     r = build(name, opts, D, T + 5, dev)
     for _ in range(2):
         check_against_formula(r, "qkv", "bt", torch.bfloat16, "partial", 2, T, 8, 8, T + 5, dev)
-        qkv = torch.randn(2, T, 16 * D, device=dev).to(torch.bfloat16).requires_grad_()
-        yq, yk, v = r.rotate_qkv(qkv, 8, 4)
-        arith = arithmetic(r, torch.bfloat16)
-        if arith is None:
-            continue
-        grads = [torch.randn(t.shape, device=dev).to(torch.bfloat16) for t in (yq, yk, v)]
-        (dqkv,) = torch.autograd.grad((yq, yk, v), qkv, grads)
-        x64 = _leaf64(qkv)
-        q64, k64, v64 = _split(x64, 8, 4, D)
-        rows = torch.arange(T, device=dev)
-        rq, rk = formula64(q64, rows, r.base, "partial"), formula64(k64, rows, r.base, "partial")
-        (rdqkv,) = torch.autograd.grad((rq, rk, v64), x64, [g.double() for g in grads])
-        assert_conforms(yq, rq, pair_scale(_split(qkv.detach(), 8, 4, D)[0]), arith, torch.bfloat16, "q forward")
-        assert_conforms(yk, rk, pair_scale(_split(qkv.detach(), 8, 4, D)[1]), arith, torch.bfloat16, "k forward")
-        dq, dk, dv = _split(dqkv, 8, 4, D)
-        rdq, rdk, _ = _split(rdqkv, 8, 4, D)
-        assert_conforms(dq, rdq, pair_scale(grads[0]), arith, torch.bfloat16, "d qkv (q part)")
-        assert_conforms(dk, rdk, pair_scale(grads[1]), arith, torch.bfloat16, "d qkv (k part)")
-        assert torch.equal(dv, grads[2])
+        check_rotate_qkv(r, torch.bfloat16, 2, T, 8, 4, None, dev)
     assert torch.cuda.current_device() == 0  # the entry switched back
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import FakeGpus
 
 import rope
 from rope import triton_rope
@@ -1370,31 +1371,10 @@ def test_joint_programs_rotate_alike(variant, D, rotary_dim, hk, monkeypatch, de
     assert grids[0] == -(-2 * 7 * 8 * D // 1024)  # q's programs only (1024 elements each)
 
 
-class _FakeDevices:
-    """torch.cuda's current device, as a machine with two GPUs keeps it (``torch.cuda.device`` switches it)."""
-
-    def __init__(self, monkeypatch) -> None:
-        self.current = 0
-        fake = self
-
-        class Switch:
-            def __init__(self, device) -> None:
-                self.index = device if isinstance(device, int) else torch.device(device).index
-
-            def __enter__(self):
-                self.before, fake.current = fake.current, self.index
-
-            def __exit__(self, *exc):
-                fake.current = self.before
-
-        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.current)
-        monkeypatch.setattr(torch.cuda, "device", Switch)
-
-
 def test_a_launch_for_another_gpu_switches_to_it(monkeypatch):
     """Triton launches on the current device: a plan for tensors on cuda:1 called while cuda:0 is current
     launches with cuda:1 current, and cuda:0 is current again after; with cuda:1 current, no switch."""
-    devices = _FakeDevices(monkeypatch)
+    devices = FakeGpus(monkeypatch)
     plan = triton_rope.LaunchPlan(4, (), {}, None, False, False, device=1)
     seen = []
     monkeypatch.setattr(triton_rope.LaunchPlan, "triton_launch", lambda self, args: seen.append(devices.current))
@@ -1411,7 +1391,7 @@ def test_on_device_of_switches_only_for_another_gpu(monkeypatch):
     current one, nothing otherwise (and nothing for CPU tensors)."""
     from rope.base import on_device_of
 
-    devices = _FakeDevices(monkeypatch)
+    devices = FakeGpus(monkeypatch)
 
     class OnGpu1:
         is_cuda, device = True, torch.device("cuda", 1)

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from helpers import FakeGpus
 
 import rope
 from rope.triton_rope import LaunchConfig
@@ -510,28 +511,12 @@ def test_steady_flush_asks_for_five_times_a_larger_l2():
         "--flush steady needs --packed-tokens of at least 80K at --heads 16 (calls of 1280 MB), got 64K")
 
 
-def _two_gpus(monkeypatch, count: int = 2) -> list[torch.device]:
-    """torch.cuda as a machine with ``count`` GPUs would answer (current device 0); returns the set_device log."""
-    made: list[torch.device] = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
-
-    def set_device(d) -> None:
-        if torch.device(d).index is None:  # as torch.cuda.set_device refuses it
-            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{d}")
-        made.append(torch.device(d))
-
-    monkeypatch.setattr(torch.cuda, "set_device", set_device)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: made[-1].index if made else 0)
-    return made
-
-
 def test_use_device_makes_the_timed_gpu_current(monkeypatch):
     """CUDA events, the GPU sleep and synchronize act on the current device: --device cuda:1 must make it current
     (else the events time GPU 0's idle stream), and the timer's flush buffer must be on it."""
     from scripts import benchlib
 
-    made = _two_gpus(monkeypatch)
+    made = FakeGpus(monkeypatch).set_calls
     assert benchlib.use_device(torch.device("cuda:1"), "x") == torch.device("cuda", 1)
     assert made == [torch.device("cuda", 1)]
     assert benchlib.use_device(torch.device("cpu"), "x") == torch.device("cpu") and len(made) == 1
@@ -555,7 +540,7 @@ def test_a_gpu_that_is_not_here_is_one_line_before_any_work(monkeypatch, script)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match=r"--device cuda:1: no CUDA GPU here \(--device cpu is a dry run\)$"):
         main(["--device", "cuda:1"])
-    made = _two_gpus(monkeypatch, count=1)
+    made = FakeGpus(monkeypatch, count=1).set_calls
     with pytest.raises(SystemExit, match=r"--device cuda:1: this machine has 1 CUDA device\(s\), cuda:0 to cuda:0$"):
         main(["--device", "cuda:1"])
     assert made == []
