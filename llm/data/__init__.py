@@ -8,11 +8,12 @@ Where things are:
 * ``split``       -- the train/val split by document identity.
 * ``cache``       -- the data cache: ``prepare_data`` builds (once) and verifies (every load) the token shards.
 * ``cache_lock``  -- the lock that lets concurrent processes build one cache, leaving no empty dir on failure.
-* ``batches``     -- ``sample_batch`` (training windows from (seed, step)) and ``val_batches`` (the fixed val set).
+* ``batches``     -- ``sample_batch`` (training windows from (seed, step)), ``val_batches`` (the fixed val set) and
+  ``check_streams`` (both streams long enough for one window, checked before the model is built).
 * ``tokenizer``   -- tiktoken with an offline default, and one-line errors when a download has no network.
 """
 
-from llm.data.batches import sample_batch, val_batches
+from llm.data.batches import check_streams, sample_batch, val_batches
 from llm.data.cache import TokenData, prepare_data, token_dtype
 from llm.data.config import DataError, check_data_config
 from llm.data.sources import SOURCES
@@ -24,6 +25,7 @@ __all__ = [
     "NetworkUnavailableError",
     "TokenData",
     "check_data_config",
+    "check_streams",
     "get_tokenizer",
     "prepare_data",
     "sample_batch",

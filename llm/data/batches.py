@@ -24,6 +24,17 @@ def _check_length(tokens: np.ndarray, seq_len: int, what: str) -> None:
                         "use more data (or a larger data.val_fraction) or a shorter model.seq_len")
 
 
+def check_streams(train: np.ndarray, val: np.ndarray, seq_len: int) -> None:
+    """Both streams hold at least one window of ``seq_len + 1`` tokens, else a DataError.
+
+    Why here, before the model is built: the val stream is first read at the first eval, so a short one would
+    otherwise end a run after ``train.eval_every`` steps of training (a few files of a small ``data.max_files``
+    can hold a few dozen tokens: the stdlib's first 40 files in Python 3.12 and 3.13 leave 25 for val).
+    """
+    _check_length(train, seq_len, "train")
+    _check_length(val, seq_len, "val")
+
+
 def _windows(tokens: np.ndarray, starts: np.ndarray, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """x = tokens[s : s+T] and y = tokens[s+1 : s+T+1] for each start s, as (len(starts), T) int64 tensors."""
     idx = starts[:, None] + np.arange(seq_len + 1)

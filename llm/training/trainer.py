@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 import rope
-from llm.data import TokenData, prepare_data, sample_batch
+from llm.data import TokenData, check_streams, prepare_data, sample_batch
 from llm.errors import ConfigError
 from llm.fileio import DiskFullError
 from llm.model import GPT, build_model, compile_model, rope_cache_len
@@ -117,6 +117,7 @@ class Trainer:
         runtime.seed_everything(cfg.seed)
         self.samples = self._make_samples()  # tokenizes the prompts: a prompt too long fails before the data
         self.data = self._load_data()
+        check_streams(self.data.train, self.data.val, cfg.model.seq_len)  # a short val stream: now, not at the 1st eval
         self.model: GPT = build_model(cfg.model, cfg.rope, self.data.vocab_size).to(self.device)
         self.optimizers = build_optimizers(self.model, cfg.optim, self.device)
         self.autocast = runtime.autocast_context(self.tc.dtype, self.device)
