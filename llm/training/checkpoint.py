@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from llm.errors import CheckpointNotFoundError, ResumeError
-from llm.fileio import atomic_path, remove_stale_temps
+from llm.fileio import atomic_open, remove_stale_temps
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,11 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: torch.nn.Module, optimizer
     state = {"step": step, "model": model.state_dict(), "optimizers": [opt.state_dict() for opt in optimizers],
              "rng": rng_state(), "totals": asdict(totals), **extra}
     path = step_file(ckpt_dir, step)
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    # Through a file object this function closes, not a path: torch's zip writer keeps a path's descriptor open
+    # while its exception lives, so on a full disk the removed temporary's blocks stayed allocated and the run's
+    # summary.json could not be written after it (seen on a 6 MiB tmpfs, torch 2.11).
+    with atomic_open(path, "wb") as f:
+        torch.save(state, f)
     link_tmp = ckpt_dir / (LAST + ".tmp")
     link_tmp.unlink(missing_ok=True)
     link_tmp.symlink_to(path.name)

@@ -154,6 +154,26 @@ def test_full_disk_names_the_file_removes_temporaries_and_keeps_metrics(tmp_path
     assert summary["status"] == "failed" and "no space left on device" in summary["message"]
 
 
+def test_a_checkpoint_that_fills_the_disk_gives_its_space_back_at_once(tiny_disk):
+    """The failed save's temporary is removed and its blocks freed while its exception is still being handled,
+    so the run can still write its summary. Through a path, torch's zip writer kept the removed file open for as
+    long as the exception lived (a GPU run's summary.json failed on this tmpfs); now the save writes through a
+    file object it closes."""
+    import shutil
+
+    from llm.fileio import DiskFullError
+    from llm.training.checkpoint import TrainTotals, save_checkpoint
+
+    mnt, mounted = tiny_disk
+    if not mounted:
+        pytest.skip("needs a tmpfs of its own (mount rights)")
+    model = torch.nn.Linear(1000, 2000)  # 8 MB of weights on a 6 MiB disk
+    with pytest.raises(DiskFullError) as failed:
+        save_checkpoint(mnt / "checkpoints", 2, model, [], TrainTotals(), {})
+    assert failed.value.__context__ is not None or failed.value.__cause__ is not None  # alive, with its traceback
+    assert shutil.disk_usage(mnt).used < 2**20 and not list((mnt / "checkpoints").iterdir())
+
+
 def test_second_ctrl_c_during_a_save_leaves_no_temporary(tmp_path, monkeypatch):
     import llm.training.checkpoint as ckpt
 
@@ -206,3 +226,25 @@ def test_redirected_log_gets_one_progress_line_per_interval(tmp_path):
     assert "\r" not in text, "no carriage-return progress updates in a file"
     progress = [ln for ln in text.splitlines() if "tok/s" in ln and "eta" in ln]
     assert len(progress) == 2, progress  # steps 10 and 20
+
+
+def test_a_val_stream_shorter_than_a_window_stops_before_the_model_is_built(tmp_path, monkeypatch):
+    """Two documents, the val one a few tokens long: the run stops with the data error before the model is
+    built, where it once trained until its first eval and lost those steps (the stdlib's first 40 files in
+    Python 3.12 leave 25 tokens for val)."""
+    import llm.training.trainer as trainer
+    from llm.data import DataError
+    from llm.data.split import val_score
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    short, long = sorted(["a.txt", "b.txt"], key=val_score)  # the lower score is the val document
+    (corpus / short).write_text("tiny")
+    (corpus / long).write_text("lorem ipsum dolor sit amet " * 200)
+    fraction = (val_score(short) + val_score(long)) / 2
+    built = []
+    monkeypatch.setattr(trainer, "build_model", lambda *a, **k: built.append(1))
+    run = tmp_path / "run"
+    with pytest.raises(DataError, match=r"^the val stream has \d+ tokens, fewer than seq_len\+1=33; "):
+        run_inprocess(run, ["data=text_files", f"data.path={corpus}", f"data.val_fraction={fraction}", *STEPS])
+    assert not built and not (run / "metrics.jsonl").exists()
