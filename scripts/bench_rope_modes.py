@@ -207,7 +207,7 @@ def impl_names(ropes: str | None, device: torch.device, liger: bool = True,
     if compiled:
         names.append(COMPILED)
     if liger:
-        reason = liger_adapter.unavailable_reason()
+        reason = liger_adapter.unavailable_reason(device)
         if reason:
             notes.append(reason)
         else:
@@ -255,7 +255,7 @@ def build_impl(bench: Bench, name: str, D: int, max_seq_len: int, layout: str = 
     opts = build_options(bench.variant, D, layout, rotary_dim)
     try:
         if name == LIGER:
-            reason = liger_adapter.unavailable_reason()
+            reason = liger_adapter.unavailable_reason(bench.device)
             if reason:
                 return reason
             if layout != "half" or rotary_dim not in (None, D):

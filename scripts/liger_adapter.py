@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
 from pathlib import Path
 
 import torch
@@ -59,10 +60,15 @@ def liger_rope():
         return None
 
 
-def unavailable_reason() -> str | None:
-    """None when Liger's RoPE can be imported, else a one-line note for the report."""
+def unavailable_reason(device: torch.device | str | None = None) -> str | None:
+    """None when Liger's RoPE can be imported and run on ``device`` (when given), else a one-line note for the
+    report. Liger's kernels are Triton's: on CPU tensors they run only under the interpreter, and without it
+    they would fail at the launch with Triton's own message about pointers."""
     if liger_rope() is None:
         return "liger-kernel is not importable (pip install liger-kernel): Liger's columns are left out"
+    if device is not None and torch.device(device).type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return (f"Liger's kernels run on a CUDA GPU, or on the CPU under Triton's interpreter (TRITON_INTERPRET=1), "
+                f"not on {torch.device(device)}: Liger's columns are left out")
     return None
 
 

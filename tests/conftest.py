@@ -17,15 +17,23 @@ HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
+#: Whether Triton kernels run on CPU tensors in this process: only under the interpreter, which is on where
+#: there is no GPU (it would also interpret the GPU tests, so a GPU machine runs without it).
+INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def pytest_collection_modifyitems(config, items):
-    if HAS_CUDA:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    skips = []
+    if not HAS_CUDA:
+        skips.append(("gpu", pytest.mark.skip(reason="needs a CUDA GPU")))
+    if not INTERPRETING:
+        skips.append(("interpreter", pytest.mark.skip(
+            reason="runs Triton kernels on CPU tensors: needs TRITON_INTERPRET=1, which this conftest sets only "
+                   "where there is no GPU")))
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for keyword, skip in skips:
+            if keyword in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture

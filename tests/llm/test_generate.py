@@ -193,25 +193,26 @@ def test_rope_override_swaps_the_kernel_and_keeps_the_function(trained_run):
             run_generate(gen_cfg(trained_run, *common, override))
 
 
-def test_rope_override_takes_the_run_s_rotation_and_the_kernel_s_own_options():
+def test_rope_override_takes_the_run_s_rotation_and_the_kernel_s_own_options(device):
+    """On ``device``, where triton_v4 runs (the GPU, or the CPU under the interpreter): the kernel check
+    comes last, after the options."""
     from llm.generation.load import rope_for_generation
 
-    cpu = torch.device("cpu")
     run = {"name": "torch", "variant": "full", "base": 500.0, "compute_dtype": "float32"}
     preset_v4 = {"name": "triton_v4", "variant": "partial", "base": 10000.0}  # conf/rope/triton_v4.yaml's defaults
-    assert rope_for_generation(run, preset_v4, cpu) == {"name": "triton_v4", "variant": "full", "base": 500.0}
+    assert rope_for_generation(run, preset_v4, device) == {"name": "triton_v4", "variant": "full", "base": 500.0}
     bf16 = {"name": "torch", "variant": "partial", "base": 10000.0, "compute_dtype": "bfloat16"}
-    assert rope_for_generation(run, bf16, cpu)["compute_dtype"] == "bfloat16"
-    assert rope_for_generation(run, None, cpu) == run
+    assert rope_for_generation(run, bf16, device)["compute_dtype"] == "bfloat16"
+    assert rope_for_generation(run, None, device) == run
     with pytest.raises(ConfigError, match="rope.base=250.0: the run was trained with rope.base=500.0"):
-        rope_for_generation(run, {"name": "torch", "base": 250.0}, cpu)
+        rope_for_generation(run, {"name": "torch", "base": 250.0}, device)
     # a run from before rope.scaling existed, and a preset spelling "no scaling" out: the same function
     preset = {**preset_v4, "scaling": {"type": "none", "factor": None, "original_max_seq_len": None}}
-    assert rope_for_generation(run, preset, cpu)["variant"] == "full"
+    assert rope_for_generation(run, preset, device)["variant"] == "full"
     yarn = {"type": "yarn", "factor": 4.0, "original_max_seq_len": 16}
     with pytest.raises(ConfigError, match="rope.scaling=.*yarn.*the run was trained with rope.scaling=None"):
-        rope_for_generation(run, {**preset_v4, "scaling": yarn}, cpu)
-    assert rope_for_generation({**run, "scaling": yarn}, preset, cpu)["scaling"] == yarn  # the run's, kept
+        rope_for_generation(run, {**preset_v4, "scaling": yarn}, device)
+    assert rope_for_generation({**run, "scaling": yarn}, preset, device)["scaling"] == yarn  # the run's, kept
 
 
 def test_generation_stops_at_the_end_of_the_context(trained_run, tmp_path):

@@ -190,6 +190,7 @@ def _bench(**kw):
                                                                                      dynamic=False), **kw)
 
 
+@pytest.mark.interpreter
 def test_bare_launcher_is_the_module_call_without_the_module():
     mod = rope.build("triton_v4", 16, 8, variant="partial", layout="interleaved", rotary_dim=8)
     q, k = torch.randn(2, 3, 2, 16, dtype=torch.bfloat16), torch.randn(2, 3, 2, 16, dtype=torch.bfloat16)
@@ -201,6 +202,7 @@ def test_bare_launcher_is_the_module_call_without_the_module():
     assert bm.bare_launcher(rope.build("torch", 16, 8)) is None
 
 
+@pytest.mark.interpreter
 def test_compiled_backward_is_the_autograd_gradient():
     bench = _bench()
     impl = bm.build_impl(bench, bm.COMPILED, 16, 8, "interleaved", 8)
@@ -215,6 +217,7 @@ def test_compiled_backward_is_the_autograd_gradient():
     assert "rotary_dim" in bm.build_impl(bench, "triton_v4", 16, 8, "half", 6)
 
 
+@pytest.mark.interpreter
 def test_a_tiling_suffix_times_the_entry_with_that_tiling():
     """``triton_v4@chunks`` / ``@rows``: the same entry, its LaunchConfig.chunks forced, same results."""
     bench = _bench()
@@ -233,6 +236,7 @@ def test_a_tiling_suffix_times_the_entry_with_that_tiling():
         rope_names("nope@rows")
 
 
+@pytest.mark.interpreter
 def test_a_launch_spec_sets_tile_warps_and_streaming():
     """``NAME@rows+tile=2048+warps=4+stream`` reaches the module's LaunchConfig field by field; a bad item is
     refused with the item named."""
@@ -263,6 +267,7 @@ def test_a_spec_reaches_the_module_through_one_builder():
         bm.build_entry("torch@rows", 16, 32, "cpu")
 
 
+@pytest.mark.interpreter
 def test_every_mode_takes_a_tiling_suffix(tmp_path):
     """The modes build ``NAME@TILING`` entries too (the overhead mode once looked the suffixed name up in
     the registry and failed)."""
@@ -282,6 +287,7 @@ def test_every_mode_takes_a_tiling_suffix(tmp_path):
     assert "autograd floor us" in (out / "overhead.md").read_text()
 
 
+@pytest.mark.interpreter
 def test_impl_names_order_and_notes():
     names, notes = bm.impl_names(None, torch.device("cpu"))
     assert names[0] == "triton_v4" and bm.COMPILED in names and "torch" not in names and "none" not in names
@@ -290,6 +296,7 @@ def test_impl_names_order_and_notes():
     assert names == ["triton_v2"] and bm.primary(names) == "triton_v2" and bm.primary([bm.COMPILED]) is None
 
 
+@pytest.mark.interpreter
 def test_dry_run_of_every_mode(tmp_path):
     """The whole --all path at toy sizes: every file written, every output checked correct."""
     out = tmp_path / "out"
@@ -334,6 +341,7 @@ def test_budget_cuts_the_last_sweep_only(tmp_path):
     assert not (out / "headdim_128.csv").exists()
 
 
+@pytest.mark.interpreter
 def test_a_failing_implementation_is_reported_not_fatal(monkeypatch):
     real = bm.build_impl
 
@@ -366,6 +374,7 @@ def test_tune_configs_follow_the_entry():
     assert {(c.threads, c.rows_per_thread) for c in cute_cfgs} >= {(256, 1), (128, 4), (1024, 2)}
 
 
+@pytest.mark.interpreter
 def test_placements_time_each_input_set_and_keep_the_median(monkeypatch):
     """--placements N: every implementation is timed on N distinct input sets (fresh allocations), the median time
     is reported and the slowest set's % of copy bandwidth kept beside it."""

@@ -66,6 +66,7 @@ def test_dry_run_keeps_going_past_a_failing_entry(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "step_bench.json").read_text())[0]["model"] == "tiny"
 
 
+@pytest.mark.interpreter
 def test_rounds_interleave_the_ropes_and_pair_them_by_round(tmp_path, monkeypatch, capsys):
     """--rounds R: every rope compiled and warmed up first, then R rounds of iters/R timed steps with the
     ropes' order rotating; each round's medians pair the ropes, and the table gains the paired column."""

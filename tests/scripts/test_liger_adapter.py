@@ -25,6 +25,7 @@ def test_hf_tables_are_full_width_with_the_sine_negated():
     assert torch.equal(s, -torch.cat((sin, sin), -1).bfloat16())
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("variant", ["partial", "full"])
 @pytest.mark.parametrize("shape", [(2, 5, 3, 16), (1, 4, 1, 24)])
 def test_native_forward_and_backward_match_the_reference(variant, shape):
@@ -73,3 +74,20 @@ def test_rope_file_is_loaded_alone_when_the_ops_package_fails(monkeypatch):
     finally:
         monkeypatch.undo()
         liger_adapter.liger_rope.cache_clear()
+
+
+def test_cpu_tensors_without_the_interpreter_leave_liger_out_in_one_line(monkeypatch):
+    """On a GPU machine (no interpreter), ``bench_rope --device cpu`` once launched Liger's kernels on CPU tensors
+    and reported Triton's "Pointer argument cannot be accessed" for every configuration."""
+    from scripts import bench_rope_modes as bm
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    reason = liger_adapter.unavailable_reason(torch.device("cpu"))
+    assert reason == ("Liger's kernels run on a CUDA GPU, or on the CPU under Triton's interpreter "
+                      "(TRITON_INTERPRET=1), not on cpu: Liger's columns are left out")
+    assert liger_adapter.unavailable_reason("cuda:1") is None and liger_adapter.unavailable_reason() is None
+    names, notes = bm.impl_names("torch", torch.device("cpu"), liger=True, compiled=False)
+    assert bm.LIGER not in names and reason in notes
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert liger_adapter.unavailable_reason(torch.device("cpu")) is None
+    assert bm.LIGER in bm.impl_names("torch", torch.device("cpu"), liger=True, compiled=False)[0]

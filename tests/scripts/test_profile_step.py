@@ -4,11 +4,25 @@ is right on hand-made intervals."""
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
 
 from scripts import profile_step
+
+
+@pytest.fixture(autouse=True)
+def _triton_interpret_unchanged():
+    """``main(["--device", "cpu", ...])`` sets TRITON_INTERPRET for a CLI run, whose triton is not imported yet;
+    here triton is, so the variable would only mislead the tests after these (on a GPU machine, it made CPU
+    tensors look runnable by the Triton entries)."""
+    before = os.environ.get("TRITON_INTERPRET")
+    yield
+    if before is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = before
 
 
 def test_dry_run_reports_every_rope(capsys):
