@@ -5,7 +5,10 @@ original overrides, so the composed config is mostly defaults. The checkpoint ho
 config: that is the truth. Keys the user names on the resume command line are applied only when
 they cannot change what is being trained (more steps, other eval/log/checkpoint/sample intervals,
 the logger, the device); naming any other changed key is refused, listing the keys, because the
-result would be neither the old run nor a new one. A key the saved config lacks (a run older than
+result would be neither the old run nor a new one. The logger is the run's own unless named: a run
+started with ``logger=none`` or ``logger.wandb.mode=online`` and resumed by the printed command
+(which names neither) would otherwise switch to the default offline wandb for its second half, a
+tracker run holding only the steps after the resume. A key the saved config lacks (a run older than
 the key) takes the resume command's value, its default unless named: ``train.sample_every`` is off.
 """
 
@@ -19,11 +22,11 @@ from llm.config_keys import covered, flatten
 from llm.errors import ResumeError
 
 #: Keys that belong to one invocation, never to the run: taken from the resume command, not the checkpoint.
-PER_INVOCATION = ("train.resume", "train.stop_at_step", "device", "cache_dir", "logger")
+PER_INVOCATION = ("train.resume", "train.stop_at_step", "device", "cache_dir")
 #: Keys a resume may change when asked to: they change when and where things happen, not what is trained.
 SAFE_TO_CHANGE = ("train.max_steps", "train.eval_every", "train.log_every", "train.ckpt_every",
                   "train.keep_checkpoints", "train.skip_nonfinite", "train.peak_tflops", "train.compile",
-                  "train.sample_every", "train.sample_tokens", "train.sample_prompts", "sweep")
+                  "train.sample_every", "train.sample_tokens", "train.sample_prompts", "sweep", "logger")
 
 
 def override_keys(overrides: Iterable[str]) -> list[str]:

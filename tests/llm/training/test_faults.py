@@ -83,6 +83,29 @@ def test_printed_resume_command_runs_to_the_end(tmp_path):
     resumed = subprocess.run(hint.split(), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert _summary(run)["status"] == "completed" and _summary(run)["step"] == 12
+    # the run's own logger (SMALL's logger=none), not the resume command's default wandb: no tracker run
+    # holding only the steps after the resume
+    assert not (run / "wandb").exists() and "name: none" in (run / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize("saved_logger,asked,expected", [
+    (["logger=none"], [], {"name": "none"}),
+    (["logger.wandb.mode=online", "logger.wandb.project=p"], [], {"name": "wandb", "mode": "online", "project": "p"}),
+    (["logger=none"], ["logger=wandb"], {"name": "wandb", "mode": "offline"}),
+    (["logger.wandb.mode=online"], ["logger.wandb.mode=disabled"], {"name": "wandb", "mode": "disabled"}),
+])
+def test_a_resume_keeps_the_run_s_logger_unless_the_command_names_one(saved_logger, asked, expected):
+    """The printed resume command names no logger: the run's own carries on (a resume may still switch it)."""
+    from helpers import compose_cfg
+    from omegaconf import OmegaConf
+
+    from llm.training.resume import reconcile_resume_config
+
+    saved = OmegaConf.to_container(compose_cfg(saved_logger, small=False), resolve=True)
+    asked = ["train.resume=auto", *asked]
+    logger = reconcile_resume_config(saved, compose_cfg(asked, small=False), asked).logger
+    got = {"name": logger.name, **{k: logger.wandb[k] for k in expected if k != "name"}}
+    assert got == expected
 
 
 def test_damaged_newest_checkpoint_falls_back_to_an_older_one(tmp_path, caplog):
