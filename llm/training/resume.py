@@ -38,6 +38,20 @@ def override_keys(overrides: Iterable[str]) -> list[str]:
     return keys
 
 
+def resumed_group(state: Mapping, group: str, overrides: Iterable[str]) -> str:
+    """The tracker group a resumed run logs under: the one saved in its checkpoint, unless the resume
+    command names ``sweep`` (then ``group``, derived from the command as for a new run).
+
+    Why: the group of a sweep's job is its sweep's name and directory, which a resume run as a single
+    run (the printed ``hydra.run.dir=<job dir> train.resume=auto``) cannot derive; a tracker run resumed
+    under another group leaves its sweep's group on the dashboard. Checkpoints older than the saved
+    group keep ``group``.
+    """
+    saved = state.get("wandb_group")
+    asked = any(covered(key, ("sweep",)) for key in override_keys(overrides))
+    return group if saved is None or asked else saved
+
+
 def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Iterable[str]) -> DictConfig:
     """The config a resumed run continues with: ``saved``, plus the safe keys the command line asked for.
 

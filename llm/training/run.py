@@ -15,7 +15,7 @@ from llm.config_check import validate_config
 from llm.training.checkpoint import find_resume_checkpoint
 from llm.training.distributed import cleanup, init_distributed
 from llm.training.init_from import apply_init_from, check_init_from, default_original_length
-from llm.training.resume import reconcile_resume_config
+from llm.training.resume import reconcile_resume_config, resumed_group
 from llm.training.run_dir import claim_run_dir
 from llm.training.trainer import Trainer, TrainOutcome
 
@@ -48,6 +48,8 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
         resume = find_resume_checkpoint(cfg.train.get("resume"), run_dir / "checkpoints")
         if resume is not None and "config" in resume[1]:
             cfg = reconcile_resume_config(resume[1]["config"], cfg, overrides)
+        if resume is not None:
+            group = resumed_group(resume[1], group, overrides)
         source = check_init_from(cfg) if resume is None else None  # a resumed run holds its weights already
         note = default_original_length(cfg, source) if source is not None else None
         validate_config(cfg, world_size=dist_info.world_size)

@@ -111,6 +111,7 @@ class Trainer:
         self.cfg, self.tc, self.run_dir, self.dist = cfg, cfg.train, run_dir, dist_info
         self.ckpt_dir = run_dir / "checkpoints"
         self.resume_hint = resume_hint
+        self.group = group  # the tracker group, saved with each checkpoint for a resume to keep
         self.wall_start = time.perf_counter()
         self.device = runtime.pick_device(cfg.device, dist_info)
         runtime.configure_torch(self.device, bool(self.tc.get("deterministic")))
@@ -125,7 +126,7 @@ class Trainer:
         if resume is not None:
             tracker_id = self._restore(*resume)
         self.train_model = self._wrap(self.model)
-        self.outputs = self._make_outputs(group, tracker_id)
+        self.outputs = self._make_outputs(self.group, tracker_id)
         self.outputs.write_config(OmegaConf.to_yaml(cfg, resolve=True))  # after a resume succeeded, not before
         self.seq_len = cfg.model.seq_len
         per_rank = self.tc.batch_size // dist_info.world_size
@@ -326,7 +327,7 @@ class Trainer:
             return
         self.totals.wall_time_s, self.wall_start = self.wall_time(), time.perf_counter()
         extra = {"config": OmegaConf.to_container(self.cfg, resolve=True), "wandb_id": self.outputs.tracker_id,
-                 "data": {"seed": self.cfg.seed, "next_step": self.step}}
+                 "wandb_group": self.group, "data": {"seed": self.cfg.seed, "next_step": self.step}}
         save_checkpoint(self.ckpt_dir, self.step, self.model, self.optimizers, self.totals, extra,
                         keep=self.tc.get("keep_checkpoints", 2))
 

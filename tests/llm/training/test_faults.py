@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, SMALL, read_metrics, run_inprocess, train_losses
+from helpers import ROOT, SMALL, read_metrics, read_wandb_run, run_cli, run_inprocess, train_losses
 
 from llm.errors import ResumeError
 
@@ -106,6 +106,33 @@ def test_a_resume_keeps_the_run_s_logger_unless_the_command_names_one(saved_logg
     logger = reconcile_resume_config(saved, compose_cfg(asked, small=False), asked).logger
     got = {"name": logger.name, **{k: logger.wandb[k] for k in expected if k != "name"}}
     assert got == expected
+
+
+def test_a_resumed_sweep_job_stays_in_its_sweep_s_tracker_group(tmp_path):
+    """The printed resume command runs a sweep's job as a single run, which cannot derive the sweep's group
+    (its name and dir): the group saved in the checkpoint is kept, so both segments of the job's tracker run
+    are in its sweep's group, not the resume command's default."""
+    sweep = tmp_path / "sweep"
+    run_cli(["-m", *STEPS, "logger=wandb", "sweep.name=qq", "train.stop_at_step=4", f"hydra.sweep.dir={sweep}"])
+    job = sweep / "0_torch_s0"
+    assert torch.load(job / "checkpoints" / "last.pt", weights_only=False)["wandb_group"] == "qq-sweep"
+    resumed = subprocess.run([sys.executable, "-m", "llm.train", f"hydra.run.dir={job}", "train.resume=auto"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "offline"})
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    logs = sorted(job.glob("wandb/offline-run-*/*.wandb"))
+    assert len(logs) == 2 and len({p.parent.name.rsplit("-", 1)[1] for p in logs}) == 1, logs  # one run id
+    assert [read_wandb_run(p)["group"] for p in logs] == ["qq-sweep", "qq-sweep"]
+
+
+@pytest.mark.parametrize("state,overrides,expected", [
+    ({"wandb_group": "qq-sweep"}, ["train.resume=auto"], "qq-sweep"),
+    ({"wandb_group": "qq-sweep"}, ["train.resume=auto", "sweep.name=other"], "asked"),
+    ({}, ["train.resume=auto"], "asked"),  # a checkpoint older than the saved group
+])
+def test_a_resume_keeps_the_saved_group_unless_the_sweep_is_named(state, overrides, expected):
+    from llm.training.resume import resumed_group
+
+    assert resumed_group(state, "asked", overrides) == expected
 
 
 def test_damaged_newest_checkpoint_falls_back_to_an_older_one(tmp_path, caplog):
