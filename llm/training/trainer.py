@@ -123,6 +123,8 @@ class Trainer:
         self.optimizers = build_optimizers(self.model, cfg.optim, self.device)
         self.autocast = runtime.autocast_context(self.tc.dtype, self.device)
         self.step, self.totals, tracker_id = 0, TrainTotals(), None
+        self.last_val: dict[str, float] = {}  # the newest eval's metrics, and the step it ran at
+        self.last_val_step: int | None = None
         if resume is not None:
             tracker_id = self._restore(*resume)
         self.train_model = self._wrap(self.model)
@@ -135,7 +137,6 @@ class Trainer:
         self.warmup_steps = int(round(self.tc.warmup_frac * self.tc.max_steps))
         self.peak = runtime.peak_tflops(self.tc.peak_tflops, self.device)
         self.flops_per_token = self.model.flops_per_token()
-        self.last_val: dict[str, float] = {}
         self.stopper = runtime.GracefulStop()
         self.summary = self._initial_summary()
 
@@ -165,6 +166,10 @@ class Trainer:
             opt.load_state_dict(opt_state)
         set_rng_state(state["rng"])
         self.step, self.totals = state["step"], TrainTotals.from_state(state.get("totals"))
+        saved_val = state.get("last_val") or {}
+        if saved_val.get("step") == self.step:  # evaluated at this step: a resume at the end need not eval again
+            self.last_val = {k: v for k, v in saved_val.items() if k != "step"}
+            self.last_val_step = self.step
         if self.dist.is_main:
             log.info(f"resumed from {path} at step {self.step}")
             truncate_metrics(self.run_dir / METRICS_FILE, self.step)
@@ -302,6 +307,7 @@ class Trainer:
     def run_eval(self) -> dict[str, float]:
         self.last_val = evaluate(self.model, self.data.val, self.tc.batch_size, self.seq_len, self.tc.eval_batches,
                                  self.device, self.autocast, self.dist, self.data.vocab_size)
+        self.last_val_step = self.step
         v = self.last_val
         self.outputs.log_val({"kind": "val", "step": self.step, **v, "train_time_s": self.totals.train_time_s,
                               "wall_time_s": self.wall_time(), "tokens": self.step * self.tokens_per_step})
@@ -327,7 +333,8 @@ class Trainer:
             return
         self.totals.wall_time_s, self.wall_start = self.wall_time(), time.perf_counter()
         extra = {"config": OmegaConf.to_container(self.cfg, resolve=True), "wandb_id": self.outputs.tracker_id,
-                 "wandb_group": self.group, "data": {"seed": self.cfg.seed, "next_step": self.step}}
+                 "wandb_group": self.group, "data": {"seed": self.cfg.seed, "next_step": self.step},
+                 "last_val": {"step": self.last_val_step, **self.last_val} if self.last_val else None}
         save_checkpoint(self.ckpt_dir, self.step, self.model, self.optimizers, self.totals, extra,
                         keep=self.tc.get("keep_checkpoints", 2))
 
@@ -352,7 +359,7 @@ class Trainer:
                 code = 128 + self.stopper.signum if self.stopper.signum else 0
                 raise StopTraining("interrupted", f"stopped at step {self.step} ({why}); checkpoint saved in "
                                    f"{self.ckpt_dir}. Resume with:\n  {self.resume_hint}", code)
-        if not self.last_val:  # resumed at the end: nothing was evaluated in this process yet
+        if self.last_val_step != self.step:  # resumed at the end from a checkpoint without this step's eval
             self.run_eval()
         self.checkpoint()
 

@@ -135,6 +135,21 @@ def test_a_resume_keeps_the_saved_group_unless_the_sweep_is_named(state, overrid
     assert resumed_group(state, "asked", overrides) == expected
 
 
+def test_resuming_a_finished_run_logs_no_step_twice(tmp_path, monkeypatch):
+    """A run resumed at its end (a sweep continued with train.resume=auto resumes its finished jobs too)
+    takes the final eval from its checkpoint: no second val line at the last step, no eval at all."""
+    import llm.training.trainer as trainer
+
+    run = tmp_path / "run"
+    done = run_inprocess(run, STEPS)
+    before = (run / "metrics.jsonl").read_text()
+    monkeypatch.setattr(trainer, "evaluate", lambda *a, **k: pytest.fail("a finished run was evaluated again"))
+    again = run_inprocess(run, ["train.resume=auto"])
+    assert (run / "metrics.jsonl").read_text() == before
+    assert again["status"] == "completed" and again["step"] == 12
+    assert (again["val_loss"], again["val_acc"]) == (done["val_loss"], done["val_acc"])
+
+
 def test_damaged_newest_checkpoint_falls_back_to_an_older_one(tmp_path, caplog):
     run = tmp_path / "run"
     run_inprocess(run, [*STEPS, "train.ckpt_every=4", "train.stop_at_step=8"])
