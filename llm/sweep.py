@@ -1,4 +1,5 @@
-"""What a Hydra multirun's exit code says: non-zero when any of its jobs did not complete.
+"""What a Hydra multirun's exit code says (non-zero when any of its jobs did not complete), and the one
+command that continues an interrupted sweep.
 
 Why a callback: with a launcher plugin the jobs run in other processes; the process that started
 the sweep only learns how they ended from their run dirs, read here once the sweep is over.
@@ -7,6 +8,9 @@ the sweep only learns how they ended from their run dirs, read here once the swe
 from __future__ import annotations
 
 import logging
+import shlex
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,15 @@ log = logging.getLogger(__name__)
 
 #: Jobs of the last sweep in this process that did not complete: (job dir, status, message).
 FAILED_JOBS: list[tuple[Path, str, str]] = []
+
+
+def continue_sweep_command(sweep_dir: Path, argv: Sequence[str] | None = None) -> str:
+    """The sweep's own command line (``argv``, default this process's) into its own dir with
+    ``train.resume=auto``: finished jobs end at once, interrupted ones resume from their checkpoints and
+    jobs that never trained start (:func:`llm.training.run.run_training`), and the comparison covers all."""
+    args = [a for a in (sys.argv[1:] if argv is None else argv)
+            if not a.lstrip("+").startswith(("hydra.sweep.dir=", "train.resume=", "train.stop_at_step="))]  # stop: once
+    return shlex.join(["python", "-m", "llm.train", *args, f"hydra.sweep.dir={sweep_dir}", "train.resume=auto"])
 
 
 class RecordSweepOutcome(Callback):
@@ -31,3 +44,5 @@ class RecordSweepOutcome(Callback):
             log.error(f"job {job_dir.name}: {status}" + (f": {message}" if message else ""))
         if FAILED_JOBS:
             log.error(f"{len(FAILED_JOBS)} job(s) of the sweep in {sweep_dir} did not complete")
+        if FAILED_JOBS:  # after fixing what failed, where something did
+            log.info(f"Continue the sweep with:\n  {continue_sweep_command(sweep_dir)}")

@@ -87,7 +87,7 @@ def main(cfg: DictConfig) -> float | None:
     if multirun:
         _pin_parallel_job(cfg, hc)
     try:
-        outcome = run_training(cfg, run_dir, overrides, group=group, resume_hint=hint)
+        outcome = run_training(cfg, run_dir, overrides, group=group, resume_hint=hint, start_unstarted=multirun)
     except USER_ERRORS as e:
         if full_error:
             raise
@@ -105,7 +105,11 @@ def main(cfg: DictConfig) -> float | None:
         _record_failed_job(cfg, run_dir, "failed", f"{type(e).__name__}: {_one_line(e).splitlines()[0]}")
         return None
     signalled = outcome.exit_code > 128
-    if outcome.exit_code and (not multirun or signalled):  # a signal ends the whole sweep
+    if multirun and signalled:  # a signal ends the whole sweep: say how to continue all of it
+        from llm.sweep import continue_sweep_command
+
+        log.info(f"Continue the sweep with:\n  {continue_sweep_command(Path(hc.sweep.dir))}")
+    if outcome.exit_code and (not multirun or signalled):
         sys.exit(outcome.exit_code)
     return outcome.summary.get("val_loss")
 

@@ -15,8 +15,9 @@ from llm.config_check import validate_config
 from llm.training.checkpoint import find_resume_checkpoint
 from llm.training.distributed import cleanup, init_distributed
 from llm.training.init_from import apply_init_from, check_init_from, default_original_length
+from llm.training.outputs import SUMMARY_FILE
 from llm.training.resume import reconcile_resume_config, resumed_group
-from llm.training.run_dir import claim_run_dir
+from llm.training.run_dir import claim_run_dir, never_trained
 from llm.training.trainer import Trainer, TrainOutcome
 
 log = logging.getLogger("llm.train")
@@ -32,10 +33,13 @@ def _shared_run_dir(run_dir: Path, dist_info) -> Path:
 
 
 def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), group: str = "single",
-                 resume_hint: str = "") -> TrainOutcome:
+                 resume_hint: str = "", start_unstarted: bool = False) -> TrainOutcome:
     """Train ``cfg`` into ``run_dir``: lock the dir, load the checkpoint to resume (its saved config wins
     over the composed one, see :mod:`llm.training.resume`), or check ``train.init_from``'s source run
     (:mod:`llm.training.init_from`; ignored when resuming), validate before any work, then fit.
+
+    ``start_unstarted`` (a sweep's job): ``train.resume=auto`` in a dir that never trained starts the run
+    from step 0 instead of refusing, so that one command continues an interrupted sweep.
 
     User errors (:class:`llm.errors.UserError`) propagate before any data or model work is done.
     """
@@ -45,7 +49,13 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
     lock = claim_run_dir(run_dir, resuming=bool(cfg.train.get("resume"))) if dist_info.is_main else None
     trainer = None
     try:
-        resume = find_resume_checkpoint(cfg.train.get("resume"), run_dir / "checkpoints")
+        asked = cfg.train.get("resume")
+        if start_unstarted and asked == "auto" and never_trained(run_dir):
+            log.info(f"{run_dir.name}: nothing to resume (never trained), starting it from step 0")
+            if dist_info.is_main:
+                (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a failed start's record, replaced by this run's
+            asked = None
+        resume = find_resume_checkpoint(asked, run_dir / "checkpoints")
         if resume is not None and "config" in resume[1]:
             cfg = reconcile_resume_config(resume[1]["config"], cfg, overrides)
         if resume is not None:

@@ -68,6 +68,17 @@ def claim_run_dir(run_dir: Path, resuming: bool) -> RunDirLock:
     return lock
 
 
+def never_trained(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds no training of its own: no checkpoint, and no metric line.
+
+    A sweep continued with ``train.resume=auto`` starts such a job from step 0 (it never started, or was
+    refused before its first step, leaving at most a failed job's summary): nothing would be logged twice.
+    """
+    metrics, ckpts = run_dir / "metrics.jsonl", run_dir / "checkpoints"
+    logged = metrics.is_file() and metrics.stat().st_size > 0
+    return not logged and not (ckpts.is_dir() and any(ckpts.iterdir()))
+
+
 def discard_if_unused(run_dir: Path) -> bool:
     """Remove a run dir that holds only what Hydra wrote before the run was refused; True if removed.
 

@@ -4,11 +4,14 @@ job, and a run never writes into a directory another run owns."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from helpers import ROOT, SMALL, run_cli, run_inprocess
+from helpers import ROOT, SMALL, read_metrics, run_cli, run_inprocess
 
 from llm.errors import RunDirInUseError
 from llm.training.run_dir import RunDirLock
@@ -70,6 +73,62 @@ def test_a_job_refused_by_its_config_is_recorded_and_the_sweep_goes_on(tmp_path)
     assert failed["status"] == "config_error" and "TRITON_INTERPRET=1" in failed["message"]
     assert json.loads((sweep / "1_torch_s0" / "summary.json").read_text())["status"] == "completed"
     assert (sweep / "comparison.md").is_file()
+
+
+def test_one_printed_command_continues_an_interrupted_sweep(tmp_path):
+    """A sweep that ended with jobs not done prints one command that continues all of it: a job stopped early
+    resumes where it was (no step logged twice, no stop again at the same step), a job refused before its
+    first step (here rope=triton_v4 without the interpreter, which the second command has) starts from step 0,
+    and the comparison is rewritten over every job."""
+    sweep = tmp_path / "sweep"
+    first = run_cli(["-m", "rope=triton_v4,torch", "device=cpu", "train.max_steps=8", "train.eval_every=4",
+                     "train.stop_at_step=4", f"hydra.sweep.dir={sweep}"], timeout=600,
+                    extra_env={"TRITON_INTERPRET": "0"})
+    assert first.returncode == 1, "neither job has completed"
+    jobs = ("0_triton_v4_s0", "1_torch_s0")
+    assert [json.loads((sweep / j / "summary.json").read_text())["status"] for j in jobs] == ["config_error",
+                                                                                             "interrupted"]
+    args = shlex.split((first.stdout + first.stderr).split("Continue the sweep with:")[1].strip().splitlines()[0])
+    assert args[:4] == ["python", "-m", "llm.train", "-m"] and args[-2:] == [f"hydra.sweep.dir={sweep}",
+                                                                          "train.resume=auto"]
+    assert "train.stop_at_step=4" not in args and "rope=triton_v4,torch" in args
+    again = subprocess.run([sys.executable, *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "WANDB_MODE": "offline", "TRITON_INTERPRET": "1"})
+    assert again.returncode == 0, again.stderr[-3000:]
+    for job in jobs:
+        summary = json.loads((sweep / job / "summary.json").read_text())
+        assert (summary["status"], summary["step"]) == ("completed", 8), (job, summary)
+        logged = [(m["kind"], m["step"]) for m in read_metrics(sweep / job)]
+        assert len(logged) == len(set(logged)) and ("val", 8) in logged, (job, logged)
+    assert "0_triton_v4_s0: nothing to resume" in again.stdout + again.stderr
+    assert "resumed from" in (sweep / "1_torch_s0" / "train.log").read_text()
+    table = (sweep / "comparison.csv").read_text()
+    assert "config_error" not in (sweep / "comparison.md").read_text() and table.count(",1,0,") == 2, table
+
+
+def test_continue_sweep_command_drops_the_dir_resume_and_stop_it_replaces():
+    from llm.sweep import continue_sweep_command
+
+    argv = ["-m", "seed=0,1", "+train.stop_at_step=4", "hydra.sweep.dir=old", "train.resume=null", "sweep.name=a b"]
+    assert continue_sweep_command(Path("/s d"), argv) == ("python -m llm.train -m seed=0,1 'sweep.name=a b' "
+                                                          "'hydra.sweep.dir=/s d' train.resume=auto")
+
+
+def test_never_trained_means_no_checkpoint_and_no_metric_line(tmp_path):
+    from llm.training.run_dir import never_trained
+
+    job = tmp_path / "job"
+    (job / ".hydra").mkdir(parents=True)
+    (job / "summary.json").write_text('{"status": "config_error"}')  # refused before training
+    (job / "metrics.jsonl").write_text("")  # opened, nothing logged
+    assert never_trained(job)
+    (job / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
+    assert not never_trained(job)
+    (job / "metrics.jsonl").unlink()
+    (job / "checkpoints").mkdir()
+    assert never_trained(job)
+    (job / "checkpoints" / "step_0000004.pt").write_bytes(b"x")
+    assert not never_trained(job)
 
 
 def test_a_second_writer_of_a_run_dir_is_refused(tmp_path):

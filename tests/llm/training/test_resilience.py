@@ -69,6 +69,26 @@ def test_signal_checkpoints_and_says_how_to_resume(tmp_path, sig):
     assert list((run_dir / "wandb").glob("offline-run-*/*.wandb")), "wandb offline files must survive"
 
 
+def test_a_signal_to_a_sweep_says_how_to_continue_all_of_it(tmp_path):
+    """A signal ends the whole sweep (the jobs after it never start): the job checkpoints, and the sweep prints
+    the one command that continues every job (test_entry_point follows such a command to the end)."""
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "llm.train", "-m", *__import__("helpers").SMALL, "seed=0,1",
+           "train.max_steps=100000", "train.log_every=1", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = sweep / "0_torch_s0" / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    command = out.split("Continue the sweep with:")[1].strip().splitlines()[0]
+    assert command.startswith("python -m llm.train -m ") and "seed=0,1" in command
+    assert command.endswith(f"hydra.sweep.dir={sweep} train.resume=auto")
+    assert not (sweep / "1_torch_s1").exists(), "the signal ended the sweep before the second job"
+
+
 def _poison_forward_at(monkeypatch, bad_calls: set[int]) -> None:
     """Make the model's loss NaN on the given forward calls (counted from 1) to simulate divergence."""
     from llm.model import GPT
