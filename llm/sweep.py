@@ -27,8 +27,8 @@ def continue_sweep_command(sweep_dir: Path, argv: Sequence[str] | None = None) -
     """The sweep's own command line (``argv``, default this process's) into its own dir with
     ``train.resume=auto``: finished jobs end at once, interrupted ones resume from their checkpoints and
     jobs that never trained start (:func:`llm.training.run.run_training`), and the comparison covers all."""
-    args = [a for a in (sys.argv[1:] if argv is None else argv)
-            if not a.lstrip("+").startswith(("hydra.sweep.dir=", "train.resume=", "train.stop_at_step="))]  # stop: once
+    replaced = ("hydra.sweep.dir=", "train.resume=", "train.stop_at_step=")  # a kept stop would stop them again
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if not a.lstrip("+").startswith(replaced)]
     return shlex.join(["python", "-m", "llm.train", *args, f"hydra.sweep.dir={sweep_dir}", "train.resume=auto"])
 
 
@@ -44,5 +44,4 @@ class RecordSweepOutcome(Callback):
             log.error(f"job {job_dir.name}: {status}" + (f": {message}" if message else ""))
         if FAILED_JOBS:
             log.error(f"{len(FAILED_JOBS)} job(s) of the sweep in {sweep_dir} did not complete")
-        if FAILED_JOBS:  # after fixing what failed, where something did
-            log.info(f"Continue the sweep with:\n  {continue_sweep_command(sweep_dir)}")
+            log.info(f"Continue the sweep with:\n  {continue_sweep_command(sweep_dir)}")  # once what failed is fixed
