@@ -104,6 +104,10 @@ def main(cfg: DictConfig) -> float | None:
         log.exception(f"job {run_dir.name} failed")  # the sweep goes on; the report lists the job
         _record_failed_job(cfg, run_dir, "failed", f"{type(e).__name__}: {_one_line(e).splitlines()[0]}")
         return None
+    sweep_of_job = run_dir.parent
+    if not multirun and not outcome.exit_code and (sweep_of_job / "multirun.yaml").is_file():  # a job resumed alone
+        log.info(f"{run_dir.name} is a job of the sweep in {sweep_of_job}; rewrite the sweep's comparison with:\n"
+                 f"  python -m scripts.compare {sweep_of_job}")
     signalled = outcome.exit_code > 128
     if multirun and signalled:  # a signal ends the whole sweep: say how to continue all of it
         from llm.sweep import continue_sweep_command
