@@ -119,7 +119,8 @@ def test_a_resumed_sweep_job_stays_in_its_sweep_s_tracker_group(tmp_path):
     resumed = subprocess.run([sys.executable, "-m", "llm.train", f"hydra.run.dir={job}", "train.resume=auto"], cwd=ROOT,
                              capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "offline"})
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"rewrite the sweep's comparison with:\n  python -m scripts.compare {sweep}\n" in resumed.stdout + resumed.stderr
+    out = resumed.stdout + resumed.stderr
+    assert f"rewrite the sweep's comparison with:\n  python -m scripts.compare {sweep}\n" in out
     logs = sorted(job.glob("wandb/offline-run-*/*.wandb"))
     assert len(logs) == 2 and len({p.parent.name.rsplit("-", 1)[1] for p in logs}) == 1, logs  # one run id
     assert [read_wandb_run(p)["group"] for p in logs] == ["qq-sweep", "qq-sweep"]
