@@ -86,6 +86,9 @@ def test_a_signal_to_a_sweep_says_how_to_continue_all_of_it(tmp_path):
     command = out.split("Continue the sweep with:")[1].strip().splitlines()[0]
     assert command.startswith("python -m llm.train -m ") and "seed=0,1" in command
     assert command.endswith(f"hydra.sweep.dir={sweep} train.resume=auto")
+    job = json.loads((sweep / "0_torch_s0" / "summary.json").read_text())
+    state = torch.load(sweep / "0_torch_s0" / "checkpoints" / "last.pt", weights_only=False)
+    assert job["status"] == "interrupted" and state["step"] == job["step"] >= 3
     assert not (sweep / "1_torch_s1").exists(), "the signal ended the sweep before the second job"
 
 
