@@ -32,6 +32,12 @@ def continue_sweep_command(sweep_dir: Path, argv: Sequence[str] | None = None) -
     return shlex.join(["python", "-m", "llm.train", *args, f"hydra.sweep.dir={sweep_dir}", "train.resume=auto"])
 
 
+def continue_sweep_message(sweep_dir: Path) -> str:
+    """The line a sweep that ended with jobs not done prints (the entry point on a signal, the callback after):
+    one text, which users and tests look for."""
+    return f"Continue the sweep with:\n  {continue_sweep_command(sweep_dir)}"
+
+
 class RecordSweepOutcome(Callback):
     """At the end of a multirun, list the jobs that failed (the entry point exits 1 if there are any)."""
 
@@ -44,4 +50,4 @@ class RecordSweepOutcome(Callback):
             log.error(f"job {job_dir.name}: {status}" + (f": {message}" if message else ""))
         if FAILED_JOBS:
             log.error(f"{len(FAILED_JOBS)} job(s) of the sweep in {sweep_dir} did not complete")
-            log.info(f"Continue the sweep with:\n  {continue_sweep_command(sweep_dir)}")  # once what failed is fixed
+            log.info(continue_sweep_message(sweep_dir))  # to run once what failed is fixed

@@ -110,9 +110,9 @@ def main(cfg: DictConfig) -> float | None:
                  f"  python -m scripts.compare {sweep_of_job}")
     signalled = outcome.exit_code > 128
     if multirun and signalled:  # a signal ends the whole sweep: say how to continue all of it
-        from llm.sweep import continue_sweep_command
+        from llm.sweep import continue_sweep_message
 
-        log.info(f"Continue the sweep with:\n  {continue_sweep_command(Path(hc.sweep.dir))}")
+        log.info(continue_sweep_message(Path(hc.sweep.dir)))
     if outcome.exit_code and (not multirun or signalled):
         sys.exit(outcome.exit_code)
     return outcome.summary.get("val_loss")
