@@ -58,7 +58,10 @@ def plugin(tmp_path_factory) -> dict:
     conf = tmp / "conf"
     (conf / "rope").mkdir(parents=True)
     (conf / "rope" / "throwaway.yaml").write_text(CONFIG)
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp / "pkgs"), str(ROOT)]), "PYTHONSAFEPATH": "1"}
+    # the throwaway package first, then the project, then whatever path the caller's packages come from (a GPU
+    # machine's carried wheels live on PYTHONPATH)
+    path = [str(tmp / "pkgs"), str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {"PYTHONPATH": os.pathsep.join(path), "PYTHONSAFEPATH": "1"}
     return {"tmp": tmp, "package": package, "conf": conf, "env": env}
 
 

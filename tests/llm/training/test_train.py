@@ -7,6 +7,7 @@ import math
 import socket
 
 import pytest
+import torch
 from helpers import compose_cfg, read_metrics, read_wandb_run, run_cli, run_inprocess, train_losses, val_losses
 
 SUMMARY_KEYS = {"rope", "variant", "compute_dtype", "seed", "params", "device", "train_time_s", "wall_time_s",
@@ -27,8 +28,13 @@ def test_cli_run_writes_every_output(tmp_path):
         assert math.isfinite(summary[key]), key
     assert summary["val_ppl"] == pytest.approx(math.exp(summary["val_loss"]), rel=1e-6)
     assert 0 <= summary["val_acc"] <= 1 and summary["train_time_s"] <= summary["wall_time_s"]
-    # what the comparison needs to tell runs that shared a GPU (a CPU has no GPU UUID)
-    assert summary["host"] == socket.gethostname() and summary["device_uuid"] is None
+    # what the comparison needs to tell runs that shared a GPU (a CPU has no GPU UUID; device=auto takes a GPU
+    # where there is one)
+    assert summary["host"] == socket.gethostname()
+    if summary["device"] == "cpu":
+        assert summary["device_uuid"] is None
+    else:
+        assert summary["device_uuid"] == str(torch.cuda.get_device_properties(0).uuid)
     assert summary["started_at"] <= summary["ended_at"]
     metrics = read_metrics(run_dir)
     assert [m["step"] for m in metrics if m["kind"] == "val"] == [10, 20, 30]
