@@ -22,15 +22,33 @@ equivalent iff ``|d̄| < ε``.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 import statistics
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
-from scipy import optimize, stats
+
+
+class _OnFirstUse:
+    """A module imported at its first attribute access. Why: Hydra instantiates the sweep's report callback
+    (``conf/config.yaml``) in every ``python -m llm.train``, single runs and refused commands included, and
+    importing ``scipy.stats`` took 0.85 s of that start (CPU); only a sweep's end needs it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> object:
+        module: ModuleType = importlib.import_module(self._name)
+        return getattr(module, attr)
+
+
+stats = _OnFirstUse("scipy.stats")
+optimize = _OnFirstUse("scipy.optimize")
 
 ALPHA = 0.05
 POWER = 0.8

@@ -39,6 +39,26 @@ def test_bad_input_is_one_line_before_any_work_and_leaves_no_run_dir(tmp_path, o
     assert not run_dir.exists() and not (tmp_path / "day").exists(), "a config that never ran leaves no run dir"
 
 
+def test_a_refused_command_loads_neither_the_compiler_nor_scipy(tmp_path):
+    """Every ``python -m llm.train`` instantiates the sweep callbacks and imports ``rope``. On a CPU build of torch
+    neither may pull in torch's compiler (3 s, ``rope.triton_rope.traced_ops``) or ``scipy.stats`` (0.85 s,
+    ``llm.report.stats``) before the command is checked: a user's typo, and each of the CLI tests here, would wait
+    for them. Asked of the process at its exit, after the one-line refusal."""
+    import torch
+
+    if torch.version.cuda or torch.version.hip:
+        pytest.skip("a CUDA build of torch defines the triton ops at import, for compiled graphs")
+    heavy = ("torch._dynamo", "torch._inductor", "scipy.stats")
+    code = ("import atexit, runpy, sys\n"
+            f"atexit.register(lambda: print(sorted(m for m in {heavy!r} if m in sys.modules)))\n"
+            f"sys.argv = ['llm.train', *{SMALL!r}, 'seed=abc', 'hydra.run.dir={tmp_path / 'run'}']\n"
+            "runpy.run_module('llm.train', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "WANDB_MODE": "offline"})
+    assert proc.returncode == 2 and "seed='abc' must be an integer" in proc.stderr, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
+
+
 def test_triton_on_a_cpu_without_the_interpreter_is_refused_first(tmp_path):
     proc = run_cli(["rope=triton_v4", "device=cpu", f"hydra.run.dir={tmp_path / 'run'}"], timeout=120,
                    extra_env={"TRITON_INTERPRET": "0"})

@@ -316,7 +316,7 @@ def test_traced_ops_equal_custom_ops(impl, device):
     here: the interpreter cannot be traced), bit for bit, forward, backward and the fused qkv backward."""
     from rope import triton_rope as tr
 
-    if tr.TRACED_OPS is None:
+    if tr.traced_ops() is None:
         pytest.skip("this torch has no torch.library.triton_op")
     r = _build(impl, D=48, max_seq_len=16, device=device)
     low = impl == "triton_v2"
@@ -335,18 +335,18 @@ def _assert_traced_ops_equal(args: tuple, qkv_args: tuple | None = None) -> None
     holding them gives the forward's results."""
     from rope import triton_rope as tr
 
-    for custom, traced in ((tr.CUSTOM_OPS.fwd, tr.TRACED_OPS.fwd), (tr.CUSTOM_OPS.bwd, tr.TRACED_OPS.bwd)):
+    for custom, traced in ((tr.CUSTOM_OPS.fwd, tr.traced_ops().fwd), (tr.CUSTOM_OPS.bwd, tr.traced_ops().bwd)):
         for a, b in zip(custom(*args), traced(*args), strict=True):
             assert torch.equal(a, b)
     if qkv_args is not None:
-        assert torch.equal(tr.CUSTOM_OPS.qkv_bwd(*qkv_args), tr.TRACED_OPS.qkv_bwd(*qkv_args))
+        assert torch.equal(tr.CUSTOM_OPS.qkv_bwd(*qkv_args), tr.traced_ops().qkv_bwd(*qkv_args))
     q, k, cos, sin, positions, *flags = args
     if k is None:
         return
     hq, D, hk = q.shape[2], q.shape[3], k.shape[2]
     qkv = torch.cat([q.flatten(2), k.flatten(2), torch.randn_like(k).flatten(2)], dim=-1)
     want = tr.CUSTOM_OPS.fwd(*rope.base.split_qkv(qkv, hq, hk, D)[:2], cos, sin, positions, *flags)
-    for op in (tr.CUSTOM_OPS.qkv_fwd, tr.TRACED_OPS.qkv_fwd):
+    for op in (tr.CUSTOM_OPS.qkv_fwd, tr.traced_ops().qkv_fwd):
         for given in (qkv, qkv.flatten(0, 1)):  # (B, T, W) or, as the compiled Function hands it, (B T, W)
             for a, b in zip(op(given, q.shape[1], cos, sin, positions, hq, hk, *flags), want, strict=True):
                 assert torch.equal(a, b)
@@ -371,7 +371,7 @@ def test_traced_kernel_equals_runtime_kernel(D, variant, layout, rotary_dim, hea
     interpreter cannot be traced; the twins take their integers by name, so a name out of order fails here.)"""
     from rope import triton_rope as tr
 
-    if tr.TRACED_OPS is None:
+    if tr.traced_ops() is None:
         pytest.skip("this torch has no torch.library.triton_op")
     r = _build(D=D, max_seq_len=16, device=device, variant=variant, layout=layout, rotary_dim=rotary_dim)
     (hq, hk), il, partial = heads, layout == "interleaved", r._partial_shortcut
@@ -401,7 +401,7 @@ def test_fused_backward_gives_the_kernel_the_whole_buffer(device, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tr, "launch", spy)
-    ops = [tr.CUSTOM_OPS.qkv_bwd] + ([] if tr.TRACED_OPS is None else [tr.TRACED_OPS.qkv_bwd])
+    ops = [tr.CUSTOM_OPS.qkv_bwd] + ([] if tr.traced_ops() is None else [tr.traced_ops().qkv_bwd])
     for op in ops:
         buffers.clear()
         dqkv = op(q, k, gv, r.cos, r.sin, None, True, False)
@@ -417,7 +417,7 @@ def test_traced_launches_pass_only_what_the_kernel_reads(device, monkeypatch):
     Eagerly the slots keep tensors."""
     from rope import triton_rope as tr
 
-    if tr.TRACED_OPS is None:
+    if tr.traced_ops() is None:
         pytest.skip("this torch has no torch.library.triton_op")
     launched, real = [], tr.LaunchPlan.triton_launch
     monkeypatch.setattr(tr.LaunchPlan, "triton_launch", lambda self, args: launched.append(args) or real(self, args))
@@ -428,8 +428,8 @@ def test_traced_launches_pass_only_what_the_kernel_reads(device, monkeypatch):
     pos = torch.randint(0, 16, (2, 5), device=device)
     for p in (None, pos):
         launched.clear()
-        tr.TRACED_OPS.qkv_fwd(qkv.flatten(0, 1), 5, r.cos, r.sin, p, 3, 1, True, False)
-        tr.TRACED_OPS.qkv_bwd(q, k, gv, r.cos, r.sin, p, True, False)
+        tr.traced_ops().qkv_fwd(qkv.flatten(0, 1), 5, r.cos, r.sin, p, 3, 1, True, False)
+        tr.traced_ops().qkv_bwd(q, k, gv, r.cos, r.sin, p, True, False)
         (fwd_q, fwd_k, *_, fwd_pos), (*_, bwd_ok, _, _, bwd_pos, _) = launched
         assert fwd_q.data_ptr() == qkv.data_ptr() and fwd_q.shape == (10, qkv.shape[2]) and fwd_k is None
         assert bwd_ok is None
@@ -513,15 +513,16 @@ def test_compiled_ops_choice(device):
     interpreter); inside a dynamic-shape trace the triton ops call the custom ops instead."""
     from rope import triton_rope as tr
 
-    if tr.TRACED_OPS is None:
+    ops = tr.traced_ops()  # here, not in the traced function: Dynamo refuses to trace the ops' definition
+    if ops is None:
         pytest.skip("this torch has no torch.library.triton_op")
     x = torch.randn(2, 3, 4, 16, device=device)
-    assert tr._compiled_ops(x) is (tr.TRACED_OPS if x.is_cuda else tr.CUSTOM_OPS)  # not on the CPU interpreter
+    assert tr._compiled_ops(x) is (ops if x.is_cuda else tr.CUSTOM_OPS)  # not on the CPU interpreter
     assert tr._static(x, None)
     r = _build(D=16, max_seq_len=8, device=device)
 
     def rotate(q, k):
-        return tr.TRACED_OPS.fwd(q, k, r.cos, r.sin, None, True, False)
+        return ops.fwd(q, k, r.cos, r.sin, None, True, False)
 
     torch._dynamo.reset()
     q, k = torch.randn(2, 6, 4, 16, device=device), torch.randn(2, 6, 2, 16, device=device)
