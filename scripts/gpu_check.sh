@@ -2,16 +2,20 @@
 # One call on a CUDA machine: GPU tests, the kernel benchmark, the training-step benchmark and an MFU
 # run of GPT-2 small. Everything lands in outputs/gpu_check/; $OUT (the device tool's return folder)
 # gets report.md (all tables) and gpu_check.tar.gz (every file).
-#   bash scripts/gpu_check.sh [tests] [bench] [tune] [step] [mfu] [small]    (no argument: tests bench step mfu)
+#   bash scripts/gpu_check.sh [tests] [suite] [bench] [tune] [step] [mfu] [small]    (no argument: tests bench step mfu)
 # The RoPE implementations come from the registry (rope.available()), never from a list here: the
 # benchmarks default to all of them (bench_rope skips `none`, which launches nothing; bench_step keeps
 # it as its baseline), and `small` trains every one but `none`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dest=outputs/gpu_check
-mkdir -p "$dest"
 export PYTHONUNBUFFERED=1 ROPELAB_CACHE="${ROPELAB_CACHE:-$PWD/outputs/cache}" WANDB_MODE=offline
 parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(tests bench step mfu)
+known=" tests suite bench tune step mfu small "
+for part in "${parts[@]}"; do  # every part checked before any work
+  [[ $known == *" $part "* ]] || { echo "gpu_check.sh: unknown part '$part'; the parts are:${known% }" >&2; exit 2; }
+done
+mkdir -p "$dest"
 report="$dest/report.md"
 echo "# GPU check $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" > "$report"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader >> "$report"
@@ -21,8 +25,16 @@ section() { printf '\n## %s\n\n' "$1" >> "$report"; }
 for part in "${parts[@]}"; do
   case "$part" in
     tests)
+      # the kernels' tests (the whole suite, `suite`, takes twice as long), a worker per core where pytest-xdist is
       section "GPU tests"
-      python3 -m pytest -q -p no:cacheprovider tests/rope 2>&1 | tee "$dest/pytest_gpu.log" | tail -n 15 >> "$report" ;;
+      workers=(); python3 -c "import xdist" 2>/dev/null && workers=(-n auto)
+      python3 -m pytest -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} tests/rope 2>&1 | tee "$dest/pytest_gpu.log" | tail -n 15 >> "$report" ;;
+    suite)
+      # every test: on a GPU machine the GPU tests run and the interpreter-only CPU dry runs skip (all of it passed
+      # on an H100 in 8 minutes with 16 workers, docs/results/gpu_suite_s32/call5)
+      section "The whole test suite on this GPU machine"
+      workers=(); python3 -c "import xdist" 2>/dev/null && workers=(-n auto)
+      python3 -m pytest -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} 2>&1 | tee "$dest/pytest_suite.log" | tail -n 15 >> "$report" ;;
     bench)
       section "Kernel benchmark (scripts/bench_rope.py)"
       rm -f "$dest/bench_rope.md"
