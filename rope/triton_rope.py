@@ -1178,12 +1178,12 @@ rope_fwd, rope_bwd, rope_qkv_bwd, rope_qkv_fwd = CUSTOM_OPS
 def traced_ops() -> _OpSet | None:
     """The triton ops, defined on first use; None where this torch has no ``torch.library.triton_op`` (added in
     2.6) or triton is missing. Why on first use: defining a triton op scans its body for kernels with Inductor's
-    code, and importing Inductor took 1.3 s of every process that imports ``rope`` (CPU torch 2.13), the
-    training CLI's start included, where nothing would trace them."""
+    code, and importing Inductor (and Dynamo with it) took 3 s of every process that imports ``rope`` (CPU torch
+    2.13), the training CLI's start included, where nothing would trace them."""
     return _define_ops("_traced", traced=True) if hasattr(torch.library, "triton_op") and _kernels else None
 
 
-#: The triton ops where a compiled graph may call them (a CUDA build of torch, GPU kernels rather than the
+#: The triton ops where a compiled graph may call them (a CUDA or ROCm build of torch, GPU kernels rather than the
 #: interpreter, which is chosen when triton is imported): defined here, at import, because Dynamo must not meet
 #: their definition while it traces a call. Elsewhere None (:func:`traced_ops` defines them for a test).
 TRACED_OPS = traced_ops() if (torch.version.cuda or torch.version.hip) and not _interpreting() else None

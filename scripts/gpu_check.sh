@@ -20,20 +20,19 @@ report="$dest/report.md"
 echo "# GPU check $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" > "$report"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader >> "$report"
 python3 -c "import torch, triton; print(f'torch {torch.__version__}, triton {triton.__version__}')" >> "$report"
+workers=(); python3 -c "import xdist" 2>/dev/null && workers=(-n auto)  # tests: a worker per core
 section() { printf '\n## %s\n\n' "$1" >> "$report"; }
 
 for part in "${parts[@]}"; do
   case "$part" in
     tests)
-      # the kernels' tests (the whole suite, `suite`, takes twice as long), a worker per core where pytest-xdist is
+      # the kernels' tests (the whole suite, `suite`, takes twice as long)
       section "GPU tests"
-      workers=(); python3 -c "import xdist" 2>/dev/null && workers=(-n auto)
       python3 -m pytest -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} tests/rope 2>&1 | tee "$dest/pytest_gpu.log" | tail -n 15 >> "$report" ;;
     suite)
       # every test: on a GPU machine the GPU tests run and the interpreter-only CPU dry runs skip (all of it passed
       # on an H100 in 8 minutes with 16 workers, docs/results/gpu_suite_s32/call5)
       section "The whole test suite on this GPU machine"
-      workers=(); python3 -c "import xdist" 2>/dev/null && workers=(-n auto)
       python3 -m pytest -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} 2>&1 | tee "$dest/pytest_suite.log" | tail -n 15 >> "$report" ;;
     bench)
       section "Kernel benchmark (scripts/bench_rope.py)"
