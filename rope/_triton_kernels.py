@@ -117,13 +117,42 @@ def _narrow(x, DT: tl.constexpr, EMULATE: tl.constexpr):
 
 
 @triton.jit
-def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr, EMULATE: tl.constexpr):
-    """(y1, y2) = (x1 c + x2 s, x2 c - x1 s) of float32 tiles, rounded as the entry's arithmetic says."""
+def _negate(x, FOLD: tl.constexpr):
+    """``-x``. Triton writes ``-x`` as ``0 - x``, a subtraction of its own (it differs from a negation at
+    x = +0), so every use costs an instruction. FOLD: written as ``x * -1.0``, which the compiler turns into a
+    sign flip that the multiply or fma using ``x`` absorbs for free."""
+    if FOLD:
+        return x * -1.0
+    else:
+        return -x
+
+
+@triton.jit
+def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr, EMULATE: tl.constexpr,
+                  FOLD: tl.constexpr = False):
+    """(y1, y2) = (x1 c + x2 s, x2 c - x1 s) of float32 tiles, rounded as the entry's arithmetic says.
+
+    The float32 path adds each product's exact rounding error back (module docstring). FOLD computes the same
+    values with the signs placed where the fma absorbs them: ``e = fma(x2, s, -p)``, the error of
+    ``p = x2 s``, is ``-fma(-x2, s, p)`` exactly, and y2's ``-q`` is ``(-x1) s``. Triton 3.6's code for
+    ``-p`` is a second multiply per element, and the backward's ``-s`` an add: written this way, the flat
+    kernel at D = 54 compiles to 24 fewer instructions forward and 56 fewer backward (sm_90, static count;
+    48 registers backward instead of 54). Only joint flat programs at odd halves take it (``_rope_program``'s
+    FOLD): over the 51 odd halves from D = 54 on, the head-dim sweep read a median 0.2 points of copy
+    bandwidth higher than without, on one H100 (docs/kernels.md, session 33). Elsewhere it changed the
+    compiler's schedule for the worse: about 5 points slower at R2 = 4 mod 8 (D = 24, 40, 56, ...), up to
+    0.8 at R2 = 2 mod 8, and up to 1.5 at the odd halves of programs apart (D = 38, 42).
+    """
     if LOW:
         c = _round(c, DT, EMULATE)
         s = _round(s, DT, EMULATE)
         y1 = _round(x1 * c, DT, EMULATE) + _round(x2 * s, DT, EMULATE)
         y2 = _round(x2 * c, DT, EMULATE) - _round(x1 * s, DT, EMULATE)
+    elif FOLD:
+        p = x2 * s
+        y1 = tl.fma(x1, c, p) - tl.fma(_negate(x2, True), s, p)
+        nq = _negate(x1, True) * s
+        y2 = tl.fma(x2, c, nq) - tl.fma(x1, s, nq)
     else:
         p = x2 * s
         y1 = tl.fma(x1, c, p) + tl.fma(x2, s, -p)
@@ -133,11 +162,13 @@ def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr, EMULATE: tl
 
 
 @triton.jit
-def _cos_sin(cos_ptr, sin_ptr, trow, col, cm, valid, HAS_POS: tl.constexpr, INVERSE: tl.constexpr):
+def _cos_sin(cos_ptr, sin_ptr, trow, col, cm, valid, HAS_POS: tl.constexpr, INVERSE: tl.constexpr,
+             FOLD: tl.constexpr = False):
     """float32 cos, sin of pairs ``col`` at table rows ``trow``, loaded where ``cm``.
 
     Pairs the mask leaves out (variant=partial's zero frequencies from CW on, and the padding) get
-    cos 1, sin 0 without a load. Rows whose position is outside the table get NaN.
+    cos 1, sin 0 without a load. Rows whose position is outside the table get NaN. INVERSE negates sin
+    (:func:`_negate`, FOLD as there).
     """
     c = tl.load(cos_ptr + trow + col, mask=cm, other=1.0, eviction_policy="evict_last").to(tl.float32)
     s = tl.load(sin_ptr + trow + col, mask=cm, other=0.0, eviction_policy="evict_last").to(tl.float32)
@@ -145,7 +176,7 @@ def _cos_sin(cos_ptr, sin_ptr, trow, col, cm, valid, HAS_POS: tl.constexpr, INVE
         c = tl.where(valid[:, None], c, float("nan"))
         s = tl.where(valid[:, None], s, float("nan"))
     if INVERSE:
-        s = -s
+        s = _negate(s, FOLD)
     return c, s
 
 
@@ -500,7 +531,7 @@ def _rotate_flat(
     NBP: tl.constexpr, SV: tl.constexpr, CSV: tl.constexpr,
     HAS_POS: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, EMULATE: tl.constexpr, WIDE: tl.constexpr,
     STREAM: tl.constexpr, PAIRED: tl.constexpr, WORDS: tl.constexpr,
-    y_ptr, oy_ptr, syb, syt, soyb, soyt, WBY, JOINT: tl.constexpr,
+    y_ptr, oy_ptr, syb, syt, soyb, soyt, WBY, JOINT: tl.constexpr, FOLD: tl.constexpr = False,
 ):
     """Blocks [k0, k0 + NBP) of one tensor whose tokens are WB blocks of VB consecutive elements (a token's
     heads contiguous: H D elements, H D = WB VB), each element rotated against its partner.
@@ -523,6 +554,8 @@ def _rotate_flat(
     past them are masked) are rotated too, with the same positions and table values: each table entry is
     loaded once for q's element and k's, where separate programs loaded it twice (the table is most of the
     L1 traffic here, 64 of a block's ~80 wavefronts at D = 254: docs/kernels.md, session 15).
+
+    FOLD: the float32 rotation with its signs where the fma absorbs them (:func:`_rotate_pairs`).
     """
     DT: tl.constexpr = o_ptr.dtype.element_ty
     blk = k0 + tl.arange(0, NBP)
@@ -584,21 +617,21 @@ def _rotate_flat(
             c = tl.where(valid[:, None], c, float("nan"))
             s = tl.where(valid[:, None], s, float("nan"))
         if INVERSE:
-            s = -s
+            s = _negate(s, FOLD)
     else:  # split tables (columns computed above)
-        c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE)
-    _flat_store(o_ptr + o_at, own, partner, c, s, rot, m, D, R2, DT, LOW, EMULATE)
+        c, s = _cos_sin(cos_ptr, sin_ptr, (pos * (s_cs * CSV))[:, None], col, m, valid, HAS_POS, INVERSE, FOLD)
+    _flat_store(o_ptr + o_at, own, partner, c, s, rot, m, D, R2, DT, LOW, EMULATE, FOLD)
     if JOINT:
         oy_at = ((b * soyb + t * soyt) * SV + w0)[:, None] + tl.arange(0, VB)[None, :]
-        _flat_store(oy_ptr + oy_at, yown, ypartner, c, s, rot, ym, D, R2, DT, LOW, EMULATE)
+        _flat_store(oy_ptr + oy_at, yown, ypartner, c, s, rot, ym, D, R2, DT, LOW, EMULATE, FOLD)
 
 
 @triton.jit
 def _flat_store(o_ptrs, own, partner, c, s, rot, m, D: tl.constexpr, R2: tl.constexpr, DT: tl.constexpr,
-                LOW: tl.constexpr, EMULATE: tl.constexpr):
+                LOW: tl.constexpr, EMULATE: tl.constexpr, FOLD: tl.constexpr):
     """Each element rotated against its partner (the first output of :func:`_rotate_pairs`: own c + partner s')
     and stored; a copied tail passes through."""
-    y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE)
+    y, _ = _rotate_pairs(own, partner, c, s, DT, LOW, EMULATE, FOLD)
     # Without a tail the select is a no-op, and dropping it changes only the sm_90 schedule: at R2 = 6 mod 8 that
     # ran 2-3.5 points of copy bandwidth faster on the H100, at an odd R2 2.5-5 points slower (an A/B on one
     # machine, docs/results/bench_h100_s12/call10), so odd halves keep it.
@@ -709,6 +742,10 @@ def _rope_program(
     the same tokens too, and there are no k programs. KIN > 0: k's rows start ``KIN * SV`` elements after q's (the
     slices of one qkv projection) and ``k_ptr`` is not used (None), so the launch hands over the projection alone."""
     i = tl.program_id(0)
+    # Odd halves in a joint launch: the rotation's signs where the fma absorbs them (_rotate_pairs), in both of
+    # the launch's flat programs (the code of either changes the compiler's schedule of the other). Measured
+    # faster there only: in programs apart (D = 18 ... 50) it ran up to 1.5 points slower (session 33).
+    FOLD: tl.constexpr = FLAT and JOINT and R2 % 2 == 1 and not INTERLEAVED
     if OUT_SHARED:
         ok_ptr = oq_ptr + tl.cast(ook, tl.int64) * SV
     if KIN > 0:
@@ -719,14 +756,14 @@ def _rope_program(
                 q_ptr, oq_ptr, sqb, sqt, soqb, soqt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
                 i * NBP, NRQ, T, mT, pT, HQ, mHQ, pHQ, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
                 HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
-                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, JOINT,
+                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, JOINT, FOLD,
             )  # fmt: skip
         else:
             _rotate_flat(
                 k_ptr, ok_ptr, skb, skt, sokb, sokt, cos_ptr, sin_ptr, pos_ptr, spb, spt, s_cs, NPOS,
                 (i - NPQ) * NBP, NRK, T, mT, pT, HK, mHK, pHK, 2 * R2 + PASS, R2, CW, INTERLEAVED, VB, NBP, SV, CSV,
                 HAS_POS, LOW, INVERSE, EMULATE, WIDE, STREAM, PAIRED, WORDS,
-                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, False,
+                k_ptr, ok_ptr, skb, skt, sokb, sokt, HK, False, FOLD,
             )  # fmt: skip
     elif CHUNKED and PASS > 0 and i >= NPR:  # a constexpr test first: no copy code without a tail
         if PASS > 0:
