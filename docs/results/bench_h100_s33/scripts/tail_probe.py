@@ -45,14 +45,17 @@ def events(prep, fn, reps=30):
 
 
 def main():
-    label, dims, settings = sys.argv[1], [int(d) for d in sys.argv[2].split(",")], sys.argv[3].split(";")
+    label, dims, settings = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(";")
+    lean = len(sys.argv) > 4
     flush = torch.zeros(256 * 2**20, dtype=torch.uint8, device="cuda")
     src = torch.empty(2**30, dtype=torch.uint8, device="cuda"); dst = torch.empty_like(src)
     cp = min(events(lambda: flush.zero_(), lambda: dst.copy_(src)) for _ in range(2))
     copy_bw = 2 * 2**30 / (cp * 1e-6) / 1e9
     del src, dst
     print(f"{label}: copy {copy_bw:.0f} GB/s", flush=True)
-    for D in dims:
+    for dim in dims:
+        D = int(dim.rstrip("p"))
+        variant = "partial" if dim.endswith("p") else "full"
         B = -(-32 * 2**20 // (2048 * 16 * D))
         q, k, q2, k2 = (torch.randn(B, 2048, 16, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         nb = 4 * q.numel() * 2
@@ -61,7 +64,7 @@ def main():
                 tr.TAIL = None if setting == "none" else tuple(int(v) for v in setting.split(","))
             elif setting != "none":
                 continue
-            r = rope.build("triton_v4", head_dim=D, max_seq_len=2048, variant="full").cuda()
+            r = rope.build("triton_v4", head_dim=D, max_seq_len=2048, variant=variant).cuda()
             with torch.no_grad():
                 res = []
                 for name, fn, other in (("fwd", lambda: r(q, k), lambda: r(q2, k2)),
@@ -69,12 +72,12 @@ def main():
                     for _ in range(3):
                         fn(); other()
                     torch.cuda.synchronize()
-                    z = min(durations(lambda: flush.zero_(), fn, False) for _ in range(2))
-                    o = min(durations(other, fn, True) for _ in range(2))
-                    ev = min(events(lambda: flush.zero_(), fn) for _ in range(2))
+                    z = min(durations(lambda: flush.zero_(), fn, False) for _ in range(1 if lean else 2))
+                    o = float("nan") if lean else min(durations(other, fn, True) for _ in range(2))
+                    ev = min(events(lambda: flush.zero_(), fn, 20 if lean else 30) for _ in range(2))
                     res.append(f"{name} zero {z:.2f} other {o:.2f} ev_zero {ev:.2f} us ({nb / (ev * 1e-6) / 1e9 / copy_bw * 100:.2f}%)")
-            grid = tr.launch_plan(q, k, r.cos, r.sin, None, False, False, False).grid
-            print(f"{label} D={D} B={B} tail={setting} grid={grid}: " + " | ".join(res), flush=True)
+            grid = tr.launch_plan(q, k, r.cos, r.sin, None, variant == "partial", False, False).grid
+            print(f"{label} D={dim} B={B} tail={setting} grid={grid}: " + " | ".join(res), flush=True)
         del q, k, q2, k2
 
 
