@@ -52,6 +52,9 @@ the second fma is the exact rounding error of ``p``, so the result is within one
 rounding of the exact value plus ~2^-48 |x|. A plain ``a*c + b*s`` is only accurate to
 ~2^-24 |x|, which is more than one bf16 ulp of the result whenever the two products nearly
 cancel (about 6 elements in a million), and the precise kernel promises one ulp everywhere.
+Joint flat programs at odd halves compute the same bits with the signs moved into the fma's operands
+(``fma(a, c, p) - fma(-b, s, p)``, :func:`_rotate_pairs`' FOLD), which Triton 3.6 compiles to fewer
+instructions.
 """
 
 from __future__ import annotations
