@@ -141,10 +141,10 @@ def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr, EMULATE: tl
     ``-p`` is a second multiply per element, and the backward's ``-s`` an add: written this way, the flat
     kernel at D = 54 compiles to 24 fewer instructions forward and 56 fewer backward (sm_90, static count;
     48 registers backward instead of 54). Only joint flat programs at odd halves take it (``_rope_program``'s
-    FOLD): over the 51 odd halves from D = 54 on, the head-dim sweep read a median 0.2 points of copy
-    bandwidth higher than without, on one H100 (docs/kernels.md, session 33). Elsewhere it changed the
-    compiler's schedule for the worse: about 5 points slower at R2 = 4 mod 8 (D = 24, 40, 56, ...), up to
-    0.8 at R2 = 2 mod 8, and up to 1.5 at the odd halves of programs apart (D = 38, 42).
+    FOLD): over the 51 odd halves from D = 54 on, the head-dim sweeps on two H100s read a mean 0.17 points
+    of copy bandwidth higher forward and 0.07 backward than without (docs/kernels.md, session 33). Elsewhere
+    it changed the compiler's schedule for the worse: about 5 points slower at R2 = 4 mod 8 (D = 24, 40,
+    56, ...), up to 0.8 at R2 = 2 mod 8, and up to 1.5 at the odd halves of programs apart (D = 38, 42).
     """
     if LOW:
         c = _round(c, DT, EMULATE)
@@ -745,10 +745,11 @@ def _rope_program(
     the same tokens too, and there are no k programs. KIN > 0: k's rows start ``KIN * SV`` elements after q's (the
     slices of one qkv projection) and ``k_ptr`` is not used (None), so the launch hands over the projection alone."""
     i = tl.program_id(0)
-    # Odd halves in a joint launch: the rotation's signs where the fma absorbs them (_rotate_pairs), in both of
-    # the launch's flat programs (the code of either changes the compiler's schedule of the other). Measured
-    # faster there only: in programs apart (D = 18 ... 50) it ran up to 1.5 points slower (session 33).
-    FOLD: tl.constexpr = FLAT and JOINT and R2 % 2 == 1 and not INTERLEAVED
+    # Odd halves in a joint launch, float32 arithmetic: the rotation's signs where the fma absorbs them
+    # (_rotate_pairs), in both of the launch's flat programs (the code of either changes the compiler's schedule
+    # of the other). Measured faster there only: in programs apart (D = 18 ... 50) it ran up to 1.5 points slower
+    # (session 33). The bf16/fp16 arithmetic (LOW) was not measured with it, so it keeps its code.
+    FOLD: tl.constexpr = FLAT and JOINT and R2 % 2 == 1 and not INTERLEAVED and not LOW
     if OUT_SHARED:
         ok_ptr = oq_ptr + tl.cast(ook, tl.int64) * SV
     if KIN > 0:
