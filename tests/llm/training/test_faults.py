@@ -80,7 +80,10 @@ def test_printed_resume_command_runs_to_the_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     hint = (proc.stdout + proc.stderr).split("Resume with:")[1].strip().splitlines()[0]
     assert "stop_at_step" not in hint and f"hydra.run.dir={run}" in hint
-    resumed = subprocess.run(hint.split(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    # the printed command as a user types it, with this interpreter's environment first on PATH (as an activated
+    # virtualenv puts it), so `python` there is the one running these tests
+    env = {**os.environ, "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))}
+    resumed = subprocess.run(hint.split(), cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert _summary(run)["status"] == "completed" and _summary(run)["step"] == 12
     # the run's own logger (SMALL's logger=none), not the resume command's default wandb: no tracker run
