@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -80,10 +81,11 @@ def test_printed_resume_command_runs_to_the_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     hint = (proc.stdout + proc.stderr).split("Resume with:")[1].strip().splitlines()[0]
     assert "stop_at_step" not in hint and f"hydra.run.dir={run}" in hint
-    # the printed command as a user types it, with this interpreter's environment first on PATH (as an activated
-    # virtualenv puts it), so `python` there is the one running these tests
-    env = {**os.environ, "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))}
-    resumed = subprocess.run(hint.split(), cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    # the printed command, its `python` being the interpreter running these tests (as test_entry_point runs the
+    # sweep's printed command)
+    args = shlex.split(hint)
+    assert args[:3] == ["python", "-m", "llm.train"], hint
+    resumed = subprocess.run([sys.executable, *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert _summary(run)["status"] == "completed" and _summary(run)["step"] == 12
     # the run's own logger (SMALL's logger=none), not the resume command's default wandb: no tracker run
