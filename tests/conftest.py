@@ -8,7 +8,19 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+# `pytest -n N`: the cores shared out among the N workers, for torch's intra-op threads and (the variable is
+# inherited) those of the command-line tests' child processes. Each at torch's default of a thread per core, they
+# oversubscribe the cores and OpenMP's spinning threads cost more than they give: on 2 cores, tests/llm/training
+# took 161 s with `-n 2`, 126 s with one thread each. Set before torch is imported; a value the caller set is kept.
+_XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _XDIST_WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _XDIST_WORKERS)))
+
+import torch  # noqa: E402
+
+if _XDIST_WORKERS > 1:
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # --import-mode=importlib puts no test folder on sys.path; the shared helpers module lives here
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,6 +46,21 @@ def pytest_collection_modifyitems(config, items):
         for keyword, skip in skips:
             if keyword in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`-n N` (xdist's default ``--dist load``) with work stealing: ``load`` hands each worker chunks of tests that
+    stay its own, so a worker left with a chunk of the slow command-line tests ran on alone for up to 80 s of a
+    7-minute run on 2 cores while the other had finished; ``worksteal`` moves queued tests to an idle worker. Any
+    other ``--dist`` asked for is kept."""
+    if config.getvalue("dist") != "load":
+        return None
+    try:
+        from xdist.scheduler import WorkStealingScheduling
+    except ImportError:  # pytest-xdist < 3.2
+        return None
+    return WorkStealingScheduling(config, log)
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import run_inprocess, train_losses, val_losses
 
 # float32 kernels differ from the reference only by rounding: a few float32 ulps of a loss near 11
@@ -11,22 +12,30 @@ BOUND = 5e-6
 COMMON = ["train.max_steps=24", "train.eval_every=8", "train.log_every=1", "seed=5"]
 
 
-def test_triton_v4_trains_the_same_model_as_the_float32_reference(tmp_path):
-    ref = run_inprocess(tmp_path / "torch", ["rope=torch", *COMMON])
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The float32 reference run both tests compare with (trained once per worker; the tests only read it)."""
+    run_dir = tmp_path_factory.mktemp("fidelity") / "torch"
+    summary = run_inprocess(run_dir, ["rope=torch", *COMMON])
+    return run_dir, summary
+
+
+def test_triton_v4_trains_the_same_model_as_the_float32_reference(tmp_path, reference):
+    ref_dir, ref = reference
     v4 = run_inprocess(tmp_path / "v4", ["rope=triton_v4", *COMMON])
     assert v4["rope"] == "triton_v4" and ref["rope"] == "torch"
-    ref_val, v4_val = val_losses(tmp_path / "torch"), val_losses(tmp_path / "v4")
+    ref_val, v4_val = val_losses(ref_dir), val_losses(tmp_path / "v4")
     assert ref_val.keys() == v4_val.keys() == {8, 16, 24}
     for step in ref_val:
         assert abs(ref_val[step] - v4_val[step]) < BOUND, (step, ref_val[step], v4_val[step])
-    ref_tr, v4_tr = train_losses(tmp_path / "torch"), train_losses(tmp_path / "v4")
+    ref_tr, v4_tr = train_losses(ref_dir), train_losses(tmp_path / "v4")
     assert max(abs(ref_tr[s] - v4_tr[s]) for s in ref_tr) < BOUND
 
 
-def test_no_rope_trains_a_different_model(tmp_path):
+def test_no_rope_trains_a_different_model(tmp_path, reference):
     """The bound above is meaningful: dropping RoPE moves the losses by far more."""
-    run_inprocess(tmp_path / "torch", ["rope=torch", *COMMON])
+    ref_dir, _ = reference
     run_inprocess(tmp_path / "none", ["rope=none", *COMMON])
-    diffs = [abs(a - b) for a, b in zip(val_losses(tmp_path / "torch").values(),
+    diffs = [abs(a - b) for a, b in zip(val_losses(ref_dir).values(),
                                         val_losses(tmp_path / "none").values(), strict=True)]
     assert max(diffs) > 20 * BOUND, diffs

@@ -275,7 +275,7 @@ def test_every_mode_takes_a_tiling_suffix(tmp_path):
     rc = bench_rope.main(["--layouts", "--packed", "--overhead", "--device", "cpu", "--compile-backend", "eager",
                           "--ropes", "triton_v4@chunks", "--no-liger", "--no-compiled", "--elements", "64",
                           "--seq-len", "4", "--heads", "1", "--layout-dims", "40", "--packed-tokens", "24",
-                          "--packed-max-len", "8", "--overhead-shapes", "1x2x1x40", "--overhead-calls", "2",
+                          "--packed-max-len", "8", "--overhead-shapes", "1x2x1x40", "--overhead-calls", "1",
                           "--overhead-repeats", "1", "--reps", "1", "--out", str(out)])
     assert rc == 0
     for name in ("layouts", "packed", "overhead"):
@@ -303,7 +303,7 @@ def test_dry_run_of_every_mode(tmp_path):
     rc = bench_rope.main(["--all", "--device", "cpu", "--compile-backend", "eager", "--elements", "64,128",
                           "--head-dim-list", "16", "--seq-len", "4", "--heads", "1", "--layout-dims", "16",
                           "--packed-tokens", "24", "--packed-max-len", "8", "--overhead-shapes", "1x2x1x16",
-                          "--overhead-calls", "2", "--overhead-repeats", "1", "--reps", "1", "--out", str(out)])
+                          "--overhead-calls", "1", "--overhead-repeats", "1", "--reps", "1", "--out", str(out)])
     assert rc == 0
     names = {p.name for p in out.iterdir()}
     assert {"summary.md", "overhead.md", "overhead.csv", "headdim_64.md", "headdim_64.csv", "headdim_64.png",
@@ -334,7 +334,7 @@ def test_budget_cuts_the_last_sweep_only(tmp_path):
                      "--head-dim-list", "16", "--seq-len", "4", "--heads", "1", "--layout-dims", "16",
                      "--packed-tokens", "24", "--packed-max-len", "8", "--overhead-shapes", "1x2x1x16",
                      "--overhead-calls", "1", "--overhead-repeats", "1", "--reps", "1", "--budget-s", "0",
-                     "--ropes", "triton_v4", "--no-liger", "--out", str(out)])
+                     "--ropes", "triton_v4", "--no-liger", "--no-compiled", "--out", str(out)])
     assert "out of time" not in (out / "headdim_64.md").read_text()
     assert "out of time" not in (out / "layouts.md").read_text()
     assert "not measured, out of time (--budget-s): head_dim 16" in (out / "headdim_128.md").read_text()

@@ -44,8 +44,16 @@ def test_resume_auto_without_a_checkpoint_refuses_instead_of_restarting(tmp_path
     assert (run / "metrics.jsonl").read_text() == before, "a refused resume must not touch the metrics"
 
 
-def test_train_time_and_tokens_add_up_across_a_resume(tmp_path):
-    whole = run_inprocess(tmp_path / "whole", STEPS)
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> tuple[Path, dict]:
+    """An uninterrupted run of STEPS (its dir and summary), which the resume tests compare with; trained once per
+    worker, and only read."""
+    run = tmp_path_factory.mktemp("faults") / "whole"
+    return run, run_inprocess(run, STEPS)
+
+
+def test_train_time_and_tokens_add_up_across_a_resume(tmp_path, whole):
+    _, whole = whole
     first = run_inprocess(tmp_path / "split", [*STEPS, "train.stop_at_step=5"])
     second = run_inprocess(tmp_path / "split", [*STEPS, "train.resume=auto"])
     assert second["train_time_s"] > first["train_time_s"] > 0
@@ -179,15 +187,14 @@ def test_every_checkpoint_damaged_is_one_clear_error(tmp_path):
         run_inprocess(run, [*STEPS, f"train.resume={run / 'checkpoints' / 'step_0000004.pt'}"])
 
 
-def test_torn_last_metrics_line_is_dropped_on_resume(tmp_path, caplog):
+def test_torn_last_metrics_line_is_dropped_on_resume(tmp_path, caplog, whole):
     run = tmp_path / "run"
-    run_inprocess(tmp_path / "whole", STEPS)
     run_inprocess(run, [*STEPS, "train.stop_at_step=6"])
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"kind": "train", "step": 7, "lo')  # a crash mid-write
     run_inprocess(run, [*STEPS, "train.resume=auto"])
     assert "dropped 1 unreadable line" in caplog.text
-    assert train_losses(run) == train_losses(tmp_path / "whole")
+    assert train_losses(run) == train_losses(whole[0])
 
 
 @pytest.fixture
@@ -290,14 +297,14 @@ def test_nonfinite_stop_before_any_checkpoint_names_no_missing_dir(tmp_path, mon
 def test_redirected_log_gets_one_progress_line_per_interval(tmp_path):
     log_file = tmp_path / "out.log"
     with open(log_file, "w") as out:
-        proc = subprocess.run([sys.executable, "-m", "llm.train", *SMALL, "train.max_steps=20", "train.log_every=10",
-                               "train.eval_every=20", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, stdout=out,
+        proc = subprocess.run([sys.executable, "-m", "llm.train", *SMALL, "train.max_steps=10", "train.log_every=5",
+                               "train.eval_every=10", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, stdout=out,
                               stderr=subprocess.STDOUT, timeout=300, env={**os.environ, "WANDB_MODE": "offline"})
     text = log_file.read_text()
     assert proc.returncode == 0, text[-2000:]
     assert "\r" not in text, "no carriage-return progress updates in a file"
     progress = [ln for ln in text.splitlines() if "tok/s" in ln and "eta" in ln]
-    assert len(progress) == 2, progress  # steps 10 and 20
+    assert len(progress) == 2, progress  # steps 5 and 10
 
 
 def test_a_val_stream_shorter_than_a_window_stops_before_the_model_is_built(tmp_path, monkeypatch):
