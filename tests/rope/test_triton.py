@@ -941,9 +941,10 @@ _TILING_CASES = [(*g, h) for g in _TILING_GEOMETRIES for h in ((3, 1), (4, 2)) i
 
 def _tiling_params() -> list:
     """Each (geometry, heads) case in both layouts, the two entries taking the layouts in turn: triton_v4 and
-    triton_v2 (``LOW``) run the same tilings and differ only in ``_rotate_pairs``' rounding, one helper every
-    tiling calls, so each entry meets every layout and, case by case, every kind of geometry (power-of-two and
-    other halves, copied tails, odd halves, both head counts where there are two) without the full product."""
+    triton_v2 (``LOW``) run the same tilings and differ in their arithmetic (``_rotate_pairs``' rounding, and
+    triton_v4's signs folded into the fma at odd halves in the flat tiling, ``FOLD``), so each entry meets every
+    layout and, case by case, every kind of geometry (power-of-two and other halves, copied tails, odd halves in
+    the half layout for both, both head counts where there are two) without the full product."""
     out = []
     for i, (D, rotary_dim, variant, heads) in enumerate(_TILING_CASES):
         for j, layout in enumerate(("half", "interleaved")):
