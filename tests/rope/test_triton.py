@@ -1248,19 +1248,19 @@ def test_launch_passes_only_int32_scalars(monkeypatch, device):
     kernel = triton_rope._kernels.rope_kernel
 
     class Recording:
-        run = True
+        execute = True  # whether the recorded launch also runs the kernel
 
         def __getitem__(self, grid):
             def run(*args, **kwargs):
                 seen.append([a for a in (*args, *kwargs.values()) if type(a) is int])
-                if self.run:
+                if self.execute:
                     return kernel[grid](*args, **kwargs)
             return run
 
     recording = Recording()
     monkeypatch.setattr(triton_rope._kernels, "rope_kernel", recording)
     for H, T, D in ((3, 7, 20), (1, 1, 48), (13, 1000, 64)):
-        recording.run = T * H <= 64
+        recording.execute = T * H <= 64
         r = build_poisoned("triton_v4", D, 1024, device)
         q = torch.randn(1, T, H, D, device=device, requires_grad=True)
         (r(q, q.detach())[0].sum()).backward()
