@@ -441,14 +441,13 @@ def launch_plan(
     if traced or cos.is_inference() or sin.is_inference():
         return _make_plan(q, k, cos, sin, positions, partial, low_precision, inverse, out_q, out_k,
                           interleaved, config, traced, out_buffer, copy, in_buffer)
-    wide = _needs_wide_offsets(q) or (k is not None and _needs_wide_offsets(k)) or (
-        (positions is not None or out_q is not None or out_k is not None)
-        and _needs_wide_offsets(*(t for t in (positions, out_q, out_k, out_buffer) if t is not None)))
+    wide = _needs_wide_offsets(q, k, positions, out_q, out_k, out_buffer)
     key = (
         q.shape, q.stride(), q.dtype, q.get_device(), q.data_ptr() % 16,
         None if k is None else (k.shape, k.stride(), k.dtype, k.data_ptr() % 16),
-        None if positions is None else (positions.shape, positions.stride(), positions.dtype,
-                                        positions.data_ptr() % 16),
+        # not the positions' shape: the plan reads them through their strides alone (their shape is q's (B, T) or
+        # (T,), checked by the module), and a torch.Size in the key cost host time on every call with positions
+        None if positions is None else (positions.stride(), positions.dtype, positions.data_ptr() % 16),
         None if out_q is None else (out_q.stride(), out_q.storage_offset(), out_q.data_ptr() % 16),
         None if out_k is None else (out_k.stride(), out_k.storage_offset(), out_k.data_ptr() % 16),
         None if out_buffer is None else (out_buffer.storage_offset(), out_buffer.data_ptr() % 16),
@@ -665,7 +664,7 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = _pow2_unit(cos.stride(0))  # the table's row stride, passed in its power-of-two unit like SV
     # 32-bit index arithmetic where every element offset of every operand fits (the common case)
-    wide = (_needs_wide_offsets(*(t for t in (q, kk, cos, positions, out_q, out_k, out_buffer) if t is not None))
+    wide = (_needs_wide_offsets(q, kk, cos, positions, out_q, out_k, out_buffer)
             or max(oq.numel(), ok.numel()) >= 1 << 30)  # fresh outputs: their storage is their elements
     ints = (
         *_scaled_strides(q, sv), *_scaled_strides(kk, sv), *_scaled_strides(oq, sv), *_scaled_strides(ok, sv),
@@ -742,14 +741,15 @@ def magic_divisor(d: int) -> tuple[int, int]:
     return -(-(1 << (31 + s)) // d) - (1 << 31), s
 
 
-def _needs_wide_offsets(*tensors: Tensor) -> bool:
+def _needs_wide_offsets(*tensors: Tensor | None) -> bool:
     """Whether an element offset the kernel computes for one of ``tensors`` can reach 2**31: it then
     does its index arithmetic in 64 bits (``WIDE``). Bounded by the storage (an offset from the data
     pointer is below the storage's element count; the masked rows of a last partial program reach
     one batch past the end, hence the factor 2): storages under 2**30 elements stay in 32 bits.
-    One C call per tensor, where summing size x stride over the dims cost 4 us per launch."""
+    One C call per tensor, where summing size x stride over the dims cost 4 us per launch. None (an absent
+    operand) is skipped, so that a launch's plan asks once for all of its operands."""
     for t in tensors:
-        if t.untyped_storage().nbytes() >= (1 << 30) * t.element_size():
+        if t is not None and t.untyped_storage().nbytes() >= (1 << 30) * t.element_size():
             return True
     return False
 

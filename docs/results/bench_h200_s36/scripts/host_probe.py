@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--stub", action="store_true")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=21)
+    ap.add_argument("--no-profile", action="store_true")
     args = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     if args.stub:
@@ -72,6 +73,10 @@ def main() -> None:
             "module call, grad, int32 positions": (lambda: mod(q, k, positions=pos32), lambda: mod(q, k), True),
             "module call, grad, (T,) positions": (lambda: mod(q, k, positions=pos1), lambda: mod(q, k), True),
             "module call, no grad": (lambda: mod(q, k, positions=pos), lambda: mod(q, k), False),
+            "forward(), grad": (lambda: mod.forward(q, k, positions=pos), lambda: mod.forward(q, k), True),
+            "validate + rotate, grad": (lambda: (mod._validate(q, k, pos), mod.rotate(q, k, pos)),
+                                        lambda: (mod._validate(q, k, None), mod.rotate(q, k, None)), True),
+            "rotate, grad": (lambda: mod.rotate(q, k, pos), lambda: mod.rotate(q, k, None), True),
             "_apply(_RopeFunction), grad": (ap_(pos), ap_(None), True),
             "launch(), no grad": (launch_(pos), launch_(None), False),
             "launch(), grad mode on (no Function)": (launch_(pos), launch_(None), True),
@@ -87,7 +92,7 @@ def main() -> None:
                 r = paired_host_loops(fa, fb, args.calls, args.repeats, dev)
             print(f"  {name:40s} {r['a_us']:7.1f} {r['b_us']:7.1f} {r['diff_us']:+6.1f} "
                   f"[{r['diff_q1_us']:+.1f}, {r['diff_q3_us']:+.1f}]")
-        if (B, T, H, D) == (1, 1, 32, 128):
+        if (B, T, H, D) == (1, 1, 32, 128) and not args.no_profile:
             for label, f in (("with positions", lambda: mod(q, k, positions=pos)), ("without", lambda: mod(q, k))):
                 for _ in range(200):
                     f()
