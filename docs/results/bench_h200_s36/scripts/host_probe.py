@@ -50,63 +50,68 @@ def main() -> None:
     if args.stub:
         triton_rope.LaunchPlan.run = lambda self, *a, **k: None
     print(f"device {torch.cuda.get_device_name() if dev == 'cuda' else 'cpu'}, torch {torch.__version__}")
-    for B, T, H, D in ((1, 128, 8, 64), (1, 1, 32, 128), (64, 1, 32, 128), (8, 16, 8, 64)):
-        mod = rope.build("triton_v4", D, 2048, variant="partial").to(dev)
-        cos, sin = mod.cos, mod.sin
-        q = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
-        k = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
-        pos = ((torch.arange(T, device=dev) + 7) % 2048).expand(B, T).contiguous()
-        pos32 = pos.int()
-        pos1 = pos[0].clone()  # (T,)
-        fn = triton_rope._RopeFunction
-        part = mod._partial_shortcut
+    for shape in ((1, 128, 8, 64), (1, 1, 32, 128), (64, 1, 32, 128), (8, 16, 8, 64)):
+        probe_shape(*shape, dev, args)
 
-        def ap_(p):
-            return lambda: triton_rope._apply(fn, q, k, cos, sin, p, part, False, False, False,
-                                              triton_rope.DEFAULT_LAUNCH, False)
 
-        def launch_(p):
-            return lambda: triton_rope.launch(q, k, cos, sin, p, part, False, False)
+def probe_shape(B: int, T: int, H: int, D: int, dev: str, args: argparse.Namespace) -> None:
+    """The paired pieces at one shape (and, at 1x1x32x128, the cProfile listings)."""
+    mod = rope.build("triton_v4", D, 2048, variant="partial").to(dev)
+    cos, sin = mod.cos, mod.sin
+    q = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(B, T, H, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    pos = ((torch.arange(T, device=dev) + 7) % 2048).expand(B, T).contiguous()
+    pos32 = pos.int()
+    pos1 = pos[0].clone()  # (T,)
+    fn = triton_rope._RopeFunction
+    part = mod._partial_shortcut
 
-        pieces = {
-            "module call, grad": (lambda: mod(q, k, positions=pos), lambda: mod(q, k), True),
-            "module call, grad, int32 positions": (lambda: mod(q, k, positions=pos32), lambda: mod(q, k), True),
-            "module call, grad, (T,) positions": (lambda: mod(q, k, positions=pos1), lambda: mod(q, k), True),
-            "module call, no grad": (lambda: mod(q, k, positions=pos), lambda: mod(q, k), False),
-            "forward(), grad": (lambda: mod.forward(q, k, positions=pos), lambda: mod.forward(q, k), True),
-            "validate + rotate, grad": (lambda: (mod._validate(q, k, pos), mod.rotate(q, k, pos)),
-                                        lambda: (mod._validate(q, k, None), mod.rotate(q, k, None)), True),
-            "rotate, grad": (lambda: mod.rotate(q, k, pos), lambda: mod.rotate(q, k, None), True),
-            "_apply(_RopeFunction), grad": (ap_(pos), ap_(None), True),
-            "launch(), no grad": (launch_(pos), launch_(None), False),
-            "launch(), grad mode on (no Function)": (launch_(pos), launch_(None), True),
-            "empty Function saving positions": (lambda: _Empty.apply(q, k, cos, sin, pos),
-                                                lambda: _Empty.apply(q, k, cos, sin, None), True),
-            "_validate": (lambda: mod._validate(q, k, pos), lambda: mod._validate(q, k, None), True),
-            "plan lookup": (lambda: triton_rope.launch_plan(q, k, cos, sin, pos, part, False, False),
-                            lambda: triton_rope.launch_plan(q, k, cos, sin, None, part, False, False), True),
-        }
-        print(f"\n== {B}x{T}x{H}x{D} bf16: host us per call, with positions / without / paired difference [q1, q3]")
-        for name, (fa, fb, grad) in pieces.items():
-            with torch.set_grad_enabled(grad):
-                r = paired_host_loops(fa, fb, args.calls, args.repeats, dev)
-            print(f"  {name:40s} {r['a_us']:7.1f} {r['b_us']:7.1f} {r['diff_us']:+6.1f} "
-                  f"[{r['diff_q1_us']:+.1f}, {r['diff_q3_us']:+.1f}]")
-        if (B, T, H, D) == (1, 1, 32, 128) and not args.no_profile:
-            for label, f in (("with positions", lambda: mod(q, k, positions=pos)), ("without", lambda: mod(q, k))):
-                for _ in range(200):
-                    f()
-                synchronize(dev)
-                prof = cProfile.Profile()
-                prof.enable()
-                for _ in range(5000):
-                    f()
-                prof.disable()
-                synchronize(dev)
-                s = io.StringIO()
-                pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
-                print(f"\n-- cProfile, module call with grad, {label}, 5000 calls (tottime) --")
-                print("\n".join(s.getvalue().splitlines()[:40]))
+    def ap_(p):
+        return lambda: triton_rope._apply(fn, q, k, cos, sin, p, part, False, False, False,
+                                          triton_rope.DEFAULT_LAUNCH, False)
+
+    def launch_(p):
+        return lambda: triton_rope.launch(q, k, cos, sin, p, part, False, False)
+
+    pieces = {
+        "module call, grad": (lambda: mod(q, k, positions=pos), lambda: mod(q, k), True),
+        "module call, grad, int32 positions": (lambda: mod(q, k, positions=pos32), lambda: mod(q, k), True),
+        "module call, grad, (T,) positions": (lambda: mod(q, k, positions=pos1), lambda: mod(q, k), True),
+        "module call, no grad": (lambda: mod(q, k, positions=pos), lambda: mod(q, k), False),
+        "forward(), grad": (lambda: mod.forward(q, k, positions=pos), lambda: mod.forward(q, k), True),
+        "validate + rotate, grad": (lambda: (mod._validate(q, k, pos), mod.rotate(q, k, pos)),
+                                    lambda: (mod._validate(q, k, None), mod.rotate(q, k, None)), True),
+        "rotate, grad": (lambda: mod.rotate(q, k, pos), lambda: mod.rotate(q, k, None), True),
+        "_apply(_RopeFunction), grad": (ap_(pos), ap_(None), True),
+        "launch(), no grad": (launch_(pos), launch_(None), False),
+        "launch(), grad mode on (no Function)": (launch_(pos), launch_(None), True),
+        "empty Function saving positions": (lambda: _Empty.apply(q, k, cos, sin, pos),
+                                            lambda: _Empty.apply(q, k, cos, sin, None), True),
+        "_validate": (lambda: mod._validate(q, k, pos), lambda: mod._validate(q, k, None), True),
+        "plan lookup": (lambda: triton_rope.launch_plan(q, k, cos, sin, pos, part, False, False),
+                        lambda: triton_rope.launch_plan(q, k, cos, sin, None, part, False, False), True),
+    }
+    print(f"\n== {B}x{T}x{H}x{D} bf16: host us per call, with positions / without / paired difference [q1, q3]")
+    for name, (fa, fb, grad) in pieces.items():
+        with torch.set_grad_enabled(grad):
+            r = paired_host_loops(fa, fb, args.calls, args.repeats, dev)
+        print(f"  {name:40s} {r['a_us']:7.1f} {r['b_us']:7.1f} {r['diff_us']:+6.1f} "
+              f"[{r['diff_q1_us']:+.1f}, {r['diff_q3_us']:+.1f}]")
+    if (B, T, H, D) == (1, 1, 32, 128) and not args.no_profile:
+        for label, f in (("with positions", lambda: mod(q, k, positions=pos)), ("without", lambda: mod(q, k))):
+            for _ in range(200):
+                f()
+            synchronize(dev)
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(5000):
+                f()
+            prof.disable()
+            synchronize(dev)
+            s = io.StringIO()
+            pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
+            print(f"\n-- cProfile, module call with grad, {label}, 5000 calls (tottime) --")
+            print("\n".join(s.getvalue().splitlines()[:40]))
 
 
 if __name__ == "__main__":
