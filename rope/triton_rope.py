@@ -209,12 +209,35 @@ WORDS_BY_DEFAULT = True
 JOINT_BY_DEFAULT = True
 
 
-def _joint_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool) -> bool:
-    """Where :data:`JOINT_BY_DEFAULT` puts q's and k's blocks in q's programs."""
+#: The GPUs whose launch rules differ from the H100's (on which every rule above was measured), by the name CUDA
+#: gives them. The H200 has the H100's SMs and L1 with memory 1.4 times as fast (4.24 TB/s of copy measured against
+#: 3.0), so a program's instructions and L1 traffic weigh more against the time its bytes take, and two of the H100's
+#: choices fell behind there (one H200, docs/results/bench_h200_s36, calls 4 and 5; 32M elements, % of copy bandwidth,
+#: forward/backward): odd halves from D = 34 to 50, whose programs are apart on the H100 (joint ran 0.7-2 points
+#: slower there, session 15), read 71-79 apart and 86-89 joint (D = 42: 72.5/72.7 -> 87.0/86.4; D = 50: 70.9/71.4 ->
+#: 88.4/86.2); and rows padded to under three quarters of their lanes (R2 = 40, 72, 80, 88 pairs: D = 80, 144, 160,
+#: 176) read 81-87 where chunks read 90-90.5 (D = 80: 83.9/83.1 -> 90.4/89.8; D = 144: 81.3/81.1 -> 90.0/90.1); at
+#: three quarters (D = 48) the two were level (90.0/89.5 against 89.2/89.2). Every other GPU takes the H100's rules.
+GPU_PROFILES = {"NVIDIA H200": "h200"}
+#: The odd halves' first head dim with joint programs, by profile (:func:`_joint_geometry`).
+JOINT_ODD_FROM = {"h100": 54, "h200": 34}
+
+
+@functools.cache
+def device_profile(index: int) -> str:
+    """The launch rules for CUDA device ``index`` (-1: not CUDA): ``GPU_PROFILES``' entry for its name, else "h100"."""
+    if index < 0:
+        return "h100"
+    name = torch.cuda.get_device_name(index)
+    return next((profile for gpu, profile in GPU_PROFILES.items() if name.startswith(gpu)), "h100")
+
+
+def _joint_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool, profile: str = "h100") -> bool:
+    """Where :data:`JOINT_BY_DEFAULT` puts q's and k's blocks in q's programs (on the GPUs of ``profile``)."""
     if not JOINT_BY_DEFAULT or interleaved or passed:
         return False
-    return ((rotary_pairs % 2 == 1 and head_dim >= 54) or (rotary_pairs % 8 == 2 and head_dim >= 36)
-            or (rotary_pairs % 8 == 4 and head_dim >= 24))
+    return ((rotary_pairs % 2 == 1 and head_dim >= JOINT_ODD_FROM[profile])
+            or (rotary_pairs % 8 == 2 and head_dim >= 36) or (rotary_pairs % 8 == 4 and head_dim >= 24))
 
 
 def _words_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool, joint: bool) -> bool:
@@ -247,8 +270,9 @@ def _interpreting() -> bool:
 
 @functools.lru_cache(maxsize=256)
 def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: bool,
-                  config: LaunchConfig = DEFAULT_LAUNCH) -> dict:
-    """The constexprs of one launch, from the row geometry (cached: the module call's host time counts).
+                  config: LaunchConfig = DEFAULT_LAUNCH, profile: str = "h100") -> dict:
+    """The constexprs of one launch, from the row geometry (cached: the module call's host time counts), with the
+    rules measured for the GPUs of ``profile`` (:data:`GPU_PROFILES`).
 
     A row of D elements holds R2 = ``rotary_pairs`` rotated pairs and D - 2 R2 copied elements; all
     are constexpr so the padding masks are compile-time constants and the loads vectorise whatever
@@ -270,11 +294,12 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
     else:  # measured: chunks where R2 is not a power of two, unless its pairs come in groups of 8 or more
         # (half layout); rows with a copied tail (where the flat tiling does not take the tensors)
         chunked = CHUNKS_BY_DEFAULT and hp != rotary_pairs and passed == 0 and (
-            interleaved or _pow2_unit(rotary_pairs) < ROWS_FROM_GROUPS_OF)
+            interleaved or _pow2_unit(rotary_pairs) < ROWS_FROM_GROUPS_OF
+            or (profile == "h200" and 4 * rotary_pairs < 3 * hp))  # rows' lanes under 3/4 busy (GPU_PROFILES)
     # flat: forced, or by default where measured faster (FLAT_BY_DEFAULT); CHUNKED then says the tiling to
     # fall back on for tensors the flat tiling cannot take (heads not contiguous)
     joint_geometry = (config.joint == 1 if config.joint >= 0
-                      else _joint_geometry(head_dim, rotary_pairs, passed, interleaved))
+                      else _joint_geometry(head_dim, rotary_pairs, passed, interleaved, profile))
     joint_4_mod_8 = joint_geometry and not interleaved and rotary_pairs % 8 == 4  # flat with blocks of 4
     flat = config.chunks == 2 or (config.chunks == -1 and FLAT_BY_DEFAULT and (
         passed > 0 or rotary_pairs % 2 == 1 or (not interleaved and rotary_pairs % 4 == 2) or joint_4_mod_8))
@@ -609,14 +634,15 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
         spb, spt = positions.stride() if positions.dim() == 2 else (0, positions.stride(0))
     else:
         spb, spt = 0, 0
-    cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), config)
+    profile = device_profile(q.get_device())
+    cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), config, profile)
     if cfg["JOINT"] and not (k is not None and (HK == HQ or config.joint == 1 and HK < HQ)):
         # q's programs cannot take k's blocks (k absent, more k heads, or GQA unless forced: not measured): the
         # choice measured for programs apart, tiling, tables, partner reads and block alike
-        cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, joint=0))
+        cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, joint=0), profile)
     if cfg["CHUNKED"] and max(nrq, nrk) * max(cfg["M"], cfg["MP"]) + max(cfg["NCH"], cfg["NCP"]) >= 2**31:
         # chunk ids are int32: rows instead
-        cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, chunks=0))
+        cfg = launch_config(D, cos.shape[1], bool(partial), bool(interleaved), replace(config, chunks=0), profile)
     shared = out_buffer is not None and k is not None
     ook = out_k.storage_offset() - out_buffer.storage_offset() if shared else 0
     if shared and (out_q.storage_offset() != out_buffer.storage_offset() or ook < 0):

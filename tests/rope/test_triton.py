@@ -1435,3 +1435,33 @@ def test_on_device_of_switches_only_for_another_gpu(monkeypatch):
     devices.current = 0
     with on_device_of(torch.zeros(1)):
         assert devices.current == 0
+
+
+def test_device_profile_reads_the_gpu_name(monkeypatch):
+    """The H200 takes its own launch rules, every other GPU (and the CPU interpreter) the H100's."""
+    names = (("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-SXM4-80GB", "h100"))
+    for name, profile in names:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda index, n=name: n)
+        assert triton_rope.device_profile.__wrapped__(0) == profile, name
+    assert triton_rope.device_profile.__wrapped__(-1) == "h100"
+
+
+@pytest.mark.parametrize("D,h100,h200", [
+    pytest.param(42, {"FLAT": True, "JOINT": False}, {"FLAT": True, "JOINT": True}, id="42"),
+    pytest.param(50, {"FLAT": True, "JOINT": False}, {"FLAT": True, "JOINT": True}, id="50"),
+    pytest.param(80, {"FLAT": False, "CHUNKED": False}, {"FLAT": False, "CHUNKED": True}, id="80"),
+    pytest.param(48, {"FLAT": False, "CHUNKED": False}, {"FLAT": False, "CHUNKED": False}, id="48"),
+])
+def test_h200_rules_choose_their_tilings_and_compute_the_function(monkeypatch, D, h100, h200, device):
+    """On an H200 (GPU_PROFILES) odd halves from D = 34 run joint programs and rows padded to under three quarters of
+    their lanes run as chunks; elsewhere the H100's choices stand. The plans differ as measured, and the H200's give
+    the float64 formula's results, forward and backward, with positions, a fused projection's views and GQA (k
+    absent from q's programs)."""
+    q = torch.randn(2, 5, 2, D, device=device, dtype=torch.bfloat16)
+    for profile, expected in (("h100", h100), ("h200", h200)):
+        monkeypatch.setattr(triton_rope, "device_profile", lambda index, p=profile: p)
+        m = rope.build("triton_v4", D, 16, variant="full").to(device)
+        plan = triton_rope.launch_plan(q, q.clone(), m.cos, m.sin, None, False, False, False)
+        assert {key: plan.constexprs[key] for key in expected} == expected, profile
+    for layout, HK, pos_kind in (("contiguous", 2, "none"), ("qkv", 2, "bt"), ("gqa", 1, "t")):
+        run_case("triton_v4", torch.bfloat16, "full", layout, pos_kind, 2, 5, 2, HK, D, device)
