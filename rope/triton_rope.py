@@ -212,15 +212,17 @@ JOINT_BY_DEFAULT = True
 #: The GPUs whose launch rules differ from the H100's (on which every rule above was measured), by the name CUDA
 #: gives them. The H200 has the H100's SMs and L1 with memory 1.4 times as fast (4.24 TB/s of copy measured against
 #: 3.0), so a program's instructions and L1 traffic weigh more against the time its bytes take, and two of the H100's
-#: choices fell behind there (one H200, docs/results/bench_h200_s36, calls 4 and 5; 32M elements, % of copy bandwidth,
-#: forward/backward): odd halves from D = 34 to 50, whose programs are apart on the H100 (joint ran 0.7-2 points
-#: slower there, session 15), read 71-79 apart and 86-89 joint (D = 42: 72.5/72.7 -> 87.0/86.4; D = 50: 70.9/71.4 ->
-#: 88.4/86.2); and rows padded to under three quarters of their lanes (R2 = 40, 72, 80, 88 pairs: D = 80, 144, 160,
-#: 176) read 81-87 where chunks read 90-90.5 (D = 80: 83.9/83.1 -> 90.4/89.8; D = 144: 81.3/81.1 -> 90.0/90.1); at
-#: three quarters (D = 48) the two were level (90.0/89.5 against 89.2/89.2). Every other GPU takes the H100's rules.
+#: choices fell behind there (two H200s, docs/results/bench_h200_s36, calls 4-6; 32M elements, % of copy bandwidth,
+#: forward/backward): odd halves under D = 54, whose programs are apart on the H100 (joint ran 0.7-2 points slower
+#: there, session 15), read 70-85 apart and 86-90 joint (call 6: D = 18: 84.8/84.2 -> 89.3/87.6; D = 30: 81.7/81.4 ->
+#: 89.8/88.0; D = 42: 71.9/72.0 -> 87.5/87.6; D = 50: 70.5/71.2 -> 88.7/87.4; Liger 43-60); and rows padded to under
+#: three quarters of their lanes (R2 = 40, 72, 80, 88 pairs: D = 80, 144, 160, 176) read 81-88 where chunks read
+#: 90-91 (call 6, variant full: D = 80: 84.2/84.0 -> 90.7/89.8, Liger 91.1/91.8; D = 144: 81.7/81.5 -> 90.2/91.1,
+#: Liger 87.7/88.5); at three quarters (D = 48) the two were level (call 5: 90.0/89.5 against 89.2/89.2). Every other
+#: GPU takes the H100's rules.
 GPU_PROFILES = {"NVIDIA H200": "h200"}
 #: The odd halves' first head dim with joint programs, by profile (:func:`_joint_geometry`).
-JOINT_ODD_FROM = {"h100": 54, "h200": 34}
+JOINT_ODD_FROM = {"h100": 54, "h200": 18}
 
 
 @functools.cache

@@ -1447,13 +1447,14 @@ def test_device_profile_reads_the_gpu_name(monkeypatch):
 
 
 @pytest.mark.parametrize("D,h100,h200", [
+    pytest.param(18, {"FLAT": True, "JOINT": False}, {"FLAT": True, "JOINT": True}, id="18"),
     pytest.param(42, {"FLAT": True, "JOINT": False}, {"FLAT": True, "JOINT": True}, id="42"),
     pytest.param(50, {"FLAT": True, "JOINT": False}, {"FLAT": True, "JOINT": True}, id="50"),
     pytest.param(80, {"FLAT": False, "CHUNKED": False}, {"FLAT": False, "CHUNKED": True}, id="80"),
     pytest.param(48, {"FLAT": False, "CHUNKED": False}, {"FLAT": False, "CHUNKED": False}, id="48"),
 ])
 def test_h200_rules_choose_their_tilings_and_compute_the_function(monkeypatch, D, h100, h200, device):
-    """On an H200 (GPU_PROFILES) odd halves from D = 34 run joint programs and rows padded to under three quarters of
+    """On an H200 (GPU_PROFILES) odd halves from D = 18 run joint programs and rows padded to under three quarters of
     their lanes run as chunks; elsewhere the H100's choices stand. The plans differ as measured, and the H200's give
     the float64 formula's results, forward and backward, with positions, a fused projection's views and GQA (k
     absent from q's programs)."""
