@@ -477,14 +477,15 @@ def run_modes(args: argparse.Namespace) -> int:
         bench.liger_table_dtype = torch.float32
     info = {"device_name": device_name, "variant": args.variant, "copy_bw": copy_bw, "reps": args.reps,
             "placements": args.placements, "flush": args.flush,
-            "liger_tables": bench.liger_dtype}
+            "liger_tables": bench.liger_dtype, "launch_rules": launch_rules(device)}
     versions = f"torch {torch.__version__}"
     for dist in ("triton", "liger-kernel"):
         try:
             versions += f", {dist} {importlib.metadata.version(dist)}"
         except importlib.metadata.PackageNotFoundError:
             pass
-    bench.log(f"{device_name}: copy bandwidth {copy_bw:.0f} GB/s ({versions}); modes {', '.join(args.modes)};"
+    bench.log(f"{device_name}: copy bandwidth {copy_bw:.0f} GB/s ({versions}); Triton launch rules "
+              f"{info['launch_rules']}; modes {', '.join(args.modes)};"
               f" implementations {', '.join(names)}" + (f"; budget {args.budget_s:g} s" if args.budget_s else ""))
     for n in notes:
         bench.log(n)
@@ -538,6 +539,15 @@ def _layouts_packed(args, bench, bm, names, info, done) -> None:
         res = bm.run_packed(bench, names, args.packed_totals, H, PACKED_HEAD_DIM, args.packed_max_len)
         done(res, bm.packed_markdown(res, names, H, PACKED_HEAD_DIM, args.packed_max_len, info))
 
+
+
+def launch_rules(device: torch.device) -> str:
+    """Which GPU's measured launch rules the Triton entries take on ``device`` (``rope.triton_rope.GPU_PROFILES``): the
+    tables and logs name it, since the same head dim can launch another tiling on another GPU."""
+    from rope import triton_rope
+
+    return triton_rope.device_profile(device.index if device.index is not None else torch.cuda.current_device()) \
+        if device.type == "cuda" else triton_rope.device_profile(-1)
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)

@@ -542,7 +542,12 @@ def header_lines(title: str, bench_info: dict, extra: Sequence[str] = (), placem
             f" (1 GiB `copy_`): **{bench_info['copy_bw']:.0f} GB/s**. Bytes = q and k read once and written once"
             " (the pass-through part of rotary_dim < D included). Timer: lower of two medians of"
             f" {bench_info['reps']} reps, L2 flushed before each ({_flush_note(bench_info)})"
-            + _placements_note(placements) + ".", *extra, ""]
+            + _placements_note(placements) + "." + _rules_note(bench_info), *extra, ""]
+
+
+def _rules_note(bench_info: dict) -> str:
+    rules = bench_info.get("launch_rules")
+    return f" Triton launch rules: {rules}'s (`rope.triton_rope.GPU_PROFILES`)." if rules else ""
 
 
 def _flush_note(bench_info: dict) -> str:

@@ -12,6 +12,7 @@ import torch
 from helpers import FakeGpus
 
 import rope
+from rope import triton_rope
 from rope.triton_rope import LaunchConfig
 from scripts import bench_rope, liger_adapter
 from scripts import bench_rope_modes as bm
@@ -505,6 +506,18 @@ def test_headers_say_how_the_l2_was_flushed():
     assert "`--flush steady`: the same call run untimed just before each timed one" in text
     assert "`--flush zero`" in bm.headdim_markdown(bm.Result("head_dims", [], []), ["triton_v4"], 32 * M, 2048, 16,
                                                    {**info, "flush": "zero"})
+
+
+def test_headers_name_the_launch_rules(monkeypatch):
+    """The tables say which GPU's launch rules the Triton entries took (the same head dim launches another tiling on
+    an H200), and the run reads them from the device."""
+    info = {"device_name": "GPU", "variant": "full", "copy_bw": 4200.0, "reps": 15, "flush": "zero",
+            "launch_rules": "h200"}
+    text = bm.headdim_markdown(bm.Result("head_dims", [], []), ["triton_v4"], 32 * M, 2048, 16, info)
+    assert "Triton launch rules: h200's" in text
+    assert bench_rope.launch_rules(torch.device("cpu")) == "h100"
+    monkeypatch.setattr(triton_rope, "device_profile", lambda index: f"rules of {index}")
+    assert bench_rope.launch_rules(torch.device("cuda", 1)) == "rules of 1"
 
 
 def test_steady_flush_asks_for_five_times_a_larger_l2():
