@@ -375,7 +375,8 @@ class RotaryEmbedding(nn.Module):
         """The range check, where it is free: positions in host memory. On an accelerator it would
         cost a host-device synchronisation per call, so there an out-of-range position gives NaN
         rows instead (every implementation; see ``gather_rows``), never a silently wrong answer."""
-        if positions.numel() and positions.device.type == "cpu" and not torch.compiler.is_compiling():
+        # is_cpu first: on an accelerator, the per-call case, one attribute read (``.device`` builds an object)
+        if positions.is_cpu and positions.numel() and not torch.compiler.is_compiling():
             lo, hi = int(positions.min()), int(positions.max())
             if lo < 0 or hi >= self.max_seq_len:
                 raise ValueError(f"positions must lie in [0, max_seq_len={self.max_seq_len}), got range [{lo}, {hi}]")
