@@ -1456,13 +1456,15 @@ def test_device_profile_reads_the_gpu_name(monkeypatch):
 def test_h200_rules_choose_their_tilings_and_compute_the_function(monkeypatch, D, h100, h200, device):
     """On an H200 (GPU_PROFILES) odd halves from D = 18 run joint programs and rows padded to under three quarters of
     their lanes run as chunks; elsewhere the H100's choices stand. The plans differ as measured, and the H200's give
-    the float64 formula's results, forward and backward, with positions, a fused projection's views and GQA (k
-    absent from q's programs)."""
+    the float64 formula's results, forward and backward, in the three dtypes, with positions, a fused projection's
+    views and GQA (k absent from q's programs)."""
     q = torch.randn(2, 5, 2, D, device=device, dtype=torch.bfloat16)
     for profile, expected in (("h100", h100), ("h200", h200)):
         monkeypatch.setattr(triton_rope, "device_profile", lambda index, p=profile: p)
         m = rope.build("triton_v4", D, 16, variant="full").to(device)
         plan = triton_rope.launch_plan(q, q.clone(), m.cos, m.sin, None, False, False, False)
         assert {key: plan.constexprs[key] for key in expected} == expected, profile
-    for layout, HK, pos_kind in (("contiguous", 2, "none"), ("qkv", 2, "bt"), ("gqa", 1, "t")):
-        run_case("triton_v4", torch.bfloat16, "full", layout, pos_kind, 2, 5, 2, HK, D, device)
+    for dtype, layout, HK, pos_kind in ((torch.bfloat16, "contiguous", 2, "none"), (torch.bfloat16, "qkv", 2, "bt"),
+                                        (torch.bfloat16, "gqa", 1, "t"), (torch.float16, "contiguous", 2, "t"),
+                                        (torch.float32, "qkv", 2, "none")):
+        run_case("triton_v4", dtype, "full", layout, pos_kind, 2, 5, 2, HK, D, device)
