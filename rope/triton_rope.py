@@ -223,6 +223,8 @@ JOINT_BY_DEFAULT = True
 GPU_PROFILES = {"NVIDIA H200": "h200"}
 #: The odd halves' first head dim with joint programs, by profile (:func:`_joint_geometry`).
 JOINT_ODD_FROM = {"h100": 54, "h200": 18}
+#: The share of its lanes a padded row must keep busy to stay rows (else chunks, :func:`launch_config`), by profile.
+ROWS_BUSY_FROM = {"h100": 0.0, "h200": 0.75}
 
 
 @functools.cache
@@ -297,7 +299,7 @@ def launch_config(head_dim: int, rotary_pairs: int, partial: bool, interleaved: 
         # (half layout); rows with a copied tail (where the flat tiling does not take the tensors)
         chunked = CHUNKS_BY_DEFAULT and hp != rotary_pairs and passed == 0 and (
             interleaved or _pow2_unit(rotary_pairs) < ROWS_FROM_GROUPS_OF
-            or (profile == "h200" and 4 * rotary_pairs < 3 * hp))  # rows' lanes under 3/4 busy (GPU_PROFILES)
+            or rotary_pairs < ROWS_BUSY_FROM[profile] * hp)
     # flat: forced, or by default where measured faster (FLAT_BY_DEFAULT); CHUNKED then says the tiling to
     # fall back on for tensors the flat tiling cannot take (heads not contiguous)
     joint_geometry = (config.joint == 1 if config.joint >= 0

@@ -540,14 +540,15 @@ def _layouts_packed(args, bench, bm, names, info, done) -> None:
         done(res, bm.packed_markdown(res, names, H, PACKED_HEAD_DIM, args.packed_max_len, info))
 
 
-
 def launch_rules(device: torch.device) -> str:
     """Which GPU's measured launch rules the Triton entries take on ``device`` (``rope.triton_rope.GPU_PROFILES``): the
     tables and logs name it, since the same head dim can launch another tiling on another GPU."""
     from rope import triton_rope
 
-    return triton_rope.device_profile(device.index if device.index is not None else torch.cuda.current_device()) \
-        if device.type == "cuda" else triton_rope.device_profile(-1)
+    if device.type != "cuda":
+        return triton_rope.device_profile(-1)
+    return triton_rope.device_profile(device.index if device.index is not None else torch.cuda.current_device())
+
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
