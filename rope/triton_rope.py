@@ -225,6 +225,16 @@ GPU_PROFILES = {"NVIDIA H200": "h200"}
 JOINT_ODD_FROM = {"h100": 54, "h200": 18}
 #: The share of its lanes a padded row must keep busy to stay rows (else chunks, :func:`launch_config`), by profile.
 ROWS_BUSY_FROM = {"h100": 0.0, "h200": 0.75}
+#: A register cap (Triton's ``maxnreg``) for row programs that are padded (HP > R2) or read ``positions``, by
+#: profile (0: the compiler's choice), in launches outside ``torch.compile`` (:func:`_row_registers`). The row
+#: kernel compiles to 40 registers forward and 34 backward (sm_90, triton 3.6), so 6 programs of 8 warps share an
+#: SM; at 32, without spills, 8 do. On the H200, whose faster memory needs more bytes in flight, that was worth 2-3
+#: points (docs/results/bench_h200_s37, call 8; 32M elements, % of copy bandwidth, forward/backward): D = 48
+#: 90.0/89.5 -> 91.8/92.2 (Liger 91.9/92.3), D = 96 90.1/90.1 -> 93.5/92.8 (Liger 91.6/92.4); packed sequences
+#: (positions, D = 128, 65k-262k tokens) 92.4-94.1 -> 95.1-96.4 forward and 92.1-93.9 -> 94.7-96.6 backward. Rows
+#: of whole power-of-two widths without positions read level or lower (D = 64: 90.8/90.9 -> 90.3/90.8; D = 128:
+#: 90.2/90.8 -> 89.5/90.1), so they keep the compiler's choice. On one machine; the H100 was not measured.
+ROWS_REGISTERS = {"h100": 0, "h200": 32}
 
 
 @functools.cache
@@ -242,6 +252,16 @@ def _joint_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: 
         return False
     return ((rotary_pairs % 2 == 1 and head_dim >= JOINT_ODD_FROM[profile])
             or (rotary_pairs % 8 == 2 and head_dim >= 36) or (rotary_pairs % 8 == 4 and head_dim >= 24))
+
+
+def _row_registers(cfg: dict, config: LaunchConfig, profile: str, has_positions: bool, traced: bool) -> int:
+    """The register cap :data:`ROWS_REGISTERS` puts on this launch (0: none): row programs (neither flat nor chunks)
+    that are padded or read positions, unless ``config.maxnreg`` says otherwise. Not under ``torch.compile``
+    (``traced``): Inductor launches the kernel there, and a cap through it was not measured."""
+    cap = ROWS_REGISTERS[profile]
+    if not cap or config.maxnreg or traced or cfg["FLAT"] or cfg["CHUNKED"]:
+        return 0
+    return cap if has_positions or cfg["HP"] > cfg["R2"] else 0
 
 
 def _words_geometry(head_dim: int, rotary_pairs: int, passed: int, interleaved: bool, joint: bool) -> bool:
@@ -664,6 +684,9 @@ def _make_plan(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions:
     if cfg["FLAT"] and not vb:  # the flat tiling cannot take these tensors: rows or chunks (a copy: the dict
         cfg = {**cfg, "FLAT": False, "JOINT": False,  # is launch_config's cached one)
                "num_warps": config.num_warps or ROW_WARPS}
+    regs = _row_registers(cfg, config, profile, positions is not None, traced)
+    if regs:
+        cfg = {**cfg, "maxnreg": regs}  # (a copy: the dict is launch_config's cached one)
     br = cfg["BR"]
     if max(nrq, nrk) + br >= 2**31:
         raise ValueError(f"too many rows (B*T*heads) for one launch: B={B}, T={T}, heads {HQ}+{HK}")

@@ -1446,6 +1446,36 @@ def test_device_profile_reads_the_gpu_name(monkeypatch):
     assert triton_rope.device_profile.__wrapped__(-1) == "h100"
 
 
+def test_h200_caps_row_registers_where_measured_faster(monkeypatch, device):
+    """On an H200 (ROWS_REGISTERS) row programs that are padded (D = 48, 96: 24 and 48 pairs in 32 and 64 lanes) or
+    read positions run under a cap of 32 registers; whole power-of-two rows without positions, the flat and chunk
+    tilings, a cap the config sets, traced launches (torch.compile) and the H100 keep theirs. Capped launches give
+    the float64 formula's results, forward and backward, with positions and a fused projection's views."""
+    def regs(profile, D, positions=None, config=triton_rope.DEFAULT_LAUNCH, traced=False, variant="full"):
+        monkeypatch.setattr(triton_rope, "device_profile", lambda index, p=profile: p)
+        m = rope.build("triton_v4", D, 16, variant=variant).to(device)
+        q = torch.randn(2, 5, 2, D, device=device, dtype=torch.bfloat16)
+        plan = triton_rope.launch_plan(q, q.clone(), m.cos, m.sin, positions, variant == "partial", False, False,
+                                       config=config, traced=traced)
+        return plan.constexprs.get("maxnreg", 0)
+
+    pos = torch.randint(0, 16, (2, 5), device=device)
+    assert [regs("h200", D) for D in (48, 96, 64, 128)] == [32, 32, 0, 0]
+    assert [regs("h200", D, pos) for D in (64, 128)] == [32, 32]
+    assert regs("h200", 48, variant="partial") == 32
+    assert [regs("h200", D, pos) for D in (80, 54, 36)] == [0, 0, 0]  # chunks, flat (joint), flat
+    assert regs("h200", 48, config=triton_rope.LaunchConfig(maxnreg=48)) == 48
+    assert regs("h200", 48, pos, traced=True) == 0
+    assert [regs("h100", D, p) for D in (48, 96, 64) for p in (None, pos)] == [0] * 6
+    monkeypatch.setattr(triton_rope, "device_profile", lambda index: "h200")
+    spy = _spy_rope_kernels(monkeypatch, run=True)
+    for D, layout, pos_kind in ((48, "contiguous", "bt"), (48, "qkv", "none"), (64, "gqa", "t"), (64, "qkv", "bt")):
+        spy.launches.clear()
+        run_case("triton_v4", torch.bfloat16, "full", layout, pos_kind, 2, 5, 2, 1 if layout == "gqa" else 2, D,
+                 device)
+        assert spy.launches and all(kw.get("maxnreg") == 32 for _, kw in spy.launches), (D, layout, pos_kind)
+
+
 @pytest.mark.parametrize("D,h100,h200", [
     pytest.param(18, {"FLAT": True, "JOINT": False}, {"FLAT": True, "JOINT": True}, id="18"),
     pytest.param(42, {"FLAT": True, "JOINT": False}, {"FLAT": True, "JOINT": True}, id="42"),
