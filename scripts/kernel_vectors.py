@@ -13,7 +13,7 @@ bytes. It needs no GPU and it is no benchmark: what the widths cost is measured 
 ``scripts/bench_rope.py`` on the device.
 
     python -m scripts.kernel_vectors [--head-dims 16,24,40,48] [--layouts half,interleaved]
-        [--rotary-fractions 1,0.5] [--variant partial] [--dtype bf16] [--arch 90] [--json]
+        [--rotary-fractions 1,0.5] [--variant partial] [--dtype bf16] [--arch 90] [--positions] [--regs N] [--json]
 
 Runs without ``TRITON_INTERPRET`` (the interpreter replaces the kernels by Python functions). The code is
 the installed Triton's; to see what the device compiles, put its version first on the path (the H100 image
@@ -48,9 +48,11 @@ _T, _H = 2048, 16
 
 def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dtype: str, arch: int,
                    chunks: int = -1, out_shared: bool = False, wide: bool = False, constant_scalars: bool = False,
-                   streaming: bool = False, inverse: bool = False, config=None):
-    """The compiled ``rope_kernel`` (forward, or ``inverse``: the backward's transposed rotation; no
-    positions) for contiguous (B, T, H, D) inputs.
+                   streaming: bool = False, inverse: bool = False, config=None, positions: bool = False,
+                   maxnreg: int = 0):
+    """The compiled ``rope_kernel`` (forward, or ``inverse``: the backward's transposed rotation) for contiguous
+    (B, T, H, D) inputs; ``positions``: reading (B, T) int64 positions (HAS_POS).
+    ``maxnreg``: a register cap (``LaunchConfig.maxnreg``, as ``rope.triton_rope.ROWS_REGISTERS`` sets it).
     ``streaming``: the q/k loads with L2 evict-first priority (``LaunchConfig.streaming``).
     ``out_shared``: as the fused-qkv backward launches it, k's outputs H heads into q's buffer.
     ``constant_scalars``: ``rope_kernel_static``, every integer argument a compile-time constant, the kernel
@@ -64,7 +66,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
     from rope.triton_rope import LaunchConfig, _pow2_unit, element_table_width, launch_config
 
     cfg = dict(launch_config(head_dim, rotary_dim // 2, variant == "partial", layout == "interleaved",
-                             config or LaunchConfig(chunks=chunks, streaming=streaming)))
+                             config or LaunchConfig(chunks=chunks, streaming=streaming, maxnreg=maxnreg)))
     num_warps = cfg.pop("num_warps")
     options = {"num_warps": num_warps, **({"maxnreg": cfg.pop("maxnreg")} if "maxnreg" in cfg else {})}
     fn = kernels.rope_kernel_static if constant_scalars else kernels.rope_kernel
@@ -89,7 +91,7 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
         ints |= {"spb": 0, "spt": 0, "NPOS": _T, "T": _T, "mT": m_t, "pT": p_t, "HQ": _H, "mHQ": m_h, "pHQ": p_h,
                  "HK": _H, "mHK": m_h, "pHK": p_h, "NRQ": 2 * _T * _H, "NRK": 2 * _T * _H, "NPQ": 64, "NPR": 128,
                  "NPPQ": 0}
-    constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": False, "LOW": False, "INVERSE": inverse, "EMULATE": False,
+    constexprs = {**cfg, "SV": sv, "CSV": csv, "HAS_POS": positions, "LOW": False, "INVERSE": inverse, "EMULATE": False,
                   "OUT_SHARED": out_shared, "WIDE": wide}
     constexprs |= {n: 1 for n in names if re.fullmatch(r"s(q|k|oq|ok)d", n)}  # unit element stride
     if constant_scalars:
@@ -101,8 +103,8 @@ def compile_kernel(head_dim: int, rotary_dim: int, layout: str, variant: str, dt
             signature[n] = "constexpr"
         elif n in pointers:
             # out_shared: ok's slot gets the cos table (float32), as launch() passes it
-            fp32 = ("cos_ptr", "sin_ptr", "pos_ptr") + (("ok_ptr",) if out_shared else ())
-            signature[n] = "*fp32" if n in fp32 else _DTYPES[dtype]
+            fp32 = ("cos_ptr", "sin_ptr") + (("ok_ptr",) if out_shared else ()) + (() if positions else ("pos_ptr",))
+            signature[n] = "*i64" if n == "pos_ptr" and positions else "*fp32" if n in fp32 else _DTYPES[dtype]
             attrs[index[n]] = [["tt.divisibility", 16]]  # torch allocations are 16-byte aligned
         else:
             signature[n] = "i32"
@@ -171,14 +173,24 @@ def registers(kernel) -> int | None:
     """Registers a thread of the compiled kernel takes (``cuobjdump -res-usage``; None without the tool). Why
     it matters: a flat program is 4 warps, and at 32 registers 16 programs share an SM where at 34-40 only 12
     do; every 3-5 point gap between code variants measured on the H100 in session 13 lined up with it."""
+    return _resource(kernel, "REG")
+
+
+def stack_bytes(kernel) -> int | None:
+    """Bytes of stack a thread takes (``cuobjdump -res-usage``'s STACK; None without the tool): registers spilled,
+    what a register cap (``maxnreg``) can cost."""
+    return _resource(kernel, "STACK")
+
+
+def _resource(kernel, name: str) -> int | None:
     usage = cubin_tool_output(kernel, "cuobjdump", "-res-usage")
-    m = re.search(r"REG:(\d+)", usage or "")
+    m = re.search(rf"\b{name}:(\d+)", usage or "")
     return int(m.group(1)) if m else None
 
 
 def report(head_dims: list[int], layouts: list[str], fractions: list[float], variant: str, dtype: str,
            arch: int, chunks: int = -1, out_shared: bool = False, constant_scalars: bool = False,
-           inverse: bool = False) -> list[dict]:
+           inverse: bool = False, positions: bool = False, maxnreg: int = 0) -> list[dict]:
     rows = []
     for D in head_dims:
         for layout in layouts:
@@ -187,14 +199,15 @@ def report(head_dims: list[int], layouts: list[str], fractions: list[float], var
                 if R < 2 or R % 2 or (variant == "partial" and R % 4):
                     continue
                 kernel = compile_kernel(D, R, layout, variant, dtype, arch, chunks, out_shared,
-                                        constant_scalars=constant_scalars, inverse=inverse)
+                                        constant_scalars=constant_scalars, inverse=inverse, positions=positions,
+                                        maxnreg=maxnreg)
                 widths = access_widths(kernel.asm["ptx"])
                 rows.append({"head_dim": D, "layout": layout, "rotary_dim": R, "variant": variant, "dtype": dtype,
                              "loads": widths["ld"], "stores": widths["st"],
                              "narrowest_bytes": min([*widths["ld"], *widths["st"]], default=0),
                              "integer_divisions": integer_divisions(kernel.asm["ptx"]),
                              "sass_per_element": sass_per_element(kernel, D, R, layout, variant, chunks),
-                             "registers": registers(kernel)})
+                             "registers": registers(kernel), "stack_bytes": stack_bytes(kernel)})
     return rows
 
 
@@ -218,6 +231,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    help="rope_kernel_static: every int argument a compile-time constant, as torch.compile launches it")
     p.add_argument("--backward", action="store_true",
                    help="the backward's kernel (the transposed rotation) instead of the forward's")
+    p.add_argument("--positions", action="store_true",
+                   help="the kernel reading (B, T) int64 positions (HAS_POS), as r(q, k, positions=...) launches it")
+    p.add_argument("--regs", type=int, default=0,
+                   help="a register cap (LaunchConfig.maxnreg, 16-255; 0: the compiler's choice)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -231,21 +248,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
         fractions = [float(x) for x in args.rotary_fractions.split(",")]
     except ValueError as exc:
         p.error(f"--head-dims / --rotary-fractions: comma-separated numbers expected ({exc})")
+    if args.regs and not 16 <= args.regs <= 255:
+        p.error(f"--regs: a register count from 16 to 255 (or 0: the compiler's choice), got {args.regs}")
     chunks = {"auto": -1, "rows": 0, "chunks": 1, "flat": 2}[args.tiling]
     rows = report(dims, args.layouts.split(","), fractions, args.variant, args.dtype, args.arch, chunks,
-                  args.out_shared, args.constant_scalars, args.backward)
+                  args.out_shared, args.constant_scalars, args.backward, args.positions, args.regs)
     if args.json:
         print(json.dumps(rows))
     else:
         print(f"rope_kernel global accesses (instructions in the code by bytes per thread), sm_{args.arch}, "
               f"{args.dtype}, variant={args.variant}, tiling {args.tiling}, "
-              f"{'backward' if args.backward else 'forward'}")
+              f"{'backward' if args.backward else 'forward'}{', positions' if args.positions else ''}"
+              f"{f', at most {args.regs} registers' if args.regs else ''}")
         print("| D | layout | rotary_dim | loads | stores | narrowest | integer divisions | instructions per element "
-              "| registers |\n|---|---|---:|---|---|---:|---:|---:|---:|")
+              "| registers | stack |\n|---|---|---:|---|---|---:|---:|---:|---:|---:|")
         for r in rows:
             print(f"| {r['head_dim']} | {r['layout']} | {r['rotary_dim']} | {_fmt(r['loads'])} | {_fmt(r['stores'])} "
                   f"| {r['narrowest_bytes']} B | {r['integer_divisions']} | {r['sass_per_element'] or 'n/a'} "
-                  f"| {r['registers'] or 'n/a'} |")
+                  f"| {r['registers'] or 'n/a'} | {'n/a' if r['stack_bytes'] is None else r['stack_bytes']} |")
     return rows
 
 

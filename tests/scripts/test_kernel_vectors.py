@@ -134,3 +134,22 @@ print(json.dumps(out))
     assert plain["first"] == 0 and plain["last"] > 0
     assert stream["last"] == plain["last"] and stream["first"] == stream["all"] - stream["last"] > 0
     assert stream["widths"] == plain["widths"]
+
+
+def test_positions_and_a_register_cap():
+    """``--positions`` compiles the kernel that reads (B, T) int64 positions (one 8-byte load a row more than
+    without), ``--regs`` caps its registers as ``rope.triton_rope.ROWS_REGISTERS`` does (the stack column shows
+    what spills), and a cap out of range is refused in one line naming the flag."""
+    pytest.importorskip("triton.backends.nvidia")
+    args = ("--head-dims", "48,128", "--layouts", "half", "--variant", "full", "--tiling", "rows", "--json")
+    runs = [_run(*args, *flag) for flag in ((), ("--positions",), ("--positions", "--regs", "32"))]
+    if runs[0].returncode != 0 and ("ptxas" in runs[0].stderr or "backend" in runs[0].stderr.lower()):
+        pytest.skip(f"triton cannot compile for sm_90 here: {runs[0].stderr.strip().splitlines()[-1]}")
+    plain, pos, capped = ([r for r in json.loads(run.stdout)] for run in runs)
+    for a, b in zip(plain, pos, strict=True):
+        assert b["loads"].get("8", 0) == a["loads"].get("8", 0) + 2, (a, b)  # forward: q's and k's branches
+    if capped[0]["registers"] is not None:
+        assert all(r["registers"] <= 32 and r["stack_bytes"] is not None for r in capped), capped
+        assert any(r["registers"] > 32 for r in pos), pos  # the cap binds: uncapped, the kernel takes more
+    bad = _run("--head-dims", "48", "--regs", "8")
+    assert bad.returncode == 2 and "--regs" in bad.stderr.strip().splitlines()[-1]
