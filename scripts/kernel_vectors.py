@@ -248,8 +248,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         fractions = [float(x) for x in args.rotary_fractions.split(",")]
     except ValueError as exc:
         p.error(f"--head-dims / --rotary-fractions: comma-separated numbers expected ({exc})")
-    if args.regs and not 16 <= args.regs <= 255:
-        p.error(f"--regs: a register count from 16 to 255 (or 0: the compiler's choice), got {args.regs}")
+    from rope.triton_rope import LaunchConfig
+
+    try:  # LaunchConfig's own bounds, refused before any compile
+        LaunchConfig(maxnreg=args.regs)
+    except ValueError as exc:
+        p.error(f"--regs: {exc}")
     chunks = {"auto": -1, "rows": 0, "chunks": 1, "flat": 2}[args.tiling]
     rows = report(dims, args.layouts.split(","), fractions, args.variant, args.dtype, args.arch, chunks,
                   args.out_shared, args.constant_scalars, args.backward, args.positions, args.regs)

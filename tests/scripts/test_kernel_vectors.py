@@ -145,7 +145,7 @@ def test_positions_and_a_register_cap():
     runs = [_run(*args, *flag) for flag in ((), ("--positions",), ("--positions", "--regs", "32"))]
     if runs[0].returncode != 0 and ("ptxas" in runs[0].stderr or "backend" in runs[0].stderr.lower()):
         pytest.skip(f"triton cannot compile for sm_90 here: {runs[0].stderr.strip().splitlines()[-1]}")
-    plain, pos, capped = ([r for r in json.loads(run.stdout)] for run in runs)
+    plain, pos, capped = (json.loads(run.stdout) for run in runs)
     for a, b in zip(plain, pos, strict=True):
         assert b["loads"].get("8", 0) == a["loads"].get("8", 0) + 2, (a, b)  # forward: q's and k's branches
     if capped[0]["registers"] is not None:
