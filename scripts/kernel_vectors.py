@@ -173,19 +173,15 @@ def registers(kernel) -> int | None:
     """Registers a thread of the compiled kernel takes (``cuobjdump -res-usage``; None without the tool). Why
     it matters: a flat program is 4 warps, and at 32 registers 16 programs share an SM where at 34-40 only 12
     do; every 3-5 point gap between code variants measured on the H100 in session 13 lined up with it."""
-    return _resource(kernel, "REG")
+    return resource_usage(kernel).get("REG")
 
 
-def stack_bytes(kernel) -> int | None:
-    """Bytes of stack a thread takes (``cuobjdump -res-usage``'s STACK; None without the tool): registers spilled,
-    what a register cap (``maxnreg``) can cost."""
-    return _resource(kernel, "STACK")
-
-
-def _resource(kernel, name: str) -> int | None:
-    usage = cubin_tool_output(kernel, "cuobjdump", "-res-usage")
-    m = re.search(rf"\b{name}:(\d+)", usage or "")
-    return int(m.group(1)) if m else None
+def resource_usage(kernel) -> dict[str, int]:
+    """``cuobjdump -res-usage``'s counts for the compiled kernel, by name ({} without the tool), in one run of it:
+    ``REG`` registers a thread, ``STACK`` bytes of stack a thread (registers spilled, what a register cap
+    (``maxnreg``) can cost)."""
+    usage = cubin_tool_output(kernel, "cuobjdump", "-res-usage") or ""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"\b([A-Z]+):(\d+)", usage)}
 
 
 def report(head_dims: list[int], layouts: list[str], fractions: list[float], variant: str, dtype: str,
@@ -201,13 +197,13 @@ def report(head_dims: list[int], layouts: list[str], fractions: list[float], var
                 kernel = compile_kernel(D, R, layout, variant, dtype, arch, chunks, out_shared,
                                         constant_scalars=constant_scalars, inverse=inverse, positions=positions,
                                         maxnreg=maxnreg)
-                widths = access_widths(kernel.asm["ptx"])
+                widths, usage = access_widths(kernel.asm["ptx"]), resource_usage(kernel)
                 rows.append({"head_dim": D, "layout": layout, "rotary_dim": R, "variant": variant, "dtype": dtype,
                              "loads": widths["ld"], "stores": widths["st"],
                              "narrowest_bytes": min([*widths["ld"], *widths["st"]], default=0),
                              "integer_divisions": integer_divisions(kernel.asm["ptx"]),
                              "sass_per_element": sass_per_element(kernel, D, R, layout, variant, chunks),
-                             "registers": registers(kernel), "stack_bytes": stack_bytes(kernel)})
+                             "registers": usage.get("REG"), "stack_bytes": usage.get("STACK")})
     return rows
 
 

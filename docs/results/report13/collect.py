@@ -20,7 +20,7 @@ MAIN, PEERS = "triton_v4", ("liger", "torch_compiled")
 
 
 def _rows(path: Path) -> list[dict]:
-    return list(csv.DictReader(path.open())) if path.exists() else []
+    return list(csv.DictReader(path.read_text().splitlines())) if path.exists() else []
 
 
 def _pct(r: dict) -> tuple[float, float]:
