@@ -41,3 +41,22 @@ def test_collect_prints_each_table_and_says_what_is_missing(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "docs/results/report13/collect.py"), str(tmp_path / "nope")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and bad.stderr.strip().startswith("usage:")
+
+
+def test_collect_reads_every_part_as_run_sh_wrote_them():
+    """Session 38 ran ``REPORT13_SMOKE=1 run.sh a|b|c`` on an H200: the parts as the script lays them out, whole."""
+    smoke = ROOT / "docs/results/bench_h200_s38/report13_smoke"
+    res = subprocess.run([sys.executable, str(ROOT / "docs/results/report13/collect.py"), str(smoke)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "(missing: " not in out
+    assert "| full: triton_v4 |  |  | 91.9/92.6 |" in out
+    assert "| partial (32M, 93) | 3 | 87.1-92.2 | 87.4-92.4 |" in out
+    assert "| full256 (256M, 97) | 2 | 92.6-97.0 | 92.7-97.1 |" in out
+    assert "| part256 (256M, 97) | 2 | 95.8-98.7 | 95.4-99.0 |" in out
+    assert "| 128 | interleaved | 32 | 91.6/91.5 | 84.6/84.3 |  | 48.8/48.7 |" in out
+    assert "16 of 16 cases at or under 10 us" in out
+    for table in ("seed004", "seed004_eager", "gpt2"):
+        assert f"### Training step: {table}\n" in out
+    assert "| gpt2_small | compile | triton_v4 | 62.72 | +3.6% | -1.7% [-74.3, +70.8] |" in out
