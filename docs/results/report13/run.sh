@@ -10,8 +10,8 @@
 #      compiled torch; --placements 2); the training steps, paired by round: seed004 compiled in 1000 rounds of 2
 #      steps, seed004 eager in 8, GPT-2 small eager and compiled in 4
 # Session 35's four-part script (docs/results/bench_h100_s35/report/run.sh) ran past a session's device time.
-# REPORT13_SMOKE=1 runs the same commands on a few head dims and a few steps (every part in about a minute after
-# the compiles, on any CUDA GPU), to check the script and collect.py end to end before an H100's time is spent.
+# REPORT13_SMOKE=1 runs the same commands on a few head dims and a few steps (on an H200 a and b in under 2 minutes,
+# c in about 5), on any CUDA GPU, to check the script and collect.py end to end before an H100's time is spent.
 set -u
 part=${1:-}
 EVERY=every PEVERY=every FULL256=18,34,50,66,82,98,114,130,146,162,178,194,210,226,242,254,48,64,128,256
