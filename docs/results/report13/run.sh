@@ -14,6 +14,7 @@
 # c in about 5), on any CUDA GPU, to check the script and collect.py end to end before an H100's time is spent.
 set -u
 part=${1:-}
+case $part in a|b|c) ;; *) echo "part: a, b or c"; exit 2 ;; esac  # before the install and the GPU's first call
 EVERY=every PEVERY=every FULL256=18,34,50,66,82,98,114,130,146,162,178,194,210,226,242,254,48,64,128,256
 PART256=16,48,80,112,144,176,208,240,256
 SEED_C=(--iters 2000 --rounds 1000) SEED_E=(--iters 240 --rounds 8) GPT2=(--iters 60 --rounds 4)
@@ -51,7 +52,6 @@ case $part in
      step seed004 $(left 340) --model seed004 --modes compile "${SEED_C[@]}"
      step seed004_eager $(left 400) --model seed004 --modes eager "${SEED_E[@]}"
      step gpt2 $(left 565) --model gpt2_small "${GPT2[@]}" ;;
-  *) echo "part: a, b or c"; exit 2 ;;
 esac
 cd $OUT && tar czf $part.tgz $part && rm -rf $part  # one file back: the device returns 8 a call
 echo "== part $part done at $(( $(date +%s) - T0 )) s"
