@@ -13,14 +13,19 @@ ROOT = Path(__file__).resolve().parents[2]
 S37 = ROOT / "docs/results/bench_h200_s37"
 
 
+def _collect(folder: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    """``collect.py FOLDER`` as a user runs it, in a child process."""
+    return subprocess.run([sys.executable, str(ROOT / "docs/results/report13/collect.py"), str(folder)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def test_collect_prints_each_table_and_says_what_is_missing(tmp_path):
     shutil.copytree(S37 / "call1/full", tmp_path / "a/full")
     shutil.copy(S37 / "call1/gpu.txt", tmp_path / "a/gpu.txt")
     shutil.copytree(S37 / "call5/full256", tmp_path / "b/full256")
     for name in ("modes", "step_seed004", "step_gpt2"):
         shutil.copytree(S37 / "call3/d" / name, tmp_path / "c" / name)
-    res = subprocess.run([sys.executable, str(ROOT / "docs/results/report13/collect.py"), str(tmp_path)],
-                         capture_output=True, text=True, timeout=120)
+    res = _collect(tmp_path)
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "GPU: NVIDIA H200, GPU-0b9c1bc1" in out
@@ -38,16 +43,14 @@ def test_collect_prints_each_table_and_says_what_is_missing(tmp_path):
     assert "16 of 16 cases at or under 10 us" in out  # host time
     assert "| seed004 | compile | triton_v4 | 15.15 | +1.3% | +2.4% [+0.7, +4.1] |" in out
     assert "(missing: " in out and "step_seed004_eager" in out  # a part not there is said
-    bad = subprocess.run([sys.executable, str(ROOT / "docs/results/report13/collect.py"), str(tmp_path / "nope")],
-                         capture_output=True, text=True, timeout=60)
+    bad = _collect(tmp_path / "nope", timeout=60)
     assert bad.returncode == 1 and bad.stderr.strip().startswith("usage:")
 
 
 def test_collect_reads_every_part_as_run_sh_wrote_them():
     """Session 38 ran ``REPORT13_SMOKE=1 run.sh a|b|c`` on an H200: the parts as the script lays them out, whole."""
     smoke = ROOT / "docs/results/bench_h200_s38/report13_smoke"
-    res = subprocess.run([sys.executable, str(ROOT / "docs/results/report13/collect.py"), str(smoke)],
-                         capture_output=True, text=True, timeout=120)
+    res = _collect(smoke)
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "(missing: " not in out
