@@ -7,7 +7,8 @@ knows nothing of training.
 Standalone use in a model of one's own: ``rope.rope_triton(q, k, seq_len, theta)`` or
 ``rope.apply(q, k, seq_len, theta, impl=..., variant=...)`` rotate (B, T, H, D) tensors (a module per
 setting is built once and reused), and ``rope.RoPEAttention(d_model, n_heads, impl=...)`` is a causal
-self-attention layer with RoPE and an optional KV cache.
+self-attention layer with RoPE and an optional KV cache. ``rope.attention_with_rope(q, k_cache, v_cache,
+positions, rotary)`` attends un-rotated queries over a cache of rotated keys, rotating them in the kernel.
 
 Discovery rule: importing ``rope`` imports every module (and subpackage) directly under ``rope/``
 whose name does not start with an underscore, and an implementation registers itself with
@@ -21,17 +22,19 @@ from rope.registry import available, build, check_args, discover, get, register
 discover(__name__, __path__)
 
 # The standalone API (the seed repo's names): ``discover`` has just imported its modules,
-# rope/functional.py and rope/attention.py, which binds them here as ``functional`` and ``attention``
+# rope/functional.py, rope/attention.py and rope/fused_attention.py, which binds them here by those names
 # (this file imports from nothing but rope.base and rope.registry, so it never lists modules).
 apply = functional.apply  # noqa: F821
 rope_triton = functional.rope_triton  # noqa: F821
 RoPEAttention = attention.RoPEAttention  # noqa: F821
+attention_with_rope = fused_attention.attention_with_rope  # noqa: F821
 
 __all__ = [
     "RoPEAttention",
     "RopeArgumentError",
     "RotaryEmbedding",
     "apply",
+    "attention_with_rope",
     "available",
     "build",
     "check_args",

@@ -1,0 +1,169 @@
+"""Triton kernels of :func:`rope.attention_with_rope`: causal attention over a KV cache whose queries are
+rotated as they are loaded.
+
+Private (the leading underscore keeps :func:`rope.registry.discover` from importing it): ``rope.fused_attention``
+imports it on first use, so ``import rope`` works without triton.
+
+Two kernels, as flash-decoding splits the work:
+
+* :func:`attend_split_kernel`: one program per (block of query rows, batch row and key-value head, range of
+  keys). A block's rows are the query heads that share the key-value head (grouped-query attention) times the
+  queries, so each key and value row is read once for all of them. The program loads its queries, rotates them
+  in registers by their positions' rows of the RoPE tables, and runs an online softmax over its keys. With one
+  split it writes the output; with several it writes its normalised partial output and log-sum-exp.
+* :func:`combine_splits_kernel`: one program per (batch row, query, head) weighs the partial outputs by their
+  log-sum-exps.
+
+Why splits: a decode step has few (batch row, head) pairs; over a long cache one program each would leave
+most of the GPU idle while they stream their keys. Splitting the keys gives every SM work.
+
+A query at position p sees the keys 0 .. p (the cache holds its own key already). A position outside the
+cache or the tables gives NaN rows: the host checks positions only where that is free (see the caller).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _load_rotated_queries(q_rows, row_ok, table_pos, COS, SIN, stride_cos, d, d_ok,
+                          HALF: tl.constexpr, ROTARY: tl.constexpr, INTERLEAVED: tl.constexpr,
+                          ROTATE: tl.constexpr):
+    """The (BLOCK_M, BLOCK_D) float32 queries at ``q_rows`` (pointers to element 0 of each row), rotated by the
+    table rows ``table_pos``: element d pairs with its partner (d +- R/2, or d ^ 1 interleaved) and
+    y = x cos + partner sin * sign, the module's formula; elements from ``ROTARY`` on pass through."""
+    mask = row_ok[:, None] & d_ok[None, :]
+    x = tl.load(q_rows[:, None] + d[None, :], mask=mask, other=0.0).to(tl.float32)
+    if ROTATE:
+        if INTERLEAVED:
+            partner = d ^ 1
+            pair = d // 2
+            sign = tl.where(d % 2 == 0, 1.0, -1.0)
+        else:
+            first = d < HALF
+            partner = tl.where(first, d + HALF, d - HALF)
+            pair = tl.where(first, d, d - HALF)
+            sign = tl.where(first, 1.0, -1.0)
+        rotated = d < ROTARY
+        partner = tl.where(rotated, partner, d)
+        pair = tl.where(rotated, pair, 0)
+        x_partner = tl.load(q_rows[:, None] + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+        table = table_pos[:, None] * stride_cos + pair[None, :]
+        table_mask = row_ok[:, None] & rotated[None, :]
+        cos = tl.load(COS + table, mask=table_mask, other=1.0)
+        sin = tl.load(SIN + table, mask=table_mask, other=0.0)
+        x = x * cos + x_partner * (sin * sign[None, :])
+    return x
+
+
+@triton.jit
+def attend_split_kernel(
+    Q, K, V, COS, SIN, POS, OUT, PART, LSE,
+    stride_qb, stride_qt, stride_qh,
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_ot, stride_oh,
+    stride_pb, stride_pt, stride_cos,
+    T, H_KV, cache_len, table_len, pos_start, keys_per_split, qk_scale,
+    G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, HALF: tl.constexpr, ROTARY: tl.constexpr,
+    INTERLEAVED: tl.constexpr, ROTATE: tl.constexpr, HAS_POS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr,
+):
+    """Grid (query row blocks, B * H_KV, SPLITS). Rows are ordered query-major (row r: query r // G, head
+    kv_head * G + r % G), so a block's rows have neighbouring positions and the causal bound cuts its keys."""
+    block = tl.program_id(0)
+    bh = tl.program_id(1)
+    split = tl.program_id(2)
+    b = (bh // H_KV).to(tl.int64)
+    kv_head = (bh % H_KV).to(tl.int64)
+
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    t = (rows // G).to(tl.int64)
+    head = kv_head * G + (rows % G)
+    row_ok = t < T
+    if HAS_POS:
+        pos = tl.load(POS + b * stride_pb + t * stride_pt, mask=row_ok, other=-1).to(tl.int64)
+    else:
+        pos = tl.where(row_ok, pos_start + t, -1)
+    pos_ok = row_ok & (pos >= 0) & (pos < cache_len) & (pos < table_len)
+    last_key = tl.where(pos_ok, pos, -1)  # the last key each row sees (-1: none)
+    table_pos = tl.where(pos_ok, pos, 0)
+
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    q_rows = Q + b * stride_qb + t * stride_qt + head * stride_qh
+    q = _load_rotated_queries(q_rows, row_ok, table_pos, COS, SIN, stride_cos, d, d_ok, HALF, ROTARY, INTERLEAVED,
+                              ROTATE)
+    q = q.to(K.dtype.element_ty)  # rounded as the module rounds its rotated output
+
+    lo = split * keys_per_split
+    hi = tl.minimum(lo + keys_per_split, tl.max(last_key, axis=0) + 1)
+    k_base = K + b * stride_kb + kv_head * stride_kh
+    v_base = V + b * stride_vb + kv_head * stride_vh
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        n_ok = n < hi
+        k = tl.load(k_base + n[None, :].to(tl.int64) * stride_kn + d[:, None], mask=n_ok[None, :] & d_ok[:, None],
+                    other=0.0)
+        if IEEE:
+            s = tl.dot(q, k, input_precision="ieee")
+        else:
+            s = tl.dot(q, k)
+        s = tl.where(n_ok[None, :] & (n[None, :] <= last_key[:, None]), s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet stays at 0
+        alpha = tl.math.exp2(m_i - m_use)
+        p = tl.math.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + n[:, None].to(tl.int64) * stride_vn + d[None, :], mask=n_ok[:, None] & d_ok[None, :],
+                    other=0.0)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    store_mask = row_ok[:, None] & d_ok[None, :]
+    if SPLITS == 1:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        out = tl.where(pos_ok[:, None], out, float("nan"))
+        o_rows = OUT + b * stride_ob + t * stride_ot + head * stride_oh
+        tl.store(o_rows[:, None] + d[None, :], out.to(OUT.dtype.element_ty), mask=store_mask)
+    else:
+        seen = l_i > 0
+        out = acc / tl.where(seen, l_i, 1.0)[:, None]
+        lse = tl.where(seen, m_i + tl.math.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
+        part = ((b * T + t) * (H_KV * G) + head) * SPLITS + split
+        tl.store(PART + part[:, None] * D + d[None, :], out, mask=store_mask)
+        tl.store(LSE + part, lse, mask=row_ok)
+
+
+@triton.jit
+def combine_splits_kernel(
+    PART, LSE, OUT,
+    stride_ob, stride_ot, stride_oh,
+    T, H,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """Grid (B * T * H,): one (batch row, query, head) each. Its partial outputs weighted by exp2 of their
+    log-sum-exps less the largest: a split that saw no key weighs 0; a row that saw none (a position outside
+    the cache or the tables) comes out NaN."""
+    row = tl.program_id(0).to(tl.int64)
+    h = row % H
+    t = (row // H) % T
+    b = row // (H * T)
+    s = tl.arange(0, BLOCK_S)
+    s_ok = s < SPLITS
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    lse = tl.load(LSE + row * SPLITS + s, mask=s_ok, other=float("-inf"))
+    weight = tl.math.exp2(lse - tl.max(lse, axis=0))
+    weight = tl.where(s_ok, weight, 0.0)
+    part = tl.load(PART + (row * SPLITS + s)[:, None] * D + d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+    out = tl.sum(part * weight[:, None], axis=0) / tl.sum(weight, axis=0)
+    tl.store(OUT + b * stride_ob + t * stride_ot + h * stride_oh + d, out.to(OUT.dtype.element_ty), mask=d_ok)

@@ -1,0 +1,301 @@
+"""``rope.attention_with_rope``: attention over a KV cache of rotated keys, rotating the queries as it loads them.
+
+Why: a decode step (or a chunk of a prompt after a cache) rotates a few new queries and reads a long cache of
+keys. Rotating the queries in a kernel of their own costs a launch and a round trip through memory per layer;
+rotating the keys inside attention would redo it for every query block. The hybrid keeps each where it is
+cheapest: keys are rotated once, by the RoPE module, as they enter the cache; queries are rotated in registers
+by the attention kernel from the same module's cos/sin tables, so every variant, layout (``half`` /
+``interleaved``), ``rotary_dim`` and scaling (YaRN's attention factor is folded into the tables) computes what
+the module computes, and ``rope=none`` rotates nothing.
+
+The kernels (:mod:`rope._fused_attention_kernels`, imported on first use) split the keys over several programs
+when the batch and heads alone would leave the GPU idle (flash-decoding), and combine the partial results in a
+second launch. Every argument is checked before any launch; a bad one raises :class:`RopeArgumentError`
+naming it. Positions given as an int or a CPU tensor are range-checked; positions in GPU memory are not (that
+check would wait for the GPU, and a captured CUDA graph cannot wait): a query at a position outside the cache
+or the tables comes out as a NaN row, never as a silently wrong one.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+import os
+
+import torch
+from torch import Tensor
+
+from rope.base import RopeArgumentError, RotaryEmbedding, on_device_of
+
+#: The longest query chunk the kernel takes: decode steps and chunked prefill. A longer prompt is a
+#: full-length prefill, for which SDPA over the rotated q and k is the faster path.
+MAX_QUERIES = 256
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_MAX_SPLITS = 128
+_INTERPRETER_SMS = 16  # under the CPU interpreter: a nominal SM count, so small shapes still split
+
+
+def attention_with_rope(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int,
+                        rotary: RotaryEmbedding, *, scale: float | None = None) -> Tensor:
+    """Causal attention of un-rotated queries over a cache of rotated keys and values.
+
+    Args:
+        q: (B, T, H, D) queries, **not** rotated, T in 1..256 (a decode step, or a chunk of a prompt). Any
+            strides (such as the q view of a fused qkv projection).
+        k_cache: (B, H_kv, L, D) keys, rotated by ``rotary`` at their positions (what the cache holds); H_kv
+            divides H (grouped-query attention); the last dim contiguous. The keys of the queries themselves
+            must already be in it.
+        v_cache: (B, H_kv, L, D) values, the same shape.
+        positions: the queries' absolute positions: an int ``start`` (the queries at ``start .. start + T - 1``
+            in every row), or an integer tensor (T,) or (B, T). The query at position p attends to the keys
+            0 .. p.
+        rotary: the RoPE module the keys were rotated with (``rope.build(...)``); its cos/sin tables, layout,
+            ``rotary_dim`` and scaling rotate the queries.
+        scale: the softmax scale, default ``1 / sqrt(D)`` (SDPA's).
+
+    Returns:
+        (B, T, H, D) in q's dtype: what ``F.scaled_dot_product_attention`` gives for the queries rotated by
+        ``rotary`` at ``positions`` over ``k_cache[:, :, :p + 1]``, transposed to q's layout.
+
+    Works on CUDA tensors (or on the CPU under Triton's interpreter, ``TRITON_INTERPRET=1``), in float32,
+    bfloat16 and float16; no autograd (a decoding op: training keeps SDPA).
+    """
+    start, plan = _check(q, k_cache, v_cache, positions, rotary, scale)
+    return _launch(q, k_cache, v_cache, positions, start, rotary, plan)
+
+
+# -- checks ------------------------------------------------------------------------------------------
+class _Plan:
+    """What a call's signature decides, worked out once per signature: the shapes, the rotation's constants,
+    and the tile sizes and warps."""
+
+    __slots__ = ("B", "T", "H", "H_kv", "D", "G", "rotate", "half", "rotary_dim", "interleaved", "scale_log2",
+                 "block_m", "block_n", "block_d", "warps", "stages", "ieee", "sms")
+
+    def __init__(self, q: Tensor, k_cache: Tensor, rotary: RotaryEmbedding, scale: float) -> None:
+        self.B, self.T, self.H, self.D = q.shape
+        self.H_kv = k_cache.shape[1]
+        self.G = self.H // self.H_kv
+        self.rotate = not _is_identity(rotary)
+        self.rotary_dim = rotary.rotary_dim if self.rotate else 0
+        self.half = self.rotary_dim // 2
+        self.interleaved = rotary.layout == "interleaved"
+        self.scale_log2 = scale * math.log2(math.e)  # the kernel's softmax is in base 2
+        self.ieee = q.dtype == torch.float32  # float32 means float32: no TF32 in the products
+        self.sms = _sm_count(q.device)
+        self.block_d = max(16, _next_pow2(self.D))
+        self.block_m, self.block_n, self.warps, self.stages = _tiles(self.T * self.G, self.block_d,
+                                                                      q.element_size(), k_cache.shape[2])
+
+
+#: Signatures already checked, and their plans. Bounded: shapes that never repeat do not grow it forever.
+_PLANS: dict[tuple, _Plan] = {}
+
+
+def _check(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int, rotary: RotaryEmbedding,
+           scale: float | None) -> tuple[int, _Plan]:
+    """Every check of the arguments, before any launch: the plan of the call's signature, and the start
+    position (for an int ``positions``; else 0). Raises :class:`RopeArgumentError` naming the argument."""
+    if not isinstance(rotary, RotaryEmbedding):
+        raise RopeArgumentError("rotary", "rotary must be the RoPE module the keys were rotated with "
+                                          f"(rope.build(...)), got {type(rotary).__name__}")
+    for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(x, Tensor):
+            raise RopeArgumentError(name, f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    pos_sig = positions.shape if isinstance(positions, Tensor) else type(positions)
+    pos_dev = positions.device if isinstance(positions, Tensor) else None
+    pos_dtype = positions.dtype if isinstance(positions, Tensor) else None
+    key = (q.shape, q.dtype, q.device, k_cache.shape, k_cache.dtype, k_cache.device, k_cache.stride(-1),
+           v_cache.shape, v_cache.dtype, v_cache.device, v_cache.stride(-1), pos_sig, pos_dtype, pos_dev,
+           id(rotary), rotary.head_dim, rotary.layout, rotary.rotary_dim, rotary.max_seq_len,
+           rotary._cos_sin[0].device, scale)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _check_signature(q, k_cache, v_cache, positions, rotary, scale)
+        if len(_PLANS) > 256:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return _check_position_values(positions, plan, k_cache.shape[2], rotary.max_seq_len), plan
+
+
+def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int,
+                     rotary: RotaryEmbedding, scale: float | None) -> _Plan:
+    if q.dim() != 4:
+        raise RopeArgumentError("q", f"q must be (B, T, H, D) queries, got shape {tuple(q.shape)}")
+    B, T, H, D = q.shape
+    if q.dtype not in _DTYPES:
+        raise RopeArgumentError("q", f"q must be float32, bfloat16 or float16, got {q.dtype}")
+    if not 1 <= T <= MAX_QUERIES:
+        raise RopeArgumentError("q", f"q has {T} queries (q.shape[1]); attention_with_rope takes 1..{MAX_QUERIES} "
+                                     "(a decode step or a prompt chunk; a longer prefill is SDPA's)")
+    if B == 0 or H == 0:
+        raise RopeArgumentError("q", f"q must have at least one batch row and head, got shape {tuple(q.shape)}")
+    if D != rotary.head_dim:
+        raise RopeArgumentError("q", f"q has head dim {D}; rotary was built for head_dim={rotary.head_dim}")
+    if not (q.is_cuda or _interpreting()):
+        raise RopeArgumentError("q", f"q is on {q.device}: attention_with_rope is a Triton kernel and needs CUDA "
+                                     "tensors (or TRITON_INTERPRET=1 set before triton is imported, on the CPU)")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.dim() != 4 or cache.shape[0] != B or cache.shape[3] != D or cache.shape[1] == 0 \
+                or H % cache.shape[1]:
+            hint = ""
+            if cache.dim() == 4 and cache.shape[2] and H % cache.shape[2] == 0 and cache.shape[1] > cache.shape[2]:
+                hint = "; a (B, L, H_kv, D) cache? pass cache.transpose(1, 2)"
+            raise RopeArgumentError(name, f"{name} must be (B, H_kv, L, D) = ({B}, H_kv dividing q's {H} heads, L, "
+                                          f"{D}), got {tuple(cache.shape)}{hint}")
+        if cache.dtype != q.dtype:
+            raise RopeArgumentError(name, f"{name} is {cache.dtype} but q is {q.dtype}: the cache must hold q's dtype")
+        if cache.device != q.device:
+            raise RopeArgumentError(name, f"{name} is on {cache.device} but q is on {q.device}")
+        if cache.stride(-1) != 1:
+            raise RopeArgumentError(name, f"{name} must be contiguous in its last dim (head_dim), got strides "
+                                          f"{cache.stride()}")
+    if v_cache.shape != k_cache.shape:
+        raise RopeArgumentError("v_cache", f"v_cache has shape {tuple(v_cache.shape)}, k_cache "
+                                           f"{tuple(k_cache.shape)}: they must match")
+    if isinstance(positions, Tensor):
+        if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+            raise RopeArgumentError("positions", f"positions must be an integer tensor, got {positions.dtype}")
+        if positions.shape not in ((T,), (B, T)):
+            raise RopeArgumentError("positions", f"positions must have shape (T,)=({T},) or (B, T)=({B}, {T}), got "
+                                                 f"{tuple(positions.shape)}")
+        if positions.device != q.device:
+            raise RopeArgumentError("positions", f"positions are on {positions.device} but q is on {q.device}")
+    elif not isinstance(positions, numbers.Integral) or isinstance(positions, bool):
+        raise RopeArgumentError("positions", "positions must be an int (the first query's position) or an integer "
+                                             f"tensor (T,) or (B, T), got {type(positions).__name__}")
+    if rotary.cos.device != q.device:
+        raise RopeArgumentError("rotary", f"rotary's cos/sin tables are on {rotary.cos.device} but q is on "
+                                          f"{q.device}: move the module with .to()")
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    elif isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not (math.isfinite(scale) and scale > 0):
+        raise RopeArgumentError("scale", f"scale must be a finite number > 0 (default 1/sqrt(D)), got {scale!r}")
+    return _Plan(q, k_cache, rotary, float(scale))
+
+
+def _check_position_values(positions: Tensor | int, plan: _Plan, cache_len: int, table_len: int) -> int:
+    """The range check, where it costs no wait for the GPU: an int, or a tensor in host memory. Returns the
+    start for an int (else 0)."""
+    limit = min(cache_len, table_len)
+    what = f"the cache's L={cache_len}" if cache_len <= table_len else f"rotary's max_seq_len={table_len}"
+    if isinstance(positions, Tensor):
+        if positions.is_cpu and not torch.compiler.is_compiling():
+            lo, hi = int(positions.min()), int(positions.max())
+            if lo < 0 or hi >= limit:
+                raise RopeArgumentError("positions", f"positions must lie in [0, {limit}) ({what}), got range "
+                                                     f"[{lo}, {hi}]")
+        return 0
+    start = int(positions)
+    if start < 0 or start + plan.T > limit:
+        raise RopeArgumentError("positions", f"positions={start} puts the queries at {start}..{start + plan.T - 1}; "
+                                             f"they must lie in [0, {limit}) ({what})")
+    return start
+
+
+def _is_identity(rotary: RotaryEmbedding) -> bool:
+    """Whether the module rotates nothing (``rope=none``): its ``describe()`` declares the arithmetic ``"none"``,
+    the base class's contract for the identity."""
+    return rotary.describe().get("compute_dtype") == "none"
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return _INTERPRETER_SMS
+
+
+def _tiles(rows: int, block_d: int, itemsize: int, cache_len: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for ``rows`` query rows per key-value head.
+
+    The rule: a block holds every row that shares a key-value head up to 128 (64 for float32 or head dims
+    above 128), so each key is read once per block; a decode block (16 rows, the smallest ``tl.dot`` takes)
+    streams 16 KB key tiles, three in flight, to keep the memory busy; a prefill chunk's tiles are the
+    usual flash-attention ones. A key tile is at most a quarter of a short cache, so that it still splits.
+    """
+    wide = block_d * itemsize > 256  # float32 at D 128, or D 256 in 16 bits: halve what the tiles hold
+    block_m = min(max(16, _next_pow2(rows)), 64 if wide else 128)
+    short = max(16, _next_pow2(cache_len) // 4)
+    if block_m == 16:
+        block_n = max(16, min(128, (8192 if wide else 16384) // (block_d * itemsize), short))
+        return block_m, block_n, 4, 3
+    block_n = min(32 if wide else 64, short)
+    return block_m, block_n, 4 if block_m <= 64 else 8, 2 if wide else 3
+
+
+def _splits(programs: int, cache_len: int, block_n: int, sms: int) -> tuple[int, int]:
+    """(number of key splits, keys per split): enough splits that about two programs run per SM, each over
+    at least two key tiles; none when the batch and heads fill the GPU already."""
+    tiles = -(-cache_len // block_n)
+    if programs >= sms or tiles < 4:
+        return 1, tiles * block_n
+    splits = min(-(-2 * sms // programs), tiles // 2, _MAX_SPLITS)
+    per_split = -(-tiles // splits) * block_n
+    return -(-cache_len // per_split), per_split
+
+
+# -- launch ------------------------------------------------------------------------------------------
+@functools.cache
+def _kernels():
+    try:
+        from rope import _fused_attention_kernels
+    except ImportError as exc:
+        raise RuntimeError(f"attention_with_rope needs the `triton` package, which failed to import: {exc}") from None
+    return _fused_attention_kernels
+
+
+def _launch(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int, start: int,
+            rotary: RotaryEmbedding, plan: _Plan) -> Tensor:
+    kernels = _kernels()
+    has_pos = isinstance(positions, Tensor)
+    if rotary.scaling["type"] == "dynamic_ntk":  # the tables for the current length, as the module's own call
+        rotary._follow_length(q, positions if has_pos else torch.tensor([start + plan.T - 1]))
+    B, T, H, D, H_kv = plan.B, plan.T, plan.H, plan.D, plan.H_kv
+    L = k_cache.shape[2]
+    bound = start + T if not has_pos else L  # the keys any query can see
+    n_blocks = -(-(T * plan.G) // plan.block_m)
+    splits, per_split = _splits(n_blocks * B * H_kv, min(L, bound), plan.block_n, plan.sms)
+    out = torch.empty((B, T, H, D), dtype=q.dtype, device=q.device)
+    if splits > 1:
+        part = torch.empty(B * T * H * splits * (D + 1), dtype=torch.float32, device=q.device)
+        part, lse = part[:B * T * H * splits * D], part[B * T * H * splits * D:]
+    else:
+        part = lse = out  # never read or written with one split
+    cos, sin = rotary._cos_sin
+    if has_pos:
+        spb, spt = positions.stride() if positions.dim() == 2 else (0, positions.stride(0))
+        pos_arg = positions
+    else:
+        spb = spt = 0
+        pos_arg = cos  # a placeholder no program reads (HAS_POS is off)
+    with on_device_of(q):
+        kernels.attend_split_kernel[(n_blocks, B * H_kv, splits)](
+            q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse,
+            q.stride(0), q.stride(1), q.stride(2),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            out.stride(0), out.stride(1), out.stride(2),
+            spb, spt, cos.stride(0),
+            T, H_kv, L, cos.shape[0], start, per_split, plan.scale_log2,
+            G=plan.G, D=D, BLOCK_D=plan.block_d, HALF=plan.half, ROTARY=plan.rotary_dim,
+            INTERLEAVED=plan.interleaved, ROTATE=plan.rotate, HAS_POS=has_pos,
+            BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, SPLITS=splits, IEEE=plan.ieee,
+            num_warps=plan.warps, num_stages=plan.stages,
+        )
+        if splits > 1:
+            kernels.combine_splits_kernel[(B * T * H,)](
+                part, lse, out, out.stride(0), out.stride(1), out.stride(2), T, H,
+                D=D, BLOCK_D=plan.block_d, SPLITS=splits, BLOCK_S=_next_pow2(splits), num_warps=4,
+            )
+    return out
