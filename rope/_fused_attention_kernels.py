@@ -59,6 +59,32 @@ def _load_rotated_queries(q_rows, row_ok, table_pos, COS, SIN, stride_cos, d, d_
 
 
 @triton.jit
+def _cast(x, dtype: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """``x.to(dtype)``; ``ROUND_BF16`` rounds float32 to bfloat16 to nearest even by hand first, as the GPU's
+    conversion does: the interpreter's conversion truncates."""
+    if ROUND_BF16:
+        if dtype == tl.bfloat16:
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
+
+
+@triton.jit
+def _dot(a, b, IEEE: tl.constexpr, F32: tl.constexpr):
+    """``tl.dot`` in float32 (``IEEE``: no TF32) or in the tiles' 16-bit type with float32 sums; ``F32`` takes
+    16-bit tiles through float32 (exact products, the same sums): the interpreter's bfloat16 dot is wrong.
+    (The kernels pass one flag, on under the interpreter with 16-bit inputs, as ``F32`` and ``ROUND_BF16``.)"""
+    if F32:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    elif IEEE:
+        c = tl.dot(a, b, input_precision="ieee")
+    else:
+        c = tl.dot(a, b)
+    return c
+
+
+@triton.jit
 def attend_split_kernel(
     Q, K, V, COS, SIN, POS, OUT, PART, LSE,
     stride_qb, stride_qt, stride_qh,
@@ -69,7 +95,7 @@ def attend_split_kernel(
     T, H_KV, cache_len, table_len, pos_start, keys_per_split, qk_scale,
     G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, HALF: tl.constexpr, ROTARY: tl.constexpr,
     INTERLEAVED: tl.constexpr, ROTATE: tl.constexpr, HAS_POS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, DOT_F32: tl.constexpr,
 ):
     """Grid (query row blocks, B * H_KV, SPLITS). Rows are ordered query-major (row r: query r // G, head
     kv_head * G + r % G), so a block's rows have neighbouring positions and the causal bound cuts its keys."""
@@ -96,7 +122,7 @@ def attend_split_kernel(
     q_rows = Q + b * stride_qb + t * stride_qt + head * stride_qh
     q = _load_rotated_queries(q_rows, row_ok, table_pos, COS, SIN, stride_cos, d, d_ok, HALF, ROTARY, INTERLEAVED,
                               ROTATE)
-    q = q.to(K.dtype.element_ty)  # rounded as the module rounds its rotated output
+    q = _cast(q, K.dtype.element_ty, DOT_F32)  # rounded as the module rounds its rotated output
 
     lo = split * keys_per_split
     hi = tl.minimum(lo + keys_per_split, tl.max(last_key, axis=0) + 1)
@@ -110,10 +136,7 @@ def attend_split_kernel(
         n_ok = n < hi
         k = tl.load(k_base + n[None, :].to(tl.int64) * stride_kn + d[:, None], mask=n_ok[None, :] & d_ok[:, None],
                     other=0.0)
-        if IEEE:
-            s = tl.dot(q, k, input_precision="ieee")
-        else:
-            s = tl.dot(q, k)
+        s = _dot(q, k, IEEE, DOT_F32)
         s = tl.where(n_ok[None, :] & (n[None, :] <= last_key[:, None]), s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet stays at 0
@@ -122,10 +145,7 @@ def attend_split_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_base + n[:, None].to(tl.int64) * stride_vn + d[None, :], mask=n_ok[:, None] & d_ok[None, :],
                     other=0.0)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + _dot(_cast(p, V.dtype.element_ty, DOT_F32), v, IEEE, DOT_F32)
         m_i = m_new
 
     store_mask = row_ok[:, None] & d_ok[None, :]
@@ -133,7 +153,7 @@ def attend_split_kernel(
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         out = tl.where(pos_ok[:, None], out, float("nan"))
         o_rows = OUT + b * stride_ob + t * stride_ot + head * stride_oh
-        tl.store(o_rows[:, None] + d[None, :], out.to(OUT.dtype.element_ty), mask=store_mask)
+        tl.store(o_rows[:, None] + d[None, :], _cast(out, OUT.dtype.element_ty, DOT_F32), mask=store_mask)
     else:
         seen = l_i > 0
         out = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -148,7 +168,7 @@ def combine_splits_kernel(
     PART, LSE, OUT,
     stride_ob, stride_ot, stride_oh,
     T, H,
-    D: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, ROUND_BF16: tl.constexpr,
 ):
     """Grid (B * T * H,): one (batch row, query, head) each. Its partial outputs weighted by exp2 of their
     log-sum-exps less the largest: a split that saw no key weighs 0; a row that saw none (a position outside
@@ -166,4 +186,5 @@ def combine_splits_kernel(
     weight = tl.where(s_ok, weight, 0.0)
     part = tl.load(PART + (row * SPLITS + s)[:, None] * D + d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
     out = tl.sum(part * weight[:, None], axis=0) / tl.sum(weight, axis=0)
-    tl.store(OUT + b * stride_ob + t * stride_ot + h * stride_oh + d, out.to(OUT.dtype.element_ty), mask=d_ok)
+    tl.store(OUT + b * stride_ob + t * stride_ot + h * stride_oh + d, _cast(out, OUT.dtype.element_ty, ROUND_BF16),
+             mask=d_ok)

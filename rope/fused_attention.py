@@ -72,7 +72,7 @@ class _Plan:
     and the tile sizes and warps."""
 
     __slots__ = ("B", "T", "H", "H_kv", "D", "G", "rotate", "half", "rotary_dim", "interleaved", "scale_log2",
-                 "block_m", "block_n", "block_d", "warps", "stages", "ieee", "sms")
+                 "block_m", "block_n", "block_d", "warps", "stages", "ieee", "dot_f32", "sms")
 
     def __init__(self, q: Tensor, k_cache: Tensor, rotary: RotaryEmbedding, scale: float) -> None:
         self.B, self.T, self.H, self.D = q.shape
@@ -84,6 +84,7 @@ class _Plan:
         self.interleaved = rotary.layout == "interleaved"
         self.scale_log2 = scale * math.log2(math.e)  # the kernel's softmax is in base 2
         self.ieee = q.dtype == torch.float32  # float32 means float32: no TF32 in the products
+        self.dot_f32 = _interpreting() and not self.ieee  # see the kernels' _dot and _cast
         self.sms = _sm_count(q.device)
         self.block_d = max(16, _next_pow2(self.D))
         self.block_m, self.block_n, self.warps, self.stages = _tiles(self.T * self.G, self.block_d,
@@ -291,11 +292,13 @@ def _launch(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int
             G=plan.G, D=D, BLOCK_D=plan.block_d, HALF=plan.half, ROTARY=plan.rotary_dim,
             INTERLEAVED=plan.interleaved, ROTATE=plan.rotate, HAS_POS=has_pos,
             BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, SPLITS=splits, IEEE=plan.ieee,
+            DOT_F32=plan.dot_f32,
             num_warps=plan.warps, num_stages=plan.stages,
         )
         if splits > 1:
             kernels.combine_splits_kernel[(B * T * H,)](
                 part, lse, out, out.stride(0), out.stride(1), out.stride(2), T, H,
-                D=D, BLOCK_D=plan.block_d, SPLITS=splits, BLOCK_S=_next_pow2(splits), num_warps=4,
+                D=D, BLOCK_D=plan.block_d, SPLITS=splits, BLOCK_S=_next_pow2(splits), ROUND_BF16=plan.dot_f32,
+                num_warps=4,
             )
     return out

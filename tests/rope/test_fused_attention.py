@@ -1,0 +1,199 @@
+"""``rope.attention_with_rope``: the hybrid kernel against the RoPE module + ``F.scaled_dot_product_attention``.
+
+Small shapes (the Triton interpreter on a CPU; the ``device`` fixture: CUDA where there is one): decode steps
+and prompt chunks, GQA and MHA, every layout, partial ``rotary_dim``, YaRN's attention factor, ``rope=none``,
+positions as an int, (T,) and (B, T), head dims that are not a power of two, the keys split over several
+programs and not. ``test_fused_attention_gpu.py`` runs real sizes on a GPU. Bad arguments raise a
+``RopeArgumentError`` naming the argument, before any launch.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import rope
+from rope import fused_attention
+from rope.reference import gather_tables, rotate_reference
+
+
+def rotated_cache(r: rope.RotaryEmbedding, B: int, H_kv: int, L: int, D: int, dtype: torch.dtype,
+                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, H_kv, L, D) keys rotated by ``r`` at 0..L-1 (as a cache holds them) and values."""
+    k = r(torch.randn(B, L, H_kv, D, device=device).to(dtype), positions=torch.arange(L, device=device))
+    return k.transpose(1, 2).contiguous(), torch.randn(B, H_kv, L, D, device=device).to(dtype)
+
+
+def position_rows(positions: torch.Tensor | int, B: int, T: int, device: torch.device) -> torch.Tensor:
+    if isinstance(positions, int):
+        positions = torch.arange(positions, positions + T, device=device)
+    return positions.expand(B, T) if positions.dim() == 1 else positions
+
+
+def reference(q, k_cache, v_cache, positions, r, dtype=None, scale=None):
+    """The module's rotation of q (in ``dtype``, default q's) then SDPA over the keys each query sees."""
+    B, T, H, D = q.shape
+    pos = position_rows(positions, B, T, q.device)
+    if dtype is None:
+        qr = r(q, positions=pos)
+    else:  # float64: the rotation itself in float64 from the module's (float32) tables
+        q = q.to(dtype)
+        if r.describe()["compute_dtype"] == "none":
+            qr = q
+        else:
+            cos, sin = gather_tables(pos, T, r.cos, r.sin)
+            qr = rotate_reference(q, cos, sin, r.layout, r.rotary_dim, dtype)
+        k_cache, v_cache = k_cache.to(dtype), v_cache.to(dtype)
+    L = k_cache.shape[2]
+    mask = torch.arange(L, device=q.device)[None, None, :] <= pos[:, :, None]  # (B, T, L)
+    y = F.scaled_dot_product_attention(qr.transpose(1, 2), k_cache, v_cache, attn_mask=mask[:, None], scale=scale,
+                                       enable_gqa=True)
+    return y.transpose(1, 2)
+
+
+# (impl, build options, B, H, H_kv, T, L, D, positions kind)
+CASES = {
+    "decode-gqa-partial-split": ("torch", {}, 2, 4, 2, 1, 200, 16, "t"),
+    "chunk-gqa-interleaved-rotary_dim-yarn": (
+        "torch", {"variant": "full", "layout": "interleaved", "rotary_dim": 8,
+                  "scaling": {"type": "yarn", "factor": 4.0, "original_max_seq_len": 32}}, 2, 4, 1, 7, 150, 16, "bt"),
+    "chunk-mha-full-d48-int": ("torch", {"variant": "full"}, 1, 2, 2, 5, 90, 48, "int"),
+    "chunk-gqa-128-rows": ("torch", {"variant": "full"}, 1, 8, 2, 40, 120, 16, "t"),
+    "decode-none": ("none", {}, 2, 3, 3, 1, 70, 32, "bt"),
+    "decode-triton_v4-keys": ("triton_v4", {"variant": "full"}, 1, 2, 1, 2, 64, 16, "int"),
+}
+
+
+def make_positions(kind: str, B: int, T: int, L: int, device: torch.device) -> torch.Tensor | int:
+    """The last T positions of the cache (int start or (T,)), or per row (B, T) positions of shorter rows."""
+    if kind == "int":
+        return L - T
+    if kind == "t":
+        return torch.arange(L - T, L, device=device)
+    starts = torch.tensor([L - T - 11 * b for b in range(B)], device=device)  # rows of different lengths
+    return (starts[:, None] + torch.arange(T, device=device)).to(torch.int32)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_float32_equals_the_module_then_sdpa(case, device):
+    impl, options, B, H, H_kv, T, L, D, kind = CASES[case]
+    r = rope.build(impl, D, 256, **options).to(device)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.float32, device)
+    qkv = torch.randn(B, T, (H + 2 * H_kv) * D, device=device)
+    q = qkv[..., :H * D].view(B, T, H, D)  # a strided view, as the model's fused projection gives it
+    positions = make_positions(kind, B, T, L, device)
+    out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    assert out.shape == (B, T, H, D) and out.dtype == torch.float32
+    torch.testing.assert_close(out, reference(q, k_cache, v_cache, positions, r), rtol=0, atol=1e-5)
+
+
+def test_queries_are_rotated_at_their_positions(device):
+    """Rotating q at other positions (or not at all) changes the answer: the test above can tell."""
+    r = rope.build("torch", 16, 256, variant="full").to(device)
+    k_cache, v_cache = rotated_cache(r, 1, 1, 64, 16, torch.float32, device)
+    q = torch.randn(1, 1, 2, 16, device=device) * 4
+    right = reference(q, k_cache, v_cache, 63, r)
+    torch.testing.assert_close(rope.attention_with_rope(q, k_cache, v_cache, 63, r), right, rtol=0, atol=1e-5)
+    wrong = F.scaled_dot_product_attention(q.transpose(1, 2), k_cache, v_cache, enable_gqa=True).transpose(1, 2)
+    assert (wrong - right).abs().max() > 1e-2
+
+
+def test_splitting_the_keys_changes_nothing_but_rounding(device, monkeypatch):
+    r = rope.build("torch", 16, 256).to(device)
+    k_cache, v_cache = rotated_cache(r, 1, 2, 250, 16, torch.float32, device)
+    q = torch.randn(1, 3, 4, 16, device=device)
+    split = rope.attention_with_rope(q, k_cache, v_cache, 247, r)
+    assert fused_attention._splits(2, 250, 64, 16)[0] > 1  # the call above split its keys
+    monkeypatch.setattr(fused_attention, "_splits", lambda programs, length, block_n, sms: (1, 256))
+    whole = rope.attention_with_rope(q, k_cache, v_cache, 247, r)
+    torch.testing.assert_close(split, whole, rtol=0, atol=1e-6)
+
+
+def test_bfloat16_within_sdpa_s_own_error(device):
+    """bf16 against a float64 reference: within twice the error SDPA itself makes on the same bf16 inputs."""
+    B, H, H_kv, T, L, D = 2, 4, 2, 3, 160, 32
+    r = rope.build("torch", D, 256, variant="full").to(device)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.bfloat16, device)
+    q = torch.randn(B, T, H, D, device=device).to(torch.bfloat16)
+    positions = torch.arange(L - T, L, device=device)
+    exact = reference(q, k_cache, v_cache, positions, r, dtype=torch.float64)
+    sdpa_err = (reference(q, k_cache, v_cache, positions, r).double() - exact).abs().max().item()
+    out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    assert out.dtype == torch.bfloat16
+    err = (out.double() - exact).abs().max().item()
+    assert 0 < sdpa_err and err <= 2 * sdpa_err, (err, sdpa_err)
+
+
+def test_rotary_module_on_another_device_or_not_a_module_is_refused(device):
+    r = rope.build("torch", 16, 64)
+    k_cache, v_cache = rotated_cache(r, 1, 1, 8, 16, torch.float32, torch.device("cpu"))
+    with pytest.raises(rope.RopeArgumentError, match="rotary must be the RoPE module") as e:
+        rope.attention_with_rope(torch.zeros(1, 1, 1, 16), k_cache, v_cache, 7, "torch")
+    assert e.value.argument == "rotary"
+    if device.type == "cuda":
+        with pytest.raises(rope.RopeArgumentError, match="rotary's cos/sin tables are on cpu"):
+            rope.attention_with_rope(torch.zeros(1, 1, 1, 16, device=device), k_cache.to(device),
+                                     v_cache.to(device), 7, r)
+
+
+# -- bad input: one line naming the argument, before any launch ----------------------------------------
+@pytest.fixture
+def no_launch(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a kernel was launched for input that should have been refused")
+
+    monkeypatch.setattr(fused_attention, "_launch", refuse)
+
+
+def _bad(device, **change):
+    """Valid arguments (B 2, H 4, H_kv 2, T 3, L 40, D 16, table 64) with ``change`` applied."""
+    r = rope.build("torch", 16, 64)
+    args = {"q": torch.zeros(2, 3, 4, 16), "k_cache": torch.zeros(2, 2, 40, 16), "v_cache": torch.zeros(2, 2, 40, 16),
+            "positions": 10, "rotary": r}
+    args.update(change)
+    return {k: v.to(device) if isinstance(v, (torch.Tensor, torch.nn.Module)) else v for k, v in args.items()}
+
+
+BAD = {
+    "too many queries": ({"q": torch.zeros(2, 257, 4, 16)}, "q", r"q has 257 queries .* takes 1\.\.256"),
+    "head dim": ({"q": torch.zeros(2, 3, 4, 8)}, "q", "q has head dim 8; rotary was built for head_dim=16"),
+    "q dtype": ({"q": torch.zeros(2, 3, 4, 16, dtype=torch.float64)}, "q", "q must be float32, bfloat16 or float16"),
+    "heads not dividing": ({"k_cache": torch.zeros(2, 3, 40, 16), "v_cache": torch.zeros(2, 3, 40, 16)}, "k_cache",
+                           r"k_cache must be \(B, H_kv, L, D\) = \(2, H_kv dividing q's 4 heads"),
+    "cache layout": ({"k_cache": torch.zeros(2, 40, 2, 16)}, "k_cache", r"a \(B, L, H_kv, D\) cache\? pass "
+                                                                         r"cache.transpose\(1, 2\)"),
+    "cache dtype": ({"v_cache": torch.zeros(2, 2, 40, 16, dtype=torch.bfloat16)}, "v_cache",
+                    "v_cache is torch.bfloat16 but q is torch.float32"),
+    "cache last dim strided": ({"k_cache": torch.zeros(2, 2, 40, 32)[..., ::2]}, "k_cache",
+                               "k_cache must be contiguous in its last dim"),
+    "v shape": ({"v_cache": torch.zeros(2, 2, 39, 16)}, "v_cache", "v_cache has shape .* they must match"),
+    "positions past the table": ({"positions": 62}, "positions",
+                                 r"positions=62 puts the queries at 62\.\.64; they must lie in \[0, 40\)"),
+    "positions past the cache": ({"positions": torch.tensor([5, 6, 40])}, "positions",
+                                 r"positions must lie in \[0, 40\) \(the cache's L=40\), got range \[5, 40\]"),
+    "negative position": ({"positions": -1}, "positions", r"must lie in \[0, 40\)"),
+    "table shorter than the cache": ({"rotary": rope.build("torch", 16, 12)}, "positions",
+                                     r"must lie in \[0, 12\) \(rotary's max_seq_len=12\)"),
+    "positions shape": ({"positions": torch.arange(4)}, "positions", r"positions must have shape \(T,\)=\(3,\)"),
+    "positions dtype": ({"positions": torch.arange(3.0)}, "positions", "positions must be an integer tensor"),
+    "positions type": ({"positions": 2.5}, "positions", "positions must be an int"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_names_the_argument_before_any_launch(case, no_launch, device):
+    change, argument, message = BAD[case]
+    if case == "positions past the cache" and device.type == "cuda":
+        pytest.skip("positions in GPU memory are not range-checked (NaN rows instead: the GPU test)")
+    with pytest.raises(rope.RopeArgumentError, match=message) as e:
+        rope.attention_with_rope(**_bad(device, **change))
+    assert e.value.argument == argument and "\n" not in str(e.value)
+    assert isinstance(e.value, ValueError)
+
+
+def test_bad_scale_is_refused(no_launch, device):
+    for scale in (0.0, -1.0, float("nan"), True):
+        with pytest.raises(rope.RopeArgumentError, match="scale must be a finite number > 0") as e:
+            rope.attention_with_rope(**_bad(device), scale=scale)
+        assert e.value.argument == "scale"
