@@ -4,7 +4,8 @@ This module only orchestrates: each config group is validated by the module that
 (``llm.model`` the model, ``rope`` the RoPE, ``llm.data`` data and tokenizer, ``llm.optim`` the
 optimizers, the trainer its ``train`` group); here their errors become :class:`ConfigError`, and the
 checks that need two groups at once (the RoPE cache against the sequence length, the memory a step
-needs against the device, the RoPE implementation against the device) are made.
+needs against the device, the RoPE implementation against the device) are made. :func:`check_config_keys`
+refuses a key no module would read (``+train.max_step=5``), against the keys the config files define.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import rope
+from llm.config_schema import schema
 from llm.data import check_data_config
 from llm.errors import ConfigError
 from llm.model import check_model_config, rope_cache_len
@@ -22,7 +24,7 @@ from llm.optim import check_optim_config
 from llm.training.runtime import resolve_device
 from llm.training.trainer import check_train_config
 
-__all__ = ["ConfigError", "validate_config"]
+__all__ = ["ConfigError", "check_config_keys", "validate_config"]
 
 #: rope.check_args's argument names, as the config keys a user sets.
 _ROPE_KEYS = {"head_dim": "model.n_embd/model.n_head", "max_seq_len": "rope.max_seq_len"}
@@ -73,6 +75,15 @@ def _check_memory(cfg: DictConfig, model_cfg, device: torch.device, world_size: 
         raise ConfigError(f"model.seq_len={cfg.model.seq_len} with train.batch_size={cfg.train.batch_size} needs at "
                           f"least {need / 2**30:.1f} GiB for one training step, more than the "
                           f"{have / 2**30:.1f} GiB of {device}; lower model.seq_len or train.batch_size")
+
+
+def check_config_keys(cfg: DictConfig) -> None:
+    """Refuse a key no config file defines (added with ``+``, nothing would read it) or one a run reads that was
+    removed (``~``), naming it and the closest known key. Checks the command's composed config: a resumed run's
+    saved config may hold keys of an older version, which it keeps."""
+    problems = schema().problems(cfg)
+    if problems:
+        raise ConfigError(problems[0])
 
 
 def validate_config(cfg: DictConfig, world_size: int = 1) -> None:

@@ -1,8 +1,10 @@
-"""What a Hydra multirun's exit code says (non-zero when any of its jobs did not complete), and the one
-command that continues an interrupted sweep.
+"""A Hydra multirun's sweep dir, owned by one sweep at a time; what the sweep's exit code says (non-zero when
+any of its jobs did not complete); and the one command that continues an interrupted sweep.
 
-Why a callback: with a launcher plugin the jobs run in other processes; the process that started
-the sweep only learns how they ended from their run dirs, read here once the sweep is over.
+Why callbacks: with a launcher plugin the jobs run in other processes. The process that started the sweep
+claims its dir before any job starts (:class:`ClaimSweepDir`: a second sweep into a used dir is refused as a
+whole, naming the dir, instead of each of its jobs writing over the first sweep's), and learns how the jobs
+ended from their run dirs once the sweep is over (:class:`RecordSweepOutcome`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +45,80 @@ class RecordSweepOutcome(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from llm.report import sweep_failures
+        from llm.training.run import UNRECORDED_STARTS
 
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        FAILED_JOBS[:] = sweep_failures(sweep_dir)
+        refused = {job_dir.resolve(): message for job_dir, message in UNRECORDED_STARTS}
+        FAILED_JOBS[:] = [f for f in sweep_failures(sweep_dir) if Path(f[0]).resolve() not in refused]
+        FAILED_JOBS.extend((job_dir, "refused", message) for job_dir, message in refused.items())
         for job_dir, status, message in FAILED_JOBS:
             log.error(f"job {job_dir.name}: {status}" + (f": {message}" if message else ""))
         if FAILED_JOBS:
             log.error(f"{len(FAILED_JOBS)} job(s) of the sweep in {sweep_dir} did not complete")
             log.info(continue_sweep_message(sweep_dir))  # to run once what failed is fixed
+
+
+def jobs_held(sweep_dir: Path) -> list[str]:
+    """The job dirs in ``sweep_dir`` that hold a run or a job's record (its files, ``.hydra/``): a used sweep dir.
+    Hydra's ``multirun.yaml`` alone (a sweep refused before any job) does not count."""
+    from llm.training.run_dir import RECORD_DIR, RUN_FILES
+
+    if not sweep_dir.is_dir():
+        return []
+    return sorted(d.name for d in sweep_dir.iterdir() if d.is_dir() and not d.name.startswith(".")
+                  and any((d / name).exists() for name in (*RUN_FILES, RECORD_DIR)))
+
+
+class ClaimSweepDir(Callback):
+    """Before any job of a multirun: refuse a key nothing would read, take the sweep dir's lock
+    (``.sweep.lock``, held until the sweep ends) and refuse a dir that holds another sweep's jobs, unless the
+    command continues that sweep (``train.resume=auto``, :func:`continue_sweep_command`).
+
+    A refusal ends the process with one line and exit code 2 (Hydra turns a callback's exception into a
+    warning, and the sweep would go on): nothing is written into the dir, and no job starts.
+    """
+
+    def __init__(self) -> None:
+        self.lock = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from llm.errors import UserError
+
+        try:
+            self._claim(config)
+        except UserError as e:
+            print(f"Error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    def _claim(self, config: DictConfig) -> None:
+        from llm.config_check import check_config_keys
+        from llm.errors import RunDirInUseError
+        from llm.training.run import UNRECORDED_STARTS
+        from llm.training.run_dir import SWEEP_LOCK_FILE, RunDirLock
+
+        UNRECORDED_STARTS.clear()
+        check_config_keys(config)  # the sweep's own keys: one refusal, not one per job
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        continuing = OmegaConf.select(config, "train.resume") == "auto"
+
+        def refuse_if_used() -> None:
+            jobs = [] if continuing else jobs_held(sweep_dir)
+            if jobs:
+                raise RunDirInUseError(
+                    f"sweep dir {sweep_dir} already holds a sweep ({len(jobs)} job dir(s): {', '.join(jobs[:3])}"
+                    f"{', ...' if len(jobs) > 3 else ''}); continue it with its own arguments and "
+                    "train.resume=auto, or choose another hydra.sweep.dir")
+
+        refuse_if_used()  # before the lock: a refused sweep writes nothing there
+        self.lock = RunDirLock(sweep_dir, SWEEP_LOCK_FILE, what="sweep").acquire()
+        try:
+            refuse_if_used()  # a sweep may have started in between
+        except RunDirInUseError:
+            self.lock.release()
+            self.lock = None
+            raise
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None

@@ -2,13 +2,19 @@
 
 The Hydra entry point: it turns Hydra's run (or multirun job) into a call of
 :func:`llm.training.run_training` and its outcome into an exit code. One process, or one per GPU
-under ``torchrun``. Every run writes into its Hydra run dir: ``config.yaml`` (resolved),
-``metrics.jsonl`` (flushed per line), ``summary.json``, ``checkpoints/`` and, unless
+under ``torchrun``. Every run writes into its Hydra run dir, once it holds the dir's lock: ``.hydra/``
+(the command's composed config and overrides; a resume's go to ``.hydra/resume_<n>/``), ``config.yaml``
+(resolved), ``metrics.jsonl`` (flushed per line), ``summary.json``, ``checkpoints/`` and, unless
 ``logger=none``, an offline wandb run.
 
-A user error (bad config, nothing to resume, a busy run dir, a full disk) is one line on stderr and
-exit code 2 (set ``HYDRA_FULL_ERROR=1`` for the traceback). In a multirun a failed job is recorded
-in its run dir and the sweep goes on; the sweep exits 1 if any job failed.
+A user error is one line on stderr and exit code 2 (set ``HYDRA_FULL_ERROR=1`` for the traceback): a bad
+config (Hydra's own errors included: an unknown group option or key, see :mod:`llm.entry`), nothing to
+resume, a run dir another run owns or holds, a sweep dir another sweep owns or holds, a full disk before
+training starts (the data cache). A full disk during training stops the run with ``status: failed`` and exit
+code 1 (its temporary removed, metrics and earlier checkpoints kept), as does any other failure of a run. A
+second Ctrl-C aborts at once: one line, exit code 130, no checkpoint of the step (the newest earlier one is
+kept). In a multirun a failed job is recorded in its run dir and the sweep goes on; the sweep exits 1 if any
+job did not complete.
 """
 
 from __future__ import annotations
@@ -22,20 +28,19 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from llm.errors import UserError
-from llm.fileio import DiskFullError, write_json_atomic
-from llm.training.outputs import SUMMARY_FILE
-from llm.training.run import run_training
-from llm.training.run_dir import discard_if_unused
-from llm.training.trainer import TrainOutcome, run_label
+from llm.entry import full_error_requested, run_entry
+from llm.errors import RunDirInUseError
+from llm.training.checkpoint import checkpoint_files
+from llm.training.run import UNRECORDED_STARTS, USER_ERRORS, one_line, run_training
+from llm.training.trainer import TrainOutcome
 
 log = logging.getLogger("llm.train")
 
 # conf/hydra/launcher/gpus.yaml: as many parallel jobs as visible GPUs
 OmegaConf.register_new_resolver("ropelab_gpus", lambda: max(1, torch.cuda.device_count()), replace=True)
 
-#: Errors shown as one line: the user can fix them, a traceback would only hide the message.
-USER_ERRORS = (UserError, DiskFullError)
+#: Exit code of a run aborted by a second Ctrl-C (the shell's 128 + SIGINT).
+ABORTED = 130
 
 
 def train(cfg: DictConfig, run_dir: Path, overrides: tuple[str, ...] = (), group: str = "single",
@@ -47,18 +52,6 @@ def train(cfg: DictConfig, run_dir: Path, overrides: tuple[str, ...] = (), group
     return outcome.summary
 
 
-def _record_failed_job(cfg: DictConfig, run_dir: Path, status: str, message: str) -> None:
-    """A sweep job that failed before training leaves a summary saying so, for the comparison to list."""
-    r = cfg.get("rope", {})
-    summary = {"status": status, "message": message, "seed": cfg.get("seed"), "rope": r.get("name"),
-               "variant": r.get("variant"), "compute_dtype": r.get("compute_dtype"), "run_dir": str(run_dir)}
-    try:
-        summary["rope_label"] = run_label(cfg)
-    except Exception:  # the config may be too broken to label
-        pass
-    write_json_atomic(run_dir / SUMMARY_FILE, summary)
-
-
 def _pin_parallel_job(cfg: DictConfig, hc) -> None:
     """A sweep whose launcher runs jobs at once (hydra/launcher=gpus) spreads ``device=auto`` jobs over
     the visible GPUs, one each; the default launcher runs them one after another on one device."""
@@ -68,8 +61,29 @@ def _pin_parallel_job(cfg: DictConfig, hc) -> None:
         log.info(f"job {hc.job.num}: device={cfg.device}")
 
 
-def _one_line(exc: BaseException) -> str:
-    return str(exc).strip() or type(exc).__name__
+def command_record(cfg: DictConfig, hc) -> dict[str, str]:
+    """What Hydra would write into ``.hydra/`` at job start (``hydra.output_subdir``, null in conf/config.yaml):
+    the run writes it itself once it owns its dir (:func:`llm.training.run_dir.record_command`)."""
+    return {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml({"hydra": hc}),
+            "overrides.yaml": OmegaConf.to_yaml(hc.overrides.task)}
+
+
+def _stop_logging_into(run_dir: Path) -> None:
+    """Close this process's log file inside ``run_dir`` (Hydra's ``train.log``): the dir is not this job's to write."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == run_dir.absolute():
+            root.removeHandler(handler)
+            handler.close()
+
+
+def aborted_message(run_dir: Path, resume_hint: str) -> str:
+    """What a run aborted by a second Ctrl-C prints: which checkpoint is left, and how to go on from it."""
+    saved = checkpoint_files(run_dir / "checkpoints")
+    if not saved:
+        return f"Aborted by a second Ctrl-C, before the run saved a checkpoint (its metrics: {run_dir}/metrics.jsonl)"
+    return (f"Aborted by a second Ctrl-C: no checkpoint of the step it stopped; the newest is {saved[0]}. "
+            f"Resume from it with:\n  {resume_hint}")
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -83,26 +97,35 @@ def main(cfg: DictConfig) -> float | None:
     group = f"{cfg.sweep.name}-{Path(hc.sweep.dir).name}" if multirun else cfg.sweep.name
     overrides = tuple(hc.overrides.task)
     hint = f"python -m llm.train hydra.run.dir={run_dir} train.resume=auto"
-    full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    record = command_record(cfg, hc)
     if multirun:
         _pin_parallel_job(cfg, hc)
     try:
-        outcome = run_training(cfg, run_dir, overrides, group=group, resume_hint=hint, start_unstarted=multirun)
+        outcome = run_training(cfg, run_dir, overrides, group=group, resume_hint=hint, sweep_job=multirun,
+                               command_record=record)
+    except KeyboardInterrupt:  # the second Ctrl-C: at once, without a checkpoint or a traceback
+        print(aborted_message(run_dir, hint), file=sys.stderr)
+        if multirun:
+            from llm.sweep import continue_sweep_message
+
+            print(continue_sweep_message(Path(hc.sweep.dir)), file=sys.stderr)
+        sys.exit(ABORTED)
     except USER_ERRORS as e:
-        if full_error:
+        if full_error_requested():
             raise
         if not multirun:
-            print(f"Error: {_one_line(e)}", file=sys.stderr)
-            discard_if_unused(run_dir)
+            print(f"Error: {one_line(e)}", file=sys.stderr)
             sys.exit(2)
-        log.error(_one_line(e))
-        _record_failed_job(cfg, run_dir, "config_error", _one_line(e))
+        if isinstance(e, RunDirInUseError) or any(d == run_dir for d, _ in UNRECORDED_STARTS):
+            _stop_logging_into(run_dir)  # not this job's dir to write, its log included
+        log.error(one_line(e))
         return None
-    except Exception as e:
+    except Exception:
         if not multirun:
             raise
+        if any(d == run_dir for d, _ in UNRECORDED_STARTS):
+            _stop_logging_into(run_dir)
         log.exception(f"job {run_dir.name} failed")  # the sweep goes on; the report lists the job
-        _record_failed_job(cfg, run_dir, "failed", f"{type(e).__name__}: {_one_line(e).splitlines()[0]}")
         return None
     sweep_of_job = run_dir.parent
     if not multirun and not outcome.exit_code and (sweep_of_job / "multirun.yaml").is_file():  # a job resumed alone
@@ -128,7 +151,7 @@ def _quiet_non_main_rank(argv: list[str]) -> list[str]:
 
 if __name__ == "__main__":
     sys.argv = _quiet_non_main_rank(sys.argv)
-    main()
+    run_entry(main)
     from llm.sweep import FAILED_JOBS
 
     sys.exit(1 if FAILED_JOBS else 0)

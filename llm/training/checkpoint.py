@@ -60,6 +60,18 @@ def step_file(ckpt_dir: Path, step: int) -> Path:
     return ckpt_dir / f"step_{step:07d}.pt"
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is in ``exc``'s chain (itself, its cause or its context)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def save_checkpoint(ckpt_dir: Path, step: int, model: torch.nn.Module, optimizers: list, totals: TrainTotals,
                     extra: dict, keep: int = 2) -> Path:
     """Write ``step_XXXXXXX.pt`` atomically, point ``last.pt`` at it, and keep only the newest ``keep``."""
@@ -70,8 +82,15 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: torch.nn.Module, optimizer
     # Through a file object this function closes, not a path: torch's zip writer keeps a path's descriptor open
     # while its exception lives, so on a full disk the removed temporary's blocks stayed allocated and the run's
     # summary.json could not be written after it (seen on a 6 MiB tmpfs, torch 2.11).
-    with atomic_open(path, "wb") as f:
-        torch.save(state, f)
+    # A second Ctrl-C lands in the Python write torch's zip writer calls back: the writer then fails on its own
+    # ("unexpected pos", a RuntimeError chained to the KeyboardInterrupt); it is the abort that was asked for.
+    try:
+        with atomic_open(path, "wb") as f:
+            torch.save(state, f)
+    except Exception as e:
+        if _interrupted(e):
+            raise KeyboardInterrupt from None
+        raise
     link_tmp = ckpt_dir / (LAST + ".tmp")
     link_tmp.unlink(missing_ok=True)
     link_tmp.symlink_to(path.name)

@@ -1,26 +1,40 @@
 """Start one run: claim the run dir, resume (or start from another run's weights), validate before any work,
-then fit a :class:`Trainer`."""
+then fit a :class:`Trainer`.
+
+A start that fails leaves the directory as a user would want it, and only ever touches a directory this
+process owns (holds its lock): a refused new run removes the directory it created (it held nothing else), a
+sweep's job records why it did not start in its ``summary.json`` (the comparison lists it), and a job whose
+directory already holds a run, or is held by another process, is left untouched and reported in
+:data:`UNRECORDED_STARTS` for the sweep's exit code.
+"""
 
 from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
-from llm.config_check import validate_config
+from llm.config_check import check_config_keys, validate_config
+from llm.errors import RunDirInUseError, UserError
+from llm.fileio import DiskFullError, write_json_atomic
 from llm.training.checkpoint import find_resume_checkpoint
 from llm.training.distributed import cleanup, init_distributed
 from llm.training.init_from import apply_init_from, check_init_from, default_original_length
 from llm.training.outputs import SUMMARY_FILE
 from llm.training.resume import reconcile_resume_config, resumed_group
-from llm.training.run_dir import claim_run_dir, never_trained
-from llm.training.trainer import Trainer, TrainOutcome
+from llm.training.run_dir import RunDirLock, claim_run_dir, never_trained, record_command
+from llm.training.trainer import Trainer, TrainOutcome, run_label
 
 log = logging.getLogger("llm.train")
+
+#: Errors shown as one line: the user can fix them, a traceback would only hide the message.
+USER_ERRORS = (UserError, DiskFullError)
+#: Sweep jobs of this process that did not start and could not say so in their own dir: (job dir, message).
+UNRECORDED_STARTS: list[tuple[Path, str]] = []
 
 
 def _shared_run_dir(run_dir: Path, dist_info) -> Path:
@@ -32,25 +46,72 @@ def _shared_run_dir(run_dir: Path, dist_info) -> Path:
     return Path(shared[0])
 
 
+def one_line(exc: BaseException) -> str:
+    """The first line of an error's message (its type when it has none)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def record_failed_start(cfg: DictConfig, run_dir: Path, status: str, message: str) -> None:
+    """A sweep job that failed before training leaves a summary saying so, for the comparison to list."""
+    r = cfg.get("rope", {})
+    summary = {"status": status, "message": message, "seed": cfg.get("seed"), "rope": r.get("name"),
+               "variant": r.get("variant"), "compute_dtype": r.get("compute_dtype"), "run_dir": str(run_dir)}
+    try:
+        summary["rope_label"] = run_label(cfg)
+    except Exception:  # the config may be too broken to label
+        pass
+    write_json_atomic(run_dir / SUMMARY_FILE, summary)
+
+
+def _failed_start(cfg: DictConfig, run_dir: Path, exc: Exception, lock: RunDirLock, sweep_job: bool) -> None:
+    """What a start that raised leaves behind; called while this process holds the run dir's lock."""
+    user = isinstance(exc, USER_ERRORS)
+    if not sweep_job:
+        if user:
+            lock.discard_if_unused()  # a new dir of this run, with nothing of its own in it
+        return
+    if never_trained(run_dir):  # the job's own dir, no run in it: its summary says why it did not start
+        message = one_line(exc) if user else f"{type(exc).__name__}: {one_line(exc)}"
+        record_failed_start(cfg, run_dir, "config_error" if user else "failed", message)
+    else:  # the dir holds a run (a sweep continued with a changed config): its record stays as it is
+        UNRECORDED_STARTS.append((run_dir, one_line(exc)))
+
+
 def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), group: str = "single",
-                 resume_hint: str = "", start_unstarted: bool = False) -> TrainOutcome:
+                 resume_hint: str = "", sweep_job: bool = False,
+                 command_record: Mapping[str, str] | None = None) -> TrainOutcome:
     """Train ``cfg`` into ``run_dir``: lock the dir, load the checkpoint to resume (its saved config wins
     over the composed one, see :mod:`llm.training.resume`), or check ``train.init_from``'s source run
     (:mod:`llm.training.init_from`; ignored when resuming), validate before any work, then fit.
 
-    ``start_unstarted`` (a sweep's job): ``train.resume=auto`` in a dir that never trained starts the run
-    from step 0 instead of refusing, so that one command continues an interrupted sweep.
+    ``sweep_job`` (a job of a multirun): ``train.resume=auto`` in a dir that never trained starts the run
+    from step 0 instead of refusing, so that one command continues an interrupted sweep; and a start that
+    fails is recorded in the job's ``summary.json`` (see :func:`_failed_start`).
+
+    ``command_record`` (file name -> text: Hydra's composed config and overrides) is written into the run's
+    ``.hydra/`` by the command that makes the run, and into ``.hydra/resume_<n>/`` by each later one, once the
+    run owns its dir and the command has been accepted (:func:`llm.training.run_dir.record_command`).
 
     User errors (:class:`llm.errors.UserError`) propagate before any data or model work is done.
     """
     wants_cuda = cfg.get("device", "auto") != "cpu" and torch.cuda.is_available()
     dist_info = init_distributed(torch.device("cuda" if wants_cuda else "cpu"))
     run_dir = _shared_run_dir(Path(run_dir), dist_info)
-    lock = claim_run_dir(run_dir, resuming=bool(cfg.train.get("resume"))) if dist_info.is_main else None
+    lock = None
+    if dist_info.is_main:
+        try:
+            lock = claim_run_dir(run_dir, resuming=bool(cfg.train.get("resume")))
+        except RunDirInUseError as e:
+            if sweep_job:
+                UNRECORDED_STARTS.append((run_dir, one_line(e)))
+            cleanup(dist_info)
+            raise
     trainer = None
     try:
+        check_config_keys(cfg)
         asked = cfg.train.get("resume")
-        if start_unstarted and asked == "auto" and never_trained(run_dir):
+        if sweep_job and asked == "auto" and never_trained(run_dir):
             log.info(f"{run_dir.name}: nothing to resume (never trained), starting it from step 0")
             if dist_info.is_main:
                 (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a failed start's record, replaced by this run's
@@ -63,6 +124,8 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
         source = check_init_from(cfg) if resume is None else None  # a resumed run holds its weights already
         note = default_original_length(cfg, source) if source is not None else None
         validate_config(cfg, world_size=dist_info.world_size)
+        if command_record and lock is not None:
+            record_command(run_dir, command_record, first=resume is None)
         init = source.load() if source is not None else None  # a damaged checkpoint fails before any work
         trainer = Trainer(cfg, run_dir, dist_info, resume=resume, group=group, resume_hint=resume_hint)
         if init is not None:
@@ -73,6 +136,10 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
                     if line:
                         log.info(line)
         return trainer.fit()
+    except Exception as e:
+        if lock is not None:
+            _failed_start(cfg, run_dir, e, lock, sweep_job)
+        raise
     finally:
         if lock is not None:
             lock.release()

@@ -1,9 +1,13 @@
-"""One run, one directory: a lock a second writer detects, and no new run over an old one.
+"""One run, one directory: a lock a second writer detects, no new run over an old one, and no writer that
+touches a directory it does not own.
 
-Why: two runs that end up with the same directory (started in the same second, or a user reusing
-``hydra.run.dir``) used to interleave their metric lines and overwrite each other's summary. The
-lock is an ``fcntl`` lock on ``<run dir>/.run.lock``, released by the kernel when the process dies,
-so a crashed run never leaves a stale lock behind.
+Why: two runs that end up with the same directory (started in the same second, a reused ``hydra.run.dir``, two
+sweeps into one ``hydra.sweep.dir``) used to interleave their metric lines and overwrite each other's summary,
+and a refused one cleaned up, as its own, the directory the other was training in. Ownership is an ``fcntl``
+lock on ``<dir>/.run.lock`` (a sweep's: ``.sweep.lock``), released by the kernel when the process dies, so a
+crashed run never leaves a stale lock behind. Only the holder of the lock writes into the directory, and only a
+process that created the lock file (the directory had never been claimed) and held it since may remove the
+directory again, when its run is refused before it wrote anything of its own.
 """
 
 from __future__ import annotations
@@ -11,39 +15,85 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from llm.errors import RunDirInUseError
-from llm.fileio import remove_stale_temps
+from llm.fileio import TMP_MARK, remove_stale_temps, write_text_atomic
 
 LOCK_FILE = ".run.lock"
+SWEEP_LOCK_FILE = ".sweep.lock"
 #: Files whose presence means the directory already holds a run of its own.
 RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
-#: What Hydra writes into a run dir before the task starts: a dir holding only these never ran.
-HYDRA_ONLY = (".hydra", "train.log", LOCK_FILE)
+#: Where a run keeps the record of the command that made it (Hydra's composed config, its config and overrides).
+RECORD_DIR = ".hydra"
+#: What a refused new run may have left in the directory it created: its command's record, Hydra's log, its lock.
+DISCARDABLE = (RECORD_DIR, "train.log", LOCK_FILE)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
 
 
 class RunDirLock:
-    """Exclusive ownership of a run dir for the life of this process (or until :meth:`release`)."""
+    """Exclusive ownership of a directory for the life of this process (or until :meth:`release`).
 
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
+    ``created`` says whether this process created the lock file, i.e. nobody had claimed the directory before:
+    only then may :meth:`discard_if_unused` remove it.
+    """
+
+    def __init__(self, run_dir: Path, lock_name: str = LOCK_FILE, what: str = "run") -> None:
+        self.run_dir = Path(run_dir)
+        self.lock_name, self.what = lock_name, what
+        self.created = False
         self._fd: int | None = None
 
-    def acquire(self) -> RunDirLock:
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def _open(self) -> tuple[int, bool] | None:
+        """(descriptor, created) of the lock file, or None when the directory vanished meanwhile (try again)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        path = self.run_dir / self.lock_name
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise RunDirInUseError(f"run dir {self.run_dir} is in use by another run (pid {owner}); "
-                                   "wait for it or choose another hydra.run.dir") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._fd = fd
-        return self
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            pass
+        except FileNotFoundError:  # the directory was discarded between the mkdir and the open
+            return None
+        try:
+            return os.open(path, os.O_RDWR), False
+        except FileNotFoundError:
+            return None
+
+    def acquire(self) -> RunDirLock:
+        """Take the lock or raise :class:`RunDirInUseError` naming the holder's pid; a refused caller writes nothing."""
+        while True:
+            opened = self._open()
+            if opened is None:
+                continue
+            fd, created = opened
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                flag = "hydra.sweep.dir" if self.what == "sweep" else "hydra.run.dir"
+                raise RunDirInUseError(f"{self.what} dir {self.run_dir} is in use by another {self.what} "
+                                       f"(pid {owner}); wait for it or choose another {flag}") from None
+            if not _same_file(fd, self.run_dir / self.lock_name):  # its holder discarded the dir as we waited
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            self._fd, self.created = fd, created
+            return self
 
     def release(self) -> None:
         if self._fd is not None:
@@ -51,19 +101,54 @@ class RunDirLock:
             os.close(self._fd)
             self._fd = None
 
+    def discard_if_unused(self) -> bool:
+        """Remove the directory this process created and still holds, when it holds only :data:`DISCARDABLE`
+        entries (a run refused before its first own file); True if removed. The lock is released either way.
+
+        Why a rename first: a process that arrives while the directory goes finds no directory (and starts a new
+        one) or the old lock file, which it cannot take while this process holds it; never a half-removed
+        directory it could mistake for its own. An empty parent (the date folder) goes too.
+        """
+        d = self.run_dir
+        if not self.held or not self.created or any(p.name not in DISCARDABLE for p in d.iterdir()):
+            self.release()
+            return False
+        gone = d.with_name(f".{d.name}{TMP_MARK}{os.getpid()}")
+        try:
+            os.rename(d, gone)
+        except OSError:
+            self.release()
+            return False
+        shutil.rmtree(gone, ignore_errors=True)
+        self.release()
+        try:
+            d.parent.rmdir()  # only when empty: another run's date folder stays
+        except OSError:
+            pass
+        return True
+
+
+def _already_holds_a_run(run_dir: Path) -> RunDirInUseError | None:
+    taken = [name for name in RUN_FILES if (run_dir / name).exists()]
+    if not taken:
+        return None
+    return RunDirInUseError(f"run dir {run_dir} already holds a run ({', '.join(taken)}); continue it with "
+                            "train.resume=auto, or choose another hydra.run.dir")
+
 
 def claim_run_dir(run_dir: Path, resuming: bool) -> RunDirLock:
     """Lock ``run_dir`` for this run; a new run refuses a dir that already holds another run's files.
 
-    Temporaries a killed writer left there are removed once the lock is held (nobody else writes).
+    A new run looks before it locks, so that a refused one writes nothing there (not even its pid into the
+    lock file), and again once it holds the lock (a run may have started in between). Temporaries a killed
+    writer left are removed once the lock is held (nobody else writes).
     """
+    if not resuming and (refused := _already_holds_a_run(run_dir)):
+        raise refused
     lock = RunDirLock(run_dir).acquire()
-    if not resuming:
-        taken = [name for name in RUN_FILES if (run_dir / name).exists()]
-        if taken:
-            lock.release()
-            raise RunDirInUseError(f"run dir {run_dir} already holds a run ({', '.join(taken)}); continue it with "
-                                   "train.resume=auto, or choose another hydra.run.dir")
+    if not resuming and (refused := _already_holds_a_run(run_dir)):
+        lock.release()
+        raise refused
     remove_stale_temps(run_dir)
     return lock
 
@@ -79,15 +164,23 @@ def never_trained(run_dir: Path) -> bool:
     return not logged and not (ckpts.is_dir() and any(ckpts.iterdir()))
 
 
-def discard_if_unused(run_dir: Path) -> bool:
-    """Remove a run dir that holds only what Hydra wrote before the run was refused; True if removed.
+def record_command(run_dir: Path, files: Mapping[str, str], first: bool) -> Path:
+    """Write the record of the command that runs in ``run_dir`` (Hydra's ``config.yaml``, ``hydra.yaml``,
+    ``overrides.yaml``: name -> text) and return its directory. Call while holding the run dir's lock.
 
-    A configuration that never ran leaves nothing behind (and an empty date folder goes too).
+    The command that made the run (``first``, and no record yet) writes ``.hydra/``; every later command (a
+    resume, a sweep continued) writes ``.hydra/resume_<n>/`` beside it, so the record of how the run was made
+    stays the run's own. Hydra would write ``.hydra/`` itself at job start, before the run owns its dir
+    (``hydra.output_subdir`` is null in ``conf/config.yaml`` for that reason).
     """
-    if not run_dir.is_dir() or any(p.name not in HYDRA_ONLY for p in run_dir.iterdir()):
-        return False
-    shutil.rmtree(run_dir, ignore_errors=True)
-    parent = run_dir.parent
-    if parent.is_dir() and not any(parent.iterdir()):
-        parent.rmdir()
-    return True
+    base = run_dir / RECORD_DIR
+    if first and not base.exists():
+        target = base
+    else:
+        taken = [int(p.name.removeprefix("resume_")) for p in base.glob("resume_*")
+                 if p.name.removeprefix("resume_").isdigit()]
+        target = base / f"resume_{max(taken, default=0) + 1}"
+    target.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        write_text_atomic(target / name, text)
+    return target

@@ -1,0 +1,139 @@
+"""The keys a configuration may hold, read from the config files themselves (``conf/``).
+
+Why: Hydra refuses a key the composed config lacks (``train.max_step=5``), but accepts one added with ``+``
+(``+train.max_step=5``), which no module then reads: the run would train as if it had not been asked. The
+``model``, ``rope`` and ``data`` groups check their keys in the module that builds them (a model setting, a RoPE
+implementation's options, a data source's keys); the other groups and the top level are checked here against
+what their config files define. A key is known as soon as a file in ``conf/`` defines it (an experiment's
+included), so there is no second list to keep in step by hand.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from llm.config_keys import covered, flatten
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+#: Groups whose keys the module that builds them checks: GPTConfig's fields, rope.check_args, a data source's.
+SELF_CHECKED = ("model", "rope", "data")
+#: Groups of package ``_global_`` files whose keys count as known for the primary config (``+experiment=``).
+GLOBAL_GROUPS = {"config": ("experiment", "recipe")}
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
+    data.pop("defaults", None)
+    return data
+
+
+def _defaults_groups(primary: Path) -> list[str]:
+    """The config groups a primary config's defaults list chooses from (``- model: tiny``), Hydra's own excluded."""
+    groups = []
+    for entry in OmegaConf.to_container(OmegaConf.load(primary)).get("defaults", []):
+        if isinstance(entry, dict):
+            for key in entry:
+                name = str(key).removeprefix("optional ").strip()
+                if not name.startswith(("override ", "hydra/")):
+                    groups.append(name)
+    return groups
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What the config files of one primary config define: its own keys, each group's options, global keys."""
+
+    own: dict[str, Any]  # the primary config's keys (without defaults and hydra), nested
+    groups: dict[str, dict[str, dict[str, Any]]]  # group -> option -> its flattened keys (key -> value)
+    global_keys: frozenset[str]  # flattened keys the _global_ files set (experiments, recipes), hydra's excluded
+    command: str  # how the user runs it, for the hint
+
+    def known_keys(self) -> set[str]:
+        """Every dotted key some config file defines (for "did you mean")."""
+        keys = set(flatten(self.own)) | set(self.global_keys)
+        for group, options in self.groups.items():
+            keys |= {f"{group}.{k}" for option in options.values() for k in option}
+        return keys
+
+    def options_with(self, key: str) -> list[str]:
+        """The ``group=option`` choices whose file defines ``key`` (``rope.compute_dtype``: rope=torch, ...)."""
+        group, _, rest = key.partition(".")
+        return [f"{group}={name}" for name, keys in self.groups.get(group, {}).items() if rest in keys]
+
+    def _options(self, group: str, cfg_group: Any) -> list[dict[str, Any]]:
+        """The options of ``group`` the composed node can stand for: those of its ``name``, else all."""
+        options = list(self.groups.get(group, {}).values())
+        name = cfg_group.get("name") if isinstance(cfg_group, Mapping) else None
+        named = [o for o in options if name is not None and o.get("name") == name]
+        return named or options
+
+    def problems(self, cfg: Mapping) -> list[str]:
+        """One line per key of ``cfg`` no config file defines (nothing would read it) and per key that every option
+        of its group defines but ``cfg`` lacks (removed with ``~``); ``model``, ``rope``, ``data`` (checked by the
+        modules that build them) and ``hydra`` are left out."""
+        tree = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
+        tree.pop("hydra", None)
+        own = flatten(self.own)
+        top = set(self.own) | set(self.groups) | {k.split(".")[0] for k in self.global_keys}
+        out = [self.unknown_key(key, top) for key in tree if key not in top]
+        required: set[str] = {k for k in own if k.split(".")[0] not in tree} | {g for g in self.groups if g not in tree}
+        for key, value in tree.items():
+            if key in SELF_CHECKED or key not in top or not isinstance(value, Mapping):
+                continue
+            options = self._options(key, value)
+            allowed = {f"{key}.{k}" for o in options for k in o}
+            allowed |= {k for k in (*own, *self.global_keys) if k.startswith(key + ".")}
+            present = {f"{key}.{k}" for k in flatten(value)}
+            label = f"{key}={value['name']}" if key in self.groups and "name" in value else None
+            out += [self.unknown_key(k, allowed, label) for k in sorted(present) if not covered(k, allowed)]
+            needed = set.intersection(*({f"{key}.{k}" for k in o} for o in options)) if options else set()
+            needed |= {k for k in own if k.startswith(key + ".")}
+            required |= {k for k in needed if not covered(k, present) and not any(covered(p, [k]) for p in present)}
+        return out + [f"{k} is missing: a run reads it (was it removed with ~{k}?)" for k in sorted(required)]
+
+    def unknown_key(self, key: str, allowed: Iterable[str] | None = None, label: str | None = None) -> str:
+        """The line refusing ``key``: the closest of ``allowed`` (default: every known key), or the options that
+        define it when it belongs to another option of its group (``rope.compute_dtype`` with rope=triton_v4)."""
+        allowed = self.known_keys() if allowed is None else set(allowed)
+        lists = f"({self.command} --cfg job lists the keys)"
+        elsewhere = [o for o in self.options_with(key) if o != label]
+        if elsewhere:
+            chosen = label or f"the {key.partition('.')[0]} chosen"
+            return f"{key} is a key of {', '.join(elsewhere)} only, not of {chosen}, so nothing would read it {lists}"
+        close = closest(key, allowed - {key})
+        guess = f"; did you mean {close}?" if close else ""
+        where = f"a key of {label}" if label else "a known key"
+        return f"{key} is not {where}, so nothing would read it{guess} {lists}"
+
+
+def closest(key: str, candidates: Iterable[str]) -> str | None:
+    """The candidate most like ``key`` (a typo's intended key), or None when none is close."""
+    candidates = sorted(set(candidates))
+    depth = key.count(".")
+    for pool in ([c for c in candidates if c.count(".") == depth], candidates):  # a typo keeps the key's depth
+        found = difflib.get_close_matches(key, pool, n=1, cutoff=0.75)
+        if found:
+            return found[0]
+    return None
+
+
+@cache
+def schema(config_name: str = "config", command: str = "python -m llm.train", conf_dir: Path = CONF_DIR) -> Schema:
+    """The :class:`Schema` of ``conf/<config_name>.yaml`` (read once per process)."""
+    primary = conf_dir / f"{config_name}.yaml"
+    own = _load(primary)
+    own.pop("hydra", None)
+    groups = {g: {p.stem: flatten(_load(p)) for p in sorted((conf_dir / g).glob("*.yaml"))}
+              for g in _defaults_groups(primary)}
+    global_keys: set[str] = set()
+    for g in GLOBAL_GROUPS.get(config_name, ()):
+        for p in sorted((conf_dir / g).glob("*.yaml")):
+            global_keys |= {k for k in flatten(_load(p)) if not k.startswith("hydra.") and k != "hydra"}
+    return Schema(own=own, groups=groups, global_keys=frozenset(global_keys), command=command)

@@ -1,0 +1,73 @@
+"""What the Hydra entry points share: Hydra's own errors read like every other mistake, one line and exit 2.
+
+Why: Hydra composes the config before any of our code runs and reports its own errors itself: an unknown group
+option (``rope=nope``) as 18 lines, an unknown key (``train.max_step=5``) as 7 lines that suggest
+``+train.max_step=5``, both with exit code 1. :func:`run_entry` asks Hydra to raise them instead (its documented
+switch, ``HYDRA_FULL_ERROR=1``) and prints each as one line naming the option or key and what is allowed, exit
+code 2, as the entry points print a :class:`llm.errors.UserError`. A user who sets ``HYDRA_FULL_ERROR=1`` still
+gets every traceback (:func:`full_error_requested`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable
+
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+
+from llm.config_schema import schema
+from llm.errors import UserError
+from llm.fileio import DiskFullError
+
+#: The user's own HYDRA_FULL_ERROR, kept while :func:`run_entry` sets Hydra's to 1 (job processes inherit both).
+USER_FULL_ERROR = "ROPELAB_USER_FULL_ERROR"
+#: Errors that are the user's to fix: one line, no traceback.
+ONE_LINE_ERRORS = (UserError, DiskFullError, ConfigCompositionException, OverrideParseException)
+
+
+def full_error_requested() -> bool:
+    """Whether the user asked for tracebacks (``HYDRA_FULL_ERROR=1``), also inside :func:`run_entry`."""
+    own = os.environ.get(USER_FULL_ERROR)
+    return (own if own is not None else os.environ.get("HYDRA_FULL_ERROR")) == "1"
+
+
+def _lines(text: str) -> list[str]:
+    return [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+
+
+def hydra_error_line(exc: BaseException, config_name: str = "config", command: str = "python -m llm.train") -> str:
+    """One line for an error of Hydra's composition (or any one-line error), naming what to fix."""
+    if isinstance(exc, MissingConfigException) and exc.options and "/" in str(exc.missing_cfg_file or ""):
+        group, _, option = str(exc.missing_cfg_file).rpartition("/")
+        return f"{group}={option} is not an option of {group}; allowed: {', '.join(exc.options)}"
+    text = " ".join(_lines(exc)) or type(exc).__name__
+    if isinstance(exc, OverrideParseException):
+        return f"cannot parse the override {exc.override!r}: {text}"
+    if not isinstance(exc, ConfigCompositionException):
+        return text
+    cause = " ".join(_lines(exc.__cause__ or ""))
+    if m := re.search(r"Could not override '([^']+)'", text):
+        key = m.group(1)
+        if "not in struct" not in cause:
+            return f"{key}: {cause or text}"
+        return schema(config_name, command).unknown_key(key)
+    if m := re.search(r"An item is already at '([^']+)'", text):
+        return f"{m.group(1)} is already in the config: set it without the leading +"
+    return f"{text} ({cause})" if cause else text
+
+
+def run_entry(main: Callable[[], object], config_name: str = "config", command: str = "python -m llm.train") -> None:
+    """Call a ``@hydra.main`` function; Hydra's composition errors and the user errors that reach here (one
+    raised by a sweep callback, or re-raised by an entry point) become one line on stderr and exit code 2."""
+    user_full = full_error_requested()
+    os.environ[USER_FULL_ERROR] = "1" if user_full else "0"
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises what it would print as a traceback and exit 1
+    try:
+        main()
+    except ONE_LINE_ERRORS as e:
+        if user_full:
+            raise
+        print(f"Error: {hydra_error_line(e, config_name, command)}", file=sys.stderr)
+        sys.exit(2)
