@@ -29,7 +29,14 @@ from llm.report.compare import (
     default_out_dir,
     write_report,
 )
-from llm.report.errors import CompareError, MixedRunsError, NoRunsError, ReferenceNotFoundError, cli_error_line
+from llm.report.errors import (
+    CompareError,
+    DataMismatchError,
+    MixedRunsError,
+    NoRunsError,
+    ReferenceNotFoundError,
+    cli_error_line,
+)
 from llm.report.runs import CRASHED, Run, find_crashed_dirs, find_run_dirs, load_runs, sweep_failures
 from llm.report.stats import mean_std
 
@@ -43,6 +50,7 @@ __all__ = [
     "MD_FILE",
     "SPEED_FILE",
     "CompareError",
+    "DataMismatchError",
     "MixedRunsError",
     "NoRunsError",
     "ReferenceNotFoundError",

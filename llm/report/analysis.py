@@ -18,7 +18,16 @@ import numpy as np
 
 from llm.report.errors import ReferenceNotFoundError
 from llm.report.runs import Run
-from llm.report.stats import Comparison, compare_paired, compare_unpaired, mean_std, seeds_for_effect, t_interval
+from llm.report.stats import (
+    PAIRED,
+    Comparison,
+    compare_paired,
+    compare_unpaired,
+    holm,
+    mean_std,
+    seeds_for_effect,
+    t_interval,
+)
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +144,21 @@ def select_reference(groups: Sequence[Group], name: str | None = None) -> Group 
     raise ReferenceNotFoundError(f"reference {name!r} matches several implementations ({labels}); give the full label")
 
 
+@dataclass(frozen=True)
+class WindowDelta:
+    """Δ val loss per val window of the final eval, averaged over the paired seeds.
+
+    The val set is one fixed sample of windows, the same for every run, so the seed t-test cannot see how
+    Δ would move on another sample of the same text (the window × implementation interaction). ``se`` is
+    the standard error of the mean Δ over windows: std over windows of the seed-averaged Δ, over √windows.
+    """
+
+    windows: int
+    seeds: int  # paired seeds whose runs both saved the final eval's windows
+    mean: float
+    se: float | None  # None with a single window
+
+
 @dataclass
 class GroupComparison:
     """One implementation against the reference: per compared metric, plus how the seeds were matched."""
@@ -144,6 +168,7 @@ class GroupComparison:
     metrics: dict[str, Comparison]  # keyed by summary key (val_loss, val_acc)
     seeds: list[int]  # the paired seeds (empty when unpaired)
     unmatched: list[int | None]  # the implementation's seeds without a reference run
+    window: WindowDelta | None = None  # None when the runs saved no per-window losses (older runs) or unpaired
 
     @property
     def loss(self) -> Comparison:
@@ -154,6 +179,12 @@ class GroupComparison:
         """Paired seeds for the paired t-test to detect a Δ val loss of ±ε at 80% power (σ = paired std)."""
         c = self.loss
         return None if c.sd is None else seeds_for_effect(c.sd, c.margin)
+
+    @property
+    def seed_se(self) -> float | None:
+        """Standard error of the mean paired Δ val loss over seeds (``s_d / √n``), beside :attr:`window`'s SE."""
+        c = self.loss
+        return None if c.sd is None or c.method != PAIRED else c.sd / math.sqrt(c.n)
 
 
 def _pairing(group: Group, ref: Group, metric: str) -> list[int] | None:
@@ -167,6 +198,31 @@ def _pairing(group: Group, ref: Group, metric: str) -> list[int] | None:
     if len(common) >= 2 or (common and set(mine) == set(theirs)):
         return common
     return None
+
+
+def _first_by_seed(group: Group) -> dict[int, Run]:
+    out: dict[int, Run] = {}
+    for r in group.runs:
+        if r.seed is not None:
+            out.setdefault(r.seed, r)
+    return out
+
+
+def window_delta(group: Group, ref: Group, seeds: Sequence[int]) -> WindowDelta | None:
+    """:class:`WindowDelta` over the ``seeds`` whose runs both saved per-window losses of the same windows
+    (same start offsets) at their final eval; None when no seed has them."""
+    mine, theirs = _first_by_seed(group), _first_by_seed(ref)
+    deltas = []
+    for s in seeds:
+        a, b = mine[s].eval_windows() if s in mine else None, theirs[s].eval_windows() if s in theirs else None
+        if a is None or b is None or a["starts"] != b["starts"] or len(a["loss"]) != len(b["loss"]):
+            continue
+        deltas.append(np.asarray(a["loss"], dtype=float) - np.asarray(b["loss"], dtype=float))
+    if not deltas or len({len(d) for d in deltas}) != 1:
+        return None
+    per_window = np.mean(deltas, axis=0)
+    se = float(np.std(per_window, ddof=1) / math.sqrt(len(per_window))) if len(per_window) > 1 else None
+    return WindowDelta(len(per_window), len(deltas), float(np.mean(per_window)), se)
 
 
 def compare_group(group: Group, ref: Group, margin: float, acc_margin: float) -> GroupComparison:
@@ -189,7 +245,21 @@ def compare_group(group: Group, ref: Group, margin: float, acc_margin: float) ->
             out[metric] = compare_unpaired(values, ref_values, eps, lower_is_better)
         if metric == "val_loss":
             unmatched = list(group.seeds)
-    return GroupComparison(group, ref, out, seeds, unmatched)
+    return GroupComparison(group, ref, out, seeds, unmatched, window_delta(group, ref, seeds) if seeds else None)
+
+
+def compare_groups(groups: Sequence[Group], ref: Group | None, margin: float,
+                   acc_margin: float) -> list[GroupComparison]:
+    """Every group with completed runs but ``ref`` against ``ref``; each metric's verdicts then decided
+    together, at p-values Holm-adjusted over the implementations (:func:`llm.report.stats.holm`)."""
+    if ref is None:
+        return []
+    comparisons = [compare_group(g, ref, margin, acc_margin) for g in groups if g.n and g is not ref]
+    for metric, _ in COMPARED:
+        present = [gc for gc in comparisons if metric in gc.metrics]
+        for gc, decided in zip(present, holm([gc.metrics[metric] for gc in present]), strict=True):
+            gc.metrics[metric] = decided
+    return comparisons
 
 
 def _curve_by_seed(group: Group) -> dict[int, dict[int, float]]:

@@ -59,13 +59,13 @@ class CompareOnMultirunEnd(Callback):
             )
 
     def _report(self, sweep_dir: Path, config: DictConfig) -> None:
-        from llm.report import MixedRunsError, NoRunsError, build_report, write_report
+        from llm.report import DataMismatchError, MixedRunsError, NoRunsError, build_report, write_report
         from llm.report.wandb_log import log_report_to_wandb
 
         try:
             report = build_report([sweep_dir], allow_mixed=self.allow_mixed, reference=self.reference,
                                   margin=self.margin, acc_margin=self.acc_margin)
-        except MixedRunsError as e:
+        except (MixedRunsError, DataMismatchError) as e:
             log.warning(
                 "run comparison skipped for %s: %s\nTo compare anyway: python -m scripts.compare %s --allow-mixed",
                 sweep_dir, e, sweep_dir,

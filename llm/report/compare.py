@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm.report.analysis import (
@@ -26,12 +26,12 @@ from llm.report.analysis import (
     DEFAULT_MARGIN,
     Group,
     GroupComparison,
-    compare_group,
+    compare_groups,
     group_runs,
     select_reference,
 )
 from llm.report.errors import NoRunsError
-from llm.report.mixed import check_not_mixed, config_differences
+from llm.report.mixed import check_not_mixed, check_same_data, config_differences
 from llm.report.runs import PathLike, Run, load_runs
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class Report:
     comparisons: list[GroupComparison]  # every group with completed runs but the reference, in group order
     margin: float
     acc_margin: float
+    data_notes: list[str] = field(default_factory=list)  # runs without a data fingerprint, mixed data allowed
 
     @property
     def failures(self) -> list[Run]:
@@ -82,9 +83,9 @@ def build_report(
 ) -> Report:
     """Load the runs at or below ``run_dirs`` and compute every number of the report (writes nothing).
 
-    Raises :class:`NoRunsError` when nothing completed, :class:`MixedRunsError` for mixed runs unless
-    ``allow_mixed``, :class:`ReferenceNotFoundError` for an unknown ``reference``, ValueError for a
-    margin that is not positive.
+    Raises :class:`NoRunsError` when nothing completed, :class:`MixedRunsError` for mixed runs and
+    :class:`DataMismatchError` for runs whose data fingerprints differ, unless ``allow_mixed``,
+    :class:`ReferenceNotFoundError` for an unknown ``reference``, ValueError for a margin that is not positive.
     """
     margin, acc_margin = _check_margin("margin", margin), _check_margin("acc_margin", acc_margin)
     runs = load_runs(run_dirs)
@@ -96,6 +97,9 @@ def build_report(
         check_not_mixed(checked)
     elif diffs:
         log.warning("comparing mixed runs (allow_mixed): %s differ", ", ".join(diffs))
+    data_notes = check_same_data(checked, allow_mixed)
+    for note in data_notes:
+        log.warning("%s", note.replace("**", "").replace("`", ""))
     for r in runs:
         if not r.completed:
             log.warning("%s: status %r%s, left out of the statistics and plots", r.name, r.status,
@@ -105,9 +109,8 @@ def build_report(
         raise NoRunsError(f"none of the {len(runs)} run(s) completed (statuses: {statuses})")
     groups = group_runs(runs)
     ref = select_reference(groups, reference)
-    comparisons = [] if ref is None else [compare_group(g, ref, margin, acc_margin)
-                                          for g in groups if g.n and g is not ref]
-    return Report([str(p) for p in run_dirs], runs, groups, diffs, ref, comparisons, margin, acc_margin)
+    comparisons = compare_groups(groups, ref, margin, acc_margin)
+    return Report([str(p) for p in run_dirs], runs, groups, diffs, ref, comparisons, margin, acc_margin, data_notes)
 
 
 def write_report(report: Report, out_dir: PathLike) -> Path:

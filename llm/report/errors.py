@@ -23,6 +23,15 @@ class MixedRunsError(CompareError):
         self.differences = differences
 
 
+class DataMismatchError(CompareError):
+    """The runs trained on different data (their data fingerprints differ); ``groups`` maps each fingerprint's
+    id to the names of its runs."""
+
+    def __init__(self, message: str, groups: dict[str, list[str]]) -> None:
+        super().__init__(message)
+        self.groups = groups
+
+
 class ReferenceNotFoundError(CompareError, ValueError):
     """``reference=`` (CLI ``--reference``) names no implementation of the runs, or several."""
 

@@ -17,10 +17,22 @@ from llm.fileio import write_text_atomic
 from llm.report.analysis import METRICS, SHORT_METRICS, Group, GroupComparison
 from llm.report.compare import CURVES_FILE, DELTA_FILE, SPEED_FILE, Report
 from llm.report.fidelity import fidelity_rows
-from llm.report.mixed import MISSING, describe_differences, fmt_value
+from llm.report.mixed import MISSING, describe_data, describe_differences, fmt_value
 from llm.report.runs import Run, get_dotted
 from llm.report.sharing import concurrent_runs
-from llm.report.stats import BETTER, EQUIVALENT, INCONCLUSIVE, MAX_SEEDS, SINGLE, WELCH, WORSE, Comparison
+from llm.report.stats import (
+    ALPHA,
+    ALPHA_DIFFERENCE,
+    BETTER,
+    EQUIVALENT,
+    INCONCLUSIVE,
+    MAX_SEEDS,
+    SINGLE,
+    WELCH,
+    WORSE,
+    Comparison,
+    seeds_for_equivalence,
+)
 
 MINUS = "\u2212"
 
@@ -58,12 +70,20 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return out
 
 
-def _ci(c: Comparison, decimals: int = 4) -> str:
-    return "no CI (n=1)" if c.ci is None else f"[{signed(c.ci[0], decimals)}, {signed(c.ci[1], decimals)}]"
+def _ci(c: Comparison | tuple[float, float] | None, decimals: int = 4) -> str:
+    ci = c.ci if isinstance(c, Comparison) else c
+    return "no CI (n=1)" if ci is None else f"[{signed(ci[0], decimals)}, {signed(ci[1], decimals)}]"
 
 
 def _needed(c: Comparison) -> str:
     return f"more than {MAX_SEEDS:,}" if c.seeds_needed is None else f"about {c.seeds_needed}"
+
+
+def _holm_p(c: Comparison) -> str:
+    """``p = 0.0012`` for a family of one, ``Holm p = 0.0036 (3 tests)`` for a sweep's implementations."""
+    p = fmt_p(c.p_holm)
+    p = p if p.startswith("<") else f"= {p}"
+    return f"p {p}" if c.n_tests <= 1 else f"Holm p {p} ({c.n_tests} tests)"
 
 
 def verdict_text(c: Comparison, unit: str = "nats") -> str:
@@ -72,11 +92,26 @@ def verdict_text(c: Comparison, unit: str = "nats") -> str:
     if c.verdict == SINGLE:
         return f"n={c.n}: no CI (add seeds)" if c.method != WELCH else f"n={c.n} vs {c.n_ref}: too few seeds for Welch"
     if c.verdict in (BETTER, WORSE):
-        return c.verdict + (f" (but within {eps})" if c.p_tost is not None and c.p_tost < 0.05 else "")
+        return c.verdict + (f" (but within {eps})" if c.p_tost is not None and c.p_tost < ALPHA else "")
     if c.verdict == EQUIVALENT:
         return f"equivalent within {eps}"
     assert c.verdict == INCONCLUSIVE
     return f"inconclusive ({c.n} seeds; {_needed(c)} needed)"
+
+
+def _supported(c: Comparison, unit: str = "nats") -> str:
+    """"the data support ±m" (the tightest margin, from the 90% CI), or "" when there is none."""
+    if c.tightest_margin is None:
+        return ""
+    return f"; the data support equivalence within ±{c.tightest_margin:.2g}{' ' + unit if unit else ''}"
+
+
+def _pairing_note(c: Comparison) -> str:
+    pc = c.pairing
+    if pc is None or pc.helps is not False:
+        return ""
+    return (f"; pairing by seed did not help (var(paired)/var(unpaired) = {pc.var_ratio:.2f}): Welch 95% CI "
+            f"{_ci(pc.welch_ci)}")
 
 
 def verdict_line(gc: GroupComparison) -> str:
@@ -87,13 +122,13 @@ def verdict_line(gc: GroupComparison) -> str:
     numbers = f"{n}, Δ = {signed(c.delta)} {_ci(c)}"
     if c.verdict == SINGLE:
         return f"{me}: one seed only against {ref} ({n}, Δ = {signed(c.delta)}; no CI: add seeds)"
+    tail = _supported(c) + _pairing_note(c)
     if c.verdict in (BETTER, WORSE):
-        within = f"; the difference is within {eps}" if c.p_tost is not None and c.p_tost < 0.05 else ""
-        p = fmt_p(c.p)
-        return f"{me}: {c.verdict} than {ref} ({numbers}, p {p if p.startswith('<') else '= ' + p}){within}"
+        within = f"; the difference is within {eps}" if c.p_tost is not None and c.p_tost < ALPHA else ""
+        return f"{me}: {c.verdict} than {ref} ({numbers}, {_holm_p(c)}){within}{_pairing_note(c)}"
     if c.verdict == EQUIVALENT:
-        return f"{me}: equivalent to {ref} within {eps} ({numbers})"
-    return f"{me}: inconclusive ({c.n} seeds; {_needed(c)} needed) against {ref} at {eps} ({numbers})"
+        return f"{me}: equivalent to {ref} within {eps} ({numbers}){tail}"
+    return f"{me}: inconclusive ({c.n} seeds; {_needed(c)} needed) against {ref} at {eps} ({numbers}){tail}"
 
 
 def _verdict_section(report: Report) -> list[str]:
@@ -101,11 +136,13 @@ def _verdict_section(report: Report) -> list[str]:
         return ["No reference implementation (`rope=torch`, compute_dtype float32) among the completed runs: "
                 "pass `--reference NAME` for verdicts.", ""]
     lines = [f"Verdicts against **{report.reference.label}** (val loss; Δ = implementation − reference, "
-             f"95% CI; equivalence margin ±{report.margin:g} nats):", ""]
+             f"95% CI; better/worse: t-test at α = {ALPHA_DIFFERENCE:g}, Holm-adjusted over the implementations; "
+             f"equivalent: TOST at ±{report.margin:g} nats, α = {ALPHA:g}):", ""]
     lines += [f"- {verdict_line(c)}" for c in report.comparisons if "val_loss" in c.metrics]
     if not report.comparisons:
         lines.append("- (no other implementation completed)")
     return [*lines, ""]
+
 
 
 def _common_section(runs: Sequence[Run], section: str) -> str:
@@ -129,8 +166,12 @@ def _device(run: Run) -> Any:
 
 
 def _devices(runs: Iterable[Run]) -> list[str]:
-    """The distinct devices the runs report, in order of appearance."""
-    return [str(d) for d in dict.fromkeys(_device(r) for r in runs) if d is not None]
+    """The distinct devices the completed runs trained on, in order of appearance.
+
+    Only a completed run's own record counts (``summary["device"]``, the device's name): a job refused or
+    failed before training recorded at most the config's ``device=auto``, which names no device.
+    """
+    return [str(d) for d in dict.fromkeys(r.summary.get("device") for r in runs if r.completed) if d is not None]
 
 
 def _config_section(report: Report) -> list[str]:
@@ -148,7 +189,7 @@ def _config_section(report: Report) -> list[str]:
         f"- steps: {_distinct(get_dotted(r.config, 'train.max_steps') for r in runs)} (train.max_steps); "
         f"batch_size={_distinct(get_dotted(r.config, 'train.batch_size') for r in runs)}, "
         f"grad_accum={_distinct(get_dotted(r.config, 'train.grad_accum') for r in runs)}",
-        f"- device: {_distinct(_device(r) for r in report.runs)}",
+        f"- device: {', '.join(_devices(report.runs)) or 'n/a'}",
         f"- git commit: {_distinct(r.summary.get('git_commit') for r in report.runs)}",
     ]
     devices = _devices(report.runs)
@@ -165,6 +206,11 @@ def _config_section(report: Report) -> list[str]:
     if report.diffs:
         lines += ["", "**Mixed runs (`--allow-mixed`)**: these config keys differ between runs:", "", "```"]
         lines += [*describe_differences(report.diffs), "```"]
+    data = _distinct(describe_data(fp) for r in report.runs if r.completed and (fp := r.data_fingerprint))
+    if data != "n/a":
+        lines.insert(lines.index("Common config:") + 4, f"- data fingerprint: {data}")
+    for note in report.data_notes:
+        lines += ["", note]
     return lines
 
 
@@ -202,25 +248,29 @@ def _summary_section(report: Report) -> list[str]:
     return lines
 
 
-def _paired_row(gc: GroupComparison) -> list[str]:
-    """One row of the paired-statistics table (n/a cells where a metric was never logged)."""
-    if "val_loss" not in gc.metrics:
-        return [gc.group.label, "n/a (no final val loss)", *["n/a"] * 10]
-    pairing = (f"paired (seeds {' '.join(map(str, gc.seeds))})" if gc.loss.method != WELCH else WELCH)
+def _metric_cells(c: Comparison | None, unit: str) -> list[str]:
+    """Δ, its 95% CI, the t-test's p, Holm's p, TOST's p, the tightest margin and the verdict of one metric."""
+    if c is None:
+        return ["n/a"] * 7
+    holm = "n/a" if c.p_holm is None else fmt_p(c.p_holm) + (f" ({c.n_tests})" if c.n_tests > 1 else "")
+    tight = "n/a" if c.tightest_margin is None else f"±{c.tightest_margin:.2g}"
+    return [signed(c.delta), _ci(c), fmt_p(c.p), holm, fmt_p(c.p_tost), tight, verdict_text(c, unit)]
+
+
+def _pairing_cell(gc: GroupComparison) -> str:
+    pairing = f"paired (seeds {' '.join(map(str, gc.seeds))})" if gc.loss.method != WELCH else WELCH
     if gc.unmatched and gc.loss.method != WELCH:
         pairing += f"; unmatched: {' '.join(map(str, gc.unmatched))}"
-    n = f"{gc.loss.n}" if gc.loss.method != WELCH else f"{gc.loss.n} vs {gc.loss.n_ref}"
-    row = [gc.group.label, pairing, n]
-    for metric, unit in (("val_loss", "nats"), ("val_acc", "")):
-        c = gc.metrics.get(metric)
-        if c is None:
-            row += ["n/a"] * (5 if metric == "val_loss" else 4)
-            continue
-        row += [signed(c.delta), _ci(c), fmt_p(c.p)]
-        if metric == "val_loss":
-            row.append(fmt_p(c.p_tost))
-        row.append(verdict_text(c, unit))
-    return row
+    return pairing
+
+
+def _paired_row(gc: GroupComparison, metric: str, unit: str) -> list[str]:
+    """One row of a paired-statistics table (n/a cells where the metric was never logged)."""
+    c = gc.metrics.get(metric)
+    if c is None:
+        return [gc.group.label, f"n/a (no final {metric})", "n/a", *["n/a"] * 7]
+    n = f"{c.n}" if c.method != WELCH else f"{c.n} vs {c.n_ref}"
+    return [gc.group.label, _pairing_cell(gc), n, *_metric_cells(c, unit)]
 
 
 def _paired_section(report: Report) -> list[str]:
@@ -231,36 +281,73 @@ def _paired_section(report: Report) -> list[str]:
         "",
         f"## Paired statistics against {ref.label}",
         "",
-        f"Δ = implementation − {ref.label} (n={ref.n}), per seed, then averaged. 95% CI: Student t over the "
-        "paired seeds; p: paired t-test (Welch's unequal-variance test on the unpaired values when the seeds "
-        f"do not match). Equivalence: TOST at ±{report.margin:g} nats of val loss and "
-        f"±{report.acc_margin:g} of val accuracy (both one-sided tests reject at α = 0.05, i.e. the 90% CI "
-        "lies inside the margin). better/worse: the 95% CI excludes 0 and p < 0.05 (lower loss, higher "
-        "accuracy is better). inconclusive: seeds needed for TOST at 80% power if the true Δ were 0, "
-        "at the observed paired std.",
+        f"Δ = implementation − {ref.label} (n={ref.n}), per seed, then averaged. Each column names its test. "
+        "95% CI and p: the paired t-test over the paired seeds (Welch's unequal-variance test on the unpaired "
+        "values when the seeds do not match). Holm p: that p adjusted by Holm's method over the implementations "
+        f"of the sweep (how many in brackets); **better/worse** when it is below {ALPHA_DIFFERENCE:g} (lower loss, "
+        f"higher accuracy is better). TOST p: two one-sided t-tests at ±ε; **equivalent** when it is below "
+        f"{ALPHA:g} (the 90% CI inside ±ε). Tightest margin: the largest |end| of the 90% CI, the smallest ε "
+        "the same data would call equivalent. inconclusive: seeds TOST would need at 80% power if the true Δ "
+        "were 0, at the observed paired std.",
         "",
     ]
-    header = ["Implementation", "Pairing", "n", "Δ val loss", "95% CI", "p", f"TOST p (±{report.margin:g})",
-              "Verdict (loss)", "Δ val acc", "95% CI", "p", "Verdict (acc)"]
-    return lines + md_table(header, [_paired_row(gc) for gc in report.comparisons])
+    header = ["Implementation", "Pairing", "n", "Δ {m}", "95% CI (t-test)", "p (t-test)", "Holm p (t-test)",
+              "TOST p (±{eps})", "Tightest margin (90% CI)", "Verdict"]
+    for metric, title, eps, unit in (("val_loss", "val loss", report.margin, "nats"),
+                                     ("val_acc", "val acc", report.acc_margin, "")):
+        rows = [_paired_row(gc, metric, unit) for gc in report.comparisons]
+        lines += [f"**{title.capitalize()}** (ε = ±{eps:g}{' ' + unit if unit else ''}):", ""]
+        lines += md_table([h.format(m=title, eps=f"{eps:g}") for h in header], rows) + [""]
+    return lines[:-1]
+
+
+def _pairing_section(report: Report) -> list[str]:
+    checked = [gc for gc in report.comparisons if "val_loss" in gc.metrics and gc.loss.pairing is not None]
+    if not checked:
+        return []
+    lines = [
+        "",
+        "## Pairing check (val loss)",
+        "",
+        "Pairing by seed pays only when a seed steers the implementation's run and the reference's alike. "
+        "corr: Pearson correlation of their final val losses over the paired seeds. Variance ratio: "
+        "var(impl − ref) / (var(impl) + var(ref)), the paired Δ's variance over what it would be for "
+        "independent runs; below 1 pairing helps, at or above 1 it gains nothing, and the Welch interval of "
+        "the same runs (taken as unpaired) is shown beside the paired one.",
+        "",
+    ]
+    rows = []
+    for gc in checked:
+        c, pc = gc.loss, gc.loss.pairing
+        assert pc is not None
+        helps = "n/a" if pc.helps is None else ("yes" if pc.helps else "**no**")
+        rows.append([gc.group.label, str(c.n), fmt(pc.corr, 2), fmt(pc.var_ratio, 2), helps, _ci(c),
+                     _ci(pc.welch_ci)])
+    return lines + md_table(["Implementation", "n", "corr(impl, ref)", "var(paired)/var(unpaired)",
+                             "Pairing helps", "95% CI (paired t)", "95% CI (Welch, same runs)"], rows)
 
 
 def _has(runs: Iterable[Run], key: str) -> bool:
     return any(r.summary.get(key) is not None for r in runs)
 
 
+def _seeds(n: int | None) -> str:
+    return f"more than {MAX_SEEDS:,}" if n is None else str(n)
+
+
 def _budget_row(report: Report, g: Group, with_eval: bool) -> list[str]:
     gc = report.comparison(g)
     c = gc.loss if gc is not None and "val_loss" in gc.metrics else None
-    paired = c is not None and c.method != WELCH
     if g is report.reference:
-        cells = ["(reference)", "", ""]
-    elif paired and c is not None:
-        needed = gc.seeds_for_margin if gc is not None else None
-        more = f"more than {MAX_SEEDS:,}"
-        cells = [fmt(c.sd, 4), fmt(c.mde, 4), "n/a" if c.sd is None else (str(needed) if needed else more)]
+        cells = ["(reference)", *[""] * 8]
+    elif gc is not None and c is not None and c.method != WELCH and c.sd is not None:
+        tost = seeds_for_equivalence(c.sd, c.margin)
+        window = gc.window
+        cells = [fmt(c.sd, 4), fmt(c.sd_upper, 4), fmt(c.mde, 4), fmt(c.mde_upper, 4), _seeds(gc.seeds_for_margin),
+                 _seeds(tost), fmt(gc.seed_se, 4), "n/a" if window is None else fmt(window.se, 4),
+                 "n/a" if window is None else str(window.windows)]
     else:
-        cells = ["n/a (unpaired)" if c is not None else "n/a", "n/a", "n/a"]
+        cells = ["n/a (unpaired)" if c is not None and c.method == WELCH else "n/a", *["n/a"] * 8]
     row = [g.label, str(g.n), fmt(g.std("val_loss"), 4), *cells]
     if with_eval:
         row += [fmt(g.summary_mean("val_loss_se"), 4), _distinct(r.summary.get("val_tokens") for r in g.runs)]
@@ -270,21 +357,31 @@ def _budget_row(report: Report, g: Group, with_eval: bool) -> list[str]:
 def _budget_section(report: Report) -> list[str]:
     done = [g for g in report.groups if g.n]
     with_eval = _has(report.runs, "val_loss_se") or _has(report.runs, "val_tokens")
+    eps = f"{report.margin:g}"
     lines = [
         "",
         "## Variance budget",
         "",
         "Seed std: sample std of the final val loss over seeds. Paired std: std over seeds of Δ (same seed; "
-        "pairing cancels what a seed does to both runs). MDE: the smallest true Δ the paired t-test "
-        f"(two-sided, α = 0.05) detects with 80% power with these seeds; above ε = {report.margin:g} the "
-        "sweep cannot resolve a difference of ε: add seeds (the next column says how many paired seeds would).",
+        "pairing cancels what a seed does to both runs), and its one-sided 95% upper confidence bound "
+        "(chi-square; 4.4× the estimate with 3 seeds, since a std from few seeds is itself uncertain). MDE "
+        "(t-test): the smallest true Δ the paired t-test (two-sided, α = 0.05) detects with 80% power with "
+        "these seeds, at the paired std and at its upper bound (what the sweep can promise). Seeds for MDE ≤ ε "
+        "(t-test): paired seeds for that test to detect a Δ of ε. Seeds for equivalence (TOST): paired seeds "
+        "for TOST at ±ε to reach 80% power if the true Δ were 0: the two answer different questions (find a "
+        f"difference of ε = {eps}, or show there is none larger). SE of Δ over seeds: paired std / √n, what "
+        "the seed CI is built on. SE of Δ over val windows: the standard error of the mean Δ over the final "
+        "eval's windows (seed-averaged): the val set is one fixed sample of text, so the seed CI does not "
+        "include how Δ would move on other text; when this SE is comparable to the seed SE, a larger val set "
+        "(train.eval_batches) matters as much as more seeds.",
     ]
-    header = ["Implementation", "n", "Seed std (val loss)", "Paired std of Δ", "MDE (80%, α=0.05)",
-              f"Seeds for MDE ≤ {report.margin:g}"]
+    header = ["Implementation", "n", "Seed std (val loss)", "Paired std of Δ", "Paired std, 95% upper bound",
+              "MDE (t-test, 80%, α=0.05)", "MDE at the upper bound", f"Seeds for MDE ≤ {eps} (t-test)",
+              f"Seeds for equivalence at ±{eps} (TOST, 80%)", "SE of Δ over seeds", "SE of Δ over val windows",
+              "Val windows"]
     if with_eval:
         lines[-1] += (" Final val loss SE: standard error of the mean loss over the fixed val windows "
-                      "(the noise of one eval; when it is far below the seed std, more eval batches would not "
-                      "help, more seeds would).")
+                      "(the noise of one eval of one run).")
         header += ["Final val loss SE", "Val tokens"]
     return [*lines, "", *md_table(header, [_budget_row(report, g, with_eval) for g in done])]
 
@@ -339,8 +436,8 @@ def _per_seed_section(report: Report) -> list[str]:
 def render_markdown(report: Report) -> str:
     """The whole ``comparison.md`` text."""
     lines = ["# RoPE implementation comparison", "", *_verdict_section(report), *_config_section(report)]
-    for section in (_failures_section, _summary_section, _paired_section, _budget_section, _short_section,
-                    _fidelity_section, _per_seed_section):
+    for section in (_failures_section, _summary_section, _paired_section, _pairing_section, _budget_section,
+                    _short_section, _fidelity_section, _per_seed_section):
         lines += section(report)
     lines += ["", f"![val loss curves]({CURVES_FILE})", "", f"![speed]({SPEED_FILE})", ""]
     if report.comparisons:

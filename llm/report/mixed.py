@@ -3,6 +3,12 @@
 Any other config difference (model, data, tokenizer, ``train.*``, ``optim.*``) raises
 :class:`MixedRunsError` listing the differing keys, unless the caller allows mixed runs
 (CLI: ``--allow-mixed``). Keys allowed to differ are in :data:`IGNORED_KEYS`.
+
+The same config can still name different data: ``data=code_corpus`` reads whatever packages a machine
+has, a hub dataset without a pinned revision moves. So each run records a fingerprint of the tokens it
+trained and was evaluated on (``summary["data_fingerprint"]``), and :func:`check_same_data` refuses to pair
+runs whose fingerprints differ (:class:`DataMismatchError`, naming the runs); runs recorded before the
+fingerprint existed pair with a note that their data cannot be checked.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llm.config_keys import covered, flatten
-from llm.report.errors import MixedRunsError
+from llm.report.errors import DataMismatchError, MixedRunsError
 from llm.report.runs import Run
 
 #: Config keys (dotted; a key also covers everything below it) that may differ between runs.
@@ -70,3 +76,49 @@ def check_not_mixed(runs: Sequence[Run]) -> None:
         ]
     )
     raise MixedRunsError(msg, diffs)
+
+
+def describe_data(fp: dict[str, Any]) -> str:
+    """One fingerprint as a reader can tell it apart: source, corpus, tokenizer, split and token hash."""
+    parts = [str(fp.get("source", "?"))]
+    if fp.get("corpus"):
+        parts.append(f"corpus {str(fp['corpus'])[:12]}")
+    parts.append(f"tokenizer {fp.get('tokenizer', '?')}")
+    split = fp.get("split")
+    if isinstance(split, dict) and split.get("val_fraction") is not None:
+        parts.append(f"val_fraction {split['val_fraction']}")
+    parts.append(f"tokens {str(fp.get('id'))[:12]}")
+    return ", ".join(parts)
+
+
+def _names(names: list[str], max_names: int = 4) -> str:
+    more = f", +{len(names) - max_names} more" if len(names) > max_names else ""
+    return ", ".join(names[:max_names]) + more
+
+
+def check_same_data(runs: Sequence[Run], allow_mixed: bool = False) -> list[str]:
+    """Refuse (:class:`DataMismatchError`) runs whose data fingerprints differ, unless ``allow_mixed``;
+    returns the notes the report prints (a mismatch allowed, runs that recorded no fingerprint)."""
+    groups: dict[str, list[Run]] = {}
+    unknown = []
+    for r in runs:
+        fp = r.data_fingerprint
+        if fp is None:
+            unknown.append(r.name)
+        else:
+            groups.setdefault(str(fp["id"]), []).append(r)
+    notes = []
+    if len(groups) > 1:
+        lines = [f"  {describe_data(rs[0].data_fingerprint or {})}: {_names([r.name for r in rs])}"
+                 for rs in groups.values()]
+        head = (f"the runs trained on {len(groups)} different data sets (their data fingerprints differ), so "
+                "their seeds cannot be paired:")
+        if not allow_mixed:
+            raise DataMismatchError("\n".join([f"refusing to compare: {head}", *lines,
+                                               "Pass --allow-mixed to compare them anyway."]),
+                                    {k: [r.name for r in rs] for k, rs in groups.items()})
+        notes.append(f"**Different data (`--allow-mixed`)**: {head} " + "; ".join(line.strip() for line in lines))
+    if unknown:
+        notes.append(f"{len(unknown)} run(s) recorded no data fingerprint (they predate it), so whether they "
+                     f"trained on the same data cannot be checked: {_names(unknown)}.")
+    return notes

@@ -2,7 +2,8 @@
 
 A *run dir* is any directory holding ``summary.json`` (found recursively, so a Hydra multirun dir, a
 list of run dirs or a mix of both all work). Each run also has ``config.yaml`` (resolved config;
-``.hydra/config.yaml`` is the fallback) and ``metrics.jsonl`` (train/val lines).
+``.hydra/config.yaml`` is the fallback), ``metrics.jsonl`` (train/val lines) and, from runs that record
+them, ``eval_windows.json`` (the last eval's loss per val window).
 
 A job that died too hard to write ``summary.json`` (killed, out of memory, a segfault) still left
 ``.hydra/``, ``config.yaml`` or ``metrics.jsonl`` behind: it is loaded as a :class:`Run` with the status
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,8 @@ log = logging.getLogger(__name__)
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
+#: The last eval's loss per val window, written by the trainer (``llm.training.outputs``).
+EVAL_WINDOWS_FILE = "eval_windows.json"
 
 COMPLETED = "completed"
 #: Status of a job dir without ``summary.json`` (the process died before writing it).
@@ -120,6 +125,37 @@ class Run:
 
     def value(self, key: str) -> float | None:
         return as_float(self.summary.get(key))
+
+    @property
+    def data_fingerprint(self) -> dict[str, Any] | None:
+        """What the run trained and was evaluated on (``summary["data_fingerprint"]``: source, corpus
+        fingerprint, tokenizer, split, and ``id``, a hash of the token streams); None for older runs."""
+        fp = self.summary.get("data_fingerprint")
+        return fp if isinstance(fp, dict) and fp.get("id") else None
+
+    @cached_property
+    def windows(self) -> dict[str, Any] | None:
+        """``eval_windows.json``: ``{"step", "starts", "loss"}`` of the last eval, when the run saved it
+        (None for older runs or an unreadable file)."""
+        path = self.path / EVAL_WINDOWS_FILE
+        try:
+            data = json.loads(path.read_text())
+            starts, loss = [int(v) for v in data["starts"]], [float(v) for v in data["loss"]]
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("%s: unreadable (%s); its per-window losses are left out", path, e)
+            return None
+        if len(starts) != len(loss) or not all(math.isfinite(v) for v in loss):
+            log.warning("%s: %d starts for %d losses, or a non-finite loss; left out", path, len(starts), len(loss))
+            return None
+        return {"step": data.get("step"), "starts": starts, "loss": loss}
+
+    def eval_windows(self) -> dict[str, Any] | None:
+        """:attr:`windows` when they belong to the run's final eval (the step summary.json reports)."""
+        w = self.windows
+        step = self.summary.get("step")
+        return w if w is not None and (step is None or w["step"] in (None, step)) else None
 
     def val_curve(self) -> list[tuple[int, float, float | None]]:
         """``(step, val_loss, train_time_s)`` per val line, one per step (the last line for a step wins)."""

@@ -15,6 +15,19 @@ std (ddof=1):
   of freedom and noncentrality ``δ√n/σ`` (``stats.nct``); see :func:`tost_power`,
   :func:`minimum_detectable_effect`.
 
+* Verdicts: **better/worse** when the two-sided p, Holm-adjusted over the implementations of the sweep
+  (:func:`holm`, ``statsmodels.stats.multitest``), is below :data:`ALPHA_DIFFERENCE` (0.01): a sweep of five
+  kernels makes five tests, and a review asks for a difference claim to survive that; **equivalent** when
+  TOST rejects at :data:`ALPHA` (0.05), one claim per implementation, as equivalence testing does.
+* The tightest margin the data support: the largest ``|end|`` of the 90% CI of Δ, the smallest ε at which
+  TOST at α = 0.05 would call the pair equivalent (:func:`tightest_margin`).
+* Pairing check: ``corr(impl, ref)`` over the paired seeds and ``var(d) / (var(impl) + var(ref))``;
+  pairing helps only when that ratio is below 1 (a positive correlation); otherwise the Welch interval of
+  the same runs is as informative, and the report shows it beside the paired one (:func:`pairing_check`).
+* The paired std is itself an estimate from few seeds: its one-sided 95% upper confidence bound
+  ``s_d · sqrt((n-1) / χ²(0.05, n-1))`` (4.4 × ``s_d`` with 3 seeds) gives the MDE a sweep can promise
+  (:func:`sd_upper_bound`).
+
 When all Δ are equal (``s_d = 0``, e.g. deterministic runs of the same kernel) the t statistic is
 undefined; the limit as the spread goes to 0 is used instead: CI = [d̄, d̄], p = 1 if d̄ = 0 else 0,
 equivalent iff ``|d̄| < ε``.
@@ -28,7 +41,7 @@ import math
 import statistics
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 
 import numpy as np
@@ -50,13 +63,20 @@ class _OnFirstUse:
 stats = _OnFirstUse("scipy.stats")
 optimize = _OnFirstUse("scipy.optimize")
 
-ALPHA = 0.05
+ALPHA = 0.05  # equivalence (TOST), confidence intervals, power
+#: "better" / "worse" need the Holm-adjusted two-sided p below this (a claim of a difference, made for several
+#: implementations at once, is held to a stricter level than the equivalence each one is tested for).
+ALPHA_DIFFERENCE = 0.01
 POWER = 0.8
+#: Confidence of the upper bound of the paired std that the MDE is also given at.
+SD_BOUND_CONFIDENCE = 0.95
 #: Seeds beyond which "about N needed" is reported as "more than" this.
 MAX_SEEDS = 100_000
 
 BETTER, WORSE, EQUIVALENT, INCONCLUSIVE, SINGLE = "better", "worse", "equivalent", "inconclusive", "single seed"
 PAIRED, WELCH = "paired", "unpaired (Welch)"
+
+multitest = _OnFirstUse("statsmodels.stats.multitest")  # 0.7 s to import: only a sweep's end needs it
 
 
 def mean_std(values: Iterable[float | None]) -> tuple[float | None, float | None, int]:
@@ -76,6 +96,19 @@ def _no_spread(values: Sequence[float]) -> bool:
 
 
 @dataclass(frozen=True)
+class PairingCheck:
+    """Does pairing by seed help this comparison? (The same runs, paired and unpaired.)"""
+
+    corr: float | None  # Pearson correlation of impl and reference over the paired seeds (None: n < 3 or no spread)
+    var_ratio: float | None  # var(impl − ref) / (var(impl) + var(ref)); below 1 pairing helps
+    welch_ci: tuple[float, float] | None  # 95% Welch CI of the same runs, taken as unpaired
+
+    @property
+    def helps(self) -> bool | None:
+        return None if self.var_ratio is None else self.var_ratio < 1.0
+
+
+@dataclass(frozen=True)
 class Comparison:
     """One metric of one implementation against the reference (Δ = impl − reference)."""
 
@@ -91,11 +124,19 @@ class Comparison:
     verdict: str  # BETTER, WORSE, EQUIVALENT, INCONCLUSIVE or SINGLE
     seeds_needed: int | None  # for INCONCLUSIVE: paired seeds for TOST at 80% power (None: more than MAX_SEEDS)
     mde: float | None  # minimum detectable |Δ|, paired t at 80% power, α=0.05, with these seeds
+    lower_is_better: bool = True
+    p_holm: float | None = None  # p adjusted by Holm over the sweep's implementations (set by :func:`holm`)
+    n_tests: int = 1  # the size of the family the Holm adjustment ran over
+    tightest_margin: float | None = None  # the largest |end| of the 90% CI: "equivalent within ±this"
+    sd_upper: float | None = None  # one-sided 95% upper confidence bound of ``sd`` (PAIRED)
+    mde_upper: float | None = None  # the MDE at ``sd_upper``
+    pairing: PairingCheck | None = None  # PAIRED with >= 2 seeds
 
 
-def _verdict(delta: float, ci: tuple[float, float], p: float, p_tost: float, lower_is_better: bool) -> str:
-    """worse/better when the 95% CI excludes 0 and p < α (the sign decides), else equivalent/inconclusive."""
-    if p < ALPHA and not ci[0] <= 0.0 <= ci[1]:
+def _verdict(delta: float, p: float, p_tost: float, lower_is_better: bool) -> str:
+    """worse/better when ``p`` (Holm-adjusted where a sweep compares several) is below ALPHA_DIFFERENCE (the
+    sign decides); else equivalent when TOST rejects at ALPHA; else inconclusive."""
+    if p < ALPHA_DIFFERENCE:
         return BETTER if (delta < 0) == lower_is_better else WORSE
     return EQUIVALENT if p_tost < ALPHA else INCONCLUSIVE
 
@@ -124,6 +165,53 @@ def welch_test(a: Sequence[float], b: Sequence[float], margin: float) -> tuple[t
     p_low = stats.ttest_ind(a_, b_ - margin, equal_var=False, alternative="greater").pvalue
     p_high = stats.ttest_ind(a_, b_ + margin, equal_var=False, alternative="less").pvalue
     return (float(ci.low), float(ci.high)), float(res.pvalue), float(max(p_low, p_high))
+
+
+def tightest_margin(d: Sequence[float] | None = None, a: Sequence[float] | None = None,
+                    b: Sequence[float] | None = None) -> float:
+    """The largest ``|end|`` of the 90% CI of Δ: paired (``d``) or Welch (``a`` − ``b``).
+
+    TOST at α = 0.05 and margin ε rejects exactly when the 90% CI lies inside (−ε, +ε), so this is the
+    tightest margin the data support ("equivalent within ±m" for any m above it).
+    """
+    if d is not None:
+        mean = float(np.mean(d))
+        if _no_spread(d):
+            return abs(mean)
+        ci = stats.ttest_1samp(d, 0.0).confidence_interval(1 - 2 * ALPHA)
+    else:
+        assert a is not None and b is not None
+        mean = float(np.mean(a) - np.mean(b))
+        if _no_spread(a) and _no_spread(b):
+            return abs(mean)
+        ci = stats.ttest_ind(np.asarray(a, float), np.asarray(b, float), equal_var=False).confidence_interval(
+            1 - 2 * ALPHA)
+    return float(max(abs(ci.low), abs(ci.high)))
+
+
+def sd_upper_bound(sd: float, n: int, confidence: float = SD_BOUND_CONFIDENCE) -> float | None:
+    """One-sided upper confidence bound of a standard deviation estimated from ``n`` values (chi-square):
+    ``sd · sqrt((n − 1) / χ²(1 − confidence, n − 1))``. With n = 3 at 95%: 4.41 × ``sd``. None for n < 2."""
+    if n < 2 or sd is None or math.isnan(sd):
+        return None
+    return float(sd * math.sqrt((n - 1) / stats.chi2.ppf(1 - confidence, n - 1)))
+
+
+def pairing_check(impl: Sequence[float], ref: Sequence[float], margin: float) -> PairingCheck:
+    """Correlation of the paired values, var(paired Δ)/var(unpaired Δ), and the Welch CI of the same runs.
+
+    The unpaired variance of one difference is ``var(impl) + var(ref)``; the paired one is
+    ``var(impl − ref)`` = that minus ``2 cov``. A ratio at or above 1 means pairing by seed gained nothing
+    (the seed does not steer both runs alike, as when training is chaotic).
+    """
+    a, b = np.asarray(impl, dtype=float), np.asarray(ref, dtype=float)
+    corr = None
+    if len(a) >= 3 and not _no_spread(a) and not _no_spread(b):
+        corr = float(stats.pearsonr(a, b).statistic)
+    unpaired = float(np.var(a, ddof=1) + np.var(b, ddof=1))
+    ratio = float(np.var(a - b, ddof=1)) / unpaired if unpaired > 0 else None
+    welch_ci = welch_test(a, b, margin)[0] if len(a) >= 2 else None
+    return PairingCheck(corr, ratio, welch_ci)
 
 
 def tost_power(n: int, sd: float, margin: float, delta: float = 0.0, alpha: float = ALPHA) -> float:
@@ -186,7 +274,7 @@ def seeds_for_effect(sd: float, effect: float, power: float = POWER) -> int | No
     return _smallest_n(lambda n: t_test_power(n, sd, effect) >= power)
 
 
-def minimum_detectable_effect(sd: float, n: int, power: float = POWER) -> float | None:
+def minimum_detectable_effect(sd: float | None, n: int, power: float = POWER) -> float | None:
     """Smallest true |Δ| the two-sided paired t-test (α=0.05) detects with ``power`` using ``n`` seeds.
 
     Solves :func:`t_test_power` ``(n, sd, δ) = power`` for δ with ``scipy.optimize.brentq``; None for n < 2.
@@ -201,18 +289,51 @@ def minimum_detectable_effect(sd: float, n: int, power: float = POWER) -> float 
     return float(optimize.brentq(lambda e: t_test_power(n, sd, e) - power, 0.0, hi, xtol=sd * 1e-9))
 
 
+def decide(c: Comparison, p_holm: float | None = None, n_tests: int = 1) -> Comparison:
+    """``c`` with its verdict taken at ``p_holm`` (default: its own p, a family of one), and the TOST seeds
+    needed when that verdict is inconclusive."""
+    if c.p is None or c.p_tost is None:
+        return c
+    p = c.p if p_holm is None else p_holm
+    verdict = _verdict(c.delta, p, c.p_tost, c.lower_is_better)
+    needed = seeds_for_equivalence(c.sd, c.margin) if verdict == INCONCLUSIVE and c.sd is not None else None
+    return replace(c, p_holm=p, n_tests=n_tests, verdict=verdict, seeds_needed=needed)
+
+
+def holm(comparisons: Sequence[Comparison]) -> list[Comparison]:
+    """Each comparison decided at its p adjusted by Holm's step-down method over all of them
+    (``statsmodels.stats.multitest.multipletests(method="holm")``): the family-wise error of calling any
+    implementation better or worse stays at :data:`ALPHA_DIFFERENCE`. Comparisons without a p (one seed)
+    are returned unchanged and do not count in the family."""
+    tested = [i for i, c in enumerate(comparisons) if c.p is not None and c.p_tost is not None]
+    out = list(comparisons)
+    if not tested:
+        return out
+    if len(tested) == 1:
+        adjusted = [comparisons[tested[0]].p]
+    else:
+        adjusted = multitest.multipletests([comparisons[i].p for i in tested], alpha=ALPHA_DIFFERENCE,
+                                           method="holm")[1]
+    for i, p in zip(tested, adjusted, strict=True):
+        out[i] = decide(comparisons[i], float(p), len(tested))
+    return out
+
+
 def compare_paired(impl: Sequence[float], ref: Sequence[float], margin: float, lower_is_better: bool) -> Comparison:
-    """Paired comparison of per-seed values (``impl[i]`` and ``ref[i]`` share a seed)."""
+    """Paired comparison of per-seed values (``impl[i]`` and ``ref[i]`` share a seed), decided alone
+    (:func:`holm` decides a sweep's comparisons together)."""
     d = [a - b for a, b in zip(impl, ref, strict=True)]
     n, mean = len(d), float(np.mean(d))
     if n < 2:
-        return Comparison(PAIRED, n, n, mean, None, None, None, None, margin, SINGLE, None, None)
+        return Comparison(PAIRED, n, n, mean, None, None, None, None, margin, SINGLE, None, None, lower_is_better)
     sd = float(np.std(d, ddof=1))
     ci, p, p_tost = paired_test(d, margin)
-    verdict = _verdict(mean, ci, p, p_tost, lower_is_better)
-    needed = seeds_for_equivalence(sd, margin) if verdict == INCONCLUSIVE else None
-    return Comparison(PAIRED, n, n, mean, sd, ci, p, p_tost, margin, verdict, needed,
-                      minimum_detectable_effect(sd, n))
+    sd_upper = sd_upper_bound(sd, n)
+    c = Comparison(PAIRED, n, n, mean, sd, ci, p, p_tost, margin, INCONCLUSIVE, None,
+                   minimum_detectable_effect(sd, n), lower_is_better, tightest_margin=tightest_margin(d),
+                   sd_upper=sd_upper, mde_upper=minimum_detectable_effect(sd_upper, n),
+                   pairing=pairing_check(impl, ref, margin))
+    return decide(c)
 
 
 def compare_unpaired(impl: Sequence[float], ref: Sequence[float], margin: float,
@@ -225,12 +346,13 @@ def compare_unpaired(impl: Sequence[float], ref: Sequence[float], margin: float,
     """
     delta = float(np.mean(impl) - np.mean(ref))
     if len(impl) < 2 or len(ref) < 2:
-        return Comparison(WELCH, len(impl), len(ref), delta, None, None, None, None, margin, SINGLE, None, None)
+        return Comparison(WELCH, len(impl), len(ref), delta, None, None, None, None, margin, SINGLE, None, None,
+                          lower_is_better)
     sd = math.hypot(float(np.std(impl, ddof=1)), float(np.std(ref, ddof=1)))
     ci, p, p_tost = welch_test(impl, ref, margin)
-    verdict = _verdict(delta, ci, p, p_tost, lower_is_better)
-    needed = seeds_for_equivalence(sd, margin) if verdict == INCONCLUSIVE else None
-    return Comparison(WELCH, len(impl), len(ref), delta, sd, ci, p, p_tost, margin, verdict, needed, None)
+    c = Comparison(WELCH, len(impl), len(ref), delta, sd, ci, p, p_tost, margin, INCONCLUSIVE, None, None,
+                   lower_is_better, tightest_margin=tightest_margin(a=impl, b=ref))
+    return decide(c)
 
 
 def t_interval(values: Sequence[float]) -> tuple[float, float | None, float | None]:

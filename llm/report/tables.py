@@ -10,9 +10,18 @@ Columns (one row per implementation, ordered as the Markdown summary):
 * ``reference``, ``pairing`` (``paired``/``unpaired (Welch)``/``reference``), ``paired_seeds``,
   ``unmatched_seeds``;
 * per compared metric ``m`` in (val_loss, val_acc): ``m_delta`` (mean Δ = impl − reference),
-  ``m_delta_ci_low``/``m_delta_ci_high`` (95%), ``m_delta_p``, ``m_tost_p``, ``m_margin``,
-  ``m_verdict`` (better/worse/equivalent/inconclusive/single seed), ``m_seeds_needed`` (inconclusive only);
-* ``val_loss_delta_std`` (paired std of Δ), ``val_loss_mde`` (80% power, α=0.05), ``val_loss_seeds_for_margin``.
+  ``m_delta_ci_low``/``m_delta_ci_high`` (95%, t-test), ``m_delta_p`` (t-test, two-sided),
+  ``m_delta_p_holm`` (that p, Holm-adjusted over the sweep's implementations; ``m_holm_tests`` of them),
+  ``m_tost_p``, ``m_margin``, ``m_tightest_margin`` (largest |end| of the 90% CI), ``m_verdict``
+  (better/worse at Holm p < 0.01, equivalent at TOST p < 0.05, inconclusive, single seed),
+  ``m_tost_seeds_needed`` (inconclusive only: paired seeds for TOST at 80% power);
+* val loss, paired only: ``val_loss_delta_std`` (paired std of Δ), ``val_loss_delta_std_upper95`` (its one-sided
+  95% upper bound), ``val_loss_mde`` and ``val_loss_mde_upper95`` (t-test, 80% power, α=0.05, at each),
+  ``val_loss_ttest_seeds_for_margin`` (paired seeds for the t-test to detect ε),
+  ``val_loss_tost_seeds_for_margin`` (paired seeds for TOST at ±ε, 80% power, true Δ 0),
+  ``val_loss_pairing_corr``, ``val_loss_pairing_var_ratio`` (var(paired)/var(unpaired)),
+  ``val_loss_welch_ci_low``/``_high`` (the same runs unpaired), ``val_loss_seed_se`` (paired std / √n),
+  ``val_loss_window_se`` and ``val_windows`` (SE of Δ over the final eval's val windows).
 
 Numbers are written with full precision (``repr``); missing values are empty cells.
 """
@@ -26,7 +35,7 @@ from typing import Any
 from llm.fileio import atomic_open
 from llm.report.analysis import COMPARED, METRICS, Group, GroupComparison
 from llm.report.compare import Report
-from llm.report.stats import WELCH
+from llm.report.stats import WELCH, seeds_for_equivalence
 
 Row = list[Any]
 
@@ -38,9 +47,16 @@ def _columns() -> list[str]:
     cols += ["n_excluded", "excluded", "val_loss_se", "val_tokens", "reference", "pairing", "paired_seeds",
              "unmatched_seeds"]
     for m, _ in COMPARED:
-        cols += [f"{m}_delta", f"{m}_delta_ci_low", f"{m}_delta_ci_high", f"{m}_delta_p", f"{m}_tost_p",
-                 f"{m}_margin", f"{m}_verdict", f"{m}_seeds_needed"]
-    return [*cols, "val_loss_delta_std", "val_loss_mde", "val_loss_seeds_for_margin"]
+        cols += [f"{m}_delta", f"{m}_delta_ci_low", f"{m}_delta_ci_high", f"{m}_delta_p", f"{m}_delta_p_holm",
+                 f"{m}_holm_tests", f"{m}_tost_p", f"{m}_margin", f"{m}_tightest_margin", f"{m}_verdict",
+                 f"{m}_tost_seeds_needed"]
+    return [*cols, *_PAIRED_LOSS_COLUMNS]
+
+
+_PAIRED_LOSS_COLUMNS = ("val_loss_delta_std", "val_loss_delta_std_upper95", "val_loss_mde", "val_loss_mde_upper95",
+                        "val_loss_ttest_seeds_for_margin", "val_loss_tost_seeds_for_margin", "val_loss_pairing_corr",
+                        "val_loss_pairing_var_ratio", "val_loss_welch_ci_low", "val_loss_welch_ci_high",
+                        "val_loss_seed_se", "val_loss_window_se", "val_windows")
 
 
 def _seeds(seeds: list[Any]) -> str:
@@ -59,19 +75,28 @@ def _pairing_cells(report: Report, g: Group, gc: GroupComparison | None) -> Row:
     return [ref.label, pairing, _seeds(gc.seeds), _seeds(gc.unmatched)]
 
 
+def _paired_loss_cells(gc: GroupComparison | None) -> Row:
+    c = None if gc is None else gc.metrics.get("val_loss")
+    if gc is None or c is None or c.method == WELCH or c.sd is None:
+        return [None] * len(_PAIRED_LOSS_COLUMNS)
+    pc, window = c.pairing, gc.window
+    welch = pc.welch_ci if pc is not None and pc.welch_ci is not None else (None, None)
+    return [c.sd, c.sd_upper, c.mde, c.mde_upper, gc.seeds_for_margin, seeds_for_equivalence(c.sd, c.margin),
+            None if pc is None else pc.corr, None if pc is None else pc.var_ratio, *welch, gc.seed_se,
+            None if window is None else window.se, None if window is None else window.windows]
+
+
 def _comparison_cells(gc: GroupComparison | None) -> Row:
     cells: Row = []
     for m, _ in COMPARED:
         c = None if gc is None else gc.metrics.get(m)
         if c is None:
-            cells += [None] * 8
+            cells += [None] * 11
             continue
         lo, hi = c.ci if c.ci is not None else (None, None)
-        cells += [c.delta, lo, hi, c.p, c.p_tost, c.margin, c.verdict, c.seeds_needed]
-    c = None if gc is None else gc.metrics.get("val_loss")
-    paired = c is not None and c.method != WELCH
-    return cells + ([c.sd, c.mde, gc.seeds_for_margin] if paired and gc is not None and c is not None
-                    else [None, None, None])
+        cells += [c.delta, lo, hi, c.p, c.p_holm, c.n_tests if c.p_holm is not None else None, c.p_tost, c.margin,
+                  c.tightest_margin, c.verdict, c.seeds_needed]
+    return cells + _paired_loss_cells(gc)
 
 
 def _row(report: Report, g: Group) -> Row:

@@ -32,11 +32,19 @@ def config_for(rope: str, seed: int, variant: str = "partial", dtype: str | None
     return cfg
 
 
+#: The data fingerprint synthetic runs record (``summary["data_fingerprint"]``), as the trainer writes it.
+DATA = {"source": "tinystories", "corpus": None, "tokenizer": "gpt2", "split": {"val_fraction": None},
+        "tokens_sha256": {"train": "a" * 64, "val": "b" * 64}, "id": "c" * 64}
+
+
 def write_run(run_dir: Path, rope: str, seed: int, val_loss: float, val_acc: float = 0.4, *,
               variant: str = "partial", dtype: str | None = "float32", status: str = "completed",
               message: str | None = None, curve: dict[int, float] | None = None,
-              extra: dict | None = None, logger: dict | None = None) -> Path:
-    """A finished run: config.yaml + .hydra/, metrics.jsonl with val lines (``curve``: step -> val loss)."""
+              extra: dict | None = None, logger: dict | None = None, data: dict | None = DATA,
+              windows: list[float] | None = None, starts: list[int] | None = None) -> Path:
+    """A finished run: config.yaml + .hydra/, metrics.jsonl with val lines (``curve``: step -> val loss),
+    summary.json with ``data`` as its data fingerprint (None: a run from before fingerprints), and with
+    ``windows`` an eval_windows.json of the final eval (window ``i`` starting at ``starts[i]``, default i*128)."""
     cfg = config_for(rope, seed, variant, dtype, logger)
     (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -50,7 +58,13 @@ def write_run(run_dir: Path, rope: str, seed: int, val_loss: float, val_acc: flo
                "val_ppl": 2.718 ** val_loss, "tokens_per_s": 1000.0, "device": "cpu", **(extra or {})}
     if message is not None:
         summary["message"] = message
+    if data is not None:
+        summary["data_fingerprint"] = data
     (run_dir / "summary.json").write_text(json.dumps(summary))
+    if windows is not None:
+        starts = starts if starts is not None else [128 * i for i in range(len(windows))]
+        (run_dir / "eval_windows.json").write_text(json.dumps({"step": 100, "seq_len": 128, "starts": starts,
+                                                               "loss": windows}))
     return run_dir
 
 

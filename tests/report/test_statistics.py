@@ -135,7 +135,7 @@ def test_small_sample_inconclusive_with_seeds_needed(tmp_path: Path):
     text = compare_runs([sweep], sweep).read_text()
     assert f"inconclusive (3 seeds; about {c.seeds_needed} needed)" in text
     rows = _csv(sweep / "comparison.csv")
-    assert rows["triton_v4 (partial, float32)"]["val_loss_seeds_needed"] == str(c.seeds_needed)
+    assert rows["triton_v4 (partial, float32)"]["val_loss_tost_seeds_needed"] == str(c.seeds_needed)
     # a wider margin turns the same data into equivalence
     assert _loss(build_report([sweep], margin=0.05)).verdict == EQUIVALENT
 
@@ -186,8 +186,9 @@ def test_variance_budget_and_eval_noise(tmp_path: Path):
     d = _paired_deltas(impl, reference())
     budget = text[text.index("## Variance budget"):text.index("## Results (short format)")]
     mde = minimum_detectable_effect(d.std(ddof=1), 5)
+    upper = d.std(ddof=1) * math.sqrt(4 / stats.chi2.ppf(0.05, 4))
     row = (f"| triton_v4 (partial, float32) | 5 | {np.std([v[0] for v in impl.values()], ddof=1):.4f} | "
-           f"{d.std(ddof=1):.4f} | {mde:.4f} |")
+           f"{d.std(ddof=1):.4f} | {upper:.4f} | {mde:.4f} | {minimum_detectable_effect(upper, 5):.4f} |")
     assert row in budget
     assert "Final val loss SE" in budget and "| 0.0040 | 65536 |" in budget
     assert "| Val loss SE | Val tokens |" in text  # per-seed table
@@ -225,10 +226,10 @@ def test_csv_columns(tmp_path: Path):
     with (sweep / "comparison.csv").open() as f:
         columns = next(csv.reader(f))
     expected = ["reference", "pairing", "paired_seeds", "unmatched_seeds", "val_loss_se", "val_tokens",
-                "val_loss_delta_std", "val_loss_mde", "val_loss_seeds_for_margin", "excluded"]
+                "val_loss_delta_std", "val_loss_mde", "val_loss_ttest_seeds_for_margin", "excluded"]
     for m in ("val_loss", "val_acc"):
         expected += [f"{m}_delta", f"{m}_delta_ci_low", f"{m}_delta_ci_high", f"{m}_delta_p", f"{m}_tost_p",
-                     f"{m}_margin", f"{m}_verdict", f"{m}_seeds_needed"]
+                     f"{m}_margin", f"{m}_verdict", f"{m}_tost_seeds_needed"]
     assert not set(expected) - set(columns)
     assert len(columns) == len(set(columns))
     rows = _csv(sweep / "comparison.csv")
