@@ -2,18 +2,41 @@
 
 Why: generating token n+1 by running the whole prefix again costs O(n) per token in every layer;
 keeping each layer's (rotated) keys and values turns a decode step into one position through the
-model. The cache is preallocated for ``max_len`` positions (no reallocation per token) and lives
+model. Both caches here are preallocated for ``max_len`` positions (no reallocation per token) and live
 outside the model, so the training path, which never passes one, is untouched.
 
-One offset (``length``) serves the whole batch: the rows of a batch are decoded in lockstep, and
-the new tokens sit at absolute positions ``length .. length + T - 1``, which is what RoPE rotates
-them by (its ``positions=`` argument).
+* :class:`KVCache` (``cache=dynamic``): attention reads the first ``length`` positions, a Python offset
+  that each step's shapes follow. Simple, and eager only: a step's shapes change every token.
+* :class:`StaticKVCache` (``cache=static``): attention reads the whole buffer, masked by the new tokens'
+  positions, and a decode step reads its position from device memory. Nothing in a step depends on a host
+  value, so the step can be captured once as a CUDA graph and replayed for every token
+  (:class:`llm.generation.static.StaticDecoder`).
+
+One offset (``length``) serves the whole batch: the rows of a batch are decoded in lockstep, and the
+new tokens sit at absolute positions ``length .. length + T - 1``, which is what RoPE rotates them by
+(its ``positions=`` argument). Keys are stored rotated. ``attention`` says how a cached step attends:
+``"sdpa"`` (the model rotates q and k, then ``F.scaled_dot_product_attention``) or ``"fused_rope"``
+(``rope.attention_with_rope``: the new keys rotated into the cache, the queries rotated inside the
+attention kernel); a prefill from an empty cache is SDPA's either way.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+#: How a cached step attends (see the module docstring).
+ATTENTIONS = ("sdpa", "fused_rope")
+#: The longest chunk of new tokens ``attention="fused_rope"`` takes after cached ones (the kernel's limit).
+FUSED_MAX_QUERIES = 256
+
+
+def _check_cache_args(n_layer: int, max_len: int, attention: str) -> None:
+    for name, value in (("n_layer", n_layer), ("max_len", max_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"KV cache {name} must be a positive int, got {value!r}")
+    if attention not in ATTENTIONS:
+        raise ValueError(f"KV cache attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
 
 
 class KVCache:
@@ -25,11 +48,11 @@ class KVCache:
     have written a step.
     """
 
-    def __init__(self, n_layer: int, max_len: int) -> None:
-        for name, value in (("n_layer", n_layer), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"KVCache {name} must be a positive int, got {value!r}")
-        self.n_layer, self.max_len = n_layer, max_len
+    static = False
+
+    def __init__(self, n_layer: int, max_len: int, attention: str = "sdpa") -> None:
+        _check_cache_args(n_layer, max_len, attention)
+        self.n_layer, self.max_len, self.attention = n_layer, max_len, attention
         self.length = 0  # positions cached so far (the same for every row and layer)
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
@@ -42,6 +65,11 @@ class KVCache:
         """Refuse a step that would run past ``max_len`` (the caller stops generating before this)."""
         if self.length + T > self.max_len:
             raise ValueError(f"KV cache full: {self.length} cached + {T} new positions > max_len={self.max_len}")
+
+    def fused(self, T: int) -> bool:
+        """Whether a step of ``T`` new tokens attends through ``rope.attention_with_rope``: with
+        ``attention="fused_rope"``, after cached tokens, up to the kernel's chunk length."""
+        return self.attention == "fused_rope" and self.length > 0 and T <= FUSED_MAX_QUERIES
 
     def layer(self, index: int) -> LayerKV:
         return LayerKV(self, index)
@@ -74,5 +102,146 @@ class LayerKV:
     def start(self) -> int:
         return self.cache.length
 
-    def write(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def fused(self, T: int) -> bool:
+        return self.cache.fused(T)
+
+    def write(self, k: Tensor, v: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Store the new keys and values after the cached ones (``positions`` are those, not needed here)."""
         return self.cache.write(self.index, k, v)
+
+    def update(self, k: Tensor, v: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None,
+                                                                                     bool]:
+        """Store the new keys and values; return what SDPA attends over: the cached keys and values,
+        ``attn_mask`` and ``is_causal``.
+
+        SDPA's ``is_causal`` aligns the mask to the top left, right only when queries and keys start
+        together (the prompt, ``start == 0``); one new token may see every key (no mask); a chunk after
+        cached tokens needs the mask shifted by ``start``.
+        """
+        start, T = self.start, k.shape[1]
+        keys, values = self.write(k, v)
+        if start == 0:
+            return keys, values, None, True
+        if T == 1:
+            return keys, values, None, False
+        mask = torch.ones(T, start + T, dtype=torch.bool, device=k.device).tril(diagonal=start)
+        return keys, values, mask, False
+
+    def rope_positions(self, positions: Tensor) -> int:
+        """The new tokens' positions as ``rope.attention_with_rope`` takes them: the host offset (no tensor
+        to read, and the kernel reads no key beyond the last new one)."""
+        return self.start
+
+
+class StaticKVCache:
+    """Every layer's keys and values in buffers allocated once, the whole buffer attended under a mask, and a
+    decode step's position in device memory: a decode step with no host value in it, which a CUDA graph can
+    capture and replay.
+
+    Buffers are (n_layer, B, n_kv_head, capacity, head_dim), ``capacity`` being ``max_len`` rounded up to a
+    multiple of 64 (aligned rows for the attention kernels' masks), zero-filled (masked keys then weigh
+    exactly 0, never NaN times 0) and allocated on the first write in the keys' dtype. ``step_position`` (1,)
+    holds the position of a one-token step: :meth:`positions` fills it eagerly; a captured step reads what
+    the caller filled in before the replay (:meth:`prepare_step`).
+    """
+
+    static = True
+
+    def __init__(self, n_layer: int, max_len: int, attention: str = "sdpa") -> None:
+        _check_cache_args(n_layer, max_len, attention)
+        self.n_layer, self.max_len, self.attention = n_layer, max_len, attention
+        self.capacity = -(-max_len // 64) * 64
+        self.length = 0
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.step_position: Tensor | None = None
+        self.mask: Tensor | None = None  # this step's (T, capacity) SDPA mask (attention="sdpa" after a prefill)
+        self._key_index: Tensor | None = None
+
+    def allocate(self, batch: int, n_kv_head: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> None:
+        """Allocate the buffers (the first write does, with the keys' shape and dtype)."""
+        shape = (self.n_layer, batch, n_kv_head, self.capacity, head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.step_position = torch.zeros(1, dtype=torch.long, device=device)
+        self._key_index = torch.arange(self.capacity, device=device)
+
+    def reset(self) -> None:
+        """Start new sequences (the buffers, and a graph capturing them, are kept)."""
+        self.length = 0
+
+    def check_room(self, T: int) -> None:
+        if self.length + T > self.max_len:
+            raise ValueError(f"KV cache full: {self.length} cached + {T} new positions > max_len={self.max_len}")
+
+    def fused(self, T: int) -> bool:
+        return self.attention == "fused_rope" and self.length > 0 and T <= FUSED_MAX_QUERIES
+
+    def prepare_step(self) -> None:
+        """Write the next one-token step's position into ``step_position`` (before a captured step's replay)."""
+        self.step_position.fill_(self.length)
+
+    def positions(self, T: int, device: torch.device) -> Tensor:
+        """Positions of the next ``T`` tokens, (T,) int64 on ``device``; also this step's SDPA mask.
+
+        A one-token step after the prompt reads ``step_position``, filled here unless a CUDA graph is being
+        captured (then the replay's caller fills it: :meth:`prepare_step`)."""
+        if T == 1 and self.step_position is not None:
+            if not _capturing():
+                self.prepare_step()
+            positions = self.step_position
+        else:
+            positions = torch.arange(self.length, self.length + T, device=device)
+        if self.attention == "sdpa" and self._key_index is not None and self.length > 0:
+            self.mask = self._key_index[None, :] <= positions[:, None]
+        return positions
+
+    def layer(self, index: int) -> StaticLayerKV:
+        return StaticLayerKV(self, index)
+
+    def advance(self, T: int) -> None:
+        self.length += T
+
+
+class StaticLayerKV:
+    """One layer's handle on a :class:`StaticKVCache`."""
+
+    def __init__(self, cache: StaticKVCache, index: int) -> None:
+        self.cache, self.index = cache, index
+
+    @property
+    def start(self) -> int:
+        return self.cache.length
+
+    def fused(self, T: int) -> bool:
+        return self.cache.fused(T)
+
+    def write(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new (B, T, H_kv, D) keys and values at ``positions`` (the step's, from
+        :meth:`StaticKVCache.positions`); return the layer's whole buffers, (B, H_kv, capacity, D)."""
+        cache = self.cache
+        if cache.keys is None:
+            B, _, H, D = k.shape
+            cache.allocate(B, H, D, k.dtype, k.device)
+        keys, values = cache.keys[self.index], cache.values[self.index]
+        keys.index_copy_(2, positions, k.transpose(1, 2))
+        values.index_copy_(2, positions, v.transpose(1, 2))
+        return keys, values
+
+    def update(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor | None, bool]:
+        """Store the new keys and values at ``positions``; return what SDPA attends over. A prefill from an empty
+        cache attends over its own keys (causal); any later step over the whole buffer under this step's mask."""
+        keys, values = self.write(k, v, positions)
+        if self.start == 0:
+            return k.transpose(1, 2), v.transpose(1, 2), None, True
+        return keys, values, self.cache.mask, False
+
+    def rope_positions(self, positions: Tensor) -> Tensor:
+        """The new tokens' positions as ``rope.attention_with_rope`` takes them: the device tensor (a captured
+        step has no host value to give), with the whole buffer: the kernel reads each row's keys up to its
+        position."""
+        return positions
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()

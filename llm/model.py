@@ -2,9 +2,11 @@
 
 The attention layer gets its RoPE from ``rope.build`` (the registry) and knows nothing else about
 it, so every registered kernel trains the very same model. For generation the model also runs
-incrementally: given a :class:`~llm.kv_cache.KVCache`, each call feeds only the new tokens, rotated
-at their absolute positions through RoPE's ``positions=``, and attends to the cached keys and values.
-Without a cache (training, evaluation) the forward is exactly the full-sequence one.
+incrementally: given a :class:`~llm.kv_cache.KVCache` or :class:`~llm.kv_cache.StaticKVCache`, each call
+feeds only the new tokens, rotated at their absolute positions through RoPE's ``positions=``, and attends
+to the cached keys and values (by SDPA, or, with the cache's ``attention="fused_rope"``, by
+``rope.attention_with_rope``, which rotates the queries inside the attention kernel). Without a cache
+(training, evaluation) the forward is exactly the full-sequence one.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import rope as rope_registry
-from llm.kv_cache import KVCache, LayerKV
+from llm.kv_cache import KVCache, LayerKV, StaticKVCache, StaticLayerKV
 
 # cl100k_base's size: the memory check's stand-in before the tokenizer is loaded
 _PLACEHOLDER_VOCAB = 100277
@@ -115,18 +117,24 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, kv: LayerKV | None = None, positions: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, kv: LayerKV | StaticLayerKV | None = None, positions: Tensor | None = None) -> Tensor:
         """Causal self-attention of ``x`` (B, T, C); with ``kv``, ``x`` holds only the new tokens (at
         absolute ``positions``) and attends to the cached ones too."""
         B, T, C = x.shape
-        # q, k, v are strided views of the fused projection (kernels take them without copies); the
-        # RoPE module splits them so that an implementation can also write d qkv in one pass.
-        q, k, v = self.rotary.rotate_qkv(self.qkv(x), self.n_head, self.n_kv_head, positions=positions)
-        if kv is None:
-            y = self._attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, True)
+        qkv = self.qkv(x)
+        if kv is not None and kv.fused(T):
+            y = self._attend_fused(qkv, kv, positions)
         else:
-            y = self._attend_cached(q, k, v, kv)
-        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+            # q, k, v are strided views of the fused projection (kernels take them without copies); the
+            # RoPE module splits them so that an implementation can also write d qkv in one pass.
+            q, k, v = self.rotary.rotate_qkv(qkv, self.n_head, self.n_kv_head, positions=positions)
+            if kv is None:
+                y = self._attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, True)
+            else:
+                keys, values, mask, causal = kv.update(k, v, positions)
+                y = self._attend(q.transpose(1, 2), keys, values, mask, causal)
+            y = y.transpose(1, 2)
+        return self.resid_drop(self.proj(y.reshape(B, T, C)))
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         return F.scaled_dot_product_attention(
@@ -134,22 +142,17 @@ class CausalSelfAttention(nn.Module):
             enable_gqa=self.n_kv_head != self.n_head,
         )
 
-    def _attend_cached(self, q: Tensor, k: Tensor, v: Tensor, kv: LayerKV) -> Tensor:
-        """Attention of the new queries over every cached key: the new k, v are stored first.
-
-        SDPA's ``is_causal`` aligns the mask to the top left, right only when queries and keys start
-        together (the prompt, ``start == 0``); one new token may see every key (no mask); a chunk after
-        cached tokens needs the mask shifted by ``start``.
-        """
-        start, T = kv.start, q.shape[1]
-        keys, values = kv.write(k, v)
-        if start == 0:
-            mask, causal = None, True
-        elif T == 1:
-            mask, causal = None, False
-        else:
-            mask, causal = torch.ones(T, start + T, dtype=torch.bool, device=q.device).tril(diagonal=start), False
-        return self._attend(q.transpose(1, 2), keys, values, mask, causal)
+    def _attend_fused(self, qkv: Tensor, kv: LayerKV | StaticLayerKV, positions: Tensor) -> Tensor:
+        """A cached step through ``rope.attention_with_rope`` (the cache's ``attention="fused_rope"``): the new
+        keys rotated once by the RoPE module into the cache, the queries left as projected and rotated by the
+        attention kernel as it loads them. Returns (B, T, n_head, head_dim)."""
+        B, T, _ = qkv.shape
+        H, H_kv, D = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = qkv.split([H * D, H_kv * D, H_kv * D], dim=-1)
+        k = self.rotary(k.view(B, T, H_kv, D), positions=positions)
+        keys, values = kv.write(k, v.view(B, T, H_kv, D), positions)
+        return rope_registry.attention_with_rope(q.view(B, T, H, D), keys, values, kv.rope_positions(positions),
+                                                 self.rotary)
 
 
 class MLP(nn.Module):
@@ -173,7 +176,8 @@ class Block(nn.Module):
         self.norm2 = nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, kv: LayerKV | None = None, positions: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, kv: LayerKV | StaticLayerKV | None = None,
+                positions: Tensor | None = None) -> Tensor:
         x = x + self.attn(self.norm1(x), kv, positions)
         return x + self.mlp(self.norm2(x))
 
@@ -217,15 +221,18 @@ class GPT(nn.Module):
         (``rope.max_seq_len``, by default ``model.seq_len``)."""
         return self.rotary.max_seq_len
 
-    def new_cache(self, max_len: int | None = None) -> KVCache:
-        """An empty KV cache for up to ``max_len`` positions (default and limit: :attr:`context_len`)."""
+    def new_cache(self, max_len: int | None = None, *, static: bool = False,
+                  attention: str = "sdpa") -> KVCache | StaticKVCache:
+        """An empty KV cache for up to ``max_len`` positions (default and limit: :attr:`context_len`):
+        :class:`~llm.kv_cache.StaticKVCache` with ``static`` (what a captured decode step needs), else
+        :class:`~llm.kv_cache.KVCache`; ``attention`` (``"sdpa"`` / ``"fused_rope"``) is how cached steps attend."""
         max_len = self.context_len if max_len is None else max_len
         if max_len > self.context_len:
             raise ValueError(f"a KV cache of {max_len} positions exceeds the model's context of {self.context_len} "
                              "(the RoPE cache, rope.max_seq_len)")
-        return KVCache(self.cfg.n_layer, max_len)
+        return (StaticKVCache if static else KVCache)(self.cfg.n_layer, max_len, attention)
 
-    def hidden(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
+    def hidden(self, idx: Tensor, cache: KVCache | StaticKVCache | None = None) -> Tensor:
         """The final normed hidden states (B, T, n_embd) of ``idx``; with ``cache``, ``idx`` holds the
         tokens after the cached ones, which the cache then includes."""
         T = idx.shape[1]
@@ -248,7 +255,7 @@ class GPT(nn.Module):
         return self.norm(x)
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *,
-                cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
+                cache: KVCache | StaticKVCache | None = None) -> tuple[Tensor, Tensor | None]:
         """Logits (B, T, padded_vocab) and, with targets, the mean cross-entropy. With ``cache``:
         logits of the new tokens ``idx``, which are appended to the cache."""
         logits = self.head(self.hidden(idx, cache))
@@ -257,7 +264,7 @@ class GPT(nn.Module):
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
         return logits, loss
 
-    def next_logits(self, idx: Tensor, cache: KVCache | None = None) -> Tensor:
+    def next_logits(self, idx: Tensor, cache: KVCache | StaticKVCache | None = None) -> Tensor:
         """Logits (B, padded_vocab) of the token after ``idx``: the head runs on the last position only
         (what decoding needs; the full head over a long prefix would dominate a step)."""
         return self.head(self.hidden(idx, cache)[:, -1])

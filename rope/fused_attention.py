@@ -66,6 +66,20 @@ def attention_with_rope(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: 
     return _launch(q, k_cache, v_cache, positions, start, rotary, plan)
 
 
+def unavailable_reason(device: torch.device | str) -> str | None:
+    """Why :func:`attention_with_rope` cannot run on ``device`` here (one line), or None when it can: it needs
+    triton, and a CUDA device or the CPU under Triton's interpreter."""
+    try:
+        _kernels()
+    except RuntimeError as exc:
+        return str(exc)
+    device = torch.device(device)
+    if device.type == "cuda" or (device.type == "cpu" and _interpreting()):
+        return None
+    return (f"attention_with_rope is a Triton kernel: it runs on a CUDA GPU, or on the CPU under Triton's "
+            f"interpreter (TRITON_INTERPRET=1, slow), not on {device.type}")
+
+
 # -- checks ------------------------------------------------------------------------------------------
 class _Plan:
     """What a call's signature decides, worked out once per signature: the shapes, the rotation's constants,

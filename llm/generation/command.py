@@ -1,9 +1,15 @@
 """``python -m llm.generate``'s work: check the settings, open the run, stream the samples.
 
 Everything a user can get wrong is checked in the order it costs nothing: the settings (sampling,
-counts, device), then the run dir (its config and a checkpoint present), then the RoPE override and
-the prompt's length against the model's context; only then are the weights loaded. Each problem is
-one :class:`~llm.errors.ConfigError` line naming the key.
+counts, device, cache, attention), then the run dir (its config and a checkpoint present), then the RoPE
+override and the prompt's length against the model's context; only then are the weights loaded. Each
+problem is one :class:`~llm.errors.ConfigError` line naming the key.
+
+Decoding runs on the model's weights cast to the decode dtype (``dtype=auto``: bfloat16 on CUDA), as
+inference engines run them, through a :class:`~llm.generation.static.StaticDecoder` by default
+(``cache=static``: the decode step captured once as a CUDA graph on a GPU, ``capture=false`` to run it
+eagerly), or the dynamic cache (``cache=dynamic``), or none (``cache=false``). ``attention=fused_rope``
+attends cached steps and prompt chunks (``prefill_chunk=N``) through ``rope.attention_with_rope``.
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ import torch
 
 import rope
 from llm.errors import ConfigError
-from llm.generation.decode import generate
+from llm.generation.decode import cache_kind, generate
 from llm.generation.load import load_run_model, open_run, rope_for_generation, run_tokenizer
 from llm.generation.sampling import Sampling
+from llm.generation.static import StaticDecoder, cast_weights
 from llm.generation.text import TextStream, cut_at, encode_prompt
+from llm.kv_cache import ATTENTIONS
 from llm.model import rope_cache_len
-from llm.training.runtime import autocast_context, resolve_device
+from llm.training.runtime import resolve_device
 
 DTYPES = ("auto", "float32", "bfloat16")
 
@@ -37,9 +45,25 @@ class Settings:
     sampling: Sampling
     seed: int
     num_samples: int
-    use_cache: bool
+    cache: str  # static | dynamic | none
+    capture: bool
+    attention: str
+    prefill_chunk: int | None
     device: torch.device
     dtype: str
+
+    @property
+    def weights_dtype(self) -> torch.dtype:
+        """The dtype decoding runs in: ``auto`` is bfloat16 on CUDA, float32 elsewhere."""
+        bf16 = self.dtype == "bfloat16" or (self.dtype == "auto" and self.device.type == "cuda")
+        return torch.bfloat16 if bf16 else torch.float32
+
+    def describe_cache(self) -> str:
+        if self.cache == "none":
+            return "no cache (prefix recomputed per token)"
+        how = "dynamic" if self.cache == "dynamic" else "static, " + (
+            "decode step captured as a CUDA graph" if self.capture and self.device.type == "cuda" else "eager")
+        return f"KV cache ({how}), attention {self.attention}"
 
 
 def _positive_int(cfg: Mapping, key: str) -> int:
@@ -77,15 +101,34 @@ def read_settings(cfg: Mapping) -> Settings:
     seed = cfg.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError(f"seed={seed!r} must be an integer")
-    use_cache = cfg.get("cache", True)
-    if not isinstance(use_cache, bool):
-        raise ConfigError(f"cache={use_cache!r} must be true or false")
+    cache = cfg.get("cache", "static")
+    try:
+        cache = "static" if cache is True else cache_kind(cache)
+    except ValueError:
+        raise ConfigError(f"cache={cache!r}; allowed: static (true), dynamic, none (false)") from None
+    capture = cfg.get("capture", True)
+    if not isinstance(capture, bool):
+        raise ConfigError(f"capture={capture!r} must be true or false")
+    attention = cfg.get("attention", "sdpa")
+    if attention not in ATTENTIONS:
+        raise ConfigError(f"attention={attention!r}; allowed: {', '.join(ATTENTIONS)}")
+    if attention == "fused_rope" and cache == "none":
+        raise ConfigError("attention=fused_rope attends over a KV cache: it needs cache=static or cache=dynamic")
+    chunk = cfg.get("prefill_chunk")
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
+        raise ConfigError(f"prefill_chunk={chunk!r} must be a positive integer, or null for the whole prompt at once")
+    if chunk is not None and cache != "static":
+        raise ConfigError(f"prefill_chunk={chunk} feeds the prompt into a static cache: it needs cache=static")
     dtype = cfg.get("dtype", "auto")
     if dtype not in DTYPES:
         raise ConfigError(f"dtype={dtype!r}; allowed: {', '.join(DTYPES)}")
+    device = resolve_device(str(cfg.get("device", "auto")))
+    if attention == "fused_rope":
+        reason = rope.fused_attention.unavailable_reason(device)
+        if reason:
+            raise ConfigError(f"attention=fused_rope: {reason}")
     return Settings(read_prompt(cfg), _positive_int(cfg, "max_new_tokens"), sampling, seed,
-                    _positive_int(cfg, "num_samples"), use_cache, resolve_device(str(cfg.get("device", "auto"))),
-                    dtype)
+                    _positive_int(cfg, "num_samples"), cache, capture, attention, chunk, device, dtype)
 
 
 def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> list[str]:
@@ -108,9 +151,13 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
     loaded = load_run_model(opened, rope_cfg, s.device, enc)
     r = loaded.rope
     label = rope.label(r["name"], None if r["name"] == "none" else r.get("variant"), r.get("compute_dtype"))
-    err.write(f"{opened.run_dir}: step {loaded.step}, rope={label}, {s.device}, "
-              f"{'KV cache' if s.use_cache else 'no cache (prefix recomputed per token)'}, "
-              f"context {context} positions\n")
+    model = cast_weights(loaded.model, s.weights_dtype)
+    err.write(f"{opened.run_dir}: step {loaded.step}, rope={label}, {s.device}, {s.describe_cache()}, "
+              f"{str(s.weights_dtype)[6:]} weights, context {context} positions\n")
+    decoder = None
+    if s.cache == "static":
+        decoder = StaticDecoder(model, len(ids) + n_new, capture=s.capture, attention=s.attention,
+                                prefill_chunk=s.prefill_chunk)
     generator = torch.Generator(device=s.device).manual_seed(s.seed)
     prompt = torch.tensor([ids], device=s.device)
     texts = []
@@ -127,11 +174,15 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
                 out.write(stream.push(t))
                 out.flush()
 
-        with autocast_context(s.dtype, s.device):
-            result = generate(loaded.model, prompt, n_new, s.sampling, generator=generator, use_cache=s.use_cache,
-                              stop_token=enc.eot_token, vocab_size=enc.n_vocab, on_token=show)
+        capturing = decoder is not None and not decoder.captured and decoder.note is None
+        result = generate(model, prompt, n_new, s.sampling, generator=generator, use_cache=s.cache,
+                          decoder=decoder, attention=s.attention, stop_token=enc.eot_token, vocab_size=enc.n_vocab,
+                          on_token=show, timed=True)
         out.write(stream.flush() + "\n")
         out.flush()
+        if decoder is not None and decoder.note and capturing:
+            err.write(f"[{decoder.note}]\n")
+        err.write(_speed_line(result, capturing and decoder.captured))
         tokens, ended = cut_at(result.tokens[0].tolist(), enc.eot_token)
         texts.append(enc.decode(tokens))
         if ended:
@@ -140,3 +191,12 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
             err.write(f"[stopped after {n_new} tokens: the sequence reached the model's context of {context} "
                       "positions (the run's RoPE cache, rope.max_seq_len)]\n")
     return texts
+
+
+def _speed_line(result, captured_now: bool) -> str:
+    """How long the first token took (the prompt, and the capture of the decode step when it was made) and
+    how fast the rest came."""
+    what = "the prompt and the decode step's capture" if captured_now else "the prompt"
+    rate = result.decode_tokens_per_s
+    tail = f", then {rate:,.0f} tokens/s" if rate else ""
+    return f"[first token after {1e3 * result.first_token_s:.1f} ms ({what}){tail}]\n"
