@@ -77,6 +77,20 @@ def test_binary_files_are_refused(tmp_path, text_cfg):
                    "text_files reads UTF-8 .txt/.jsonl and .parquet files")
 
 
+def test_a_binary_txt_file_is_found_before_any_tokenizing(tmp_path, make_corpus, text_cfg, build_counter):
+    """A binary file named .txt among many is refused when the source is built, from its first bytes: no cache
+    build starts (before, it was found only while the corpus was read for tokenizing, minutes in). A UTF-8
+    character cut at the end of the bytes read is not mistaken for binary."""
+    from llm.data.sources.text_files import HEAD_BYTES
+
+    corpus = make_corpus(tmp_path / "corpus", n_txt=20)
+    (corpus / "zz_image.txt").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    (corpus / "m_cut.txt").write_bytes(b"a" * (HEAD_BYTES - 1) + "\u00e9 tail".encode())  # 2-byte char cut at the end
+    msg = _refused(tmp_path, text_cfg(corpus))
+    assert msg.startswith(f"data.path={corpus}: {corpus / 'zz_image.txt'} is not UTF-8 text (byte 0x89 at offset 0)")
+    assert build_counter == [], "refused before the cache build began"
+
+
 def test_one_undecodable_file_among_many_is_refused(tmp_path, make_corpus, text_cfg):
     """One bad file is enough: training on its replacement characters would be silent noise. The message
     names the file and the byte, so it can be converted or removed."""

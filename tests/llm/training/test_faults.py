@@ -277,6 +277,48 @@ def test_second_ctrl_c_during_a_save_leaves_no_temporary(tmp_path, monkeypatch):
     assert not stale.exists()
 
 
+def test_a_real_second_ctrl_c_during_the_stop_checkpoint_is_the_abort(tmp_path):
+    """Ctrl-C, then Ctrl-C again while the stop checkpoint is being written: the run aborts as the README says (one
+    line, exit 130, no traceback), not as a crash (``status: failed`` and torch's "unexpected pos" RuntimeError,
+    which the writer raises once the interrupt cut a write it called back short). The child's torch.save writes
+    through a file that waits in its third write, so the second signal, a real one, lands inside torch's zip
+    writer; the marker says it is waiting."""
+    run, marker = tmp_path / "run", tmp_path / "saving"
+    code = ("import runpy, sys, time\n"
+            "import torch\n"
+            "real_save = torch.save\n"
+            "class SlowFile:\n"  # waits in its third write (a record's, as most are) for the second Ctrl-C
+            "    def __init__(self, f): self.f, self.writes = f, 0\n"
+            "    def write(self, b):\n"
+            "        written, self.writes = self.f.write(b), self.writes + 1\n"
+            "        if self.writes == 3:\n"
+            f"            open({str(marker)!r}, 'a').close()\n"
+            "            time.sleep(60)\n"
+            "        return written\n"
+            "    def __getattr__(self, name): return getattr(self.f, name)\n"
+            "torch.save = lambda obj, f, *a, **k: real_save(obj, SlowFile(f), *a, **k)\n"
+            f"sys.argv = ['llm.train', *{SMALL!r}, 'train.max_steps=100000', 'train.log_every=1', "
+            f"'hydra.run.dir={run}']\n"
+            "runpy.run_module('llm.train', run_name='__main__')\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # finish the step, then checkpoint
+    while time.time() < deadline and not marker.exists() and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)  # again, while the checkpoint is being written
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-3000:]
+    assert "Traceback" not in out and "RuntimeError" not in out, out[-3000:]
+    assert "Aborted by a second Ctrl-C" in out, out[-3000:]
+    assert not (run / "summary.json").exists() or _summary(run)["status"] != "failed"
+    assert not [p for p in (run / "checkpoints").iterdir() if ".tmp" in p.name], "the cut save leaves no temporary"
+    assert [m["step"] for m in read_metrics(run) if m["kind"] == "train"][:2] == [1, 2], "metrics written are kept"
+
+
 def test_nonfinite_stop_before_any_checkpoint_names_no_missing_dir(tmp_path, monkeypatch):
     from llm.model import GPT
 
