@@ -34,7 +34,7 @@ MAX_QUERIES = 256
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _MAX_SPLITS = 128
-_INTERPRETER_SMS = 16  # under the CPU interpreter: a nominal SM count, so small shapes still split
+_INTERPRETER_SMS = 4  # under the CPU interpreter: a nominal SM count, so small shapes still split
 
 
 def attention_with_rope(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int,

@@ -1,6 +1,8 @@
-"""Generation: the KV cache reproduces the full forward for every RoPE implementation, sampling does
-what its settings say, and ``python -m llm.generate`` streams a trained run's text or refuses bad
-input with one line naming the key."""
+"""Generation: the KV caches (dynamic and static, attending by SDPA or by ``rope.attention_with_rope``)
+reproduce the full forward for every RoPE implementation, greedy output is the same with a static cache,
+a dynamic one and none, sampling does what its settings say, and ``python -m llm.generate`` streams a
+trained run's text or refuses bad input with one line naming the key. (The captured decode step needs a
+GPU: ``test_generate_gpu.py``.)"""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ from hydra import compose, initialize_config_dir
 import rope
 from llm.errors import ConfigError
 from llm.generate import quote_verbatim, verbatim_overrides
-from llm.generation import GREEDY, Sampling, TextStream, encode_prompt, generate, pick_next
+from llm.generation import GREEDY, Sampling, StaticDecoder, TextStream, encode_prompt, generate, pick_next
 from llm.generation.command import generate_from_config
+from llm.generation.speed import decode_speed_table
+from llm.generation.static import capture_refusal
 from llm.model import GPT, GPTConfig
 
 # CPU: the Triton entries run under the interpreter (tests/conftest.py), slowly: tiny shapes only
@@ -34,20 +38,54 @@ def tiny_model(impl: str, variant: str = "partial", n_kv_head: int | None = 2, s
     return model
 
 
-@pytest.mark.parametrize("impl", IMPLS)
-def test_cached_decoding_equals_the_full_forward(impl):
+# (implementation, static cache, attention): both caches for every implementation, the fused attention
+# (Triton, slow under the interpreter) for two of them
+CACHES = [(impl, static, "sdpa") for impl in IMPLS for static in (False, True)] + [
+    ("torch", False, "fused_rope"), ("torch", True, "fused_rope"), ("none", True, "fused_rope")]
+
+
+@pytest.mark.parametrize("impl,static,attention", CACHES)
+def test_cached_decoding_equals_the_full_forward(impl, static, attention):
     """A prompt, a chunk of 3 tokens after it (the shifted causal mask), then single tokens: each
     call's logits equal the full forward's at the same positions (float32, 1e-5)."""
     model = tiny_model(impl)
     idx = torch.randint(0, 61, (2, 12))
     with torch.no_grad():
         full, _ = model(idx)
-        cache = model.new_cache()
+        cache = model.new_cache(static=static, attention=attention)
         pieces = [(0, 5), (5, 8), *((t, t + 1) for t in range(8, 12))]
         for a, b in pieces:
             logits, _ = model(idx[:, a:b], cache=cache)
             torch.testing.assert_close(logits, full[:, a:b], rtol=0, atol=1e-5, msg=f"{impl}, positions {a}..{b - 1}")
     assert cache.length == 12
+
+
+def test_fused_attention_is_what_the_cached_steps_run(monkeypatch):
+    """attention="fused_rope": every cached step after the prompt goes through rope.attention_with_rope, with
+    the un-rotated queries; the prompt itself (from an empty cache) stays SDPA's."""
+    model = tiny_model("torch", variant="full")
+    calls = []
+    real = rope.attention_with_rope
+    monkeypatch.setattr(rope, "attention_with_rope", lambda q, *a, **k: calls.append(q.shape) or real(q, *a, **k))
+    cache = model.new_cache(static=True, attention="fused_rope")
+    with torch.no_grad():
+        model(torch.randint(0, 61, (1, 5)), cache=cache)
+        assert calls == []
+        model(torch.randint(0, 61, (1, 3)), cache=cache)
+        model(torch.randint(0, 61, (1, 1)), cache=cache)
+    assert calls == [(1, 3, 4, 8)] * 2 + [(1, 1, 4, 8)] * 2  # two layers each
+
+
+def test_static_cache_steps_read_their_position_from_device_memory():
+    """A one-token step of the static cache takes its position from ``step_position`` (what a captured step
+    reads), which the eager step fills; the SDPA mask follows it."""
+    model = tiny_model("torch", variant="full")
+    cache = model.new_cache(static=True)
+    with torch.no_grad():
+        model(torch.randint(0, 61, (2, 4)), cache=cache)
+        positions = cache.positions(1, torch.device("cpu"))
+    assert positions is cache.step_position and positions.tolist() == [4]
+    assert cache.mask.shape == (1, cache.capacity) and cache.mask[0].nonzero().flatten().tolist() == list(range(5))
 
 
 def test_cached_decoding_rotates_at_absolute_positions():
@@ -69,12 +107,64 @@ def test_cached_decoding_rotates_at_absolute_positions():
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_greedy_output_is_the_same_with_and_without_the_cache(impl):
+    """The static cache (its step eager: a CPU has nothing to capture), the dynamic one and none agree."""
     model = tiny_model(impl, n_kv_head=None, seed=1)
     prompt = torch.randint(0, 61, (2, 3))
     with_cache = generate(model, prompt, 8, GREEDY, use_cache=True, vocab_size=61)
+    static = generate(model, prompt, 8, GREEDY, use_cache="static", vocab_size=61)
     without = generate(model, prompt, 8, GREEDY, use_cache=False, vocab_size=61)
     assert torch.equal(with_cache.tokens, without.tokens) and with_cache.tokens.shape == (2, 8)
+    assert torch.equal(static.tokens, without.tokens)
     assert int(with_cache.tokens.max()) < 61  # the padded head rows are never picked
+
+
+def test_fused_attention_greedy_output_and_chunked_prefill_match_the_uncached_decoding():
+    model = tiny_model("torch", n_kv_head=1, seed=1)
+    prompt = torch.randint(0, 61, (2, 5))
+    reference = generate(model, prompt, 4, GREEDY, use_cache=False, vocab_size=61)
+    decoder = StaticDecoder(model, 9, attention="fused_rope", prefill_chunk=2)
+    assert torch.equal(generate(model, prompt, 4, GREEDY, decoder=decoder, vocab_size=61).tokens, reference.tokens)
+    dynamic = generate(model, prompt, 4, GREEDY, use_cache="dynamic", attention="fused_rope", vocab_size=61)
+    assert torch.equal(dynamic.tokens, reference.tokens)
+
+
+def test_a_static_decoder_serves_many_sequences_and_batch_sizes():
+    """Its buffers are reused from one call to the next (a new prompt overwrites them), and a batch of another
+    size gets buffers of its own; a prompt that does not fit is refused."""
+    model = tiny_model("torch", n_kv_head=None, seed=1)
+    decoder = StaticDecoder(model, 12)
+    a, b = torch.randint(0, 61, (2, 4)), torch.randint(0, 61, (3, 6))
+    first = generate(model, a, 6, GREEDY, decoder=decoder, vocab_size=61)
+    buffers = decoder.cache.keys
+    assert torch.equal(generate(model, b, 6, GREEDY, decoder=decoder, vocab_size=61).tokens,
+                       generate(model, b, 6, GREEDY, use_cache=False, vocab_size=61).tokens)
+    assert decoder.cache.keys is not buffers and decoder.cache.keys.shape[1] == 3
+    assert torch.equal(generate(model, a, 6, GREEDY, decoder=decoder, vocab_size=61).tokens, first.tokens)
+    with pytest.raises(ValueError, match="do not fit the decoder's 12 positions"):
+        generate(model, a, 9, GREEDY, decoder=decoder)
+    assert not decoder.captured and decoder.note is None  # the CPU: the eager step is the step
+
+
+def test_dynamic_ntk_is_decoded_eagerly_saying_why():
+    model = GPT(GPTConfig(vocab_size=61, seq_len=16, n_layer=1, n_head=2, n_embd=16, vocab_multiple=8),
+                rope.build("torch", 8, 16, scaling={"type": "dynamic_ntk", "factor": 2.0, "original_max_seq_len": 8}))
+    assert "dynamic_ntk" in capture_refusal(model) and "decoding eagerly" in capture_refusal(model)
+    assert capture_refusal(tiny_model("torch")) is None
+
+
+def test_timed_generation_and_the_speed_table():
+    """``timed`` reports the first token's latency and the decode rate; the benchmark's table measures every
+    mode (the CPU: ``captured`` runs eagerly) with the rows it says."""
+    model = tiny_model("torch", n_kv_head=None, seed=1)
+    result = generate(model, torch.randint(0, 61, (2, 3)), 5, GREEDY, use_cache="static", timed=True)
+    assert result.first_token_s > 0 and result.decode_s > 0 and result.decode_tokens_per_s == 2 * 4 / result.decode_s
+    seen = []
+    points = decode_speed_table(model, batches=[1, 2], prompt_lens=[4], new_tokens=4, repeats=1,
+                                attentions=("sdpa",), new_tokens_without_cache=2, on_point=seen.append)
+    assert seen == points and [(p.batch, p.mode) for p in points] == [
+        (b, m) for b in (1, 2) for m in ("captured", "eager", "dynamic", "none")]
+    assert all(p.first_token_ms > 0 and p.decode_tok_s > 0 and p.step_ms > 0 and p.note is None for p in points)
+    assert [p.new_tokens for p in points[:4]] == [4, 4, 4, 2] and not any(p.captured for p in points)
 
 
 def test_generate_stops_at_the_stop_token_and_refuses_to_run_past_the_context():
@@ -179,6 +269,16 @@ def test_seeded_samples_repeat_and_greedy_matches_the_uncached_decoding(trained_
     greedy = run_generate(gen_cfg(trained_run, *common, "temperature=0"))[0]
     assert greedy[0] == greedy[1]
     assert greedy == run_generate(gen_cfg(trained_run, *common, "temperature=0", "cache=false"))[0]
+    assert greedy == run_generate(gen_cfg(trained_run, *common, "temperature=0", "cache=dynamic"))[0]
+
+
+def test_cli_fused_attention_and_chunked_prefill(trained_run):
+    common = ["prompt=import os", "max_new_tokens=3", "temperature=0"]
+    greedy, _, _ = run_generate(gen_cfg(trained_run, *common))
+    fused, _, err = run_generate(gen_cfg(trained_run, *common, "attention=fused_rope", "prefill_chunk=2"))
+    assert fused == greedy
+    assert "cpu, KV cache (static, eager), attention fused_rope, float32 weights" in err
+    assert "[first token after " in err and "(the prompt), then " in err
 
 
 def test_rope_override_swaps_the_kernel_and_keeps_the_function(trained_run):
@@ -237,6 +337,12 @@ def test_generation_stops_at_the_end_of_the_context(trained_run, tmp_path):
     (["prompt_file=/no/such/file"], "prompt_file=/no/such/file is not a file"),
     (["checkpoint=/no/such.pt"], "checkpoint=/no/such.pt is not a file"),
     (["device=cuda:7"], "device=cuda"),
+    (["cache=paged"], "cache='paged'; allowed: static"),
+    (["capture=sometimes"], "capture='sometimes' must be true or false"),
+    (["attention=flash"], "attention='flash'; allowed: sdpa, fused_rope"),
+    (["attention=fused_rope", "cache=false"], "attention=fused_rope attends over a KV cache: it needs cache=static"),
+    (["prefill_chunk=0"], "prefill_chunk=0 must be a positive integer"),
+    (["prefill_chunk=4", "cache=dynamic"], "prefill_chunk=4 feeds the prompt into a static cache"),
 ])
 def test_bad_input_is_one_line_naming_the_key(trained_run, overrides, message):
     if overrides == ["device=cuda:7"] and torch.cuda.device_count() > 7:

@@ -54,7 +54,7 @@ def reference(q, k_cache, v_cache, positions, r, dtype=None, scale=None):
 
 # (impl, build options, B, H, H_kv, T, L, D, positions kind)
 CASES = {
-    "decode-gqa-partial-split": ("torch", {}, 2, 4, 2, 1, 200, 16, "t"),
+    "decode-gqa-partial-split": ("torch", {}, 1, 4, 1, 1, 200, 16, "t"),
     "chunk-gqa-interleaved-rotary_dim-yarn": (
         "torch", {"variant": "full", "layout": "interleaved", "rotary_dim": 8,
                   "scaling": {"type": "yarn", "factor": 4.0, "original_max_seq_len": 32}}, 2, 4, 1, 7, 150, 16, "bt"),
@@ -104,7 +104,7 @@ def test_splitting_the_keys_changes_nothing_but_rounding(device, monkeypatch):
     k_cache, v_cache = rotated_cache(r, 1, 2, 250, 16, torch.float32, device)
     q = torch.randn(1, 3, 4, 16, device=device)
     split = rope.attention_with_rope(q, k_cache, v_cache, 247, r)
-    assert fused_attention._splits(2, 250, 64, 16)[0] > 1  # the call above split its keys
+    assert fused_attention._splits(2, 250, 64, fused_attention._INTERPRETER_SMS)[0] > 1  # the call above split
     monkeypatch.setattr(fused_attention, "_splits", lambda programs, length, block_n, sms: (1, 256))
     whole = rope.attention_with_rope(q, k_cache, v_cache, 247, r)
     torch.testing.assert_close(split, whole, rtol=0, atol=1e-6)
