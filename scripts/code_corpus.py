@@ -1,52 +1,79 @@
-"""Write a Python-source corpus for ``data=text_files``: every *.py file under a site-packages dir.
+"""Write the code corpus as text files, with its manifest: the ``*.py`` files of the installed packages.
 
-    python -m scripts.code_corpus OUT_DIR [--root DIR]      # default root: this interpreter's site-packages
+    python -m scripts.code_corpus OUT_DIR                       # every installed package (less ropelab)
+    python -m scripts.code_corpus OUT_DIR --packages numpy,torch
+    python -m scripts.code_corpus OUT_DIR --manifest manifest.json   # that very corpus again, hashes checked
 
-Why: a training run that must not see its data twice (``+experiment=fidelity``: the same model
-trained with two RoPE kernels must not be pushed into overfitting, where training amplifies
-last-bit differences) needs more text than the standard library offers offline; an installed
-site-packages tree is hundreds of MB of it. Each file becomes ``<md5 of its path>.txt`` (one document);
-files that are not UTF-8, shorter than 200 or longer than 300,000 characters are skipped.
+Each document becomes ``OUT_DIR/<package>/<path>.txt`` and ``OUT_DIR/manifest.json`` pins the corpus (each
+package and version read, each file's sha256, one fingerprint): train on it with ``data=text_files
+data.path=OUT_DIR``. ``data=code_corpus`` builds the same corpus straight into the token cache with no
+directory to prepare; this script is for reading the documents, or carrying them to a machine that lacks
+the packages. What is read and skipped: ``llm/data/sources/code_corpus.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import sysconfig
 from pathlib import Path
 
-MIN_CHARS, MAX_CHARS = 200, 300_000
+from llm.data import DataError
+from llm.data.sources.code_corpus import (
+    DEFAULT_EXCLUDE,
+    MANIFEST_NAME,
+    MAX_CHARS,
+    MIN_CHARS,
+    installed_distributions,
+    load_manifest,
+    package_files,
+    read_corpus,
+    rebuild_from_manifest,
+    select_packages,
+)
+from llm.fileio import write_json_atomic, write_text_atomic
 
 
-def build_corpus(root: Path, out: Path) -> tuple[int, int]:
-    """Copy the *.py files under ``root`` into ``out`` as .txt documents; returns (files, characters)."""
-    if not root.is_dir():
-        raise NotADirectoryError(f"--root {root} is not a directory (expected a site-packages tree)")
-    out.mkdir(parents=True, exist_ok=False)
-    n = size = 0
-    for p in sorted(root.rglob("*.py")):
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        if not MIN_CHARS <= len(text) <= MAX_CHARS:
-            continue
-        (out / (hashlib.md5(str(p).encode()).hexdigest()[:16] + ".txt")).write_text(text)
-        n += 1
-        size += len(text)
-    return n, size
+def _names(text: str) -> list[str]:
+    return [n for n in (s.strip() for s in text.split(",")) if n]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path, help="new directory to write the .txt documents into")
-    ap.add_argument("--root", type=Path, default=Path(sysconfig.get_paths()["purelib"]))
-    args = ap.parse_args()
-    n, size = build_corpus(args.root, args.out)
-    if n == 0:
-        raise SystemExit(f"no *.py files of {MIN_CHARS}-{MAX_CHARS} characters under {args.root}")
-    print(f"{args.root}: {n} files, {size / 1e6:.1f} MB of text -> {args.out} (data=text_files data.path={args.out})")
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m scripts.code_corpus", description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path, help="new directory to write the .txt documents and manifest.json into")
+    ap.add_argument("--packages", type=_names, default=None, help="comma-separated distributions (default: all)")
+    ap.add_argument("--exclude", type=_names, default=list(DEFAULT_EXCLUDE),
+                    help=f"comma-separated distributions left out (default: {','.join(DEFAULT_EXCLUDE)})")
+    ap.add_argument("--site-packages", action="append", default=None, metavar="DIR",
+                    help="a directory searched for installed distributions (repeatable; default: sys.path)")
+    ap.add_argument("--manifest", type=Path, default=None, help="rebuild the corpus a manifest.json pins")
+    ap.add_argument("--min-chars", type=int, default=MIN_CHARS)
+    ap.add_argument("--max-chars", type=int, default=MAX_CHARS)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.out.exists():
+        raise SystemExit(f"{args.out} exists: give a new directory")
+    try:
+        if args.manifest is not None:
+            corpus = rebuild_from_manifest(load_manifest(args.manifest), args.site_packages,
+                                           f"--manifest {args.manifest}")
+        else:
+            dists = select_packages(installed_distributions(args.site_packages), args.packages, args.exclude)
+            corpus = read_corpus([f for name, d in dists.items() for f in package_files(name, d)],
+                                 args.min_chars, args.max_chars)
+    except DataError as e:
+        raise SystemExit(f"error: {e}") from None
+    if len(corpus.ids) == 0:
+        raise SystemExit("no *.py files of the asked sizes in the installed packages")
+    for doc_id, text in zip(corpus.ids, corpus.texts, strict=True):
+        path = args.out / f"{doc_id}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, text)
+    write_json_atomic(args.out / MANIFEST_NAME, corpus.manifest)
+    m = corpus.manifest
+    print(f"{m['documents']} files of {len(m['packages'])} packages, {m['characters'] / 1e6:.1f} MB of text, "
+          f"fingerprint {m['fingerprint'][:16]} -> {args.out} (data=text_files data.path={args.out})")
 
 
 if __name__ == "__main__":

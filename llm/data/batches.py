@@ -1,8 +1,10 @@
 """Training and evaluation batches: windows of ``seq_len + 1`` tokens cut from a token stream.
 
 Why windows depend on (seed, step) only: a resumed run must continue the exact data stream from its step
-counter, so no global RNG and no iterator state is involved. The val set is fixed (the first windows of the
-val stream) so every eval of every run measures the same tokens.
+counter, so no global RNG and no iterator state is involved. The val set is fixed so every eval of every run
+measures the same tokens. The trainer's eval spreads its windows evenly over the whole val stream
+(``spread=True``): the first windows would be the first documents of the split only (a few packages of a code
+corpus, in path order), not a sample of it.
 """
 
 from __future__ import annotations
@@ -55,22 +57,34 @@ def sample_batch(tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, s
     return _windows(tokens, starts, seq_len)
 
 
-def val_batches(tokens: np.ndarray, batch_size: int, seq_len: int,
-                n_batches: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The fixed evaluation set: the first `n_batches * batch_size` non-overlapping windows of `tokens`.
+def val_window_starts(n_tokens: int, batch_size: int, seq_len: int, n_batches: int,
+                      spread: bool = False) -> np.ndarray:
+    """Start offsets of the fixed evaluation windows (non-overlapping, at multiples of ``seq_len``).
+
+    ``n_batches * batch_size`` of the stream's windows (full batches only; all of them, one smaller batch,
+    when the stream holds fewer than ``batch_size``): the first ones, or with ``spread`` ones evenly spaced
+    over the whole stream (window ``floor(i * n_windows / n)`` for i < n).
+    """
+    n_windows = (n_tokens - 1) // seq_len
+    n_full = min(n_batches, n_windows // batch_size)
+    n = n_full * batch_size if n_full > 0 else n_windows
+    index = (np.arange(n, dtype=np.int64) * n_windows) // n if spread else np.arange(n, dtype=np.int64)
+    return index * seq_len
+
+
+def val_batches(tokens: np.ndarray, batch_size: int, seq_len: int, n_batches: int,
+                spread: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The fixed evaluation set: the windows of :func:`val_window_starts`, ``batch_size`` at a time.
 
     Yields full batches only; when `tokens` holds fewer than `batch_size` windows, one smaller batch of all of
     them. Raises ValueError at once when `tokens` has fewer than seq_len+1 tokens.
     """
     _check_length(tokens, seq_len, "val")
-    n_windows = (len(tokens) - 1) // seq_len
-    n_full = min(n_batches, n_windows // batch_size)
-    sizes = [batch_size] * n_full if n_full > 0 else [n_windows]
+    starts = val_window_starts(len(tokens), batch_size, seq_len, n_batches, spread)
+    size = min(batch_size, len(starts))
 
     def gen() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        first = 0
-        for size in sizes:
-            yield _windows(tokens, (first + np.arange(size)) * seq_len, seq_len)
-            first += size
+        for first in range(0, len(starts), size):
+            yield _windows(tokens, starts[first:first + size], seq_len)
 
     return gen()

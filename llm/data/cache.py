@@ -3,7 +3,12 @@
 Layout: ``<cache_root>/<source>-<tokenizer>-<fingerprint[:16]>/`` holds ``train.bin`` and ``val.bin`` (token
 ids, uint16 when the vocabulary has fewer than 65536 ids, else uint32; every document tokenized with
 ``encode_ordinary``, so text that looks like a special token stays text, and followed by the end-of-text
-token) and ``meta.json``, written last: its presence marks a complete cache.
+token), whatever the source keeps beside them (``data=code_corpus``: its ``manifest.json``) and
+``meta.json``, written last: its presence marks a complete cache.
+
+``meta.json`` also records each split's composition (documents, tokens, the largest document's share: the
+val split is capped, see :mod:`llm.data.split`) and the sha256 of each shard, from which
+:func:`data_fingerprint` gives a run its record of what it trained and was evaluated on.
 
 Why each load verifies the cache: a cache is only used when its meta is readable and belongs to the current
 source fingerprint and tokenizer, its shard sizes agree with the meta, and every token id is inside the
@@ -19,23 +24,24 @@ leaves no empty directory behind.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llm.data.cache_lock import locked_cache_dir
 from llm.data.config import check_data_config, num_threads
-from llm.data.sources import FORMAT_VERSION, Source, make_source
-from llm.data.split import SPLITS
+from llm.data.sources import FORMAT_VERSION, KEEP_DIR, Source, make_source
+from llm.data.split import SPLITS, VAL_DOC_CAP, cap_val_documents, composition
 from llm.data.tokenizer import canonical_tokenizer_name, get_tokenizer
 from llm.fileio import TMP_MARK, atomic_path, remove_stale_temps, write_json_atomic
 
@@ -143,31 +149,113 @@ def _open_cache(cache_dir: Path, expected: dict) -> tuple[TokenData | None, str]
 # building a cache
 
 
-def _write_split(datasets_: list, enc: tiktoken.Encoding, dtype: np.dtype, path: Path, num_threads: int,
-                 desc: str) -> tuple[int, int]:
-    """Tokenize the documents of ``datasets_`` into ``path`` (doc, eot, doc, eot, ...); returns (n_tokens, n_docs)."""
+class _ShardWriter:
+    """Appends documents (ids, then end-of-text) to a shard file, hashing its bytes and sizing each document."""
+
+    def __init__(self, f: Any, dtype: np.dtype, eot: int) -> None:
+        self.f, self.dtype, self.eot = f, dtype, eot
+        self.sha = hashlib.sha256()
+        self.keys: list[str] = []
+        self.sizes: list[int] = []
+
+    def add(self, keys: list[str], encoded: list[list[int]] | list[np.ndarray]) -> None:
+        buf = np.empty(sum(len(ids) for ids in encoded) + len(encoded), dtype=self.dtype)
+        pos = 0
+        for ids in encoded:
+            buf[pos:pos + len(ids)] = ids
+            pos += len(ids)
+            buf[pos] = self.eot
+            pos += 1
+        data = buf.tobytes()
+        self.f.write(data)
+        self.sha.update(data)
+        self.keys += keys
+        self.sizes += [len(ids) + 1 for ids in encoded]
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(self.sizes)
+
+
+def _dataset(entry: Any) -> Any:
+    return entry[0] if isinstance(entry, tuple) else entry
+
+
+def _encoded(entries: list, enc: tiktoken.Encoding, num_threads: int, split: str,
+             bar: Any) -> Iterator[tuple[list[str], list[list[int]]]]:
+    """(document keys, token ids) per batch of the non-empty documents of ``entries``, in order.
+
+    An entry is a split Group (Dataset, keys) or a bare Dataset (a source's own split, e.g. tinystories),
+    whose rows are named ``<split>#<n>``.
+    """
+    rows = 0  # rows seen in this split: the names of rows without keys
+    for entry in entries:
+        ds, keys = entry if isinstance(entry, tuple) else (entry, None)
+        first = 0  # the batch's first row in this entry
+        for batch in ds.select_columns(["text"]).iter(batch_size=_BATCH_DOCS):
+            texts = batch["text"]
+            span = range(first, first + len(texts))
+            names = [keys[i] for i in span] if keys is not None else [f"{split}#{rows + i}" for i in span]
+            first += len(texts)
+            pairs = [(str(k), t) for k, t in zip(names, texts, strict=True) if t]
+            yield [k for k, _ in pairs], enc.encode_ordinary_batch([t for _, t in pairs], num_threads=num_threads)
+            bar.update(len(texts))
+        rows += first
+
+
+def _write_shards(splits: dict[str, list], enc: tiktoken.Encoding, dtype: np.dtype, cache_dir: Path,
+                  num_threads: int, name: str) -> dict[str, Any]:
+    """Tokenize the split documents into ``train.bin`` and ``val.bin``; returns what meta.json records of them.
+
+    Val is tokenized first, into memory (a few percent of the corpus), so the cap on one document's share can
+    be applied on tokens (:func:`llm.data.split.cap_val_documents`); the documents it moves are appended to
+    train. Train streams batch by batch, whatever its size.
+    """
     from tqdm import tqdm
 
-    eot = enc.eot_token
-    n_tokens = n_docs = 0
-    total = sum(len(ds) for ds in datasets_)
-    with open(path, "wb") as f, tqdm(total=total, desc=desc, unit="doc", mininterval=1.0) as bar:
-        for ds in datasets_:
-            for batch in ds.select_columns(["text"]).iter(batch_size=_BATCH_DOCS):
-                texts = [t for t in batch["text"] if t]
-                encoded = enc.encode_ordinary_batch(texts, num_threads=num_threads)
-                buf = np.empty(sum(len(ids) for ids in encoded) + len(encoded), dtype=dtype)
-                pos = 0
-                for ids in encoded:
-                    buf[pos:pos + len(ids)] = ids
-                    pos += len(ids)
-                    buf[pos] = eot
-                    pos += 1
-                f.write(buf.tobytes())
-                n_tokens += len(buf)
-                n_docs += len(encoded)
-                bar.update(len(batch["text"]))
-    return n_tokens, n_docs
+    total = sum(len(_dataset(entry)) for split in SPLITS for entry in splits[split])
+    out: dict[str, Any] = {"n_tokens": {}, "n_docs": {}, "sha256": {}, "composition": {}}
+    with tqdm(total=total, desc=f"tokenizing {name}", unit="doc", mininterval=1.0) as bar:
+        val_keys: list[str] = []
+        val_ids: list[np.ndarray] = []
+        for keys, encoded in _encoded(splits["val"], enc, num_threads, "val", bar):
+            val_keys += keys
+            val_ids += [np.asarray(ids, dtype=dtype) for ids in encoded]
+        cap = cap_val_documents([len(ids) + 1 for ids in val_ids])
+        writers = {}
+        with atomic_path(cache_dir / "val.bin") as tmp, open(tmp, "wb") as f:
+            writers["val"] = w = _ShardWriter(f, dtype, enc.eot_token)
+            w.add([val_keys[i] for i in cap.kept], [val_ids[i] for i in cap.kept])
+        with atomic_path(cache_dir / "train.bin") as tmp, open(tmp, "wb") as f:
+            writers["train"] = w = _ShardWriter(f, dtype, enc.eot_token)
+            for keys, encoded in _encoded(splits["train"], enc, num_threads, "train", bar):
+                w.add(keys, encoded)
+            if cap.moved:
+                w.add([val_keys[i] for i in cap.moved], [val_ids[i] for i in cap.moved])
+    for split, w in writers.items():
+        out["n_tokens"][split], out["n_docs"][split] = w.n_tokens, len(w.sizes)
+        out["sha256"][split] = w.sha.hexdigest()
+        out["composition"][split] = composition(w.keys, w.sizes)
+    out["composition"]["val"].update(cap=VAL_DOC_CAP, cap_met=cap.met,
+                                     moved_to_train=[val_keys[i] for i in cap.moved])
+    return out
+
+
+def _log_composition(cache_dir: Path, comp: dict[str, Any]) -> None:
+    """One line per split: documents, tokens, the largest document's share (a warning when val misses the cap)."""
+    for split in SPLITS:
+        c = comp[split]
+        share = "n/a" if c["largest_share"] is None else f"{100 * c['largest_share']:.1f}%"
+        log.info("%s split: %d documents, %d tokens, largest %s (%s)", split, c["documents"], c["tokens"], share,
+                 c["largest_document"])
+    val = comp["val"]
+    if val["moved_to_train"]:
+        log.info("val split: %d document(s) above %g%% of its tokens moved to train: %s", len(val["moved_to_train"]),
+                 100 * VAL_DOC_CAP, ", ".join(val["moved_to_train"][:5]))
+    if not val["cap_met"]:
+        log.warning("val split of %s: %d documents, the largest holds %.1f%% of its tokens (over the %g%% cap, which "
+                    "needs more documents): raise data.val_fraction or use more data for a representative val set",
+                    cache_dir.name, val["documents"], 100 * val["largest_share"], 100 * VAL_DOC_CAP)
 
 
 def _remove_leftovers(cache_dir: Path) -> None:
@@ -178,30 +266,55 @@ def _remove_leftovers(cache_dir: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
+def _data_id(tokenizer: str, sha256: Mapping[str, str]) -> str:
+    """One hash of what a run reads: the tokenizer and both token streams."""
+    return hashlib.sha256(json.dumps({"tokenizer": tokenizer, "sha256": dict(sha256)}, sort_keys=True)
+                          .encode()).hexdigest()
+
+
 def _build(source: Source, cache_dir: Path, enc: tiktoken.Encoding, expected: dict, num_threads: int) -> None:
-    """Tokenize ``source`` into ``cache_dir``: shards first, meta.json last. Caller holds the cache lock."""
+    """Tokenize ``source`` into ``cache_dir``: shards and the source's kept files first, meta.json last. Caller
+    holds the cache lock."""
     t0 = time.time()
     (cache_dir / "meta.json").unlink(missing_ok=True)  # the cache is invalid from here until the new meta lands
     _remove_leftovers(cache_dir)
     dtype = token_dtype(enc.n_vocab)
     scratch = Path(tempfile.mkdtemp(prefix=f"scratch{TMP_MARK}", dir=cache_dir))
-    n_tokens, n_docs = {}, {}
     try:
         splits = source.load(scratch)
-        for split in SPLITS:
-            with atomic_path(cache_dir / f"{split}.bin") as tmp:
-                n_tokens[split], n_docs[split] = _write_split(splits[split], enc, dtype, tmp, num_threads,
-                                                              f"tokenizing {source.name}/{split}")
+        shards = _write_shards(splits, enc, dtype, cache_dir, num_threads, source.name)
         del splits
+        keep = scratch / KEEP_DIR
+        for kept in sorted(keep.iterdir()) if keep.is_dir() else []:
+            os.replace(kept, cache_dir / kept.name)  # same filesystem: an atomic rename
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    n_tokens = shards["n_tokens"]
     meta = dict(expected, dtype=dtype.name, vocab_size=enc.n_vocab, eot=enc.eot_token, encoding=enc.name,
-                n_tokens=n_tokens, n_docs=n_docs, shard_bytes={s: n * dtype.itemsize for s, n in n_tokens.items()},
-                source_info=source.info, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                build_seconds=round(time.time() - t0, 2))
+                n_tokens=n_tokens, n_docs=shards["n_docs"],
+                shard_bytes={s: n * dtype.itemsize for s, n in n_tokens.items()},
+                sha256=shards["sha256"], data_id=_data_id(expected["tokenizer"], shards["sha256"]),
+                composition=shards["composition"], source_info=source.info,
+                created=time.strftime("%Y-%m-%dT%H:%M:%S"), build_seconds=round(time.time() - t0, 2))
     write_json_atomic(cache_dir / "meta.json", meta)  # written last: its presence marks a complete cache
     log.info("built %s in %.1fs: %s", cache_dir, time.time() - t0,
-             ", ".join(f"{s} {n_docs[s]} docs / {n_tokens[s]:,} tokens" for s in SPLITS))
+             ", ".join(f"{s} {shards['n_docs'][s]} docs / {n_tokens[s]:,} tokens" for s in SPLITS))
+    _log_composition(cache_dir, shards["composition"])
+
+
+def data_fingerprint(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run trained and was evaluated on, for its summary.json: the source, the corpus fingerprint a
+    source records (``data=code_corpus``'s manifest, a hub dataset's revision), the tokenizer, the split (its
+    rule's settings and the val split's composition), the sha256 of each token stream, and ``id``, one hash
+    of the tokenizer and both streams (two runs read the same tokens exactly when their ids are equal)."""
+    info = meta.get("source_info") or {}
+    comp = (meta.get("composition") or {}).get("val") or {}
+    split = {"val_fraction": info.get("val_fraction"), "val_documents": comp.get("documents"),
+             "val_tokens": comp.get("tokens"), "val_largest_share": comp.get("largest_share"),
+             "val_largest_document": comp.get("largest_document"), "val_cap_met": comp.get("cap_met")}
+    return {"source": meta.get("source"), "corpus": info.get("corpus_fingerprint"),
+            "revision": info.get("revision"), "tokenizer": meta.get("tokenizer"), "split": split,
+            "tokens_sha256": meta.get("sha256"), "id": meta.get("data_id")}
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,20 +1,34 @@
-"""The train/val split, by document identity.
+"""The train/val split, by document identity, and the cap on any one document's share of val.
 
 Why by identity: a document goes to val when a stable hash of its identity (a file's relative path, a row's
 id, else its text) falls below ``data.val_fraction``. So membership does not depend on file order, on the
 ``max_files``/``max_docs`` caps, or on the machine: a bigger corpus keeps the val documents of a smaller one,
 and no document is ever in both splits.
+
+Why a cap: a val split is only a sample of the corpus when no document dominates it. The standard library's
+split by path put one English-prose file (``pydoc_data/topics.py``) at more than half of its val tokens, so
+the val loss measured prose in a code corpus. :func:`cap_val_documents` moves any document above
+:data:`VAL_DOC_CAP` of the val tokens to train (largest first; moving never puts a document in both splits),
+as long as val keeps the :data:`MIN_VAL_DOCS` documents the cap needs; a smaller val split cannot meet it
+and is left as it is, its composition saying so. The cache applies it once the documents are tokenized
+(the cap is on tokens) and records each split's composition.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from llm.data.config import DataError
 
 SPLITS = ("train", "val")
+#: The largest share of a val split's tokens one document may hold.
+VAL_DOC_CAP = 0.1
+#: The fewest documents with which every one can be at or under the cap.
+MIN_VAL_DOCS = math.ceil(1 / VAL_DOC_CAP)
 
 #: (datasets.Dataset with a "text" column, one key per row or None). A key of None -- for the whole group or
 #: one row -- means "identify the row by the hash of its text".
@@ -40,8 +54,8 @@ def cap_docs(groups: list[Group], max_docs: int) -> list[Group]:
     return out
 
 
-def _scored_rows(groups: list[Group]) -> list[tuple[float, int, int]]:
-    """(val score, group index, row index) of every non-empty document."""
+def _scored_rows(groups: list[Group]) -> list[tuple[float, int, int, str]]:
+    """(val score, group index, row index, identity) of every non-empty document."""
     rows = []
     for g, (ds, keys) in enumerate(groups):
         i = 0
@@ -51,7 +65,7 @@ def _scored_rows(groups: list[Group]) -> list[tuple[float, int, int]]:
                     key = keys[i] if keys is not None else None
                     if key is None:
                         key = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-                    rows.append((val_score(key), g, i))
+                    rows.append((val_score(key), g, i, key))
                 i += 1
     return rows
 
@@ -61,12 +75,13 @@ def split_documents(groups: list[Group], val_fraction: float, what: str) -> dict
 
     A document is in val when ``val_score(key) < val_fraction``; if that leaves val (or train) empty, the document
     with the lowest (highest) score moves over, so both splits always hold at least one document. ``what`` names
-    the source in the error raised when there are fewer than two documents.
+    the source in the error raised when there are fewer than two documents. Each entry is a :data:`Group`,
+    the Dataset with its documents' identities (which the cache's composition record names documents by).
     """
     rows = _scored_rows(groups)
     if len(rows) < 2:
         raise DataError(f"{what} has {len(rows)} non-empty document(s); a train/val split by document needs >= 2")
-    is_val = [score < val_fraction for score, _, _ in rows]
+    is_val = [row[0] < val_fraction for row in rows]
     if not any(is_val):
         is_val[min(range(len(rows)), key=lambda j: rows[j][0])] = True
     if all(is_val):
@@ -74,7 +89,46 @@ def split_documents(groups: list[Group], val_fraction: float, what: str) -> dict
     out: dict[str, list] = {s: [] for s in SPLITS}
     for g, (ds, _) in enumerate(groups):
         for split, want in (("train", False), ("val", True)):
-            idx = [i for (_, gg, i), v in zip(rows, is_val, strict=True) if gg == g and v == want]
-            if idx:
-                out[split].append(ds.select(idx))
+            picked = [(i, key) for (_, gg, i, key), v in zip(rows, is_val, strict=True) if gg == g and v == want]
+            if picked:
+                out[split].append((ds.select([i for i, _ in picked]), [key for _, key in picked]))
     return out
+
+
+@dataclass(frozen=True)
+class ValCap:
+    """What :func:`cap_val_documents` decided: the val documents kept and moved, and whether the cap holds."""
+
+    kept: list[int]  # indices into the val documents, in their order
+    moved: list[int]  # indices moved to train, largest first
+    met: bool  # every kept document at or under VAL_DOC_CAP of the kept tokens
+
+
+def cap_val_documents(sizes: Sequence[int], cap: float = VAL_DOC_CAP, min_docs: int = MIN_VAL_DOCS) -> ValCap:
+    """Move the largest val documents to train until none holds more than ``cap`` of the val tokens.
+
+    ``sizes``: each val document's token count. A document is moved only while val keeps ``min_docs`` documents
+    (below that the cap is unreachable: one of n documents holds at least 1/n of the tokens); ``met`` says
+    whether the cap holds at the end.
+    """
+    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+    total, moved = sum(sizes), []
+    for i in order:
+        if sizes[i] <= cap * total or len(sizes) - len(moved) - 1 < min_docs:
+            break
+        moved.append(i)
+        total -= sizes[i]
+    gone = set(moved)
+    kept = [i for i in range(len(sizes)) if i not in gone]
+    largest = max((sizes[i] for i in kept), default=0)
+    return ValCap(kept, moved, largest <= cap * total)
+
+
+def composition(keys: Sequence[str], sizes: Sequence[int]) -> dict[str, Any]:
+    """A split's composition: documents, tokens, the largest document and its share of the tokens."""
+    total = int(sum(sizes))
+    if not sizes:
+        return {"documents": 0, "tokens": 0, "largest_document": None, "largest_share": None}
+    j = max(range(len(sizes)), key=lambda i: (sizes[i], -i))
+    return {"documents": len(sizes), "tokens": total, "largest_document": keys[j],
+            "largest_share": round(sizes[j] / total, 6) if total else None}

@@ -1,38 +1,61 @@
-"""scripts/code_corpus.py: a site-packages tree turned into text_files documents."""
+"""scripts/code_corpus.py: the installed packages' Python files as text documents, pinned by a manifest."""
 
 from __future__ import annotations
 
-import hashlib
+import json
+from pathlib import Path
 
 import pytest
 
-from scripts.code_corpus import MAX_CHARS, MIN_CHARS, build_corpus
+from llm.data.sources.code_corpus import MANIFEST_NAME, MAX_CHARS
+from scripts import code_corpus
 
 
-def test_build_corpus_copies_python_sources_and_skips_the_rest(tmp_path):
-    root = tmp_path / "site"
-    (root / "pkg" / "sub").mkdir(parents=True)
-    keep = {root / "pkg" / "a.py": "x = 1\n" * 50, root / "pkg" / "sub" / "b.py": "def f():\n    return 2\n" * 20}
-    for p, text in keep.items():
-        p.write_text(text)
-    (root / "pkg" / "short.py").write_text("x = 1\n")  # under MIN_CHARS
-    (root / "pkg" / "huge.py").write_text("#" * (MAX_CHARS + 1))
-    (root / "pkg" / "latin1.py").write_bytes(b"# caf\xe9\n" * 100)  # not UTF-8
-    (root / "pkg" / "notes.txt").write_text("not python " * 50)
-    n, size = build_corpus(root, tmp_path / "out")
-    assert (n, size) == (2, sum(len(t) for t in keep.values()))
-    for p, text in keep.items():
-        assert (tmp_path / "out" / (hashlib.md5(str(p).encode()).hexdigest()[:16] + ".txt")).read_text() == text
-    assert len(list((tmp_path / "out").iterdir())) == 2 and MIN_CHARS > len("x = 1\n")
+def make_distribution(site: Path, name: str, version: str, files: dict[str, str | bytes]) -> None:
+    """An installed distribution as pip leaves it: <name>-<version>.dist-info/{METADATA,RECORD} and its files."""
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    for rel, content in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(content if isinstance(content, bytes) else content.encode())
+    (info / "RECORD").write_text("".join(f"{rel},,\n" for rel in files))
 
 
-def test_build_corpus_refuses_an_existing_dir(tmp_path):
-    (tmp_path / "out").mkdir()
-    with pytest.raises(FileExistsError):
-        build_corpus(tmp_path, tmp_path / "out")
+KEEP = {"pkg/a.py": "x = 1\n" * 50, "pkg/sub/b.py": "def f():\n    return 2\n" * 20, "pkg/c.py": "y = 2\r\n" * 40}
 
 
-def test_build_corpus_refuses_a_missing_root_before_writing(tmp_path):
-    with pytest.raises(NotADirectoryError, match="--root .* is not a directory"):
-        build_corpus(tmp_path / "nope", tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    site = tmp_path / "site"
+    make_distribution(site, "pkg", "1.2", {**KEEP, "pkg/short.py": "x = 1\n", "pkg/huge.py": "#" * (MAX_CHARS + 1),
+                                           "pkg/latin1.py": b"# caf\xe9\n" * 100, "pkg/notes.txt": "not python " * 50,
+                                           "pkg/again.py": "x = 1\n" * 50})  # a.py's content again
+    return site
+
+
+def test_writes_the_python_sources_and_skips_the_rest(tmp_path, site, capsys):
+    out = tmp_path / "out"
+    code_corpus.main([str(out), "--site-packages", str(site)])
+    docs = {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*.txt")}
+    expected = {f"pkg/{rel}.txt": text.replace("\r\n", "\n") for rel, text in KEEP.items()}
+    assert docs == expected  # too short, too long, not UTF-8, not .py and repeated content: skipped
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    assert manifest["packages"] == [{"name": "pkg", "version": "1.2", "documents": 3}]
+    assert sorted(f["id"] for f in manifest["files"]) == sorted(f"pkg/{rel}" for rel in KEEP)
+    assert "3 files of 1 packages" in capsys.readouterr().out
+
+
+def test_rebuilds_from_its_manifest_and_refuses_an_existing_dir(tmp_path, site):
+    code_corpus.main([str(tmp_path / "out"), "--site-packages", str(site)])
+    manifest = tmp_path / "out" / MANIFEST_NAME
+    code_corpus.main([str(tmp_path / "again"), "--site-packages", str(site), "--manifest", str(manifest)])
+    first, again = (json.loads((tmp_path / d / MANIFEST_NAME).read_text()) for d in ("out", "again"))
+    assert again["fingerprint"] == first["fingerprint"] and again["files"] == first["files"]
+    for p in (tmp_path / "out").rglob("*.txt"):
+        assert (tmp_path / "again" / p.relative_to(tmp_path / "out")).read_text() == p.read_text()
+    with pytest.raises(SystemExit, match="exists: give a new directory"):
+        code_corpus.main([str(tmp_path / "again"), "--site-packages", str(site)])
+    (site / "pkg" / "a.py").write_text("x = 2\n" * 50)
+    with pytest.raises(SystemExit, match=r"error: --manifest .*pkg/pkg/a\.py .* differs from the manifest"):
+        code_corpus.main([str(tmp_path / "third"), "--site-packages", str(site), "--manifest", str(manifest)])

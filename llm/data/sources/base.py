@@ -16,10 +16,15 @@ from pathlib import Path
 from typing import Any
 
 # Bump when the tokenized layout or the split rule changes: every fingerprint, hence every cache, changes.
-FORMAT_VERSION = 1
+# 2: the val split's cap on one document's share, shard hashes and split composition in meta.json.
+FORMAT_VERSION = 2
 
-#: scratch dir -> {"train": [Dataset, ...], "val": [...]}, each Dataset with a "text" column
+#: scratch dir -> {"train": [entry, ...], "val": [...]}, each entry a Dataset with a "text" column or, where the
+#: source split by document identity, a split Group (Dataset, one identity per row). A loader may write files to
+#: keep beside the tokens into ``scratch / KEEP_DIR`` (a corpus manifest): the cache moves them into its directory
+#: before meta.json.
 Loader = Callable[[Path], dict[str, list]]
+KEEP_DIR = "keep"
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class Source:
 
     name: str
     fingerprint: str
-    info: dict  # recorded in meta.json
+    info: dict  # recorded in meta.json after loading: a loader may add what only reading reveals (a corpus hash)
     load: Loader
 
 

@@ -170,12 +170,12 @@ def test_changed_source_gets_new_fingerprint(tmp_path, build_counter, make_corpu
 
 def test_failed_build_leaves_no_directory(tmp_path, build_counter, make_corpus, text_cfg):
     corpus = make_corpus(tmp_path / "corpus", n_txt=5)
-    (corpus / "image.txt").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
-    with pytest.raises(DataError, match="image.txt is not UTF-8 text"):
+    (corpus / "rows.jsonl").write_text('{"text": "fine"}\n{"text": broken\n')  # found only when read, in the build
+    with pytest.raises(DataError, match="rows.jsonl line 2 is not JSON"):
         prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
     assert len(build_counter) == 1, "the build ran (and failed reading the data)"
     assert list((tmp_path / "cache").iterdir()) == [], "no directory holding only .lock"
-    (corpus / "image.txt").unlink()
+    (corpus / "rows.jsonl").unlink()
     d = prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")  # and the next build works
     assert d.meta["n_docs"]["train"] + d.meta["n_docs"]["val"] == 5
 
@@ -187,21 +187,21 @@ def test_interrupted_build_cleans_up_only_its_empty_directory(tmp_path, monkeypa
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    real_write = cache._write_split
-    monkeypatch.setattr(cache, "_write_split", interrupted)
+    real_write = cache._write_shards
+    monkeypatch.setattr(cache, "_write_shards", interrupted)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
     assert list((tmp_path / "cache").iterdir()) == []
     # a directory that holds more than the lock (here the shards of an earlier build) is left alone
-    monkeypatch.setattr(cache, "_write_split", real_write)
+    monkeypatch.setattr(cache, "_write_shards", real_write)
     d = prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
     cache_dir = Path(d.meta["cache_dir"])
     (cache_dir / "meta.json").unlink()
-    monkeypatch.setattr(cache, "_write_split", interrupted)
+    monkeypatch.setattr(cache, "_write_shards", interrupted)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
     assert {p.name for p in cache_dir.iterdir()} == {".lock", "train.bin", "val.bin"}
-    monkeypatch.setattr(cache, "_write_split", real_write)
+    monkeypatch.setattr(cache, "_write_shards", real_write)
     np.testing.assert_array_equal(prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache").val, d.val)
     assert len(build_counter) == 4
 
@@ -244,7 +244,7 @@ def test_waiter_on_a_removed_lock_starts_over(tmp_path, monkeypatch):
 
 
 def _prepare_in_child(corpus, cache_root, barrier, queue, builds_log):
-    real_write = cache._write_split
+    real_write = cache._write_shards
 
     def slow_write(*args, **kwargs):  # widen the race window and record who tokenized
         with open(builds_log, "a") as f:
@@ -252,7 +252,7 @@ def _prepare_in_child(corpus, cache_root, barrier, queue, builds_log):
         time.sleep(0.3)
         return real_write(*args, **kwargs)
 
-    cache._write_split = slow_write
+    cache._write_shards = slow_write
     try:
         barrier.wait(timeout=30)
         d = prepare_data({"name": "text_files", "path": corpus, "val_fraction": 0.2}, "cl100k_base", cache_root)
@@ -277,8 +277,8 @@ def test_concurrent_preparation_yields_one_valid_cache(tmp_path, make_corpus, te
         p.join(timeout=60)
         assert p.exitcode == 0
     assert all(r[0] == "ok" for r in results), results
-    # one process tokenized (two _write_split calls: train and val); the other waited and reused its cache
-    assert builds_log.read_text().count("build") == 2
+    # one process tokenized (one _write_shards call); the other waited and reused its cache
+    assert builds_log.read_text().count("build") == 1
     (m1, tr1, va1), (m2, tr2, va2) = [r[1:] for r in results]
     assert m1["cache_dir"] == m2["cache_dir"] and tr1 == tr2 and va1 == va2
     cache_dirs = [p for p in cache_root.iterdir() if p.is_dir()]

@@ -16,7 +16,7 @@ from llm.data.tokenizer import NetworkUnavailableError, get_tokenizer
 
 
 def test_registry_is_the_one_list_of_sources():
-    assert list(SOURCES) == ["pystdlib", "tinystories", "text_files"]
+    assert list(SOURCES) == ["pystdlib", "tinystories", "text_files", "code_corpus", "hf_dataset"]
     for name, kind in SOURCES.items():
         assert callable(kind.check) and callable(kind.build) and "name" not in kind.keys, name
     with pytest.raises(ValueError, match="choices: " + ", ".join(SOURCES)):

@@ -1,0 +1,169 @@
+"""``data=hf_dataset``: any Hugging Face dataset, from the hub at a pinned revision or from a local dir or file.
+
+    python -m llm.train data=hf_dataset data.hf_path=<owner/name> data.revision=<commit> [data.config_name=...]
+
+Why: a pinned public corpus that two users read identically. ``data.revision`` (a commit of the hub repo)
+pins it; without one the hub's main branch is read, which moves (the build warns, and the run's data
+fingerprint, a hash of its tokens, still tells two such runs apart). ``data.hf_path`` may also be a local
+directory or file ``datasets.load_dataset`` reads (parquet, json, csv, text), its files' sizes and mtimes
+then part of the fingerprint. The train split is ``data.split``; the val split is ``data.val_split`` when the
+dataset has one, else a share of the documents by identity (``data.id_field``, else the text), as the
+other sources split. ``data.streaming=true`` reads the rows as they come instead of downloading the whole
+dataset first: with ``data.max_docs`` only that many rows are fetched. The tokens are cached either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field, val_fraction
+from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
+from llm.data.sources.tinystories import OFFLINE_DATA, hub_reachable
+from llm.data.split import split_documents
+from llm.data.tokenizer import NetworkUnavailableError, is_network_error
+
+log = logging.getLogger(__name__)
+
+KEYS = ("hf_path", "revision", "config_name", "split", "val_split", "text_field", "id_field", "val_fraction",
+        "max_docs", "streaming")
+
+
+def _hf_path(cfg: Mapping) -> str:
+    value = nonempty_str(cfg, "hf_path", None, "dataset: a hub name (owner/name) or a local dir or file")
+    if value is None:
+        raise DataError("data.hf_path is required for data=hf_dataset (a hub dataset such as owner/name, or a "
+                        "local dir or file datasets can load)")
+    return value
+
+
+def _local(hf_path: str) -> Path | None:
+    path = Path(os.path.expanduser(hf_path))
+    return path if path.exists() else None
+
+
+def _revision(cfg: Mapping) -> str | None:
+    value = setting(cfg, "revision")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "":
+        raise DataError(f"data.revision={value} must be a hub commit, branch or tag, or null")
+    return str(value)
+
+
+def _streaming(cfg: Mapping) -> bool:
+    value = setting(cfg, "streaming", False)
+    if not isinstance(value, bool):
+        raise DataError(f"data.streaming={value} must be true or false")
+    return value
+
+
+def check(cfg: Mapping) -> None:
+    _hf_path(cfg)
+    _revision(cfg)
+    nonempty_str(cfg, "config_name", None, "dataset configuration name")
+    nonempty_str(cfg, "split", "train", "split name")
+    nonempty_str(cfg, "val_split", None, "split name")
+    text_field(cfg)
+    nonempty_str(cfg, "id_field", None)
+    val_fraction(cfg)
+    positive_int_or_none(cfg, "max_docs")
+    _streaming(cfg)
+
+
+def _unreachable(hf_path: str, exc: BaseException | None) -> NetworkUnavailableError:
+    why = f" ({type(exc).__name__})" if exc is not None else ""
+    return NetworkUnavailableError(f"data=hf_dataset needs the Hugging Face hub for data.hf_path={hf_path} and it is "
+                                   f"unreachable{why}; offline choices: {OFFLINE_DATA}, data=code_corpus, or a "
+                                   "local data.hf_path")
+
+
+def _rows(ds: Any, field: str, id_field: str | None, max_docs: int | None) -> Iterator[dict]:
+    for i, row in enumerate(ds):
+        if max_docs is not None and i >= max_docs:
+            return
+        yield {"text": row[field], "key": None if id_field is None else f"id:{row[id_field]}"}
+
+
+def _columns(ds: Any) -> list[str]:
+    names = ds.column_names if ds.column_names is not None else list(ds.features or {})
+    return list(names or [])
+
+
+def _one_split(hf_path: str, split: str, opts: dict, field: str, id_field: str | None, max_docs: int | None,
+               streaming: bool, scratch: Path) -> tuple[Any, list[str | None] | None]:
+    """The rows of one split as a Dataset with a "text" column (and the identities by ``id_field``)."""
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(hf_path, split=split, streaming=streaming, **opts)
+    except Exception as exc:
+        if is_network_error(exc):
+            raise _unreachable(hf_path, exc) from None
+        if isinstance(exc, (ValueError, KeyError)) and "split" in str(exc).lower():
+            raise DataError(f"data.split/val_split: {hf_path} has no split {split!r} ({str(exc).splitlines()[0]})") \
+                from None
+        raise
+    columns = _columns(ds)
+    for key, name in (("text_field", field), ("id_field", id_field)):
+        if name is not None and columns and name not in columns:
+            raise DataError(f"data.{key}={name} is not a column of {hf_path} (columns: {', '.join(columns)})")
+    if streaming:  # rows as they come, into an Arrow file under the build's scratch dir
+        out = datasets.Dataset.from_generator(partial(_rows, ds, field, id_field, max_docs),
+                                              cache_dir=str(scratch / "hf"))
+        keys = out["key"] if id_field is not None else None
+        return out.select_columns(["text"]), keys
+    if max_docs is not None and len(ds) > max_docs:
+        ds = ds.select(range(max_docs))
+    keys = [f"id:{v}" for v in ds[id_field]] if id_field is not None else None
+    ds = ds.select_columns([field])
+    return (ds.rename_column(field, "text") if field != "text" else ds), keys
+
+
+def _load(hf_path: str, opts: dict, split: str, val_split: str | None, field: str, id_field: str | None,
+          fraction: float, max_docs: int | None, streaming: bool, scratch: Path) -> dict[str, list]:
+    from huggingface_hub import constants
+
+    if _local(hf_path) is None and not constants.HF_HUB_OFFLINE and not hub_reachable():
+        raise _unreachable(hf_path, None)
+    if _local(hf_path) is None and opts.get("revision") is None:
+        log.warning("data=hf_dataset: data.revision=null reads %s at the hub's main branch, which can change: pin a "
+                    "commit (data.revision=<sha>) for a corpus others can read again", hf_path)
+    train = _one_split(hf_path, split, opts, field, id_field, max_docs, streaming, scratch)
+    where = f"data.hf_path={hf_path}"
+    if val_split is None:
+        return split_documents([train], fraction, where)
+    val = _one_split(hf_path, val_split, opts, field, id_field, max_docs, streaming, scratch)
+    return {"train": [train], "val": [val]}
+
+
+def build(cfg: Mapping) -> Source:
+    hf_path = _hf_path(cfg)
+    revision = _revision(cfg)
+    config_name = nonempty_str(cfg, "config_name", None, "dataset configuration name")
+    split = str(nonempty_str(cfg, "split", "train", "split name"))
+    val_split = nonempty_str(cfg, "val_split", None, "split name")
+    field, id_field = text_field(cfg), nonempty_str(cfg, "id_field", None)
+    fraction, max_docs, streaming = val_fraction(cfg), positive_int_or_none(cfg, "max_docs"), _streaming(cfg)
+    local = _local(hf_path)
+    # streaming is left out: it changes how rows are read, not which
+    h = fingerprint_hash(source="hf_dataset", hf_path=str(local.resolve()) if local else hf_path, revision=revision,
+                         config_name=config_name, split=split, val_split=val_split, text_field=field,
+                         id_field=id_field, val_fraction=None if val_split else fraction, max_docs=max_docs)
+    if local is not None:
+        rels = [local.name] if local.is_file() else sorted(
+            p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file() and not p.name.startswith("."))
+        add_file_stats(h, local.parent if local.is_file() else local, rels)
+    opts = {k: v for k, v in (("name", config_name), ("revision", revision)) if v is not None}
+    info = {"hf_path": hf_path, "revision": revision, "config_name": config_name, "split": split,
+            "val_split": val_split, "text_field": field, "id_field": id_field,
+            "val_fraction": None if val_split else fraction, "max_docs": max_docs, "streaming": streaming}
+    return Source("hf_dataset", h.hexdigest(), info,
+                  partial(_load, hf_path, opts, split, val_split, field, id_field, fraction, max_docs, streaming))
+
+
+KIND = SourceKind(keys=KEYS, check=check, build=build)

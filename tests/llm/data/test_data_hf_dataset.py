@@ -1,0 +1,73 @@
+"""``data=hf_dataset`` on local datasets made here (no network): its splits, streaming, fields and errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import llm.data.sources.hf_dataset as hf_dataset
+from llm.data import DataError, NetworkUnavailableError, check_data_config, data_fingerprint, prepare_data
+from llm.data.tokenizer import get_tokenizer
+
+TRAIN = [f"Story {i}: the fox jumped over the dog {i} times. " * 3 for i in range(60)]
+VALIDATION = [f"Held-out story {i} about a cat. " * 4 for i in range(12)]
+
+
+@pytest.fixture
+def dataset_dir(tmp_path: Path) -> Path:
+    """A dataset as the hub stores one: parquet files named by split, an id and a text column."""
+    root = tmp_path / "ds"
+    (root / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"uid": [f"t{i}" for i in range(60)], "story": TRAIN}),
+                   root / "data" / "train-00000-of-00001.parquet")
+    pq.write_table(pa.table({"uid": [f"v{i}" for i in range(12)], "story": VALIDATION}),
+                   root / "data" / "validation-00000-of-00001.parquet")
+    return root
+
+
+def _cfg(path: Path, **kw) -> dict:
+    return {"name": "hf_dataset", "hf_path": str(path), "text_field": "story", **kw}
+
+
+def test_the_datasets_own_validation_split(tmp_path, dataset_dir, docs):
+    d = prepare_data(_cfg(dataset_dir, val_split="validation"), "cl100k_base", tmp_path / "cache")
+    enc = get_tokenizer("cl100k_base")
+    assert docs(d.train, enc) == TRAIN and docs(d.val, enc) == VALIDATION
+    fp = data_fingerprint(d.meta)
+    assert fp["source"] == "hf_dataset" and fp["revision"] is None and fp["split"]["val_documents"] == 12
+
+
+def test_a_split_by_id_when_the_dataset_has_no_val_split(tmp_path, dataset_dir, docs):
+    d = prepare_data(_cfg(dataset_dir, id_field="uid", val_fraction=0.2), "cl100k_base", tmp_path / "cache")
+    enc = get_tokenizer("cl100k_base")
+    train, val = docs(d.train, enc), docs(d.val, enc)
+    assert sorted(train + val) == sorted(TRAIN) and set(train).isdisjoint(val) and 0 < len(val) < 30
+    assert d.meta["composition"]["val"]["largest_document"].startswith("id:t")
+
+
+def test_streaming_reads_the_same_tokens(tmp_path, dataset_dir):
+    cfg = _cfg(dataset_dir, val_split="validation", max_docs=25)
+    read = prepare_data(cfg, "cl100k_base", tmp_path / "a")
+    streamed = prepare_data({**cfg, "streaming": True}, "cl100k_base", tmp_path / "b")
+    np.testing.assert_array_equal(read.train, streamed.train)
+    np.testing.assert_array_equal(read.val, streamed.val)
+    assert data_fingerprint(read.meta)["id"] == data_fingerprint(streamed.meta)["id"]
+    assert read.meta["n_docs"] == {"train": 25, "val": 12}
+
+
+def test_bad_settings_are_named(tmp_path, dataset_dir, monkeypatch):
+    with pytest.raises(DataError, match="data.hf_path is required"):
+        check_data_config({"name": "hf_dataset"}, "cl100k_base")
+    with pytest.raises(DataError, match="data.streaming=yes must be true or false"):
+        check_data_config(_cfg(dataset_dir, streaming="yes"), "cl100k_base")
+    with pytest.raises(DataError, match=r"data.text_field=body is not a column .*\(columns: uid, story\)"):
+        prepare_data({**_cfg(dataset_dir), "text_field": "body"}, "cl100k_base", tmp_path / "c")
+    monkeypatch.setattr(hf_dataset, "hub_reachable", lambda timeout=5.0: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(NetworkUnavailableError, match="data.hf_path=someone/corpus .*unreachable"):
+        prepare_data({"name": "hf_dataset", "hf_path": "someone/corpus", "revision": "abc123"}, "cl100k_base",
+                     tmp_path / "d")
