@@ -1,0 +1,276 @@
+"""The hybrid kernel ``rope.attention_with_rope`` against the separate path (``triton_v4`` on q, then SDPA).
+
+    python -m bench.attention                      # the sweep below on one GPU (about 3 minutes on an H200)
+    python -m bench.attention --batches 1 --cached 4096,16384 --head-dims 128
+    python -m bench.attention --smoke              # CPU, tiny shapes, Triton's interpreter: seconds
+
+Per shape (head dim 64 and 128; GQA 32/8 and MHA 32/32; batch 1, 8, 32; 1k, 4k, 16k and 32k cached tokens; 1 and
+64 new queries; bf16), the two paths of one attention step over a KV cache whose keys are rotated:
+
+* ``separate``: the queries rotated by the ``triton_v4`` module at their positions, then
+  ``F.scaled_dot_product_attention`` over the cache (one new query: no mask; 64 new queries after a cache: SDPA
+  needs its explicit mask, the chunk's causal diagonal shifted by the cached length);
+* ``fused``: ``rope.attention_with_rope`` on the un-rotated queries (rotated in registers from the module's tables).
+
+Both in two modes: ``eager`` (a stream of calls back to back, the host launching each: what an eager decode step
+pays, launches included) and ``captured`` (the call captured as a CUDA graph, PyTorch's ``torch.cuda.graph``, and
+replayed with the L2 flushed and the host out of the way: the kernels' time). Columns: ``time_us``; ``pct_copy_bw``,
+the K and V cache read (the bytes that must move) per second as a share of the device-to-device copy bandwidth
+measured in the same run; ``speedup``, the separate path's time over the fused one's in the same mode (on the
+fused rows); ``max_err``, the two paths' largest difference. Rows are appended to ``bench/results/attention.csv``;
+a summary (the issue's targets, and every shape where the fused call is slower than 0.95x the separate path) is
+printed at the end. Shapes whose caches do not fit the free memory are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from bench import harness
+
+NAME = "attention"
+COLUMNS = (*harness.ENV_COLUMNS, "shape", "implementation", "mode", "time_us", "pct_copy_bw", "speedup",
+           "head_dim", "heads", "batch", "cached", "queries", "dtype", "cache_mb", "copy_gbps", "max_err")
+IMPLS = ("separate", "fused")
+MODES = ("eager", "captured")
+#: Calls of an eager stream (fewer where one call is long: about 20 ms a stream), and how many streams (the
+#: fastest kept: a stream disturbed by the host reads high).
+STREAM_CALLS, STREAM_MS, STREAMS = 40, 20.0, 3
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.attention", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--head-dims", default=None, help="comma-separated head dims (default 64,128; --smoke: 16)")
+    p.add_argument("--heads", default=None, help="query/key-value head counts, comma-separated (default 32/8,32/32; "
+                                                 "--smoke: 4/2,4/4)")
+    p.add_argument("--batches", default=None, help="default 1,8,32 (--smoke: 1)")
+    p.add_argument("--cached", default=None, help="cached tokens before the new ones (default 1024,4096,16384,32768; "
+                                                  "--smoke: 160)")
+    p.add_argument("--queries", default=None, help="new queries per step (default 1,64; --smoke: 1,4)")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    p.add_argument("--reps", type=int, default=10, help="timed replays per median (captured mode)")
+    harness.add_common_args(p, NAME)
+    args = p.parse_args(argv)
+    smoke = args.smoke
+
+    def ints(text: str | None, default: str, name: str) -> list[int]:
+        try:
+            values = [int(x) for x in harness.split_list(text or default)]
+        except ValueError:
+            p.error(f"--{name} takes comma-separated positive integers, got {text!r}")
+        if not values or min(values) < 1:
+            p.error(f"--{name} takes comma-separated positive integers, got {text!r}")
+        return values
+
+    args.head_dims = ints(args.head_dims, "16" if smoke else "64,128", "head-dims")
+    args.batches = ints(args.batches, "1" if smoke else "1,8,32", "batches")
+    args.cached = ints(args.cached, "160" if smoke else "1024,4096,16384,32768", "cached")
+    args.queries = ints(args.queries, "1,4" if smoke else "1,64", "queries")
+    if max(args.queries) > 256:
+        p.error(f"--queries {max(args.queries)}: attention_with_rope takes up to 256 new queries")
+    args.heads = []
+    for item in harness.split_list(args.heads or ("4/2,4/4" if smoke else "32/8,32/32")):
+        h, _, kv = item.partition("/")
+        if not (h.isdigit() and kv.isdigit() and int(kv) > 0 and int(h) % int(kv) == 0):
+            p.error(f"--heads takes H/H_kv pairs with H_kv dividing H, got {item!r}")
+        args.heads.append((int(h), int(kv)))
+    if args.reps < 1:
+        p.error("--reps must be positive")
+    args.dtype = getattr(torch, args.dtype)
+    return args
+
+
+# -- the two paths -------------------------------------------------------------------------------------------------
+class Shape:
+    """One attention step: B rows, H query heads over H_kv key-value heads of size D, ``cached`` tokens in the cache
+    before ``queries`` new ones (whose keys are in it too)."""
+
+    def __init__(self, D: int, H: int, H_kv: int, B: int, cached: int, queries: int) -> None:
+        self.D, self.H, self.H_kv, self.B, self.cached, self.queries = D, H, H_kv, B, cached, queries
+        self.L = cached + queries
+
+    @property
+    def label(self) -> str:
+        return f"D{self.D} H{self.H}/{self.H_kv} B{self.B} cached{self.cached} +{self.queries}"
+
+    def cache_bytes(self, itemsize: int) -> int:
+        return 2 * self.B * self.H_kv * self.L * self.D * itemsize
+
+
+def separate(rotary, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+             mask: torch.Tensor | None) -> torch.Tensor:
+    """RoPE on q by the module, then SDPA over the cache: (B, T, H, D) out, as the fused call returns it."""
+    qr = rotary(q, positions=positions).transpose(1, 2)
+    y = F.scaled_dot_product_attention(qr, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[2])
+    return y.transpose(1, 2)
+
+
+def graphed(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn`` captured as a CUDA graph (after warm-up calls on a side stream, PyTorch's recipe); its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def stream_us(calls: list[Callable[[], object]], device: torch.device) -> float:
+    """Microseconds per call of back-to-back calls (cycling over ``calls``, each on its own inputs, so that a small
+    cache is not read from the L2 every time), the host launching each: the fastest of :data:`STREAMS` streams."""
+    for call in calls[:2]:
+        call()
+    if device.type != "cuda":  # --smoke: the interpreter, whose times mean nothing
+        return harness.WallTimer(2)(calls[0])
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    calls[0]()
+    torch.cuda.synchronize()
+    n = max(5, min(STREAM_CALLS, int(STREAM_MS * 1e-3 / (time.perf_counter() - t0))))
+    best = math.inf
+    for _ in range(STREAMS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for i in range(n):
+            calls[i % len(calls)]()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, 1e3 * start.elapsed_time(end) / n)
+    return best
+
+
+def copies_for(nbytes: int, device: torch.device) -> int:
+    """Input copies an eager stream cycles over: enough to pass three times the L2, at most 16."""
+    if device.type != "cuda":
+        return 1
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
+    return max(1, min(16, math.ceil(3 * l2 / max(nbytes, 1))))
+
+
+def measure_shape(shape: Shape, args: argparse.Namespace, rotary, timer, copy_gbps: float, env: dict,
+                  log: Callable[[str], None]) -> list[dict]:
+    import rope
+
+    device, dtype = args.device, args.dtype
+    itemsize = torch.finfo(dtype).bits // 8
+    nbytes = shape.cache_bytes(itemsize)
+    n = copies_for(nbytes, device)
+    if device.type == "cuda" and n * nbytes * 1.2 + 2**30 > torch.cuda.mem_get_info(device)[0]:
+        log(f"{shape.label}: skipped, its cache ({nbytes / 2**30:.1f} GiB) does not fit the free memory")
+        return []
+    B, H, H_kv, D, L, T = shape.B, shape.H, shape.H_kv, shape.D, shape.L, shape.queries
+    inputs = []
+    for _ in range(n):
+        k = torch.empty(B, H_kv, L, D, dtype=dtype, device=device).normal_()
+        v = torch.empty(B, H_kv, L, D, dtype=dtype, device=device).normal_()
+        q = torch.randn(B, T, H, D, device=device).to(dtype)
+        inputs.append((q, k, v))
+    positions = torch.arange(shape.cached, L, device=device)
+    mask = None if T == 1 else torch.ones(T, L, dtype=torch.bool, device=device).tril(diagonal=shape.cached)
+    paths = {
+        "separate": lambda q, k, v: separate(rotary, q, k, v, positions, mask),
+        "fused": lambda q, k, v: rope.attention_with_rope(q, k, v, positions, rotary),
+    }
+    outputs = {name: fn(*inputs[0]) for name, fn in paths.items()}
+    max_err = (outputs["fused"].float() - outputs["separate"].float()).abs().max().item()
+    del outputs
+    times = {}
+    for mode in MODES if device.type == "cuda" else ("eager",):
+        for name, fn in paths.items():
+            if mode == "eager":
+                times[name, mode] = stream_us([lambda i=i, fn=fn: fn(*i) for i in inputs], device)
+            else:
+                times[name, mode] = timer(graphed(lambda fn=fn, first=inputs[0]: fn(*first)), reps=args.reps)
+    rows = []
+    for (name, mode), us in times.items():
+        speedup = times["separate", mode] / us if name == "fused" else None
+        rows.append({**env, "shape": shape.label, "implementation": name, "mode": mode, "time_us": us,
+                     "pct_copy_bw": 100 * nbytes / (us * 1e-6) / (copy_gbps * 1e9), "speedup": speedup,
+                     "head_dim": D, "heads": f"{H}/{H_kv}", "batch": B, "cached": shape.cached, "queries": T,
+                     "dtype": str(dtype)[6:], "cache_mb": nbytes / 2**20, "copy_gbps": copy_gbps, "max_err": max_err})
+    fused = {m: times["fused", m] for m in MODES if ("fused", m) in times}
+    log(f"{shape.label}: " + ", ".join(f"{m} {times['separate', m]:.1f} -> {us:.1f} us "
+                                      f"({times['separate', m] / us:.2f}x)" for m, us in fused.items()))
+    inputs.clear()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rows
+
+
+# -- the summary ---------------------------------------------------------------------------------------------------
+def summary(rows: list[dict]) -> str:
+    """The issue's targets, each met or not and where not, and every shape where the fused call loses."""
+    fused = [r for r in rows if r["implementation"] == "fused"]
+    lines = []
+
+    def check(title: str, picked: list[dict], ok: Callable[[dict], bool], show: Callable[[dict], str]) -> None:
+        misses = [r for r in picked if not ok(r)]
+        verdict = "met" if picked and not misses else ("not measured" if not picked else f"missed at {len(misses)}")
+        lines.append(f"- {title}: {verdict} ({len(picked)} shapes)")
+        lines.extend(f"  - {r['shape']} {r['mode']}: {show(r)}" for r in misses)
+
+    one = [r for r in fused if r["queries"] == 1]
+    captured_one = [r for r in one if r["mode"] == "captured"]
+    check("one query, cache read >= 80% of copy bandwidth from 16k cached", [r for r in captured_one
+          if r["cached"] >= 16384], lambda r: r["pct_copy_bw"] >= 80, lambda r: f"{r['pct_copy_bw']:.1f}%")
+    check("one query, cache read >= 50% of copy bandwidth at 4k cached", [r for r in captured_one
+          if r["cached"] == 4096], lambda r: r["pct_copy_bw"] >= 50, lambda r: f"{r['pct_copy_bw']:.1f}%")
+    check("one query, >= 1.3x the separate path at batch 1 from 4k cached (both modes)",
+          [r for r in one if r["batch"] == 1 and r["cached"] >= 4096], lambda r: r["speedup"] >= 1.3,
+          lambda r: f"{r['speedup']:.2f}x")
+    check("64 queries, >= 3x SDPA with its mask from 4k cached", [r for r in fused if r["queries"] == 64
+          and r["cached"] >= 4096], lambda r: r["speedup"] >= 3, lambda r: f"{r['speedup']:.2f}x")
+    check("nowhere slower than 0.95x the separate path", fused, lambda r: r["speedup"] >= 0.95,
+          lambda r: f"{r['speedup']:.2f}x ({r['time_us']:.1f} us, {r['pct_copy_bw']:.1f}% of copy bandwidth)")
+    headers = ["shape", "mode", "separate us", "fused us", "speedup", "fused % copy bw"]
+    sep = {(r["shape"], r["mode"]): r for r in rows if r["implementation"] == "separate"}
+    body = [[r["shape"], r["mode"], f"{sep[r['shape'], r['mode']]['time_us']:.1f}", f"{r['time_us']:.1f}",
+             f"{r['speedup']:.2f}", f"{r['pct_copy_bw']:.1f}"] for r in fused]
+    return "\n".join(["", *harness.markdown_table(headers, body, 2), "", "Targets:", *lines])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log = harness.Progress()
+    args.device = harness.pick_device(args.smoke, "bench.attention")
+    rope_root = harness.import_rope(args.rope_path)
+    import rope
+
+    if not hasattr(rope, "attention_with_rope"):
+        raise SystemExit("bench.attention: the rope code imported has no attention_with_rope")
+    results = harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
+    env = harness.environment(args.device, rope_root, args.commit)
+    timer = harness.make_timer(args.reps, args.device)
+    copy_gbps = harness.copy_gbps(timer, 2**29 if args.device.type == "cuda" else 2**22, args.device)
+    log(f"copy bandwidth {copy_gbps:.0f} GB/s")
+    rows = []
+    for D in args.head_dims:
+        rotary = rope.build("triton_v4", D, max(args.cached) + max(args.queries)).to(args.device)
+        for H, H_kv in args.heads:
+            for B in args.batches:
+                for cached in args.cached:
+                    for queries in args.queries:
+                        shape_rows = measure_shape(Shape(D, H, H_kv, B, cached, queries), args, rotary, timer,
+                                                   copy_gbps, env, log)
+                        results.append(shape_rows)
+                        rows.extend(shape_rows)
+    print(summary(rows) if rows else "no shape measured")
+    log(f"{len(rows)} rows appended to {results.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
