@@ -117,6 +117,7 @@ class ClaimSweepDir(Callback):
             self.lock.release()
             self.lock = None
             raise
+        self.lock.mark_owner()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.lock is not None:

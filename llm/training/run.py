@@ -124,8 +124,10 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
         source = check_init_from(cfg) if resume is None else None  # a resumed run holds its weights already
         note = default_original_length(cfg, source) if source is not None else None
         validate_config(cfg, world_size=dist_info.world_size)
-        if command_record and lock is not None:
-            record_command(run_dir, command_record, first=resume is None)
+        if lock is not None:
+            lock.mark_owner()  # the command is accepted: the run is this process's now
+            if command_record:
+                record_command(run_dir, command_record, first=resume is None)
         init = source.load() if source is not None else None  # a damaged checkpoint fails before any work
         trainer = Trainer(cfg, run_dir, dist_info, resume=resume, group=group, resume_hint=resume_hint)
         if init is not None:

@@ -50,7 +50,7 @@ class RunDirLock:
     def __init__(self, run_dir: Path, lock_name: str = LOCK_FILE, what: str = "run") -> None:
         self.run_dir = Path(run_dir)
         self.lock_name, self.what = lock_name, what
-        self.created = False
+        self.created = self._marked = False
         self._fd: int | None = None
 
     @property
@@ -73,7 +73,12 @@ class RunDirLock:
             return None
 
     def acquire(self) -> RunDirLock:
-        """Take the lock or raise :class:`RunDirInUseError` naming the holder's pid; a refused caller writes nothing."""
+        """Take the lock or raise :class:`RunDirInUseError` naming the holder; a refused caller writes nothing.
+
+        Taking the lock writes nothing either: :meth:`mark_owner` writes this process's pid once its command is
+        accepted, so a command refused after taking it (a resume asking for another model) leaves the lock file
+        of the run it looked at as it was.
+        """
         while True:
             opened = self._open()
             if opened is None:
@@ -82,21 +87,29 @@ class RunDirLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                owner = os.pread(fd, 64, 0).decode(errors="replace").strip()
                 os.close(fd)
                 flag = "hydra.sweep.dir" if self.what == "sweep" else "hydra.run.dir"
-                raise RunDirInUseError(f"{self.what} dir {self.run_dir} is in use by another {self.what} "
-                                       f"(pid {owner}); wait for it or choose another {flag}") from None
+                held_by = f" (pid {owner})" if owner else " (starting)"
+                raise RunDirInUseError(f"{self.what} dir {self.run_dir} is in use by another {self.what}{held_by}; "
+                                       f"wait for it or choose another {flag}") from None
             if not _same_file(fd, self.run_dir / self.lock_name):  # its holder discarded the dir as we waited
                 os.close(fd)
                 continue
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
-            self._fd, self.created = fd, created
+            self._fd, self.created, self._marked = fd, created, False
             return self
+
+    def mark_owner(self) -> None:
+        """Write this process's pid into the lock file, for a second writer's refusal to name it."""
+        if self._fd is not None and not self._marked:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+            self._marked = True
 
     def release(self) -> None:
         if self._fd is not None:
+            if self._marked:  # no stale pid for a later refusal to name
+                os.ftruncate(self._fd, 0)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
