@@ -34,15 +34,16 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
-def _defaults_groups(primary: Path) -> list[str]:
-    """The config groups a primary config's defaults list chooses from (``- model: tiny``), Hydra's own excluded."""
-    groups = []
+def _defaults_groups(primary: Path) -> dict[str, Any]:
+    """The config groups a primary config's defaults list chooses from (``- model: tiny``) and their default
+    option (None: the group is chosen only when asked for, as ``rope`` in generate.yaml); Hydra's own excluded."""
+    groups = {}
     for entry in OmegaConf.to_container(OmegaConf.load(primary)).get("defaults", []):
         if isinstance(entry, dict):
-            for key in entry:
+            for key, option in entry.items():
                 name = str(key).removeprefix("optional ").strip()
                 if not name.startswith(("override ", "hydra/")):
-                    groups.append(name)
+                    groups[name] = option
     return groups
 
 
@@ -52,6 +53,7 @@ class Schema:
 
     own: dict[str, Any]  # the primary config's keys (without defaults and hydra), nested
     groups: dict[str, dict[str, dict[str, Any]]]  # group -> option -> its flattened keys (key -> value)
+    required_groups: frozenset[str]  # the groups chosen by default (a composed config always holds them)
     global_keys: frozenset[str]  # flattened keys the _global_ files set (experiments, recipes), hydra's excluded
     command: str  # how the user runs it, for the hint
 
@@ -82,8 +84,8 @@ class Schema:
         tree.pop("hydra", None)
         own = flatten(self.own)
         top = set(self.own) | set(self.groups) | {k.split(".")[0] for k in self.global_keys}
-        out = [self.unknown_key(key, top) for key in tree if key not in top]
-        required: set[str] = {k for k in own if k.split(".")[0] not in tree} | {g for g in self.groups if g not in tree}
+        out = [self.unknown_key(_first_key(key, tree[key]), top) for key in tree if key not in top]
+        required = {k for k in own if k.split(".")[0] not in tree} | {g for g in self.required_groups if g not in tree}
         for key, value in tree.items():
             if key in SELF_CHECKED or key not in top or not isinstance(value, Mapping):
                 continue
@@ -113,6 +115,12 @@ class Schema:
         return f"{key} is not {where}, so nothing would read it{guess} {lists}"
 
 
+def _first_key(key: str, value: Any) -> str:
+    """The dotted key as the user wrote it: ``foo.bar`` for ``+foo.bar=1`` (whose top-level ``foo`` is unknown)."""
+    leaves = list(flatten(value)) if isinstance(value, Mapping) and value else []
+    return f"{key}.{leaves[0]}" if leaves else key
+
+
 def closest(key: str, candidates: Iterable[str]) -> str | None:
     """The candidate most like ``key`` (a typo's intended key), or None when none is close."""
     candidates = sorted(set(candidates))
@@ -130,10 +138,11 @@ def schema(config_name: str = "config", command: str = "python -m llm.train", co
     primary = conf_dir / f"{config_name}.yaml"
     own = _load(primary)
     own.pop("hydra", None)
-    groups = {g: {p.stem: flatten(_load(p)) for p in sorted((conf_dir / g).glob("*.yaml"))}
-              for g in _defaults_groups(primary)}
+    chosen = _defaults_groups(primary)
+    groups = {g: {p.stem: flatten(_load(p)) for p in sorted((conf_dir / g).glob("*.yaml"))} for g in chosen}
     global_keys: set[str] = set()
     for g in GLOBAL_GROUPS.get(config_name, ()):
         for p in sorted((conf_dir / g).glob("*.yaml")):
             global_keys |= {k for k in flatten(_load(p)) if not k.startswith("hydra.") and k != "hydra"}
-    return Schema(own=own, groups=groups, global_keys=frozenset(global_keys), command=command)
+    return Schema(own=own, groups=groups, required_groups=frozenset(g for g, o in chosen.items() if o is not None),
+                  global_keys=frozenset(global_keys), command=command)

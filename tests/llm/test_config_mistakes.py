@@ -1,0 +1,104 @@
+"""Hydra-level mistakes get the one-line treatment (issue 54): an unknown group option or key, an override that
+does not parse, and a key added with ``+`` that nothing would read are each one line naming it and what is
+allowed, exit code 2, before any work and without leaving a run or sweep dir. Before, Hydra printed 7 to 18
+lines and exited 1, and ``+train.max_step=5`` trained 120 steps as if it had not been asked.
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+import pytest
+from helpers import CONF, SMALL, compose_cfg
+from hydra import compose, initialize_config_dir
+
+from llm.config_check import check_config_keys
+from llm.config_schema import schema
+from llm.entry import hydra_error_line
+from llm.errors import ConfigError
+
+LISTS = "(python -m llm.train --cfg job lists the keys)"
+
+
+def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
+    """``python -m llm.train`` in this process: its exit code and the non-empty lines it wrote to stderr."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.delenv("ROPELAB_USER_FULL_ERROR", raising=False)
+    flags = [a for a in args if a.startswith("-")]
+    monkeypatch.setattr(sys, "argv", ["llm.train", *flags, *SMALL, *[a for a in args if not a.startswith("-")],
+                                      "hydra/job_logging=none", "hydra/hydra_logging=none"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("llm.train", run_name="__main__")
+    return done.value.code, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+
+
+@pytest.mark.parametrize("args,line", [
+    (["rope=nope"], "rope=nope is not an option of rope; allowed: "),
+    (["+experiment=nope"], "experiment=nope is not an option of experiment; allowed: fidelity, "),
+    (["hydra/launcher=nope"], "hydra/launcher=nope is not an option of hydra/launcher; allowed: basic, gpus, joblib"),
+    (["train.max_step=5"], "train.max_step is not a known key, so nothing would read it; did you mean "
+                           f"train.max_steps? {LISTS}"),
+    (["+train.max_step=5"], "train.max_step is not a known key, so nothing would read it; did you mean "
+                            f"train.max_steps? {LISTS}"),
+    (["rope=triton_v4", "rope.compute_dtype=bfloat16"], "rope.compute_dtype is a key of rope=torch, rope=torch_bf16, "
+                                                        "rope=torch_full only, not of the rope chosen"),
+    (["+optim.momentum=0.9"], f"optim.momentum is a key of optim=muon only, not of optim=adamw, so nothing would "
+                              f"read it {LISTS}"),
+    (["~train.max_steps"], "train.max_steps is missing: a run reads it (was it removed with ~train.max_steps?)"),
+    (["+train.max_steps=5"], "train.max_steps is already in the config: set it without the leading +"),
+    (["seed=[1"], "cannot parse the override 'seed=[1': "),
+    (["-m", "seed=0,1", "+train.max_step=5"], "train.max_step is not a known key"),  # the whole sweep, no job
+    (["-m", "rope=torch,nope"], "rope=nope is not an option of rope; allowed: "),
+])
+def test_a_hydra_level_mistake_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, line):
+    code, err = run_main(monkeypatch, capsys, [*args, f"hydra.run.dir={tmp_path / 'day' / 'run'}",
+                                               f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"Error: {line}"), err
+    assert not (tmp_path / "day").exists(), "a command refused before any work leaves no run dir"
+    assert not any((tmp_path / "sweep").glob("*_s*")), "no job of a refused sweep starts"
+
+
+def test_the_user_s_full_error_still_shows_hydra_s_traceback(monkeypatch, capsys, tmp_path):
+    from hydra.errors import MissingConfigException
+
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    monkeypatch.delenv("ROPELAB_USER_FULL_ERROR", raising=False)
+    monkeypatch.setattr(sys, "argv", ["llm.train", "rope=nope", f"hydra.run.dir={tmp_path}",
+                                      "hydra/job_logging=none", "hydra/hydra_logging=none"])
+    with pytest.raises(MissingConfigException):
+        runpy.run_module("llm.train", run_name="__main__")
+
+
+@pytest.mark.parametrize("config_name,command,override,line", [
+    ("generate", "python -m llm.generate", "max_new_token=5",
+     "max_new_token is not a known key, so nothing would read it; did you mean max_new_tokens?"),
+    ("eval_lengths", "python -m llm.eval_lengths", "rope.scaling.factr=2",
+     "rope.scaling.factr is not a known key, so nothing would read it; did you mean rope.scaling.factor?"),
+    ("eval_lengths", "python -m llm.eval_lengths", "rope=nope", "rope=nope is not an option of rope; allowed: "),
+])
+def test_the_other_entry_points_errors_read_the_same(config_name, command, override, line):
+    """llm.generate and llm.eval_lengths share the translation (llm.entry.run_entry): their keys come from their
+    own config files."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"), pytest.raises(Exception) as err:
+        compose(config_name, overrides=[override])
+    assert hydra_error_line(err.value, config_name, command).startswith(line)
+
+
+def test_every_shipped_config_passes_the_key_check():
+    """Every experiment (each key an experiment sets is one a module reads), the options whose keys differ by
+    name (optim, logger), and the generate and eval_lengths configs hold only known keys; a key nothing reads is
+    refused."""
+    for experiment in sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")):
+        extra = ["data.path=/tmp"] if experiment in ("fidelity", "length_generalization") else []
+        check_config_keys(compose_cfg([f"+experiment={experiment}", *extra], small=False))
+    for group in ("optim", "logger"):
+        for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
+            check_config_keys(compose_cfg([f"{group}={option}"], small=False))
+    for name in ("generate", "eval_lengths"):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            assert schema(name).problems(compose(name)) == []
+    with pytest.raises(ConfigError, match=r"^foo\.bar is not a known key, so nothing would read it "):
+        check_config_keys(compose_cfg(["+foo.bar=1"]))
+    check_config_keys(compose_cfg(["+rope.max_seq_len=64", "+model.n_kv_head=1"]))  # read by rope and the model
