@@ -9,6 +9,10 @@ Enabled by ``+experiment=length_generalization`` (conf/experiment/length_general
           lengths: [512, 1024, 2048, 4096, 8192]
           scalings: [none, linear, ntk, yarn]
           factor: auto          # at each length L: L / the training length (min 1)
+          tokens: 1048576       # target tokens per length, from whole val documents at least that long
+
+``scalings`` entries: ``none``, a method name (takes ``factor``), ``run`` (the run's own scaling, as it was
+trained: what a fine-tuned run is evaluated with) or a mapping of ``rope.scaling`` keys.
 
 Each run gets ``eval_lengths/<label>.json`` per scaling (a run with ``rope=none`` only ``none``: a
 scaling changes nothing without a rotation), then the sweep dir gets the report of
@@ -29,13 +33,19 @@ from omegaconf import DictConfig, OmegaConf
 log = logging.getLogger(__name__)
 
 
-def scaling_requests(scalings: Sequence[str | Mapping], factor: float | str | None) -> list[dict]:
+#: The ``scalings`` entry that evaluates a run with its own scaling.
+AS_TRAINED = "run"
+
+
+def scaling_requests(scalings: Sequence[str | Mapping], factor: float | str | None) -> list[dict | None]:
     """``rope.scaling`` requests from the callback's ``scalings``: a method name takes ``factor``
-    (``none`` none), a mapping is taken as it is."""
-    out = []
+    (``none`` none), ``run`` is the run's own scaling (no request), a mapping is taken as it is."""
+    out: list[dict | None] = []
     for s in scalings:
         if isinstance(s, Mapping) or OmegaConf.is_dict(s):
             out.append(dict(OmegaConf.to_container(s) if OmegaConf.is_dict(s) else s))
+        elif str(s) == AS_TRAINED:
+            out.append(None)
         elif str(s) == "none":
             out.append({"type": "none"})
         else:
@@ -49,9 +59,13 @@ class LengthGeneralizationOnMultirunEnd(Callback):
 
     def __init__(self, lengths: Sequence[int] | None = None, scalings: Sequence[str | Mapping] = ("none",),
                  factor: float | str | None = "auto", tokens: int | None = None, batch_tokens: int = 65536,
-                 bucket_size: int | None = None, dtype: str = "auto", attention: str = "auto") -> None:
+                 bucket_size: int | None = None, dtype: str = "auto", attention: str = "auto",
+                 reference_len: int | None = None, baseline_window: int | None = None,
+                 baseline_stride: int | None = None) -> None:
         self.options: dict[str, Any] = {"lengths": lengths, "tokens": tokens, "batch_tokens": batch_tokens,
-                                        "bucket_size": bucket_size, "dtype": dtype, "attention": attention}
+                                        "bucket_size": bucket_size, "dtype": dtype, "attention": attention,
+                                        "reference_len": reference_len, "baseline_window": baseline_window,
+                                        "baseline_stride": baseline_stride}
         self.requests = scaling_requests(list(scalings), factor)
         self.last_report: Path | None = None
 

@@ -1,31 +1,41 @@
-"""Evaluate a finished run at other context lengths: val loss, accuracy and perplexity per length, and the
-loss against position, with any RoPE scaling and any implementation of the run's rotation.
+"""Evaluate a finished run at other context lengths: per length, the loss of the whole window, the loss beyond the
+training length on its own, a sliding-window baseline on the same targets and the degradation against the
+run's own level, with any RoPE scaling and any implementation of the run's rotation.
 
 Why these choices:
 
-* **The same tokens at every length.** A token budget (``tokens``, by default 16 windows of the
-  longest length) is taken from the start of the run's val stream and cut into L-token windows at
-  each length L (the windows of :func:`llm.data.val_batches`, starting at multiples of L). Every
-  length then predicts the same tokens, so a change of loss is the length's, not the text's.
-* **Memory.** Long windows shrink the batch (``batch_tokens`` tokens per forward, at least one
-  window); attention is SDPA (flash / memory-efficient kernels on a GPU under the training's bfloat16
-  autocast); the vocabulary head runs on a few hundred positions at a time, so the (tokens × vocab)
-  logits are never held at once. A length whose single window cannot fit the device is refused
-  before any work, naming ``lengths``.
-* **The RoPE cache** is sized to the longest length (``rope.max_seq_len``); positions beyond the
-  training length are exactly what is being measured.
-* **Loss against position**: the mean loss per bucket of ``bucket_size`` positions, the same buckets
-  at every length, so a plot shows where a model stops generalizing (typically at the training length).
+* **Windows from whole documents** (:mod:`llm.evaluation.documents`): a window of length L is the start (or a
+  later L-token piece) of one val document at least L tokens long, never a splice of unrelated files. Per
+  length, the number of such documents and the tokens they hold are reported; a split without enough of them
+  gives a smaller evaluation with a note, a length none reaches is skipped with a warning.
+* **The same targets for every run and scaling at a length**: the windows depend only on the val split, the
+  length and the token budget (``tokens``, per length), so runs, scalings and implementations are compared
+  on identical targets. Different lengths draw on different documents (the long ones are fewer), so
+  compare lengths through the within-length numbers (beyond-T loss against its baseline), not the raw loss.
+* **Beyond the training length on its own**: T is the run's ``model.seq_len`` (``reference_len`` sets it,
+  e.g. to the original length for a fine-tuned run); positions >= T are ``loss_beyond_train``, and two
+  baselines predict those same targets from the last T tokens only (:mod:`llm.evaluation.losses`,
+  :mod:`llm.evaluation.metrics`): the evaluated model itself (``sliding_*``; ``gain_beyond_train`` < 0:
+  it uses the longer context) and the run as trained (``baseline_*``; ``degradation``: the cost of length L
+  with this scaling against the run's own level, which removes the seed's level from comparisons).
+* **Memory.** Long windows shrink the batch (``batch_tokens`` tokens per forward, at least one window);
+  attention is SDPA (flash / memory-efficient kernels on a GPU under the training's bfloat16 autocast);
+  the vocabulary head runs on a few hundred positions at a time, so the (tokens x vocab) logits are never
+  held at once. A length whose single window cannot fit the device is refused before any work, naming
+  ``lengths``.
+* **The RoPE cache** is sized to the longest length (``rope.max_seq_len``); positions beyond the training
+  length are exactly what is being measured.
+* **Loss against position**: the mean of each loss per bucket of ``bucket_size`` positions, so a plot shows
+  where a model stops generalizing (typically at the training length) and where it crosses its baseline.
 
-Outputs (run dir): ``eval_lengths/<label>.json`` (per-length metrics, per-bucket loss, the val token
-count and the exact config used) and ``eval_lengths/<label>.csv`` (one row per length).
+Outputs (run dir): ``eval_lengths/<label>.json`` (per-length metrics and document counts, per-bucket losses,
+skipped lengths, the exact config used) and ``eval_lengths/<label>.csv`` (one row per evaluated length).
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,13 +44,15 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
 import rope
 from llm.config_check import device_memory_bytes
-from llm.data import prepare_data, val_batches
+from llm.data import TokenData, prepare_data
 from llm.errors import ConfigError
+from llm.evaluation.documents import DOCUMENT_ORDER_SEED, Segments, WindowSelection, document_segments, select_windows
+from llm.evaluation.losses import logits_chunk, sliding_losses, sliding_plan, window_losses
+from llm.evaluation.metrics import length_metrics
 from llm.evaluation.scaling import ScalingPlan, resolve_scaling
 from llm.fileio import atomic_open, write_json_atomic
 from llm.generation.load import OpenedRun, load_run_model, open_run, rope_for_generation, run_tokenizer
@@ -50,15 +62,16 @@ from llm.training import runtime
 OUT_DIR = "eval_lengths"
 #: Default evaluation lengths, as multiples of the run's training ``model.seq_len``.
 DEFAULT_MULTIPLES = (1, 2, 4, 8, 16)
-#: Default token budget, in windows of the longest length.
-DEFAULT_WINDOWS = 16
+#: Default token budget per length: 2^20 target tokens, where the val split's documents hold them.
+DEFAULT_TOKENS = 2**20
 #: Default bucket count of the loss-vs-position curve at the longest length.
 DEFAULT_BUCKETS = 64
-#: Float32 logits the head computes at once (elements): 64 Mi = 256 MiB.
-LOGITS_CHUNK_ELEMENTS = 64 * 2**20
 DTYPES = ("auto", "float32", "bfloat16")
 CSV_COLUMNS = ("label", "length", "factor", "val_loss", "val_loss_se", "val_acc", "val_ppl", "val_tokens", "windows",
-               "batch_size", "loss_within_train", "loss_beyond_train", "seconds")
+               "documents", "eligible_documents", "eligible_tokens", "batch_size", "loss_within_train",
+               "loss_beyond_train", "sliding_loss", "sliding_beyond_train", "gain_beyond_train",
+               "gain_beyond_train_se", "baseline_loss", "baseline_beyond_train", "degradation", "degradation_se",
+               "seconds")
 
 Emit = Callable[[str], None]
 
@@ -69,7 +82,7 @@ class EvalSettings:
     """The checked settings of one evaluation (conf/eval_lengths.yaml)."""
 
     lengths: tuple[int, ...] | None  # None: DEFAULT_MULTIPLES x the run's seq_len
-    tokens: int | None  # None: DEFAULT_WINDOWS x the longest length, capped to the val stream
+    tokens: int | None  # per length; None: DEFAULT_TOKENS (at least one window of the longest length)
     batch_tokens: int
     bucket_size: int | None  # None: the longest length / DEFAULT_BUCKETS
     device: torch.device
@@ -77,6 +90,9 @@ class EvalSettings:
     attention: str = "auto"
     cache_dir: str = "~/.cache/ropelab"
     label: str | None = None
+    reference_len: int | None = None  # T; None: the run's model.seq_len
+    baseline_window: int | None = None  # None: T
+    baseline_stride: int | None = None  # None: half the window
 
 
 def _positive_int(v: object) -> bool:
@@ -115,10 +131,15 @@ def read_settings(cfg: Mapping) -> EvalSettings:
     label = cfg.get("label")
     if label is not None and (not str(label) or "/" in str(label) or str(label).startswith(".")):
         raise ConfigError(f"label={label!r} must be a file name (no '/', not starting with '.')")
+    window, stride = _optional_positive(cfg, "baseline_window"), _optional_positive(cfg, "baseline_stride")
+    if window is not None and stride is not None and stride > window:
+        raise ConfigError(f"baseline_stride={stride} must be at most baseline_window={window} (the baseline scores "
+                          "the last stride positions of each window)")
     return EvalSettings(read_lengths(cfg.get("lengths")), _optional_positive(cfg, "tokens"), batch_tokens,
                         _optional_positive(cfg, "bucket_size"), runtime.resolve_device(str(cfg.get("device", "auto"))),
                         dtype, attention, str(cfg.get("cache_dir") or "~/.cache/ropelab"),
-                        None if label is None else str(label))
+                        None if label is None else str(label), _optional_positive(cfg, "reference_len"), window,
+                        stride)
 
 
 # -- memory -----------------------------------------------------------------------------------------------
@@ -133,11 +154,6 @@ def eval_memory_bytes(cfg: GPTConfig, batch: int, length: int, dense_attention: 
     scores = 8 * batch * cfg.n_head * length * length if dense_attention else 0
     logits = 8 * min(batch * length, logits_chunk(cfg.padded_vocab)) * cfg.padded_vocab
     return weights + activations + scores + logits
-
-
-def logits_chunk(padded_vocab: int) -> int:
-    """Positions whose logits the head computes at once (a bounded float32 buffer)."""
-    return max(1, LOGITS_CHUNK_ELEMENTS // padded_vocab)
 
 
 def batch_for_length(cfg: GPTConfig, length: int, batch_tokens: int, device: torch.device, attention: str) -> int:
@@ -201,15 +217,25 @@ def _rope_label(rope_cfg: Mapping) -> str:
     return rope.label(name, variant, rope_cfg.get("compute_dtype"))
 
 
+def _key(rope_cfg: Mapping) -> str:
+    return json.dumps(rope_cfg, sort_keys=True, default=str)
+
+
 class LengthEvaluator:
     """One run opened for evaluation at other lengths: checked at once, weights and val tokens loaded on
-    first use and then kept, so several scalings of one run cost one load."""
+    first use and then kept, so several scalings of one run cost one load (and one run's own baseline)."""
 
     def __init__(self, opened: OpenedRun, settings: EvalSettings, override: Mapping | None = None,
                  emit: Emit = print) -> None:
         self.opened, self.settings, self.emit = opened, settings, emit
         self.run_cfg = opened.config
         self.train_len = int(self.run_cfg.model.seq_len)
+        self.reference_len = settings.reference_len or self.train_len
+        self.window = settings.baseline_window or self.reference_len
+        self.stride = settings.baseline_stride or max(1, self.window // 2)
+        if self.stride > self.window:
+            raise ConfigError(f"baseline_stride={self.stride} must be at most the baseline window {self.window} "
+                              "(baseline_window, default reference_len)")
         run_rope = OmegaConf.to_container(self.run_cfg.rope, resolve=True)
         self.run_rope = dict(run_rope)
         self.base_rope = rope_for_generation(run_rope, override, settings.device)
@@ -219,12 +245,20 @@ class LengthEvaluator:
         self.model_cfg = GPTConfig(vocab_size=self.enc.n_vocab, **model_kw)
         self.lengths = settings.lengths or tuple(m * self.train_len for m in DEFAULT_MULTIPLES)
         self.max_len = max(self.lengths)
-        if settings.tokens is not None and settings.tokens < self.max_len:
-            raise ConfigError(f"tokens={settings.tokens} must be at least the longest length {self.max_len} "
-                              "(one window of it)")
         self.batches = {L: batch_for_length(self.model_cfg, L, settings.batch_tokens, settings.device,
                                             settings.attention) for L in self.lengths}
-        self._val: np.ndarray | None = None
+        self.budget = settings.tokens or max(DEFAULT_TOKENS, self.max_len)
+        if self.budget < self.max_len:
+            raise ConfigError(f"tokens={self.budget} must be at least the longest length {self.max_len} "
+                              "(one window of it)")
+        self.window_batch = batch_for_length(self.model_cfg, min(self.window, self.max_len), settings.batch_tokens,
+                                             settings.device, settings.attention)
+        own = resolve_scaling(None, self.run_rope, self.train_len)
+        self.own_rope = {**self.base_rope, "max_seq_len": self.max_len, "scaling": own.for_length(self.train_len)}
+        self._data: TokenData | None = None
+        self._segments: Segments | None = None
+        self._selections: dict[int, WindowSelection] = {}
+        self._sliding_losses: dict[tuple[str, int], np.ndarray] = {}  # (rope group, length) -> sliding-window losses
         self._state: dict | None = None
         self._model: tuple[str, GPT] | None = None
         self.checkpoint: Path | None = None
@@ -250,33 +284,36 @@ class LengthEvaluator:
         return EvalPlan(self.lengths, self.batches, scaling, rope_cfgs, label, self.max_len, notes)
 
     # -- loading (once) ---------------------------------------------------------------------------
-    def val_tokens(self) -> np.ndarray:
-        if self._val is None:
+    def data(self) -> TokenData:
+        if self._data is None:
             cfg = self.run_cfg
-            self._val = prepare_data(cfg.data, cfg.tokenizer.name, self.settings.cache_dir).val
-        return self._val
+            self._data = prepare_data(cfg.data, cfg.tokenizer.name, self.settings.cache_dir)
+        return self._data
 
-    def token_budget(self) -> tuple[int, str | None]:
-        """The val tokens evaluated at every length, and a note when the default had to be capped."""
-        n = len(self.val_tokens()) - 1  # the last token is only ever a target
-        fits = n // self.max_len * self.max_len
-        if self.settings.tokens is not None:
-            if self.settings.tokens > n:
-                raise ConfigError(f"tokens={self.settings.tokens} exceeds the run's val stream of {n + 1} tokens "
-                                  f"(at most {n})")
-            return self.settings.tokens, None
-        if fits == 0:
-            raise ConfigError(f"lengths: the longest, {self.max_len}, needs {self.max_len + 1} val tokens; the run's "
-                              f"val stream holds {n + 1} (a larger data.val_fraction, or shorter lengths)")
-        want = DEFAULT_WINDOWS * self.max_len
-        if fits < want:
-            return fits, (f"tokens: {fits} (the val stream holds {fits // self.max_len} windows of {self.max_len}, "
-                          f"fewer than the default {DEFAULT_WINDOWS})")
-        return want, None
+    def val_tokens(self) -> np.ndarray:
+        return self.data().val
+
+    def selection(self, length: int) -> WindowSelection:
+        """The windows of ``length`` (whole documents of the val split), chosen once per length."""
+        if length not in self._selections:
+            if self._segments is None:
+                self._segments = document_segments(self.val_tokens(), self.data().eot)
+            self._selections[length] = select_windows(self._segments, length, self.budget)
+        return self._selections[length]
+
+    def selections(self, lengths: Sequence[int]) -> list[WindowSelection]:
+        """The selection of every length; a :class:`ConfigError` naming ``lengths`` when no length has a window."""
+        chosen = [self.selection(L) for L in lengths]
+        if all(s.skipped for s in chosen):
+            longest = chosen[0].longest_document
+            raise ConfigError(f"lengths: no val document has {min(lengths)} tokens (the longest has {longest}); "
+                              "evaluation windows come from whole documents: shorter lengths, or a corpus with "
+                              "longer documents")
+        return chosen
 
     def model_for(self, rope_cfg: dict) -> GPT:
         """The run's weights in a model with ``rope_cfg`` (built once per distinct RoPE group)."""
-        key = json.dumps(rope_cfg, sort_keys=True, default=str)
+        key = _key(rope_cfg)
         if self._model is not None and self._model[0] == key:
             return self._model[1]
         device = self.settings.device
@@ -294,38 +331,67 @@ class LengthEvaluator:
         return model
 
     # -- the evaluation ---------------------------------------------------------------------------
+    def sliding_for(self, rope_cfg: dict, selection: WindowSelection, autocast) -> np.ndarray:
+        """The sliding-window losses of ``selection``'s windows under ``rope_cfg`` (computed once per pair)."""
+        key = (_key(rope_cfg), selection.length)
+        if key not in self._sliding_losses:
+            model = self.model_for(rope_cfg)
+            plan = sliding_plan(selection.length, self.window, self.stride)
+            with runtime.attention_backend(self.settings.attention):
+                self._sliding_losses[key] = sliding_losses(model, self.val_tokens(), selection.starts, plan,
+                                                    self.window_batch, self.enc.n_vocab, self.settings.device,
+                                                    autocast)
+        return self._sliding_losses[key]
+
     def evaluate(self, plan: EvalPlan) -> dict[str, Any]:
         """Evaluate every length of ``plan`` (one progress line each); returns the output record."""
         s = self.settings
-        tokens, cap_note = self.token_budget()
-        notes = [*plan.notes, *([cap_note] if cap_note else [])]
+        selections = self.selections(plan.lengths)
+        kept = [sel for sel in selections if not sel.skipped]
+        notes = [*plan.notes, *(n for sel in selections if not sel.skipped and (n := sel.note()))]
+        skipped = [{"length": sel.length, "reason": sel.note()} for sel in selections if sel.skipped]
         bucket = s.bucket_size or max(1, plan.max_len // DEFAULT_BUCKETS)
         self.emit(f"{self.opened.run_dir}: rope={_rope_label(self.base_rope)}, scaling {plan.scaling.description}, "
-                  f"{s.device}, {tokens} val tokens at lengths {', '.join(map(str, plan.lengths))} "
-                  f"(RoPE cache {plan.max_len}) -> {OUT_DIR}/{plan.label}.json")
+                  f"{s.device}, up to {self.budget} target tokens per length from whole val documents, lengths "
+                  f"{', '.join(map(str, plan.lengths))} (T={self.reference_len}, baseline window {self.window} "
+                  f"stride {self.stride}; RoPE cache {plan.max_len}) -> {OUT_DIR}/{plan.label}.json")
         for note in notes:
             self.emit(f"  note: {note}")
+        for skip in skipped:
+            self.emit(f"  warning: {skip['reason']}")
         autocast = runtime.autocast_context(s.dtype, s.device)
-        val = self.val_tokens()
+        for sel in kept:  # the run's own baselines first: one model for all of them, shared by every scaling
+            self.sliding_for(self.own_rope, sel, autocast)
         per_length = []
-        for L in plan.lengths:
+        for sel in kept:
+            L = sel.length
+            t0 = time.perf_counter()
             model = self.model_for(plan.rope_cfgs[L])
             try:
                 with runtime.attention_backend(s.attention):
-                    m = evaluate_length(model, val, L, tokens, plan.batches[L], self.enc.n_vocab, s.device, autocast,
-                                        self.train_len, bucket)
+                    loss, correct = window_losses(model, self.val_tokens(), sel.starts, L, plan.batches[L],
+                                                  self.enc.n_vocab, s.device, autocast)
+                sliding = self.sliding_for(plan.rope_cfgs[L], sel, autocast)
             except torch.cuda.OutOfMemoryError:  # the estimate is a lower bound; say what to change
                 fix = (f"lower batch_tokens (now {s.batch_tokens}) or drop it" if plan.batches[L] > 1
                        else "drop it")
                 raise ConfigError(f"lengths: {L} ran out of memory on {s.device} with {plan.batches[L]} window(s) per "
                                   f"batch; {fix} from lengths") from None
+            baseline = self.sliding_for(self.own_rope, sel, autocast)
+            if s.device.type == "cuda":
+                torch.cuda.synchronize(s.device)
+            seconds = time.perf_counter() - t0
             scaling = plan.rope_cfgs[L]["scaling"]
-            m = {"length": L, "factor": scaling.get("factor"), "scaling": scaling, **m}
+            m = {"length": L, "factor": scaling.get("factor"), "scaling": scaling,
+                 **length_metrics(loss, correct, sliding, baseline, self.reference_len, bucket),
+                 **sel.record(), "batch_size": min(plan.batches[L], sel.windows), "seconds": seconds,
+                 "tokens_per_s": sel.tokens / seconds if seconds > 0 else None}
             per_length.append(m)
-            self.emit(_progress_line(m, self.train_len))
-        return self._record(plan, per_length, tokens, bucket, notes)
+            self.emit(_progress_line(m, self.reference_len))
+        return self._record(plan, per_length, skipped, bucket, notes)
 
-    def _record(self, plan: EvalPlan, per_length: list[dict], tokens: int, bucket: int, notes: list[str]) -> dict:
+    def _record(self, plan: EvalPlan, per_length: list[dict], skipped: list[dict], bucket: int,
+                notes: list[str]) -> dict:
         cfg, s, r = self.run_cfg, self.settings, self.base_rope
         return {
             "label": plan.label, "run_dir": str(self.opened.run_dir), "checkpoint": str(self.checkpoint),
@@ -333,13 +399,18 @@ class LengthEvaluator:
             "variant": None if r["name"] == "none" else r.get("variant", "partial"),
             "compute_dtype": r.get("compute_dtype"), "rope_label": _rope_label(r),
             "run_rope_label": _rope_label(self.run_rope), "train_seq_len": self.train_len,
+            "reference_len": self.reference_len, "init_from": cfg.train.get("init_from"),
+            "packing": cfg.data.get("packing", "random"),
             "scaling": plan.scaling.record(), "scaling_label": plan.scaling.description,
-            "tokens": tokens, "val_stream_tokens": int(len(self.val_tokens())), "bucket_size": bucket, "notes": notes,
+            "tokens": self.budget, "val_stream_tokens": int(len(self.val_tokens())), "bucket_size": bucket,
+            "baseline": {"window": self.window, "stride": self.stride, "rope": self.own_rope},
+            "document_order_seed": DOCUMENT_ORDER_SEED, "notes": notes, "skipped": skipped,
             "lengths": per_length,
             "config": {
                 "run": str(self.opened.run_dir), "checkpoint": str(self.checkpoint), "lengths": list(plan.lengths),
-                "tokens": tokens, "batch_tokens": s.batch_tokens, "bucket_size": bucket, "device": str(s.device),
-                "dtype": s.dtype, "attention": s.attention,
+                "tokens": self.budget, "batch_tokens": s.batch_tokens, "bucket_size": bucket, "device": str(s.device),
+                "dtype": s.dtype, "attention": s.attention, "reference_len": self.reference_len,
+                "baseline_window": self.window, "baseline_stride": self.stride,
                 "rope": {str(L): plan.rope_cfgs[L] for L in plan.lengths},
                 "model": OmegaConf.to_container(cfg.model, resolve=True),
                 "data": OmegaConf.to_container(cfg.data, resolve=True), "tokenizer": cfg.tokenizer.name,
@@ -348,81 +419,18 @@ class LengthEvaluator:
         }
 
 
-def _progress_line(m: dict, train_len: int) -> str:
-    beyond = "" if m["loss_beyond_train"] is None else f"  beyond {train_len}: {m['loss_beyond_train']:.4f}"
+def _fmt_opt(v: float | None, signed: bool = False) -> str:
+    return "-" if v is None else (f"{v:+.4f}" if signed else f"{v:.4f}")
+
+
+def _progress_line(m: dict, split: int) -> str:
     factor = "" if m["factor"] is None else f"  factor {m['factor']:g}"
-    return (f"  L={m['length']:>6}{factor}  {m['windows']} window(s), batch {m['batch_size']}: "
-            f"val_loss {m['val_loss']:.4f} ± {m['val_loss_se']:.4f}  acc {m['val_acc']:.4f}  "
+    beyond = "" if m["loss_beyond_train"] is None else (
+        f"  beyond {split}: {m['loss_beyond_train']:.4f} (gain over sliding {_fmt_opt(m['gain_beyond_train'], True)},"
+        f" degradation {_fmt_opt(m['degradation'], True)})")
+    return (f"  L={m['length']:>6}{factor}  {m['windows']} window(s) from {m['documents']} document(s), batch "
+            f"{m['batch_size']}: val_loss {m['val_loss']:.4f} ± {m['val_loss_se']:.4f}  acc {m['val_acc']:.4f}  "
             f"ppl {m['val_ppl']:.2f}{beyond}  {m['seconds']:.1f}s")
-
-
-@torch.no_grad()
-def token_losses(model: GPT, x: torch.Tensor, y: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token cross-entropy (float32) and argmax correctness, both (B, T), with the head run on a bounded
-    number of positions at a time: the (B·T × vocab) logits of a long window never exist at once."""
-    h = model.hidden(x)
-    flat_h, flat_y = h.flatten(0, 1), y.flatten()
-    losses = torch.empty(flat_y.shape, dtype=torch.float32, device=h.device)
-    correct = torch.empty(flat_y.shape, dtype=torch.bool, device=h.device)
-    step = logits_chunk(model.cfg.padded_vocab)
-    for a in range(0, flat_y.numel(), step):
-        logits = model.head(flat_h[a:a + step])
-        losses[a:a + step] = F.cross_entropy(logits.float(), flat_y[a:a + step], reduction="none")
-        correct[a:a + step] = logits[:, :vocab_size].argmax(dim=-1) == flat_y[a:a + step]
-    return losses.view_as(y), correct.view_as(y)
-
-
-def length_windows(val: np.ndarray, length: int, tokens: int, batch: int):
-    """The windows of ``length`` covering the first ``tokens`` val tokens, ``batch`` at a time (the last
-    batch smaller): :func:`llm.data.val_batches`'s windows, starting at multiples of ``length``."""
-    n = tokens // length
-    full = n // batch
-    if full:
-        yield from val_batches(val, batch, length, full)
-    if n % batch:
-        yield from val_batches(val[full * batch * length:], n % batch, length, 1)
-
-
-@torch.no_grad()
-def evaluate_length(model: GPT, val: np.ndarray, length: int, tokens: int, batch: int, vocab_size: int,
-                    device: torch.device, autocast, train_len: int, bucket: int) -> dict[str, Any]:
-    """Loss (with its SE over windows), accuracy, perplexity, the loss within and beyond ``train_len``
-    and the mean loss per ``bucket`` positions, over the ``tokens // length`` windows of ``length``."""
-    t0 = time.perf_counter()
-    model.eval()
-    pos_sum = torch.zeros(length, dtype=torch.float64, device=device)
-    correct = torch.zeros((), dtype=torch.float64, device=device)
-    w_sum = torch.zeros((), dtype=torch.float64, device=device)
-    w_sq = torch.zeros((), dtype=torch.float64, device=device)
-    windows = 0
-    for x, y in length_windows(val, length, tokens, batch):
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with autocast:
-            loss, right = token_losses(model, x, y, vocab_size)
-        loss = loss.double()
-        pos_sum += loss.sum(dim=0)
-        correct += right.sum()
-        window = loss.mean(dim=1)
-        w_sum += window.sum()
-        w_sq += (window**2).sum()
-        windows += len(window)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    per_pos = (pos_sum / windows).tolist()
-    w_sum_f, w_sq_f = w_sum.item(), w_sq.item()
-    mean = float(np.mean(per_pos))
-    var = max(0.0, (w_sq_f - w_sum_f**2 / windows) / (windows - 1)) if windows > 1 else float("nan")
-    within, beyond = per_pos[:train_len], per_pos[train_len:]
-    buckets = [{"start": a, "end": min(a + bucket, length), "loss": float(np.mean(per_pos[a:a + bucket]))}
-               for a in range(0, length, bucket)]
-    seconds = time.perf_counter() - t0
-    return {
-        "val_loss": mean, "val_loss_se": math.sqrt(var / windows), "val_acc": correct.item() / (windows * length),
-        "val_ppl": math.exp(mean) if mean < 700 else float("inf"), "val_tokens": windows * length,
-        "windows": windows, "batch_size": min(batch, windows), "loss_within_train": float(np.mean(within)),
-        "loss_beyond_train": float(np.mean(beyond)) if beyond else None, "seconds": seconds,
-        "tokens_per_s": windows * length / seconds if seconds > 0 else None, "buckets": buckets,
-    }
 
 
 # -- outputs ----------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ before the weights load."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import shutil
@@ -18,15 +19,13 @@ from helpers import CONF, ROOT, run_inprocess
 from hydra import compose, initialize_config_dir
 
 import llm.evaluation.lengths as lengths_mod
+import llm.evaluation.losses as losses_mod
 import rope
 from llm.errors import ConfigError
-from llm.evaluation.lengths import (
-    LengthEvaluator,
-    eval_lengths_from_config,
-    evaluate_length,
-    open_for_eval,
-    read_settings,
-)
+from llm.evaluation.documents import document_segments, select_windows
+from llm.evaluation.lengths import LengthEvaluator, eval_lengths_from_config, open_for_eval, read_settings
+from llm.evaluation.losses import gather_windows, sliding_losses, sliding_plan, window_losses
+from llm.evaluation.metrics import length_metrics
 from llm.model import GPT, GPTConfig
 
 TRAIN_LEN = 32  # tests/helpers.py SMALL: model.seq_len=32, eval 2 batches of 4 windows (256 val tokens)
@@ -51,30 +50,108 @@ def run_eval(run_dir, *overrides) -> tuple[dict, list[str]]:
     return result, lines
 
 
-def test_the_training_length_reproduces_the_training_eval_on_the_same_tokens_at_every_length(trained_run):
-    """At the training length without scaling, 256 tokens are the training's own eval windows: the same loss.
-    Every length covers the same 256 tokens; the buckets and the loss beyond the training length agree."""
-    result, lines = run_eval(trained_run, "lengths=[64,32]", "tokens=256", "bucket_size=16")
-    summary = json.loads((trained_run / "summary.json").read_text())
+def val_stream(run_dir) -> tuple[np.ndarray, int]:
+    from llm.data import prepare_data
+    from llm.generation.load import open_run
+
+    cfg = open_run(str(run_dir)).config
+    data = prepare_data(cfg.data, cfg.tokenizer.name, cfg.cache_dir)
+    return np.asarray(data.val), data.eot
+
+
+def test_windows_come_from_whole_documents_and_the_split_metrics_agree(trained_run):
+    """Every window is one document's (an end-of-text token only as its first input, the document's start
+    marker, or as its last target); at L = T nothing lies beyond T and both baselines are the plain loss; beyond
+    T, gain and degradation are the differences of the reported losses, and the buckets average to them."""
+    result, lines = run_eval(trained_run, "lengths=[64,32]", "tokens=512", "bucket_size=16")
     at = {m["length"]: m for m in result["lengths"]}
-    assert list(at) == [32, 64]
-    assert at[32]["val_loss"] == pytest.approx(summary["val_loss"], abs=1e-5)
-    assert at[32]["val_loss_se"] == pytest.approx(summary["val_loss_se"], rel=1e-3)
-    assert at[32]["val_tokens"] == at[64]["val_tokens"] == 256 and (at[32]["windows"], at[64]["windows"]) == (8, 4)
-    buckets = at[64]["buckets"]
+    assert list(at) == [32, 64] and result["reference_len"] == TRAIN_LEN
+    val, eot = val_stream(trained_run)
+    segments = document_segments(val, eot)
+    for L, m in at.items():
+        assert m["eligible_documents"] == int((segments.lengths >= L).sum())
+        assert m["documents"] == min(m["eligible_documents"], m["windows"]), "one window per document first"
+        assert m["windows"] == 512 // L and m["val_tokens"] == m["windows"] * L, "the budget, in whole windows"
+        sel = select_windows(segments, L, 512)
+        x, y = gather_windows(val, sel.starts, L)
+        assert not (x[:, 1:] == eot).any() and not (y[:, :-1] == eot).any(), "a window crosses a document boundary"
+    same = at[32]
+    assert same["loss_beyond_train"] is None and same["gain_beyond_train"] is None and same["degradation"] is None
+    assert same["sliding_loss"] == pytest.approx(same["val_loss"], abs=1e-6)
+    assert same["baseline_loss"] == pytest.approx(same["val_loss"], abs=1e-6)
+    assert same["loss_within_train"] == pytest.approx(same["val_loss"], abs=1e-12)
+    m = at[64]
+    buckets = m["buckets"]
     assert [(b["start"], b["end"]) for b in buckets] == [(0, 16), (16, 32), (32, 48), (48, 64)]
-    assert np.mean([b["loss"] for b in buckets]) == pytest.approx(at[64]["val_loss"], abs=1e-9)
-    assert np.mean([b["loss"] for b in buckets[2:]]) == pytest.approx(at[64]["loss_beyond_train"], abs=1e-9)
-    assert at[32]["loss_beyond_train"] is None
+    assert np.mean([b["loss"] for b in buckets]) == pytest.approx(m["val_loss"], abs=1e-9)
+    assert np.mean([b["loss"] for b in buckets[2:]]) == pytest.approx(m["loss_beyond_train"], abs=1e-9)
+    assert np.mean([b["baseline"] for b in buckets[2:]]) == pytest.approx(m["baseline_beyond_train"], abs=1e-9)
+    assert m["gain_beyond_train"] == pytest.approx(m["loss_beyond_train"] - m["sliding_beyond_train"], abs=1e-9)
+    assert m["degradation"] == pytest.approx(m["loss_beyond_train"] - m["baseline_beyond_train"], abs=1e-9)
+    assert m["sliding_loss"] == m["baseline_loss"], "evaluated as trained: the model's own baseline is the run's"
+    assert m["sliding_beyond_train"] != pytest.approx(m["loss_beyond_train"], abs=1e-4), "the context is truncated"
+    assert [b["loss"] for b in buckets[:2]] == pytest.approx([b["sliding"] for b in buckets[:2]], abs=1e-6)
     # one progress line per length, and the files in the run dir
     assert [ln.split()[0] for ln in lines if ln.startswith("  L=")] == ["L=", "L="]
-    assert "L=    32" in lines[1] and "L=    64" in lines[2] and lines[-1].startswith("wrote ")
-    assert result["label"] == "torch-none" and result["tokens"] == 256
+    assert "L=    32" in lines[1] and "L=    64" in lines[2] and "degradation" in lines[2]
+    assert lines[-1].startswith("wrote ")
+    assert result["label"] == "torch-none" and result["tokens"] == 512 and result["skipped"] == []
     saved = json.loads((trained_run / "eval_lengths" / "torch-none.json").read_text())
     assert saved["config"]["rope"]["32"]["max_seq_len"] == 64, "the RoPE cache is sized to the longest length"
     assert saved["config"]["lengths"] == [32, 64] and saved["train_seq_len"] == TRAIN_LEN
-    csv_rows = (trained_run / "eval_lengths" / "torch-none.csv").read_text().splitlines()
-    assert csv_rows[0].startswith("label,length,factor,val_loss") and len(csv_rows) == 3
+    assert saved["baseline"]["window"] == TRAIN_LEN and saved["baseline"]["stride"] == TRAIN_LEN // 2
+    with open(trained_run / "eval_lengths" / "torch-none.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["length"]) for r in rows] == [32, 64]
+    for key in ("loss_beyond_train", "sliding_beyond_train", "gain_beyond_train", "baseline_beyond_train",
+                "degradation", "degradation_se", "documents", "eligible_documents", "eligible_tokens"):
+        assert rows[1][key] != "" and float(rows[1][key]) == pytest.approx(m[key]), key
+
+
+def test_a_baseline_whose_window_is_the_length_is_the_full_context_loss(trained_run):
+    result, _ = run_eval(trained_run, "lengths=[32,64]", "tokens=256", "baseline_window=64", "label=wide")
+    for m in result["lengths"]:
+        assert m["sliding_loss"] == pytest.approx(m["val_loss"], abs=1e-6)
+        assert m["baseline_loss"] == pytest.approx(m["val_loss"], abs=1e-6)
+    assert result["lengths"][1]["gain_beyond_train"] == pytest.approx(0, abs=1e-6)
+
+
+def short_documents_only(monkeypatch, most: int) -> None:
+    """The val split's documents as if none had ``most`` tokens (its segments cut to fewer)."""
+    real = lengths_mod.document_segments
+
+    def cut(tokens, eot):
+        seg = real(tokens, eot)
+        return type(seg)(seg.starts, np.minimum(seg.lengths, most - 1))
+
+    monkeypatch.setattr(lengths_mod, "document_segments", cut)
+
+
+def test_a_budget_beyond_the_documents_is_a_smaller_evaluation_with_a_note(trained_run, monkeypatch):
+    short_documents_only(monkeypatch, 100)  # at most one window of 64 per document: a few windows in all
+    result, lines = run_eval(trained_run, "lengths=[64]", f"tokens={10**7}", "label=big")
+    (m,) = result["lengths"]
+    assert m["val_tokens"] == m["eligible_tokens"] == 64 * m["eligible_documents"] and m["windows"] >= 2
+    note = next(ln for ln in lines if ln.startswith("  note: tokens: "))
+    assert f"fewer than the budget {10**7}: the val split has {m['eligible_documents']} document(s)" in note
+    assert result["notes"] == [note.removeprefix("  note: ")]
+
+
+def test_a_length_no_document_reaches_is_skipped_with_a_warning_and_none_at_all_is_refused(trained_run, monkeypatch):
+    short_documents_only(monkeypatch, 64)
+    result, lines = run_eval(trained_run, "lengths=[32,64]", "tokens=256", "label=short")
+    assert [m["length"] for m in result["lengths"]] == [32]
+    reason = ("lengths: 64 skipped: no val document has 64 tokens (the longest has 63); a corpus with longer "
+              "documents, or shorter lengths")
+    assert result["skipped"] == [{"length": 64, "reason": reason}] and f"  warning: {reason}" in lines
+
+    def never(*a, **k):
+        raise AssertionError("the weights were loaded before the lengths were checked against the documents")
+
+    monkeypatch.setattr(lengths_mod, "load_run_model", never)
+    with pytest.raises(ConfigError, match=r"^lengths: no val document has 64 tokens \(the longest has 63\); "
+                                          r"evaluation windows come from whole documents"):
+        run_eval(trained_run, "lengths=[64,128]", "tokens=256", "label=short")
 
 
 def test_factor_auto_is_the_scaling_each_length_needs(trained_run):
@@ -132,25 +209,68 @@ def tiny_gpt(seed: int = 0) -> GPT:
     return model
 
 
+CPU = torch.device("cpu")
+NO_AUTOCAST = torch.autocast("cpu", enabled=False)
+
+
 def test_chunked_head_and_uneven_batches_equal_the_full_forward(monkeypatch):
     """Per-position loss from the head run 5 positions at a time over batches of 3, 3 and 1 windows equals the
     full forward's cross-entropy per window, and the SE is over windows."""
     model = tiny_gpt()
-    monkeypatch.setattr(lengths_mod, "LOGITS_CHUNK_ELEMENTS", 5 * model.cfg.padded_vocab)
+    monkeypatch.setattr(losses_mod, "LOGITS_CHUNK_ELEMENTS", 5 * model.cfg.padded_vocab)
     val = np.random.default_rng(0).integers(0, 61, size=7 * 16 + 1).astype(np.uint32)
-    got = evaluate_length(model, val, 16, 7 * 16, 3, 61, torch.device("cpu"), torch.autocast("cpu", enabled=False),
-                          8, 4)
+    starts = np.arange(7) * 16
+    loss, correct = window_losses(model, val, starts, 16, 3, 61, CPU, NO_AUTOCAST)
+    got = length_metrics(loss, correct, loss, loss, 8, 4)
     x = torch.from_numpy(val[:-1].astype(np.int64)).view(7, 16)
     y = torch.from_numpy(val[1:].astype(np.int64)).view(7, 16)
     with torch.no_grad():
         logits, _ = model(x)
-    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(7, 16).double()
-    assert got["val_loss"] == pytest.approx(loss.mean().item(), abs=1e-6)
-    assert got["val_loss_se"] == pytest.approx(loss.mean(1).std().item() / math.sqrt(7), rel=1e-5)
+    ref = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(7, 16).double()
+    assert got["val_loss"] == pytest.approx(ref.mean().item(), abs=1e-6)
+    assert got["val_loss_se"] == pytest.approx(ref.mean(1).std().item() / math.sqrt(7), rel=1e-5)
     assert got["val_acc"] == (logits[..., :61].argmax(-1) == y).double().mean().item()
-    assert [b["loss"] for b in got["buckets"]] == pytest.approx(loss.mean(0).view(4, 4).mean(1).tolist(), abs=1e-6)
-    assert got["loss_beyond_train"] == pytest.approx(loss[:, 8:].mean().item(), abs=1e-6)
+    assert [b["loss"] for b in got["buckets"]] == pytest.approx(ref.mean(0).view(4, 4).mean(1).tolist(), abs=1e-6)
+    assert got["loss_beyond_train"] == pytest.approx(ref[:, 8:].mean().item(), abs=1e-6)
     assert (got["windows"], got["val_tokens"]) == (7, 112)
+
+
+@pytest.mark.parametrize("length,window,stride", [(16, 6, 4), (16, 6, 6), (16, 5, 1), (12, 4, 2)])
+def test_the_sliding_window_baseline_predicts_each_target_from_its_last_window_tokens(length, window, stride):
+    """Each target p >= window is predicted by a forward of the window tokens ending at the first stride boundary
+    at or after p (the last sub-window ends at L): a brute-force forward per target agrees; targets before the
+    window see their whole context; the context is never shorter than window - stride + 1."""
+    model = tiny_gpt(1)
+    rng = np.random.default_rng(1)
+    val = rng.integers(0, 61, size=3 * length + 5).astype(np.uint32)
+    starts = np.array([0, length + 2, 2 * length + 4])
+    plan = sliding_plan(length, window, stride)
+    got = sliding_losses(model, val, starts, plan, 4, 61, CPU, NO_AUTOCAST)
+    full, _ = window_losses(model, val, starts, length, 2, 61, CPU, NO_AUTOCAST)
+    want = np.empty_like(full)
+    for i, s in enumerate(starts):
+        for p in range(length):
+            end = window if p < window else min(length, window + -(-(p + 1 - window) // stride) * stride)
+            lo = end - window
+            assert p < window or p - lo + 1 >= window - stride + 1
+            x, y = gather_windows(val, np.array([s + lo]), window)
+            with torch.no_grad():
+                logits, _ = model(x)
+            want[i, p] = F.cross_entropy(logits[0, p - lo][None].float(), y[0, p - lo][None]).item()
+    assert got == pytest.approx(want, abs=1e-5)
+    assert got[:, :window] == pytest.approx(full[:, :window], abs=1e-5)
+    assert np.abs(got[:, window:] - full[:, window:]).max() > 1e-3, "beyond the window the context is cut"
+
+
+def test_a_sliding_window_as_long_as_the_window_is_the_full_forward():
+    model = tiny_gpt(2)
+    val = np.random.default_rng(2).integers(0, 61, size=4 * 16 + 1).astype(np.uint32)
+    starts = np.arange(4) * 16
+    full, _ = window_losses(model, val, starts, 16, 4, 61, CPU, NO_AUTOCAST)
+    for window in (16, 40):
+        plan = sliding_plan(16, window, 3)
+        assert plan.pieces == ((0, 0, 16),)
+        assert sliding_losses(model, val, starts, plan, 3, 61, CPU, NO_AUTOCAST) == pytest.approx(full, abs=1e-6)
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -165,7 +285,8 @@ def test_chunked_head_and_uneven_batches_equal_the_full_forward(monkeypatch):
      r"rope.scaling.bogus=1: scaling.type=yarn has no parameter 'bogus'"),
     (["rope=none"], r"rope=none: the run was trained with rope=torch"),
     (["lengths=[32]", "tokens=10"], r"tokens=10 must be at least the longest length 32"),
-    (["lengths=[32]", "tokens=100000000"], r"tokens=100000000 exceeds the run's val stream of \d+ tokens"),
+    (["baseline_window=8", "baseline_stride=9"], r"baseline_stride=9 must be at most baseline_window=8"),
+    (["baseline_stride=40"], r"baseline_stride=40 must be at most the baseline window 32 \(baseline_window"),
     (["batch_tokens=0"], r"batch_tokens=0 must be a positive integer"),
     (["dtype=float16"], r"dtype='float16'; allowed: auto, float32, bfloat16"),
 ])
