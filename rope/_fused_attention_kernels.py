@@ -84,7 +84,7 @@ def _dot(a, b, IEEE: tl.constexpr, F32: tl.constexpr):
     return c
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pos_start"])
 def attend_split_kernel(
     Q, K, V, COS, SIN, POS, OUT, PART, LSE,
     stride_qb, stride_qt, stride_qh,

@@ -83,14 +83,16 @@ def unavailable_reason(device: torch.device | str) -> str | None:
 # -- checks ------------------------------------------------------------------------------------------
 class _Plan:
     """What a call's signature decides, worked out once per signature: the shapes, the rotation's constants,
-    and the tile sizes and warps."""
+    the tile sizes and warps, the kernels' integer arguments, and the compiled kernels of its launches."""
 
-    __slots__ = ("B", "T", "H", "H_kv", "D", "G", "rotate", "half", "rotary_dim", "interleaved", "scale_log2",
-                 "block_m", "block_n", "block_d", "warps", "stages", "ieee", "dot_f32", "sms")
+    __slots__ = ("B", "T", "H", "H_kv", "D", "G", "L", "rotate", "half", "rotary_dim", "interleaved", "scale_log2",
+                 "block_m", "block_n", "block_d", "warps", "stages", "ieee", "dot_f32", "sms", "n_blocks", "ints",
+                 "direct", "compiled")
 
-    def __init__(self, q: Tensor, k_cache: Tensor, rotary: RotaryEmbedding, scale: float) -> None:
+    def __init__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int, rotary: RotaryEmbedding,
+                 scale: float) -> None:
         self.B, self.T, self.H, self.D = q.shape
-        self.H_kv = k_cache.shape[1]
+        self.H_kv, self.L = k_cache.shape[1], k_cache.shape[2]
         self.G = self.H // self.H_kv
         self.rotate = not _is_identity(rotary)
         self.rotary_dim = rotary.rotary_dim if self.rotate else 0
@@ -102,7 +104,24 @@ class _Plan:
         self.sms = _sm_count(q.device)
         self.block_d = max(16, _next_pow2(self.D))
         self.block_m, self.block_n, self.warps, self.stages = _tiles(self.T * self.G, self.block_d,
-                                                                      q.element_size(), k_cache.shape[2])
+                                                                      q.element_size(), self.L)
+        self.n_blocks = -(-(self.T * self.G) // self.block_m)
+        if isinstance(positions, Tensor):
+            pos_strides = positions.stride() if positions.dim() == 2 else (0, positions.stride(0))
+        else:
+            pos_strides = (0, 0)
+        cos = rotary._cos_sin[0]
+        # the split kernel's integers from its q strides to its table length, in its order (the output is
+        # contiguous (B, T, H, D), allocated per call)
+        self.ints = (*q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3],
+                     self.T * self.H * self.D, self.H * self.D, self.D, *pos_strides, cos.stride(0),
+                     self.T, self.H_kv, self.L, cos.shape[0])
+        # Triton's compiled kernels, launched directly once known (see _run)
+        self.direct = q.is_cuda and not _interpreting() and _direct_launch_supported()
+        self.compiled: dict[tuple, object] = {}
+
+    def programs(self) -> int:
+        return self.n_blocks * self.B * self.H_kv
 
 
 #: Signatures already checked, and their plans. Bounded: shapes that never repeat do not grow it forever.
@@ -119,13 +138,16 @@ def _check(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int,
     for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(x, Tensor):
             raise RopeArgumentError(name, f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    pos_sig = positions.shape if isinstance(positions, Tensor) else type(positions)
-    pos_dev = positions.device if isinstance(positions, Tensor) else None
-    pos_dtype = positions.dtype if isinstance(positions, Tensor) else None
-    key = (q.shape, q.dtype, q.device, k_cache.shape, k_cache.dtype, k_cache.device, k_cache.stride(-1),
-           v_cache.shape, v_cache.dtype, v_cache.device, v_cache.stride(-1), pos_sig, pos_dtype, pos_dev,
-           id(rotary), rotary.head_dim, rotary.layout, rotary.rotary_dim, rotary.max_seq_len,
-           rotary._cos_sin[0].device, scale)
+    if isinstance(positions, Tensor):
+        pos_sig = (positions.shape, positions.stride(), positions.dtype, positions.get_device(), positions.is_cpu)
+    else:
+        pos_sig = type(positions)
+    # everything the checks and the plan read: shapes, strides, dtypes, devices (get_device: -1 on the CPU), the
+    # module (its id, and what could differ in a module built later at the same address), the scale
+    key = (q.shape, q.stride(), q.dtype, q.get_device(), q.is_cpu, k_cache.shape, k_cache.stride(), k_cache.dtype,
+           k_cache.get_device(), v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.get_device(), pos_sig,
+           id(rotary), type(rotary), rotary.head_dim, rotary.layout, rotary.rotary_dim, rotary.max_seq_len,
+           rotary._cos_sin[0].get_device(), scale)
     plan = _PLANS.get(key)
     if plan is None:
         plan = _check_signature(q, k_cache, v_cache, positions, rotary, scale)
@@ -149,6 +171,8 @@ def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Ten
         raise RopeArgumentError("q", f"q must have at least one batch row and head, got shape {tuple(q.shape)}")
     if D != rotary.head_dim:
         raise RopeArgumentError("q", f"q has head dim {D}; rotary was built for head_dim={rotary.head_dim}")
+    if q.stride(-1) != 1:
+        raise RopeArgumentError("q", f"q must be contiguous in its last dim (head_dim), got strides {q.stride()}")
     if not (q.is_cuda or _interpreting()):
         raise RopeArgumentError("q", f"q is on {q.device}: attention_with_rope is a Triton kernel and needs CUDA "
                                      "tensors (or TRITON_INTERPRET=1 set before triton is imported, on the CPU)")
@@ -188,7 +212,7 @@ def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Ten
         scale = 1.0 / math.sqrt(D)
     elif isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not (math.isfinite(scale) and scale > 0):
         raise RopeArgumentError("scale", f"scale must be a finite number > 0 (default 1/sqrt(D)), got {scale!r}")
-    return _Plan(q, k_cache, rotary, float(scale))
+    return _Plan(q, k_cache, v_cache, positions, rotary, float(scale))
 
 
 def _check_position_values(positions: Tensor | int, plan: _Plan, cache_len: int, table_len: int) -> int:
@@ -276,43 +300,80 @@ def _launch(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int
     has_pos = isinstance(positions, Tensor)
     if rotary.scaling["type"] == "dynamic_ntk":  # the tables for the current length, as the module's own call
         rotary._follow_length(q, positions if has_pos else torch.tensor([start + plan.T - 1]))
-    B, T, H, D, H_kv = plan.B, plan.T, plan.H, plan.D, plan.H_kv
-    L = k_cache.shape[2]
-    bound = start + T if not has_pos else L  # the keys any query can see
-    n_blocks = -(-(T * plan.G) // plan.block_m)
-    splits, per_split = _splits(n_blocks * B * H_kv, min(L, bound), plan.block_n, plan.sms)
-    out = torch.empty((B, T, H, D), dtype=q.dtype, device=q.device)
+    B, T, H, D = plan.B, plan.T, plan.H, plan.D
+    # the keys any query can see: up to the last position where it is known on the host, else the whole cache
+    splits, per_split = _splits(plan.programs(), plan.L if has_pos else min(plan.L, start + T), plan.block_n,
+                                plan.sms)
+    out = q.new_empty((B, T, H, D))
     if splits > 1:
-        part = torch.empty(B * T * H * splits * (D + 1), dtype=torch.float32, device=q.device)
+        part = q.new_empty(B * T * H * splits * (D + 1), dtype=torch.float32)
         part, lse = part[:B * T * H * splits * D], part[B * T * H * splits * D:]
     else:
         part = lse = out  # never read or written with one split
     cos, sin = rotary._cos_sin
-    if has_pos:
-        spb, spt = positions.stride() if positions.dim() == 2 else (0, positions.stride(0))
-        pos_arg = positions
-    else:
-        spb = spt = 0
-        pos_arg = cos  # a placeholder no program reads (HAS_POS is off)
+    pos_arg = positions if has_pos else cos  # without positions a placeholder no program reads (HAS_POS off)
+    args = (q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse, *plan.ints, start, per_split, plan.scale_log2,
+            plan.G, D, plan.block_d, plan.half, plan.rotary_dim, plan.interleaved, plan.rotate, has_pos,
+            plan.block_m, plan.block_n, splits, plan.ieee, plan.dot_f32)
+    key = None
+    if plan.direct:  # what Triton specialises a compiled kernel on beyond the plan: the pointers' alignment
+        key = (has_pos, splits, per_split, q.data_ptr() % 16, k_cache.data_ptr() % 16, v_cache.data_ptr() % 16,
+               cos.data_ptr() % 16, sin.data_ptr() % 16, pos_arg.data_ptr() % 16)
     with on_device_of(q):
-        kernels.attend_split_kernel[(n_blocks, B * H_kv, splits)](
-            q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse,
-            q.stride(0), q.stride(1), q.stride(2),
-            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            out.stride(0), out.stride(1), out.stride(2),
-            spb, spt, cos.stride(0),
-            T, H_kv, L, cos.shape[0], start, per_split, plan.scale_log2,
-            G=plan.G, D=D, BLOCK_D=plan.block_d, HALF=plan.half, ROTARY=plan.rotary_dim,
-            INTERLEAVED=plan.interleaved, ROTATE=plan.rotate, HAS_POS=has_pos,
-            BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, SPLITS=splits, IEEE=plan.ieee,
-            DOT_F32=plan.dot_f32,
-            num_warps=plan.warps, num_stages=plan.stages,
-        )
+        _run(kernels.attend_split_kernel, (plan.n_blocks, B * plan.H_kv, splits), args, plan.warps, plan.stages,
+             plan, key)
         if splits > 1:
-            kernels.combine_splits_kernel[(B * T * H,)](
-                part, lse, out, out.stride(0), out.stride(1), out.stride(2), T, H,
-                D=D, BLOCK_D=plan.block_d, SPLITS=splits, BLOCK_S=_next_pow2(splits), ROUND_BF16=plan.dot_f32,
-                num_warps=4,
-            )
+            _run(kernels.combine_splits_kernel, (B * T * H, 1, 1),
+                 (part, lse, out, T * H * D, H * D, D, T, H, D, plan.block_d, splits, _next_pow2(splits),
+                  plan.dot_f32), 4, 3, plan, None if key is None else ("combine", *key))
     return out
+
+
+def _run(kernel, grid: tuple[int, int, int], args: tuple, warps: int, stages: int, plan: _Plan,
+         key: tuple | None) -> None:
+    """Launch ``kernel`` on ``grid`` with ``args`` (every parameter, constexprs included, in its order).
+
+    Why not always ``kernel[grid](...)``: Triton's launch binds and specialises every argument again on each call,
+    tens of microseconds of host time on a slow host, where a decode step's attention takes a few on the GPU. The
+    first launch of a ``key`` goes through it and returns the compiled kernel; later ones hand the same arguments to
+    that kernel's launcher (the call Triton's own launch ends with). The specialisation is the same by construction:
+    the plan fixes every integer argument but the start position (``do_not_specialize``) and the ones in the key,
+    which also holds the pointers' alignment. Triton's launch stays where a launch hook is set (a profiler)."""
+    compiled = plan.compiled.get(key) if key is not None else None
+    if compiled is not None and _launch_hooks_unset():
+        try:
+            compiled.run(*grid, _driver().get_current_stream(torch.cuda.current_device()), compiled.function,
+                         compiled.packed_metadata, None, None, None, *args)
+            return
+        except TypeError:  # a Triton whose launcher takes other arguments: its own launch from now on
+            plan.direct = False
+            plan.compiled.clear()
+            key = None
+    compiled = kernel[grid](*args, num_warps=warps, num_stages=stages)
+    if key is not None and hasattr(compiled, "packed_metadata") and hasattr(compiled, "function"):
+        plan.compiled[key] = compiled
+
+
+@functools.cache
+def _driver():
+    import triton
+
+    return triton.runtime.driver.active
+
+
+@functools.cache
+def _direct_launch_supported() -> bool:
+    """Whether this Triton launches compiled kernels as :func:`_run` calls them (its ``knobs``, Triton 3.4 on)."""
+    try:
+        import triton
+    except ImportError:
+        return False
+    return hasattr(triton, "knobs") and hasattr(triton.knobs, "runtime")
+
+
+def _launch_hooks_unset() -> bool:
+    """No Triton launch hook set: none, or an empty chain (Triton 3.6 holds hooks as chains of calls)."""
+    import triton
+
+    rt = triton.knobs.runtime
+    return all(h is None or getattr(h, "calls", None) == [] for h in (rt.launch_enter_hook, rt.launch_exit_hook))

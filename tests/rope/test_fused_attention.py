@@ -159,6 +159,7 @@ BAD = {
     "too many queries": ({"q": torch.zeros(2, 257, 4, 16)}, "q", r"q has 257 queries .* takes 1\.\.256"),
     "head dim": ({"q": torch.zeros(2, 3, 4, 8)}, "q", "q has head dim 8; rotary was built for head_dim=16"),
     "q dtype": ({"q": torch.zeros(2, 3, 4, 16, dtype=torch.float64)}, "q", "q must be float32, bfloat16 or float16"),
+    "q last dim strided": ({"q": torch.zeros(2, 3, 4, 32)[..., ::2]}, "q", "q must be contiguous in its last dim"),
     "heads not dividing": ({"k_cache": torch.zeros(2, 3, 40, 16), "v_cache": torch.zeros(2, 3, 40, 16)}, "k_cache",
                            r"k_cache must be \(B, H_kv, L, D\) = \(2, H_kv dividing q's 4 heads"),
     "cache layout": ({"k_cache": torch.zeros(2, 40, 2, 16)}, "k_cache", r"a \(B, L, H_kv, D\) cache\? pass "

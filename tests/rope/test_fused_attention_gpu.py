@@ -1,0 +1,159 @@
+"""``rope.attention_with_rope`` on a CUDA GPU at real sizes: against the RoPE module + SDPA (float32 within 1e-5,
+bf16/fp16 within twice SDPA's own error against float64), decode steps and 64-query chunks over caches of thousands
+of tokens, GQA and MHA, every layout and scaling, per-row positions, NaN rows for positions outside the cache (a
+device tensor is not range-checked), a CUDA graph replay, split and unsplit keys, and offsets past 2^31 elements.
+Marked ``gpu`` (skipped without CUDA)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import rope
+from rope import fused_attention
+
+from .test_fused_attention import position_rows, reference, rotated_cache
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture(autouse=True)
+def no_tf32():
+    """float32 means float32 in the references (a training test in this process may have turned TF32 on)."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = before
+
+
+# (dtype, D, H, H_kv, B, cached, T, build options)
+CASES = {
+    "bf16-decode-gqa-d128": (torch.bfloat16, 128, 32, 8, 2, 4096, 1, {}),
+    "bf16-decode-mha-d64-b1": (torch.bfloat16, 64, 16, 16, 1, 16384, 1, {"variant": "full"}),
+    "bf16-chunk64-gqa-d128": (torch.bfloat16, 128, 32, 8, 1, 4096, 64, {"variant": "full"}),
+    "bf16-chunk64-mha-d64": (torch.bfloat16, 64, 8, 8, 4, 2048, 64, {}),
+    "fp16-decode-interleaved-rotary_dim-yarn": (
+        torch.float16, 128, 16, 4, 3, 3000, 1, {"variant": "full", "layout": "interleaved", "rotary_dim": 64,
+                                                "scaling": {"type": "yarn", "factor": 4.0,
+                                                            "original_max_seq_len": 1024}}),
+    "bf16-chunk256-d96": (torch.bfloat16, 96, 8, 2, 2, 1000, 256, {"variant": "full"}),
+}
+
+
+def sdpa_16_bit(q, k_cache, v_cache, positions, r):
+    """The separate path as a GPU runs it with a mask: the module's rotation, then SDPA's memory-efficient kernel
+    (the one that takes a mask) on the 16-bit inputs, the key-value heads repeated for it."""
+    B, T, H, D = q.shape
+    pos = position_rows(positions, B, T, q.device)
+    G = H // k_cache.shape[1]
+    mask = torch.arange(k_cache.shape[2], device=q.device)[None, None, None, :] <= pos[:, None, :, None]
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+        y = F.scaled_dot_product_attention(r(q, positions=pos).transpose(1, 2), k_cache.repeat_interleave(G, 1),
+                                           v_cache.repeat_interleave(G, 1), attn_mask=mask)
+    return y.transpose(1, 2)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_16_bit_within_twice_sdpa_s_own_error(case):
+    dtype, D, H, H_kv, B, cached, T, options = CASES[case]
+    L = cached + T
+    r = rope.build("triton_v4", D, L + 16, **options).to(CUDA)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, dtype, CUDA)
+    q = torch.randn(B, T, H, D, device=CUDA).to(dtype)
+    positions = torch.arange(cached, L, device=CUDA)
+    exact = reference(q, k_cache, v_cache, positions, r, dtype=torch.float64)
+    sdpa_err = (sdpa_16_bit(q, k_cache, v_cache, positions, r).double() - exact).abs().max().item()
+    out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    assert out.dtype == dtype and out.shape == (B, T, H, D)
+    err = (out.double() - exact).abs().max().item()
+    assert 0 < sdpa_err and err <= 2 * sdpa_err, (err, sdpa_err)
+
+
+@pytest.mark.parametrize("T", [1, 64])
+@pytest.mark.parametrize("impl", ["triton_v4", "torch", "none"])
+def test_float32_within_1e_5_of_the_module_then_sdpa(impl, T):
+    """Three calls of one signature: the first through Triton's launch, the later ones through the compiled
+    kernel's launcher directly (on new values in the same tensors)."""
+    B, H, H_kv, D, cached = 2, 16, 4, 128, 8192
+    r = rope.build(impl, D, cached + T).to(CUDA)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, cached + T, D, torch.float32, CUDA)
+    qkv = torch.randn(B, T, (H + 2 * H_kv) * D, device=CUDA)
+    q = qkv[..., :H * D].view(B, T, H, D)
+    for _ in range(3):
+        out = rope.attention_with_rope(q, k_cache, v_cache, cached, r)
+        torch.testing.assert_close(out, reference(q, k_cache, v_cache, cached, r), rtol=0, atol=1e-5)
+        for x in (qkv, k_cache, v_cache):
+            x.normal_()
+
+
+def test_per_row_positions_and_nan_rows_outside_the_cache():
+    """(B, T) positions: rows of different lengths in one cache. A device tensor is not range-checked (that would
+    wait for the GPU): a position past the cache gives a NaN row, the others stay right."""
+    B, H, H_kv, D, L, T = 3, 8, 2, 64, 3000, 4
+    r = rope.build("triton_v4", D, 4096).to(CUDA)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.float32, CUDA)
+    q = torch.randn(B, T, H, D, device=CUDA)
+    positions = torch.tensor([[10, 11, 12, 13], [1000, 1001, 1002, 1003], [2996, 2997, 2998, 2999]], device=CUDA)
+    torch.testing.assert_close(rope.attention_with_rope(q, k_cache, v_cache, positions, r),
+                               reference(q, k_cache, v_cache, positions, r), rtol=0, atol=1e-5)
+    positions[1, 2] = L  # past the cache (still inside the table)
+    out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    assert out[1, 2].isnan().all() and not out[1, [0, 1, 3]].isnan().any() and not out[[0, 2]].isnan().any()
+
+
+def test_a_captured_call_replays_at_the_positions_in_its_buffer():
+    """Captured in a CUDA graph with its positions in a device buffer, the call follows the buffer's values."""
+    B, H, H_kv, D, L = 2, 16, 4, 128, 2048
+    r = rope.build("triton_v4", D, L).to(CUDA)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.bfloat16, CUDA)
+    q = torch.randn(B, 1, H, D, device=CUDA).to(torch.bfloat16)
+    positions = torch.tensor([100], device=CUDA)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    for p in (100, 1500, L - 1):
+        positions.fill_(p)
+        graph.replay()
+        eager = rope.attention_with_rope(q, k_cache, v_cache, torch.tensor([p], device=CUDA), r)
+        torch.testing.assert_close(out, eager, rtol=0, atol=0)
+
+
+def test_splitting_the_keys_changes_nothing_but_rounding(monkeypatch):
+    B, H, H_kv, D, L = 1, 32, 8, 128, 16384
+    r = rope.build("triton_v4", D, L).to(CUDA)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.float32, CUDA)
+    q = torch.randn(B, 1, H, D, device=CUDA)
+    split = rope.attention_with_rope(q, k_cache, v_cache, L - 1, r)
+    assert fused_attention._splits(H_kv, L, 64, fused_attention._sm_count(CUDA))[0] > 1
+    monkeypatch.setattr(fused_attention, "_splits", lambda programs, length, block_n, sms: (1, -(-L // 64) * 64))
+    whole = rope.attention_with_rope(q, k_cache, v_cache, L - 1, r)
+    torch.testing.assert_close(split, whole, rtol=0, atol=1e-5)
+
+
+def test_offsets_past_2_31_elements():
+    """A cache whose batch rows lie 2^31 elements apart (a long cache of a large batch): the kernel's address
+    arithmetic is 64-bit."""
+    H_kv, D, L = 2, 64, 256
+    stride_b = 2**31
+    r = rope.build("triton_v4", D, L).to(CUDA)
+    caches = []
+    for _ in range(2):
+        storage = torch.zeros(stride_b + H_kv * L * D, dtype=torch.bfloat16, device=CUDA)
+        cache = storage.as_strided((2, H_kv, L, D), (stride_b, L * D, D, 1))
+        cache.copy_(torch.randn(2, H_kv, L, D, device=CUDA).to(torch.bfloat16))
+        caches.append(cache)
+    q = torch.randn(2, 1, 4, D, device=CUDA).to(torch.bfloat16)
+    out = rope.attention_with_rope(q, caches[0], caches[1], L - 1, r)
+    compact = rope.attention_with_rope(q, caches[0].contiguous(), caches[1].contiguous(), L - 1, r)
+    torch.testing.assert_close(out, compact, rtol=0, atol=0)
+    qr = r(q, positions=torch.tensor([L - 1], device=CUDA)).transpose(1, 2)
+    ref = F.scaled_dot_product_attention(qr.float(), caches[0].float(), caches[1].float(), enable_gqa=True)
+    assert (out.float() - ref.transpose(1, 2)).abs().max() < 2e-2
