@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # One call on a CUDA machine: GPU tests, the kernel benchmark, the training-step benchmark and an MFU
-# run of GPT-2 small. Everything lands in outputs/gpu_check/; $OUT (the device tool's return folder)
-# gets report.md (all tables) and gpu_check.tar.gz (every file).
-#   bash scripts/gpu_check.sh [tests] [suite] [bench] [tune] [step] [mfu] [small]    (no argument: tests bench step mfu)
+# run of GPT-2 small. Everything lands in outputs/gpu_check/ (the benchmarks' rows in its kernel.csv and
+# step.csv, not in bench/results/); $OUT (the device tool's return folder) gets report.md (all tables) and
+# gpu_check.tar.gz (every file).
+#   bash scripts/gpu_check.sh [tests] [suite] [bench] [step] [mfu] [small]    (no argument: tests bench step mfu)
 # The RoPE implementations come from the registry (rope.available()), never from a list here: the
-# benchmarks default to all of them (bench_rope skips `none`, which launches nothing; bench_step keeps
-# it as its baseline), and `small` trains every one but `none`.
+# benchmarks default to all of them, and `small` trains every one but `none`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dest=outputs/gpu_check
 export PYTHONUNBUFFERED=1 ROPELAB_CACHE="${ROPELAB_CACHE:-$PWD/outputs/cache}" WANDB_MODE=offline
 parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(tests bench step mfu)
-known=" tests suite bench tune step mfu small "
+known=" tests suite bench step mfu small "
 for part in "${parts[@]}"; do  # every part checked before any work
   [[ $known == *" $part "* ]] || { echo "gpu_check.sh: unknown part '$part'; the parts are:${known% }" >&2; exit 2; }
 done
@@ -30,23 +30,15 @@ for part in "${parts[@]}"; do
       section "GPU tests"
       python3 -m pytest -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} tests/rope 2>&1 | tee "$dest/pytest_gpu.log" | tail -n 15 >> "$report" ;;
     suite)
-      # every test: on a GPU machine the GPU tests run and the interpreter-only CPU dry runs skip (all of it passed
-      # on an H100 in 8 minutes with 16 workers, docs/results/gpu_suite_s32/call5)
+      # every test: on a GPU machine the GPU tests run and the interpreter-only CPU dry runs skip
       section "The whole test suite on this GPU machine"
       python3 -m pytest -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} 2>&1 | tee "$dest/pytest_suite.log" | tail -n 15 >> "$report" ;;
     bench)
-      section "Kernel benchmark (scripts/bench_rope.py)"
-      rm -f "$dest/bench_rope.md"
-      python3 scripts/bench_rope.py --out "$dest" > "$dest/bench_rope.log" 2>&1 || tail -n 20 "$dest/bench_rope.log" >> "$report"
-      cat "$dest/bench_rope.md" >> "$report" 2>/dev/null ;;
-    tune)
-      section "Launch-configuration sweep (scripts/bench_rope.py --tune --no-sweep)"
-      python3 scripts/bench_rope.py --tune --no-sweep --out "$dest/tune" 2>&1 | grep -A12 "^tune " >> "$report" ;;
+      section "Kernel benchmark (python -m bench.kernel)"
+      python3 -m bench.kernel --out "$dest/kernel.csv" > "$dest/bench_kernel.log" 2>&1 || tail -n 20 "$dest/bench_kernel.log" >> "$report" ;;
     step)
-      section "Training step (scripts/bench_step.py)"
-      rm -f "$dest/step_bench.md"
-      python3 -m scripts.bench_step --out "$dest" > "$dest/bench_step.log" 2>&1 || tail -n 20 "$dest/bench_step.log" >> "$report"
-      cat "$dest/step_bench.md" >> "$report" 2>/dev/null ;;
+      section "Training step (python -m bench.step)"
+      python3 -m bench.step --out "$dest/step.csv" > "$dest/bench_step.log" 2>&1 || tail -n 20 "$dest/bench_step.log" >> "$report" ;;
     mfu)
       section "MFU: python -m llm.train model=gpt2_small train.compile=true (B=32, T=1024, bf16)"
       python3 -m llm.train model=gpt2_small train.compile=true train.batch_size=32 train.max_steps=300 \
@@ -69,6 +61,10 @@ PY
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done
+if [ -f "$dest/kernel.csv" ] || [ -f "$dest/step.csv" ]; then
+  section "Benchmark tables"
+  python3 -m bench.tables --results "$dest" --print >> "$report"
+fi
 cat "$report"
 if [ -n "${OUT:-}" ]; then
   cp "$report" "$OUT/report.md"

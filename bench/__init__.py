@@ -1,0 +1,14 @@
+"""Benchmarks of ropelab: one script per question, each appending rows to ``bench/results/<benchmark>.csv``.
+
+* ``python -m bench.kernel``: RoPE kernels against their peers, in % of the GPU's copy bandwidth.
+* ``python -m bench.step``: what a RoPE implementation costs in a training step of the project's model.
+* ``python -m bench.generate``: decoding speed with and without the KV cache.
+* ``python -m bench.profile``: where one training step spends its time.
+* ``python -m bench.precision``: the cos/sin tables and the kernels at positions up to 2^20 (CPU).
+* ``python -m bench.tables``: ``docs/benchmarks.md`` rewritten from the CSVs.
+* ``python -m bench.compare``: two commits of the RoPE code side by side (``bench/compare_commits.sh``).
+
+Every script takes ``--smoke`` (tiny shapes on the CPU, a few seconds: what CI runs) and ``--out``; the shared
+timer, environment columns and CSV writer are in :mod:`bench.harness`. This package is no part of the installed
+product: run it from a checkout.
+"""

@@ -1,0 +1,113 @@
+"""Two commits of the RoPE code side by side, from the rows ``bench.kernel`` and ``bench.step`` appended.
+
+    python -m bench.compare --base d8fcb20                 # the newest other commit on the same GPU as the head
+    python -m bench.compare --base d8fcb20 --head 1a2b3c4 --gpu "NVIDIA H200"
+
+Kernels: per configuration, implementation and direction that both commits measured, their % of copy bandwidth
+and the difference; ``SLOWER`` where the head is more than ``--points`` (2) below the base at a head size public
+models use (64, 80, 96, 128, 160, 192, 256). Then the head's ``triton_v4`` against Liger-Kernel (same GPU): ``BELOW
+LIGER`` wherever it is under Liger's row of the same configuration, at any head dim. Training steps: each commit's
+``triton_v4`` step against ``rope=torch`` of its own run (paired rounds), and the head's ``SLOWER`` where its
+interval lies wholly above the base's. Where a configuration was measured more than once, its newest row counts.
+Only reads the CSVs; exit 0 whatever it finds (the flags are for a reader).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench import harness
+from bench.kernel import COMMON_HEAD_DIMS
+
+CONFIG_KEYS = ("head_dim", "variant", "layout", "rotary_dim", "positions", "elements", "dtype")
+
+
+def latest(rows: list[dict], key: tuple[str, ...]) -> dict[tuple, dict]:
+    """The newest row (by date; a later row of the same date wins) of each ``key`` value."""
+    out: dict[tuple, dict] = {}
+    for r in sorted(rows, key=lambda r: r["date"]):
+        out[tuple(r[k] for k in key)] = r
+    return out
+
+
+def commit_rows(rows: list[dict], commit: str, gpu: str) -> list[dict]:
+    """Rows of ``gpu`` whose commit starts with ``commit`` (``d8fcb20`` matches ``d8fcb20-dirty``)."""
+    return [r for r in rows if r["gpu"] == gpu and r["commit"].startswith(commit)]
+
+
+def pick_head(rows: list[dict], base: str, gpu: str) -> str | None:
+    others = sorted((r for r in rows if r["gpu"] == gpu and not r["commit"].startswith(base)), key=lambda r: r["date"])
+    return others[-1]["commit"] if others else None
+
+
+def kernel_lines(rows: list[dict], base: str, head: str, gpu: str, points: float, flags_only: bool) -> list[str]:
+    key = ("implementation", "direction", *CONFIG_KEYS)
+    plain = [r for r in rows if not r["tuning"]]
+    old, new = latest(commit_rows(plain, base, gpu), key), latest(commit_rows(plain, head, gpu), key)
+    lines = [f"kernels on {gpu}: % of copy bandwidth, {base} -> {head}", "",
+             f"{'impl':12s}{'dir':9s}{'D':>5s} {'variant':8s}{'layout':12s}{'rot':>5s} {'positions':12s}"
+             f"{'base':>7s}{'head':>7s}{'diff':>7s}"]
+    flagged = 0
+    for k in sorted(set(old) & set(new), key=lambda k: (k[0] != "triton_v4", k[0], int(k[2]), k[3:], k[1])):
+        a, b = float(old[k]["pct_copy_bw"]), float(new[k]["pct_copy_bw"])
+        flag = "  SLOWER" if b < a - points and int(k[2]) in COMMON_HEAD_DIMS else ""
+        flagged += bool(flag)
+        if flag or not flags_only:
+            lines.append(f"{k[0]:12s}{k[1]:9s}{k[2]:>5s} {k[3]:8s}{k[4]:12s}{k[5]:>5s} {k[6]:12s}{a:7.1f}{b:7.1f}"
+                         f"{b - a:+7.1f}{flag}")
+    lines += ["", f"{len(set(old) & set(new))} rows in both; {flagged} more than {points:g} points slower "
+                  f"at D in {', '.join(map(str, COMMON_HEAD_DIMS))}", ""]
+    mine = latest([r for r in commit_rows(plain, head, gpu) if r["implementation"] == "triton_v4"], key[1:])
+    liger = latest([r for r in plain if r["gpu"] == gpu and r["implementation"] == "liger"], key[1:])
+    below = [(k, float(mine[k]["pct_copy_bw"]), float(liger[k]["pct_copy_bw"])) for k in sorted(
+        set(mine) & set(liger), key=lambda k: (int(k[1]), k[2:], k[0]))]
+    low = [f"  D={k[1]} {k[2]} {k[0]}: triton_v4 {m:.2f} < liger {g:.2f}  BELOW LIGER" for k, m, g in below if m < g]
+    lines += [f"triton_v4 at {head} against Liger-Kernel: {len(below)} rows, {len(low)} below it", *low]
+    return lines
+
+
+def step_lines(rows: list[dict], base: str, head: str, gpu: str) -> list[str]:
+    key = ("model", "shape", "mode", "implementation")
+    old, new = latest(commit_rows(rows, base, gpu), key), latest(commit_rows(rows, head, gpu), key)
+    lines = [f"training steps on {gpu}: triton_v4 against rope=torch of the same run [95% CI], {base} -> {head}", ""]
+
+    def cell(r: dict) -> tuple[str, float, float]:
+        pct, lo, hi = (float(r[c]) if r[c] else float("nan") for c in ("vs_torch_pct", "vs_torch_lo", "vs_torch_hi"))
+        return f"{float(r['time_us']) / 1e3:8.2f} ms {pct:+6.2f}% [{lo:+.2f}, {hi:+.2f}]", lo, hi
+
+    for k in sorted(set(old) & set(new)):
+        if k[3] != "triton_v4":
+            continue
+        (a, _, a_hi), (b, b_lo, _) = cell(old[k]), cell(new[k])
+        flag = "  SLOWER" if b_lo > a_hi else ""
+        lines.append(f"{k[0]:11s}{k[2]:8s} base {a}   head {b}{flag}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", required=True, help="the older commit (a prefix of the commit column)")
+    p.add_argument("--head", default=None, help="the newer commit (default: the newest other one on that GPU)")
+    p.add_argument("--gpu", default=None, help="the GPU's name as the rows give it (default: the newest row's)")
+    p.add_argument("--points", type=float, default=2.0, help="how far below the base is flagged (default 2)")
+    p.add_argument("--flags-only", action="store_true", help="of the kernels' comparison, print the flagged lines only")
+    p.add_argument("--kernel-csv", type=Path, default=harness.RESULTS / "kernel.csv")
+    p.add_argument("--step-csv", type=Path, default=harness.RESULTS / "step.csv")
+    args = p.parse_args(argv)
+    kernel_rows, step_rows = harness.read_rows(args.kernel_csv), harness.read_rows(args.step_csv)
+    if not kernel_rows and not step_rows:
+        p.error(f"no rows in {args.kernel_csv} or {args.step_csv}")
+    gpu = args.gpu or max(kernel_rows + step_rows, key=lambda r: r["date"])["gpu"]
+    head = args.head or pick_head(kernel_rows + step_rows, args.base, gpu)
+    if head is None or not commit_rows(kernel_rows + step_rows, args.base, gpu):
+        p.error(f"{gpu} has no rows of both --base {args.base} and another commit")
+    print("\n".join([*kernel_lines(kernel_rows, args.base, head, gpu, args.points, args.flags_only), "",
+                     *step_lines(step_rows, args.base, head, gpu)]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

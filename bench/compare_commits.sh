@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# One GPU run times this checkout's RoPE code against another commit's (default d8fcb20, the code before the
+# Triton entry became rope/triton/): kernels and training steps, appended to bench/results/{kernel,step}.csv,
+# then printed side by side (python -m bench.compare).
+#
+#   bash bench/compare_commits.sh prepare [COMMIT]   here, in a checkout with git history: .baseline/rope at COMMIT
+#   bash bench/compare_commits.sh run                on the GPU machine, .baseline carried (about 6 minutes)
+#   bash bench/compare_commits.sh summary            anywhere the CSVs are: the comparison again, every row
+#
+# The GPU machine's copy of the tree may have no git history, so `prepare` writes both commits' names into
+# .baseline (git-ignored) and `run` passes them to the benchmarks. Logs and the summary go to outputs/compare/;
+# with $OUT set (the device tool's return folder) `run` also leaves there the two CSVs, docs/benchmarks.md
+# rewritten from them, summary.txt and logs.tgz.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=.baseline
+kernel_cases=(--head-dims 64,80,96,128,160,192,256 --variants partial,full
+              --cases plain,interleaved,rotary_half,positions,cu_seqlens --reps 10)
+liger_sweep=(--head-dims even --variants full --impls triton_v4,liger --reps 10)
+steps=(--model gpt2_small,seed004 --modes eager,compile --impls torch,triton_v4 --warmup 3 --rounds 8 --steps 3)
+
+case "${1:-}" in
+  prepare)
+    base=$(git rev-parse --short "${2:-d8fcb20}")
+    head=$(git rev-parse --short HEAD)
+    [ -z "$(git status --porcelain -- rope)" ] || head="$head-dirty"
+    rm -rf "$dir" && mkdir -p "$dir"
+    git archive "$base" rope | tar -x -C "$dir"
+    echo "$base" > "$dir/.commit"
+    echo "$head" > "$dir/head.commit"
+    echo "$dir/rope is $base's; this checkout's rope is $head. Carry $dir (and .whl) to the GPU machine."
+    ;;
+  run)
+    [ -f "$dir/.commit" ] && [ -f "$dir/head.commit" ] || {
+      echo "compare_commits.sh: no $dir/.commit: run 'bash bench/compare_commits.sh prepare' where git history is" >&2
+      exit 2; }
+    base=$(cat "$dir/.commit") head=$(cat "$dir/head.commit")
+    work=outputs/compare logs=outputs/compare/logs
+    rm -rf "$work" && mkdir -p "$logs"
+    export PYTHONUNBUFFERED=1
+    t0=$SECONDS
+    say() { echo "[$((SECONDS - t0)) s] $*"; }
+    # 1. compile everything side by side, timing nothing: Triton's and Inductor's on-disk caches fill up, so the
+    #    timed runs below, one at a time, spend their time measuring
+    say "compiling both commits' kernels and training steps side by side"
+    pids=()
+    python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4 --rope-path "$dir" --warm-only --jobs 5 \
+      > "$logs/warm_kernel_base.log" 2>&1 & pids+=($!)
+    python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4,liger --warm-only --jobs 5 \
+      > "$logs/warm_kernel_head.log" 2>&1 & pids+=($!)
+    python -m bench.kernel "${liger_sweep[@]}" --warm-only --jobs 5 > "$logs/warm_sweep.log" 2>&1 & pids+=($!)
+    python -m bench.step "${steps[@]}" --rope-path "$dir" --warm-only > "$logs/warm_step_base.log" 2>&1 & pids+=($!)
+    python -m bench.step "${steps[@]}" --warm-only > "$logs/warm_step_head.log" 2>&1 & pids+=($!)
+    for pid in "${pids[@]}"; do wait "$pid" || say "a compile run failed (its log is in $logs); the timed runs go on"; done
+    # 2. time, one process at a time
+    timed() {
+      local name=$1; shift
+      say "$name"
+      "$@" > "$logs/$name.log" 2>&1 || { say "$name failed:"; tail -n 5 "$logs/$name.log"; }
+    }
+    timed kernel_base python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4 --rope-path "$dir" --commit "$base"
+    timed kernel_head python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4,liger --commit "$head"
+    timed liger_sweep python -m bench.kernel "${liger_sweep[@]}" --commit "$head"
+    timed step_base python -m bench.step "${steps[@]}" --rope-path "$dir" --commit "$base"
+    timed step_head python -m bench.step "${steps[@]}" --commit "$head"
+    say "done"
+    python -m bench.compare --base "$base" --head "$head" > "$work/summary.txt"
+    python -m bench.compare --base "$base" --head "$head" --flags-only
+    if [ -n "${OUT:-}" ]; then
+      python -m bench.tables > /dev/null
+      cp bench/results/kernel.csv bench/results/step.csv docs/benchmarks.md "$work/summary.txt" "$OUT/"
+      tar -czf "$OUT/logs.tgz" -C "$work" logs
+    fi
+    ;;
+  summary)
+    python -m bench.compare --base "$(cat "$dir/.commit")" --head "$(cat "$dir/head.commit")"
+    ;;
+  *)
+    echo "usage: bash bench/compare_commits.sh prepare [COMMIT] | run | summary" >&2
+    exit 2
+    ;;
+esac

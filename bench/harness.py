@@ -1,0 +1,352 @@
+"""What every benchmark shares: which RoPE code it imports, the timers, the environment columns, the CSV writer.
+
+A benchmark row must say what ran where, or it cannot be compared with another: each row starts with
+:data:`ENV_COLUMNS` (the date, the GPU, the commit of the RoPE code actually imported, torch's and triton's
+versions). ``--rope-path DIR`` imports ``rope`` from ``DIR/rope`` instead of this checkout, so one GPU session can
+time an older commit's code (``git archive <commit> rope | tar -x -C DIR``) beside today's: its commit comes from
+``DIR/.commit`` (written with the archive: such a folder has no git history) or from git.
+Importing this module imports torch only: ``rope`` is imported by :func:`import_rope`, after the path is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import datetime
+import importlib
+import importlib.metadata
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+#: Where ``--smoke`` rows go by default: CPU rows must never land in the GPU results.
+SMOKE_RESULTS = ROOT / "outputs" / "bench"
+ENV_COLUMNS = ("date", "gpu", "commit", "torch", "triton")
+#: The file beside a ``rope/`` package that names its commit where there is no git history (``--rope-path``).
+COMMIT_FILE = ".commit"
+#: An L2 larger than any current GPU's: zeroed before each timed call, so no call finds its inputs in the L2.
+FLUSH_BYTES = 256 * 2**20
+#: GPU clock cycles slept before each timed call (about 1 ms): the host queues the call meanwhile, so the events
+#: time the kernels and not Python's launch.
+SLEEP_CYCLES = 2_000_000
+
+
+# -- which rope -------------------------------------------------------------------------------------------------
+def import_rope(rope_path: str | Path | None) -> Path:
+    """Import ``rope`` (from ``rope_path/rope`` when given, else this checkout's) and return the folder holding it.
+
+    Why a path and not a second package name: an older commit's ``rope`` imports itself as ``rope``, so it can only
+    be timed as the one ``rope`` of a process; a benchmark is run once per commit, appending to the same CSV.
+    """
+    if rope_path is not None:
+        root = Path(rope_path).resolve()
+        if not (root / "rope" / "__init__.py").is_file():
+            raise SystemExit(f"--rope-path {rope_path}: no rope/__init__.py there (make one with `git archive "
+                             f"<commit> rope | tar -x -C {rope_path}`)")
+        loaded = sys.modules.get("rope")
+        if loaded is not None and Path(loaded.__file__).resolve().parent.parent != root:
+            raise SystemExit(f"--rope-path {rope_path}: this process has already imported rope from "
+                             f"{Path(loaded.__file__).parent}")
+        sys.path.insert(0, str(root))
+    rope = importlib.import_module("rope")
+    return Path(rope.__file__).resolve().parent.parent
+
+
+def code_commit(root: Path) -> str:
+    """The commit of the ``rope`` package under ``root``: ``root/.commit`` if present, else git's HEAD of ``root``
+    (``-dirty`` when ``rope/`` differs from it), else ``unknown``. Git is asked only where ``root`` is the top of its
+    own checkout, so a git-ignored copy inside this checkout never reads as this checkout's commit."""
+    marker = root / COMMIT_FILE
+    if marker.is_file():
+        return marker.read_text().strip() or "unknown"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+
+    try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root:
+            return "unknown"
+        return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain", "--", "rope") else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (smoke)"
+
+
+def environment(device: torch.device, rope_root: Path, commit: str | None = None) -> dict[str, str]:
+    """The :data:`ENV_COLUMNS` of every row of this run."""
+    try:
+        triton = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        triton = ""
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+            "gpu": device_name(device), "commit": commit or code_commit(rope_root),
+            "torch": torch.__version__, "triton": triton}
+
+
+# -- command line ------------------------------------------------------------------------------------------------
+def add_common_args(parser: argparse.ArgumentParser, name: str, rope_path: bool = True) -> None:
+    """``--out``, ``--smoke`` and (``rope_path``) ``--rope-path``/``--commit``, worded alike in every script."""
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"CSV file the rows are appended to (default: bench/results/{name}.csv; with --smoke: "
+                             f"outputs/bench/{name}.csv)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny shapes on the CPU (Triton kernels under TRITON_INTERPRET=1): checks the script "
+                             "end to end in seconds; its times mean nothing")
+    if rope_path:
+        parser.add_argument("--rope-path", default=None, metavar="DIR",
+                            help="import rope from DIR/rope (another commit's code: git archive <commit> rope | "
+                                 "tar -x -C DIR), not from this checkout")
+        parser.add_argument("--commit", default=None,
+                            help="what the commit column says (default: DIR/.commit, else git's HEAD of the "
+                                 "imported rope code, else 'unknown')")
+
+
+def out_path(args: argparse.Namespace, name: str) -> Path:
+    if args.out is not None:
+        return args.out
+    return (SMOKE_RESULTS if args.smoke else RESULTS) / f"{name}.csv"
+
+
+def pick_device(smoke: bool, script: str) -> torch.device:
+    """CUDA for a measurement, the CPU for ``--smoke`` (with Triton's interpreter, set before triton is imported).
+    One line and exit 2 where a measurement has no GPU."""
+    if smoke:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        print(f"{script}: no CUDA GPU here (--smoke runs it at tiny shapes on the CPU)", file=sys.stderr)
+        raise SystemExit(2)
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def split_list(text: str | None) -> list[str]:
+    return [x.strip() for x in (text or "").split(",") if x.strip()]
+
+
+class Progress:
+    """``[  12 s] message`` lines on stderr: long runs show where they are."""
+
+    def __init__(self) -> None:
+        self.t0 = time.time()
+
+    def __call__(self, message: str) -> None:
+        print(f"[{time.time() - self.t0:5.0f} s] {message}", file=sys.stderr, flush=True)
+
+
+# -- the Triton entries' launch settings --------------------------------------------------------------------------
+def parse_tuning(text: str | None) -> dict[str, object]:
+    """``tiling=rows,tile=2048`` -> {"tiling": "rows", "tile": 2048}: the fields of ``--tuning``."""
+    spec: dict[str, object] = {}
+    for item in split_list(text):
+        key, eq, value = item.partition("=")
+        if not eq or not key or not value:
+            raise ValueError(f"--tuning takes FIELD=VALUE items separated by commas, got {item!r}")
+        spec[key.strip()] = int(value) if value.strip().isdigit() else value.strip()
+    return spec
+
+
+def tuning(spec: dict[str, object]) -> contextlib.AbstractContextManager:
+    """The benchmarks' one way to the Triton entries' launch settings: ``rope.triton.tuning(**spec)``, under which
+    eager launches take the given fields (``tiling``, ``tile``, ``num_warps``); no fields: a no-op.
+
+    Why one function: launch settings are the Triton package's business, and a benchmark that reached into them
+    in several places would have to follow every change of its internals."""
+    if not spec:
+        return contextlib.nullcontext()
+    try:
+        from rope.triton import tuning as hook
+    except ImportError:
+        raise SystemExit("--tuning: the rope code imported has no rope.triton.tuning hook") from None
+    return hook(**spec)
+
+
+def check_tuning(spec: dict[str, object]) -> None:
+    """A bad ``--tuning`` field or value: one line and exit 2, before any work."""
+    try:
+        with tuning(spec):
+            pass
+    except (TypeError, ValueError) as exc:  # the hook's message names the field
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def plan_label(module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor | None) -> str:
+    """The launch a Triton entry makes for these inputs, in a line (``rope.triton.plan_for``, under the current
+    :func:`tuning`): which tiling a result row measured. Empty for other entries, and for rope code that cannot
+    say (an older commit's)."""
+    try:
+        from rope.triton import TritonRotary, plan_for
+    except ImportError:
+        return ""
+    return str(plan_for(module, q, k, positions)) if isinstance(module, TritonRotary) else ""
+
+
+# -- timing ------------------------------------------------------------------------------------------------------
+class GpuTimer:
+    """Microseconds of ``fn`` on the GPU: the lower of two medians of ``reps`` calls each, after warm-up calls.
+
+    Before each timed call the L2 is flushed (:data:`FLUSH_BYTES` zeroed, as ``triton.testing.do_bench`` does) and
+    the GPU sleeps while the host queues the call, so the time is the kernels' and the inputs come from memory.
+    Two medians, the lower kept: a pass disturbed by the host (another process compiling) reads high as a whole.
+    """
+
+    def __init__(self, reps: int, device: torch.device) -> None:
+        self.reps = reps
+        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
+
+    def _median(self, fn: Callable[[], object], reps: int) -> float:
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        for start, end in events:
+            self.flush.zero_()
+            torch.cuda._sleep(SLEEP_CYCLES)
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return 1e3 * statistics.median(s.elapsed_time(e) for s, e in events)
+
+    def __call__(self, fn: Callable[[], object], reps: int | None = None) -> float:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        reps = reps or self.reps
+        return min(self._median(fn, reps), self._median(fn, reps))
+
+
+class WallTimer:
+    """:class:`GpuTimer`'s interface on the CPU (``--smoke``): the median wall-clock microseconds of ``reps`` calls
+    after one warm-up call."""
+
+    def __init__(self, reps: int) -> None:
+        self.reps = reps
+
+    def __call__(self, fn: Callable[[], object], reps: int | None = None) -> float:
+        fn()
+        times = []
+        for _ in range(reps or self.reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(times)
+
+
+def make_timer(reps: int, device: torch.device) -> GpuTimer | WallTimer:
+    return GpuTimer(reps, device) if device.type == "cuda" else WallTimer(reps)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def copy_gbps(timer: GpuTimer | WallTimer, nbytes: int, device: torch.device) -> float:
+    """GB/s of a device-to-device copy of ``nbytes`` (bytes read plus bytes written): the 100% mark of a
+    memory-bound kernel, measured on the same GPU in the same run."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    us = timer(lambda: dst.copy_(src), reps=10)
+    return 2 * nbytes / (us * 1e-6) / 1e9
+
+
+# -- results -----------------------------------------------------------------------------------------------------
+def _cell(value: object) -> object:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.6g}"
+    return "" if value is None else value
+
+
+class ResultsCsv:
+    """An append-only CSV with a fixed header: every run adds rows, none rewrites what is there.
+
+    A file whose header differs (written by another version of the benchmark) is refused before any work, in one
+    line, rather than mixed with rows of another meaning.
+    """
+
+    def __init__(self, path: Path, columns: Sequence[str]) -> None:
+        self.path, self.columns = Path(path), list(columns)
+        if self.path.is_file() and self.path.stat().st_size:
+            with open(self.path, newline="") as f:
+                header = next(csv.reader(f), [])
+            if header != self.columns:
+                raise SystemExit(f"{self.path}: its columns are not the ones this benchmark writes "
+                                 f"({','.join(self.columns)}); append to another file with --out")
+
+    def append(self, rows: Iterable[dict]) -> None:
+        rows = list(rows)
+        if not rows:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        new = not (self.path.is_file() and self.path.stat().st_size)
+        with open(self.path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="raise")
+            if new:
+                writer.writeheader()
+            writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric_from: int = 0) -> list[str]:
+    """Lines of a Markdown table; columns from ``numeric_from`` on are right-aligned (numbers)."""
+    align = ["---" if i < numeric_from else "---:" for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(align) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """Every row of a results CSV (an absent file: none)."""
+    if not Path(path).is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def rope_config(name: str):
+    """``conf/rope/<name>.yaml`` (a registered name without one: its defaults), for the benchmarks that build the
+    project's model."""
+    from omegaconf import OmegaConf
+
+    path = ROOT / "conf" / "rope" / f"{name}.yaml"
+    return OmegaConf.load(path) if path.is_file() else OmegaConf.create({"name": name})
+
+
+def model_config(name: str, parser: argparse.ArgumentParser):
+    """``conf/model/<name>.yaml``, or the parser's one-line error naming the presets."""
+    from omegaconf import OmegaConf
+
+    path = ROOT / "conf" / "model" / f"{name}.yaml"
+    if not path.is_file():
+        parser.error(f"--model {name}: no conf/model/{name}.yaml; the presets: "
+                     f"{', '.join(sorted(p.stem for p in path.parent.glob('*.yaml')))}")
+    return OmegaConf.load(path)
+
+
+def registered(names: Sequence[str], device: torch.device, parser: argparse.ArgumentParser,
+               log: Callable[[str], None]) -> list[str]:
+    """``names`` checked against the registry (an unknown one is the parser's one-line error), those that cannot
+    run on ``device`` left out with a note."""
+    import rope
+
+    unknown = [n for n in names if n not in rope.available()]
+    if unknown:
+        parser.error(f"unknown RoPE implementation(s) {', '.join(unknown)}; available: {', '.join(rope.available())}")
+    kept = []
+    for name in names:
+        reason = rope.get(name).unavailable_reason(device)
+        if reason:
+            log(f"{name} left out: {reason}")
+        else:
+            kept.append(name)
+    return kept

@@ -1,0 +1,414 @@
+"""RoPE kernels against their peers: forward and backward time, in % of the copy bandwidth of the same GPU.
+
+    python -m bench.kernel                                                # every implementation, common head dims
+    python -m bench.kernel --impls triton_v4,liger --head-dims even --variants full
+    python -m bench.kernel --impls triton_v4 --cases plain,positions,cu_seqlens --rope-path .baseline
+    python -m bench.kernel --impls triton_v4 --head-dims 96 --tuning tiling=rows,tile=2048
+    python -m bench.kernel --smoke                                        # CPU, tiny shapes, seconds
+
+Each configuration (head dim D, variant, case) gets fresh random q and k of shape (B, T, H, D), B the smallest that
+gives each tensor ``--elements`` elements (default 32M: far beyond any L2, so the time is the memory traffic's).
+Cases: ``plain`` (layout half, the whole head rotated), ``interleaved`` (pairs 2i, 2i+1), ``rotary_half``
+(rotary_dim = D/2, the rest passed through), ``positions`` ((B, T) int64 positions at random offsets) and
+``cu_seqlens`` (packed sequences of random lengths up to T, as (B T, H, D)); the ``positions`` column says
+``arange``, ``tensor`` or ``cu_seqlens``. Implementations: the registry's
+entries (``rope.available()`` but ``none`` and ``liger``), ``torch_compiled`` (``torch.compile`` of the ``torch``
+entry) and ``liger`` (Liger-Kernel's kernels called natively, where it computes the same function: the plain case).
+
+Forward: the module call. Backward: the autograd backward of that call's graph, kept for the repetitions (what a
+training step runs); Liger: its backward kernel. Bytes: q and k read once and written once. Every output is
+checked against the float32 ``torch`` reference (``max_err``; above 0.25 the row is flagged WRONG in the log).
+One row per (configuration, implementation, direction) is appended to ``bench/results/kernel.csv`` as soon as its
+configuration is measured, so a run cut short keeps what it measured. ``--jobs N`` compiles every configuration in
+N processes first (Triton's and Inductor's on-disk caches), then times them one after another in this one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from bench import harness
+from bench import liger as liger_native
+
+NAME = "kernel"
+COLUMNS = (*harness.ENV_COLUMNS, "implementation", "direction", "head_dim", "variant", "layout", "rotary_dim",
+           "positions", "shape", "dtype", "elements", "time_us", "gbps", "copy_gbps", "pct_copy_bw", "max_err",
+           "tuning", "plan")
+#: The head sizes of public models (partial or full rotation): what ``--head-dims common`` (the default) times.
+COMMON_HEAD_DIMS = (64, 80, 96, 128, 160, 192, 256)
+CASES = ("plain", "interleaved", "rotary_half", "positions", "cu_seqlens")
+COMPILED, LIGER = "torch_compiled", liger_native.NAME
+#: What ``--smoke`` times unless told otherwise (the compiled reference's compile alone would take seconds).
+SMOKE_IMPLS = f"torch,triton_v4,{LIGER}"
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+#: An output further than this from the float32 reference is wrong, not rounded (unit-variance bf16 inputs: one
+#: ulp is at most 2^-5 below 8).
+MAX_ERR = 0.25
+
+
+@dataclass(frozen=True)
+class Config:
+    head_dim: int
+    variant: str
+    case: str
+
+    @property
+    def layout(self) -> str:
+        return "interleaved" if self.case == "interleaved" else "half"
+
+    @property
+    def rotary_dim(self) -> int:
+        return self.head_dim // 2 if self.case == "rotary_half" else self.head_dim
+
+    @property
+    def positions(self) -> str:
+        return {"positions": "tensor", "cu_seqlens": "cu_seqlens"}.get(self.case, "arange")
+
+    def options(self) -> dict:
+        """``rope.build`` options, defaults left out (an entry without a layout option still builds)."""
+        opts: dict = {"variant": self.variant}
+        if self.layout != "half":
+            opts["layout"] = self.layout
+        if self.rotary_dim != self.head_dim:
+            opts["rotary_dim"] = self.rotary_dim
+        return opts
+
+    def __str__(self) -> str:
+        return f"D={self.head_dim} {self.variant} {self.case}"
+
+
+@dataclass
+class Inputs:
+    """q, k and output gradients of one configuration, the call's keyword arguments and its table length."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    gq: torch.Tensor
+    gk: torch.Tensor
+    kwargs: dict
+    max_seq_len: int
+    shape: str
+
+
+def make_inputs(cfg: Config, elements: int, T: int, H: int, dtype: torch.dtype, device: torch.device) -> Inputs:
+    D = cfg.head_dim
+    B = max(1, -(-elements // (T * H * D)))
+    gen = torch.Generator().manual_seed(D)
+    shape: tuple[int, ...] = (B, T, H, D)
+    kwargs: dict = {}
+    if cfg.case == "positions":
+        offsets = torch.randint(0, T, (B, 1), generator=gen)
+        kwargs["positions"] = (torch.arange(T)[None] + offsets).to(device)
+    elif cfg.case == "cu_seqlens":
+        lengths, left = [], B * T
+        while left:
+            lengths.append(min(left, int(torch.randint(1, T + 1, (1,), generator=gen))))
+            left -= lengths[-1]
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        kwargs["cu_seqlens"] = cu.to(device)
+        shape = (B * T, H, D)
+    on_device = torch.Generator(device).manual_seed(D)  # 32M numbers: drawn where they are used, in milliseconds
+    q, k, gq, gk = (torch.randn(shape, generator=on_device, device=device).to(dtype) for _ in range(4))
+    return Inputs(q, k, gq, gk, kwargs, 2 * T, "x".join(map(str, shape)))
+
+
+@dataclass
+class Runner:
+    """One implementation on one configuration's inputs: ``forward()`` and ``backward()`` as timed, and
+    ``outputs()`` (forward and backward results on fresh copies) for the check."""
+
+    forward: Callable[[], object]
+    backward: Callable[[], object]
+    outputs: Callable[[], tuple]
+    plan: str = ""
+
+
+def _module_runner(fn: Callable, x: Inputs) -> Runner:
+    qg, kg = x.q.detach().clone().requires_grad_(), x.k.detach().clone().requires_grad_()
+    graph = fn(qg, kg, **x.kwargs)  # kept: every timed backward runs through the same graph
+
+    def outputs() -> tuple:
+        qc, kc = x.q.detach().clone().requires_grad_(), x.k.detach().clone().requires_grad_()
+        y = fn(qc, kc, **x.kwargs)
+        return (*y, *torch.autograd.grad(y, (qc, kc), (x.gq, x.gk)))
+
+    return Runner(lambda: fn(x.q, x.k, **x.kwargs),
+                  lambda: torch.autograd.grad(graph, (qg, kg), (x.gq, x.gk), retain_graph=True), outputs)
+
+
+def build_runner(name: str, cfg: Config, x: Inputs, compile_backend: str) -> Runner:
+    """``name`` ready to time on ``x``; raises when it cannot run this configuration."""
+    import rope
+
+    device = x.q.device
+    if name == LIGER:
+        native = liger_native.LigerNative(rope.build("torch", cfg.head_dim, x.max_seq_len, **cfg.options())
+                                          .to(device), x.q.dtype)
+        cos, sin = native.tables(x.q.shape[1])
+        q, k, gq, gk = (t.clone() for t in (x.q, x.k, x.gq, x.gk))  # rotated in place, call after call
+
+        def outputs() -> tuple:
+            fresh = [t.clone() for t in (x.q, x.k, x.gq, x.gk)]
+            return (*native.forward(*fresh[:2], cos, sin), *native.backward(*fresh[2:], cos, sin))
+
+        return Runner(lambda: native.forward(q, k, cos, sin), lambda: native.backward(gq, gk, cos, sin), outputs)
+    module = rope.build("torch" if name == COMPILED else name, cfg.head_dim, x.max_seq_len, **cfg.options()).to(device)
+    if name == COMPILED:
+        return _module_runner(torch.compile(module, dynamic=False, backend=compile_backend), x)
+    run = _module_runner(module, x)
+    if "cu_seqlens" in x.kwargs:  # the module rotates packed tokens as one sequence at their packed positions
+        from rope.base import packed_positions
+
+        positions = packed_positions(x.kwargs["cu_seqlens"], x.q.shape[0], x.max_seq_len)
+        run.plan = harness.plan_label(module, x.q[None], x.k[None], positions)
+    else:
+        run.plan = harness.plan_label(module, x.q, x.k, x.kwargs.get("positions"))
+    return run
+
+
+def applies(name: str, cfg: Config) -> bool:
+    """Whether ``name`` computes this configuration's function: Liger rotates half-split whole heads at positions
+    0..T-1 only."""
+    return name != LIGER or cfg.case == "plain"
+
+
+def max_err(got: tuple, want: tuple) -> float:
+    return max((a.float() - b.float()).abs().max().item() for a, b in zip(got, want, strict=True))
+
+
+def measure_config(cfg: Config, impls: list[str], args: argparse.Namespace, timer, copy_gbps: float,
+                   env: dict, log: Callable[[str], None]) -> list[dict]:
+    """Rows of every implementation on one configuration; one that fails is logged and left out."""
+    import rope
+
+    x = make_inputs(cfg, args.elements, args.seq_len, args.heads, args.dtype, args.device)
+    want = _module_runner(rope.build("torch", cfg.head_dim, x.max_seq_len, **cfg.options()).to(args.device),
+                          x).outputs()
+    nbytes = 2 * (x.q.numel() + x.k.numel()) * x.q.element_size()
+    rows, summary = [], []
+    for name in (n for n in impls if applies(n, cfg)):
+        try:
+            with harness.tuning(args.tuning):
+                run = build_runner(name, cfg, x, args.compile_backend)
+                err = max_err(run.outputs(), want)
+                times = {"forward": timer(run.forward), "backward": timer(run.backward)}
+        except Exception as exc:  # one implementation failing (a shape it cannot compile) must not lose the others
+            log(f"{cfg}: {name} failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
+            continue
+        for direction, us in times.items():
+            gbps = nbytes / (us * 1e-6) / 1e9
+            rows.append({**env, "implementation": name, "direction": direction, "head_dim": cfg.head_dim,
+                         "variant": cfg.variant, "layout": cfg.layout, "rotary_dim": cfg.rotary_dim,
+                         "positions": cfg.positions, "shape": x.shape, "dtype": str(args.dtype).replace("torch.", ""),
+                         "elements": x.q.numel(), "time_us": us, "gbps": gbps, "copy_gbps": copy_gbps,
+                         "pct_copy_bw": 100 * gbps / copy_gbps, "max_err": err, "tuning": args.tuning_text,
+                         "plan": run.plan})
+        flag = "" if err <= MAX_ERR else f" WRONG (max_err {err:.3g})"
+        summary.append(f"{name} {rows[-2]['pct_copy_bw']:.1f}/{rows[-1]['pct_copy_bw']:.1f}{flag}")
+    log(f"{cfg} {x.shape}: fwd/bwd % of copy  " + "  ".join(summary))
+    torch._dynamo.reset()  # the compiled graphs of this shape are not needed again
+    return rows
+
+
+def warm_configs(args: argparse.Namespace, configs: list[Config], impls: list[str]) -> int:
+    """Compile what ``configs`` need (one forward and backward of each implementation), timing nothing: run in
+    the ``--jobs`` workers, it fills the on-disk caches the timed process then reads. Returns how many it warmed."""
+    harness.import_rope(args.rope_path)
+    for cfg in configs:
+        x = make_inputs(cfg, args.elements, args.seq_len, args.heads, args.dtype, args.device)
+        for name in (n for n in impls if applies(n, cfg)):
+            with contextlib.suppress(Exception), harness.tuning(args.tuning):  # the timed run reports failures
+                run = build_runner(name, cfg, x, args.compile_backend)
+                run.forward()
+                run.backward()
+        harness.synchronize(args.device)
+        torch._dynamo.reset()
+    return len(configs)
+
+
+def warm_in_workers(args: argparse.Namespace, configs: list[Config], impls: list[str],
+                    log: Callable[[str], None]) -> None:
+    chunks = [configs[i::args.jobs] for i in range(args.jobs)]
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        done = 0
+        for n in pool.starmap(warm_configs, [(args, chunk, impls) for chunk in chunks if chunk]):
+            done += n
+    log(f"compiled {done} configurations in {args.jobs} processes")
+
+
+def default_impls(device: torch.device) -> list[str]:
+    import rope
+
+    names = [n for n in rope.available() if n not in ("none", LIGER)]
+    names.sort(key=lambda n: n != "triton_v4")
+    return [*names, COMPILED, LIGER]
+
+
+def select_impls(text: str | None, device: torch.device, parser: argparse.ArgumentParser,
+                 log: Callable[[str], None]) -> list[str]:
+    """The implementations asked for (or every one), those that cannot run here left out with a note."""
+    import rope
+
+    names = harness.split_list(text) or default_impls(device)
+    unknown = [n for n in names if n not in (COMPILED, LIGER) and n not in rope.available()]
+    if unknown:
+        parser.error(f"--impls: unknown {', '.join(unknown)}; choose from "
+                     f"{', '.join([*rope.available(), COMPILED])} (liger = Liger-Kernel's own kernels)")
+    kept = []
+    for name in names:
+        if name == LIGER:
+            reason = liger_native.unavailable_reason(device)
+        else:
+            reason = rope.get("torch" if name == COMPILED else name).unavailable_reason(device)
+        if reason:
+            log(f"{name} left out: {reason}")
+        else:
+            kept.append(name)
+    return kept
+
+
+def parse_head_dims(text: str) -> list[int]:
+    if text == "common":
+        return list(COMMON_HEAD_DIMS)
+    if text == "even":
+        return list(range(16, 257, 2))
+    try:
+        dims = [int(x) for x in harness.split_list(text)]
+    except ValueError:
+        dims = []
+    if not dims or min(dims) < 2:
+        raise ValueError(f"--head-dims takes common, even or comma-separated head dims, got {text!r}")
+    return dims
+
+
+def make_configs(args: argparse.Namespace, log: Callable[[str], None]) -> list[Config]:
+    """Every (head dim, variant, case) asked for that the rotation can take; the others named in the log."""
+    import rope
+
+    configs = []
+    for D in args.head_dims:
+        for variant in args.variants:
+            for case in args.cases:
+                cfg = Config(D, variant, case)
+                try:
+                    rope.check_args("torch", D, 2 * args.seq_len, **cfg.options())
+                except rope.RopeArgumentError as exc:
+                    log(f"{cfg} skipped: {exc}")
+                    continue
+                configs.append(cfg)
+    return configs
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.kernel", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--impls", default=None,
+                   help=f"comma-separated: registry names, {COMPILED}, {LIGER} (default: every one that runs here; "
+                        f"--smoke: {SMOKE_IMPLS})")
+    p.add_argument("--head-dims", default=None,
+                   help=f"common ({','.join(map(str, COMMON_HEAD_DIMS))}; the default), even (16, 18, ..., 256) or a "
+                        "comma-separated list (--smoke: 16)")
+    p.add_argument("--variants", default=None, help="partial, full or both, comma-separated (default both; --smoke: "
+                                                    "partial)")
+    p.add_argument("--cases", default="plain", help=f"comma-separated, of {', '.join(CASES)}")
+    p.add_argument("--elements", default="32M", help="elements per tensor (K/M = 2^10/2^20; default 32M)")
+    p.add_argument("--seq-len", type=int, default=None, help="T of the shapes (default 2048; --smoke 8)")
+    p.add_argument("--heads", type=int, default=None, help="H of the shapes (default 16; --smoke 2)")
+    p.add_argument("--dtype", default=None, choices=tuple(DTYPES), help="default bf16 (--smoke: fp32)")
+    p.add_argument("--reps", type=int, default=None,
+                   help="timed calls per median (default 15, two medians and the lower kept; --smoke: 1)")
+    p.add_argument("--tuning", default=None, metavar="FIELD=VALUE,...",
+                   help="launch settings for the Triton entries' eager launches (rope.triton.tuning), e.g. "
+                        "tiling=rows,tile=2048,num_warps=8")
+    p.add_argument("--jobs", type=int, default=1, help="processes compiling the configurations before the timing")
+    p.add_argument("--warm-only", action="store_true", help="compile every configuration, time nothing, write nothing")
+    harness.add_common_args(p, NAME)
+    args = p.parse_args(argv)
+    if args.smoke:  # the fewest calls that still take every path: the interpreter runs a launch in tens of ms
+        args.impls = args.impls or SMOKE_IMPLS
+        args.head_dims, args.variants = args.head_dims or "16", args.variants or "partial"
+        args.reps = args.reps or 1
+    try:
+        args.head_dims = parse_head_dims(args.head_dims or "common")
+        args.elements = parse_count("256" if args.smoke and args.elements == "32M" else args.elements)
+        args.tuning_text, args.tuning = args.tuning or "", harness.parse_tuning(args.tuning)
+    except ValueError as exc:
+        p.error(str(exc))
+    args.variants = harness.split_list(args.variants or "partial,full")
+    args.cases = harness.split_list(args.cases)
+    bad = [v for v in args.variants if v not in ("partial", "full")] + [c for c in args.cases if c not in CASES]
+    if bad or not args.variants or not args.cases:
+        p.error(f"--variants takes partial/full and --cases {', '.join(CASES)}; got {', '.join(bad) or 'none'}")
+    args.reps = args.reps or 15
+    if args.jobs < 1 or args.reps < 1:
+        p.error("--jobs and --reps must be at least 1")
+    args.seq_len = args.seq_len or (8 if args.smoke else 2048)
+    args.heads = args.heads or (2 if args.smoke else 16)
+    args.dtype = DTYPES[args.dtype or ("fp32" if args.smoke else "bf16")]
+    args.parser = p
+    return args
+
+
+def parse_count(text: str) -> int:
+    """``32M`` -> 33554432 (K, M, G: powers of 1024)."""
+    t = text.strip().upper()
+    mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(t[-1:], 1)
+    try:
+        value = int(float(t[:-1] if mult > 1 else t) * mult)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"--elements takes a positive count such as 32M, got {text!r}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    parser = args.parser
+    del args.parser  # the workers get the namespace: no parser in it
+    log = harness.Progress()
+    args.device = harness.pick_device(args.smoke, "bench.kernel")
+    rope_root = harness.import_rope(args.rope_path)
+    harness.check_tuning(args.tuning)
+    args.compile_backend = "inductor" if args.device.type == "cuda" else "aot_eager"
+    # a compiled backward that donates its saved buffers cannot run twice on one graph (retain_graph), which is
+    # how every backward here is timed; donation saves memory, not time
+    from torch._functorch import config as functorch_config
+
+    functorch_config.donated_buffer = False
+    impls = select_impls(args.impls, args.device, parser, log)
+    configs = make_configs(args, log)
+    if not impls or not configs:
+        log("nothing to measure")
+        return 1
+    results = None if args.warm_only else harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
+    env = harness.environment(args.device, rope_root, args.commit)
+    log(f"{env['gpu']}, rope code {env['commit']} ({rope_root}), torch {env['torch']}, triton {env['triton']}: "
+        f"{len(configs)} configurations x {', '.join(impls)}")
+    if args.jobs > 1:
+        warm_in_workers(args, configs, impls, log)
+    elif args.warm_only:
+        warm_configs(args, configs, impls)
+    if args.warm_only:
+        return 0
+    for key, value in (("cache_size_limit", 64), ("recompile_limit", 64)):
+        if hasattr(torch._dynamo.config, key):
+            setattr(torch._dynamo.config, key, value)
+    timer = harness.make_timer(args.reps, args.device)
+    copy = harness.copy_gbps(timer, 2**30 if args.device.type == "cuda" else 2**22, args.device)
+    log(f"copy bandwidth {copy:.0f} GB/s; rows to {results.path}")
+    for i, cfg in enumerate(configs, 1):
+        numbered = lambda message, i=i: log(f"{i}/{len(configs)} {message}")  # noqa: E731
+        results.append(measure_config(cfg, impls, args, timer, copy, env, numbered))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

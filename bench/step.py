@@ -1,0 +1,236 @@
+"""What a RoPE implementation costs in a training step of the project's model (GPU).
+
+    python -m bench.step                                        # gpt2_small and seed004, eager and compiled
+    python -m bench.step --model seed004 --impls none,torch,triton_v4 --modes compile --rounds 100 --steps 2
+    python -m bench.step --impls torch,triton_v4 --rope-path .baseline     # an older commit's RoPE code
+    python -m bench.step --smoke                                # CPU, the tiny model, seconds
+
+One step = forward, backward and the optimizer step (``conf/optim``, fused AdamW by default) under bf16 autocast,
+on random tokens, of a ``conf/model`` preset (gpt2_small: B 32, GPT-2's 50257-token vocabulary; seed004: B 24 and
+cl100k's 100277, as its recipe trains) built with each RoPE implementation; ``compile`` compiles it as training
+does (``llm.model.compile_model``). Step times drift by several % over a process and have a heavy tail, more than
+the differences looked for, so every implementation's model is built and warmed up first and the steps are then
+timed in ``--rounds`` rounds of ``--steps`` steps, the implementations' order rotating each round (one untimed
+step before each one's timed ones). Against ``rope=torch`` of the same run: the ratio of the medians of all steps,
+with a 95% bootstrap interval that resamples whole rounds (``llm.report.stats.median_ratio_interval``). Comparing
+two commits of the RoPE code (``--rope-path``): compare their ``vs_torch_pct``, each paired within its own run.
+One row per (model, mode, implementation) is appended to ``bench/results/step.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+from collections.abc import Callable
+
+import torch
+
+from bench import harness
+
+NAME = "step"
+COLUMNS = (*harness.ENV_COLUMNS, "model", "shape", "implementation", "mode", "time_us", "min_us", "steps", "rounds",
+           "vs_torch_pct", "vs_torch_lo", "vs_torch_hi", "params_m")
+MODES = ("eager", "compile")
+#: The batch and vocabulary each preset is timed at unless told otherwise (seed004: its recipe's).
+PRESETS = {"gpt2_small": (32, 50257), "seed004": (24, 100277)}
+DEFAULT_PRESET = (32, 100277)
+
+
+def make_step(model_cfg, name: str, mode: str, args: argparse.Namespace, batch: int, vocab: int,
+              phase: Callable[[str], contextlib.AbstractContextManager] | None = None
+              ) -> tuple[Callable[[], None], float]:
+    """One training step of ``model_cfg`` with RoPE ``name`` in ``mode`` as a callable, and its parameters (M).
+    ``phase(name)`` wraps its forward, backward and optimizer parts (``bench.profile`` names them for the profiler).
+    """
+    from omegaconf import OmegaConf
+
+    from llm.model import build_model, compile_model
+    from llm.optim import build_optimizers
+
+    torch.manual_seed(0)
+    model = build_model(model_cfg, harness.rope_config(name), vocab).to(args.device)
+    optim_cfg = OmegaConf.to_container(OmegaConf.load(harness.ROOT / "conf" / "optim" / f"{args.optim}.yaml"))
+    optimizers = build_optimizers(model, optim_cfg, args.device)
+    if mode == "eager":
+        step_model = model
+    elif args.device.type == "cuda":
+        step_model = compile_model(model)
+    else:  # --smoke: Inductor's C++ build would take the seconds the smoke run has
+        step_model = torch.compile(model, backend="aot_eager")
+    tokens = torch.randint(0, vocab, (batch, model_cfg.seq_len), device=args.device)
+
+    phase = phase or (lambda _: contextlib.nullcontext())
+
+    def step() -> None:
+        with phase("forward"), torch.autocast(args.device.type, dtype=torch.bfloat16,
+                                              enabled=args.device.type == "cuda"):
+            _, loss = step_model(tokens, tokens)
+        with phase("backward"):
+            loss.backward()
+        with phase("optimizer"):
+            for opt in optimizers:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+    return step, model.num_params() / 1e6
+
+
+def step_times(step: Callable[[], None], count: int, device: torch.device) -> list[float]:
+    """Microseconds of each of ``count`` steps after one untimed step: CUDA events around each on a GPU (a step is
+    long enough for the host to keep ahead), wall-clock on the CPU."""
+    import time
+
+    step()
+    harness.synchronize(device)
+    times = []
+    for _ in range(count):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            times.append(1e3 * start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            step()
+            times.append(1e6 * (time.perf_counter() - t0))
+    return times
+
+
+def build_steps(model_name: str, mode: str, names: list[str], args: argparse.Namespace, log: Callable[[str], None],
+                phase: Callable[[str], contextlib.AbstractContextManager] | None = None
+                ) -> tuple[dict[str, Callable[[], None]], dict[str, float], str]:
+    """Every implementation's step of one (model, mode), built and warmed up (``args.warmup`` steps), all alive at
+    once; one that fails is logged and left out. Returns the steps, their parameter counts (M) and the shape."""
+    model_cfg = harness.model_config(model_name, args.parser)
+    if args.smoke:  # one small layer: the Triton entries' launches run in the interpreter, tens of ms each
+        model_cfg.update(n_layer=1, n_embd=32, n_head=2, seq_len=8)
+    batch, vocab = PRESETS.get(model_name, DEFAULT_PRESET)
+    batch, vocab = args.batch or batch, args.vocab or vocab
+    steps, params = {}, {}
+    for name in names:
+        try:
+            steps[name], params[name] = make_step(model_cfg, name, mode, args, batch, vocab, phase)
+            for _ in range(args.warmup):
+                steps[name]()
+            harness.synchronize(args.device)
+        except Exception as exc:  # one implementation failing (under compile, say) must not lose the others
+            log(f"{model_name} {mode} {name} failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
+            steps.pop(name, None)
+    log(f"{model_name} {mode}: built and warmed up {', '.join(steps) or 'nothing'}")
+    return steps, params, f"B{batch}xT{model_cfg.seq_len} vocab {vocab}"
+
+
+def rotated(names: list[str], r: int) -> list[str]:
+    """``names`` in round ``r``'s order: from the (r mod n)-th on, so that each leads a round in turn and a drift
+    over the run falls on all alike."""
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
+def measure(model_name: str, mode: str, names: list[str], args: argparse.Namespace, env: dict,
+            log: Callable[[str], None]) -> list[dict]:
+    """Rows of every implementation of one (model, mode), timed in interleaved rounds (nothing with ``--warm-only``)."""
+    from llm.report.stats import median_ratio_interval
+
+    steps, params, shape = build_steps(model_name, mode, names, args, log)
+    if args.warm_only or not steps:
+        return []
+    order = list(steps)
+    times: dict[str, list[list[float]]] = {n: [] for n in order}
+    for r in range(args.rounds):
+        for name in rotated(order, r):
+            times[name].append(step_times(steps[name], args.steps, args.device))
+    rows = []
+    for name in order:
+        flat = [t for rnd in times[name] for t in rnd]
+        row = {**env, "model": model_name, "shape": shape,
+               "implementation": name, "mode": mode, "time_us": statistics.median(flat), "min_us": min(flat),
+               "steps": len(flat), "rounds": args.rounds, "params_m": params[name],
+               "vs_torch_pct": None, "vs_torch_lo": None, "vs_torch_hi": None}
+        if "torch" in times and name != "torch":
+            row["vs_torch_pct"], row["vs_torch_lo"], row["vs_torch_hi"] = \
+                median_ratio_interval(times[name], times["torch"])
+        rows.append(row)
+        vs = "" if row["vs_torch_pct"] is None else f"  vs torch {row['vs_torch_pct']:+.2f}%"
+        log(f"{model_name} {mode} {name}: median {row['time_us'] / 1e3:.2f} ms{vs}")
+    return rows
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.step", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="conf/model presets, comma-separated (default gpt2_small,seed004; "
+                                                 "--smoke: tiny)")
+    p.add_argument("--impls", default=None,
+                   help="comma-separated registry names (default: every registered one that runs here; --smoke: "
+                        "none,torch,triton_v4)")
+    p.add_argument("--modes", default=None, help="eager, compile or both (default both; --smoke: eager)")
+    p.add_argument("--batch", type=int, default=None, help="batch size (default: the preset's, 32; seed004 24)")
+    p.add_argument("--vocab", type=int, default=None,
+                   help="vocabulary (default: 50257 for gpt2_small, cl100k's 100277 otherwise)")
+    p.add_argument("--optim", default="adamw", help="a conf/optim preset")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps after the build (default 5; --smoke 1)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds of interleaved timing (default 10; --smoke 2)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per round and implementation (default 4; "
+                                                           "--smoke 1)")
+    p.add_argument("--warm-only", action="store_true",
+                   help="build, compile and warm up every model, time nothing: fills the compile caches a later run "
+                        "reads (bench/compare_commits.sh runs these side by side)")
+    harness.add_common_args(p, NAME)
+    args = p.parse_args(argv)
+    smoke = args.smoke
+    args.models = harness.split_list(args.model or ("tiny" if smoke else "gpt2_small,seed004"))
+    args.modes = harness.split_list(args.modes or ("eager" if smoke else "eager,compile"))
+    args.impls = args.impls or ("none,torch,triton_v4" if smoke else None)
+    args.warmup = 1 if smoke and args.warmup is None else 5 if args.warmup is None else args.warmup
+    args.rounds = args.rounds or (2 if smoke else 10)
+    args.steps = args.steps or (1 if smoke else 4)
+    if smoke:
+        args.batch, args.vocab = args.batch or 2, args.vocab or 256
+    bad = [m for m in args.modes if m not in MODES]
+    if bad or not args.modes:
+        p.error(f"--modes takes {', '.join(MODES)} (comma-separated), got {', '.join(bad) or 'none'}")
+    if args.warmup < 0 or min(args.rounds, args.steps) < 1:
+        p.error("--rounds and --steps must be at least 1, --warmup at least 0")
+    if not (harness.ROOT / "conf" / "optim" / f"{args.optim}.yaml").is_file():
+        p.error(f"--optim {args.optim}: no conf/optim/{args.optim}.yaml")
+    for model in args.models:
+        harness.model_config(model, p)
+    args.parser = p
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log = harness.Progress()
+    args.device = harness.pick_device(args.smoke, "bench.step")
+    rope_root = harness.import_rope(args.rope_path)
+    import rope
+
+    names = harness.registered(harness.split_list(args.impls) or rope.available(), args.device, args.parser, log)
+    results = None if args.warm_only else harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
+    env = harness.environment(args.device, rope_root, args.commit)
+    log(f"{env['gpu']}, rope code {env['commit']} ({rope_root}): {', '.join(args.models)} x "
+        f"{', '.join(args.modes)} x {', '.join(names)}")
+    if args.device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    for key in ("cache_size_limit", "recompile_limit"):  # one compiled model per implementation, all alive
+        if hasattr(torch._dynamo.config, key):
+            setattr(torch._dynamo.config, key, max(getattr(torch._dynamo.config, key), 8 + len(names)))
+    for model_name in args.models:
+        for mode in args.modes:
+            rows = measure(model_name, mode, names, args, env, log)
+            if results is not None:
+                results.append(rows)
+            torch._dynamo.reset()
+            if args.device.type == "cuda":
+                torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""``docs/benchmarks.md``'s tables, rewritten from the rows in ``bench/results/*.csv``.
+
+    python -m bench.tables                     # rewrites the part of docs/benchmarks.md between the markers
+    python -m bench.tables --print             # prints it instead
+
+Every table shows the current numbers: of each configuration measured more than once on a GPU, the newest row.
+Rows carry their GPU, commit and date, so each table says which code and machine its numbers come from. Rows
+timed with ``--tuning`` (forced launch settings) are experiments, not the product's numbers, and are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from bench import harness
+from bench.compare import CONFIG_KEYS, latest
+from bench.kernel import COMMON_HEAD_DIMS
+
+DOC = harness.ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- bench.tables: begin -->", "<!-- bench.tables: end -->"
+IMPL_ORDER = ("triton_v4", "triton_v2", "cutedsl", "liger", "torch_compiled", "torch", "none")
+
+
+def rank(name: str) -> tuple[int, str]:
+    """Where an implementation's column or line goes: ours first, then the peers, then the references."""
+    return IMPL_ORDER.index(name) if name in IMPL_ORDER else len(IMPL_ORDER), name
+
+
+def order(names: Iterable[str]) -> list[str]:
+    return sorted(set(names), key=rank)
+
+
+def size_label(elements: str) -> str:
+    """``35782656`` -> ``32M``: the power of two at or below a tensor's size, how the sweeps are asked for."""
+    n = 2 ** int(math.log2(int(elements)))
+    return f"{n // 2**20}M" if n >= 2**20 else f"{n // 2**10}K"
+
+
+def provenance(rows: Sequence[dict]) -> str:
+    """Which commits, dates and versions a table's rows come from."""
+    commits = ", ".join(sorted({r["commit"] for r in rows}))
+    days = sorted({r["date"][:10] for r in rows})
+    versions = ", ".join(sorted({f"torch {r['torch']}, triton {r['triton']}" for r in rows if r["torch"]}))
+    return f"commits {commits}; {days[0]}" + (f" to {days[-1]}" if len(days) > 1 else "") + \
+        (f"; {versions}" if versions else "")
+
+
+def pivot(rows: Sequence[dict], line_key: Callable[[dict], tuple], cell: Callable[[dict, dict], str],
+          headers: Sequence[str]) -> list[str]:
+    """One table line per ``line_key`` value, one column per implementation; ``cell(forward, backward)``."""
+    impls = order(r["implementation"] for r in rows)
+    lines: dict[tuple, dict] = {}
+    for r in rows:
+        lines.setdefault(line_key(r), {}).setdefault(r["implementation"], {})[r["direction"]] = r
+    body = []
+    for key in sorted(lines, key=lambda k: tuple(int(x) if str(x).isdigit() else str(x) for x in k)):
+        by = lines[key]
+        body.append([*map(str, key), *(cell(by[i].get("forward", {}), by[i].get("backward", {})) if i in by else ""
+                                       for i in impls)])
+    return harness.markdown_table([*headers, *impls], body, len(headers))
+
+
+def pct_cell(fwd: dict, bwd: dict) -> str:
+    return " / ".join(f"{float(r['pct_copy_bw']):.1f}" if r else "-" for r in (fwd, bwd))
+
+
+def kernel_section(rows: list[dict]) -> list[str]:
+    current = latest([r for r in rows if not r["tuning"]], ("gpu", "implementation", "direction", *CONFIG_KEYS))
+    out = ["## Kernels (`python -m bench.kernel`)", "",
+           "Forward / backward, % of the copy bandwidth measured on the same GPU in the same run (bf16 q and k of "
+           "(B, 2048, 16, D), B the smallest giving each tensor the size named; bytes = q and k read once and written "
+           "once)."]
+    by_gpu: dict[tuple, list[dict]] = {}
+    for r in current.values():
+        by_gpu.setdefault((r["gpu"], size_label(r["elements"])), []).append(r)
+    for (gpu, size), mine in sorted(by_gpu.items()):
+        plain = [r for r in mine if r["positions"] == "arange" and r["layout"] == "half"
+                 and r["rotary_dim"] == r["head_dim"]]
+        common = [r for r in plain if int(r["head_dim"]) in COMMON_HEAD_DIMS]
+        other = [r for r in mine if r not in plain]
+        out += ["", f"### {gpu}, {size} elements per tensor", "", provenance(mine)]
+        if common:
+            out += ["", "Head sizes of public models, the whole head rotated:", ""]
+            out += pivot(common, lambda r: (r["head_dim"], r["variant"]), pct_cell, ["D", "variant"])
+        if len(plain) > len(common):
+            out += ["", "Every head dim measured (plain): lowest, median and highest of min(forward, backward) over "
+                        "them, and where `triton_v4` is below Liger-Kernel:", ""]
+            out += sweep_summary(plain)
+        if other:
+            out += ["", "Layouts, `rotary_dim` and positions:", ""]
+            out += pivot(other, lambda r: (r["layout"], r["rotary_dim"], r["positions"], r["head_dim"], r["variant"]),
+                         pct_cell, ["layout", "rotary_dim", "positions", "D", "variant"])
+    return out
+
+
+def sweep_summary(rows: list[dict]) -> list[str]:
+    worst: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        d = worst.setdefault((r["implementation"], r["variant"]), {})
+        d[r["head_dim"]] = min(d.get(r["head_dim"], math.inf), float(r["pct_copy_bw"]))
+    body = []
+    for (impl, variant), by_d in sorted(worst.items(), key=lambda kv: (rank(kv[0][0]), kv[0][1])):
+        values = list(by_d.values())
+        below = ""
+        if impl == "triton_v4" and ("liger", variant) in worst:
+            liger = worst[("liger", variant)]
+            below = ", ".join(d for d in sorted(by_d, key=int) if d in liger and by_d[d] < liger[d]) or "none"
+        body.append([impl, variant, str(len(values)), f"{min(values):.1f}", f"{statistics.median(values):.1f}",
+                     f"{max(values):.1f}", below])
+    return harness.markdown_table(["implementation", "variant", "head dims", "lowest", "median", "highest",
+                                   "D where below Liger"], body, 2)
+
+
+def step_section(rows: list[dict]) -> list[str]:
+    current = latest(rows, ("gpu", "model", "shape", "mode", "implementation"))
+    out = ["## Training steps (`python -m bench.step`)", "",
+           "Median step (forward, backward, fused AdamW; bf16 autocast) and its ratio to `rope=torch` in the same "
+           "run, timed in interleaved rounds [95% bootstrap CI over rounds]."]
+    for gpu in sorted({r["gpu"] for r in current.values()}):
+        mine = [r for r in current.values() if r["gpu"] == gpu]
+        body = [[r["model"], r["shape"], r["mode"], r["implementation"], f"{float(r['time_us']) / 1e3:.2f}",
+                 _ratio(r), f"{r['rounds']} x {int(r['steps']) // max(1, int(r['rounds']))}", r["commit"]]
+                for r in sorted(mine, key=lambda r: (r["model"], r["mode"], rank(r["implementation"])))]
+        out += ["", f"### {gpu}", "", provenance(mine), ""]
+        out += harness.markdown_table(["model", "shape", "mode", "implementation", "step ms", "vs torch",
+                                       "rounds x steps", "commit"], body, 4)
+    return out
+
+
+def _ratio(r: dict) -> str:
+    if not r["vs_torch_pct"]:
+        return ""
+    ci = f" [{float(r['vs_torch_lo']):+.1f}, {float(r['vs_torch_hi']):+.1f}]" if r["vs_torch_lo"] else ""
+    return f"{float(r['vs_torch_pct']):+.1f}%{ci}"
+
+
+def generate_section(rows: list[dict]) -> list[str]:
+    current = latest(rows, ("gpu", "model", "shape", "implementation", "batch"))
+    out = ["## Decoding (`python -m bench.generate`)", "",
+           "One cached decode step, the RoPE calls in it, and greedy decoding's tokens per second with and without "
+           "the KV cache (random weights; wall-clock medians)."]
+    for gpu in sorted({r["gpu"] for r in current.values()}):
+        mine = [r for r in current.values() if r["gpu"] == gpu]
+        body = [[r["model"], r["implementation"], r["batch"], f"{float(r['time_us']) / 1e3:.2f}",
+                 f"{float(r['rope_us']) / 1e3:.2f} ({float(r['rope_share_pct']):.0f}%)",
+                 f"{float(r['tok_s_cache']):,.0f}", f"{float(r['tok_s_no_cache']):,.0f}"]
+                for r in sorted(mine, key=lambda r: (r["model"], int(r["batch"]), rank(r["implementation"])))]
+        out += ["", f"### {gpu}", "", provenance(mine), ""]
+        out += harness.markdown_table(["model", "implementation", "batch", "step ms", "rope ms (share)",
+                                       "tok/s cache", "tok/s no cache"], body, 2)
+    return out
+
+
+def profile_section(rows: list[dict]) -> list[str]:
+    current = latest(rows, ("gpu", "model", "shape", "mode", "implementation", "part"))
+    parts = ("wall", "host", "gpu kernels", "gpu idle")
+    out = ["## Where a step's time goes (`python -m bench.profile`)", "", "Per step, ms."]
+    groups: dict[tuple, dict[str, dict[str, str]]] = {}
+    for r in current.values():
+        groups.setdefault((r["gpu"], r["model"], r["mode"]), {}).setdefault(r["implementation"], {})[r["part"]] = \
+            r["time_us"]
+    for (gpu, model, mode), by_impl in sorted(groups.items()):
+        mine = [r for r in current.values() if (r["gpu"], r["model"], r["mode"]) == (gpu, model, mode)]
+        body = [[impl, *(f"{float(by_impl[impl][p]) / 1e3:.3f}" if p in by_impl[impl] else "" for p in parts)]
+                for impl in order(by_impl)]
+        out += ["", f"### {gpu}, {model}, {mode}", "", provenance(mine), ""]
+        out += harness.markdown_table(["implementation", *parts], body, 1)
+    return out
+
+
+def render(results: Path) -> str:
+    sections = [(name, fn) for name, fn in (("kernel", kernel_section), ("step", step_section),
+                                             ("generate", generate_section), ("profile", profile_section))]
+    out = [BEGIN, "", "<!-- written by `python -m bench.tables` from bench/results/*.csv: edit those, not this -->"]
+    for name, fn in sections:
+        rows = harness.read_rows(results / f"{name}.csv")
+        if rows:
+            out += ["", *fn(rows)]
+    return "\n".join([*out, "", END]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.tables", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", type=Path, default=harness.RESULTS, help="the folder of the CSVs")
+    p.add_argument("--doc", type=Path, default=DOC, help="the Markdown file whose marked part is rewritten")
+    p.add_argument("--print", action="store_true", help="print the tables, write nothing")
+    args = p.parse_args(argv)
+    tables = render(args.results)
+    if args.print:
+        print(tables, end="")
+        return 0
+    text = args.doc.read_text() if args.doc.is_file() else ""
+    if BEGIN not in text or END not in text:
+        p.error(f"{args.doc} has no {BEGIN} ... {END} part to rewrite")
+    head, rest = text.split(BEGIN, 1)
+    args.doc.write_text(head + tables.removesuffix("\n") + rest.split(END, 1)[1])
+    print(f"rewrote the tables of {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""bench/harness.py: what every benchmark's rows rely on (append-only CSVs, the commit of the code that ran)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from bench import harness
+
+
+def test_results_are_appended_under_one_header(tmp_path):
+    path = tmp_path / "sub" / "x.csv"
+    results = harness.ResultsCsv(path, ("a", "b"))
+    results.append([{"a": 1, "b": 0.5}])
+    harness.ResultsCsv(path, ("a", "b")).append([{"a": 2, "b": float("nan")}, {"a": 3}])
+    assert harness.read_rows(path) == [{"a": "1", "b": "0.5"}, {"a": "2", "b": ""}, {"a": "3", "b": ""}]
+    with pytest.raises(SystemExit, match="its columns are not the ones this benchmark writes"):
+        harness.ResultsCsv(path, ("a", "c"))
+    with pytest.raises(ValueError):  # a key the file has no column for is a bug, not a silent drop
+        results.append([{"a": 4, "z": 1}])
+
+
+def test_commit_comes_from_the_marker_else_from_the_folders_own_git(tmp_path):
+    (tmp_path / "rope").mkdir()
+    assert harness.code_commit(tmp_path) == "unknown"  # no git here at all
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "rope" / "x.py").write_text("x = 1\n")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+                   check=True)
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert harness.code_commit(tmp_path) == head
+    (tmp_path / "rope" / "x.py").write_text("x = 2\n")
+    assert harness.code_commit(tmp_path) == f"{head}-dirty"
+    inner = tmp_path / "copy"  # an archive inside a checkout is not that checkout's commit
+    (inner / "rope").mkdir(parents=True)
+    assert harness.code_commit(inner) == "unknown"
+    (inner / ".commit").write_text("d8fcb20\n")
+    assert harness.code_commit(inner) == "d8fcb20"
+
+
+def test_tuning_fields_are_parsed_with_their_types():
+    assert harness.parse_tuning("tiling=rows, tile=2048,num_warps=8") == {"tiling": "rows", "tile": 2048,
+                                                                          "num_warps": 8}
+    assert harness.parse_tuning(None) == {}
+    with pytest.raises(ValueError, match="FIELD=VALUE"):
+        harness.parse_tuning("rows")

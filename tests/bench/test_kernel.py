@@ -1,0 +1,87 @@
+"""bench/kernel.py at tiny shapes on the CPU: every path a GPU run takes, checked outputs, one row per measurement."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers import ROOT
+
+from bench import harness, kernel
+
+
+@pytest.mark.interpreter
+def test_smoke_run_times_and_checks_every_case(tmp_path):
+    out = tmp_path / "kernel.csv"
+    assert kernel.main(["--smoke", "--cases", "plain,positions,cu_seqlens", "--out", str(out)]) == 0
+    rows = harness.read_rows(out)
+    got = {(r["implementation"], r["positions"], r["direction"]) for r in rows}
+    expected = {(i, p, d) for i in ("torch", "triton_v4") for p in ("arange", "tensor", "cu_seqlens")
+                for d in ("forward", "backward")}
+    assert got == expected | {("liger", "arange", d) for d in ("forward", "backward")}  # Liger: the plain case only
+    for r in rows:
+        assert r["gpu"] == "cpu (smoke)" and r["commit"] and r["torch"] and float(r["time_us"]) > 0
+        assert float(r["max_err"]) < 1e-5, r  # float32 on the CPU: every entry, Liger's sign convention included
+        assert float(r["pct_copy_bw"]) == pytest.approx(100 * float(r["gbps"]) / float(r["copy_gbps"]), rel=1e-4)
+    assert {r["shape"] for r in rows if r["positions"] == "cu_seqlens"} == {"8x2x16"}
+    assert all(r["plan"] for r in rows if r["implementation"] == "triton_v4")  # which tiling each row measured
+
+
+def test_inputs_of_each_case():
+    """Each case's call: (B, T) positions at offsets below the table's end, or packed sequences of 1 to T tokens
+    covering (B T, H, D) tensors; B the fewest whole sequences reaching the elements asked for."""
+    plain = kernel.make_inputs(kernel.Config(16, "partial", "plain"), 5000, 16, 4, torch.float32, torch.device("cpu"))
+    assert plain.q.shape == (5, 16, 4, 16) and plain.kwargs == {} and plain.max_seq_len == 32
+    x = kernel.make_inputs(kernel.Config(16, "partial", "positions"), 8192, 16, 4, torch.float32, torch.device("cpu"))
+    pos = x.kwargs["positions"]
+    assert pos.shape == (8, 16) and pos.dtype == torch.int64 and int(pos.max()) < x.max_seq_len
+    assert (pos[:, 0] > 0).any() and bool((pos.diff(dim=1) == 1).all())
+    x = kernel.make_inputs(kernel.Config(16, "full", "cu_seqlens"), 8192, 16, 4, torch.float32, torch.device("cpu"))
+    cu = x.kwargs["cu_seqlens"]
+    assert x.q.shape == (128, 4, 16) and x.shape == "128x4x16" and cu.dtype == torch.int32
+    assert int(cu[0]) == 0 and int(cu[-1]) == 128 and 1 <= int(cu.diff().min()) and int(cu.diff().max()) <= 16
+
+
+@pytest.mark.interpreter
+def test_tuning_reaches_the_triton_launch_and_is_recorded(tmp_path):
+    out = tmp_path / "kernel.csv"
+    kernel.main(["--smoke", "--impls", "triton_v4", "--tuning", "tiling=chunks,tile=128", "--out", str(out)])
+    rows = harness.read_rows(out)
+    assert len(rows) == 2 and all(r["tuning"] == "tiling=chunks,tile=128" for r in rows)
+    assert all(r["plan"].startswith("chunks:") for r in rows)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--impls", "nope"], "--impls: unknown nope"),
+    (["--tuning", "tiling=sideways"], "tiling must be one of"),
+    (["--elements", "0"], "--elements takes a positive count"),
+    (["--cases", "plain,diagonal"], "got diagonal"),
+])
+def test_bad_arguments_are_one_line_before_any_work(tmp_path, capsys, argv, message):
+    out = tmp_path / "kernel.csv"
+    with pytest.raises(SystemExit) as exc:
+        kernel.main(["--smoke", *argv, "--out", str(out)])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_rope_path_times_another_copy_of_the_code_and_names_its_commit(tmp_path):
+    """--rope-path DIR imports DIR/rope (an older commit's tree, git archive'd there) and the rows carry the commit
+    DIR/.commit names."""
+    shutil.copytree(ROOT / "rope", tmp_path / "old" / "rope", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "old" / ".commit").write_text("abc1234\n")
+    out = tmp_path / "kernel.csv"
+    proc = subprocess.run([sys.executable, "-m", "bench.kernel", "--smoke", "--impls", "torch", "--rope-path",
+                           str(tmp_path / "old"), "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"rope code abc1234 ({tmp_path / 'old'})" in proc.stderr
+    assert {r["commit"] for r in harness.read_rows(out)} == {"abc1234"}
+
+
+def test_a_rope_path_without_rope_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="no rope/__init__.py there"):
+        harness.import_rope(tmp_path)

@@ -1,0 +1,96 @@
+"""bench/compare.py, bench/tables.py and bench/compare_commits.sh on rows written here (no timing)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from helpers import ROOT
+
+from bench import compare, harness, kernel, step, tables
+
+
+def kernel_row(commit: str, impl: str, D: int, pct: float, direction: str = "forward", date: str = "2026-01-01T00:00Z",
+               gpu: str = "GPU X") -> dict:
+    return {"date": date, "gpu": gpu, "commit": commit, "torch": "2.11", "triton": "3.6", "implementation": impl,
+            "direction": direction, "head_dim": D, "variant": "full", "layout": "half", "rotary_dim": D,
+            "positions": "arange", "shape": f"8x2048x16x{D}", "dtype": "bfloat16", "elements": 33554432,
+            "time_us": 70.0, "gbps": 40 * pct, "copy_gbps": 4000.0, "pct_copy_bw": pct, "max_err": 0.01,
+            "tuning": "", "plan": ""}
+
+
+def step_row(commit: str, impl: str, pct: float | None, lo: float | None, hi: float | None) -> dict:
+    return {"date": "2026-01-01T00:00Z", "gpu": "GPU X", "commit": commit, "torch": "2.11", "triton": "3.6",
+            "model": "seed004", "shape": "B24xT512 vocab 100277", "implementation": impl, "mode": "compile",
+            "time_us": 15000.0, "min_us": 14000.0, "steps": 24, "rounds": 8, "vs_torch_pct": pct,
+            "vs_torch_lo": lo, "vs_torch_hi": hi, "params_m": 49.2}
+
+
+@pytest.fixture
+def results(tmp_path):
+    k = harness.ResultsCsv(tmp_path / "kernel.csv", kernel.COLUMNS)
+    k.append([kernel_row("aaa1111", "triton_v4", 64, 93.0), kernel_row("aaa1111", "triton_v4", 66, 93.0),
+              kernel_row("aaa1111", "triton_v4", 96, 93.0),
+              kernel_row("bbb2222-dirty", "triton_v4", 64, 90.5, date="2026-01-02T00:00Z"),  # 2.5 below: flagged
+              kernel_row("bbb2222-dirty", "triton_v4", 66, 80.0, date="2026-01-02T00:00Z"),  # no public model's D
+              kernel_row("bbb2222-dirty", "triton_v4", 96, 91.5, date="2026-01-02T00:00Z"),  # within 2 points
+              kernel_row("bbb2222-dirty", "liger", 64, 89.0, date="2026-01-02T00:00Z"),
+              kernel_row("bbb2222-dirty", "liger", 66, 85.0, date="2026-01-02T00:00Z")])  # triton_v4 below it
+    s = harness.ResultsCsv(tmp_path / "step.csv", step.COLUMNS)
+    s.append([step_row("aaa1111", "torch", None, None, None), step_row("aaa1111", "triton_v4", -0.5, -0.8, -0.2),
+              step_row("bbb2222-dirty", "triton_v4", 1.5, 0.9, 2.1)])
+    return tmp_path
+
+
+def test_compare_flags_slower_public_head_sizes_and_below_liger(results, capsys):
+    assert compare.main(["--base", "aaa1111", "--kernel-csv", str(results / "kernel.csv"),
+                         "--step-csv", str(results / "step.csv")]) == 0
+    out = capsys.readouterr().out
+    slower = [ln for ln in out.splitlines() if ln.endswith("SLOWER")]
+    assert len(slower) == 2 and "   64 " in slower[0] and slower[1].startswith("seed004")  # the step: CIs apart
+    assert "3 rows in both; 1 more than 2 points slower" in out
+    assert "D=66 full forward: triton_v4 80.00 < liger 85.00  BELOW LIGER" in out and "D=64" not in out.split(
+        "against Liger-Kernel")[1]
+
+
+def test_tables_rewrite_only_the_marked_part(results, tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Benchmarks\n\nprose\n\n{tables.BEGIN}\nold\n{tables.END}\n\nmore prose\n")
+    assert tables.main(["--results", str(results), "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith("# Benchmarks\n\nprose\n\n") and text.endswith(f"{tables.END}\n\nmore prose\n")
+    assert "old" not in text and "### GPU X, 32M elements per tensor" in text
+    assert "| 64 | full | 90.5 / - | 89.0 / - |" in text  # the newest row of each configuration
+    assert "| triton_v4 | full | 3 | 80.0 | 90.5 | 91.5 | 66 |" in text
+    assert "| seed004 | B24xT512 vocab 100277 | compile | triton_v4 | 15.00 | +1.5% [+0.9, +2.1] |" in text
+    doc.write_text("no markers\n")
+    with pytest.raises(SystemExit):
+        tables.main(["--results", str(results), "--doc", str(doc)])
+
+
+def test_prepare_archives_the_base_commits_rope_with_both_names(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "rope").mkdir(parents=True)
+    (repo / "bench").mkdir()
+    shutil.copy(ROOT / "bench" / "compare_commits.sh", repo / "bench")
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (repo / "rope" / "__init__.py").write_text("OLD = 1\n")
+    git("add", ".")
+    git("commit", "-qm", "old")
+    base = git("rev-parse", "--short", "HEAD")
+    (repo / "rope" / "__init__.py").write_text("NEW = 1\n")
+    git("commit", "-qam", "new")
+    head = git("rev-parse", "--short", "HEAD")
+    (repo / "rope" / "__init__.py").write_text("NEWER = 1\n")
+    subprocess.run(["bash", "bench/compare_commits.sh", "prepare", base], cwd=repo, check=True, capture_output=True)
+    assert (repo / ".baseline" / "rope" / "__init__.py").read_text() == "OLD = 1\n"
+    assert (repo / ".baseline" / ".commit").read_text().strip() == base
+    assert (repo / ".baseline" / "head.commit").read_text().strip() == f"{head}-dirty"
+    proc = subprocess.run(["bash", "bench/compare_commits.sh", "sideways"], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 2 and "usage" in proc.stderr
