@@ -9,7 +9,9 @@ whose gradient they write in one buffer.
 Decoding one token at a time: ``cache = attn.new_cache()`` and ``y = attn(x_new, cache=cache)``.
 The layer stores the rotated keys and values of the tokens it has seen and rotates the new q and k
 at their absolute positions (RoPE's ``positions=``), so ``x`` fed in pieces gives the outputs of
-the whole sequence fed at once.
+the whole sequence fed at once. With ``attention="fused_rope"`` a cached call (up to 256 new tokens after
+cached ones) rotates only the new keys and attends through :func:`rope.attention_with_rope`, which rotates
+the queries inside the attention kernel.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rope.functional import build_named
+from rope.fused_attention import MAX_QUERIES, attention_with_rope
+
+#: How a call with a cache attends (see the module docstring).
+ATTENTIONS = ("sdpa", "fused_rope")
 
 
 class KVCache:
@@ -78,12 +84,14 @@ class RoPEAttention(nn.Module):
     ``d_model`` must split into ``n_heads`` heads of a size the rotation takes (even; a multiple of 4
     for ``variant="partial"``, the seed's rotation and the default). ``dropout`` applies to the
     attention weights in training mode. ``theta`` is the RoPE base, ``max_seq_len`` the rows of its
-    cos/sin table (the longest sequence, cache included). Build errors name the argument.
+    cos/sin table (the longest sequence, cache included). ``attention``: how a call with a cache attends,
+    ``"sdpa"`` or ``"fused_rope"`` (see the module docstring; training with dropout stays SDPA's). Build
+    errors name the argument.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.1, theta: float = 10000.0,
                  impl: str = "triton_v4", *, max_seq_len: int = 4096, variant: str = "partial",
-                 bias: bool = False) -> None:
+                 bias: bool = False, attention: str = "sdpa") -> None:
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -92,6 +100,9 @@ class RoPEAttention(nn.Module):
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
+        self.attention = attention
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.dropout = float(dropout)
         self.rotary = build_named(impl, self.head_dim, max_seq_len, theta, variant,
@@ -115,6 +126,11 @@ class RoPEAttention(nn.Module):
         B, T, _ = x.shape
         start = 0 if cache is None else cache.length
         positions = None if cache is None else torch.arange(start, start + T, device=x.device)
+        if cache is not None and self._fused(start, T):
+            q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).unbind(2)
+            keys, values = cache.append(self.rotary(k, positions=positions), v)
+            y = attention_with_rope(q, keys, values, start, self.rotary)
+            return self.out(y.reshape(B, T, self.d_model))
         q, k, v = self.rotary.rotate_qkv(self.qkv(x), self.n_heads, self.n_heads, positions=positions)
         if cache is None:
             keys, values = k.transpose(1, 2), v.transpose(1, 2)
@@ -125,5 +141,11 @@ class RoPEAttention(nn.Module):
                                            dropout_p=self.dropout if self.training else 0.0)
         return self.out(y.transpose(1, 2).reshape(B, T, self.d_model))
 
+    def _fused(self, start: int, T: int) -> bool:
+        """Whether a cached call of ``T`` new tokens after ``start`` goes through the fused kernel."""
+        return (self.attention == "fused_rope" and start > 0 and T <= MAX_QUERIES
+                and not (self.training and self.dropout > 0))
+
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}"
+        extra = "" if self.attention == "sdpa" else f", attention={self.attention!r}"
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}{extra}"

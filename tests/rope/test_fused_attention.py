@@ -137,6 +137,28 @@ def test_rotary_module_on_another_device_or_not_a_module_is_refused(device):
                                      v_cache.to(device), 7, r)
 
 
+def test_rope_attention_layer_decodes_through_the_fused_kernel(device, monkeypatch):
+    """RoPEAttention(attention="fused_rope"): a prompt, a chunk and single tokens fed with a cache give the outputs of
+    the whole sequence, the cached calls through the fused kernel."""
+    from rope import attention as layer_module
+
+    calls = []
+    monkeypatch.setattr(layer_module, "attention_with_rope",
+                        lambda *a, **k: calls.append(a[0].shape) or rope.attention_with_rope(*a, **k))
+    attn = rope.RoPEAttention(32, 2, dropout=0.0, impl="torch", max_seq_len=16, variant="full",
+                              attention="fused_rope").to(device).eval()
+    x = torch.randn(2, 9, 32, device=device)
+    with torch.no_grad():
+        whole = attn(x)
+        cache = attn.new_cache()
+        pieces = torch.cat([attn(x[:, :4], cache=cache), attn(x[:, 4:7], cache=cache), attn(x[:, 7:8], cache=cache),
+                            attn(x[:, 8:], cache=cache)], dim=1)
+    torch.testing.assert_close(pieces, whole, rtol=0, atol=1e-5)
+    assert calls == [(2, 3, 2, 16), (2, 1, 2, 16), (2, 1, 2, 16)]
+    with pytest.raises(ValueError, match="attention must be one of sdpa, fused_rope, got 'flash'"):
+        rope.RoPEAttention(32, 2, impl="torch", attention="flash")
+
+
 # -- bad input: one line naming the argument, before any launch ----------------------------------------
 @pytest.fixture
 def no_launch(monkeypatch):
