@@ -166,6 +166,11 @@ def test_factor_auto_is_the_scaling_each_length_needs(trained_run):
     assert any("original_max_seq_len not given: 32, the run's training length" in ln for ln in lines)
     assert yarn["lengths"][0]["val_loss"] == none["lengths"][0]["val_loss"]
     assert yarn["lengths"][1]["val_loss"] != none["lengths"][1]["val_loss"], "the scaling must reach the model"
+    y, n = yarn["lengths"][1], none["lengths"][1]
+    assert y["baseline_beyond_train"] == n["baseline_beyond_train"], "the run's own level, whatever the scaling"
+    assert y["sliding_beyond_train"] != pytest.approx(y["baseline_beyond_train"], abs=1e-6), "YaRN x2 on windows of T"
+    assert y["degradation"] == pytest.approx(y["loss_beyond_train"] - n["baseline_beyond_train"], abs=1e-12)
+    assert y["gain_beyond_train"] == pytest.approx(y["loss_beyond_train"] - y["sliding_beyond_train"], abs=1e-12)
     fixed, _ = run_eval(trained_run, "lengths=[32]", "tokens=64", "rope.scaling.type=linear", "rope.scaling.factor=4",
                         "label=lin")
     assert fixed["label"] == "lin" and fixed["lengths"][0]["scaling"] == {"type": "linear", "factor": 4}
