@@ -1,23 +1,28 @@
-"""Length generalization: perplexity against evaluation length, per RoPE variant × scaling, over seeds.
+"""Length generalization: the loss beyond the training length and its degradation, per RoPE variant × scaling ×
+evaluation length, over seeds.
 
-Reads what ``python -m llm.eval_lengths`` wrote into run dirs (``eval_lengths/<label>.json``) and writes,
-into a sweep dir (or any dir):
+Reads what ``python -m llm.eval_lengths`` wrote into run dirs (``eval_lengths/<label>.json``,
+:mod:`llm.evaluation.metrics` defines each number) and writes, into a sweep dir (or any dir):
 
-* ``length_report.md`` - perplexity per variant × scaling × length (mean over seeds with a 95% CI over
-  seeds), the Δ val loss of each scaling against no scaling for the same variant, length and seed
-  (paired by seed where both exist, else Welch), and the Δ of each variant against the reference
-  variant (the float32 partial ``torch`` rotation, the project's reference) for the same scaling and
-  length: the question the sweep exists for, whether partial rotation extrapolates better than full;
-* ``length_report.csv`` - the same, one row per (variant, scaling, length), full precision;
-* ``length_curves.png`` - perplexity against evaluation length (log-x, log-y), one line per variant ×
-  scaling, the seeds' range as a band;
-* ``position_loss.png`` - mean loss against position at the longest length, one line per variant × scaling.
+* ``length_report.md`` - per variant × scaling × length, over seeds: the **degradation** (loss at positions
+  >= T minus the run's own sliding-window baseline on the same targets; it removes each seed's level), the
+  **loss beyond T**, the **gain over the sliding window** (negative: the model uses context longer than T)
+  and, beside them, the whole-window perplexity; then the paired comparisons: each scaling against no
+  scaling for the same variant (beyond T, and inside T: what the scaling costs the short context), each
+  variant against the reference variant (the float32 partial ``torch`` rotation) for the same scaling, and
+  document-aligned training against random windows for the same rotation;
+* ``length_report.csv`` - every statistic of every metric, one row per (variant, scaling, length);
+* ``length_curves.png`` - degradation, loss beyond T and whole-window perplexity against length;
+* ``position_loss.png`` - mean loss against position at the longest length, with each variant's own
+  sliding-window baseline.
 
-Why perplexity is averaged through the loss: a perplexity is exp(loss), and losses are what is
-(close to) normally distributed over seeds, so the mean and its Student-t CI are taken over the seeds'
-val losses and exponentiated: the perplexity reported is the geometric mean of the seeds'
-perplexities, and its CI the exponentiated CI of the mean loss. A length where one seed's perplexity
-explodes then does not drown the others.
+**Spread and CI are two things**, and the report names each: ``± sd`` is the seeds' standard deviation (how
+much one run varies), ``[lo, hi]`` the 95% Student-t confidence interval of the mean over seeds (how well
+the mean is known: about ``2.8 sd / sqrt(n)`` wide on each side for 5 seeds). Paired Δs are taken seed by
+seed (Welch's test where the seeds do not pair) with the 95% CI of the mean Δ.
+
+Perplexity is averaged through the loss: the mean and CI are taken over the seeds' losses and exponentiated
+(the geometric mean of the seeds' perplexities), so one seed's exploding perplexity does not drown the rest.
 """
 
 from __future__ import annotations
@@ -51,11 +56,28 @@ POSITION_FILE = "position_loss.png"
 NO_SCALING = "none"
 #: The variant every other one is compared with, when the runs have it (``rope.base.label`` of the reference).
 REFERENCE_VARIANT = "torch (partial, float32)"
-CSV_COLUMNS = ("variant", "scaling", "length", "n", "seeds", "val_loss_mean", "val_loss_ci_low", "val_loss_ci_high",
+#: How a variant trained with document-aligned windows is named (after its rotation's label).
+DOCUMENTS_SUFFIX = " · documents"
+#: The per-run metrics the report reads from each length (:mod:`llm.evaluation.metrics`).
+METRICS = ("val_loss", "val_acc", "loss_within_train", "loss_beyond_train", "sliding_beyond_train",
+           "gain_beyond_train", "baseline_beyond_train", "degradation")
+#: The metrics each comparison reports: against no scaling, and against another variant.
+VS_NONE = ("loss_beyond_train", "loss_within_train", "val_loss")
+VS_VARIANT = ("degradation", "loss_beyond_train", "val_loss")
+SUMMARIZED = ("val_loss", "loss_within_train", "loss_beyond_train", "gain_beyond_train", "baseline_beyond_train",
+              "degradation")
+
+
+def _comparison_columns(prefix: str, metrics: Sequence[str]) -> list[str]:
+    return [f"{prefix}_{m}_{s}" for m in metrics for s in ("delta", "ci_low", "ci_high", "p")]
+
+
+CSV_COLUMNS = ("variant", "scaling", "length", "n", "seeds", "reference_len", "tokens", "documents",
+               *(f"{m}_{s}" for m in SUMMARIZED for s in ("mean", "sd", "ci_low", "ci_high")),
                "val_ppl", "val_ppl_ci_low", "val_ppl_ci_high", "val_ppl_min", "val_ppl_max", "val_acc_mean",
-               "loss_beyond_train_mean", "delta_vs_none", "delta_ci_low", "delta_ci_high", "delta_p", "pairing",
-               "paired_seeds", "reference_variant", "delta_vs_reference_variant", "ref_delta_ci_low",
-               "ref_delta_ci_high", "ref_delta_p", "ref_pairing")
+               "vs_none_pairing", "vs_none_seeds", *_comparison_columns("vs_none", VS_NONE),
+               "reference_variant", "vs_reference_pairing", *_comparison_columns("vs_reference", VS_VARIANT),
+               "random_packing_variant", "vs_random_pairing", *_comparison_columns("vs_random", VS_VARIANT))
 
 
 @dataclass
@@ -66,17 +88,31 @@ class LengthResult:
     data: dict[str, Any]
 
     @property
-    def variant(self) -> str:
+    def rotation(self) -> str:
         return str(self.data.get("rope_label") or self.data.get("rope") or "?")
 
     @property
+    def variant(self) -> str:
+        """The rotation's label, marked when the run trained on document-aligned windows."""
+        return self.rotation + (DOCUMENTS_SUFFIX if self.data.get("packing") == "documents" else "")
+
+    @property
     def scaling(self) -> str:
-        return str(self.data.get("scaling_label") or NO_SCALING)
+        """The scaling's label, marked for a run fine-tuned from another (``train.init_from``)."""
+        label = str(self.data.get("scaling_label") or NO_SCALING)
+        if self.data.get("init_from"):
+            label += f" · fine-tuned at {self.data.get('train_seq_len')}"
+        return label
 
     @property
     def seed(self) -> int | None:
         s = self.data.get("seed")
         return s if isinstance(s, int) and not isinstance(s, bool) else None
+
+    @property
+    def reference_len(self) -> int | None:
+        t = self.data.get("reference_len", self.data.get("train_seq_len"))
+        return t if isinstance(t, int) else None
 
     def at(self, length: int) -> dict | None:
         return next((m for m in self.data.get("lengths", []) if m.get("length") == length), None)
@@ -97,33 +133,56 @@ def _per_seed(results: Sequence[LengthResult], length: int, key: str) -> dict[in
     return {s: statistics.fmean(v) for s, v in acc.items()}
 
 
+@dataclass(frozen=True)
+class Summary:
+    """A metric over seeds: mean, the seeds' standard deviation (spread) and the 95% CI of the mean."""
+
+    n: int
+    mean: float | None
+    sd: float | None
+    ci: tuple[float, float] | None
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Summary:
+        if not values:
+            return cls(0, None, None, None)
+        mean, lo, hi = t_interval(list(values))
+        sd = statistics.stdev(values) if len(values) > 1 else None
+        return cls(len(values), mean, sd, None if lo is None else (lo, hi))
+
+
 @dataclass
 class Cell:
-    """One (variant, scaling, length): the seeds' val losses and their statistics."""
+    """One (variant, scaling, length): each metric's per-seed values and the comparisons built on them."""
 
     variant: str
     scaling: str
     length: int
-    losses: dict[int | None, float]  # seed -> val loss
-    acc: dict[int | None, float]
-    beyond: dict[int | None, float]
-    delta: Comparison | None = None  # against NO_SCALING, same variant and length
-    paired_seeds: list[int] = field(default_factory=list)
-    vs_reference: Comparison | None = None  # against REFERENCE_VARIANT, same scaling and length
+    values: dict[str, dict[int | None, float]]  # metric -> seed -> value
+    tokens: int | None = None
+    documents: int | None = None
+    vs_none: dict[str, Comparison] = field(default_factory=dict)  # against NO_SCALING, same variant and length
+    none_seeds: list[int] = field(default_factory=list)
+    vs_reference: dict[str, Comparison] = field(default_factory=dict)  # against REFERENCE_VARIANT
+    vs_random: dict[str, Comparison] = field(default_factory=dict)  # documents packing against random
+
+    @property
+    def losses(self) -> dict[int | None, float]:
+        return self.values.get("val_loss", {})
 
     @property
     def n(self) -> int:
         return len(self.losses)
 
-    @property
-    def loss_ci(self) -> tuple[float, float | None, float | None]:
-        """Mean val loss over seeds and its 95% Student-t CI (None with one seed)."""
-        return t_interval(list(self.losses.values()))
+    def summary(self, metric: str) -> Summary:
+        return Summary.of(list(self.values.get(metric, {}).values()))
 
     @property
     def ppl(self) -> tuple[float, float | None, float | None]:
-        """exp of :attr:`loss_ci`: the geometric mean perplexity over seeds and its 95% CI."""
-        return tuple(None if v is None else _exp(v) for v in self.loss_ci)  # type: ignore[return-value]
+        """exp of the mean val loss over seeds and of its 95% CI: the geometric mean perplexity and its CI."""
+        s = self.summary("val_loss")
+        lo, hi = s.ci if s.ci else (None, None)
+        return _exp(s.mean), None if lo is None else _exp(lo), None if hi is None else _exp(hi)
 
     @property
     def ppl_range(self) -> tuple[float, float]:
@@ -142,14 +201,21 @@ def _pairing(a: dict, b: dict) -> list | None:
     return None
 
 
-def _compare(cell: Cell, ref: Cell) -> tuple[Comparison, list[int]]:
-    """Δ val loss of ``cell`` against ``ref``: paired by seed where they pair (and the seeds), else Welch."""
-    seeds = _pairing(cell.losses, ref.losses)
-    if seeds is not None:
-        return compare_paired([cell.losses[s] for s in seeds], [ref.losses[s] for s in seeds], DEFAULT_MARGIN,
-                              lower_is_better=True), seeds
-    return compare_unpaired(list(cell.losses.values()), list(ref.losses.values()), DEFAULT_MARGIN,
-                            lower_is_better=True), []
+def _compare(cell: Cell, ref: Cell, metrics: Sequence[str]) -> tuple[dict[str, Comparison], list[int]]:
+    """Δ of each metric of ``cell`` against ``ref`` (paired by seed where they pair, else Welch), and the seeds."""
+    out, paired = {}, []
+    for metric in metrics:
+        a, b = cell.values.get(metric, {}), ref.values.get(metric, {})
+        if not a or not b:
+            continue
+        seeds = _pairing(a, b)
+        if seeds is not None:
+            out[metric] = compare_paired([a[s] for s in seeds], [b[s] for s in seeds], DEFAULT_MARGIN,
+                                         lower_is_better=True)
+            paired = paired or seeds
+        else:
+            out[metric] = compare_unpaired(list(a.values()), list(b.values()), DEFAULT_MARGIN, lower_is_better=True)
+    return out, paired
 
 
 @dataclass
@@ -183,6 +249,16 @@ class LengthReport:
     def distinct(self, key: str) -> list:
         return sorted({r.data.get(key) for r in self.results if r.data.get(key) is not None}, key=str)
 
+    @property
+    def reference_lens(self) -> list[int]:
+        return sorted({t for r in self.results if (t := r.reference_len) is not None})
+
+    @property
+    def beyond_lengths(self) -> list[int]:
+        """The lengths with positions beyond T (T the smallest reference length)."""
+        t = min(self.reference_lens, default=0)
+        return [L for L in self.lengths if L > t]
+
 
 def load_length_results(runs: Sequence[Run]) -> tuple[list[LengthResult], list[str]]:
     """Every ``eval_lengths/*.json`` of ``runs``, and the files that could not be read (named, not fatal)."""
@@ -199,6 +275,15 @@ def load_length_results(runs: Sequence[Run]) -> tuple[list[LengthResult], list[s
             else:
                 unreadable.append(f"{path} (not an eval_lengths result)")
     return results, unreadable
+
+
+def _selection(group: Sequence[LengthResult], length: int) -> tuple[int | None, int | None]:
+    """Tokens and documents evaluated at ``length`` (the same for every run of one val split)."""
+    for r in group:
+        m = r.at(length)
+        if m:
+            return m.get("val_tokens"), m.get("documents")
+    return None, None
 
 
 def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
@@ -218,18 +303,20 @@ def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
     cells = []
     for (variant, scaling), group in by_group.items():
         for length in sorted({L for r in group for L in r.lengths}):
-            losses = _per_seed(group, length, "val_loss")
-            if losses:
-                cells.append(Cell(variant, scaling, length, losses, _per_seed(group, length, "val_acc"),
-                                  _per_seed(group, length, "loss_beyond_train")))
+            values = {m: v for m in METRICS if (v := _per_seed(group, length, m))}
+            if values.get("val_loss"):
+                cells.append(Cell(variant, scaling, length, values, *_selection(group, length)))
     report = LengthReport([str(p) for p in paths], runs, results, cells, unreadable)
     for c in cells:
         ref = report.cell(c.variant, NO_SCALING, c.length)
         if c.scaling != NO_SCALING and ref is not None:
-            c.delta, c.paired_seeds = _compare(c, ref)
+            c.vs_none, c.none_seeds = _compare(c, ref, VS_NONE)
         ref = report.cell(REFERENCE_VARIANT, c.scaling, c.length)
         if c.variant != REFERENCE_VARIANT and ref is not None:
-            c.vs_reference = _compare(c, ref)[0]
+            c.vs_reference = _compare(c, ref, VS_VARIANT)[0]
+        ref = report.cell(c.variant.removesuffix(DOCUMENTS_SUFFIX), c.scaling, c.length)
+        if c.variant.endswith(DOCUMENTS_SUFFIX) and ref is not None:
+            c.vs_random = _compare(c, ref, VS_VARIANT)[0]
     return report
 
 
@@ -243,8 +330,22 @@ def _ppl_text(c: Cell | None) -> str:
     return f"{fmt(mean, digits)} {ci}"
 
 
-def _delta_text(c: Cell | None, against_variant: bool = False) -> str:
-    d = None if c is None else (c.vs_reference if against_variant else c.delta)
+#: Metrics that are differences (signed in tables); the others are losses.
+DIFFERENCES = ("gain_beyond_train", "degradation")
+
+
+def _summary_text(c: Cell | None, metric: str) -> str:
+    """``+0.1234 ± 0.0200 [+0.1000, +0.1468]``: mean ± the seeds' sd [95% CI of the mean]; ``-`` if none."""
+    s = None if c is None else c.summary(metric)
+    if s is None or s.mean is None:
+        return "-"
+    num = signed if metric in DIFFERENCES else (lambda v: fmt(v, 4))
+    sd = "" if s.sd is None else f" ± {fmt(s.sd, 4)}"
+    ci = " (n=1)" if s.ci is None else f" [{num(s.ci[0])}, {num(s.ci[1])}]"
+    return f"{num(s.mean)}{sd}{ci}"
+
+
+def _delta_text(d: Comparison | None) -> str:
     if d is None:
         return "-"
     ci = "n=1" if d.ci is None else f"[{signed(d.ci[0])}, {signed(d.ci[1])}]"
@@ -256,12 +357,22 @@ def _seeds(values: dict) -> str:
 
 
 def _warnings(report: LengthReport) -> list[str]:
-    """What makes numbers of the report not comparable: other token budgets, results of one seed averaged."""
+    """What makes numbers of the report not comparable: other budgets or reference lengths, one seed averaged."""
     out = []
     budgets = report.distinct("tokens")
     if len(budgets) > 1:
-        out.append(f"**Warning**: the evaluations used different val token budgets ({', '.join(map(str, budgets))}); "
-                   "numbers from different budgets are not on the same tokens.")
+        out.append(f"**Warning**: the evaluations used different token budgets ({', '.join(map(str, budgets))}); "
+                   "numbers from different budgets are not on the same targets.")
+    if len(report.reference_lens) > 1:
+        ts = ", ".join(map(str, report.reference_lens))
+        out.append(f"**Warning**: the evaluations split at different lengths T ({ts}); beyond-T numbers and "
+                   "degradations of different T are not on the same targets "
+                   "(`reference_len=` sets T).")
+    old = [r for r in report.results if r.lengths and "degradation" not in r.at(r.lengths[0])]
+    if old:
+        shown = ", ".join(f"`{r.path}`" for r in old[:3]) + (" ..." if len(old) > 3 else "")
+        out.append(f"**Note**: {len(old)} evaluation(s) predate the sliding-window baseline (no degradation or gain; "
+                   f"evaluate them again): {shown}")
     seen: dict[tuple, int] = {}
     for r in report.results:
         key = (r.variant, r.scaling, r.seed)
@@ -272,60 +383,153 @@ def _warnings(report: LengthReport) -> list[str]:
     return [line for w in out for line in (w, "")]
 
 
+def _metric_table(report: LengthReport, metric: str, lengths: Sequence[int]) -> list[str]:
+    rows = []
+    for variant, scaling in report.groups:
+        cells = [report.cell(variant, scaling, L) for L in lengths]
+        n = max((c.n for c in cells if c is not None), default=0)
+        rows.append([variant, scaling, str(n), *(_summary_text(c, metric) for c in cells)])
+    return md_table(["Variant", "Scaling", "n", *map(str, lengths)], rows)
+
+
+def _data_section(report: LengthReport) -> list[str]:
+    """Per length: the targets every run was evaluated on (whole documents of the val split)."""
+    rows = []
+    for L in report.lengths:
+        r = next((r for r in report.results if r.at(L)), None)
+        m = r.at(L) if r else {}
+        rows.append([str(L), fmt(m.get("val_tokens"), 0), fmt(m.get("windows"), 0), fmt(m.get("documents"), 0),
+                     fmt(m.get("eligible_documents"), 0), fmt(m.get("eligible_tokens"), 0)])
+    skipped = sorted({(s.get("length"), s.get("reason")) for r in report.results for s in r.data.get("skipped") or []},
+                     key=str)
+    lines = ["## Evaluation data", "",
+             "Windows of length L are whole val documents at least L tokens long (one window per document first, "
+             "then further non-overlapping windows of long ones), the same targets for every run and scaling at a "
+             "length. Eligible: the val documents that long and the tokens their windows hold.", ""]
+    lines += md_table(["Length", "tokens", "windows", "documents", "eligible documents", "eligible tokens"], rows)
+    lines += [f"- skipped: {reason}" for _, reason in skipped]
+    return [*lines, ""]
+
+
 def length_markdown(report: LengthReport) -> str:
-    lengths = report.lengths
-    header = ["Variant", "Scaling", "n", *map(str, lengths)]
+    lengths, beyond = report.lengths, report.beyond_lengths
     n_runs = len({r.path.parent.parent for r in report.results})
+    baselines = {(b.get("window"), b.get("stride")) for r in report.results
+                 if isinstance(b := r.data.get("baseline"), dict)}
+    t = ", ".join(map(str, report.reference_lens)) or "n/a"
     lines = [
         "# Length generalization",
         "",
         f"{len(report.runs)} run(s), {n_runs} evaluated ({len(report.results)} evaluation(s)); inputs: "
         + ", ".join(f"`{p}`" for p in report.inputs),
         "",
-        f"- training length (model.seq_len): {', '.join(map(str, report.distinct('train_seq_len'))) or 'n/a'}",
-        f"- val tokens at every length (the same tokens): {', '.join(map(str, report.distinct('tokens'))) or 'n/a'}",
+        f"- T (positions >= T are beyond the training length): {t}; training lengths (model.seq_len): "
+        f"{', '.join(map(str, report.distinct('train_seq_len'))) or 'n/a'}",
+        f"- target tokens per length (budget): {', '.join(map(str, report.distinct('tokens'))) or 'n/a'}",
+        "- sliding-window baseline: " + ("; ".join(f"windows of {w} tokens, stride {s}" for w, s in sorted(baselines))
+                                         or "n/a"),
         f"- scalings: {', '.join(dict.fromkeys(s for _, s in report.groups))} "
         "(`factor L/N`: the factor L/N at each length L, at least 1)",
         "",
         *_warnings(report),
-        "Perplexity = exp(mean val loss over seeds), the geometric mean of the seeds' perplexities; 95% CI = exp "
-        "of the Student-t CI of the mean loss over seeds (`n=1`: one seed, no CI). n = seeds.",
+        "Cells: mean over seeds `± sd` (the seeds' standard deviation: the spread of single runs) `[lo, hi]` (the "
+        "95% Student-t confidence interval of the mean over seeds: how well the mean is known). n = seeds; "
+        "`(n=1)`: one seed, no spread or CI. Losses in nats.",
         "",
-        "## Perplexity by evaluation length",
+        *_data_section(report),
+        "## Degradation beyond T, by evaluation length",
+        "",
+        "Loss at positions >= T at length L minus the run's own sliding-window baseline on the same targets (the run "
+        "as trained, each target predicted from its last T tokens). 0: length L costs nothing; the baseline is the "
+        "same for every scaling of a run, so it removes the seed's level from comparisons.",
         "",
     ]
-    rows = []
-    for variant, scaling in report.groups:
-        cells = [report.cell(variant, scaling, L) for L in lengths]
-        n = max((c.n for c in cells if c is not None), default=0)
-        rows.append([variant, scaling, str(n), *(_ppl_text(c) for c in cells)])
-    lines += md_table(header, rows)
-    compared = [(v, s) for v, s in report.groups if s != NO_SCALING]
-    lines += ["", "## Δ val loss against no scaling", "",
-              "Scaling − none, same variant and length, paired by seed (nats; negative: the scaling helps); "
-              "95% CI; `(Welch)` where the seeds do not pair.", ""]
-    if compared:
-        lines += md_table(["Variant", "Scaling", *map(str, lengths)],
-                          [[v, s, *(_delta_text(report.cell(v, s, L)) for L in lengths)] for v, s in compared])
-    else:
-        lines.append("(no scaling other than none was evaluated)")
-    against = [(v, s) for v, s in report.groups if v != REFERENCE_VARIANT
-               and any(report.cell(v, s, L) and report.cell(v, s, L).vs_reference for L in lengths)]
-    if against:
-        lines += ["", f"## Δ val loss against {REFERENCE_VARIANT}", "",
-                  f"Variant − {REFERENCE_VARIANT}, same scaling and length, paired by seed (nats; negative: the "
-                  "variant does better); 95% CI; `(Welch)` where the seeds do not pair. A variant evaluated "
-                  "without some scaling (none rotates nothing to scale) has no row for it.", ""]
-        lines += md_table(["Variant", "Scaling", *map(str, lengths)],
-                          [[v, s, *(_delta_text(report.cell(v, s, L), True) for L in lengths)] for v, s in against])
+    lines += _metric_table(report, "degradation", beyond) if beyond else ["(no length beyond T was evaluated)"]
+    lines += ["", "## Loss beyond T", "", "Mean loss at positions >= T of the windows of length L.", ""]
+    lines += _metric_table(report, "loss_beyond_train", beyond) if beyond else ["(none)"]
+    lines += ["", "## Gain over the sliding window", "",
+              "Loss beyond T minus the same model's loss on the same targets from only the last T tokens (its own "
+              "scaling, windows of T). Negative: the model uses context longer than T; positive: the longer "
+              "context hurts it.", ""]
+    lines += _metric_table(report, "gain_beyond_train", beyond) if beyond else ["(none)"]
+    lines += ["", "## Whole-window perplexity", "",
+              "exp(mean loss over every position of the window, inside and beyond T), the geometric mean over seeds "
+              "[exp of the 95% CI of the mean loss]. It mixes what a scaling costs inside T with how it extends: read "
+              "it beside the tables above. Lengths draw on different documents (the long ones are fewer).", ""]
+    rows = [[v, s, str(max((c.n for L in lengths if (c := report.cell(v, s, L))), default=0)),
+             *(_ppl_text(report.cell(v, s, L)) for L in lengths)] for v, s in report.groups]
+    lines += md_table(["Variant", "Scaling", "n", *map(str, lengths)], rows)
+    lines += _comparison_sections(report)
     missing = report.unevaluated
     if missing or report.unreadable:
         lines += ["", "## Not evaluated", ""]
         lines += [f"- `{r.name}` ({r.label}, seed {r.seed}): {r.status}, no {EVAL_DIR}/*.json" for r in missing]
         lines += [f"- unreadable: `{u}`" for u in report.unreadable]
-    lines += ["", "## Plots", "", f"![perplexity against evaluation length]({CURVES_FILE})", "",
+    lines += ["", "## Plots", "", f"![degradation, loss beyond T and perplexity against length]({CURVES_FILE})", "",
               f"![loss against position at the longest length]({POSITION_FILE})", ""]
     return "\n".join(lines)
+
+
+def _comparison_table(report: LengthReport, rows: Sequence[tuple[str, str]], attr: str, metric: str,
+                      lengths: Sequence[int]) -> list[str]:
+    def text(v: str, s: str, L: int) -> str:
+        c = report.cell(v, s, L)
+        return _delta_text(None if c is None else getattr(c, attr).get(metric))
+
+    return md_table(["Variant", "Scaling", *map(str, lengths)], [[v, s, *(text(v, s, L) for L in lengths)]
+                                                               for v, s in rows])
+
+
+def _has(report: LengthReport, v: str, s: str, attr: str) -> bool:
+    return any((c := report.cell(v, s, L)) is not None and getattr(c, attr) for L in report.lengths)
+
+
+def _comparison_sections(report: LengthReport) -> list[str]:
+    lengths, beyond = report.lengths, report.beyond_lengths
+    pair = "paired by seed (nats; negative: lower loss); 95% CI of the mean Δ; `(Welch)` where the seeds do not pair."
+    lines: list[str] = []
+    scaled = [(v, s) for v, s in report.groups if s != NO_SCALING and _has(report, v, s, "vs_none")]
+    lines += ["", "## Scaling − none, same variant and length", ""]
+    if scaled:
+        lines += [f"Beyond T (Δ loss at positions >= T, equal to Δ degradation: the baseline is the run's): {pair}", ""]
+        lines += _comparison_table(report, scaled, "vs_none", "loss_beyond_train", beyond)
+        lines += ["", f"Inside T (Δ loss at positions < T: what the scaling costs the short context): {pair}", ""]
+        lines += _comparison_table(report, scaled, "vs_none", "loss_within_train", lengths)
+        lines += ["", f"Whole window (Δ mean loss over every position): {pair}", ""]
+        lines += _comparison_table(report, scaled, "vs_none", "val_loss", lengths)
+    else:
+        lines.append("(no scaling other than none was evaluated)")
+    against = [(v, s) for v, s in report.groups if v != REFERENCE_VARIANT and _has(report, v, s, "vs_reference")]
+    if against:
+        lines += ["", f"## Variant − {REFERENCE_VARIANT}, same scaling and length", "",
+                  f"Degradation (the headline: each run against its own level): {pair} A variant evaluated without "
+                  "some scaling (none rotates nothing to scale) has no row for it.", ""]
+        lines += _comparison_table(report, against, "vs_reference", "degradation", beyond)
+        lines += ["", f"Loss beyond T: {pair}", ""]
+        lines += _comparison_table(report, against, "vs_reference", "loss_beyond_train", beyond)
+        lines += ["", f"Whole window: {pair}", ""]
+        lines += _comparison_table(report, against, "vs_reference", "val_loss", lengths)
+    packed = [(v, s) for v, s in report.groups if _has(report, v, s, "vs_random")]
+    if packed:
+        lines += ["", "## Document-aligned − random training windows, same rotation and scaling", "",
+                  f"Degradation: {pair}", ""]
+        lines += _comparison_table(report, packed, "vs_random", "degradation", beyond)
+        lines += ["", f"Whole window: {pair}", ""]
+        lines += _comparison_table(report, packed, "vs_random", "val_loss", lengths)
+    return lines
+
+
+def _comparison_values(comparisons: dict[str, Comparison], metrics: Sequence[str]) -> list[Any]:
+    out: list[Any] = []
+    for m in metrics:
+        d = comparisons.get(m)
+        out += [None] * 4 if d is None else [d.delta, *(d.ci if d.ci else (None, None)), d.p]
+    return out
+
+
+def _pairing_text(comparisons: dict[str, Comparison]) -> str | None:
+    d = next(iter(comparisons.values()), None)
+    return None if d is None else ("unpaired (Welch)" if d.method == WELCH else "paired")
 
 
 def _csv_rows(report: LengthReport) -> list[list[Any]]:
@@ -335,25 +539,23 @@ def _csv_rows(report: LengthReport) -> list[list[Any]]:
             c = report.cell(variant, scaling, L)
             if c is None:
                 continue
-            mean, lo, hi = c.loss_ci
+            stats = []
+            for m in SUMMARIZED:
+                s = c.summary(m)
+                stats += [s.mean, s.sd, *(s.ci if s.ci else (None, None))]
             ppl, plo, phi = c.ppl
-            d = c.delta
-            rows.append([variant, scaling, L, c.n, _seeds(c.losses), mean, lo, hi, ppl, plo, phi, *c.ppl_range,
-                         statistics.fmean(c.acc.values()) if c.acc else None,
-                         statistics.fmean(c.beyond.values()) if c.beyond else None,
-                         None if d is None else d.delta, None if d is None or d.ci is None else d.ci[0],
-                         None if d is None or d.ci is None else d.ci[1], None if d is None else d.p,
-                         None if d is None else ("unpaired (Welch)" if d.method == WELCH else "paired"),
-                         " ".join(map(str, c.paired_seeds)), *_reference_cells(c)])
+            ref_t = sorted({r.reference_len for r in report.results if (r.variant, r.scaling) == (variant, scaling)
+                            and r.reference_len is not None})
+            rows.append([variant, scaling, L, c.n, _seeds(c.losses), " ".join(map(str, ref_t)), c.tokens, c.documents,
+                         *stats, ppl, plo, phi, *c.ppl_range,
+                         statistics.fmean(c.values["val_acc"].values()) if c.values.get("val_acc") else None,
+                         _pairing_text(c.vs_none), " ".join(map(str, c.none_seeds)),
+                         *_comparison_values(c.vs_none, VS_NONE),
+                         REFERENCE_VARIANT if c.vs_reference else None, _pairing_text(c.vs_reference),
+                         *_comparison_values(c.vs_reference, VS_VARIANT),
+                         variant.removesuffix(DOCUMENTS_SUFFIX) if c.vs_random else None, _pairing_text(c.vs_random),
+                         *_comparison_values(c.vs_random, VS_VARIANT)])
     return rows
-
-
-def _reference_cells(c: Cell) -> list[Any]:
-    r = c.vs_reference
-    if r is None:
-        return [None] * 6
-    return [REFERENCE_VARIANT, r.delta, None if r.ci is None else r.ci[0], None if r.ci is None else r.ci[1], r.p,
-            "unpaired (Welch)" if r.method == WELCH else "paired"]
 
 
 def write_length_csv(report: LengthReport, path: Path) -> None:
@@ -375,73 +577,93 @@ def _styles(report: LengthReport) -> dict[tuple[str, str], tuple[Any, Any]]:
     return {(v, s): (colors[v], _STYLES[scalings.index(s) % len(_STYLES)]) for v, s in report.groups}
 
 
-def _train_lengths(report: LengthReport) -> list[int]:
-    return [int(t) for t in report.distinct("train_seq_len") if isinstance(t, int)]
+def _draw_metric(ax: Any, report: LengthReport, metric: str, lengths: Sequence[int], exp: bool = False) -> None:
+    """One line per variant × scaling: the mean over seeds, its 95% CI as a band (two seeds or more)."""
+    for (variant, scaling), (color, style) in _styles(report).items():
+        points = [(L, s) for L in lengths if (c := report.cell(variant, scaling, L)) is not None
+                  and (s := c.summary(metric)).mean is not None]
+        if not points:
+            continue
+        f = _exp if exp else (lambda v: v)
+        xs = [L for L, _ in points]
+        ax.plot(xs, [f(s.mean) for _, s in points], color=color, linestyle=style, marker="o", markersize=3,
+                label=f"{variant} · {scaling} (n={max(s.n for _, s in points)})")
+        band = [(L, s.ci) for L, s in points if s.ci is not None]
+        if band:
+            ax.fill_between([L for L, _ in band], [f(ci[0]) for _, ci in band], [f(ci[1]) for _, ci in band],
+                            color=color, alpha=0.12, linewidth=0)
+    ax.set_xscale("log", base=2)
+    if lengths:
+        ax.set_xticks(list(lengths), [str(L) for L in lengths])
+    ax.grid(alpha=0.3, which="both")
 
 
 def plot_length_curves(report: LengthReport, path: Path) -> None:
-    """Perplexity against evaluation length (log-x, log-y): geometric mean over seeds, the seeds' range as a band."""
+    """Degradation, loss beyond T and whole-window perplexity against length; bands: 95% CI of the mean."""
     from matplotlib.ticker import FuncFormatter
 
-    fig = _new_figure((9, 5))
-    ax = fig.subplots()
-    for (variant, scaling), (color, style) in _styles(report).items():
-        cells = [c for L in report.lengths if (c := report.cell(variant, scaling, L)) is not None]
-        if not cells:
-            continue
-        xs = [c.length for c in cells]
-        n = max(c.n for c in cells)
-        ax.plot(xs, [c.ppl[0] for c in cells], color=color, linestyle=style, marker="o", markersize=3,
-                label=f"{variant} · {scaling} (n={n})")
-        ax.fill_between(xs, [c.ppl_range[0] for c in cells], [c.ppl_range[1] for c in cells], color=color,
-                        alpha=0.12, linewidth=0)
-    for t in _train_lengths(report):
-        ax.axvline(t, color="gray", linestyle=":", linewidth=1)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    fig = _new_figure((17, 5))
+    ax_deg, ax_beyond, ax_ppl = fig.subplots(1, 3)
+    beyond = report.beyond_lengths
+    _draw_metric(ax_deg, report, "degradation", beyond)
+    ax_deg.axhline(0, color="gray", linewidth=1)
+    ax_deg.set(xlabel="evaluation length L (tokens)", ylabel="degradation beyond T (nats)",
+               title="loss beyond T − the run's own sliding-window baseline")
+    _draw_metric(ax_beyond, report, "loss_beyond_train", beyond)
+    ax_beyond.set(xlabel="evaluation length L (tokens)", ylabel="loss at positions >= T (nats)",
+                  title="loss beyond the training length")
+    _draw_metric(ax_ppl, report, "val_loss", report.lengths, exp=True)
+    for t in report.reference_lens:
+        ax_ppl.axvline(t, color="gray", linestyle=":", linewidth=1)
+    ax_ppl.set_yscale("log")
     plain = FuncFormatter(lambda v, _: f"{v:,.4g}")  # 812 rather than 8.12x10^2
-    ax.yaxis.set_major_formatter(plain)
-    low, high = ax.get_ylim()
+    ax_ppl.yaxis.set_major_formatter(plain)
+    low, high = ax_ppl.get_ylim()
     if 0 < low and high / low < 10:  # within a decade the minor ticks are the only ones: label them
-        ax.yaxis.set_minor_formatter(plain)
-    ax.set_xticks(report.lengths, [str(L) for L in report.lengths])
-    ax.set(xlabel="evaluation length (tokens; dotted: training length)", ylabel="val perplexity",
-           title="perplexity against evaluation length (geometric mean over seeds; band: seeds' range)")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+        ax_ppl.yaxis.set_minor_formatter(plain)
+    ax_ppl.set(xlabel="evaluation length L (tokens; dotted: T)", ylabel="whole-window perplexity",
+               title="whole window (inside and beyond T)")
+    ax_ppl.legend(fontsize=7)
+    fig.suptitle("mean over seeds; bands: 95% CI of the mean (not the seeds' spread)")
     _save(fig, path)
 
 
-def _mean_buckets(results: Sequence[LengthResult], length: int) -> list[tuple[float, float]]:
-    """(bucket mid-position, loss averaged over seeds) at ``length``, over the buckets every result has."""
+def _mean_buckets(results: Sequence[LengthResult], length: int, key: str) -> list[tuple[float, float]]:
+    """(bucket mid-position, ``key`` averaged over seeds) at ``length``, over the buckets the results have."""
     per_start: dict[int, tuple[int, list[float]]] = {}
     for r in results:
         m = r.at(length)
         for b in (m or {}).get("buckets", []):
-            loss = as_float(b.get("loss"))
-            if loss is not None:
-                per_start.setdefault(int(b["start"]), (int(b["end"]), []))[1].append(loss)
+            value = as_float(b.get(key))
+            if value is not None:
+                per_start.setdefault(int(b["start"]), (int(b["end"]), []))[1].append(value)
     return [((s + e) / 2, statistics.fmean(v)) for s, (e, v) in sorted(per_start.items())]
 
 
 def plot_position_loss(report: LengthReport, path: Path) -> None:
-    """Mean val loss against position at the longest length evaluated: where each variant × scaling breaks."""
+    """Mean loss against position at the longest length, each variant × scaling, and each variant's own
+    sliding-window baseline (thin dotted): where a scaling stops generalizing, and whether it beats the baseline."""
     longest = max(report.lengths)
     fig = _new_figure((9, 5))
     ax = fig.subplots()
-    drawn = 0
+    drawn, baselines = 0, set()
     for (variant, scaling), (color, style) in _styles(report).items():
         group = [r for r in report.results if (r.variant, r.scaling) == (variant, scaling)]
-        points = _mean_buckets(group, longest)
+        points = _mean_buckets(group, longest, "loss")
         if not points:
             continue
         drawn += 1
         n = len({r.seed for r in group if r.at(longest)})
         ax.plot([p[0] for p in points], [p[1] for p in points], color=color, linestyle=style,
                 label=f"{variant} · {scaling} (n={n})")
-    for t in _train_lengths(report):
+        base = _mean_buckets(group, longest, "baseline")
+        if base and variant not in baselines:
+            baselines.add(variant)
+            ax.plot([p[0] for p in base], [p[1] for p in base], color=color, linestyle=":", linewidth=0.8,
+                    label=f"{variant}: own sliding-window baseline")
+    for t in report.reference_lens:
         ax.axvline(t, color="gray", linestyle=":", linewidth=1)
-    ax.set(xlabel="position (dotted: training length)", ylabel="mean val loss (nats)",
+    ax.set(xlabel="position (dotted: T)", ylabel="mean loss (nats)",
            title=f"loss against position at length {longest} (mean over seeds)")
     ax.grid(alpha=0.3)
     if drawn:

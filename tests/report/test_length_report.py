@@ -1,6 +1,7 @@
-"""The length-generalization report on planted numbers: the mean over seeds and its Student-t CI, perplexity as
-exp of them, the paired Δ against no scaling (Welch when the seeds do not pair), the table rows, the plots, and
-``python -m scripts.length_report``."""
+"""The length-generalization report on planted numbers: the degradation, the loss beyond T and the gain over the
+sliding window as mean ± the seeds' sd [95% CI of the mean], the whole-window perplexity beside them, the paired
+comparisons (scaling against none inside and beyond T, variant against the reference, document-aligned against
+random training), the table rows, the plots, and ``python -m scripts.length_report``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import csv
 import importlib.util
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -18,27 +20,59 @@ from .synthetic import write_run
 
 REPO = Path(__file__).resolve().parents[2]
 T975_2DF = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom (tables)
+T = 32
 PARTIAL, FULL = "torch (partial, float32)", "torch (full, float32)"
+PARTIAL_DOCS = PARTIAL + " · documents"
 YARN = "yarn (factor L/32)"
 MINUS = "\u2212"
 
-# (variant, scaling) -> seed -> {length: val loss}
+# (variant, scaling) -> seed -> {length: whole-window val loss}
 PLANTED = {
     (PARTIAL, "none"): {0: {32: 1.5, 64: 2.0}, 1: {32: 1.6, 64: 2.1}, 2: {32: 1.7, 64: 2.3}},
     (PARTIAL, YARN): {0: {32: 1.5, 64: 1.9}, 1: {32: 1.6, 64: 2.0}, 2: {32: 1.7, 64: 2.1}},
     (FULL, "none"): {0: {32: 1.4, 64: 2.5}, 1: {32: 1.5, 64: 2.6}, 2: {32: 1.6, 64: 2.4}},
     (FULL, YARN): {5: {32: 1.5, 64: 2.0}, 6: {32: 1.4, 64: 2.2}},  # other seeds: no pairs
+    (PARTIAL_DOCS, "none"): {0: {32: 1.45, 64: 1.8}, 1: {32: 1.5, 64: 1.85}, 2: {32: 1.6, 64: 2.1}},
 }
+#: Each run's own level: the loss of its sliding-window baseline beyond T (the same for every scaling of a run).
+LEVEL = {PARTIAL: {0: 1.6, 1: 1.75, 2: 1.8}, FULL: {0: 1.5, 1: 1.6, 2: 1.7, 5: 1.65, 6: 1.55},
+         PARTIAL_DOCS: {0: 1.5, 1: 1.6, 2: 1.65}}
+#: What a scaling costs the short context: its sliding-window loss above the run's level.
+COST = {"none": 0.0, YARN: 0.05}
+
+
+def beyond(v: float) -> float:
+    return v + 0.1
+
+
+def within(v: float) -> float:
+    return v - 0.1
+
+
+def degradation(variant: str, scaling: str, seed: int, L: int) -> float:
+    return beyond(PLANTED[(variant, scaling)][seed][L]) - LEVEL[variant][seed]
 
 
 def eval_json(variant: str, scaling: str, seed: int, losses: dict[int, float]) -> dict:
-    return {
-        "label": f"x-{scaling.split()[0]}", "seed": seed, "rope_label": variant, "scaling_label": scaling,
-        "train_seq_len": 32, "tokens": 256,
-        "lengths": [{"length": L, "val_loss": v, "val_acc": 0.5, "loss_beyond_train": v + 0.1 if L > 32 else None,
-                     "buckets": [{"start": a, "end": a + 16, "loss": v + (a - L / 2) / 100} for a in range(0, L, 16)]}
-                    for L, v in losses.items()],
-    }
+    level = LEVEL[variant][seed]
+    rotation = variant.removesuffix(" · documents")
+    lengths = []
+    for L, v in losses.items():
+        m = {"length": L, "val_loss": v, "val_acc": 0.5, "val_tokens": 256, "windows": 256 // L, "documents": 3,
+             "eligible_documents": 5, "eligible_tokens": 640, "loss_within_train": within(v),
+             "buckets": [{"start": a, "end": a + 16, "loss": v + (a - L / 2) / 100, "baseline": level + a / 1000}
+                         for a in range(0, L, 16)]}
+        if L > T:
+            sliding = level + COST.get(scaling, 0.0)
+            m.update(loss_beyond_train=beyond(v), baseline_beyond_train=level, sliding_beyond_train=sliding,
+                     degradation=beyond(v) - level, gain_beyond_train=beyond(v) - sliding)
+        else:
+            m.update(loss_beyond_train=None, degradation=None, gain_beyond_train=None)
+        lengths.append(m)
+    return {"label": f"x-{scaling.split()[0]}", "seed": seed, "rope_label": rotation, "scaling_label": scaling,
+            "train_seq_len": T, "reference_len": T, "tokens": 256, "baseline": {"window": T, "stride": T // 2},
+            "packing": "documents" if variant.endswith("documents") else "random", "init_from": None,
+            "lengths": lengths}
 
 
 @pytest.fixture
@@ -50,7 +84,7 @@ def sweep(tmp_path: Path) -> Path:
             run = runs.get((variant, seed))
             if run is None:
                 run = runs[(variant, seed)] = write_run(tmp_path / f"{job}_s{seed}", "torch", seed, 3.0,
-                                                        variant="partial" if variant == PARTIAL else "full")
+                                                        variant="full" if variant == FULL else "partial")
                 job += 1
             (run / "eval_lengths").mkdir(exist_ok=True)
             (run / "eval_lengths" / f"{scaling.split()[0]}.json").write_text(
@@ -72,65 +106,125 @@ def rows(path: Path) -> dict[tuple[str, str, int], dict]:
         return {(r["variant"], r["scaling"], int(r["length"])): r for r in csv.DictReader(f)}
 
 
-def test_ci_over_seeds_and_the_paired_delta_match_hand_computed_values(sweep):
+def section(md: str, title: str) -> str:
+    return md.split(f"## {title}")[1].split("\n## ")[0]
+
+
+def test_degradation_is_mean_sd_and_ci_over_seeds_with_the_whole_window_beside_it(sweep):
     report = build_length_report([sweep])
     write_length_report(report, sweep)
     table = rows(sweep / CSV_FILE)
-    assert len(table) == 8, "variant x scaling x length: 2 x 2 x 2"
+    assert len(table) == 10, "variant x scaling x length: 5 x 2"
 
-    mean, lo, hi = t_ci([2.0, 2.1, 2.3])
+    degr = [degradation(PARTIAL, "none", s, 64) for s in (0, 1, 2)]
+    mean, lo, hi = t_ci(degr)
     r = table[(PARTIAL, "none", 64)]
-    assert (int(r["n"]), r["seeds"]) == (3, "0 1 2")
-    assert float(r["val_loss_mean"]) == pytest.approx(mean, abs=1e-12)
-    assert (float(r["val_loss_ci_low"]), float(r["val_loss_ci_high"])) == pytest.approx((lo, hi), abs=1e-9)
-    assert float(r["val_ppl"]) == pytest.approx(math.exp(mean), rel=1e-12)
-    assert (float(r["val_ppl_ci_low"]), float(r["val_ppl_ci_high"])) == pytest.approx((math.exp(lo), math.exp(hi)),
-                                                                                      rel=1e-9)
+    assert (int(r["n"]), r["seeds"], r["reference_len"], r["tokens"], r["documents"]) == (3, "0 1 2", "32", "256", "3")
+    assert float(r["degradation_mean"]) == pytest.approx(mean, abs=1e-12)
+    assert float(r["degradation_sd"]) == pytest.approx(statistics.stdev(degr), abs=1e-12)
+    assert (float(r["degradation_ci_low"]), float(r["degradation_ci_high"])) == pytest.approx((lo, hi), abs=1e-9)
+    b_mean, b_lo, b_hi = t_ci([2.1, 2.2, 2.4])
+    assert float(r["loss_beyond_train_mean"]) == pytest.approx(b_mean)
+    assert (float(r["loss_beyond_train_ci_low"]), float(r["loss_beyond_train_ci_high"])) == pytest.approx((b_lo, b_hi))
+    assert float(r["gain_beyond_train_mean"]) == pytest.approx(mean), "no scaling: the model's baseline is the run's"
+    v_mean, v_lo, v_hi = t_ci([2.0, 2.1, 2.3])
+    assert float(r["val_ppl"]) == pytest.approx(math.exp(v_mean), rel=1e-12)
+    assert (float(r["val_ppl_ci_low"]), float(r["val_ppl_ci_high"])) == pytest.approx((math.exp(v_lo), math.exp(v_hi)))
     assert (float(r["val_ppl_min"]), float(r["val_ppl_max"])) == pytest.approx((math.exp(2.0), math.exp(2.3)))
-    assert float(r["loss_beyond_train_mean"]) == pytest.approx(mean + 0.1)
-    assert r["delta_vs_none"] == "" and r["pairing"] == "", "no scaling is the reference itself"
-
-    d_mean, d_lo, d_hi = t_ci([-0.1, -0.1, -0.2])  # yarn − none, paired by seed
-    r = table[(PARTIAL, YARN, 64)]
-    assert (r["pairing"], r["paired_seeds"]) == ("paired", "0 1 2")
-    assert float(r["delta_vs_none"]) == pytest.approx(d_mean, abs=1e-12)
-    assert (float(r["delta_ci_low"]), float(r["delta_ci_high"])) == pytest.approx((d_lo, d_hi), abs=1e-9)
-    r = table[(PARTIAL, YARN, 32)]  # equal losses: no spread, CI collapses to the mean (0)
-    assert (float(r["delta_vs_none"]), float(r["delta_ci_low"]), float(r["delta_ci_high"])) == (0.0, 0.0, 0.0)
-    assert table[(FULL, YARN, 64)]["pairing"] == "unpaired (Welch)" and table[(FULL, YARN, 64)]["n"] == "2"
+    assert r["vs_none_loss_beyond_train_delta"] == "" and r["vs_none_pairing"] == "", "none is the reference itself"
+    at_t = table[(PARTIAL, "none", 32)]
+    assert at_t["degradation_mean"] == "" and at_t["loss_beyond_train_mean"] == "", "nothing lies beyond T at T"
 
     md = (sweep / MD_FILE).read_text()
-    ppl = f"{math.exp(mean):,.2f} [{math.exp(lo):,.2f}, {math.exp(hi):,.2f}]"
-    assert f"| {PARTIAL} | none | 3 | " in md and ppl in md
-    assert f"| {PARTIAL} | {YARN} | +0.0000 [+0.0000, +0.0000] | {MINUS}0.1333 [{MINUS}0.2768, +0.0101] |" in md
-    assert "(Welch)" in md and "9_none_s0" in md.split("## Not evaluated")[1], "unevaluated runs are listed"
+    assert "`± sd` (the seeds' standard deviation" in md and "95% Student-t confidence interval of the mean" in md
+    cell = f"{signed(mean)} ± {statistics.stdev(degr):.4f} [{signed(lo)}, {signed(hi)}]"
+    degr_table = section(md, "Degradation beyond T")
+    assert f"| {PARTIAL} | none | 3 | {cell} |" in degr_table and "| 32 |" not in degr_table.split("\n|")[0]
+    ppl = f"{math.exp(v_mean):,.2f} [{math.exp(v_lo):,.2f}, {math.exp(v_hi):,.2f}]"
+    assert ppl in section(md, "Whole-window perplexity")
+    data = section(md, "Evaluation data")
+    assert "| 64 | 256 | 4 | 3 | 5 | 640 |" in data
+    assert "9_none_s0" in section(md, "Not evaluated"), "unevaluated runs are listed"
     for name in (CURVES_FILE, POSITION_FILE):
         assert (sweep / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (sweep / name).stat().st_size > 10_000
 
 
-def test_each_variant_is_compared_with_the_partial_reference_at_the_same_scaling_and_length(sweep):
+def signed(v: float) -> str:
+    return f"{v:+.4f}".replace("-", MINUS)
+
+
+def test_a_scaling_is_compared_with_none_beyond_and_inside_the_training_length(sweep):
+    report = build_length_report([sweep])
+    write_length_report(report, sweep)
+    table = rows(sweep / CSV_FILE)
+    r = table[(PARTIAL, YARN, 64)]
+    d_mean, d_lo, d_hi = t_ci([-0.1, -0.1, -0.2])  # yarn − none beyond T, paired by seed
+    assert (r["vs_none_pairing"], r["vs_none_seeds"]) == ("paired", "0 1 2")
+    assert float(r["vs_none_loss_beyond_train_delta"]) == pytest.approx(d_mean, abs=1e-12)
+    assert (float(r["vs_none_loss_beyond_train_ci_low"]), float(r["vs_none_loss_beyond_train_ci_high"])) == \
+        pytest.approx((d_lo, d_hi), abs=1e-9)
+    assert float(r["gain_beyond_train_mean"]) == pytest.approx(float(r["degradation_mean"]) - COST[YARN])
+    r = table[(PARTIAL, YARN, 32)]  # equal losses inside T: no spread, the CI collapses to the mean (0)
+    assert (float(r["vs_none_loss_within_train_delta"]), float(r["vs_none_loss_within_train_ci_low"])) == (0.0, 0.0)
+    assert r["vs_none_loss_beyond_train_delta"] == ""
+    assert table[(FULL, YARN, 64)]["vs_none_pairing"] == "unpaired (Welch)" and table[(FULL, YARN, 64)]["n"] == "2"
+    md = (sweep / MD_FILE).read_text()
+    scaling = section(md, "Scaling − none, same variant and length")
+    beyond_part, inside_part = scaling.split("Inside T")[0], scaling.split("Inside T")[1].split("Whole window")[0]
+    delta = f"{MINUS}0.1333 [{MINUS}0.2768, +0.0101]"
+    assert f"| {PARTIAL} | {YARN} | {delta} |" in beyond_part
+    assert f"| {PARTIAL} | {YARN} | +0.0000 [+0.0000, +0.0000] | {delta} |" in inside_part
+    assert "(Welch)" in beyond_part
+
+
+def test_each_variant_is_compared_with_the_partial_reference_on_its_degradation(sweep):
     """full − partial, paired by seed where the seeds match (no scaling), Welch where they do not (yarn)."""
     report = build_length_report([sweep])
     write_length_report(report, sweep)
     table = rows(sweep / CSV_FILE)
-    d_mean, d_lo, d_hi = t_ci([0.5, 0.5, 0.1])  # full − partial at 64, no scaling: 2.5-2.0, 2.6-2.1, 2.4-2.3
+    diffs = [degradation(FULL, "none", s, 64) - degradation(PARTIAL, "none", s, 64) for s in (0, 1, 2)]
+    d_mean, d_lo, d_hi = t_ci(diffs)
     r = table[(FULL, "none", 64)]
-    assert (r["reference_variant"], r["ref_pairing"]) == (PARTIAL, "paired")
-    assert float(r["delta_vs_reference_variant"]) == pytest.approx(d_mean, abs=1e-12)
-    assert (float(r["ref_delta_ci_low"]), float(r["ref_delta_ci_high"])) == pytest.approx((d_lo, d_hi), abs=1e-9)
-    assert table[(FULL, YARN, 64)]["ref_pairing"] == "unpaired (Welch)"
-    assert table[(PARTIAL, "none", 64)]["delta_vs_reference_variant"] == "", "the reference itself"
+    assert (r["reference_variant"], r["vs_reference_pairing"]) == (PARTIAL, "paired")
+    assert float(r["vs_reference_degradation_delta"]) == pytest.approx(d_mean, abs=1e-12)
+    assert (float(r["vs_reference_degradation_ci_low"]), float(r["vs_reference_degradation_ci_high"])) == \
+        pytest.approx((d_lo, d_hi), abs=1e-9)
+    assert float(r["vs_reference_val_loss_delta"]) == pytest.approx(statistics.fmean([0.5, 0.5, 0.1]))
+    assert table[(FULL, YARN, 64)]["vs_reference_pairing"] == "unpaired (Welch)"
+    assert table[(PARTIAL, "none", 64)]["vs_reference_degradation_delta"] == "", "the reference itself"
     md = (sweep / MD_FILE).read_text()
-    section = md.split(f"## Δ val loss against {PARTIAL}")[1].split("## ")[0]
-    assert f"| {FULL} | none | " in section and f"+{d_mean:.4f} [{MINUS}{-d_lo:.4f}, +{d_hi:.4f}] |" in section
-    assert f"| {FULL} | {YARN} | " in section and "(Welch)" in section
-    assert f"| {PARTIAL} |" not in section
+    against = section(md, f"Variant − {PARTIAL}").split("Loss beyond T")[0]
+    assert f"| {FULL} | none | {signed(d_mean)} [{signed(d_lo)}, {signed(d_hi)}] |" in against
+    assert f"| {FULL} | {YARN} | " in against and "(Welch)" in against and f"| {PARTIAL} |" not in against
+
+
+def test_document_aligned_training_is_compared_with_random_windows_of_the_same_rotation(sweep):
+    report = build_length_report([sweep])
+    write_length_report(report, sweep)
+    r = rows(sweep / CSV_FILE)[(PARTIAL_DOCS, "none", 64)]
+    diffs = [degradation(PARTIAL_DOCS, "none", s, 64) - degradation(PARTIAL, "none", s, 64) for s in (0, 1, 2)]
+    assert (r["random_packing_variant"], r["vs_random_pairing"]) == (PARTIAL, "paired")
+    assert float(r["vs_random_degradation_delta"]) == pytest.approx(statistics.fmean(diffs), abs=1e-12)
+    md = (sweep / MD_FILE).read_text()
+    assert f"| {PARTIAL_DOCS} | none | {signed(statistics.fmean(diffs))} [" in section(
+        md, "Document-aligned − random training windows")
+
+
+def test_a_fine_tuned_run_is_its_own_row_beside_the_zero_shot_ones(sweep):
+    run = sweep / "0_s0"
+    data = eval_json(PARTIAL, "yarn x2", 0, {32: 1.4, 64: 1.7})
+    data.update(init_from="/runs/base", train_seq_len=64)
+    (run / "eval_lengths" / "ft.json").write_text(json.dumps(data))
+    report = build_length_report([sweep])
+    assert (PARTIAL, "yarn x2 · fine-tuned at 64") in report.groups
+    cell = report.cell(PARTIAL, "yarn x2 · fine-tuned at 64", 64)
+    assert cell.summary("degradation").mean == pytest.approx(1.8 - LEVEL[PARTIAL][0])
 
 
 def test_rows_are_grouped_by_variant_then_no_scaling_first(sweep):
     report = build_length_report([sweep])
-    assert report.groups == [(FULL, "none"), (FULL, YARN), (PARTIAL, "none"), (PARTIAL, YARN)]
-    assert report.lengths == [32, 64]
+    assert report.groups == [(FULL, "none"), (FULL, YARN), (PARTIAL, "none"), (PARTIAL, YARN), (PARTIAL_DOCS, "none")]
+    assert report.lengths == [32, 64] and report.beyond_lengths == [64]
 
 
 def _load_cli():
