@@ -22,6 +22,8 @@ attention kernel); a prefill from an empty cache is SDPA's either way.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -155,7 +157,7 @@ class StaticKVCache:
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
         self.step_position: Tensor | None = None
-        self.mask: Tensor | None = None  # this step's (T, capacity) SDPA mask (attention="sdpa" after a prefill)
+        self.mask: Tensor | None = None  # this step's additive (T, capacity) SDPA mask (sdpa, after a prefill)
         self._key_index: Tensor | None = None
 
     def allocate(self, batch: int, n_kv_head: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> None:
@@ -193,7 +195,9 @@ class StaticKVCache:
         else:
             positions = torch.arange(self.length, self.length + T, device=device)
         if self.attention == "sdpa" and self._key_index is not None and self.length > 0:
-            self.mask = self._key_index[None, :] <= positions[:, None]
+            # additive, in the cache's dtype: SDPA would convert a boolean mask in every layer
+            hidden = self._key_index[None, :] > positions[:, None]
+            self.mask = torch.zeros(hidden.shape, dtype=self.keys.dtype, device=device).masked_fill_(hidden, -math.inf)
         return positions
 
     def layer(self, index: int) -> StaticLayerKV:

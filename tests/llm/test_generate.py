@@ -85,7 +85,9 @@ def test_static_cache_steps_read_their_position_from_device_memory():
         model(torch.randint(0, 61, (2, 4)), cache=cache)
         positions = cache.positions(1, torch.device("cpu"))
     assert positions is cache.step_position and positions.tolist() == [4]
-    assert cache.mask.shape == (1, cache.capacity) and cache.mask[0].nonzero().flatten().tolist() == list(range(5))
+    assert cache.mask.shape == (1, cache.capacity)
+    assert (cache.mask[0] == 0).nonzero().flatten().tolist() == [0, 1, 2, 3, 4]
+    assert cache.mask[0, 5:].eq(-float("inf")).all()
 
 
 def test_cached_decoding_rotates_at_absolute_positions():
