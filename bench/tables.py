@@ -35,10 +35,13 @@ def order(names: Iterable[str]) -> list[str]:
     return sorted(set(names), key=rank)
 
 
-def size_label(elements: str) -> str:
-    """``35782656`` -> ``32M``: the power of two at or below a tensor's size, how the sweeps are asked for."""
-    n = 2 ** int(math.log2(int(elements)))
-    return f"{n // 2**20}M" if n >= 2**20 else f"{n // 2**10}K"
+def size_class(elements: str) -> int:
+    """``35782656`` -> 2**25: the power of two at or below a tensor's size, how the sweeps are asked for."""
+    return 2 ** int(math.log2(int(elements)))
+
+
+def size_label(n: int) -> str:
+    return f"{n // 2**20}M" if n >= 2**20 else f"{n // 2**10}K" if n >= 2**10 else str(n)
 
 
 def provenance(rows: Sequence[dict]) -> str:
@@ -77,13 +80,13 @@ def kernel_section(rows: list[dict]) -> list[str]:
            "once)."]
     by_gpu: dict[tuple, list[dict]] = {}
     for r in current.values():
-        by_gpu.setdefault((r["gpu"], size_label(r["elements"])), []).append(r)
+        by_gpu.setdefault((r["gpu"], size_class(r["elements"])), []).append(r)
     for (gpu, size), mine in sorted(by_gpu.items()):
         plain = [r for r in mine if r["positions"] == "arange" and r["layout"] == "half"
                  and r["rotary_dim"] == r["head_dim"]]
         common = [r for r in plain if int(r["head_dim"]) in COMMON_HEAD_DIMS]
         other = [r for r in mine if r not in plain]
-        out += ["", f"### {gpu}, {size} elements per tensor", "", provenance(mine)]
+        out += ["", f"### {gpu}, {size_label(size)} elements per tensor", "", provenance(mine)]
         if common:
             out += ["", "Head sizes of public models, the whole head rotated:", ""]
             out += pivot(common, lambda r: (r["head_dim"], r["variant"]), pct_cell, ["D", "variant"])

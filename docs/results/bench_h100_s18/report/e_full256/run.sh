@@ -1,4 +1,0 @@
-#!/usr/bin/env bash
-# Session 18, report call E (given inline to the device tool, kept here as it ran): the head-dim sweep, variant full,
-# every even D from 16 to 256, at 256M elements a tensor (triton_v4 beside Liger).
-set -u; [ -d /tmp/site/hydra ] || bash .whl_slim/install.sh > /tmp/inst.log 2>&1; export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1; mkdir -p $OUT/r; nvidia-smi --query-gpu=name,uuid --format=csv,noheader | tee $OUT/r/gpu.txt; cat .devrun/commit.txt; timeout 250 python -m scripts.bench_rope --budget-s 240 --variant full --head-dims --head-dim-list every --elements 256M --ropes triton_v4 --no-compiled --out $OUT/r/full256all > $OUT/r/full256all.log 2>&1; grep -E "D=.*fwd" $OUT/r/full256all.log | sed 's/.*D=/D=/; s/(build+compile [0-9.]* s)//; s/fwd\/bwd % copy  //' | awk '{printf "%s ", $0; if (NR%3==0) print ""}'; tail -n 4 $OUT/r/full256all.log | cut -c1-300; cd $OUT && tar czf res.tgz r && rm -rf r
