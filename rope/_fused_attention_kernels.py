@@ -126,16 +126,19 @@ def attend_split_kernel(
 
     lo = split * keys_per_split
     hi = tl.minimum(lo + keys_per_split, tl.max(last_key, axis=0) + 1)
-    k_base = K + b * stride_kb + kv_head * stride_kh
-    v_base = V + b * stride_vb + kv_head * stride_vh
+    keys = tl.arange(0, BLOCK_N)
+    # pointers to the split's first key tile (K transposed: (BLOCK_D, BLOCK_N)), moved one tile per step
+    k_ptrs = K + b * stride_kb + kv_head * stride_kh + lo.to(tl.int64) * stride_kn + (keys[None, :] * stride_kn
+                                                                                      + d[:, None])
+    v_ptrs = V + b * stride_vb + kv_head * stride_vh + lo.to(tl.int64) * stride_vn + (keys[:, None] * stride_vn
+                                                                                      + d[None, :])
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     for start in range(lo, hi, BLOCK_N):
-        n = start + tl.arange(0, BLOCK_N)
+        n = start + keys
         n_ok = n < hi
-        k = tl.load(k_base + n[None, :].to(tl.int64) * stride_kn + d[:, None], mask=n_ok[None, :] & d_ok[:, None],
-                    other=0.0)
+        k = tl.load(k_ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
         s = _dot(q, k, IEEE, DOT_F32)
         s = tl.where(n_ok[None, :] & (n[None, :] <= last_key[:, None]), s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -143,10 +146,11 @@ def attend_split_kernel(
         alpha = tl.math.exp2(m_i - m_use)
         p = tl.math.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + n[:, None].to(tl.int64) * stride_vn + d[None, :], mask=n_ok[:, None] & d_ok[None, :],
-                    other=0.0)
+        v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
         acc = acc * alpha[:, None] + _dot(_cast(p, V.dtype.element_ty, DOT_F32), v, IEEE, DOT_F32)
         m_i = m_new
+        k_ptrs += BLOCK_N * stride_kn
+        v_ptrs += BLOCK_N * stride_vn
 
     store_mask = row_ok[:, None] & d_ok[None, :]
     if SPLITS == 1:
