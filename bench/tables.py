@@ -75,9 +75,9 @@ def pct_cell(fwd: dict, bwd: dict) -> str:
 def kernel_section(rows: list[dict]) -> list[str]:
     current = latest([r for r in rows if not r["tuning"]], ("gpu", "implementation", "direction", *CONFIG_KEYS))
     out = ["## Kernels (`python -m bench.kernel`)", "",
-           "Forward / backward, % of the copy bandwidth measured on the same GPU in the same run (bf16 q and k of "
-           "(B, 2048, 16, D), B the smallest giving each tensor the size named; bytes = q and k read once and written "
-           "once)."]
+           "Forward / backward, % of the copy bandwidth measured on the same GPU in the same run (bf16 q and k, "
+           "(B, T, H, D) = (B, 2048, 16, D) with B the smallest giving each tensor the size named unless other "
+           "shapes are listed; bytes = q and k read once and written once)."]
     by_gpu: dict[tuple, list[dict]] = {}
     for r in current.values():
         by_gpu.setdefault((r["gpu"], size_class(r["elements"])), []).append(r)
@@ -87,6 +87,10 @@ def kernel_section(rows: list[dict]) -> list[str]:
         common = [r for r in plain if int(r["head_dim"]) in COMMON_HEAD_DIMS]
         other = [r for r in mine if r not in plain]
         out += ["", f"### {gpu}, {size_label(size)} elements per tensor", "", provenance(mine)]
+        shapes = sorted({r["shape"] for r in mine if len(r["shape"].split("x")) == 4 and r["shape"].split("x")[1:3]
+                         != ["2048", "16"]})
+        if shapes:
+            out[-1] += f"; shapes (B x T x H x D) {', '.join(shapes)}"
         if common:
             out += ["", "Head sizes of public models, the whole head rotated:", ""]
             out += pivot(common, lambda r: (r["head_dim"], r["variant"]), pct_cell, ["D", "variant"])
