@@ -114,7 +114,7 @@ def attend_split_kernel(
     else:
         pos = tl.where(row_ok, pos_start + t, -1)
     pos_ok = row_ok & (pos >= 0) & (pos < cache_len) & (pos < table_len)
-    last_key = tl.where(pos_ok, pos, -1)  # the last key each row sees (-1: none)
+    last_key = tl.where(pos_ok, pos, -1).to(tl.int32)  # the last key each row sees (-1: none; below L: 32 bits)
     table_pos = tl.where(pos_ok, pos, 0)
 
     d = tl.arange(0, BLOCK_D)
