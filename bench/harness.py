@@ -122,10 +122,12 @@ def out_path(args: argparse.Namespace, name: str) -> Path:
 
 
 def pick_device(smoke: bool, script: str) -> torch.device:
-    """CUDA for a measurement, the CPU for ``--smoke`` (with Triton's interpreter, set before triton is imported).
-    One line and exit 2 where a measurement has no GPU."""
+    """CUDA for a measurement, the CPU for ``--smoke`` (with Triton's interpreter where triton is not imported yet;
+    where it is, without the interpreter, the Triton entries are left out as unable to run on the CPU). One line
+    and exit 2 where a measurement has no GPU."""
     if smoke:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        if "triton" not in sys.modules:  # read when triton is imported; later, a process keeps what it chose
+            os.environ.setdefault("TRITON_INTERPRET", "1")
         return torch.device("cpu")
     if not torch.cuda.is_available():
         print(f"{script}: no CUDA GPU here (--smoke runs it at tiny shapes on the CPU)", file=sys.stderr)
