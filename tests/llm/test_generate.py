@@ -40,8 +40,10 @@ def tiny_model(impl: str, variant: str = "partial", n_kv_head: int | None = 2, s
 
 # (implementation, static cache, attention): both caches for every implementation, the fused attention
 # (Triton, slow under the interpreter) for two of them
+# (the fused attention runs on CPU tensors under the interpreter only: marked so, skipped on a GPU machine)
 CACHES = [(impl, static, "sdpa") for impl in IMPLS for static in (False, True)] + [
-    ("torch", False, "fused_rope"), ("torch", True, "fused_rope"), ("none", True, "fused_rope")]
+    pytest.param(impl, static, "fused_rope", marks=pytest.mark.interpreter)
+    for impl, static in (("torch", False), ("torch", True), ("none", True))]
 
 
 @pytest.mark.parametrize("impl,static,attention", CACHES)
@@ -60,6 +62,7 @@ def test_cached_decoding_equals_the_full_forward(impl, static, attention):
     assert cache.length == 12
 
 
+@pytest.mark.interpreter
 def test_fused_attention_is_what_the_cached_steps_run(monkeypatch):
     """attention="fused_rope": every cached step after the prompt goes through rope.attention_with_rope, with
     the un-rotated queries; the prompt itself (from an empty cache) stays SDPA's."""
@@ -120,6 +123,7 @@ def test_greedy_output_is_the_same_with_and_without_the_cache(impl):
     assert int(with_cache.tokens.max()) < 61  # the padded head rows are never picked
 
 
+@pytest.mark.interpreter
 def test_fused_attention_greedy_output_and_chunked_prefill_match_the_uncached_decoding():
     model = tiny_model("torch", n_kv_head=1, seed=1)
     prompt = torch.randint(0, 61, (2, 5))
@@ -263,7 +267,9 @@ def test_cli_streams_samples_of_a_trained_run(trained_run):
 
 
 def test_seeded_samples_repeat_and_greedy_matches_the_uncached_decoding(trained_run):
-    common = ["prompt=import ", "max_new_tokens=4", "num_samples=2"]
+    # float32 on the CPU on every machine: greedy paths of different kernels compared token for token (bf16
+    # logits of a barely trained model tie too often for that)
+    common = ["prompt=import ", "max_new_tokens=4", "num_samples=2", "device=cpu"]
     a, out, _ = run_generate(gen_cfg(trained_run, *common, "seed=1"))
     assert a == run_generate(gen_cfg(trained_run, *common, "seed=1"))[0]
     assert a != run_generate(gen_cfg(trained_run, *common, "seed=2"))[0]
@@ -274,8 +280,9 @@ def test_seeded_samples_repeat_and_greedy_matches_the_uncached_decoding(trained_
     assert greedy == run_generate(gen_cfg(trained_run, *common, "temperature=0", "cache=dynamic"))[0]
 
 
+@pytest.mark.interpreter
 def test_cli_fused_attention_and_chunked_prefill(trained_run):
-    common = ["prompt=import os", "max_new_tokens=3", "temperature=0"]
+    common = ["prompt=import os", "max_new_tokens=3", "temperature=0", "device=cpu"]
     greedy, _, _ = run_generate(gen_cfg(trained_run, *common))
     fused, _, err = run_generate(gen_cfg(trained_run, *common, "attention=fused_rope", "prefill_chunk=2"))
     assert fused == greedy
