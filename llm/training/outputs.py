@@ -1,5 +1,6 @@
 """What a run writes: ``metrics.jsonl`` (flushed line by line), ``summary.json``, ``config.yaml``, wandb,
-and with ``train.sample_every`` ``samples.jsonl`` (the model's greedy continuations of fixed prompts).
+``eval_windows.json`` (the newest eval's loss per val window, for the report's per-window statistics) and
+with ``train.sample_every`` ``samples.jsonl`` (the model's greedy continuations of fixed prompts).
 
 Writing each metrics line as it comes means a crash or Ctrl-C never loses what was already measured.
 Only rank 0 writes; the other ranks get :class:`NullOutputs`, an object with the same methods that
@@ -25,6 +26,7 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.yaml"
 SAMPLES_FILE = "samples.jsonl"
+EVAL_WINDOWS_FILE = "eval_windows.json"
 #: The columns of the samples table (wandb) and the keys of its rows in samples.jsonl.
 SAMPLE_COLUMNS = ("step", "prompt", "text")
 
@@ -145,6 +147,12 @@ class RunOutputs:
         values = {k: v for k, v in record.items() if k.startswith("val_")}
         self.tracker.log({f"val/{k.removeprefix('val_')}": v for k, v in values.items()}, record["step"])
 
+    def write_eval_windows(self, step: int, seq_len: int, starts: Sequence[int], losses: Sequence[float]) -> None:
+        """``eval_windows.json``: the eval at ``step``, each window's start in the val stream and mean token loss
+        (replaced atomically at every eval, so it holds the newest; the final eval's once the run ends)."""
+        write_json_atomic(self.run_dir / EVAL_WINDOWS_FILE, {"step": step, "seq_len": seq_len, "starts": list(starts),
+                                                             "loss": [_clean(float(v)) for v in losses]})
+
     def log_samples(self, step: int, records: list[dict]) -> None:
         """The model's continuations at ``step``: one ``samples.jsonl`` line each, and the wandb table."""
         if self.samples is None:
@@ -177,6 +185,8 @@ class NullOutputs:
     def log_train(self, record: dict) -> None: ...
 
     def log_val(self, record: dict) -> None: ...
+
+    def write_eval_windows(self, step: int, seq_len: int, starts: Sequence[int], losses: Sequence[float]) -> None: ...
 
     def log_samples(self, step: int, records: list[dict]) -> None: ...
 

@@ -9,6 +9,7 @@ after each. Rank 0 writes through :class:`RunOutputs`, the other ranks through :
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import signal
@@ -22,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 import rope
-from llm.data import TokenData, check_streams, prepare_data, sample_batch
+from llm.data import TokenData, check_streams, data_fingerprint, prepare_data, sample_batch
 from llm.errors import ConfigError
 from llm.fileio import DiskFullError
 from llm.model import GPT, build_model, compile_model, rope_cache_len
@@ -36,6 +37,21 @@ from llm.training.progress import Progress
 from llm.training.samples import TrainingSamples, check_sample_config
 
 log = logging.getLogger("llm.train")
+
+LIGER_MISSING = "train.fused_linear_ce=true needs Liger-Kernel: pip install -e '.[liger]'"
+
+
+def jobs_at_once(per_gpu: object = 1) -> int:
+    """How many jobs of a sweep ``hydra/launcher=gpus`` runs at once: ``per_gpu`` (``sweep.jobs_per_gpu``) for
+    each visible GPU, the CPU counting as one device. conf/hydra/launcher/gpus.yaml reads it as the resolver
+    ``ropelab_jobs`` (registered when the entry point imports this module), since the launcher's own config
+    takes only joblib's settings."""
+    if isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1:
+        raise ValueError(f"sweep.jobs_per_gpu={per_gpu!r} must be a positive integer")
+    return max(1, torch.cuda.device_count()) * per_gpu
+
+
+OmegaConf.register_new_resolver("ropelab_jobs", jobs_at_once, replace=True)
 
 
 @dataclass
@@ -94,6 +110,55 @@ def check_train_config(tc: DictConfig, world_size: int = 1) -> None:
     clip = tc.get("grad_clip", 0)
     if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip) or clip < 0:
         raise ConfigError(f"train.grad_clip={clip!r} must be a finite number >= 0 (0 disables clipping)")
+    fused = tc.get("fused_linear_ce", False)
+    if not isinstance(fused, bool):
+        raise ConfigError(f"train.fused_linear_ce={fused!r} must be true or false")
+    if fused and importlib.util.find_spec("liger_kernel") is None:
+        raise ConfigError(LIGER_MISSING)
+
+
+class FusedLinearCrossEntropy(torch.nn.Module):
+    """The training forward through Liger-Kernel's fused linear + cross-entropy (``train.fused_linear_ce``).
+
+    Why: with a 100k-token vocabulary the head's logits (tokens × vocabulary, and their gradient) are most of a
+    small model's step memory and much of its time; Liger computes them a chunk of tokens at a time inside the
+    loss, writing each chunk's gradient in place, and never stores them whole. Its arithmetic is deterministic:
+    cuBLAS matrix products over fixed chunks and one Triton program per row, with no atomics. It is another
+    arithmetic than the model's own loss (bf16 logits, the logit gradient in bf16), so every run of a comparison
+    must use the same setting (a train.* key: the report refuses runs that differ in it). Evaluation keeps the
+    model's own forward. The model is the GPT's ``hidden`` and ``head``, unchanged.
+    """
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__()
+        from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
+
+        self.model = model
+        self.loss = LigerFusedLinearCrossEntropyLoss()
+
+    @property
+    def rotary(self) -> torch.nn.Module:
+        """The model's RoPE module: :func:`llm.model.compile_model` compiles with its Inductor options."""
+        return self.model.rotary
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> tuple[None, torch.Tensor]:
+        h = self.model.hidden(idx)
+        return None, self.loss(self.model.head.weight, h.flatten(0, 1), targets.flatten())
+
+
+def inductor_determinism(deterministic: bool) -> None:
+    """Set Inductor's deterministic mode to the run's ``train.deterministic`` before compiling.
+
+    Why: strict deterministic algorithms (``torch.use_deterministic_algorithms``) make eager kernels repeat
+    bit for bit; a compiled graph also needs Inductor to choose its kernels without on-device benchmarking
+    (a reduction's config picked by timing can differ between two runs, and with it the summation order).
+    ``torch._inductor.config.deterministic`` turns that off, where this torch has it. It is global: set for
+    every compiled run, so a job of a sweep does not inherit the previous job's setting.
+    """
+    from torch._inductor import config as inductor_config
+
+    if hasattr(inductor_config, "deterministic"):
+        inductor_config.deterministic = deterministic
 
 
 def run_label(cfg: DictConfig) -> str:
@@ -177,7 +242,12 @@ class Trainer:
         return state.get("wandb_id")
 
     def _wrap(self, model: GPT) -> torch.nn.Module:
-        wrapped: torch.nn.Module = compile_model(model) if self.tc.compile else model
+        """The module a training step calls: the model, or its fused-loss forward; compiled with
+        ``train.compile``, wrapped in DDP under torchrun."""
+        wrapped: torch.nn.Module = FusedLinearCrossEntropy(model) if self.tc.get("fused_linear_ce") else model
+        if self.tc.compile:
+            inductor_determinism(bool(self.tc.get("deterministic")))
+            wrapped = compile_model(wrapped)  # it reads .rotary, which the fused-loss forward passes on
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -199,16 +269,34 @@ class Trainer:
             "params": self.model.num_params(), "device": runtime.device_name(self.device),
             "device_id": str(self.device), **runtime.device_identity(self.device),
             "world_size": self.dist.world_size, "model": cfg.model.name, "data": cfg.data.name,
-            "tokenizer": cfg.tokenizer.name, "optim": cfg.optim.name, "max_steps": tc.max_steps,
-            "tokens_per_step": self.tokens_per_step, "compile": bool(tc.compile), "git_commit": runtime.git_commit(),
-            "run_dir": str(self.run_dir), "status": "running", "started_at": time.time(),
+            "tokenizer": cfg.tokenizer.name, "data_fingerprint": data_fingerprint(self.data.meta),
+            "optim": cfg.optim.name, "max_steps": tc.max_steps,
+            "tokens_per_step": self.tokens_per_step, "train_passes": self.train_passes(),
+            "compile": bool(tc.compile), "fused_linear_ce": bool(tc.get("fused_linear_ce")),
+            "git_commit": runtime.git_commit(), "run_dir": str(self.run_dir), "status": "running",
+            "started_at": time.time(),
         }
         if self.dist.is_main:
             log.info(f"model {cfg.model.name}: {summary['params'] / 1e6:.2f}M params, rope={summary['rope_label']}, "
                      f"device={summary['device']}, world={self.dist.world_size}, tokens/step={self.tokens_per_step}")
+            if summary["train_passes"] > 1:
+                log.warning(f"{tc.max_steps} steps draw {summary['train_passes']:.1f} times the "
+                            f"{len(self.data.train):,} train tokens: the model sees its data repeatedly, and once it "
+                            "memorizes it, training amplifies last-bit differences between runs (use more data or "
+                            "fewer steps)")
         return summary
 
+    def train_passes(self) -> float:
+        """Tokens the run draws over the train split's tokens: how many times it reads its data, on average."""
+        return self.tokens_per_step * self.tc.max_steps / max(1, len(self.data.train))
+
     # -- one step ---------------------------------------------------------------------------------
+    def batch(self, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Micro-batch ``micro`` of the current step, this rank's rows, on its device: the one place training
+        data is fetched (a function of (seed, step, micro) only, so a resumed run continues the same stream)."""
+        x, y = sample_batch(self.data.train, self.tc.batch_size, self.seq_len, self.cfg.seed, self.step, micro)
+        return x[self.rows].to(self.device, non_blocking=True), y[self.rows].to(self.device, non_blocking=True)
+
     def train_step(self) -> StepResult:
         """One optimizer step: grad_accum micro-batches, clip, step (skipped when not finite)."""
         t0 = time.perf_counter()
@@ -216,8 +304,7 @@ class Trainer:
         set_lr(self.optimizers, lr_multiplier(step, tc.max_steps, self.warmup_steps, tc.min_lr_frac))
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(tc.grad_accum):
-            x, y = sample_batch(self.data.train, tc.batch_size, self.seq_len, self.cfg.seed, step, micro)
-            x, y = x[self.rows].to(self.device, non_blocking=True), y[self.rows].to(self.device, non_blocking=True)
+            x, y = self.batch(micro)
             last_micro = micro == tc.grad_accum - 1
             sync = nullcontext() if last_micro or not self.dist.enabled else self.train_model.no_sync()
             with sync, self.autocast:
@@ -305,9 +392,10 @@ class Trainer:
         self.outputs.log_train(rec)
 
     def run_eval(self) -> dict[str, float]:
-        self.last_val = evaluate(self.model, self.data.val, self.tc.batch_size, self.seq_len, self.tc.eval_batches,
-                                 self.device, self.autocast, self.dist, self.data.vocab_size)
-        self.last_val_step = self.step
+        result = evaluate(self.model, self.data.val, self.tc.batch_size, self.seq_len, self.tc.eval_batches,
+                          self.device, self.autocast, self.dist, self.data.vocab_size)
+        self.last_val, self.last_val_step = result.metrics, self.step
+        self.outputs.write_eval_windows(self.step, self.seq_len, result.starts, result.window_loss)
         v = self.last_val
         self.outputs.log_val({"kind": "val", "step": self.step, **v, "train_time_s": self.totals.train_time_s,
                               "wall_time_s": self.wall_time(), "tokens": self.step * self.tokens_per_step})
