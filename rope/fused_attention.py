@@ -43,7 +43,7 @@ def attention_with_rope(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: 
 
     Args:
         q: (B, T, H, D) queries, **not** rotated, T in 1..256 (a decode step, or a chunk of a prompt). Any
-            strides (such as the q view of a fused qkv projection).
+            strides with a contiguous last dim (such as the q view of a fused qkv projection).
         k_cache: (B, H_kv, L, D) keys, rotated by ``rotary`` at their positions (what the cache holds); H_kv
             divides H (grouped-query attention); the last dim contiguous. The keys of the queries themselves
             must already be in it.
