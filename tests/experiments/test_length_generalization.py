@@ -1,6 +1,7 @@
-"""``+experiment=length_generalization``: the preset's sweep and callback, and the whole pipeline on a CPU: a tiny
-sweep trained through the Hydra entry point, each run evaluated at two lengths with two scalings when the sweep
-ends, and the report in the sweep dir."""
+"""``+experiment=length_generalization`` and its fine-tuning arm ``+experiment=length_finetune``: the presets' sweeps
+and callbacks, and the whole pipeline on a CPU: a tiny sweep trained through the Hydra entry point, each run
+evaluated at two lengths with two scalings when the sweep ends, the report in the sweep dir; then the fine-tuning
+sweep started from its runs, evaluated beside them."""
 
 from __future__ import annotations
 
@@ -12,58 +13,88 @@ import sys
 
 from helpers import CONF, ROOT
 from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from llm.report.length import CSV_FILE, CURVES_FILE, MD_FILE, POSITION_FILE
 
+CB = "hydra.callbacks.length_generalization"
 
-def test_preset_sweeps_partial_full_and_none_over_three_seeds_and_evaluates_at_the_end():
+
+def test_preset_sweeps_partial_full_and_none_over_five_seeds_with_the_low_noise_recipe():
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["+experiment=length_generalization"], return_hydra_config=True)
         full = compose("config", overrides=["rope=torch_full"])
-    assert dict(cfg.hydra.sweeper.params) == {"rope": "torch,torch_full,none", "seed": "0,1,2"}
+    assert dict(cfg.hydra.sweeper.params) == {"rope": "torch,torch_full,none", "seed": "0,1,2,3,4"}
     assert (full.rope.name, full.rope.variant) == ("torch", "full")
     assert cfg.model.name == "seed004" and cfg.model.seq_len == 512 and cfg.optim.name == "muon"
+    assert cfg.train.max_steps >= 1000 and cfg.train.deterministic and cfg.train.batch_size * cfg.train.grad_accum == 96
     assert cfg.data.name == "text_files" and cfg.sweep.name == "length_generalization"
+    assert OmegaConf.to_container(cfg.hydra.sweep)["subdir"] == "${hydra:runtime.choices.rope}_s${seed}", \
+        "the fine-tuning arm finds runs by it"
     cb = cfg.hydra.callbacks.length_generalization
-    assert list(cb.lengths) == [512, 1024, 2048, 4096, 8192] and list(cb.scalings) == ["none", "linear", "ntk", "yarn"]
+    assert list(cb.lengths) == [512, 1024, 2048, 4096, 8192] and cb.tokens >= 2**20
+    assert list(cb.scalings) == ["none", "linear", "ntk", "yarn", "dynamic_ntk", "llama3"]
     assert "compare" in cfg.hydra.callbacks, "the usual comparison still runs"
     callback = instantiate(cb)
-    assert callback.requests == [{"type": "none"}, {"type": "linear", "factor": "auto"},
-                                 {"type": "ntk", "factor": "auto"}, {"type": "yarn", "factor": "auto"}]
+    assert callback.requests[:2] == [{"type": "none"}, {"type": "linear", "factor": "auto"}]
+    assert callback.requests[-1] == {"type": "llama3", "factor": "auto"} and callback.options["tokens"] == 2**20
+
+
+def test_the_fine_tuning_arm_starts_each_run_from_its_zero_shot_run_at_four_times_the_length():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["+experiment=length_finetune", "finetune.source=/sweeps/zero",
+                                           "rope=torch_full", "seed=3"], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # what a Hydra job holds: hydra:runtime.choices resolves
+    try:
+        assert cfg.train.init_from == "/sweeps/zero/torch_full_s3"
+    finally:
+        HydraConfig.instance().cfg = None
+    assert cfg.model.seq_len == 4 * 512 and cfg.train.max_steps == 200
+    assert cfg.train.batch_size * cfg.train.grad_accum * cfg.model.seq_len == 24 * 4 * 512, "the same tokens per step"
+    assert (cfg.rope.scaling.type, cfg.rope.scaling.factor) == ("yarn", 4)
+    cb = cfg.hydra.callbacks.length_generalization
+    assert list(cb.scalings) == ["run"] and cb.reference_len == 512
+    assert instantiate(cb).requests == [None], "evaluated as fine-tuned: its own YaRN x4"
+    assert dict(cfg.hydra.sweeper.params) == {"rope": "torch,torch_full,none", "seed": "0,1,2,3,4"}
 
 
 TINY = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=64", "model.seq_len=32",
         "train.batch_size=4", "train.grad_accum=1", "train.max_steps=2", "train.eval_every=2", "train.eval_batches=2",
-        "train.sample_every=0", "logger=none", "data.val_fraction=0.3"]
+        "train.sample_every=0", "train.compile=false", "logger=none", "data.val_fraction=0.3"]
 
 
-def test_sweep_trains_evaluates_each_run_at_other_lengths_and_writes_the_report(tmp_path):
+def run_sweep(args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    return subprocess.run([sys.executable, "-m", "llm.train", "-m", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_sweep_trains_evaluates_each_run_at_other_lengths_and_the_fine_tuning_arm_sits_beside_it(tmp_path):
     corpus = tmp_path / "corpus"  # text it does not repeat: this checkout's Python source
     corpus.mkdir()
     for i, src in enumerate(sorted((ROOT / "llm").rglob("*.py"))[:30]):
         (corpus / f"{i:02d}_{src.stem}.txt").write_text(src.read_text())
     sweep = tmp_path / "sweep"
-    cb = "hydra.callbacks.length_generalization"
-    cmd = [sys.executable, "-m", "llm.train", "-m", "+experiment=length_generalization", f"data.path={corpus}", *TINY,
-           "rope=torch,none", "seed=0", f"{cb}.lengths=[32,64]", f"{cb}.scalings=[none,yarn]", f"{cb}.tokens=128",
-           f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path / 'cache'}"]
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    common = [f"data.path={corpus}", *TINY, "seed=0", f"{CB}.lengths=[32,64]", f"{CB}.tokens=128",
+              f"cache_dir={tmp_path / 'cache'}"]
+    proc = run_sweep(["+experiment=length_generalization", *common, "rope=torch,none", f"{CB}.scalings=[none,yarn]",
+                      f"hydra.sweep.dir={sweep}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
 
-    torch_run, none_run = sweep / "0_torch_s0", sweep / "1_none_s0"
+    torch_run, none_run = sweep / "torch_s0", sweep / "none_s0"
     assert sorted(p.name for p in (torch_run / "eval_lengths").glob("*.json")) == ["torch-none.json",
                                                                                  "torch-yarn_auto.json"]
     assert sorted(p.name for p in (none_run / "eval_lengths").glob("*.json")) == ["none-none.json"], \
         "rope=none rotates nothing: evaluated without scaling only"
     yarn = json.loads((torch_run / "eval_lengths" / "torch-yarn_auto.json").read_text())
     assert [(m["length"], m["factor"], m["val_tokens"]) for m in yarn["lengths"]] == [(32, 1.0, 128), (64, 2.0, 128)]
+    assert yarn["lengths"][1]["degradation"] is not None and yarn["lengths"][0]["degradation"] is None
     summary = json.loads((torch_run / "summary.json").read_text())
     assert yarn["seed"] == summary["seed"] == 0 and yarn["rope_label"] == summary["rope_label"]
     logged = proc.stdout + proc.stderr
-    assert "length evaluation 2/2: 1_none_s0" in logged and "L=    64" in logged, "progress per length"
-
+    assert "length evaluation 2/2: torch_s0" in logged and "L=    64" in logged, "progress per length"
     for name in (MD_FILE, CSV_FILE, CURVES_FILE, POSITION_FILE):
         assert (sweep / name).is_file(), name
     with open(sweep / CSV_FILE) as f:
@@ -75,3 +106,17 @@ def test_sweep_trains_evaluates_each_run_at_other_lengths_and_writes_the_report(
     md = (sweep / MD_FILE).read_text()
     assert "| torch (partial, float32) | yarn (factor L/32) | 1 |" in md and "## Not evaluated" not in md
     assert (sweep / "comparison.md").is_file(), "the sweep's usual comparison is still written"
+
+    tuned = tmp_path / "tuned"
+    proc = run_sweep(["+experiment=length_finetune", f"finetune.source={sweep}", *common, "rope=torch",
+                      "model.seq_len=64", "train.batch_size=2", "train.grad_accum=1", f"{CB}.reference_len=32",
+                      f"{CB}.devices=[cpu,cpu]", f"{CB}.per_device=1", f"hydra.sweep.dir={tuned}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "length evaluation of 1 run(s) in 2 processes on cpu" in proc.stdout + proc.stderr, "the parallel path"
+    run = tuned / "torch_s0"
+    config = OmegaConf.load(run / "config.yaml")
+    assert config.train.init_from == str(torch_run) and config.rope.scaling.original_max_seq_len == 32
+    (result,) = [json.loads(p.read_text()) for p in (run / "eval_lengths").glob("*.json")]
+    assert (result["label"], result["reference_len"], result["init_from"]) == ("torch-yarn_x4", 32, str(torch_run))
+    at64 = result["lengths"][1]
+    assert at64["val_tokens"] == yarn["lengths"][1]["val_tokens"] and at64["degradation"] is not None
