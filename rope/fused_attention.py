@@ -274,12 +274,13 @@ def _tiles(rows: int, block_d: int, itemsize: int, cache_len: int) -> tuple[int,
 
 
 def _splits(programs: int, cache_len: int, block_n: int, sms: int) -> tuple[int, int]:
-    """(number of key splits, keys per split): enough splits that about two programs run per SM, each over
-    at least two key tiles; none when the batch and heads fill the GPU already."""
+    """(number of key splits, keys per split): as many splits as fill two programs per SM in one wave (a second,
+    partly filled wave would leave SMs idle for as long as the first), each over at least two key tiles; none
+    when the batch and heads fill the GPU already."""
     tiles = -(-cache_len // block_n)
     if programs >= sms or tiles < 4:
         return 1, tiles * block_n
-    splits = min(-(-2 * sms // programs), tiles // 2, _MAX_SPLITS)
+    splits = min(2 * sms // programs, tiles // 2, _MAX_SPLITS)
     per_split = -(-tiles // splits) * block_n
     return -(-cache_len // per_split), per_split
 
