@@ -24,7 +24,7 @@ import torch
 
 import rope
 from llm.errors import ConfigError
-from llm.generation.decode import cache_kind, generate
+from llm.generation.decode import Generated, cache_kind, generate
 from llm.generation.load import load_run_model, open_run, rope_for_generation, run_tokenizer
 from llm.generation.sampling import Sampling
 from llm.generation.static import StaticDecoder, cast_weights
@@ -193,7 +193,7 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
     return texts
 
 
-def _speed_line(result, captured_now: bool) -> str:
+def _speed_line(result: Generated, captured_now: bool) -> str:
     """How long the first token took (the prompt, and the capture of the decode step when it was made) and
     how fast the rest came."""
     what = "the prompt and the decode step's capture" if captured_now else "the prompt"
