@@ -30,7 +30,8 @@ def test_preset_sweeps_partial_full_and_none_over_five_seeds_with_the_low_noise_
     assert (full.rope.name, full.rope.variant) == ("torch", "full")
     assert cfg.model.name == "seed004" and cfg.model.seq_len == 512 and cfg.optim.name == "muon"
     assert cfg.train.max_steps >= 1000 and cfg.train.deterministic and cfg.train.batch_size * cfg.train.grad_accum == 96
-    assert cfg.data.name == "text_files" and cfg.sweep.name == "length_generalization"
+    assert cfg.data.name == "code_corpus" and cfg.sweep.name == "length_generalization" and cfg.train.compile
+    assert cfg.sweep.jobs_per_gpu == 2
     assert OmegaConf.to_container(cfg.hydra.sweep)["subdir"] == "${hydra:runtime.choices.rope}_s${seed}", \
         "the fine-tuning arm finds runs by it"
     cb = cfg.hydra.callbacks.length_generalization
@@ -51,7 +52,7 @@ def test_the_fine_tuning_arm_starts_each_run_from_its_zero_shot_run_at_four_time
         assert cfg.train.init_from == "/sweeps/zero/torch_full_s3"
     finally:
         HydraConfig.instance().cfg = None
-    assert cfg.model.seq_len == 4 * 512 and cfg.train.max_steps == 200
+    assert cfg.model.seq_len == 4 * 512 and cfg.train.max_steps == 200 and cfg.data.name == "code_corpus"
     assert cfg.train.batch_size * cfg.train.grad_accum * cfg.model.seq_len == 24 * 4 * 512, "the same tokens per step"
     assert (cfg.rope.scaling.type, cfg.rope.scaling.factor) == ("yarn", 4)
     cb = cfg.hydra.callbacks.length_generalization
@@ -60,6 +61,7 @@ def test_the_fine_tuning_arm_starts_each_run_from_its_zero_shot_run_at_four_time
     assert dict(cfg.hydra.sweeper.params) == {"rope": "torch,torch_full,none", "seed": "0,1,2,3,4"}
 
 
+# a corpus of its own (the code corpus of every installed package would take minutes to build here), no compile
 TINY = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=64", "model.seq_len=32",
         "train.batch_size=4", "train.grad_accum=1", "train.max_steps=2", "train.eval_every=2", "train.eval_batches=2",
         "train.sample_every=0", "train.compile=false", "logger=none", "data.val_fraction=0.3"]
@@ -77,7 +79,7 @@ def test_sweep_trains_evaluates_each_run_at_other_lengths_and_the_fine_tuning_ar
     for i, src in enumerate(sorted((ROOT / "llm").rglob("*.py"))[:30]):
         (corpus / f"{i:02d}_{src.stem}.txt").write_text(src.read_text())
     sweep = tmp_path / "sweep"
-    common = [f"data.path={corpus}", *TINY, "seed=0", f"{CB}.lengths=[32,64]", f"{CB}.tokens=128",
+    common = ["data=text_files", f"data.path={corpus}", *TINY, "seed=0", f"{CB}.lengths=[32,64]", f"{CB}.tokens=128",
               f"cache_dir={tmp_path / 'cache'}"]
     proc = run_sweep(["+experiment=length_generalization", *common, "rope=torch,none", f"{CB}.scalings=[none,yarn]",
                       f"hydra.sweep.dir={sweep}"])
