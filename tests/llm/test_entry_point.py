@@ -1,5 +1,6 @@
 """The command line as a user meets it: bad input is one line before any work, sweeps survive a failing
-job, and a run never writes into a directory another run owns."""
+job, and a run never writes into a directory another run owns (tests/llm/training/test_ownership.py has the
+second writers, and tests/llm/test_config_mistakes.py Hydra's own errors)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import pytest
 from helpers import ROOT, SMALL, read_metrics, run_cli, run_inprocess
 
 from llm.errors import RunDirInUseError
-from llm.training.run_dir import RunDirLock
 
 
 @pytest.mark.parametrize(
@@ -149,17 +149,6 @@ def test_never_trained_means_no_checkpoint_and_no_metric_line(tmp_path):
     assert never_trained(job)
     (job / "checkpoints" / "step_0000004.pt").write_bytes(b"x")
     assert not never_trained(job)
-
-
-def test_a_second_writer_of_a_run_dir_is_refused(tmp_path):
-    run = tmp_path / "run"
-    lock = RunDirLock(run).acquire()  # another run is writing there
-    try:
-        proc = run_cli(["train.max_steps=2", f"hydra.run.dir={run}"], timeout=120)
-    finally:
-        lock.release()
-    assert proc.returncode == 2 and f"run dir {run} is in use by another run" in proc.stderr, proc.stderr[-2000:]
-    assert not (run / "metrics.jsonl").exists()
 
 
 def test_a_new_run_never_writes_over_a_finished_one(tmp_path):
