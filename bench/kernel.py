@@ -213,14 +213,26 @@ def measure_config(cfg: Config, impls: list[str], args: argparse.Namespace, time
         flag = "" if err <= MAX_ERR else f" WRONG (max_err {err:.3g})"
         summary.append(f"{name} {rows[-2]['pct_copy_bw']:.1f}/{rows[-1]['pct_copy_bw']:.1f}{flag}")
     log(f"{cfg} {x.shape}: fwd/bwd % of copy  " + "  ".join(summary))
-    torch._dynamo.reset()  # the compiled graphs of this shape are not needed again
+    if COMPILED in impls:
+        torch._dynamo.reset()  # the compiled graphs of this shape are not needed again
     return rows
+
+
+def keep_compiled_graphs(impls: list[str]) -> None:
+    """Let the compiled reference's backward run again on one graph: a compiled backward that donates its saved
+    buffers cannot (retain_graph), and that is how every backward here is timed. Donation saves memory, not time;
+    the timed and the warming processes set it alike, so their compiled graphs share Inductor's cache."""
+    if COMPILED in impls:
+        from torch._functorch import config as functorch_config
+
+        functorch_config.donated_buffer = False
 
 
 def warm_configs(args: argparse.Namespace, configs: list[Config], impls: list[str]) -> int:
     """Compile what ``configs`` need (one forward and backward of each implementation), timing nothing: run in
     the ``--jobs`` workers, it fills the on-disk caches the timed process then reads. Returns how many it warmed."""
     harness.import_rope(args.rope_path)
+    keep_compiled_graphs(impls)
     for cfg in configs:
         x = make_inputs(cfg, args.elements, args.seq_len, args.heads, args.dtype, args.device)
         for name in (n for n in impls if applies(n, cfg)):
@@ -229,7 +241,8 @@ def warm_configs(args: argparse.Namespace, configs: list[Config], impls: list[st
                 run.forward()
                 run.backward()
         harness.synchronize(args.device)
-        torch._dynamo.reset()
+        if COMPILED in impls:
+            torch._dynamo.reset()
     return len(configs)
 
 
@@ -378,12 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     rope_root = harness.import_rope(args.rope_path)
     harness.check_tuning(args.tuning)
     args.compile_backend = "inductor" if args.device.type == "cuda" else "aot_eager"
-    # a compiled backward that donates its saved buffers cannot run twice on one graph (retain_graph), which is
-    # how every backward here is timed; donation saves memory, not time
-    from torch._functorch import config as functorch_config
-
-    functorch_config.donated_buffer = False
     impls = select_impls(args.impls, args.device, parser, log)
+    keep_compiled_graphs(impls)
     configs = make_configs(args, log)
     if not impls or not configs:
         log("nothing to measure")
@@ -398,9 +407,6 @@ def main(argv: list[str] | None = None) -> int:
         warm_configs(args, configs, impls)
     if args.warm_only:
         return 0
-    for key, value in (("cache_size_limit", 64), ("recompile_limit", 64)):
-        if hasattr(torch._dynamo.config, key):
-            setattr(torch._dynamo.config, key, value)
     timer = harness.make_timer(args.reps, args.device)
     copy = harness.copy_gbps(timer, 2**30 if args.device.type == "cuda" else 2**22, args.device)
     log(f"copy bandwidth {copy:.0f} GB/s; rows to {results.path}")

@@ -219,9 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     env = harness.environment(args.device, rope_root, args.commit)
     if args.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
-    for key in ("cache_size_limit", "recompile_limit"):  # one compiled model per implementation, all alive
-        if hasattr(torch._dynamo.config, key):
-            setattr(torch._dynamo.config, key, max(getattr(torch._dynamo.config, key), 8 + len(names)))
+    if args.mode == "compile":
+        bench_step.allow_compiled_models(len(names))
     steps, _, shape = bench_step.build_steps(args.model, args.mode, names, args, log,
                                              phase=lambda p: torch.profiler.record_function(f"phase {p}"))
     if not steps:

@@ -160,6 +160,13 @@ def measure(model_name: str, mode: str, names: list[str], args: argparse.Namespa
     return rows
 
 
+def allow_compiled_models(count: int) -> None:
+    """Room in Dynamo's cache for ``count`` compiled models alive at once (one per implementation)."""
+    for key in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, key):
+            setattr(torch._dynamo.config, key, max(getattr(torch._dynamo.config, key), 8 + count))
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.step", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -218,15 +225,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{', '.join(args.modes)} x {', '.join(names)}")
     if args.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
-    for key in ("cache_size_limit", "recompile_limit"):  # one compiled model per implementation, all alive
-        if hasattr(torch._dynamo.config, key):
-            setattr(torch._dynamo.config, key, max(getattr(torch._dynamo.config, key), 8 + len(names)))
+    if "compile" in args.modes:  # (importing Dynamo takes seconds: only where something compiles)
+        allow_compiled_models(len(names))
     for model_name in args.models:
         for mode in args.modes:
             rows = measure(model_name, mode, names, args, env, log)
             if results is not None:
                 results.append(rows)
-            torch._dynamo.reset()
+            if mode == "compile":
+                torch._dynamo.reset()
             if args.device.type == "cuda":
                 torch.cuda.empty_cache()
     return 0
