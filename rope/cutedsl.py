@@ -27,10 +27,10 @@ import tempfile
 import torch
 from torch import Tensor
 
+from rope._launch import new_outputs, pow2_unit  # shared with the Triton entries: same outputs, same stride units
 from rope.base import LAYOUTS, RotaryEmbedding, on_device_of
 from rope.registry import register
 from rope.scaling import attention_factor
-from rope.triton_rope import _new_outputs, _pow2_unit  # the Triton entry's: same outputs, same stride units
 
 PACKAGE = "nvidia-cutlass-dsl"
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
@@ -162,7 +162,7 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
     cuda, cutlass, gmem, make_ptr = _runtime()
     B, T, HQ, D = q.shape
     HK = k.shape[2] if k is not None else 0
-    out_q, out_k = _new_outputs(q, k, out_q, out_k, poison)
+    out_q, out_k = new_outputs(q, k, out_q, out_k, poison)
     if B * T * (HQ + HK) == 0 or D == 0:
         return out_q, out_k
     if max(B * T * HQ, B * T * HK) >= 2**31:
@@ -179,7 +179,7 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
         for st in t.stride()[:3]:
             g = math.gcd(g, st)
         g = math.gcd(g, t.data_ptr() // esize if t.data_ptr() % esize == 0 else 1)
-    sv = _pow2_unit(g, 16 // esize)
+    sv = pow2_unit(g, 16 // esize)
     if positions is not None:
         pos = positions.to(torch.int32) if positions.dtype != torch.int32 else positions
         spb, spt = pos.stride() if pos.dim() == 2 else (0, pos.stride(0))
@@ -187,7 +187,7 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
         pos, spb, spt = cos, 0, 0
     if sin.stride() != cos.stride():
         cos, sin = cos.contiguous(), sin.contiguous()
-    csv = _pow2_unit(cos.stride(0), 4)
+    csv = pow2_unit(cos.stride(0), 4)
     geo = geometry(D, cos.shape[1], bool(partial), bool(interleaved), esize, sv, config)
     fn = _compiled(q.dtype, geo["D"], geo["R2"], geo["CW"], geo["INTERLEAVED"], geo["V"], geo["VP"], sv, csv,
                    geo["RPC"], geo["RPT"], positions is not None, bool(inverse), geo["STREAM"], sv * esize)

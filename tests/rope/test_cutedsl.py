@@ -12,7 +12,20 @@ import torch
 
 import rope
 from rope import cutedsl
-from scripts.kernel_vectors import access_widths
+
+_ACCESS = re.compile(r"\b(ld|st)\.global(\.[\w:.]+)?\s")
+
+
+def access_widths(ptx: str) -> dict[str, dict[int, int]]:
+    """{"ld": {bytes per thread: instructions}, "st": {...}}: the global loads and stores of ``ptx`` by width."""
+    out: dict[str, dict[int, int]] = {"ld": {}, "st": {}}
+    for m in _ACCESS.finditer(ptx):
+        mods = (m.group(2) or "").split(".")
+        vec = next((int(x[1:]) for x in mods if re.fullmatch(r"v[248]", x)), 1)
+        bits = next((int(x[1:]) for x in mods if re.fullmatch(r"[bfus](8|16|32|64)", x)), 0)
+        width = vec * bits // 8
+        out[m.group(1)][width] = out[m.group(1)].get(width, 0) + 1
+    return out
 
 
 def test_missing_package_is_named(monkeypatch):

@@ -1,0 +1,43 @@
+"""Launch helpers shared by the entries that launch their kernels from Python (Triton, CuTeDSL).
+
+Output allocation (with the tests' NaN-poison hook) and the power-of-two units strides are passed in, so that
+the two kernel families allocate and align alike.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def pow2_unit(n: int, cap: int = 16) -> int:
+    """The largest power of two (at most ``cap``) dividing ``n`` (``cap`` for 0)."""
+    return min(cap, n & -n) if n else cap
+
+
+def stride_unit(*values: int, cap: int = 16) -> int:
+    """The largest power of two (at most ``cap``) dividing every value: the unit a kernel receives strides and
+    offsets in, multiplying them back by it as a compile-time constant so that it knows their alignment."""
+    return pow2_unit(math.gcd(*values), cap) if values else cap
+
+
+def new_output(shape: tuple[int, ...], like: Tensor, poison: bool = False) -> Tensor:
+    """A fresh contiguous output of ``like``'s dtype and device; NaN-filled when ``poison`` (the tests' hook:
+    :attr:`rope.base.RotaryEmbedding.poison_outputs`), so an element a kernel fails to write shows."""
+    if tuple(shape) == tuple(like.shape):  # half the host time of torch.empty(shape, dtype=, device=)
+        out = torch.empty_like(like, memory_format=torch.contiguous_format)
+    else:
+        out = torch.empty(shape, dtype=like.dtype, device=like.device)
+    return out.fill_(float("nan")) if poison else out
+
+
+def new_outputs(q: Tensor, k: Tensor | None, out_q: Tensor | None = None, out_k: Tensor | None = None,
+                poison: bool = False) -> tuple[Tensor, Tensor | None]:
+    """q's and k's outputs: the given ones, else fresh tensors of their shapes (:func:`new_output`)."""
+    if out_q is None:
+        out_q = new_output(q.shape, q, poison)
+    if k is not None and out_k is None:
+        out_k = new_output(k.shape, k, poison)
+    return out_q, out_k
