@@ -1,0 +1,369 @@
+"""The Triton kernels of the ``triton_v4`` / ``triton_v2`` entries (importing this module imports triton).
+
+A rotation launch takes q and k together: the grid's second axis picks the tensor (0: q, 1: k), its first walks
+the programs of each batch element. ``rope_pairs_kernel``: a program rotates NCH chunks of V consecutive pairs of
+head rows, M chunks a row; with M = 1 and V the half rounded up to a power of two (padding masked) these are the
+*rows*, with V a power of two dividing the half the *chunks* (every lane busy). ``rope_flat_kernel``: a token's
+heads (contiguous) as blocks of VB elements, each rotated against its partner with cos and signed sin from
+per-element tables, full vectors whatever the row geometry. ``copy_heads_kernel`` copies columns of head rows.
+The geometry is constexpr, so masks are compile-time constants and accesses vectorise; strides arrive divided by
+their power-of-two unit SV so the compiler knows rows' alignment. Outputs are (B, T, H, D) with heads D apart and a
+token stride of their own. ``k_ptr`` / ``ok_ptr`` None: k (its output) lies in q's tensor (q's output) after q's
+heads, so a compiled graph hands over one buffer; ``pos_ptr`` None: positions are the token indices.
+
+Arithmetic: ``LOW`` False loads the input dtype, computes in float32 and rounds once at the store; ``a c + b s``
+is ``fma(a, c, p) + fma(b, s, -p)`` with ``p = b s`` (the second fma is p's exact rounding error), within one
+float32 rounding of the exact value, so every bf16/fp16 output is within one ulp of the exact rotation (a plain
+``a c + b s`` misses that where the products nearly cancel). ``LOW`` True rounds every product and sum to the
+input dtype (``triton_v2``). ``INVERSE`` negates sin: the backward's transposed rotation.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+#: Triton's CPU interpreter truncates float32 -> bfloat16 casts and runs no PTX: the kernels then round in
+#: integer arithmetic (:func:`_rne_bf16`).
+EMULATE: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
+
+
+@triton.jit
+def _rne_bf16(x):
+    """float32 ``x`` rounded to the nearest bfloat16 (ties to even), still float32; NaN kept."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def _round(x, DT: tl.constexpr):
+    """float32 ``x`` rounded to ``DT`` and widened back. On the GPU one inline-PTX block: written as two casts,
+    the compiler may fold ``extf(truncf(x))`` back to ``x`` and lose the rounding."""
+    if EMULATE:
+        if DT == tl.bfloat16:
+            y = _rne_bf16(x)
+        else:
+            y = x.to(DT).to(tl.float32)
+    elif DT == tl.bfloat16:
+        bits = tl.inline_asm_elementwise("{ .reg .b16 h, z; cvt.rn.bf16.f32 h, $1; mov.b16 z, 0; mov.b32 $0, {z, h}; }",
+                                         "=r,f", [x], dtype=tl.int32, is_pure=True, pack=1)
+        y = bits.to(tl.float32, bitcast=True)
+    else:
+        y = tl.inline_asm_elementwise("{ .reg .b16 h; cvt.rn.f16.f32 h, $1; cvt.f32.f16 $0, h; }", "=f,f", [x],
+                                      dtype=tl.float32, is_pure=True, pack=1)
+    return y
+
+
+@triton.jit
+def _narrow(x, DT: tl.constexpr):
+    """float32 ``x`` rounded once to ``DT`` (nearest even)."""
+    if EMULATE and DT == tl.bfloat16:
+        y = _rne_bf16(x).to(DT)
+    else:
+        y = x.to(DT)
+    return y
+
+
+@triton.jit
+def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr):
+    """(x1 c + x2 s, x2 c - x1 s) of float32 tiles, in the entry's arithmetic (module docstring)."""
+    if LOW:
+        c = _round(c, DT)
+        s = _round(s, DT)
+        y1 = _round(x1 * c, DT) + _round(x2 * s, DT)
+        y2 = _round(x2 * c, DT) - _round(x1 * s, DT)
+    else:
+        p = x2 * s
+        y1 = tl.fma(x1, c, p) + tl.fma(x2, s, -p)
+        q = x1 * s
+        y2 = tl.fma(x2, c, -q) - tl.fma(x1, s, -q)
+    return y1, y2
+
+
+@triton.jit
+def _table_rows(pos_ptr, b, t, spb, n_pos, mask):
+    """The table row of each token (its index, or its position: ``pos_ptr[b spb + t]``) and whether it lies in
+    the table; one outside it is clamped here and gives NaN in :func:`_cos_sin`, never another row's rotation."""
+    if pos_ptr is None:
+        row = t
+        valid = mask
+    else:
+        raw = tl.load(pos_ptr + b * spb + t, mask=mask, other=0)
+        valid = (raw >= 0) & (raw < n_pos)
+        row = tl.where(valid, raw, 0).to(tl.int32)
+    return row, valid
+
+
+@triton.jit
+def _cos_sin(cos_ptr, sin_ptr, at, mask, valid, pos_ptr, INVERSE: tl.constexpr):
+    """float32 cos and sin at the table offsets ``at``; cos 1 and sin 0 where ``mask`` leaves them out
+    (variant=partial's zero frequencies, padding), NaN at rows outside the table, sin negated if INVERSE."""
+    c = tl.load(cos_ptr + at, mask=mask, other=1.0, eviction_policy="evict_last")
+    s = tl.load(sin_ptr + at, mask=mask, other=0.0, eviction_policy="evict_last")
+    if pos_ptr is not None:
+        c = tl.where(valid[:, None], c, float("nan"))
+        s = tl.where(valid[:, None], s, float("nan"))
+    if INVERSE:
+        s = -s
+    return c, s
+
+
+@triton.jit
+def _pairs(x_ptr, o_ptr, sxb, sxt, sxh, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, H,
+           D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
+           NCH: tl.constexpr, INTERLEAVED: tl.constexpr, SV: tl.constexpr, LOW: tl.constexpr,
+           INVERSE: tl.constexpr, WIDE: tl.constexpr):
+    """Chunks [g0, g0 + NCH) of batch element ``b`` of one tensor (chunk g: pairs [(g mod M) V, ...) of head row
+    g // M, row r being head r mod H of token r // H). Table columns from CW on are not loaded (cos 1, sin 0)."""
+    DT: tl.constexpr = o_ptr.dtype.element_ty
+    g = g0 + tl.arange(0, NCH)
+    r = g // M
+    t = r // H
+    h = r - t * H
+    rm = t < T
+    pair = ((g - r * M) * V)[:, None] + tl.arange(0, V)[None, :]
+    row, valid = _table_rows(pos_ptr, b, t, spb, n_pos, rm)
+    if WIDE:
+        b = b.to(tl.int64)
+        t = t.to(tl.int64)
+        h = h.to(tl.int64)
+    x_row = ((b * sxb + t * sxt + h * sxh) * SV)[:, None]
+    o_row = ((b * T + t) * so * SV + h * D)[:, None]
+    if M == 1:  # rows: the half padded to V lanes
+        pm = rm[:, None] & (pair < R2)
+    else:  # chunks: every chunk of a row is whole
+        pm = tl.broadcast_to(rm[:, None], (NCH, V))
+    if CW < R2:
+        cm = pm & (pair < CW)
+    else:
+        cm = pm
+    c, s = _cos_sin(cos_ptr, sin_ptr, (row * R2)[:, None] + pair, cm, valid, pos_ptr, INVERSE)
+    if INTERLEAVED:  # pairs (2i, 2i + 1): one contiguous load, split into its even and odd elements
+        col = ((g - r * M) * (2 * V))[:, None] + tl.arange(0, 2 * V)[None, :]
+        xm = rm[:, None] & (col < 2 * R2)
+        x1, x2 = tl.split(tl.reshape(tl.load(x_ptr + x_row + col, mask=xm).to(tl.float32), (NCH, V, 2)))
+        y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW)
+        tl.store(o_ptr + o_row + col, _narrow(tl.reshape(tl.join(y1, y2), (NCH, 2 * V)), DT), mask=xm)
+    else:  # pairs (i, i + R2)
+        x1 = tl.load(x_ptr + x_row + pair, mask=pm).to(tl.float32)
+        x2 = tl.load(x_ptr + x_row + R2 + pair, mask=pm).to(tl.float32)
+        y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW)
+        tl.store(o_ptr + o_row + pair, _narrow(y1, DT), mask=pm)
+        tl.store(o_ptr + o_row + R2 + pair, _narrow(y2, DT), mask=pm)
+
+
+@triton.jit(do_not_specialize=["spb", "n_pos", "T", "HQ", "HK"])
+def rope_pairs_kernel(q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, skb, skt, skh, soq, sok,
+                      spb, n_pos, T, HQ, HK, D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr, V: tl.constexpr,
+                      M: tl.constexpr, NCH: tl.constexpr, INTERLEAVED: tl.constexpr, SV: tl.constexpr,
+                      LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
+    """The pair tilings (:func:`_pairs`) of q (``program_id(1)`` 0) and k (1); ``cos``/``sin`` are (n_pos, R2)."""
+    per_batch = tl.cdiv(T * tl.maximum(HQ, HK) * M, NCH)
+    b = tl.program_id(0) // per_batch
+    g0 = (tl.program_id(0) - b * per_batch) * NCH
+    if tl.program_id(1) == 0:
+        _pairs(q_ptr, oq_ptr, sqb, sqt, sqh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HQ,
+               D, R2, CW, V, M, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE)
+    else:  # k None: in q's tensor after q's heads; the host makes SV divide HQ D there (the offset's alignment)
+        if k_ptr is None:
+            x_ptr = q_ptr + (HQ * D // SV) * SV
+        else:
+            x_ptr = k_ptr
+        if ok_ptr is None:
+            o_ptr = oq_ptr + (HQ * D // SV) * SV
+        else:
+            o_ptr = ok_ptr
+        _pairs(x_ptr, o_ptr, skb, skt, skh, sok, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HK,
+               D, R2, CW, V, M, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE)
+
+
+@triton.jit
+def _column(x, C: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
+    """Column ``C`` of the (N, W) tile ``x`` (W = 2, 4 or 8) as an (N,) tile: a tree of splits, each taking one
+    bit of C (a split of a dimension held in one thread's registers is a renaming, no move)."""
+    e, o = tl.split(tl.reshape(x, (N, W // 2, 2)))
+    x = e if C % 2 == 0 else o
+    if W >= 4:
+        e, o = tl.split(tl.reshape(x, (N, W // 4, 2)))
+        x = e if (C // 2) % 2 == 0 else o
+    if W >= 8:
+        e, o = tl.split(tl.reshape(x, (N, W // 8, 2)))
+        x = e if (C // 4) % 2 == 0 else o
+    return tl.reshape(x, (N,))
+
+
+@triton.jit
+def _pick(lo, hi, C: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
+    """Element ``C`` (< 2W) of each row of the (N, 2W) tile that ``lo`` and ``hi`` make side by side."""
+    if C < W:
+        col = _column(lo, C, W, N)
+    else:
+        col = _column(hi, C - W, W, N)
+    return col
+
+
+@triton.jit
+def _window(lo, hi, R: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
+    """Elements [R, R + W) of the rows of ``lo`` and ``hi`` side by side (0 <= R < W): a shift by a constant done
+    in registers, so a misaligned run comes from two aligned loads. ``tl.join`` interleaves, hence the order."""
+    if W == 2:
+        out = tl.join(_pick(lo, hi, R, W, N), _pick(lo, hi, R + 1, W, N))
+    elif W == 4:
+        out = tl.join(tl.join(_pick(lo, hi, R, W, N), _pick(lo, hi, R + 2, W, N)),
+                      tl.join(_pick(lo, hi, R + 1, W, N), _pick(lo, hi, R + 3, W, N)))
+    else:
+        out = tl.join(tl.join(tl.join(_pick(lo, hi, R, W, N), _pick(lo, hi, R + 4, W, N)),
+                              tl.join(_pick(lo, hi, R + 2, W, N), _pick(lo, hi, R + 6, W, N))),
+                      tl.join(tl.join(_pick(lo, hi, R + 1, W, N), _pick(lo, hi, R + 5, W, N)),
+                              tl.join(_pick(lo, hi, R + 3, W, N), _pick(lo, hi, R + 7, W, N))))
+    return tl.reshape(out, (N, W))
+
+
+@triton.jit
+def _shifted_run(x_ptr, at, own, S: tl.constexpr, need_lo, need_hi, VB: tl.constexpr, NBP: tl.constexpr):
+    """Each block's run of VB elements S elements on (S constant, either sign): the two aligned blocks holding it,
+    shifted in registers. Each is read only for the blocks whose lanes need it (``need_lo``: lanes below
+    VB - S mod VB; ``need_hi``: the rest); the block at offset 0 is ``own``, already loaded."""
+    A: tl.constexpr = (S // VB) * VB  # floor for either sign: the first aligned block's offset
+    lanes = tl.arange(0, VB)[None, :]
+    if A == 0:
+        lo = own
+    else:
+        lo = tl.load(x_ptr + at + A + lanes, mask=tl.broadcast_to(need_lo[:, None], (NBP, VB)))
+    if A + VB == 0:
+        hi = own
+    else:
+        hi = tl.load(x_ptr + at + (A + VB) + lanes, mask=tl.broadcast_to(need_hi[:, None], (NBP, VB)))
+    return _window(lo, hi, S - A, VB, NBP)
+
+
+@triton.jit
+def _meets(a, b, LO: tl.constexpr, HI: tl.constexpr):
+    """Whether the lanes [a, b) of each block meet the lanes [LO, HI)."""
+    return (a < HI) & (b > LO)
+
+
+@triton.jit
+def _partner(x_ptr, x_row, raw, bm, d, d0, D: tl.constexpr, R2: tl.constexpr, INTERLEAVED: tl.constexpr,
+             VB: tl.constexpr, NBP: tl.constexpr):
+    """Each element's partner (float32): element d ^ 1 (interleaved, a swap in registers), else d + R2 in the
+    first half and d - R2 in the second, read again (from L1) as aligned vectors, shifted where R2 is not a
+    multiple of VB. A block that runs into the next row (VB not dividing D) finds that row's partners too."""
+    lanes = tl.arange(0, VB)[None, :]
+    if INTERLEAVED:
+        even, odd = tl.split(tl.reshape(raw, (NBP, VB // 2, 2)))
+        partner = tl.reshape(tl.join(odd, even), (NBP, VB))
+    elif R2 % VB == 0:
+        m = bm[:, None]
+        up = tl.load(x_ptr + x_row + lanes + R2, mask=m & (d < R2))
+        down = tl.load(x_ptr + x_row + lanes - R2, mask=m & (d >= R2) & (d < 2 * R2))
+        partner = tl.where(d < R2, up, down)
+    else:
+        SU: tl.constexpr = VB - R2 % VB  # the up run's lanes from its lower aligned block: [0, SU)
+        SD: tl.constexpr = VB - (-R2) % VB  # and the down run's
+        up_lo = _meets(-d0, R2 - d0, 0, SU)
+        up_hi = _meets(-d0, R2 - d0, SU, VB)
+        dn_lo = _meets(R2 - d0, 2 * R2 - d0, 0, SD)
+        dn_hi = _meets(R2 - d0, 2 * R2 - d0, SD, VB)
+        if VB > (D & -D):
+            up_lo |= _meets(D - d0, D + R2 - d0, 0, SU)
+            up_hi |= _meets(D - d0, D + R2 - d0, SU, VB)
+            dn_lo |= _meets(D + R2 - d0, D + 2 * R2 - d0, 0, SD)
+            dn_hi |= _meets(D + R2 - d0, D + 2 * R2 - d0, SD, VB)
+        up = _shifted_run(x_ptr, x_row, raw, R2, bm & up_lo, bm & up_hi, VB, NBP)
+        down = _shifted_run(x_ptr, x_row, raw, -R2, bm & dn_lo, bm & dn_hi, VB, NBP)
+        partner = tl.where(d < R2, up, down)
+    return partner.to(tl.float32)
+
+
+@triton.jit
+def _flat(x_ptr, o_ptr, sxb, sxt, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, WB,
+          D: tl.constexpr, R2: tl.constexpr, VB: tl.constexpr, NBP: tl.constexpr, INTERLEAVED: tl.constexpr,
+          SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
+    """Blocks [k0, k0 + NBP) of batch element ``b`` of one tensor whose tokens are WB blocks of VB elements.
+    Element d of a row is ``x[d] c + x[partner] s'`` with c and the signed sin s' from the element tables
+    (rows of P + 4 columns, P = lcm(D, 4): column j for element j mod D), which is bit for bit the pair tilings'
+    arithmetic; elements from 2 R2 on (the copied tail) pass through."""
+    DT: tl.constexpr = o_ptr.dtype.element_ty
+    blk = k0 + tl.arange(0, NBP)
+    t = blk // WB
+    bm = t < T
+    w0 = (blk - t * WB) * VB  # the block's first element in its token's heads
+    DU: tl.constexpr = VB if D % VB == 0 else (VB // 2 if D % (VB // 2) == 0 else 2)  # gcd(VB, D)
+    d0 = (w0 // DU) % (D // DU) * DU  # w0 mod D, written so the compiler knows it a multiple of DU
+    P: tl.constexpr = D if D % 4 == 0 else 2 * D
+    G: tl.constexpr = VB if P % VB == 0 else VB // 2
+    lanes = tl.arange(0, VB)[None, :]
+    col = ((w0 // G) % (P // G) * G)[:, None] + lanes  # w0 mod P: the table columns start 16-byte aligned
+    row, valid = _table_rows(pos_ptr, b, t, spb, n_pos, bm)
+    if WIDE:
+        b = b.to(tl.int64)
+        t = t.to(tl.int64)
+        w0 = w0.to(tl.int64)
+    x_row = ((b * sxb + t * sxt) * SV + w0)[:, None]
+    o_at = ((b * T + t) * so * SV + w0)[:, None] + lanes
+    d = d0[:, None] + lanes  # the element's place in its row (from D on: in the next row)
+    if VB > (D & -D):
+        d = tl.where(d >= D, d - D, d)
+    m = tl.broadcast_to(bm[:, None], (NBP, VB))
+    raw = tl.load(x_ptr + x_row + lanes, mask=m)
+    own = raw.to(tl.float32)
+    partner = _partner(x_ptr, x_row, raw, bm, d, d0, D, R2, INTERLEAVED, VB, NBP)
+    c, s = _cos_sin(cos_ptr, sin_ptr, (row * (P + 4))[:, None] + col, m, valid, pos_ptr, INVERSE)
+    y, _ = _rotate_pairs(own, partner, c, s, DT, LOW)
+    if 2 * R2 < D:
+        y = tl.where(d < 2 * R2, y, own)
+    tl.store(o_ptr + o_at, _narrow(y, DT), mask=m)
+
+
+@triton.jit(do_not_specialize=["spb", "n_pos", "T", "HQ", "HK"])
+def rope_flat_kernel(q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, skb, skt, soq, sok,
+                     spb, n_pos, T, HQ, HK, D: tl.constexpr, R2: tl.constexpr, VB: tl.constexpr, NBP: tl.constexpr,
+                     INTERLEAVED: tl.constexpr, SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr,
+                     WIDE: tl.constexpr):
+    """The flat tiling (:func:`_flat`) of q (``program_id(1)`` 0) and k (1); ``cos``/``sin`` are element tables."""
+    per_batch = tl.cdiv(T * (tl.maximum(HQ, HK) * (D // VB)), NBP)
+    b = tl.program_id(0) // per_batch
+    k0 = (tl.program_id(0) - b * per_batch) * NBP
+    if tl.program_id(1) == 0:
+        _flat(q_ptr, oq_ptr, sqb, sqt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HQ * D // VB,
+              D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE)
+    else:  # k None: in q's tensor after q's heads; the host makes SV divide HQ D there (the offset's alignment)
+        if k_ptr is None:
+            x_ptr = q_ptr + (HQ * D // SV) * SV
+        else:
+            x_ptr = k_ptr
+        if ok_ptr is None:
+            o_ptr = oq_ptr + (HQ * D // SV) * SV
+        else:
+            o_ptr = ok_ptr
+        _flat(x_ptr, o_ptr, skb, skt, sok, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HK * D // VB,
+              D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE)
+
+
+@triton.jit(do_not_specialize=["o_off", "T", "H"])
+def copy_heads_kernel(x_ptr, o_ptr, sxb, sxt, sxh, so, o_off, T, H, C0: tl.constexpr, VP: tl.constexpr,
+                      MP: tl.constexpr, NCP: tl.constexpr, D: tl.constexpr, SV: tl.constexpr, WIDE: tl.constexpr):
+    """Columns [C0, C0 + MP VP) of every head row of x (B, T, H, any strides) into the same columns of the output
+    rows at ``o_ptr + o_off SV``, in chunks of VP elements, NCP a program.
+
+    Why: v's gradient arrives heads-major from the attention, and the generic copy transposing it into d qkv
+    reads one side with strided accesses; here every load and store is a VP-element vector."""
+    per_batch = tl.cdiv(T * H * MP, NCP)
+    b = tl.program_id(0) // per_batch
+    g = (tl.program_id(0) - b * per_batch) * NCP + tl.arange(0, NCP)
+    r = g // MP
+    t = r // H
+    h = r - t * H
+    m = tl.broadcast_to((t < T)[:, None], (NCP, VP))
+    col = C0 + ((g - r * MP) * VP)[:, None] + tl.arange(0, VP)[None, :]
+    if WIDE:
+        b = b.to(tl.int64)
+        t = t.to(tl.int64)
+        h = h.to(tl.int64)
+    x_at = ((b * sxb + t * sxt + h * sxh) * SV)[:, None] + col
+    o_at = (((b * T + t) * so + o_off) * SV + h * D)[:, None] + col
+    tl.store(o_ptr + o_at, tl.load(x_ptr + x_at, mask=m), mask=m)

@@ -1,0 +1,188 @@
+"""How a rotation launch is cut into programs: :func:`make_plan`, a pure function from the launch's geometry
+(shapes, strides, layout, what the GPU calls for) to a :class:`Plan`; :mod:`rope.triton.launch` reads the tensors.
+
+Tilings (kernels in :mod:`rope.triton.kernels`): ``rows`` (whole head rows, the half padded to a power of two: the
+default where that keeps three quarters of the lanes busy, half layout; interleaved pads exact powers only),
+``chunks`` (rows cut into chunks of the largest power of two of pairs dividing the half, at most 16, 8
+interleaved: halves rows would pad more), ``flat`` (a token's heads as blocks of up to 8 elements, each rotated
+against its partner: the default for a copied tail, ``rotary_dim`` < D, which rows would pad on top of the half,
+and for halves whose offsets cut vectors short, an odd number of pairs or 2 mod 4 in the half layout). Flat needs
+each token's heads contiguous; elsewhere the pair tilings take over and a launch of its own copies the tail.
+A benchmark forces a tiling, tile or warp count through :func:`rope.triton.tuning` (:class:`Overrides`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from dataclasses import dataclass
+
+from rope._launch import pow2_unit, stride_unit
+
+TILINGS = ("rows", "chunks", "flat")
+#: Elements a program moves by default: 16 bytes a thread of bf16 at 8 warps (4 for the flat tiling).
+ROW_TILE, SMALL_TILE, FLAT_TILE = 2048, 1024, 1024
+ROW_WARPS, FLAT_WARPS = 8, 4
+#: Flat block sizes tried, widest first (elements: 16 bytes of bf16 at 8).
+FLAT_BLOCKS = (8, 4, 2)
+#: Chunk/block ids within a batch element, and program ids, are int32.
+INT32_LIMIT = 2**31
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Launch settings a benchmark forces (see :func:`rope.triton.tuning`); None / 0: the plan's own choice.
+
+    ``tiling``: ``"rows"``, ``"chunks"`` or ``"flat"`` (flat where each token's heads are contiguous, else the
+    pair tiling of the geometry); ``tile``: elements a program rotates (a power of two, 64 to 16384);
+    ``num_warps``: 1 to 32, a power of two."""
+
+    tiling: str | None = None
+    tile: int = 0
+    num_warps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.tiling not in (None, *TILINGS):
+            raise ValueError(f"tuning: tiling must be one of {TILINGS} or None, got {self.tiling!r}")
+        if self.tile and not (64 <= self.tile <= 16384 and _is_pow2(self.tile)):
+            raise ValueError(f"tuning: tile must be a power of two from 64 to 16384 (or 0), got {self.tile!r}")
+        if self.num_warps and not (self.num_warps <= 32 and _is_pow2(self.num_warps)):
+            raise ValueError(f"tuning: num_warps must be 1, 2, 4, 8, 16 or 32 (or 0), got {self.num_warps!r}")
+
+
+#: The overrides of launches made now (:func:`rope.triton.tuning` sets them; eager launches read them).
+OVERRIDES: contextvars.ContextVar[Overrides] = contextvars.ContextVar(
+    "rope_triton_overrides", default=Overrides())  # noqa: B039 (frozen: never mutated)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What a launch's plan depends on: the heads, the layout, the sizes, the strides and what the GPU calls for.
+
+    ``strides``: q's and k's (batch, token, head) strides, the outputs' token strides and q's heads' extent
+    where k (or its output) lies in q's tensor after them (else 0), in elements; k's are q's where there is no k."""
+
+    head_dim: int
+    rotary_pairs: int  # R2: pairs rotated per head (rotary_dim / 2)
+    partial: bool  # variant=partial's zero-frequency half: cos 1 and sin 0 without loading them
+    interleaved: bool
+    batch: int
+    seq_len: int
+    q_heads: int
+    k_heads: int  # 0: no k
+    strides: tuple[int, int, int, int, int, int, int, int, int]
+    wide: bool  # an element offset can reach 2**31: 64-bit index arithmetic
+    positions: bool
+    register_cap: int = 0  # registers per thread that keep an SM full, where the GPU's memory calls for it
+
+    @property
+    def heads_contiguous(self) -> bool:
+        """Whether each token's heads are one run of H D elements in q and k (the flat tiling's need)."""
+        D, s = self.head_dim, self.strides
+        return (s[2] == D or self.q_heads == 1) and (s[5] == D or self.k_heads <= 1)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One launch of a rotation kernel: its tiling, grid, warps and constexprs, and whether a copy follows.
+
+    ``tail``: elements after the rotated ones that :func:`rope.triton.launch.copy_heads` copies (a pair tiling
+    with ``rotary_dim`` < D). ``maxnreg``: a register cap for the compiler (0: its own choice)."""
+
+    tiling: str
+    grid: tuple[int, int]
+    num_warps: int
+    constexprs: tuple[tuple[str, int], ...]
+    tail: int = 0
+    maxnreg: int = 0
+
+    @property
+    def kernel(self) -> str:
+        return "rope_flat_kernel" if self.tiling == "flat" else "rope_pairs_kernel"
+
+    def __str__(self) -> str:
+        c = dict(self.constexprs)
+        if self.tiling == "flat":
+            what = f"blocks of {c['VB']} elements, {c['NBP']} a program"
+        elif self.tiling == "rows":
+            what = f"{c['NCH']} rows of {c['R2']} pairs a program (padded to {c['V']})"
+        else:
+            what = f"{c['NCH']} chunks of {c['V']} pairs a program ({c['M']} a row)"
+        extra = (f", tail of {self.tail} copied apart" if self.tail else "") + (
+            f", maxnreg {self.maxnreg}" if self.maxnreg else "")
+        return f"{self.tiling}: {what}, {self.num_warps} warps, grid {self.grid}{extra}"
+
+
+def preferred_tiling(head_dim: int, rotary_pairs: int, interleaved: bool) -> str:
+    """The tiling a geometry takes where each token's heads are contiguous (module docstring)."""
+    if 2 * rotary_pairs < head_dim or rotary_pairs % 2 or (not interleaved and rotary_pairs % 4 == 2):
+        return "flat"
+    return pair_tiling(rotary_pairs, interleaved)
+
+
+def pair_tiling(rotary_pairs: int, interleaved: bool) -> str:
+    """Rows or chunks (module docstring): rows where the padded half keeps three quarters of its lanes."""
+    padded = next_pow2(rotary_pairs)
+    busy = not interleaved and rotary_pairs % 8 == 0 and 4 * rotary_pairs >= 3 * padded
+    return "rows" if padded == rotary_pairs or busy else "chunks"
+
+
+@functools.lru_cache(maxsize=1024)
+def make_plan(geo: Geometry, over: Overrides = Overrides()) -> Plan:
+    """The plan of a launch with this geometry (``over``: a benchmark's forced settings)."""
+    tiling = over.tiling or preferred_tiling(geo.head_dim, geo.rotary_pairs, geo.interleaved)
+    if tiling == "flat" and not geo.heads_contiguous:
+        tiling = pair_tiling(geo.rotary_pairs, geo.interleaved)
+    if tiling == "flat":
+        return _flat_plan(geo, over)
+    return _pair_plan(geo, over, tiling)
+
+
+def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
+    r2, wide = geo.rotary_pairs, 2 if geo.interleaved else 1
+    if tiling == "rows":
+        v = next_pow2(r2)
+        tile = over.tile or (SMALL_TILE if wide * v <= 16 else ROW_TILE)
+    else:
+        v = min(16 // wide, pow2_unit(r2))
+        tile = over.tile or (SMALL_TILE if (not geo.interleaved and v <= 4) or wide * next_pow2(r2) <= 16
+                             else ROW_TILE)
+    m, nch = max(1, r2 // v), max(1, tile // (wide * v))
+    cw = r2 // 2 if geo.partial and pow2_unit(r2 // 2) >= min(4, pow2_unit(r2)) else r2
+    heads = max(geo.q_heads, geo.k_heads)
+    per_batch = _programs(geo, geo.seq_len * heads * m, nch)
+    constexprs = dict(D=geo.head_dim, R2=r2, CW=cw, V=v, M=m, NCH=nch, INTERLEAVED=geo.interleaved,
+                      SV=stride_unit(*geo.strides), WIDE=geo.wide)
+    padded_or_positions = tiling == "rows" and (v > r2 or geo.positions)
+    return Plan(tiling, (per_batch * geo.batch, 2 if geo.k_heads else 1), over.num_warps or ROW_WARPS,
+                tuple(constexprs.items()), tail=geo.head_dim - 2 * r2,
+                maxnreg=geo.register_cap if padded_or_positions else 0)
+
+
+def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
+    D = geo.head_dim
+    vb = next(b for b in FLAT_BLOCKS if b <= D and (geo.q_heads * D) % b == 0 and (geo.k_heads * D) % b == 0)
+    nbp = max(1, (over.tile or FLAT_TILE) // vb)
+    per_batch = _programs(geo, geo.seq_len * max(geo.q_heads, geo.k_heads) * (D // vb), nbp)
+    sqb, sqt, _, skb, skt, _, *rest = geo.strides  # the heads are contiguous: their stride is D
+    constexprs = dict(D=D, R2=geo.rotary_pairs, VB=vb, NBP=nbp, INTERLEAVED=geo.interleaved,
+                      SV=stride_unit(sqb, sqt, skb, skt, *rest), WIDE=geo.wide)
+    return Plan("flat", (per_batch * geo.batch, 2 if geo.k_heads else 1), over.num_warps or FLAT_WARPS,
+                tuple(constexprs.items()))
+
+
+def _programs(geo: Geometry, units: int, per_program: int) -> int:
+    """Programs per batch element for ``units`` chunks or blocks, ``per_program`` a program; ids are int32."""
+    per_batch = -(-units // per_program)
+    if units + per_program >= INT32_LIMIT or per_batch * geo.batch >= INT32_LIMIT:
+        raise ValueError(f"too many rows for one launch: B={geo.batch}, T={geo.seq_len}, heads {geo.q_heads}"
+                         f"+{geo.k_heads} of {geo.head_dim}")
+    return per_batch
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _is_pow2(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n > 0 and n & (n - 1) == 0
