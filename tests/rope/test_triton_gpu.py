@@ -11,9 +11,11 @@ from torch import nn
 from torch.nn import functional as F
 
 import rope
+import rope.triton as rt
+from rope.triton import kernels, ops
 
 from .cases import DTYPE_NAMES, LAYOUTS, POSITIONS, assert_precise, build_poisoned, run_case
-from .test_triton import _TILING_IDS, _TILINGS, DTYPES, IMPLS, _KernelSpy
+from .test_triton import DTYPES, GEOMETRIES, IMPLS, KernelSpy, _grads, _reference
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -33,22 +35,30 @@ def test_layout_positions(layout, pos_kind):
     run_case("triton_v4", torch.bfloat16, "partial", layout, pos_kind, B=2, T=777, HQ=12, HK=hk, D=256, device=CUDA)
 
 
-@pytest.mark.parametrize(
-    "variant,D",
-    [("full", d) for d in range(16, 257, 2)] + [("partial", d) for d in range(16, 257, 4)],
-)
+@pytest.mark.parametrize("variant,D",
+                         [("full", d) for d in range(16, 257, 2)] + [("partial", d) for d in range(16, 257, 4)])
 def test_every_head_dim(variant, D):
     run_case("triton_v4", torch.bfloat16, variant, "qkv", "bt", B=2, T=301, HQ=8, HK=8, D=D, device=CUDA)
 
 
-@pytest.mark.parametrize("D", (36, 66, 100, 130, 40, 104))
-def test_gqa_at_the_joint_geometries(D):
-    """Where q's programs take k's blocks by default (R2 = 2 mod 8 from D = 36, odd halves from 54, R2 = 4 mod 8
-    from 24), k with fewer heads keeps the programs apart and the results within the precision bound at real sizes
-    (which tiling, tables and partner reads that plan takes is pinned on the CPU: test_triton.py,
-    test_joint_programs_where_measured_faster)."""
-    variant = "partial" if D % 4 == 0 else "full"
-    run_case("triton_v4", torch.bfloat16, variant, "gqa", "bt", B=2, T=301, HQ=8, HK=2, D=D, device=CUDA)
+@pytest.mark.parametrize("D,variant,layout,rotary_dim", GEOMETRIES)
+@pytest.mark.parametrize("heads", [(8, 8), (8, 2)], ids=["mha", "gqa"])
+def test_every_tiling_at_size(D, variant, layout, rotary_dim, heads):
+    """Each tiling forced through ``rope.triton.tuning`` gives the plan's own bits, within one ulp, at real sizes."""
+    options = dict(variant=variant, layout=layout, rotary_dim=rotary_dim)
+    r = build_poisoned("triton_v4", D, 512, CUDA, **options)
+    q = torch.randn(2, 301, heads[0], D, device=CUDA, dtype=torch.bfloat16)
+    k = torch.randn(2, 301, heads[1], D, device=CUDA, dtype=torch.bfloat16)
+    pos = torch.randint(0, 512, (2, 301), device=CUDA)
+    results, g = {}, None
+    for tiling in (None, *rt.TILINGS):
+        with rt.tuning(tiling=tiling):
+            results[tiling], g = _grads(r, q, k, pos, g)
+    for tiling, got in results.items():
+        assert all(torch.equal(a, b) for a, b in zip(got, results[None], strict=True)), tiling
+    for what, a, b in zip(("yq", "yk", "dq", "dk"), results[None], _reference(D, 512, q, k, pos, g, **options),
+                          strict=True):
+        assert_precise(a, b, torch.bfloat16, what)
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=DTYPE_NAMES.get)
@@ -65,8 +75,8 @@ def test_large_tensor_int64_offsets():
     r = build_poisoned("triton_v4", D, T, CUDA)
     ref = rope.build("torch", D, T, compute_dtype="float64").to(CUDA)
     yq, yk = r(q, k)
-    gq, gk = torch.randn_like(yq), torch.randn_like(yk)
-    dq, dk = r.rotate_transposed(gq, gk)  # the backward kernel alone (ropelab::rope_bwd)
+    gq = torch.randn_like(yq)
+    dq, _ = r.rotate_transposed(gq, None)  # the backward kernel alone
     for b in (0, B - 1):  # the last batch element sits past 2**31 elements
         rq, rk = ref(q[b : b + 1].double(), k[b : b + 1].double())
         assert_precise(yq[b : b + 1], rq, torch.bfloat16, f"q[{b}]")
@@ -74,6 +84,35 @@ def test_large_tensor_int64_offsets():
         q64 = q[b : b + 1].double().requires_grad_()
         (rdq,) = torch.autograd.grad(ref(q64), q64, gq[b : b + 1].double())
         assert_precise(dq[b : b + 1], rdq, torch.bfloat16, f"dq[{b}]")
+
+
+@pytest.mark.parametrize("variant,D,rotary_dim,dtype", [("full", 30, None, torch.bfloat16),
+                                                        ("partial", 36, None, torch.float16),
+                                                        ("full", 96, None, torch.float32),
+                                                        ("full", 64, 32, torch.bfloat16)])
+def test_kept_compiled_kernels_launch_directly(variant, D, rotary_dim, dtype, monkeypatch):
+    """From the second call of a launch's specialisation on, its compiled kernel is launched directly (not through
+    Triton's launch): new data each call, forward and backward, positions, GQA, the strided views of a projection
+    on and off 16-byte alignment, every result within one ulp."""
+    spies = {}
+    for name in ("rope_pairs_kernel", "rope_flat_kernel"):
+        spies[name] = KernelSpy(getattr(kernels, name))
+        monkeypatch.setattr(kernels, name, spies[name])
+    m = build_poisoned("triton_v4", D, 64, CUDA, variant=variant, rotary_dim=rotary_dim)
+    options = dict(variant=variant, rotary_dim=rotary_dim)
+    width = (4 + 2 * 2) * D
+    for off in (0, 1):  # a view one element in: another specialisation (alignment)
+        for call in range(3):
+            before = sum(len(s.launches) for s in spies.values())
+            qkv = torch.randn(3, 17, width + 1, device=CUDA, dtype=dtype)[..., off:off + width]
+            q, k, _ = rope.base.split_qkv(qkv, 4, 2, D)
+            pos = torch.randint(0, 64, (3, 17), device=CUDA)
+            got, g = _grads(m, q, k, pos)
+            for what, a, b in zip(("q", "k", "dq", "dk"), got, _reference(D, 64, q, k, pos, g, **options),
+                                  strict=True):
+                assert_precise(a, b, dtype, f"off {off} call {call} {what}")
+            through_triton = sum(len(s.launches) for s in spies.values()) - before
+            assert through_triton == ((2 if off == 0 else 1) if call == 0 else 0), (off, call, through_triton)
 
 
 class _Block(nn.Module):
@@ -150,16 +189,20 @@ def test_gpt_compiles_fullgraph(impl):
         torch.testing.assert_close(p.grad, q.grad, rtol=5e-2, atol=5e-3, msg=name)
 
 
-@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads,chunks", _TILINGS, ids=_TILING_IDS)
-def test_compiled_rotate_qkv_equals_eager_in_every_tiling(D, variant, layout, rotary_dim, heads, chunks):
-    """Compiled by Inductor, ``rotate_qkv`` reads q and k through the projection itself (the traced fused-qkv forward:
-    k at its constant offset, KIN) and gives the eager results bit for bit, forward and gradient (and without grad),
-    in every tiling, with and without positions, on a projection that starts on and off a 16-byte boundary."""
-    from rope import triton_rope as tr
+# The plan's own tilings under compile (a compiled graph takes the default plan): rows, chunks, flat with aligned and
+# shifted partners, odd halves, interleaved; GQA.
+COMPILED = [(64, "full", "half", None, (4, 2)), (80, "full", "half", None, (3, 3)), (48, "full", "half", 24, (3, 1)),
+            (80, "full", "half", 40, (2, 2)), (18, "full", "half", None, (3, 3)),
+            (48, "partial", "interleaved", None, (4, 2))]
 
+
+@pytest.mark.parametrize("D,variant,layout,rotary_dim,heads", COMPILED)
+def test_compiled_rotate_qkv_equals_eager(D, variant, layout, rotary_dim, heads):
+    """Compiled by Inductor, ``rotate_qkv`` (q and k read through the projection itself, d qkv written through its
+    buffer) gives the eager results bit for bit, forward, gradient and without grad, with and without positions, on
+    a projection that starts on and off a 16-byte boundary."""
     hq, hk = heads
     m = build_poisoned("triton_v4", D, 64, CUDA, variant=variant, layout=layout, rotary_dim=rotary_dim)
-    m.launch_config = tr.LaunchConfig(chunks=chunks)
     width = (hq + 2 * hk) * D
 
     def f(qkv, pos):
@@ -179,19 +222,21 @@ def test_compiled_rotate_qkv_equals_eager_in_every_tiling(D, variant, layout, ro
                 results.append((*out, *torch.autograd.grad(out, x, grads)))
             for got, want in zip(results[1], results[0], strict=True):
                 assert torch.equal(got, want), (off, pos is not None)
-            with torch.no_grad():  # no backward to fuse: the traced op all the same
+            with torch.no_grad():
                 for got, want in zip(compiled(qkv, pos), f(qkv, pos), strict=True):
                     assert torch.equal(got, want), (off, pos is not None, "no grad")
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_compiled_gpt_launches_the_kernel_from_inductor(impl, monkeypatch):
-    """Under torch.compile (static shapes) the training path goes through the triton ops: Inductor's
-    generated code launches the kernels itself (their twins with constant shapes and strides), and no ropelab
-    custom op (with its Python dispatch and launcher, the host time that slowed the compiled seed004 step) is left
-    in the graph; the kernels go through Inductor's static launcher."""
+def test_compiled_gpt_launches_the_kernels_from_inductor(impl, monkeypatch):
+    """Under torch.compile (static shapes) the training path goes through the triton ops: Inductor's generated code
+    launches the kernels itself, no ropelab custom op (Python dispatch, Triton's launcher: host time) is left in the
+    graph, the launches hand over buffers rather than views of them, and they go through Inductor's static
+    launcher."""
     from omegaconf import OmegaConf
+    from torch._inductor import async_compile
     from torch._inductor.utils import run_and_get_code
+    from triton.backends.nvidia import driver
 
     from llm.model import build_model, compile_model
 
@@ -207,24 +252,14 @@ def test_compiled_gpt_launches_the_kernel_from_inductor(impl, monkeypatch):
         loss.backward()
         return loss
 
-    from torch._inductor import async_compile
-    from triton.backends.nvidia import driver
-
     async_compile.CompiledTritonKernels.cache_clear()  # kernels compiled by earlier tests without the option
     with torch._inductor.config.patch(force_disable_caches=True):
         _, codes = run_and_get_code(step)
     code = "\n".join(codes)
-    assert "rope_kernel_static" in code
-    # v's gradient into d qkv: copied by the backward rotation's own launch, not Inductor's transposing copy nor a
-    # launch of its own
-    assert "rope_copy_kernel_static" in code and "copy_heads_kernel_static" not in code
-    assert all(f"ropelab.{op}.default" not in code for op in ("rope_fwd", "rope_qkv_fwd", "rope_qkv_bwd")), code[-3000:]
-    # the forward's launch hands over the projection's buffer, not views of it (a reinterpret_tensor call each: host
-    # time, session 23)
-    launches = [line for line in code.splitlines() if "rope_kernel_static" in line and ".run(" in line]
-    assert launches and not any("reinterpret_tensor" in line for line in launches), launches
-    # and Inductor launches them with its static launcher, not Triton's Python one (compiled in its workers,
-    # which see the option only through the environment: llm.model.export_to_compile_workers)
+    assert "rope_pairs_kernel" in code and "copy_heads_kernel" in code  # v's gradient copied by our kernel
+    assert all(f"ropelab.{op}.default" not in code for op in ("rope", "rope_qkv", "rope_qkv_backward")), code[-3000:]
+    launches = [line for line in code.splitlines() if "rope_pairs_kernel" in line and ".run(" in line]
+    assert launches and not any("reinterpret_tensor" in line for line in launches[:1]), launches
     python_launches = []
     monkeypatch.setattr(driver.CudaLauncher, "__call__", lambda self, *a: python_launches.append(a))
     step()
@@ -232,80 +267,20 @@ def test_compiled_gpt_launches_the_kernel_from_inductor(impl, monkeypatch):
     assert not python_launches, f"{len(python_launches)} launches through Triton's Python launcher"
 
 
-@pytest.mark.parametrize(
-    "variant,D,rotary_dim,dtype",
-    [("full", 30, None, torch.bfloat16), ("partial", 36, None, torch.float16), ("partial", 128, None, torch.bfloat16),
-     ("full", 96, None, torch.float32), ("full", 64, 32, torch.bfloat16), ("full", 210, None, torch.bfloat16)],
-)
-def test_kept_plan_launches_its_compiled_kernel(variant, D, rotary_dim, dtype, monkeypatch):
-    """From the second call of a signature on, the kept plan launches Triton's compiled kernel directly (not
-    through Triton's launch): on new data each call, forward and backward, with positions, GQA and the strided
-    views of a fused projection, on and off 16-byte alignment, every result within the precision bound."""
-    from rope import triton_rope
-
-    through_triton = []
-    triton_launch = triton_rope.LaunchPlan.triton_launch
-    monkeypatch.setattr(triton_rope.LaunchPlan, "triton_launch",
-                        lambda self, args: through_triton.append(self) or triton_launch(self, args))
-    m = build_poisoned("triton_v4", D, 64, CUDA, variant=variant, rotary_dim=rotary_dim)
-    ref = rope.build("torch", D, 64, variant=variant, rotary_dim=rotary_dim, compute_dtype="float64").to(CUDA)
-    width = (4 + 2 * 2) * D
-    for off in (0, 1):  # a view one element in: another plan (alignment)
-        for call in range(3):
-            through_triton.clear()
-            qkv = torch.randn(3, 17, width + 1, device=CUDA, dtype=dtype)[..., off:off + width]
-            q, k, _ = rope.base.split_qkv(qkv, 4, 2, D)
-            pos = torch.randint(0, 64, (3, 17), device=CUDA)
-            qg, kg = q.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
-            yq, yk = m(q, k, positions=pos)
-            gq, gk = torch.randn_like(yq), torch.randn_like(yk)
-            dq, dk = torch.autograd.grad(m(qg, kg, positions=pos), (qg, kg), (gq, gk))
-            q64, k64 = q.double().requires_grad_(), k.double().requires_grad_()
-            want = ref(q64, k64, positions=pos)
-            dwant = torch.autograd.grad(want, (q64, k64), (gq.double(), gk.double()))
-            for got, w, what in ((yq, want[0], "q"), (yk, want[1], "k"), (dq, dwant[0], "dq"), (dk, dwant[1], "dk")):
-                assert_precise(got, w.detach(), dtype, f"off {off} call {call} {what}")
-            plan = triton_rope.launch_plan(q, k, m.cos, m.sin, pos, m._partial_shortcut, False, False,
-                                           interleaved=False, config=m.launch_config)
-            assert plan.compiled is not None
-            # the first call launches its new signatures through Triton (at off 0: the views' forward, the leaves'
-            # forward and the backward; at off 1 the views' only), the later calls none
-            assert len(through_triton) == ((3 if off == 0 else 1) if call == 0 else 0), len(through_triton)
-
-
-def test_a_replaced_kernel_sees_launches_of_kept_plans(monkeypatch):
-    """A plan launching its compiled kernel directly still goes through ``rope_kernel`` once that is replaced
-    (the tests' spies): the direct launch is taken only for the kernel that compiled it."""
-    from rope import triton_rope
-
-    m = rope.build("triton_v4", 64, 16).to(CUDA)
-    q = torch.randn(2, 5, 3, 64, device=CUDA)
-    for _ in range(2):
-        m(q, q)
-    spy = _KernelSpy(triton_rope._kernels.rope_kernel, run=True)
-    monkeypatch.setattr(triton_rope._kernels, "rope_kernel", spy)
-    m(q, q)
-    assert len(spy.launches) == 1
-
-
 def test_triton_ops_run_eagerly_then_traced():
-    """A triton op run eagerly (its backend turns ``wrap_triton`` off, so the body launches the bare kernel) and
-    then traced by a compiled graph (``wrap_triton`` on: the launch becomes a graph node on fake tensors): each
-    gets its own wrapping. A kept first answer launched the bare kernel on fake tensors ("Cannot access data
-    pointer", session 22), and so failed any compile after an eager call of the ops in the process."""
-    from rope import triton_rope as tr
-
-    if tr.traced_ops() is None:
+    """A triton op run eagerly (``wrap_triton`` off: the body launches the bare kernel) and then traced by a compiled
+    graph (``wrap_triton`` on: the launch becomes a graph node on fake tensors): each gets its own wrapping."""
+    traced = ops.traced_ops()
+    if traced is None:
         pytest.skip("this torch has no torch.library.triton_op")
     r = rope.build("triton_v4", 48, 16).to(CUDA)
     q, k, gv = (torch.randn(2, 5, h, 48, device=CUDA, dtype=torch.bfloat16) for h in (3, 1, 1))
-    ops = tr.traced_ops()
 
     def both(q, k, gv):
-        yq, yk = ops.fwd(q, k, r.cos, r.sin, None, True, False)
-        return yq, yk, ops.qkv_bwd(yq, yk, gv, r.cos, r.sin, None, True, False)
+        yq, yk = traced.rope(q, k, r.cos, r.sin, None, *r.rotation, False, False)
+        return yq, yk, traced.qkv_backward(yq, yk, gv, r.cos, r.sin, None, *r.rotation, False)
 
-    eager = both(q, k, gv)  # first: the eager wrapping
+    eager = both(q, k, gv)
     torch._dynamo.reset()
     compiled = torch.compile(both, fullgraph=True, backend="aot_eager")(q, k, gv)
     for got, want in zip(compiled, eager, strict=True):

@@ -1,0 +1,54 @@
+"""Triton rotary embeddings: ``triton_v4`` (float32 arithmetic) and ``triton_v2`` (the input dtype's).
+
+Importing this package registers both entries (:mod:`rope.triton.module`), also where triton cannot be
+imported (building one then says so). Layers, each importing only the ones below it: ``module`` (the entries)
+-> ``ops`` (autograd, torch.compile ops) -> ``launch`` (tensors to a launch) -> ``plan`` (the launch geometry,
+a pure function) -> ``kernels`` (``@triton.jit``). A benchmark reaches the launch settings through
+:func:`tuning` and reads the plan a launch takes with :func:`plan_for`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+from torch import Tensor
+
+from rope.triton.module import TritonRotary, TritonRotaryV2, TritonRotaryV4
+from rope.triton.plan import OVERRIDES, TILINGS, Overrides, Plan
+
+__all__ = ["TILINGS", "Overrides", "Plan", "TritonRotary", "TritonRotaryV2", "TritonRotaryV4", "plan_for", "tuning"]
+
+
+@contextlib.contextmanager
+def tuning(**fields: object) -> Iterator[Overrides]:
+    """Force launch settings of the Triton entries for the eager launches made inside the block.
+
+    ``tiling``: ``"rows"``, ``"chunks"`` or ``"flat"`` (see :mod:`rope.triton.plan`; flat only where each token's
+    heads are contiguous, else the pair tiling of the geometry); ``tile``: elements a program rotates (a power of
+    two, 64 to 16384); ``num_warps``: a power of two up to 32. Fields not given keep the enclosing block's
+    value (None / 0 outside any: the plan's own choice). Compiled graphs keep the default plan: their launches
+    are traced once, outside any such block.
+
+        with rope.triton.tuning(tiling="chunks", tile=1024, num_warps=4):
+            y = module(q, k)
+
+    A bad field or value raises ValueError before the block runs.
+    """
+    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Overrides)})
+    if unknown:
+        raise ValueError(f"tuning: unknown setting {unknown[0]!r}; the settings are tiling, tile and num_warps")
+    token = OVERRIDES.set(dataclasses.replace(OVERRIDES.get(), **fields))
+    try:
+        yield OVERRIDES.get()
+    finally:
+        OVERRIDES.reset(token)
+
+
+def plan_for(rotary: TritonRotary, q: Tensor, k: Tensor | None = None, positions: Tensor | None = None) -> Plan:
+    """The plan ``rotary(q, k, positions=positions)`` launches its forward with (eagerly, under the current
+    :func:`tuning`): its tiling, program sizes, warps and grid (``str(plan)`` says them in a line)."""
+    from rope.triton import launch
+
+    return launch.plan(q, k, rotary.cos, positions, rotary.rotation)
