@@ -4,7 +4,8 @@
 # then printed side by side (python -m bench.compare).
 #
 #   bash bench/compare_commits.sh prepare [COMMIT]   here, in a checkout with git history: .baseline/rope at COMMIT
-#   bash bench/compare_commits.sh run                on the GPU machine, .baseline carried (about 6 minutes)
+#   bash bench/compare_commits.sh run [kernel|step]  on the GPU machine, .baseline carried (about 6 minutes; one part:
+#                                                    the kernels or the training steps alone)
 #   bash bench/compare_commits.sh summary            anywhere the CSVs are: the comparison again, every row
 #
 # The GPU machine's copy of the tree may have no git history, so `prepare` writes both commits' names into
@@ -34,49 +35,67 @@ case "${1:-}" in
     [ -f "$dir/.commit" ] && [ -f "$dir/head.commit" ] || {
       echo "compare_commits.sh: no $dir/.commit: run 'bash bench/compare_commits.sh prepare' where git history is" >&2
       exit 2; }
+    parts=${2:-all}
+    case "$parts" in all|kernel|step) ;; *) echo "compare_commits.sh run [all|kernel|step], got '$parts'" >&2; exit 2;; esac
+    want() { [ "$parts" = all ] || [ "$parts" = "$1" ]; }
     base=$(cat "$dir/.commit") head=$(cat "$dir/head.commit")
     work=outputs/compare logs=outputs/compare/logs
     rm -rf "$work" && mkdir -p "$logs"
     export PYTHONUNBUFFERED=1
     t0=$SECONDS
     say() { echo "[$((SECONDS - t0)) s] $*"; }
+    # what a run cut short (the GPU tool's time limit) still returns: the rows so far and the logs
+    keep() {
+      [ -n "${OUT:-}" ] || return 0
+      cp bench/results/kernel.csv bench/results/step.csv "$OUT/"
+      tar -czf "$OUT/logs.tgz" -C "$work" logs
+    }
     # 1. compile everything side by side, timing nothing: Triton's and Inductor's on-disk caches fill up, so the
     #    timed runs below, one at a time, spend their time measuring
-    say "compiling both commits' kernels and training steps side by side"
+    say "compiling both commits' ${parts/all/kernels and training steps} side by side"
     pids=()
-    python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4 --rope-path "$dir" --warm-only --jobs 5 \
-      > "$logs/warm_kernel_base.log" 2>&1 & pids+=($!)
-    python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4,liger --warm-only --jobs 5 \
-      > "$logs/warm_kernel_head.log" 2>&1 & pids+=($!)
-    python -m bench.kernel "${liger_sweep[@]}" --warm-only --jobs 5 > "$logs/warm_sweep.log" 2>&1 & pids+=($!)
-    python -m bench.step "${steps[@]}" --rope-path "$dir" --warm-only > "$logs/warm_step_base.log" 2>&1 & pids+=($!)
-    python -m bench.step "${steps[@]}" --warm-only > "$logs/warm_step_head.log" 2>&1 & pids+=($!)
+    if want kernel; then
+      python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4 --rope-path "$dir" --warm-only --jobs 5 \
+        > "$logs/warm_kernel_base.log" 2>&1 & pids+=($!)
+      python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4,liger --warm-only --jobs 5 \
+        > "$logs/warm_kernel_head.log" 2>&1 & pids+=($!)
+      python -m bench.kernel "${liger_sweep[@]}" --warm-only --jobs 5 > "$logs/warm_sweep.log" 2>&1 & pids+=($!)
+    fi
+    if want step; then
+      python -m bench.step "${steps[@]}" --rope-path "$dir" --warm-only > "$logs/warm_step_base.log" 2>&1 &
+      pids+=($!)
+      python -m bench.step "${steps[@]}" --warm-only > "$logs/warm_step_head.log" 2>&1 & pids+=($!)
+    fi
     for pid in "${pids[@]}"; do wait "$pid" || say "a compile run failed (its log is in $logs); the timed runs go on"; done
     # 2. time, one process at a time
     timed() {
       local name=$1; shift
       say "$name"
       "$@" > "$logs/$name.log" 2>&1 || { say "$name failed:"; tail -n 5 "$logs/$name.log"; }
+      keep
     }
-    timed kernel_base python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4 --rope-path "$dir" --commit "$base"
-    timed kernel_head python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4,liger --commit "$head"
-    timed liger_sweep python -m bench.kernel "${liger_sweep[@]}" --commit "$head"
-    timed step_base python -m bench.step "${steps[@]}" --rope-path "$dir" --commit "$base"
-    timed step_head python -m bench.step "${steps[@]}" --commit "$head"
+    if want kernel; then
+      timed kernel_base python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4 --rope-path "$dir" --commit "$base"
+      timed kernel_head python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4,liger --commit "$head"
+      timed liger_sweep python -m bench.kernel "${liger_sweep[@]}" --commit "$head"
+    fi
+    if want step; then
+      timed step_base python -m bench.step "${steps[@]}" --rope-path "$dir" --commit "$base"
+      timed step_head python -m bench.step "${steps[@]}" --commit "$head"
+    fi
     say "done"
     python -m bench.compare --base "$base" --head "$head" > "$work/summary.txt"
     python -m bench.compare --base "$base" --head "$head" --flags-only
     if [ -n "${OUT:-}" ]; then
       python -m bench.tables > /dev/null
-      cp bench/results/kernel.csv bench/results/step.csv docs/benchmarks.md "$work/summary.txt" "$OUT/"
-      tar -czf "$OUT/logs.tgz" -C "$work" logs
+      cp docs/benchmarks.md "$work/summary.txt" "$OUT/"
     fi
     ;;
   summary)
     python -m bench.compare --base "$(cat "$dir/.commit")" --head "$(cat "$dir/head.commit")"
     ;;
   *)
-    echo "usage: bash bench/compare_commits.sh prepare [COMMIT] | run | summary" >&2
+    echo "usage: bash bench/compare_commits.sh prepare [COMMIT] | run [kernel|step] | summary" >&2
     exit 2
     ;;
 esac

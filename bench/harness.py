@@ -161,6 +161,17 @@ def parse_tuning(text: str | None) -> dict[str, object]:
     return spec
 
 
+def triton_package():
+    """``rope.triton`` of the rope code imported, or None where that code has none (an older commit's).
+
+    Asked of the imported package's own folder: an editable install's import hook would otherwise find a
+    ``rope/triton`` missing from a ``--rope-path`` tree in this checkout, and mix the two commits' code."""
+    rope = importlib.import_module("rope")
+    if not (Path(rope.__file__).parent / "triton" / "__init__.py").is_file():
+        return None
+    return importlib.import_module("rope.triton")
+
+
 def tuning(spec: dict[str, object]) -> contextlib.AbstractContextManager:
     """The benchmarks' one way to the Triton entries' launch settings: ``rope.triton.tuning(**spec)``, under which
     eager launches take the given fields (``tiling``, ``tile``, ``num_warps``); no fields: a no-op.
@@ -169,11 +180,10 @@ def tuning(spec: dict[str, object]) -> contextlib.AbstractContextManager:
     in several places would have to follow every change of its internals."""
     if not spec:
         return contextlib.nullcontext()
-    try:
-        from rope.triton import tuning as hook
-    except ImportError:
-        raise SystemExit("--tuning: the rope code imported has no rope.triton.tuning hook") from None
-    return hook(**spec)
+    package = triton_package()
+    if package is None or not hasattr(package, "tuning"):
+        raise SystemExit("--tuning: the rope code imported has no rope.triton.tuning hook")
+    return package.tuning(**spec)
 
 
 def check_tuning(spec: dict[str, object]) -> None:
@@ -190,11 +200,10 @@ def plan_label(module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, positi
     """The launch a Triton entry makes for these inputs, in a line (``rope.triton.plan_for``, under the current
     :func:`tuning`): which tiling a result row measured. Empty for other entries, and for rope code that cannot
     say (an older commit's)."""
-    try:
-        from rope.triton import TritonRotary, plan_for
-    except ImportError:
+    package = triton_package()
+    if package is None or not hasattr(package, "plan_for") or not isinstance(module, package.TritonRotary):
         return ""
-    return str(plan_for(module, q, k, positions)) if isinstance(module, TritonRotary) else ""
+    return str(package.plan_for(module, q, k, positions))
 
 
 # -- timing ------------------------------------------------------------------------------------------------------

@@ -331,7 +331,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--variants", default=None, help="partial, full or both, comma-separated (default both; --smoke: "
                                                     "partial)")
     p.add_argument("--cases", default="plain", help=f"comma-separated, of {', '.join(CASES)}")
-    p.add_argument("--elements", default="32M", help="elements per tensor (K/M = 2^10/2^20; default 32M)")
+    p.add_argument("--elements", default="32M", help="elements per tensor (K/M = 2^10/2^20; default 32M; --smoke: 256)")
     p.add_argument("--seq-len", type=int, default=None, help="T of the shapes (default 2048; --smoke 8)")
     p.add_argument("--heads", type=int, default=None, help="H of the shapes (default 16; --smoke 2)")
     p.add_argument("--dtype", default=None, choices=tuple(DTYPES), help="default bf16 (--smoke: fp32)")

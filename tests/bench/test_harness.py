@@ -47,3 +47,17 @@ def test_tuning_fields_are_parsed_with_their_types():
     assert harness.parse_tuning(None) == {}
     with pytest.raises(ValueError, match="FIELD=VALUE"):
         harness.parse_tuning("rows")
+
+
+def test_an_older_rope_without_the_triton_package_gets_no_hook(tmp_path, monkeypatch):
+    """A --rope-path tree without rope/triton/ must not reach this checkout's (an editable install's import hook
+    would find it there): no plan, and --tuning refused."""
+    import rope
+
+    assert harness.triton_package() is not None  # this checkout's rope has it
+    (tmp_path / "rope").mkdir()
+    monkeypatch.setattr(rope, "__file__", str(tmp_path / "rope" / "__init__.py"))
+    assert harness.triton_package() is None
+    assert harness.plan_label(rope.build("torch", 16, 8), None, None, None) == ""
+    with pytest.raises(SystemExit, match="no rope.triton.tuning hook"):
+        harness.tuning({"tiling": "rows"})
