@@ -1,10 +1,7 @@
-"""Triton rotary embeddings: ``triton_v4`` (float32 arithmetic) and ``triton_v2`` (the input dtype's).
-
-Importing this package registers both entries (:mod:`rope.triton.module`), also where triton cannot be
-imported (building one then says so). Layers, each importing only the ones below it: ``module`` (the entries)
--> ``ops`` (autograd, torch.compile ops) -> ``launch`` (tensors to a launch) -> ``plan`` (the launch geometry,
-a pure function) -> ``kernels`` (``@triton.jit``). A benchmark reaches the launch settings through
-:func:`tuning` and reads the plan a launch takes with :func:`plan_for`.
+"""Triton rotary embeddings ``triton_v4`` (float32 arithmetic) and ``triton_v2`` (the input dtype's), registered on
+import (also without triton: building one then says so). Layers, each importing only those below it: ``module``
+(the entries), ``ops`` (autograd, torch.compile ops), ``launch`` (tensors to a launch), ``plan`` (a pure function:
+the launch geometry), ``kernels`` (``@triton.jit``). Benchmarks: :func:`tuning` and :func:`plan_for`.
 """
 
 from __future__ import annotations

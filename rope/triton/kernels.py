@@ -85,8 +85,8 @@ def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr):
 
 @triton.jit
 def _table_rows(pos_ptr, b, t, spb, n_pos, mask):
-    """The table row of each token (its index, or its position: ``pos_ptr[b spb + t]``) and whether it lies in
-    the table; one outside it is clamped here and gives NaN in :func:`_cos_sin`, never another row's rotation."""
+    """Each token's table row (its index, or ``pos_ptr[b spb + t]``) and whether it lies in the table (one outside
+    gives NaN rows in :func:`_cos_sin`, never another row's rotation)."""
     if pos_ptr is None:
         row = t
         valid = mask
@@ -99,8 +99,8 @@ def _table_rows(pos_ptr, b, t, spb, n_pos, mask):
 
 @triton.jit
 def _cos_sin(cos_ptr, sin_ptr, at, mask, valid, pos_ptr, INVERSE: tl.constexpr):
-    """float32 cos and sin at the table offsets ``at``; cos 1 and sin 0 where ``mask`` leaves them out
-    (variant=partial's zero frequencies, padding), NaN at rows outside the table, sin negated if INVERSE."""
+    """float32 cos and sin at table offsets ``at``: 1 and 0 where ``mask`` leaves them out (variant=partial's zero
+    frequencies, padding), NaN at rows outside the table; sin negated if INVERSE."""
     c = tl.load(cos_ptr + at, mask=mask, other=1.0, eviction_policy="evict_last")
     s = tl.load(sin_ptr + at, mask=mask, other=0.0, eviction_policy="evict_last")
     if pos_ptr is not None:

@@ -212,8 +212,9 @@ def _launch(kernel, grid: tuple[int, int], tensors: tuple, ints: tuple, constexp
         compiled = _COMPILED.get(key)
         if compiled is not None:
             binary, tail = compiled
-            binary.run(grid[0], grid[1], 1, _stream(device), binary.function, binary.packed_metadata, None, None,
-                       None, *args, *tail)
+            stream = triton.runtime.driver.active.get_current_stream(device)
+            binary.run(grid[0], grid[1], 1, stream, binary.function, binary.packed_metadata, None, None, None, *args,
+                       *tail)
             return
         binary = kernel[grid](*args, **constexprs, **options)
         if hasattr(binary, "packed_metadata"):
@@ -247,17 +248,11 @@ def _hooks_unset() -> bool:
                for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
 
 
-def _stream(device: int):
-    return triton.runtime.driver.active.get_current_stream(device)
-
-
 @functools.cache
 def register_cap(device: int) -> int:
-    """A register cap for the row programs that are padded or read positions on CUDA device ``device``: the
-    registers a thread may hold for an SM to run its full complement of threads, on GPUs whose memory
-    delivers more than :data:`FAST_MEMORY_BYTES_PER_SM_CYCLE` bytes per SM clock; else 0 (the compiler's
-    choice). Why: such memory needs every thread's loads in flight, and those programs otherwise compile to
-    more registers than let an SM hold them all."""
+    """The registers a thread may hold for an SM of CUDA device ``device`` to run its full complement of threads,
+    where its memory delivers more than :data:`FAST_MEMORY_BYTES_PER_SM_CYCLE` bytes per SM clock (else 0): such
+    memory needs every thread's loads in flight, and padded or position-reading row programs compile to more."""
     try:
         props = triton.runtime.driver.active.utils.get_device_properties(device)
         threads = torch.cuda.get_device_properties(device).max_threads_per_multi_processor
@@ -272,13 +267,10 @@ _TABLES = TensorCache(8)
 
 
 def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, cache: bool = True) -> tuple[Tensor, Tensor]:
-    """The flat tiling's tables: per position, for each element of a row, the cos and signed sin of its pair.
-
-    ``cos``/``sin`` are (positions, R2) by pair. Column j is element d = j mod D: pair i's cos and +sin (i = d,
-    half layout, or d // 2 interleaved: the pair's first element) or -sin (its second), so that every element is
-    ``x[d] c + x[partner] s'``; the copied tail holds 1 and 0. A row is P + 4 columns, P = lcm(D, 4): a block's
-    columns then start 16-byte aligned and a block of up to 8 read past the period finds the next row's start.
-    ``cache``: keep the last few (:class:`rope.base.TensorCache`; not while tracing)."""
+    """The flat tiling's tables, per position: column j holds the cos and signed sin of element j mod D's pair (+sin
+    for the pair's first element, -sin for its second, so every element is ``x[d] c + x[partner] s'``; 1 and 0 on
+    the copied tail). A row is P + 4 columns, P = lcm(D, 4): blocks' columns start 16-byte aligned and a block of up
+    to 8 read past the period finds the next row's start. ``cache``: keep the last few (not while tracing)."""
     cache = cache and TensorCache.usable(cos, sin)
     key = (D, interleaved)
     if cache and (hit := _TABLES.get((cos, sin), key)) is not None:

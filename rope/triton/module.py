@@ -1,8 +1,5 @@
-"""The registry entries ``triton_v4`` (float32 arithmetic) and ``triton_v2`` (the input dtype's).
-
-Without an importable ``triton`` both names stay registered: building one raises a RuntimeError saying that
-triton is needed, and ``unavailable_reason`` says so before any build.
-"""
+"""The registry entries ``triton_v4`` (float32 arithmetic) and ``triton_v2`` (the input dtype's). Without an
+importable ``triton`` both stay registered; building one raises a RuntimeError saying triton is needed."""
 
 from __future__ import annotations
 

@@ -31,9 +31,8 @@ class OpSet(NamedTuple):
 
 def _define(suffix: str, traced: bool) -> OpSet:
     """``ropelab::rope{suffix}``, ``rope_qkv{suffix}``, ``rope_qkv_backward{suffix}``: custom ops with fakes, or
-    (``traced``) triton ops. ``rope`` is differentiable (its backward: itself, the rotation inverted); the
-    projection's ops run inside :class:`RopeQKVFunction`, which takes the projection whole so that the backward
-    writes d qkv as one buffer and the forward hands the kernel the graph's buffer, not views of it."""
+    (``traced``) triton ops. ``rope`` is differentiable (its backward: itself, inverted); the projection's ops run
+    inside :class:`RopeQKVFunction` (d qkv as one buffer; the kernel handed the graph's buffer, not views)."""
     define = torch.library.triton_op if traced else torch.library.custom_op
 
     def rope(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, partial: bool,
@@ -121,8 +120,7 @@ TRACED_OPS = traced_ops() if (torch.version.cuda or torch.version.hip) and not l
 
 
 def compiled_ops(x: Tensor) -> OpSet:
-    """The ops a compiled graph calls for input ``x``: the triton ops where Inductor can launch the kernel itself
-    (CUDA, real kernels), else the custom ops."""
+    """The ops a compiled graph calls for ``x``: triton ops where Inductor can launch the kernel (CUDA), else custom."""
     return TRACED_OPS if TRACED_OPS is not None and x.is_cuda else CUSTOM_OPS
 
 

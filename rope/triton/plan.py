@@ -31,11 +31,7 @@ INT32_LIMIT = 2**31
 
 @dataclass(frozen=True)
 class Overrides:
-    """Launch settings a benchmark forces (see :func:`rope.triton.tuning`); None / 0: the plan's own choice.
-
-    ``tiling``: ``"rows"``, ``"chunks"`` or ``"flat"`` (flat where each token's heads are contiguous, else the
-    pair tiling of the geometry); ``tile``: elements a program rotates (a power of two, 64 to 16384);
-    ``num_warps``: 1 to 32, a power of two."""
+    """Launch settings a benchmark forces (the fields of :func:`rope.triton.tuning`); None / 0: the plan's own."""
 
     tiling: str | None = None
     tile: int = 0
@@ -102,15 +98,11 @@ class Plan:
 
     def __str__(self) -> str:
         c = dict(self.constexprs)
-        if self.tiling == "flat":
-            what = f"blocks of {c['VB']} elements, {c['NBP']} a program"
-        elif self.tiling == "rows":
-            what = f"{c['NCH']} rows of {c['R2']} pairs a program (padded to {c['V']})"
-        else:
-            what = f"{c['NCH']} chunks of {c['V']} pairs a program ({c['M']} a row)"
-        extra = (f", tail of {self.tail} copied apart" if self.tail else "") + (
-            f", maxnreg {self.maxnreg}" if self.maxnreg else "")
-        return f"{self.tiling}: {what}, {self.num_warps} warps, grid {self.grid}{extra}"
+        what = (f"{c['NBP']} blocks of {c['VB']} elements" if self.tiling == "flat"
+                else f"{c['NCH']} {self.tiling} of {c['V']} pair lanes ({c['R2']} pairs a head)")
+        extra = f", tail of {self.tail} copied apart" if self.tail else ""
+        extra += f", maxnreg {self.maxnreg}" if self.maxnreg else ""
+        return f"{self.tiling}: {what} a program, {self.num_warps} warps, grid {self.grid}{extra}"
 
 
 def preferred_tiling(head_dim: int, rotary_pairs: int, interleaved: bool) -> str:
