@@ -120,15 +120,17 @@ def verdict_line(gc: GroupComparison) -> str:
     eps = f"±{c.margin:g} nats"
     n = f"unpaired (Welch), n={c.n} vs {c.n_ref}" if c.method == WELCH else f"n={c.n}"
     numbers = f"{n}, Δ = {signed(c.delta)} {_ci(c)}"
+    windows = ("" if gc.window is None or gc.window.se is None
+               else f"; SE over {gc.window.windows} val windows {gc.window.se:.2g}")
     if c.verdict == SINGLE:
         return f"{me}: one seed only against {ref} ({n}, Δ = {signed(c.delta)}; no CI: add seeds)"
     tail = _supported(c) + _pairing_note(c)
     if c.verdict in (BETTER, WORSE):
         within = f"; the difference is within {eps}" if c.p_tost is not None and c.p_tost < ALPHA else ""
-        return f"{me}: {c.verdict} than {ref} ({numbers}, {_holm_p(c)}){within}{_pairing_note(c)}"
+        return f"{me}: {c.verdict} than {ref} ({numbers}, {_holm_p(c)}{windows}){within}{_pairing_note(c)}"
     if c.verdict == EQUIVALENT:
-        return f"{me}: equivalent to {ref} within {eps} ({numbers}){tail}"
-    return f"{me}: inconclusive ({c.n} seeds; {_needed(c)} needed) against {ref} at {eps} ({numbers}){tail}"
+        return f"{me}: equivalent to {ref} within {eps} ({numbers}{windows}){tail}"
+    return f"{me}: inconclusive ({c.n} seeds; {_needed(c)} needed) against {ref} at {eps} ({numbers}{windows}){tail}"
 
 
 def _verdict_section(report: Report) -> list[str]:

@@ -177,6 +177,7 @@ def test_per_window_se_of_the_paired_delta(tmp_path: Path):
     assert gc.seed_se == pytest.approx(gc.loss.sd / 2)
     text = compare_runs([sweep], sweep).read_text()
     assert f"| {gc.window.se:.4f} | 8 |" in _section(text, "## Variance budget")
+    assert f"; SE over 8 val windows {gc.window.se:.2g})" in text  # beside the seed CI in the verdict
     row = _csv(sweep / "comparison.csv")[V4_LABEL]
     assert float(row["val_loss_window_se"]) == pytest.approx(gc.window.se) and row["val_windows"] == "8"
 
