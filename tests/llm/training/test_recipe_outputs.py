@@ -100,3 +100,22 @@ def test_compiling_sets_inductors_deterministic_mode_to_the_runs(monkeypatch):
     inductor_determinism(True)
     assert inductor_config.deterministic is True
     assert wrap(compile=False, deterministic=False) is model and len(compiled) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fused", [False, True])
+def test_compiled_deterministic_runs_repeat_bit_for_bit(tmp_path, fused):
+    """The comparison recipe's promise on a GPU: train.compile=true under train.deterministic=true (and with
+    Liger's fused loss) gives the same train and val losses, bit for bit, when one seed is run twice."""
+    from helpers import train_losses, val_losses
+
+    if fused:
+        pytest.importorskip("liger_kernel")
+    common = ["+experiment=seed004", "model.n_layer=2", "train.batch_size=8", "train.grad_accum=2",
+              "train.max_steps=30", "train.log_every=5", "train.eval_every=10", "train.eval_batches=2",
+              "train.sample_every=0", "train.compile=true", "train.deterministic=true", "device=cuda",
+              f"train.fused_linear_ce={str(fused).lower()}"]
+    a, b = (run_inprocess(tmp_path / name, common) for name in ("a", "b"))
+    assert a["status"] == b["status"] == "completed"
+    assert train_losses(tmp_path / "a") == train_losses(tmp_path / "b")
+    assert val_losses(tmp_path / "a") == val_losses(tmp_path / "b") and len(val_losses(tmp_path / "a")) == 3
