@@ -7,10 +7,11 @@ fused kernel skips the blocks no query may see (no hand-written masking kernel h
 
 Why a second path, SDPA with the same mask as a dense boolean (B, 1, T, T) tensor: ``flex_attention`` has no
 attention dropout, and the models trained with ``model.dropout > 0`` (the seed004 recipe) drop attention
-probabilities in training. Using SDPA there keeps the two packings' models the same function; evaluation
-(dropout 0) and dropout-free training use ``flex_attention``. On a GPU outside a compiled model,
-``flex_attention`` runs compiled (``torch.compile(flex_attention)``, as its documentation asks: the eager
-form materializes the whole score matrix); inside a compiled model Dynamo compiles it with the model.
+probabilities in training; using SDPA there keeps the two packings' models the same function. ``flex_attention``
+also has no backward on the CPU (torch 2.13), so training on a CPU takes the dense path too. Evaluation and
+dropout-free training on a GPU use ``flex_attention``: outside a compiled model it runs compiled
+(``torch.compile(flex_attention)``, as its documentation asks: the eager form materializes the whole score
+matrix); inside a compiled model Dynamo compiles it with the model.
 """
 
 from __future__ import annotations
@@ -60,9 +61,18 @@ class DocumentMask:
     dense: Tensor | None = None
 
     @classmethod
-    def build(cls, doc_ids: Tensor, *, dropout: bool = False) -> DocumentMask:
-        """The mask of ``doc_ids`` (B, T): the block mask, and the dense one too when attention drops out."""
-        return cls(doc_ids, document_block_mask(doc_ids), dense_document_mask(doc_ids) if dropout else None)
+    def build(cls, doc_ids: Tensor, *, dense: bool = False) -> DocumentMask:
+        """The mask of ``doc_ids`` (B, T) the attention will take: the dense one for SDPA (see
+        :func:`takes_dense`), else the block mask. The other is built on demand."""
+        if dense:
+            return cls(doc_ids, dense=dense_document_mask(doc_ids))
+        return cls(doc_ids, block_mask=document_block_mask(doc_ids))
+
+
+def takes_dense(device: torch.device, dropout_p: float, grad: bool) -> bool:
+    """Whether attention on ``device`` takes SDPA's dense mask: with attention dropout (flex_attention has
+    none) or a gradient off a GPU (flex_attention has no CPU backward)."""
+    return dropout_p > 0 or (grad and device.type != "cuda")
 
 
 @functools.cache
@@ -72,9 +82,9 @@ def _compiled_flex():
 
 def document_attention(q: Tensor, k: Tensor, v: Tensor, mask: DocumentMask, dropout_p: float = 0.0,
                        enable_gqa: bool = False) -> Tensor:
-    """Document-causal attention of q (B, H, T, D) over k, v (B, H_kv, T, D); ``dropout_p`` > 0 takes SDPA with
-    the dense mask (flex_attention has no dropout), else flex_attention with the block mask."""
-    if dropout_p > 0:
+    """Document-causal attention of q (B, H, T, D) over k, v (B, H_kv, T, D): SDPA with the dense mask where
+    :func:`takes_dense`, else flex_attention with the block mask."""
+    if takes_dense(q.device, dropout_p, torch.is_grad_enabled() and q.requires_grad):
         dense = mask.dense if mask.dense is not None else dense_document_mask(mask.doc_ids)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=dense, dropout_p=dropout_p, enable_gqa=enable_gqa)
     block = mask.block_mask if mask.block_mask is not None else document_block_mask(mask.doc_ids)

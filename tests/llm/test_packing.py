@@ -88,7 +88,7 @@ def logits_of(model: StandIn, x: torch.Tensor, seed: int = 0) -> torch.Tensor:
     positions, doc_ids = document_layout(x, EOT)
     torch.manual_seed(seed)  # the same dropout draws for both inputs
     with torch.no_grad():
-        return model(x, positions, DocumentMask.build(doc_ids, dropout=model.dropout > 0))
+        return model(x, positions, DocumentMask.build(doc_ids, dense=model.dropout > 0))
 
 
 def three_documents(rng: np.random.Generator) -> torch.Tensor:
@@ -155,7 +155,8 @@ def test_flex_attention_and_the_dense_mask_equal_attention_run_on_each_document_
     x = three_documents(np.random.default_rng(4))
     _, doc_ids = document_layout(x, EOT)
     q, k, v = (torch.randn(2, 3, x.shape[1], 8) for _ in range(3))
-    mask = DocumentMask.build(doc_ids, dropout=True)
+    mask = DocumentMask.build(doc_ids, dense=True)
+    assert mask.block_mask is None and DocumentMask.build(doc_ids).dense is None, "only the mask the path takes"
     flex = document_attention(q, k, v, mask)
     dense = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense)
     want = torch.empty_like(q)
@@ -165,6 +166,19 @@ def test_flex_attention_and_the_dense_mask_equal_attention_run_on_each_document_
             want[b, :, idx] = F.scaled_dot_product_attention(q[b, :, idx], k[b, :, idx], v[b, :, idx], is_causal=True)
     assert torch.allclose(flex, want, atol=1e-5) and torch.allclose(dense, want, atol=1e-5)
     assert torch.equal(mask.dense, dense_document_mask(doc_ids)) and mask.dense.shape == (2, 1, 29, 29)
+
+
+def test_training_gradients_stay_inside_documents_on_the_cpu():
+    """The backward (the dense path on a CPU, where flex_attention has none): a later document's outputs send
+    no gradient to an earlier document's queries, keys or values."""
+    torch.manual_seed(8)
+    x = three_documents(np.random.default_rng(8))
+    _, doc_ids = document_layout(x, EOT)
+    q, k, v = (torch.randn(2, 3, x.shape[1], 8, requires_grad=True) for _ in range(3))
+    out = document_attention(q, k, v, DocumentMask.build(doc_ids))
+    out[0, :, 11:].sum().backward()  # documents B and C of row 0 (B's start marker at 11)
+    for t in (q, k, v):
+        assert not t.grad[0, :, :11].any() and t.grad[0, :, 11:].abs().sum() > 0 and not t.grad[1].any()
 
 
 def _model_takes_documents() -> bool:
@@ -193,12 +207,15 @@ def test_the_gpt_keeps_documents_apart():
 
 
 @pytest.mark.gpu
-def test_document_attention_on_the_gpu_compiled_flex_and_sdpa_agree():
+def test_document_attention_on_the_gpu_compiled_flex_and_sdpa_agree_forward_and_backward():
     torch.manual_seed(7)
     x = three_documents(np.random.default_rng(7)).cuda()
     _, doc_ids = document_layout(x, EOT)
     q, k, v = (torch.randn(2, 4, x.shape[1], 64, device="cuda") for _ in range(3))
-    mask = DocumentMask.build(doc_ids, dropout=True)
-    flex = document_attention(q, k, v, mask)
-    dense = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    flex = document_attention(q, k, v, DocumentMask.build(doc_ids))  # compiled flex_attention, forward and backward
+    grads = torch.autograd.grad(flex.square().sum(), (q, k, v))
+    dense = F.scaled_dot_product_attention(q, k, v, attn_mask=DocumentMask.build(doc_ids, dense=True).dense)
+    want = torch.autograd.grad(dense.square().sum(), (q, k, v))
     assert torch.allclose(flex, dense, atol=2e-3)
+    assert all(torch.allclose(g, w, atol=2e-3, rtol=1e-3) for g, w in zip(grads, want, strict=True))
