@@ -113,13 +113,13 @@ def installed_distributions(search: Sequence[str] | None = None) -> dict[str, me
 
 def package_files(name: str, dist: metadata.Distribution) -> list[PackageFile]:
     """The ``*.py`` files ``dist``'s RECORD lists inside its site directory that exist here, sorted by path."""
-    out = []
+    out, version = [], str(dist.version)  # read once: each .version parses the METADATA file again
     for f in dist.files or []:
         if f.suffix != ".py" or ".." in f.parts or "__pycache__" in f.parts:
             continue
         location = Path(str(dist.locate_file(f)))
         if location.is_file():
-            out.append(PackageFile(name, str(dist.version), f.as_posix(), location))
+            out.append(PackageFile(name, version, f.as_posix(), location))
     return sorted(out, key=lambda p: p.path)
 
 
@@ -209,12 +209,9 @@ def files_of_manifest(manifest: Mapping[str, Any], search: Sequence[str] | None,
     if wrong:
         raise DataError(f"{where} needs {', '.join(wrong[:8])}{f' and {len(wrong) - 8} more' if len(wrong) > 8 else ''}"
                         "; install those versions, or build a new corpus without data.manifest")
-    files = []
-    for f in manifest["files"]:
-        dist = dists[normalize(f["package"])]
-        files.append(PackageFile(normalize(f["package"]), str(dist.version), f["path"],
-                                 Path(str(dist.locate_file(f["path"])))))
-    return files
+    versions = {p["name"]: str(p["version"]) for p in manifest["packages"]}
+    return [PackageFile(normalize(f["package"]), versions[f["package"]], f["path"],
+                        Path(str(dists[normalize(f["package"])].locate_file(f["path"])))) for f in manifest["files"]]
 
 
 def rebuild_from_manifest(manifest: Mapping[str, Any], search: Sequence[str] | None, where: str) -> Corpus:
@@ -297,7 +294,7 @@ def build(cfg: Mapping) -> Source:
         raise DataError("data=code_corpus found no *.py files in the installed packages"
                         f"{f' under data.site_packages={search}' if search else ''}")
     # the cheap fingerprint: what is installed and each file's size and mtime (an edit changes it, unread)
-    h = fingerprint_hash(source="code_corpus", packages=[(n, str(d.version)) for n, d in dists.items()],
+    h = fingerprint_hash(source="code_corpus", packages=sorted({(f.package, f.version) for f in files}),
                          min_chars=chars[0], max_chars=chars[1], val_fraction=fraction, max_docs=max_docs)
     for f in files:
         st = os.stat(f.location)
