@@ -377,7 +377,7 @@ def test_init_from_without_a_run_or_a_checkpoint_is_refused(trained_run, tmp_pat
     with pytest.raises(ConfigError, match=r"train.init_from=/no/such/run is not a run dir"):
         run_inprocess(tmp_path / "a", ["train.init_from=/no/such/run"])
     empty = tmp_path / "empty"
-    empty.mkdir()
+    empty.mkdir(parents=True)  # the refused run above removed its run dir, and its parent when left empty
     shutil.copy(trained_run / "config.yaml", empty / "config.yaml")
     with pytest.raises(ConfigError, match=f"train.init_from={empty} has no checkpoint"):
         run_inprocess(tmp_path / "b", [f"train.init_from={empty}"])
