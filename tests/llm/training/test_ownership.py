@@ -33,6 +33,7 @@ def run_main(monkeypatch, args: list[str]) -> int:
     """``python -m llm.train`` in this process (Hydra's logging off): its exit code."""
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     monkeypatch.delenv("ROPELAB_USER_FULL_ERROR", raising=False)
+    monkeypatch.delitem(sys.modules, "llm.train", raising=False)  # run as __main__, as `python -m` runs it
     flags = [a for a in args if a.startswith("-")]
     monkeypatch.setattr(sys, "argv", ["llm.train", *flags, *SMALL, *[a for a in args if not a.startswith("-")],
                                       "hydra/job_logging=none", "hydra/hydra_logging=none"])
