@@ -4,7 +4,8 @@ rotated as they are loaded.
 Private (the leading underscore keeps :func:`rope.registry.discover` from importing it): ``rope.fused_attention``
 imports it on first use, so ``import rope`` works without triton.
 
-Two kernels, as flash-decoding splits the work:
+Two kernels, as flash-decoding splits the work (the split count is a runtime argument: one compile per tiling,
+whatever the cache length):
 
 * :func:`attend_split_kernel`: one program per (block of query rows, batch row and key-value head, range of
   keys). A block's rows are the query heads that share the key-value head (grouped-query attention) times the
@@ -92,13 +93,14 @@ def attend_split_kernel(
     stride_vb, stride_vh, stride_vn,
     stride_ob, stride_ot, stride_oh,
     stride_pb, stride_pt, stride_cos,
-    T, H_KV, cache_len, table_len, pos_start, keys_per_split, qk_scale,
+    T, H_KV, cache_len, table_len, pos_start, keys_per_split, qk_scale, n_splits,
     G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, HALF: tl.constexpr, ROTARY: tl.constexpr,
     INTERLEAVED: tl.constexpr, ROTATE: tl.constexpr, HAS_POS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, IEEE: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr, DOT_F32: tl.constexpr,
 ):
-    """Grid (query row blocks, B * H_KV, SPLITS). Rows are ordered query-major (row r: query r // G, head
-    kv_head * G + r % G), so a block's rows have neighbouring positions and the causal bound cuts its keys."""
+    """Grid (query row blocks, B * H_KV, n_splits); ``SPLIT``: n_splits > 1 (partial results, combined after).
+    Rows are ordered query-major (row r: query r // G, head kv_head * G + r % G), so a block's rows have
+    neighbouring positions and the causal bound cuts its keys."""
     block = tl.program_id(0)
     bh = tl.program_id(1)
     split = tl.program_id(2)
@@ -153,7 +155,7 @@ def attend_split_kernel(
         v_ptrs += BLOCK_N * stride_vn
 
     store_mask = row_ok[:, None] & d_ok[None, :]
-    if SPLITS == 1:
+    if not SPLIT:
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         out = tl.where(pos_ok[:, None], out, float("nan"))
         o_rows = OUT + b * stride_ob + t * stride_ot + head * stride_oh
@@ -162,7 +164,7 @@ def attend_split_kernel(
         seen = l_i > 0
         out = acc / tl.where(seen, l_i, 1.0)[:, None]
         lse = tl.where(seen, m_i + tl.math.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
-        part = ((b * T + t) * (H_KV * G) + head) * SPLITS + split
+        part = ((b * T + t) * (H_KV * G) + head) * n_splits + split
         tl.store(PART + part[:, None] * D + d[None, :], out, mask=store_mask)
         tl.store(LSE + part, lse, mask=row_ok)
 
@@ -171,8 +173,8 @@ def attend_split_kernel(
 def combine_splits_kernel(
     PART, LSE, OUT,
     stride_ob, stride_ot, stride_oh,
-    T, H,
-    D: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, ROUND_BF16: tl.constexpr,
+    T, H, n_splits,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, ROUND_BF16: tl.constexpr,
 ):
     """Grid (B * T * H,): one (batch row, query, head) each. Its partial outputs weighted by exp2 of their
     log-sum-exps less the largest: a split that saw no key weighs 0; a row that saw none (a position outside
@@ -182,13 +184,14 @@ def combine_splits_kernel(
     t = (row // H) % T
     b = row // (H * T)
     s = tl.arange(0, BLOCK_S)
-    s_ok = s < SPLITS
+    s_ok = s < n_splits
     d = tl.arange(0, BLOCK_D)
     d_ok = d < D
-    lse = tl.load(LSE + row * SPLITS + s, mask=s_ok, other=float("-inf"))
+    lse = tl.load(LSE + row * n_splits + s, mask=s_ok, other=float("-inf"))
     weight = tl.math.exp2(lse - tl.max(lse, axis=0))
     weight = tl.where(s_ok, weight, 0.0)
-    part = tl.load(PART + (row * SPLITS + s)[:, None] * D + d[None, :], mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+    part = tl.load(PART + (row * n_splits + s)[:, None] * D + d[None, :], mask=s_ok[:, None] & d_ok[None, :],
+                   other=0.0)
     out = tl.sum(part * weight[:, None], axis=0) / tl.sum(weight, axis=0)
     tl.store(OUT + b * stride_ob + t * stride_ot + h * stride_oh + d, _cast(out, OUT.dtype.element_ty, ROUND_BF16),
              mask=d_ok)
