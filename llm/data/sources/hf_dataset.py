@@ -63,7 +63,7 @@ def _streaming(cfg: Mapping) -> bool:
 
 
 def check(cfg: Mapping) -> None:
-    _hf_path(cfg)
+    _load_args(_hf_path(cfg))
     _revision(cfg)
     nonempty_str(cfg, "config_name", None, "dataset configuration name")
     nonempty_str(cfg, "split", "train", "split name")
@@ -94,13 +94,30 @@ def _columns(ds: Any) -> list[str]:
     return list(names or [])
 
 
+#: datasets' builder for a local data file, by suffix (load_dataset takes a directory or a hub name, not a file).
+FILE_BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv", ".txt": "text"}
+
+
+def _load_args(hf_path: str) -> tuple[str, dict]:
+    """``load_dataset``'s path and extra arguments for ``data.hf_path``: a local file goes through its builder."""
+    local = _local(hf_path)
+    if local is None or not local.is_file():
+        return hf_path, {}
+    builder = FILE_BUILDERS.get(local.suffix.lower())
+    if builder is None:
+        raise DataError(f"data.hf_path={hf_path} is a file datasets cannot read as one: use a directory, or a "
+                        f"{'/'.join(FILE_BUILDERS)} file")
+    return builder, {"data_files": str(local)}
+
+
 def _one_split(hf_path: str, split: str, opts: dict, field: str, id_field: str | None, max_docs: int | None,
                streaming: bool, scratch: Path) -> tuple[Any, list[str | None] | None]:
     """The rows of one split as a Dataset with a "text" column (and the identities by ``id_field``)."""
     import datasets
 
+    path, extra = _load_args(hf_path)
     try:
-        ds = datasets.load_dataset(hf_path, split=split, streaming=streaming, **opts)
+        ds = datasets.load_dataset(path, split=split, streaming=streaming, **opts, **extra)
     except Exception as exc:
         if is_network_error(exc):
             raise _unreachable(hf_path, exc) from None

@@ -49,6 +49,16 @@ def test_a_split_by_id_when_the_dataset_has_no_val_split(tmp_path, dataset_dir, 
     assert d.meta["composition"]["val"]["largest_document"].startswith("id:t")
 
 
+def test_a_single_local_file(tmp_path, dataset_dir, docs):
+    parquet = dataset_dir / "data" / "train-00000-of-00001.parquet"
+    d = prepare_data(_cfg(parquet, id_field="uid"), "cl100k_base", tmp_path / "cache")
+    enc = get_tokenizer("cl100k_base")
+    assert sorted(docs(d.train, enc) + docs(d.val, enc)) == sorted(TRAIN)
+    (tmp_path / "notes.md").write_text("# notes\n")
+    with pytest.raises(DataError, match="is a file datasets cannot read as one"):
+        check_data_config(_cfg(tmp_path / "notes.md"), "cl100k_base")
+
+
 def test_streaming_reads_the_same_tokens(tmp_path, dataset_dir):
     cfg = _cfg(dataset_dir, val_split="validation", max_docs=25)
     read = prepare_data(cfg, "cl100k_base", tmp_path / "a")
