@@ -325,7 +325,7 @@ def rope_flat_kernel(q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sq
                      INTERLEAVED: tl.constexpr, SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr,
                      WIDE: tl.constexpr):
     """The flat tiling (:func:`_flat`) of q (``program_id(1)`` 0) and k (1); ``cos``/``sin`` are element tables."""
-    per_batch = tl.cdiv(T * (tl.maximum(HQ, HK) * (D // VB)), NBP)
+    per_batch = tl.cdiv(T * (tl.maximum(HQ, HK) * D // VB), NBP)
     b = tl.program_id(0) // per_batch
     k0 = (tl.program_id(0) - b * per_batch) * NBP
     if tl.program_id(1) == 0:

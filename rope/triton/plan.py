@@ -155,7 +155,7 @@ def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
     D = geo.head_dim
     vb = next(b for b in FLAT_BLOCKS if b <= D and (geo.q_heads * D) % b == 0 and (geo.k_heads * D) % b == 0)
     nbp = max(1, (over.tile or FLAT_TILE) // vb)
-    per_batch = _programs(geo, geo.seq_len * max(geo.q_heads, geo.k_heads) * (D // vb), nbp)
+    per_batch = _programs(geo, geo.seq_len * (max(geo.q_heads, geo.k_heads) * D // vb), nbp)
     sqb, sqt, _, skb, skt, _, *rest = geo.strides  # the heads are contiguous: their stride is D
     constexprs = dict(D=D, R2=geo.rotary_pairs, VB=vb, NBP=nbp, INTERLEAVED=geo.interleaved,
                       SV=stride_unit(sqb, sqt, skb, skt, *rest), WIDE=geo.wide)

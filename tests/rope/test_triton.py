@@ -148,25 +148,25 @@ def test_empty_batch(device):
 # (D, variant, layout, rotary_dim): rows padded and whole, chunks, flat blocks with aligned and shifted partners,
 # odd halves, interleaved, copied tails.
 GEOMETRIES = [(48, "partial", "half", None), (64, "full", "interleaved", None), (40, "full", "half", None),
-              (80, "full", "half", 40), (18, "full", "half", None), (20, "partial", "half", None),
+              (48, "full", "half", 24), (18, "full", "half", None), (20, "partial", "half", None),
               (48, "full", "interleaved", 24), (26, "full", "interleaved", None)]
 
 
 @pytest.mark.parametrize("D,variant,layout,rotary_dim", GEOMETRIES)
 def test_every_tiling_gives_the_same_bits(D, variant, layout, rotary_dim, device):
-    """rows, chunks and flat forced through ``rope.triton.tuning`` (and the plan's own choice) give the same
-    outputs and gradients bit for bit, within one ulp of the float64 reference, with k of as many, fewer or more
-    heads; a tiling that leaves a copied tail to a launch of its own writes it too (poisoned outputs)."""
+    """rows, chunks and flat forced through ``rope.triton.tuning`` (in small programs) and the plan's own choice
+    give the same outputs and gradients bit for bit, within one ulp of the float64 reference, with k of as many,
+    fewer or more heads; a tiling that leaves a copied tail to a launch of its own writes it too (poison)."""
     i = GEOMETRIES.index((D, variant, layout, rotary_dim))
     impl, heads = IMPLS[i % 2], ((3, 3), (4, 2), (2, 3))[i % 3]  # entries and head counts alternate
     options = dict(variant=variant, layout=layout, rotary_dim=rotary_dim)
     r = build_poisoned(impl, D, 16, device, **options)
-    q = torch.randn(2, 5, heads[0], D, device=device).to(torch.bfloat16)
-    k = torch.randn(2, 5, heads[1], D, device=device).to(torch.bfloat16)
-    pos = torch.randint(0, 16, (2, 5), device=device)
+    q = torch.randn(2, 3, heads[0], D, device=device).to(torch.bfloat16)
+    k = torch.randn(2, 3, heads[1], D, device=device).to(torch.bfloat16)
+    pos = torch.randint(0, 16, (2, 3), device=device)
     results, g = {}, None
-    for tiling in (None, *rt.TILINGS):
-        with rt.tuning(tiling=tiling):
+    for tiling in (None, *rt.TILINGS):  # forced ones in small programs: several a batch element, the last partial
+        with rt.tuning(tiling=tiling, tile={None: 0, "flat": 64}.get(tiling, 128)):
             assert rt.plan_for(r, q, k, pos).tiling == (tiling or rt.plan_for(r, q, k, pos).tiling)
             results[tiling], g = _grads(r, q, k, pos, g)
     want = _reference(D, 16, q, k, pos, g, **options)

@@ -41,7 +41,8 @@ def test_every_head_dim(variant, D):
     run_case("triton_v4", torch.bfloat16, variant, "qkv", "bt", B=2, T=301, HQ=8, HK=8, D=D, device=CUDA)
 
 
-@pytest.mark.parametrize("D,variant,layout,rotary_dim", GEOMETRIES)
+@pytest.mark.parametrize("D,variant,layout,rotary_dim", [*GEOMETRIES, (80, "full", "half", 40),
+                                                         (128, "partial", "interleaved", 64)])
 @pytest.mark.parametrize("heads", [(8, 8), (8, 2)], ids=["mha", "gqa"])
 def test_every_tiling_at_size(D, variant, layout, rotary_dim, heads):
     """Each tiling forced through ``rope.triton.tuning`` gives the plan's own bits, within one ulp, at real sizes."""
