@@ -23,8 +23,9 @@ LISTS = "(python -m llm.train --cfg job lists the keys)"
 
 def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
     """``python -m llm.train`` in this process: its exit code and the non-empty lines it wrote to stderr."""
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    monkeypatch.delenv("ROPELAB_USER_FULL_ERROR", raising=False)
+    for name in ("HYDRA_FULL_ERROR", "ROPELAB_USER_FULL_ERROR"):  # the entry point sets both: undone after the test
+        monkeypatch.setenv(name, "")  # (delenv alone records nothing for an unset variable)
+        monkeypatch.delenv(name)
     monkeypatch.delitem(sys.modules, "llm.train", raising=False)  # run as __main__, as `python -m` runs it
     flags = [a for a in args if a.startswith("-")]
     monkeypatch.setattr(sys, "argv", ["llm.train", *flags, *SMALL, *[a for a in args if not a.startswith("-")],
@@ -65,7 +66,8 @@ def test_the_user_s_full_error_still_shows_hydra_s_traceback(monkeypatch, capsys
     from hydra.errors import MissingConfigException
 
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
-    monkeypatch.delenv("ROPELAB_USER_FULL_ERROR", raising=False)
+    monkeypatch.setenv("ROPELAB_USER_FULL_ERROR", "")
+    monkeypatch.delenv("ROPELAB_USER_FULL_ERROR")
     monkeypatch.delitem(sys.modules, "llm.train", raising=False)
     monkeypatch.setattr(sys, "argv", ["llm.train", "rope=nope", f"hydra.run.dir={tmp_path}",
                                       "hydra/job_logging=none", "hydra/hydra_logging=none"])

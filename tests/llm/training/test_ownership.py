@@ -31,8 +31,9 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int] | None]:
 
 def run_main(monkeypatch, args: list[str]) -> int:
     """``python -m llm.train`` in this process (Hydra's logging off): its exit code."""
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    monkeypatch.delenv("ROPELAB_USER_FULL_ERROR", raising=False)
+    for name in ("HYDRA_FULL_ERROR", "ROPELAB_USER_FULL_ERROR"):  # the entry point sets both: undone after the test
+        monkeypatch.setenv(name, "")  # (delenv alone records nothing for an unset variable)
+        monkeypatch.delenv(name)
     monkeypatch.delitem(sys.modules, "llm.train", raising=False)  # run as __main__, as `python -m` runs it
     flags = [a for a in args if a.startswith("-")]
     monkeypatch.setattr(sys, "argv", ["llm.train", *flags, *SMALL, *[a for a in args if not a.startswith("-")],
