@@ -115,6 +115,21 @@ class Schema:
         return f"{key} is not {where}, so nothing would read it{guess} {lists}"
 
 
+    def absent_key(self, key: str) -> str:
+        """The line for a key Hydra found absent from the composed config (``train.max_step=5``, no ``+``): a
+        typo (the closest known key), a key of another option of its group, a key a config file sets elsewhere
+        (an experiment's: add it with ``+``), or a setting a self-checking group reads beyond its file
+        (``rope.max_seq_len``: add it with ``+``; the group refuses one it does not read)."""
+        group = key.partition(".")[0]
+        if self.options_with(key) or (key not in self.known_keys() and group not in SELF_CHECKED):
+            return self.unknown_key(key)
+        close = closest(key, self.known_keys() - {key})
+        if key in self.known_keys() or not close:
+            return f"{key} is not in this config: add it with +{key}=... ({self.command} --cfg job lists the keys)"
+        return (f"{key} is not in this config; did you mean {close}? (a setting {group} reads but its config "
+                f"leaves out is added with +{key}=...; {self.command} --cfg job lists the keys)")
+
+
 def _first_key(key: str, value: Any) -> str:
     """The dotted key as the user wrote it: ``foo.bar`` for ``+foo.bar=1`` (whose top-level ``foo`` is unknown)."""
     leaves = list(flatten(value)) if isinstance(value, Mapping) and value else []

@@ -52,7 +52,7 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
         key = m.group(1)
         if "not in struct" not in cause:
             return f"{key}: {cause or text}"
-        return schema(config_name, command).unknown_key(key)
+        return schema(config_name, command).absent_key(key)
     if m := re.search(r"An item is already at '([^']+)'", text):
         return f"{m.group(1)} is already in the config: set it without the leading +"
     return f"{text} ({cause})" if cause else text
