@@ -81,7 +81,7 @@ def test_the_user_s_full_error_still_shows_hydra_s_traceback(monkeypatch, capsys
     ("generate", "python -m llm.generate", "max_new_token=5",
      "max_new_token is not a known key, so nothing would read it; did you mean max_new_tokens?"),
     ("eval_lengths", "python -m llm.eval_lengths", "rope.scaling.factr=2",
-     "rope.scaling.factr is not a known key, so nothing would read it; did you mean rope.scaling.factor?"),
+     "rope.scaling.factr is not in this config; did you mean rope.scaling.factor?"),
     ("eval_lengths", "python -m llm.eval_lengths", "rope=nope", "rope=nope is not an option of rope; allowed: "),
 ])
 def test_the_other_entry_points_errors_read_the_same(config_name, command, override, line):
