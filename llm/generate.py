@@ -12,13 +12,13 @@ Hydra quoting): the entry point quotes them for Hydra's parser, unless they are 
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
+from llm.entry import full_error_requested, run_entry
 from llm.errors import UserError
 from llm.generation.command import generate_from_config
 
@@ -49,7 +49,7 @@ def main(cfg: DictConfig) -> None:
     try:
         generate_from_config(cfg)
     except UserError as e:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        if full_error_requested():
             raise
         print(f"Error: {str(e).strip() or type(e).__name__}", file=sys.stderr)
         sys.exit(2)
@@ -57,4 +57,4 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     sys.argv = verbatim_overrides(sys.argv)
-    main()
+    run_entry(main, "generate", "python -m llm.generate")

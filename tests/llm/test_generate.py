@@ -376,3 +376,14 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip() == "Error: top_k=0 must be a positive integer, or null for " \
                                                            "no top-k cut", proc.stderr
+
+
+@pytest.mark.parametrize("arg,line", [
+    ("rope=nope", "Error: rope=nope is not an option of rope; allowed: "),
+    ("top_kk=3", "Error: top_kk is not a known key, so nothing would read it; did you mean top_k?"),
+])
+def test_a_hydra_level_mistake_in_generate_is_one_line_and_exit_2(arg, line):
+    proc = subprocess.run([sys.executable, "-m", "llm.generate", arg], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(line), proc.stderr
