@@ -48,7 +48,10 @@ def rotate(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
            inverse: bool = False, *, traced: bool = False, poison: bool = False) -> tuple[Tensor, Tensor | None]:
     """q and k (B, T, H, D; k may have other heads, or be None) rotated (``inverse``: rotated back) into new
     contiguous tensors, read in place with their strides; NaN-filled first when ``poison``."""
-    q, k = (x if x is None or x.stride(-1) == 1 else x.contiguous() for x in (q, k))
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k is not None and k.stride(-1) != 1:
+        k = k.contiguous()
     yq = new_output(q.shape, q, poison)
     yk = None if k is None else new_output(k.shape, k, poison)
     B, T, HQ, D = q.shape
@@ -102,7 +105,7 @@ def _operand(x: Tensor | None) -> Operand | None:
 
 def _output(y: Tensor | None) -> Operand | None:
     """A fresh (B, T, H, D) output as the kernels write it (its token stride; heads D apart)."""
-    return None if y is None else Operand(y, (y.stride(0), y.stride(1), y.shape[3]))
+    return None if y is None else Operand(y, y.stride()[:3])
 
 
 def _rotate_into(q: Operand, k: Operand | None, oq: Operand, ok: Operand | None, shape: tuple[int, ...],
@@ -114,43 +117,46 @@ def _rotate_into(q: Operand, k: Operand | None, oq: Operand, ok: Operand | None,
         return
     pos, spb = _positions(positions)
     kk, okk = k or q._replace(tensor=None), ok or oq._replace(tensor=None)
-    geo = _geometry(q, kk, oq, okk, shape, cos, pos, rot, traced)
-    plan = make_plan(geo, Overrides() if traced else OVERRIDES.get())
-    meta = dict(plan.constexprs)
-    strides = geo.strides[:8] if plan.tiling != "flat" else (*geo.strides[:2], *geo.strides[3:5], *geo.strides[6:8])
-    ints = (*(x // meta["SV"] for x in strides), spb, cos.shape[0], T, HQ, HK)
-    tables = element_tables(cos, sin, D, rot.interleaved, cache=not traced) if plan.tiling == "flat" else (cos, sin)
-    meta.update(LOW=rot.low_precision and oq.tensor.dtype != torch.float32, INVERSE=inverse)
-    _launch(getattr(kernels, plan.kernel), plan.grid, (q.tensor, kk.tensor, oq.tensor, okk.tensor, *tables, pos),
-            ints, meta, traced, plan.num_warps, plan.maxnreg)
-    for x, o, heads in ((q, oq, HQ), (k, ok, HK)) if plan.tail else ():  # a pair tiling left the heads' tails
+    inside = HQ * D if HK and (kk.tensor is None or okk.tensor is None) else 0  # k (its output) in q's tensor
+    strides = (*q.strides, *kk.strides, oq.strides[1], okk.strides[1], inside)
+    wide = needs_wide(q.tensor, kk.tensor) or max(oq.tensor.numel(), B * T * HK * D) >= 1 << 30
+    device = q.tensor.get_device() if q.tensor.is_cuda else -1
+    over = Overrides() if traced else OVERRIDES.get()
+    sig = ("rope", shape, strides, cos.shape, rot, inverse, oq.tensor.dtype, pos is not None and (pos.dtype, spb),
+           wide, device, traced, over.tiling, over.tile, over.num_warps)
+    job = _JOBS.get(sig) or _remember(sig, _rotation_job(shape, strides, cos, pos, spb, rot, inverse,
+                                                           oq.tensor.dtype, wide, device, traced, over))
+    tables = element_tables(cos, sin, D, rot.interleaved, cache=not traced) if job.plan.tiling == "flat" else (cos, sin)
+    _launch(job, (q.tensor, kk.tensor, oq.tensor, okk.tensor, *tables, pos), traced)
+    for x, o, heads in ((q, oq, HQ), (k, ok, HK)) if job.plan.tail else ():  # a pair tiling left the heads' tails
         if x is not None:
             src = x if x.tensor is not None else Operand(_shifted(q.tensor, HQ * D), x.strides)
             copy_heads(src, (B, T, heads, D), o if o.tensor is not None else oq, 0 if o.tensor is not None else HQ * D,
-                       D - plan.tail, traced)
+                       D - job.plan.tail, traced)
+
+
+def _rotation_job(shape, strides, cos, positions, spb, rot, inverse, dtype, wide, device, traced, over) -> Job:
+    B, T, HQ, HK, D = shape
+    cap = register_cap(device) if device >= 0 and not traced and not INTERPRETING else 0
+    plan = make_plan(Geometry(D, cos.shape[1], rot.partial, rot.interleaved, B, T, HQ, HK, strides, wide,
+                              positions is not None, cap), over)
+    meta = {**dict(plan.constexprs), "LOW": rot.low_precision and dtype != torch.float32, "INVERSE": inverse}
+    used = strides[:8] if plan.tiling != "flat" else (*strides[:2], *strides[3:5], *strides[6:8])
+    ints = (*(x // meta["SV"] for x in used), spb, cos.shape[0], T, HQ, HK)
+    options = {"num_warps": plan.num_warps, **({"maxnreg": plan.maxnreg} if plan.maxnreg else {})}
+    return Job(plan.kernel, plan.grid, ints, meta, options, plan, {})
 
 
 def plan(q: Tensor, k: Tensor | None, cos: Tensor, positions: Tensor | None, rot: Rotation) -> Plan:
     """The plan :func:`rotate` launches these inputs with (eagerly, under the current tuning)."""
     B, T, HQ, D = q.shape
     HK = 0 if k is None else k.shape[2]
-    fresh = [Operand(None, (0, h * D, D)) for h in (HQ, HK or HQ)]  # the outputs rotate allocates
-    geo = _geometry(_operand(q), _operand(k) or Operand(None, tuple(q.stride()[:3])), *fresh, (B, T, HQ, HK, D),
-                    cos, positions, rot, False)
-    return make_plan(geo, OVERRIDES.get())
-
-
-def _geometry(q: Operand, k: Operand, oq: Operand, ok: Operand, shape: tuple[int, ...], cos: Tensor,
-              positions: Tensor | None, rot: Rotation, traced: bool) -> Geometry:
-    B, T, HQ, HK, D = shape
-    device = q.tensor.get_device() if q.tensor.is_cuda else -1
-    outputs = [o.tensor for o in (oq, ok)]
-    inside = HQ * D if HK and (k.tensor is None or ok.tensor is None) else 0  # k in q's tensor, or its output
-    return Geometry(D, cos.shape[1], rot.partial, rot.interleaved, B, T, HQ, HK,
-                    (*q.strides, *k.strides, oq.strides[1], ok.strides[1], inside),
-                    needs_wide(q.tensor, k.tensor, positions, *outputs) or B * T * max(HQ, HK) * D >= 1 << 30,
-                    positions is not None,
-                    register_cap(device) if device >= 0 and not traced and not INTERPRETING else 0)
+    ks = q.stride()[:3] if k is None else k.stride()[:3]
+    strides = (*q.stride()[:3], *ks, HQ * D, (HK or HQ) * D, 0)  # the outputs rotate allocates: contiguous
+    device = q.get_device() if q.is_cuda else -1
+    wide = needs_wide(q, k, positions) or B * T * max(HQ, HK) * D >= 1 << 30
+    return _rotation_job((B, T, HQ, HK, D), strides, cos, positions, 0, rot, False, q.dtype, wide, device, False,
+                         OVERRIDES.get()).plan
 
 
 def _positions(positions: Tensor | None) -> tuple[Tensor | None, int]:
@@ -172,7 +178,10 @@ def _shifted(x: Tensor, offset: int) -> Tensor:
 def needs_wide(*tensors: Tensor | None) -> bool:
     """Whether an element offset the kernel computes can reach 2**31: bounded by each storage (an offset is below
     its element count; masked rows of a last program reach at most one batch element past it, hence 2**30)."""
-    return any(t is not None and t.untyped_storage().nbytes() >= (1 << 30) * t.element_size() for t in tensors)
+    for t in tensors:
+        if t is not None and t.untyped_storage().nbytes() >= (1 << 30) * t.element_size():
+            return True
+    return False
 
 
 def copy_heads(src: Operand, shape: tuple[int, ...], out: Operand, offset: int, first: int,
@@ -180,62 +189,73 @@ def copy_heads(src: Operand, shape: tuple[int, ...], out: Operand, offset: int, 
     """Columns [first, D) of every head row of ``src`` ((B, T, H, D), unit last stride) into the rows of ``out``
     (a buffer and its token stride), heads D apart from ``offset`` elements on."""
     B, T, H, D = shape
-    width = D - first
-    if B * T * H * width == 0:
+    if B * T * H * (D - first) == 0:
         return
-    unit = stride_unit(*src.strides, out.strides[1], offset)
-    vp = stride_unit(first, width)
-    meta = dict(C0=first, VP=vp, MP=width // vp, NCP=max(1, 2048 // vp), D=D, SV=unit,
-                WIDE=needs_wide(src.tensor, out.tensor))
-    ints = (*(x // unit for x in src.strides), out.strides[1] // unit, offset // unit, T, H)
+    wide = needs_wide(src.tensor, out.tensor)
+    device = src.tensor.get_device() if src.tensor.is_cuda else -1
+    sig = ("copy", shape, src.strides, out.strides[1], offset, first, src.tensor.dtype, wide, device)
+    job = _JOBS.get(sig) or _remember(sig, _copy_job(shape, src.strides, out.strides[1], offset, first, wide))
+    _launch(job, (src.tensor, out.tensor), traced)
+
+
+def _copy_job(shape, strides, token_stride, offset, first, wide) -> Job:
+    B, T, H, D = shape
+    unit, vp = stride_unit(*strides, token_stride, offset), stride_unit(first, D - first)
+    meta = dict(C0=first, VP=vp, MP=(D - first) // vp, NCP=max(1, 2048 // vp), D=D, SV=unit, WIDE=wide)
+    ints = (*(x // unit for x in strides), token_stride // unit, offset // unit, T, H)
     grid = (-(-T * H * meta["MP"] // meta["NCP"]) * B, 1)
-    _launch(kernels.copy_heads_kernel, grid, (src.tensor, out.tensor), ints, meta, traced, 8)
+    return Job("copy_heads_kernel", grid, ints, meta, {"num_warps": 8}, None, {})
 
 
-def _launch(kernel, grid: tuple[int, int], tensors: tuple, ints: tuple, constexprs: dict, traced: bool,
-            num_warps: int, maxnreg: int = 0) -> None:
-    """``kernel[grid](*tensors, *ints, **constexprs)``. Eagerly the compiled kernel Triton returns is kept per
-    specialisation and launched directly from the next call on: Triton's own launch works out the
-    specialisation again at each call, host time that a small call pays. Triton's own launch stays where the
-    direct one does not apply: the interpreter, a launch hook set (profilers), tracing (``wrap_triton``)."""
-    options = {"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})}
+class Job(NamedTuple):
+    """A launch worked out once per signature (shapes, strides, dtypes, flags, tuning): the kernel's name in
+    :mod:`rope.triton.kernels`, its grid, integer arguments, constexprs and options, the plan (None for a copy),
+    and the compiled kernels Triton returned for it, by the tensors' alignment. Why: working a launch out is
+    most of a small call's host time."""
+
+    kernel: str
+    grid: tuple[int, int]
+    ints: tuple
+    meta: dict
+    options: dict
+    plan: Plan | None
+    compiled: dict
+
+
+_JOBS: dict[tuple, Job] = {}
+
+
+def _remember(sig: tuple, job: Job) -> Job:
+    if len(_JOBS) >= 512:
+        _JOBS.clear()
+    _JOBS[sig] = job
+    return job
+
+
+def _launch(job: Job, tensors: tuple, traced: bool) -> None:
+    """The job's kernel on ``tensors``. Eagerly the compiled kernel Triton returns is kept and launched directly
+    from the next call on (Triton's own launch works the specialisation out again at every call); Triton's own
+    launch stays for the interpreter, a launch hook (profilers) and tracing (``wrap_triton``)."""
+    kernel = getattr(kernels, job.kernel)  # looked up at each call: tests stand spies in for the kernels
     if traced:
-        torch.library.wrap_triton(kernel)[grid](*tensors, *ints, **constexprs, **options)
+        torch.library.wrap_triton(kernel)[job.grid](*tensors, *job.ints, **job.meta, **job.options)
         return
-    args = (*tensors, *ints)
+    args = (*tensors, *job.ints)
     with on_device_of(tensors[0]):  # Triton launches on the current device
         if INTERPRETING or not _hooks_unset():
-            kernel[grid](*args, **constexprs, **options)
+            kernel[job.grid](*args, **job.meta, **job.options)
             return
-        device = tensors[0].get_device()
-        key = (kernel, *constexprs.items(), *options.items(), device, *map(_specialisation, args))
-        compiled = _COMPILED.get(key)
-        if compiled is not None:
-            binary, tail = compiled
-            stream = triton.runtime.driver.active.get_current_stream(device)
-            binary.run(grid[0], grid[1], 1, stream, binary.function, binary.packed_metadata, None, None, None, *args,
-                       *tail)
+        key = (kernel, *(None if t is None else t.data_ptr() % 16 == 0 for t in tensors))
+        binary = job.compiled.get(key)
+        if binary is None:
+            binary = kernel[job.grid](*args, **job.meta, **job.options)
+            if hasattr(binary, "packed_metadata"):  # the launcher takes the constexprs too, in order (and skips them)
+                job.compiled[key] = (binary, tuple(job.meta[n] for n in kernel.arg_names[len(args):]))
             return
-        binary = kernel[grid](*args, **constexprs, **options)
-        if hasattr(binary, "packed_metadata"):
-            if len(_COMPILED) >= 256:
-                _COMPILED.clear()
-            # the launcher takes every argument in the kernel's order, the constexprs too (it skips them)
-            _COMPILED[key] = (binary, tuple(constexprs[n] for n in kernel.arg_names[len(args):]))
-
-
-#: Compiled kernels of eager launches, by kernel, plan, constexprs, device and what Triton specialises on.
-_COMPILED: dict[tuple, tuple] = {}
-
-
-def _specialisation(arg: object) -> tuple | None:
-    """What Triton specialises a kernel on for ``arg``: a tensor's dtype and 16-byte alignment, an int's width,
-    being 1 and divisibility by 16."""
-    if arg is None:
-        return None
-    if isinstance(arg, Tensor):
-        return arg.dtype, arg.data_ptr() % 16 == 0
-    return -(2**31) <= arg < 2**31, arg == 1, arg % 16 == 0
+        binary, tail = binary
+        stream = triton.runtime.driver.active.get_current_stream(tensors[0].get_device())
+        binary.run(job.grid[0], job.grid[1], 1, stream, binary.function, binary.packed_metadata, None, None, None,
+                   *args, *tail)
 
 
 def _hooks_unset() -> bool:
