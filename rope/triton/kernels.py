@@ -40,8 +40,8 @@ def _rne_bf16(x):
 
 @triton.jit
 def _round(x, DT: tl.constexpr):
-    """float32 ``x`` rounded to ``DT`` and widened back. On the GPU one inline-PTX block: written as two casts,
-    the compiler may fold ``extf(truncf(x))`` back to ``x`` and lose the rounding."""
+    """float32 ``x`` rounded to ``DT`` and widened back, in one inline-PTX block on the GPU (as two casts the
+    compiler folds ``extf(truncf(x))`` back to ``x``)."""
     if EMULATE:
         if DT == tl.bfloat16:
             y = _rne_bf16(x)
@@ -60,11 +60,7 @@ def _round(x, DT: tl.constexpr):
 @triton.jit
 def _narrow(x, DT: tl.constexpr):
     """float32 ``x`` rounded once to ``DT`` (nearest even)."""
-    if EMULATE and DT == tl.bfloat16:
-        y = _rne_bf16(x).to(DT)
-    else:
-        y = x.to(DT)
-    return y
+    return _rne_bf16(x).to(DT) if EMULATE and DT == tl.bfloat16 else x.to(DT)
 
 
 @triton.jit
@@ -182,8 +178,7 @@ def rope_pairs_kernel(q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, s
 
 @triton.jit
 def _column(x, C: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
-    """Column ``C`` of the (N, W) tile ``x`` (W = 2, 4 or 8) as an (N,) tile: a tree of splits, each taking one
-    bit of C (a split of a dimension held in one thread's registers is a renaming, no move)."""
+    """Column ``C`` of the (N, W) tile ``x`` (W = 2, 4, 8): splits, each taking a bit of C (register renames)."""
     e, o = tl.split(tl.reshape(x, (N, W // 2, 2)))
     x = e if C % 2 == 0 else o
     if W >= 4:
@@ -207,8 +202,8 @@ def _pick(lo, hi, C: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
 
 @triton.jit
 def _window(lo, hi, R: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
-    """Elements [R, R + W) of the rows of ``lo`` and ``hi`` side by side (0 <= R < W): a shift by a constant done
-    in registers, so a misaligned run comes from two aligned loads. ``tl.join`` interleaves, hence the order."""
+    """Elements [R, R + W) of ``lo`` and ``hi`` side by side (0 <= R < W), shifted in registers: a misaligned run
+    from two aligned loads (``tl.join`` interleaves, hence the order)."""
     if W == 2:
         out = tl.join(_pick(lo, hi, R, W, N), _pick(lo, hi, R + 1, W, N))
     elif W == 4:
@@ -224,9 +219,8 @@ def _window(lo, hi, R: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
 
 @triton.jit
 def _shifted_run(x_ptr, at, own, S: tl.constexpr, need_lo, need_hi, VB: tl.constexpr, NBP: tl.constexpr):
-    """Each block's run of VB elements S elements on (S constant, either sign): the two aligned blocks holding it,
-    shifted in registers. Each is read only for the blocks whose lanes need it (``need_lo``: lanes below
-    VB - S mod VB; ``need_hi``: the rest); the block at offset 0 is ``own``, already loaded."""
+    """Each block's run of VB elements S on (S constant, either sign): the two aligned blocks holding it, shifted in
+    registers, each read only where lanes need it (``need_lo``: below VB - S mod VB); offset 0 is ``own``."""
     A: tl.constexpr = (S // VB) * VB  # floor for either sign: the first aligned block's offset
     lanes = tl.arange(0, VB)[None, :]
     if A == 0:

@@ -21,15 +21,14 @@ from rope.base import TensorCache, on_device_of
 from rope.triton import kernels
 from rope.triton.plan import OVERRIDES, Geometry, Overrides, Plan, make_plan
 
-#: Whether triton runs its CPU interpreter (chosen when triton is imported): the kernels then take CPU tensors.
+#: Whether triton runs its CPU interpreter (set when triton is imported): the kernels then take CPU tensors.
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
 #: Memory delivering more bytes per SM clock than this needs every thread of an SM in flight (:func:`register_cap`).
 FAST_MEMORY_BYTES_PER_SM_CYCLE = 16
 
 
 class Rotation(NamedTuple):
-    """What every launch of a module shares: ``partial`` (variant=partial's zero-frequency pairs skip their
-    table loads), ``low_precision`` (``triton_v2``'s arithmetic) and ``interleaved`` (the layout)."""
+    """A module's launches: ``partial`` (zero-frequency pairs skip their table loads), arithmetic, layout."""
 
     partial: bool
     low_precision: bool
@@ -55,7 +54,7 @@ def rotate(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
     yq = new_output(q.shape, q, poison)
     yk = None if k is None else new_output(k.shape, k, poison)
     B, T, HQ, D = q.shape
-    _rotate_into(_operand(q), _operand(k), _output(yq), _output(yk), (B, T, HQ, 0 if k is None else k.shape[2], D),
+    _rotate_into(_operand(q), _operand(k), _operand(yq), _operand(yk), (B, T, HQ, 0 if k is None else k.shape[2], D),
                  cos, sin, positions, rot, inverse, traced)
     return yq, yk
 
@@ -63,16 +62,15 @@ def rotate(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
 def rotate_projection(qkv: Tensor, seq_len: int, q_heads: int, k_heads: int, cos: Tensor, sin: Tensor,
                       positions: Tensor | None, rot: Rotation, *, traced: bool = False,
                       poison: bool = False) -> tuple[Tensor, Tensor]:
-    """Rotated q and k of the projection ``qkv`` ((B, T, W), or (B T, W) with T = ``seq_len``; unit last stride),
-    q's heads first, then k's: the kernel reads both through ``qkv`` itself, so a compiled graph passes the
-    projection's buffer, not views of it (each view is host time in Inductor's launch)."""
+    """Rotated q and k of the projection ``qkv`` ((B, T, W) or (B T, W), T = ``seq_len``; q's heads, then k's),
+    read through ``qkv`` itself: a compiled graph passes its buffer, not views (each is host time in Inductor)."""
     D = qkv.shape[-1] // (q_heads + 2 * k_heads)
     B = qkv.shape[0] if qkv.dim() == 3 else qkv.shape[0] // seq_len
     st = qkv.stride(-2)
     strides = (qkv.stride(0) if qkv.dim() == 3 else seq_len * st, st, D)
     yq = new_output((B, seq_len, q_heads, D), qkv, poison)
     yk = new_output((B, seq_len, k_heads, D), qkv, poison)
-    _rotate_into(Operand(qkv, strides), Operand(None, strides), _output(yq), _output(yk),
+    _rotate_into(Operand(qkv, strides), Operand(None, strides), _operand(yq), _operand(yk),
                  (B, seq_len, q_heads, k_heads, D), cos, sin, positions, rot, False, traced)
     return yq, yk
 
@@ -100,12 +98,7 @@ def qkv_backward(gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Te
 
 
 def _operand(x: Tensor | None) -> Operand | None:
-    return None if x is None else Operand(x, tuple(x.stride()[:3]))
-
-
-def _output(y: Tensor | None) -> Operand | None:
-    """A fresh (B, T, H, D) output as the kernels write it (its token stride; heads D apart)."""
-    return None if y is None else Operand(y, y.stride()[:3])
+    return None if x is None else Operand(x, x.stride()[:3])
 
 
 def _rotate_into(q: Operand, k: Operand | None, oq: Operand, ok: Operand | None, shape: tuple[int, ...],
@@ -208,10 +201,8 @@ def _copy_job(shape, strides, token_stride, offset, first, wide) -> Job:
 
 
 class Job(NamedTuple):
-    """A launch worked out once per signature (shapes, strides, dtypes, flags, tuning): the kernel's name in
-    :mod:`rope.triton.kernels`, its grid, integer arguments, constexprs and options, the plan (None for a copy),
-    and the compiled kernels Triton returned for it, by the tensors' alignment. Why: working a launch out is
-    most of a small call's host time."""
+    """A launch worked out once per signature (working it out is most of a small call's host time): the kernel's
+    name, grid, integers, constexprs, options, plan (None: a copy) and compiled kernels by the tensors' alignment."""
 
     kernel: str
     grid: tuple[int, int]

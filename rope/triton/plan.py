@@ -20,11 +20,8 @@ from dataclasses import dataclass
 from rope._launch import pow2_unit, stride_unit
 
 TILINGS = ("rows", "chunks", "flat")
-#: Elements a program moves by default: 16 bytes a thread of bf16 at 8 warps (4 for the flat tiling).
-ROW_TILE, SMALL_TILE, FLAT_TILE = 2048, 1024, 1024
-ROW_WARPS, FLAT_WARPS = 8, 4
-#: Flat block sizes tried, widest first (elements: 16 bytes of bf16 at 8).
-FLAT_BLOCKS = (8, 4, 2)
+#: Elements and warps a program takes by default (8 bf16 elements a thread: 16 bytes); flat blocks, widest first.
+ROW_TILE, SMALL_TILE, FLAT_TILE, ROW_WARPS, FLAT_WARPS, FLAT_BLOCKS = 2048, 1024, 1024, 8, 4, (8, 4, 2)
 #: Chunk/block ids within a batch element, and program ids, are int32.
 INT32_LIMIT = 2**31
 
