@@ -3,6 +3,8 @@
 * ``python -m bench.kernel``: RoPE kernels against their peers, in % of the GPU's copy bandwidth.
 * ``python -m bench.step``: what a RoPE implementation costs in a training step of the project's model.
 * ``python -m bench.generate``: decoding speed with and without the KV cache.
+* ``python -m bench.attention``: attention over a KV cache with the queries rotated inside the kernel
+  (``rope.attention_with_rope``) against ``triton_v4`` then SDPA.
 * ``python -m bench.profile``: where one training step spends its time.
 * ``python -m bench.precision``: the cos/sin tables and the kernels at positions up to 2^20 (CPU).
 * ``python -m bench.tables``: ``docs/benchmarks.md`` rewritten from the CSVs.
