@@ -290,7 +290,8 @@ class CuteDSLRotary(RotaryEmbedding):
         super().__init__(head_dim, max_seq_len, base, variant, layout, rotary_dim, scaling)
         # As in the Triton entries: the zero-frequency pairs need no table load unless YaRN scales the table.
         self._partial_shortcut = variant == "partial" and attention_factor(self.scaling) == 1.0
-        #: CTA size and rows per thread of every launch (a tuning knob, like the Triton entries' launch_config).
+        #: CTA size and rows per thread of every launch (a tuning knob; the Triton entries take theirs through
+        #: ``rope.triton.tuning``).
         self.launch_config = DEFAULT_LAUNCH
 
     @classmethod

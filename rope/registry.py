@@ -41,7 +41,7 @@ def discover(package: str, path: Iterable[str]) -> list[str]:
     Why: an implementation registers itself when its module is imported, so importing them all is
     what makes "one file with ``@register``" enough. The helper modules (``base``, ``registry``,
     ``numerics``) are imported too, harmlessly; a module that must not be imported eagerly (one that
-    needs an optional dependency, such as ``_triton_kernels``) starts with an underscore and is
+    needs an optional dependency, such as ``_cute_kernels``) starts with an underscore and is
     imported by the implementation that uses it. An implementation module that fails to import is
     an error, not a silently missing entry. Returns the module names imported, in order.
     """

@@ -48,7 +48,7 @@ def test_discovery_imports_every_public_module_and_init_lists_none():
     """Every non-underscore module of the package is imported by ``import rope``, and
     ``rope/__init__.py`` imports from nothing but ``rope.base`` and ``rope.registry``."""
     public = [m.name for m in pkgutil.iter_modules(rope.__path__) if not m.name.startswith("_")]
-    assert {"reference", "triton_rope"} <= set(public)
+    assert {"reference", "triton"} <= set(public)
     for name in public:
         assert f"rope.{name}" in sys.modules, f"rope.{name} was not imported by `import rope`"
     tree = ast.parse((ROOT / "rope" / "__init__.py").read_text())
