@@ -566,11 +566,11 @@ def packed_positions_once(cu_seqlens: Tensor, total: int, max_seq_len: int,
     """:func:`packed_positions`, computed and checked once per ``cu_seqlens`` tensor.
 
     Why: the check reads the values back to the host, a synchronisation that drains the GPU's queue, and
-    every attention layer of a step passes the same ``cu_seqlens`` (flash-attn's varlen convention). The
-    call at 64K tokens cost 250-330 us more than the rotation itself on the H100 (session 10), over 90%
-    of it that wait. Later calls with the same tensor objects, unchanged since (their version counters),
-    and the same total, table length and device reuse the positions: no synchronisation, no kernel but
-    the rotation (:class:`TensorCache`: not kept while tracing or for inference tensors).
+    every attention layer of a step passes the same ``cu_seqlens`` (flash-attn's varlen convention), and
+    that wait would otherwise cost more than the rotation itself. Later calls with the same tensor objects,
+    unchanged since (their version counters), and the same total, table length and device reuse the
+    positions: no synchronisation, no kernel but the rotation (:class:`TensorCache`: not kept while tracing
+    or for inference tensors).
     """
     off_is_tensor = isinstance(seqlen_offsets, Tensor)
     tensors = (cu_seqlens, seqlen_offsets) if off_is_tensor else (cu_seqlens,)
@@ -614,9 +614,8 @@ def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
         raise ValueError(f"seqlen_offsets must be an int or an int tensor of shape (n_seq,)=({n_seq},) on "
                          f"{device}, got {seqlen_offsets!r}")
     # The positions are queued before the one synchronisation that checks the values, so that after it
-    # only the caller's kernel is left to launch: with them after it, the module call with cu_seqlens
-    # ran at 50-64% of copy bandwidth on the H100 (its slow host launching seven kernels behind the sync),
-    # the kernel alone at 99-100% (session 10). Indices are clamped so that bad values, refused below,
+    # only the caller's kernel is left to launch (a slow host would otherwise launch every kernel behind the
+    # sync, with the GPU idle). Indices are clamped so that bad values, refused below,
     # never index out of bounds on the way.
     tokens = torch.arange(total, device=device)
     # The sequence of each token: the number of starts <= it, less one (cu[0] = 0 is <= every token).

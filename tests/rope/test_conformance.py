@@ -2,7 +2,7 @@
 
 The entries are read from ``rope.available()`` when this file is imported, so an implementation is
 tested the moment it is registered (plus ``EXTRA_OPTIONS``: option sets that change the arithmetic).
-Each is checked against ``formula64``, an independent float64 transcription of the README's
+Each is checked against ``formula64``, an independent float64 transcription of docs/usage.md's
 "Reference semantics" (nothing imported from ``rope``): forward and backward (against the formula's
 autograd), both variants, positions None / (T,) / (B, T), strided views (a fused qkv projection,
 a transposed layout, a stride-2 head dim), k with fewer heads, ``rotate_qkv``, q alone, odd sizes,
@@ -392,8 +392,8 @@ def test_packed_positions_compiled_match_the_written_out_rows(device):
     r = build("torch", {}, 32, 16, device)
     q = torch.randn(sum(lengths), 2, 32, device=device)
     want = r(q, None, cu_seqlens=cu)
-    # Close, not equal: on CUDA Inductor's fused float32 arithmetic rounds differently from eager's (a few ulp, H100,
-    # session 22); a row taken at a wrong position is off by O(1)
+    # Close, not equal: on CUDA Inductor's fused float32 arithmetic rounds differently from eager's (a few ulp); a
+    # row taken at a wrong position is off by O(1)
     torch.testing.assert_close(torch.compile(r)(q, None, cu_seqlens=cu), want, rtol=1e-5, atol=1e-5)
 
 

@@ -72,7 +72,7 @@ def test_resume_continues_the_saved_config_and_refuses_a_different_model(tmp_pat
     with pytest.raises(ResumeError, match=r"resume cannot change model.n_layer \(saved 2, asked 3\)"):
         run_inprocess(run, ["train.resume=auto", "model.n_layer=3"])
     assert (run / "config.yaml").read_text() == config_before, "config.yaml is rewritten only after a resume worked"
-    # no original overrides on the resume line (the README's form): the saved run's config is used;
+    # no original overrides on the resume line (the documented form): the saved run's config is used;
     # a safe change (more steps) is applied
     summary = run_inprocess(run, ["train.resume=auto", "train.max_steps=10"])
     assert summary["status"] == "completed" and summary["step"] == 10
@@ -278,7 +278,7 @@ def test_second_ctrl_c_during_a_save_leaves_no_temporary(tmp_path, monkeypatch):
 
 
 def test_a_real_second_ctrl_c_during_the_stop_checkpoint_is_the_abort(tmp_path):
-    """Ctrl-C, then Ctrl-C again while the stop checkpoint is being written: the run aborts as the README says (one
+    """Ctrl-C, then Ctrl-C again while the stop checkpoint is being written: the run aborts as docs/usage.md says (one
     line, exit 130, no traceback), not as a crash (``status: failed`` and torch's "unexpected pos" RuntimeError,
     which the writer raises once the interrupt cut a write it called back short). The child's torch.save writes
     through a file that waits in its third write, so the second signal, a real one, lands inside torch's zip
