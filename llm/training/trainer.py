@@ -244,9 +244,10 @@ class Trainer:
     def _wrap(self, model: GPT) -> torch.nn.Module:
         """The module a training step calls: the model, or its fused-loss forward; compiled with
         ``train.compile``, wrapped in DDP under torchrun."""
-        wrapped: torch.nn.Module = FusedLinearCrossEntropy(model) if self.tc.get("fused_linear_ce") else model
-        if self.tc.compile:
-            inductor_determinism(bool(self.tc.get("deterministic")))
+        tc = self.tc
+        wrapped: torch.nn.Module = FusedLinearCrossEntropy(model) if getattr(tc, "fused_linear_ce", False) else model
+        if tc.compile:
+            inductor_determinism(bool(getattr(tc, "deterministic", False)))
             wrapped = compile_model(wrapped)  # it reads .rotary, which the fused-loss forward passes on
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
