@@ -29,9 +29,11 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +44,7 @@ from llm.data.cache_lock import locked_cache_dir
 from llm.data.config import check_data_config, num_threads
 from llm.data.sources import FORMAT_VERSION, KEEP_DIR, Source, make_source
 from llm.data.split import SPLITS, VAL_DOC_CAP, cap_val_documents, composition
-from llm.data.tokenizer import canonical_tokenizer_name, get_tokenizer
+from llm.data.tokenizer import TokenizeProgress, canonical_tokenizer_name, get_tokenizer
 from llm.fileio import TMP_MARK, atomic_path, remove_stale_temps, write_json_atomic
 
 if TYPE_CHECKING:
@@ -211,11 +213,9 @@ def _write_shards(splits: dict[str, list], enc: tiktoken.Encoding, dtype: np.dty
     be applied on tokens (:func:`llm.data.split.cap_val_documents`); the documents it moves are appended to
     train. Train streams batch by batch, whatever its size.
     """
-    from tqdm import tqdm
-
     total = sum(len(_dataset(entry)) for split in SPLITS for entry in splits[split])
     out: dict[str, Any] = {"n_tokens": {}, "n_docs": {}, "sha256": {}, "composition": {}}
-    with tqdm(total=total, desc=f"tokenizing {name}", unit="doc", mininterval=1.0) as bar:
+    with TokenizeProgress(total, f"tokenizing {name}") as bar:  # a log line, not a bar, where output is a file
         val_keys: list[str] = []
         val_ids: list[np.ndarray] = []
         for keys, encoded in _encoded(splits["val"], enc, num_threads, "val", bar):
@@ -266,6 +266,23 @@ def _remove_leftovers(cache_dir: Path) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
+@contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """Without a terminal, datasets' own progress bars (reading, splitting) off for the build: in a log file
+    their carriage-return redraws are noise; the build logs its own progress (``TokenizeProgress``)."""
+    import datasets
+
+    was = datasets.is_progress_bar_enabled()
+    if sys.stderr.isatty() or not was:
+        yield
+        return
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.enable_progress_bars()
+
+
 def _data_id(tokenizer: str, sha256: Mapping[str, str]) -> str:
     """One hash of what a run reads: the tokenizer and both token streams."""
     return hashlib.sha256(json.dumps({"tokenizer": tokenizer, "sha256": dict(sha256)}, sort_keys=True)
@@ -281,8 +298,9 @@ def _build(source: Source, cache_dir: Path, enc: tiktoken.Encoding, expected: di
     dtype = token_dtype(enc.n_vocab)
     scratch = Path(tempfile.mkdtemp(prefix=f"scratch{TMP_MARK}", dir=cache_dir))
     try:
-        splits = source.load(scratch)
-        shards = _write_shards(splits, enc, dtype, cache_dir, num_threads, source.name)
+        with _quiet_datasets():
+            splits = source.load(scratch)
+            shards = _write_shards(splits, enc, dtype, cache_dir, num_threads, source.name)
         del splits
         keep = scratch / KEEP_DIR
         for kept in sorted(keep.iterdir()) if keep.is_dir() else []:

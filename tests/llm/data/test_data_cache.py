@@ -285,3 +285,9 @@ def test_concurrent_preparation_yields_one_valid_cache(tmp_path, make_corpus, te
     assert len(cache_dirs) == 1 and not list(cache_dirs[0].glob("*.tmp*"))
     d = prepare_data(text_cfg(corpus), "cl100k_base", cache_root)  # the parent finds it valid
     assert np.asarray(d.train).tolist() == tr1
+
+
+def test_a_build_writes_no_progress_redraws_into_a_log(tmp_path, make_corpus, text_cfg, capfd):
+    """Output to a file (here pytest's capture) gets log lines, never a progress bar's carriage-return redraws."""
+    prepare_data(text_cfg(make_corpus(tmp_path / "corpus")), "cl100k_base", tmp_path / "cache")
+    assert "\r" not in capfd.readouterr().err
