@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import rope as rope_registry
+from llm.doc_attention import DocumentMask, document_attention
 from llm.kv_cache import KVCache, LayerKV, StaticKVCache, StaticLayerKV
 
 # cl100k_base's size: the memory check's stand-in before the tokenizer is loaded
@@ -117,9 +118,11 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
         self.resid_drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, kv: LayerKV | StaticLayerKV | None = None, positions: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, kv: LayerKV | StaticLayerKV | None = None, positions: Tensor | None = None,
+                doc_mask: DocumentMask | None = None) -> Tensor:
         """Causal self-attention of ``x`` (B, T, C); with ``kv``, ``x`` holds only the new tokens (at
-        absolute ``positions``) and attends to the cached ones too."""
+        absolute ``positions``) and attends to the cached ones too; with ``doc_mask`` (document-aligned
+        windows, ``positions`` restarting at each document), each token attends only inside its document."""
         B, T, C = x.shape
         qkv = self.qkv(x)
         if kv is not None and kv.fused(T):
@@ -128,7 +131,10 @@ class CausalSelfAttention(nn.Module):
             # q, k, v are strided views of the fused projection (kernels take them without copies); the
             # RoPE module splits them so that an implementation can also write d qkv in one pass.
             q, k, v = self.rotary.rotate_qkv(qkv, self.n_head, self.n_kv_head, positions=positions)
-            if kv is None:
+            if doc_mask is not None:
+                y = document_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), doc_mask,
+                                       self.dropout if self.training else 0.0, self.n_kv_head != self.n_head)
+            elif kv is None:
                 y = self._attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, True)
             else:
                 keys, values, mask, causal = kv.update(k, v, positions)
@@ -177,8 +183,8 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x: Tensor, kv: LayerKV | StaticLayerKV | None = None,
-                positions: Tensor | None = None) -> Tensor:
-        x = x + self.attn(self.norm1(x), kv, positions)
+                positions: Tensor | None = None, doc_mask: DocumentMask | None = None) -> Tensor:
+        x = x + self.attn(self.norm1(x), kv, positions, doc_mask)
         return x + self.mlp(self.norm2(x))
 
 
@@ -232,15 +238,19 @@ class GPT(nn.Module):
                              "(the RoPE cache, rope.max_seq_len)")
         return (StaticKVCache if static else KVCache)(self.cfg.n_layer, max_len, attention)
 
-    def hidden(self, idx: Tensor, cache: KVCache | StaticKVCache | None = None) -> Tensor:
+    def hidden(self, idx: Tensor, cache: KVCache | StaticKVCache | None = None, *, positions: Tensor | None = None,
+               doc_mask: DocumentMask | None = None) -> Tensor:
         """The final normed hidden states (B, T, n_embd) of ``idx``; with ``cache``, ``idx`` holds the
-        tokens after the cached ones, which the cache then includes."""
+        tokens after the cached ones, which the cache then includes. ``positions`` and ``doc_mask`` lay a
+        whole window out by document (``data.packing=documents``, :mod:`llm.data.packing`): each token is
+        rotated at its position in its document and attends only inside it."""
         T = idx.shape[1]
         if cache is None:
             if T > self.context_len:
                 raise ValueError(f"sequence length {T} > the model's context of {self.context_len} positions "
                                  "(the RoPE cache: rope.max_seq_len, default model.seq_len)")
-            positions = None
+        elif positions is not None or doc_mask is not None:
+            raise ValueError("positions and doc_mask are for whole windows, not for decoding with a KV cache")
         else:
             cache.check_room(T)
             positions = cache.positions(T, idx.device)
@@ -249,16 +259,17 @@ class GPT(nn.Module):
             x = x * math.sqrt(self.cfg.n_embd)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, None if cache is None else cache.layer(i), positions)
+            x = block(x, None if cache is None else cache.layer(i), positions, doc_mask)
         if cache is not None:
             cache.advance(T)
         return self.norm(x)
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None, *,
-                cache: KVCache | StaticKVCache | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(self, idx: Tensor, targets: Tensor | None = None, *, cache: KVCache | StaticKVCache | None = None,
+                positions: Tensor | None = None, doc_mask: DocumentMask | None = None) -> tuple[Tensor, Tensor | None]:
         """Logits (B, T, padded_vocab) and, with targets, the mean cross-entropy. With ``cache``:
-        logits of the new tokens ``idx``, which are appended to the cache."""
-        logits = self.head(self.hidden(idx, cache))
+        logits of the new tokens ``idx``, which are appended to the cache. ``positions`` and ``doc_mask``: see
+        :meth:`hidden`."""
+        logits = self.head(self.hidden(idx, cache, positions=positions, doc_mask=doc_mask))
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))

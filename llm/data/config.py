@@ -13,6 +13,10 @@ from typing import Any
 from llm.data.tokenizer import check_tokenizer_name
 from llm.errors import ConfigError
 
+#: ``data.packing``: random slices of the token stream (positions 0..T-1), or the same slices laid out by document
+#: (positions restart at each document, attention stays inside it: :mod:`llm.data.packing`).
+PACKINGS = ("random", "documents")
+
 
 class DataError(ConfigError):
     """A data setting, or the data it points at, cannot work. The message is one line naming the key
@@ -75,6 +79,14 @@ def num_threads(cfg: Mapping) -> int | None:
     return positive_int_or_none(cfg, "num_threads")
 
 
+def packing(cfg: Mapping) -> str:
+    """``data.packing`` (default ``random``): how training windows are laid out, one of :data:`PACKINGS`."""
+    value = setting(cfg, "packing", "random")
+    if value not in PACKINGS:
+        raise DataError(f"data.packing={value} must be one of {', '.join(PACKINGS)}")
+    return str(value)
+
+
 def check_data_config(data_cfg: Mapping, tokenizer_name: str) -> None:
     """Refuse a data config that cannot work, before any work: raises DataError (a ValueError) with one line
     naming the key. Cheap: reads no file contents and needs no network.
@@ -89,10 +101,11 @@ def check_data_config(data_cfg: Mapping, tokenizer_name: str) -> None:
     kind = SOURCES.get(name) if isinstance(name, str) else None
     if kind is None:
         raise DataError(f"data.name={name} is not a known data source; choices: {', '.join(SOURCES)}")
-    allowed = ("name", "num_threads", *kind.keys)
+    allowed = ("name", "num_threads", *kind.keys, "packing")
     for key in data_cfg:
         if key not in allowed:
             raise DataError(f"data.{key} is not a setting of data={name}; its settings: {', '.join(allowed[1:])}")
     num_threads(data_cfg)
+    packing(data_cfg)
     kind.check(data_cfg)
     check_tokenizer_name(tokenizer_name)

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from llm.data import val_batches, val_window_starts
+from llm.data.packing import document_layout
+from llm.doc_attention import DocumentMask
 from llm.training.distributed import DistInfo, all_reduce_sum
 
 
@@ -34,9 +36,13 @@ class EvalResult:
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, val_tokens: np.ndarray, batch_size: int, seq_len: int, n_batches: int,
              device: torch.device, autocast: AbstractContextManager, dist_info: DistInfo,
-             vocab_size: int) -> EvalResult:
+             vocab_size: int, documents_eot: int | None = None) -> EvalResult:
     """Mean loss and its SE, argmax accuracy, exp(mean loss) and the token count over the val windows, and the
     mean loss of each window.
+
+    With ``documents_eot`` (the end-of-text id of a ``data.packing=documents`` run) each window is laid out by
+    document as in training (positions restart at each end-of-text token, attention stays inside a document),
+    so the model is evaluated on the layout it was trained on; the windows and targets are the same.
 
     Batches are split across ranks and the sums all-reduced, so every rank returns the same numbers.
     """
@@ -53,8 +59,12 @@ def evaluate(model: torch.nn.Module, val_tokens: np.ndarray, batch_size: int, se
         if i % dist_info.world_size != dist_info.rank:
             continue
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        documents = {}
+        if documents_eot is not None:
+            positions, doc_ids = document_layout(x, documents_eot)
+            documents = {"positions": positions, "doc_mask": DocumentMask.build(doc_ids)}
         with autocast:
-            logits, _ = model(x)  # per-token losses below; the model's own mean would be computed twice
+            logits, _ = model(x, **documents)  # per-token losses below; the model's own mean would be computed twice
         token_loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
         window = token_loss.double().mean(dim=1)
         per_window[rows] = window

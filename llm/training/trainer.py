@@ -17,6 +17,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -24,6 +25,9 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 import rope
 from llm.data import TokenData, check_streams, data_fingerprint, prepare_data, sample_batch
+from llm.data.config import packing
+from llm.data.packing import document_batch
+from llm.doc_attention import DocumentMask, takes_dense
 from llm.errors import ConfigError
 from llm.fileio import DiskFullError
 from llm.model import GPT, build_model, compile_model, rope_cache_len
@@ -82,8 +86,9 @@ class StopTraining(Exception):
         self.status, self.exit_code = status, exit_code
 
 
-def check_train_config(tc: DictConfig, world_size: int = 1) -> None:
-    """Validate the ``train`` config group before any work; each message names the key."""
+def check_train_config(tc: DictConfig, world_size: int = 1, data_cfg: DictConfig | None = None) -> None:
+    """Validate the ``train`` config group before any work; each message names the key. ``data_cfg`` (default:
+    the ``data`` group of the config ``tc`` belongs to) is read for the settings the two groups must agree on."""
     for key in ("max_steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every"):
         v = tc[key]
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -103,6 +108,11 @@ def check_train_config(tc: DictConfig, world_size: int = 1) -> None:
     check_sample_config(tc)
     if tc.get("attention", "auto") not in runtime.ATTENTION_BACKENDS:
         raise ConfigError(f"train.attention={tc.attention!r}; allowed: {', '.join(runtime.ATTENTION_BACKENDS)}")
+    if data_cfg is None and isinstance(tc, DictConfig) and isinstance(tc._get_parent(), DictConfig):
+        data_cfg = tc._get_parent().get("data")
+    if tc.get("attention") == "flash" and data_cfg is not None and packing(data_cfg) == "documents":
+        raise ConfigError("data.packing=documents needs attention with a document mask, which train.attention=flash "
+                          "cannot take; use train.attention=auto, efficient or math")
     for key, closed in (("warmup_frac", False), ("min_lr_frac", True)):
         v = tc.get(key, 0)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= 1 if closed else 0 <= v < 1):
@@ -141,8 +151,8 @@ class FusedLinearCrossEntropy(torch.nn.Module):
         """The model's RoPE module: :func:`llm.model.compile_model` compiles with its Inductor options."""
         return self.model.rotary
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> tuple[None, torch.Tensor]:
-        h = self.model.hidden(idx)
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor, **documents: Any) -> tuple[None, torch.Tensor]:
+        h = self.model.hidden(idx, **documents)
         return None, self.loss(self.model.head.weight, h.flatten(0, 1), targets.flatten())
 
 
@@ -196,6 +206,7 @@ class Trainer:
         self.outputs = self._make_outputs(self.group, tracker_id)
         self.outputs.write_config(OmegaConf.to_yaml(cfg, resolve=True))  # after a resume succeeded, not before
         self.seq_len = cfg.model.seq_len
+        self.documents = packing(cfg.data) == "documents"  # windows laid out by document (llm.data.packing)
         per_rank = self.tc.batch_size // dist_info.world_size
         self.rows = slice(dist_info.rank * per_rank, (dist_info.rank + 1) * per_rank)
         self.tokens_per_step = self.tc.batch_size * self.tc.grad_accum * self.seq_len
@@ -292,11 +303,19 @@ class Trainer:
         return self.tokens_per_step * self.tc.max_steps / max(1, len(self.data.train))
 
     # -- one step ---------------------------------------------------------------------------------
-    def batch(self, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, micro: int) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         """Micro-batch ``micro`` of the current step, this rank's rows, on its device: the one place training
-        data is fetched (a function of (seed, step, micro) only, so a resumed run continues the same stream)."""
-        x, y = sample_batch(self.data.train, self.tc.batch_size, self.seq_len, self.cfg.seed, self.step, micro)
-        return x[self.rows].to(self.device, non_blocking=True), y[self.rows].to(self.device, non_blocking=True)
+        data is fetched (a function of (seed, step, micro) only, so a resumed run continues the same stream).
+        The third item holds the model's document layout under ``data.packing=documents`` (positions restarting
+        at each document, the mask keeping attention inside it), else nothing."""
+        tc = self.tc
+        if self.documents:
+            b = document_batch(self.data.train, self.data.eot, tc.batch_size, self.seq_len, self.cfg.seed, self.step,
+                               micro).rows(self.rows).to(self.device)
+            mask = DocumentMask.build(b.doc_ids, dense=takes_dense(self.device, self.model.cfg.dropout, grad=True))
+            return b.x, b.y, {"positions": b.positions, "doc_mask": mask}
+        x, y = sample_batch(self.data.train, tc.batch_size, self.seq_len, self.cfg.seed, self.step, micro)
+        return x[self.rows].to(self.device, non_blocking=True), y[self.rows].to(self.device, non_blocking=True), {}
 
     def train_step(self) -> StepResult:
         """One optimizer step: grad_accum micro-batches, clip, step (skipped when not finite)."""
@@ -305,11 +324,11 @@ class Trainer:
         set_lr(self.optimizers, lr_multiplier(step, tc.max_steps, self.warmup_steps, tc.min_lr_frac))
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(tc.grad_accum):
-            x, y = self.batch(micro)
+            x, y, documents = self.batch(micro)
             last_micro = micro == tc.grad_accum - 1
             sync = nullcontext() if last_micro or not self.dist.enabled else self.train_model.no_sync()
             with sync, self.autocast:
-                _, loss = self.train_model(x, y)
+                _, loss = self.train_model(x, y, **documents)
                 (loss / tc.grad_accum).backward()
             loss_sum += loss.detach()
         clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
@@ -394,7 +413,8 @@ class Trainer:
 
     def run_eval(self) -> dict[str, float]:
         result = evaluate(self.model, self.data.val, self.tc.batch_size, self.seq_len, self.tc.eval_batches,
-                          self.device, self.autocast, self.dist, self.data.vocab_size)
+                          self.device, self.autocast, self.dist, self.data.vocab_size,
+                          self.data.eot if self.documents else None)
         self.last_val, self.last_val_step = result.metrics, self.step
         self.outputs.write_eval_windows(self.step, self.seq_len, result.starts, result.window_loss)
         v = self.last_val
