@@ -137,6 +137,10 @@ class FusedLinearCrossEntropy(torch.nn.Module):
     arithmetic than the model's own loss (bf16 logits, the logit gradient in bf16), so every run of a comparison
     must use the same setting (a train.* key: the report refuses runs that differ in it). Evaluation keeps the
     model's own forward. The model is the GPT's ``hidden`` and ``head``, unchanged.
+
+    Under ``train.compile`` the hidden states are compiled and the loss runs eagerly (:meth:`fused_loss`): Dynamo
+    cannot trace Liger's autograd function (torch 2.11 fails on its ``addmm(..., out_dtype=, out=)`` under fake
+    tensors), and the loss is one hand-written kernel that a compiler has nothing to fuse into.
     """
 
     def __init__(self, model: GPT) -> None:
@@ -153,7 +157,12 @@ class FusedLinearCrossEntropy(torch.nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor, **documents: Any) -> tuple[None, torch.Tensor]:
         h = self.model.hidden(idx, **documents)
-        return None, self.loss(self.model.head.weight, h.flatten(0, 1), targets.flatten())
+        return None, self.fused_loss(self.model.head.weight, h.flatten(0, 1), targets.flatten())
+
+    @torch.compiler.disable
+    def fused_loss(self, weight: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean cross-entropy of ``hidden @ weight.T`` against ``targets``, outside any compiled graph."""
+        return self.loss(weight, hidden, targets)
 
 
 def inductor_determinism(deterministic: bool) -> None:

@@ -66,6 +66,61 @@ def test_fused_linear_cross_entropy_is_the_models_own_loss():
     assert fused.rotary is model.rotary
 
 
+def _compiled_fused(monkeypatch, model):
+    """The module a compiled fused-loss run trains through (Trainer._wrap), compiled by aot_eager: Dynamo and
+    AOTAutograd as on the GPU, without Inductor's code generation."""
+    monkeypatch.setattr(trainer_mod, "compile_model", lambda m: torch.compile(m, backend="aot_eager"))
+    fake = SimpleNamespace(tc=OmegaConf.create({"compile": True, "fused_linear_ce": True}),
+                           dist=SimpleNamespace(enabled=False))
+    return Trainer._wrap(fake, model)
+
+
+def test_a_compiled_fused_loss_forward_compiles_the_hidden_states_and_runs_the_loss_eagerly(monkeypatch):
+    """train.compile=true with train.fused_linear_ce=true: Dynamo must not trace the loss (it cannot trace Liger's
+    fused linear cross-entropy); a stand-in loss sees itself called outside compilation, every step, and the
+    loss and gradients are the eager forward's."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = build_model(OmegaConf.create({"n_layer": 1, "n_head": 2, "n_embd": 32, "seq_len": 16}), {"name": "torch"},
+                        300)
+    compiled = _compiled_fused(monkeypatch, model)
+    calls = []
+
+    class StandIn(torch.nn.Module):
+        def forward(self, weight, hidden, targets):
+            calls.append(torch.compiler.is_compiling())
+            return torch.nn.functional.cross_entropy(hidden @ weight.T, targets)
+
+    compiled._orig_mod.loss = StandIn()
+    x, y = torch.randint(0, 300, (2, 16)), torch.randint(0, 300, (2, 16))
+    _, want = model(x, y)
+    want.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    for _ in range(2):
+        _, got = compiled(x, y)
+        got.backward()
+    assert calls == [False, False], "the loss ran inside the compiled graph"
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, 2 * grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.interpreter
+def test_liger_fused_loss_under_a_compiled_model_is_the_models_own_loss(monkeypatch):
+    """Liger's real kernel (the Triton interpreter on the CPU) behind the compiled hidden states."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = build_model(OmegaConf.create({"n_layer": 1, "n_head": 2, "n_embd": 32, "seq_len": 16}), {"name": "torch"},
+                        300)
+    x, y = torch.randint(0, 300, (2, 16)), torch.randint(0, 300, (2, 16))
+    _, want = model(x, y)
+    _, got = _compiled_fused(monkeypatch, model)(x, y)
+    got.backward()
+    assert got.item() == pytest.approx(want.item(), rel=1e-6)
+    assert all(p.grad is not None for p in model.parameters())
+
+
 def test_fused_linear_ce_is_refused_in_one_line_without_liger(monkeypatch):
     tc = OmegaConf.load(trainer_mod.Path(__file__).resolve().parents[3] / "conf" / "train" / "default.yaml")
     tc.fused_linear_ce = True
