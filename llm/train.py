@@ -29,15 +29,25 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from llm.entry import full_error_requested, run_entry
-from llm.errors import RunDirInUseError
+from llm.errors import ConfigError, RunDirInUseError
 from llm.training.checkpoint import checkpoint_files
 from llm.training.run import UNRECORDED_STARTS, USER_ERRORS, one_line, run_training
 from llm.training.trainer import TrainOutcome
 
 log = logging.getLogger("llm.train")
 
-# conf/hydra/launcher/gpus.yaml: as many parallel jobs as visible GPUs
-OmegaConf.register_new_resolver("ropelab_gpus", lambda: max(1, torch.cuda.device_count()), replace=True)
+
+def jobs_at_once(per_gpu: object = 1) -> int:
+    """How many jobs of a sweep ``hydra/launcher=gpus`` runs at once: ``per_gpu`` (``sweep.jobs_per_gpu``) for
+    each visible GPU, the CPU counting as one device. conf/hydra/launcher/gpus.yaml reads it as the resolver
+    ``ropelab_jobs``, registered here since the launcher's own config takes only joblib's settings: Hydra resolves
+    it in the process this entry point runs in (its sweep's jobs import this module too)."""
+    if isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1:
+        raise ConfigError(f"sweep.jobs_per_gpu={per_gpu!r} must be a positive integer")
+    return max(1, torch.cuda.device_count()) * per_gpu
+
+
+OmegaConf.register_new_resolver("ropelab_jobs", jobs_at_once, replace=True)
 
 #: Exit code of a run aborted by a second Ctrl-C (the shell's 128 + SIGINT).
 ABORTED = 130

@@ -45,19 +45,6 @@ log = logging.getLogger("llm.train")
 LIGER_MISSING = "train.fused_linear_ce=true needs Liger-Kernel: pip install -e '.[liger]'"
 
 
-def jobs_at_once(per_gpu: object = 1) -> int:
-    """How many jobs of a sweep ``hydra/launcher=gpus`` runs at once: ``per_gpu`` (``sweep.jobs_per_gpu``) for
-    each visible GPU, the CPU counting as one device. conf/hydra/launcher/gpus.yaml reads it as the resolver
-    ``ropelab_jobs`` (registered when the entry point imports this module), since the launcher's own config
-    takes only joblib's settings."""
-    if isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1:
-        raise ValueError(f"sweep.jobs_per_gpu={per_gpu!r} must be a positive integer")
-    return max(1, torch.cuda.device_count()) * per_gpu
-
-
-OmegaConf.register_new_resolver("ropelab_jobs", jobs_at_once, replace=True)
-
-
 @dataclass
 class StepResult:
     loss: float

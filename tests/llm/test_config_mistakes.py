@@ -107,3 +107,17 @@ def test_every_shipped_config_passes_the_key_check():
     with pytest.raises(ConfigError, match=r"^foo\.bar is not a known key, so nothing would read it "):
         check_config_keys(compose_cfg(["+foo.bar=1"]))
     check_config_keys(compose_cfg(["+rope.max_seq_len=64", "+model.n_kv_head=1"]))  # read by rope and the model
+
+
+def test_sweep_jobs_per_gpu_is_a_key_of_every_command():
+    """``sweep.jobs_per_gpu=K`` is set without ``+`` on any command (conf/config.yaml defines it), and with an
+    experiment that sets its own; a typo of it is refused with the key it meant."""
+    assert compose_cfg([]).sweep.jobs_per_gpu == 1
+    for overrides in (["sweep.jobs_per_gpu=3"], ["+experiment=rope_variant", "sweep.jobs_per_gpu=3"],
+                      ["+experiment=length_generalization", "sweep.jobs_per_gpu=3"]):
+        cfg = compose_cfg(overrides, small=False)
+        check_config_keys(cfg)
+        assert cfg.sweep.jobs_per_gpu == 3
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"), pytest.raises(Exception) as err:
+        compose("config", overrides=["sweep.jobs_per_gpus=3"])
+    assert "did you mean sweep.jobs_per_gpu?" in hydra_error_line(err.value)

@@ -182,7 +182,7 @@ def test_the_gpu_launcher_preset_runs_one_job_per_gpu():
     from helpers import CONF
     from hydra import compose, initialize_config_dir
 
-    import llm.train  # noqa: F401  (registers the ropelab_gpus resolver)
+    import llm.train  # noqa: F401  (registers the launcher's ropelab_jobs resolver)
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["hydra/launcher=gpus"], return_hydra_config=True)
