@@ -6,17 +6,17 @@ length (default 1x, 2x, 4x, 8x, 16x its training ``model.seq_len``), with the ru
 one ``rope.scaling.*`` asks for, and with its implementation or ``rope=<name>``'s. One progress line per
 length; results in ``<run dir>/eval_lengths/<label>.json`` and ``.csv``. A user error (no checkpoint,
 ``lengths=[0]``, an unknown scaling, a length that cannot fit the device) is one line on stderr and exit
-code 2, before the weights are loaded.
+code 2, before the weights are loaded; so is a Hydra-level mistake (an unknown option or key, see :mod:`llm.entry`).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
+from llm.entry import full_error_requested, run_entry
 from llm.errors import UserError
 from llm.evaluation.lengths import eval_lengths_from_config
 from llm.fileio import DiskFullError
@@ -31,11 +31,11 @@ def main(cfg: DictConfig) -> None:
     try:
         eval_lengths_from_config(cfg, emit=_print)
     except (UserError, DiskFullError) as e:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        if full_error_requested():
             raise
         print(f"Error: {str(e).strip() or type(e).__name__}", file=sys.stderr)
         sys.exit(2)
 
 
 if __name__ == "__main__":
-    main()
+    run_entry(main, "eval_lengths", "python -m llm.eval_lengths")
