@@ -125,7 +125,7 @@ class FusedLinearCrossEntropy(torch.nn.Module):
     must use the same setting (a train.* key: the report refuses runs that differ in it). Evaluation keeps the
     model's own forward. The model is the GPT's ``hidden`` and ``head``, unchanged.
 
-    Under ``train.compile`` the hidden states are compiled and the loss runs eagerly (:meth:`fused_loss`): Dynamo
+    Under ``train.compile`` the hidden states are compiled and the loss runs eagerly (``fused_loss``): Dynamo
     cannot trace Liger's autograd function (torch 2.11 fails on its ``addmm(..., out_dtype=, out=)`` under fake
     tensors), and the loss is one hand-written kernel that a compiler has nothing to fuse into.
     """
@@ -136,6 +136,8 @@ class FusedLinearCrossEntropy(torch.nn.Module):
 
         self.model = model
         self.loss = LigerFusedLinearCrossEntropyLoss()
+        # made here, not by a decorator: torch.compiler.disable imports Dynamo, which a refused command must not load
+        self.fused_loss = torch.compiler.disable(self._loss)
 
     @property
     def rotary(self) -> torch.nn.Module:
@@ -146,9 +148,9 @@ class FusedLinearCrossEntropy(torch.nn.Module):
         h = self.model.hidden(idx, **documents)
         return None, self.fused_loss(self.model.head.weight, h.flatten(0, 1), targets.flatten())
 
-    @torch.compiler.disable
-    def fused_loss(self, weight: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """The mean cross-entropy of ``hidden @ weight.T`` against ``targets``, outside any compiled graph."""
+    def _loss(self, weight: torch.Tensor, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean cross-entropy of ``hidden @ weight.T`` against ``targets``; called as :attr:`fused_loss`, outside
+        any compiled graph."""
         return self.loss(weight, hidden, targets)
 
 
