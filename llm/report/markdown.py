@@ -204,7 +204,7 @@ def _config_section(report: Report) -> list[str]:
         lines += ["", f"**Shared GPU**: {len(shared)} run(s) trained while other runs used the same GPU (up to "
                   f"{max(shared.values())} at once; the Per-seed table says how many): their Training Time and "
                   "tokens/s measure a share of a GPU, not the implementation. Compare speed between runs that "
-                  "ran alone, or with `python -m scripts.bench_step`."]
+                  "ran alone, or with `python -m bench.step`."]
     if report.diffs:
         lines += ["", "**Mixed runs (`--allow-mixed`)**: these config keys differ between runs:", "", "```"]
         lines += [*describe_differences(report.diffs), "```"]
