@@ -39,16 +39,17 @@ def test_bad_input_is_one_line_before_any_work_and_leaves_no_run_dir(tmp_path, o
     assert not run_dir.exists() and not (tmp_path / "day").exists(), "a config that never ran leaves no run dir"
 
 
-def test_a_refused_command_loads_neither_the_compiler_nor_scipy(tmp_path):
+def test_a_refused_command_loads_neither_the_compiler_nor_scipy_nor_statsmodels(tmp_path):
     """Every ``python -m llm.train`` instantiates the sweep callbacks and imports ``rope``. On a CPU build of torch
-    neither may pull in torch's compiler (3 s, ``rope.triton.ops.traced_ops``) or ``scipy.stats`` (0.85 s,
-    ``llm.report.stats``) before the command is checked: a user's typo, and each of the CLI tests here, would wait
-    for them. Asked of the process at its exit, after the one-line refusal."""
+    neither may pull in torch's compiler (3 s, ``rope.triton.ops.traced_ops``), ``scipy.stats`` (0.85 s,
+    ``llm.report.stats``) or ``statsmodels`` (the report's Holm correction) before the command is checked: a user's
+    typo, and each of the CLI tests here, would wait for them. Asked of the process at its exit, after the
+    one-line refusal."""
     import torch
 
     if torch.version.cuda or torch.version.hip:
         pytest.skip("a CUDA build of torch defines the triton ops at import, for compiled graphs")
-    heavy = ("torch._dynamo", "torch._inductor", "scipy.stats")
+    heavy = ("torch._dynamo", "torch._inductor", "scipy.stats", "statsmodels")
     code = ("import atexit, runpy, sys\n"
             f"atexit.register(lambda: print(sorted(m for m in {heavy!r} if m in sys.modules)))\n"
             f"sys.argv = ['llm.train', *{SMALL!r}, 'seed=abc', 'hydra.run.dir={tmp_path / 'run'}']\n"
