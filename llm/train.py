@@ -12,9 +12,9 @@ config (Hydra's own errors included: an unknown group option or key, see :mod:`l
 resume, a run dir another run owns or holds, a sweep dir another sweep owns or holds, a full disk before
 training starts (the data cache). A full disk during training stops the run with ``status: failed`` and exit
 code 1 (its temporary removed, metrics and earlier checkpoints kept), as does any other failure of a run. A
-second Ctrl-C aborts at once: one line, exit code 130, no checkpoint of the step (the newest earlier one is
-kept). In a multirun a failed job is recorded in its run dir and the sweep goes on; the sweep exits 1 if any
-job did not complete.
+second Ctrl-C aborts at once: one line, exit code 130, ``status: aborted`` in ``summary.json``, no checkpoint of
+the step (the newest earlier one is kept). In a multirun a failed job is recorded in its run dir and the sweep
+goes on; the sweep exits 1 if any job did not complete.
 """
 
 from __future__ import annotations

@@ -471,13 +471,20 @@ class Trainer:
         self.checkpoint()
 
     def fit(self) -> TrainOutcome:
-        """Train to ``train.max_steps`` (or an early stop); always writes the summary, returns the outcome."""
+        """Train to ``train.max_steps`` (or an early stop); always writes the summary, returns the outcome.
+
+        A second Ctrl-C (a KeyboardInterrupt out of the loop, the stop checkpoint included) writes the summary with
+        ``status: aborted`` and is raised on: the entry point reports the abort and exits 130."""
         status, exit_code, message = "completed", 0, ""
+        interrupt: KeyboardInterrupt | None = None
         progress = Progress(self.tc.max_steps, self.step, self.tc.log_every, enabled=self.dist.is_main)
         self.train_model.train()
         try:
             with self.stopper, logging_redirect_tqdm(), runtime.attention_backend(self.tc.get("attention", "auto")):
                 self._loop(progress)
+        except KeyboardInterrupt as e:
+            interrupt, status, exit_code = e, "aborted", 128 + signal.SIGINT
+            message = f"aborted by a second Ctrl-C at step {self.step}, without a checkpoint of that step"
         except StopTraining as stop:
             status, exit_code, message = stop.status, stop.exit_code, str(stop)
         except DiskFullError as e:
@@ -489,7 +496,10 @@ class Trainer:
             message = f"{type(e).__name__} at step {self.step}: " + (str(e).strip().splitlines() or [""])[0]
         finally:
             progress.close()
-        return self._finish(status, exit_code, message)
+        outcome = self._finish(status, exit_code, message)
+        if interrupt is not None:
+            raise interrupt
+        return outcome
 
     def _finish(self, status: str, exit_code: int, message: str) -> TrainOutcome:
         tok_s = self.tokens_per_s()
@@ -511,6 +521,6 @@ class Trainer:
             if status == "completed":
                 log.info(f"done: val_loss {v['val_loss']:.4f}  val_acc {v['val_acc']:.4f}  val_ppl {v['val_ppl']:.2f}  "
                          f"train_time {t.train_time_s:.1f}s  -> {self.run_dir}")
-            else:
+            elif status != "aborted":  # the entry point says how an aborted run can go on
                 (log.info if status == "interrupted" else log.error)(message)
         return TrainOutcome(self.summary, exit_code)

@@ -267,6 +267,7 @@ def test_second_ctrl_c_during_a_save_leaves_no_temporary(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_inprocess(run, [*STEPS, "train.ckpt_every=4"])
     assert not [p for p in (run / "checkpoints").iterdir() if ".tmp" in p.name]
+    assert _summary(run)["status"] == "aborted" and _summary(run)["step"] == 4
     # a temporary a kill -9 left behind is removed by the next start
     monkeypatch.setattr(ckpt.torch, "save", real_save)
     other = tmp_path / "other"
@@ -314,7 +315,9 @@ def test_a_real_second_ctrl_c_during_the_stop_checkpoint_is_the_abort(tmp_path):
     assert proc.returncode == 130, out[-3000:]
     assert "Traceback" not in out and "RuntimeError" not in out, out[-3000:]
     assert "Aborted by a second Ctrl-C" in out, out[-3000:]
-    assert not (run / "summary.json").exists() or _summary(run)["status"] != "failed"
+    summary = _summary(run)  # the abort's record, not a crash's ("failed") nor a stop's ("interrupted")
+    assert summary["status"] == "aborted" and summary["message"].startswith("aborted by a second Ctrl-C"), summary
+    assert summary["step"] == max(m["step"] for m in read_metrics(run) if m["kind"] == "train")
     assert not [p for p in (run / "checkpoints").iterdir() if ".tmp" in p.name], "the cut save leaves no temporary"
     assert [m["step"] for m in read_metrics(run) if m["kind"] == "train"][:2] == [1, 2], "metrics written are kept"
 
