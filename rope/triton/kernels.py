@@ -1,14 +1,14 @@
 """The Triton kernels of the ``triton_v4`` / ``triton_v2`` entries (importing this module imports triton).
 
-A rotation launch takes q and k together: the grid's second axis picks the tensor (0: q, 1: k), its first walks
-the programs of each batch element. ``rope_pairs_kernel``: a program rotates NCH chunks of V consecutive pairs of
-head rows, M chunks a row; with M = 1 and V the half rounded up to a power of two (padding masked) these are the
-*rows*, with V a power of two dividing the half the *chunks* (every lane busy). ``rope_flat_kernel``: a token's
-heads (contiguous) as blocks of VB elements, each rotated against its partner with cos and signed sin from
-per-element tables, full vectors whatever the row geometry. ``copy_heads_kernel`` copies columns of head rows.
+A launch takes q and k together: the grid's second axis picks the tensor (0: q, 1: k; 2: v, copied into d qkv by
+the fused backward), its first walks the programs of each batch element. ``rope_pairs_kernel``: a program rotates
+NCH chunks of V consecutive pairs of head rows; with V the half rounded up to a power of two (padding masked) these
+are the *rows*, with V a power of two dividing the half the *chunks* (every lane busy); a tail (``rotary_dim`` < D)
+is copied 2 R2 columns at a time. ``rope_flat_kernel``: a token's heads (contiguous) as blocks of VB elements, each
+rotated against its partner with cos and signed sin from per-element tables, full vectors whatever the row geometry.
 The geometry is constexpr, so masks are compile-time constants and accesses vectorise; strides arrive divided by
-their power-of-two unit SV so the compiler knows rows' alignment. Outputs are (B, T, H, D) with heads D apart and a
-token stride of their own. ``k_ptr`` / ``ok_ptr`` None: k (its output) lies in q's tensor (q's output) after q's
+their power-of-two unit SV so the compiler knows rows' alignment. Outputs are contiguous (B, T, H, D), or one d qkv
+buffer (``ok_ptr`` None). ``k_ptr`` / ``ok_ptr`` None: k (its output) lies in q's tensor (q's output) after q's
 heads, so a compiled graph hands over one buffer; ``pos_ptr`` None: positions are the token indices.
 
 Arithmetic: ``LOW`` False loads the input dtype, computes in float32 and rounds once at the store; ``a c + b s``
@@ -64,9 +64,12 @@ def _narrow(x, DT: tl.constexpr):
 
 
 @triton.jit
-def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr):
-    """(x1 c + x2 s, x2 c - x1 s) of float32 tiles, in the entry's arithmetic (module docstring)."""
-    if LOW:
+def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr, COPY: tl.constexpr = False):
+    """(x1 c + x2 s, x2 c - x1 s) of float32 tiles, in the entry's arithmetic (module docstring); (x1, x2) if COPY."""
+    if COPY:
+        y1 = x1
+        y2 = x2
+    elif LOW:
         c = _round(c, DT)
         s = _round(s, DT)
         y1 = _round(x1 * c, DT) + _round(x2 * s, DT)
@@ -109,71 +112,106 @@ def _cos_sin(cos_ptr, sin_ptr, at, mask, valid, pos_ptr, INVERSE: tl.constexpr):
 
 @triton.jit
 def _pairs(x_ptr, o_ptr, sxb, sxt, sxh, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, H,
-           D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
-           NCH: tl.constexpr, INTERLEAVED: tl.constexpr, SV: tl.constexpr, LOW: tl.constexpr,
-           INVERSE: tl.constexpr, WIDE: tl.constexpr):
+           D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr, V: tl.constexpr, NCH: tl.constexpr,
+           INTERLEAVED: tl.constexpr, SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr,
+           WIDE: tl.constexpr, COPY: tl.constexpr):
     """Chunks [g0, g0 + NCH) of batch element ``b`` of one tensor (chunk g: pairs [(g mod M) V, ...) of head row
-    g // M, row r being head r mod H of token r // H). Table columns from CW on are not loaded (cos 1, sin 0)."""
+    g // M, row r being head r mod H of token r // H; M chunks a row, 1 for rows). Table columns from CW on are not
+    loaded (cos 1, sin 0). ``COPY``: the pairs stored as they are (v's gradient beside dq and dk)."""
     DT: tl.constexpr = o_ptr.dtype.element_ty
+    M: tl.constexpr = (R2 + V - 1) // V
     g = g0 + tl.arange(0, NCH)
     r = g // M
     t = r // H
     h = r - t * H
     rm = t < T
     pair = ((g - r * M) * V)[:, None] + tl.arange(0, V)[None, :]
-    row, valid = _table_rows(pos_ptr, b, t, spb, n_pos, rm)
+    if M == 1:  # rows: the half padded to V lanes
+        pm = rm[:, None] & (pair < R2)
+    else:  # chunks: every chunk of a row is whole
+        pm = tl.broadcast_to(rm[:, None], (NCH, V))
+    if COPY:
+        c, s = 1.0, 0.0
+    else:
+        row, valid = _table_rows(pos_ptr, b, t, spb, n_pos, rm)
+        cm = pm & (pair < CW) if CW < R2 else pm
+        c, s = _cos_sin(cos_ptr, sin_ptr, (row * R2)[:, None] + pair, cm, valid, pos_ptr, INVERSE)
     if WIDE:
         b = b.to(tl.int64)
         t = t.to(tl.int64)
         h = h.to(tl.int64)
     x_row = ((b * sxb + t * sxt + h * sxh) * SV)[:, None]
-    o_row = ((b * T + t) * so * SV + h * D)[:, None]
-    if M == 1:  # rows: the half padded to V lanes
-        pm = rm[:, None] & (pair < R2)
-    else:  # chunks: every chunk of a row is whole
-        pm = tl.broadcast_to(rm[:, None], (NCH, V))
-    if CW < R2:
-        cm = pm & (pair < CW)
-    else:
-        cm = pm
-    c, s = _cos_sin(cos_ptr, sin_ptr, (row * R2)[:, None] + pair, cm, valid, pos_ptr, INVERSE)
+    o_row = ((b * T + t) * so + h * D)[:, None]
     if INTERLEAVED:  # pairs (2i, 2i + 1): one contiguous load, split into its even and odd elements
         col = ((g - r * M) * (2 * V))[:, None] + tl.arange(0, 2 * V)[None, :]
         xm = rm[:, None] & (col < 2 * R2)
         x1, x2 = tl.split(tl.reshape(tl.load(x_ptr + x_row + col, mask=xm).to(tl.float32), (NCH, V, 2)))
-        y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW)
+        y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, COPY)
         tl.store(o_ptr + o_row + col, _narrow(tl.reshape(tl.join(y1, y2), (NCH, 2 * V)), DT), mask=xm)
     else:  # pairs (i, i + R2)
         x1 = tl.load(x_ptr + x_row + pair, mask=pm).to(tl.float32)
         x2 = tl.load(x_ptr + x_row + R2 + pair, mask=pm).to(tl.float32)
-        y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW)
+        y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, COPY)
         tl.store(o_ptr + o_row + pair, _narrow(y1, DT), mask=pm)
         tl.store(o_ptr + o_row + R2 + pair, _narrow(y2, DT), mask=pm)
+    for seg in tl.static_range(1, (D + 2 * R2 - 1) // (2 * R2)):  # the tail [2 R2, D): copied, 2 R2 columns a step
+        if INTERLEAVED:
+            _copy(x_ptr + x_row, o_ptr + o_row, seg * 2 * R2 + col, xm & (seg * 2 * R2 + col < D))
+        else:
+            _copy(x_ptr + x_row, o_ptr + o_row, seg * 2 * R2 + pair, pm & (seg * 2 * R2 + pair < D))
+            _copy(x_ptr + x_row, o_ptr + o_row, (seg * 2 + 1) * R2 + pair, pm & ((seg * 2 + 1) * R2 + pair < D))
+
+
+@triton.jit
+def _copy(x_ptr, o_ptr, at, mask):
+    tl.store(o_ptr + at, tl.load(x_ptr + at, mask=mask), mask=mask)
+
+
+@triton.jit
+def _in_or_after(x_ptr, base_ptr, offset, SV: tl.constexpr):
+    """``x_ptr``, or where it is None ``offset`` elements after ``base_ptr`` (k, its output, or v's output in q's
+    tensor after the heads before it); the host makes SV divide ``offset`` (the compiler then knows its alignment)."""
+    if x_ptr is None:
+        p = base_ptr + (offset // SV) * SV
+    else:
+        p = x_ptr
+    return p
+
+
+@triton.jit
+def _token_strides(ok_ptr, HQ, HK, D: tl.constexpr, SV: tl.constexpr):
+    """The outputs' token strides: q's and k's own tensors, or (``ok_ptr`` None) one buffer holding q's heads, then
+    k's and v's (d qkv; just q's without k)."""
+    if ok_ptr is None:
+        soq = ((HQ + 2 * HK) * D // SV) * SV
+        sok = soq
+    else:
+        soq = (HQ * D // SV) * SV
+        sok = (HK * D // SV) * SV
+    return soq, sok
 
 
 @triton.jit(do_not_specialize=["spb", "n_pos", "T", "HQ", "HK"])
-def rope_pairs_kernel(q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, skb, skt, skh, soq, sok,
-                      spb, n_pos, T, HQ, HK, D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr, V: tl.constexpr,
-                      M: tl.constexpr, NCH: tl.constexpr, INTERLEAVED: tl.constexpr, SV: tl.constexpr,
+def rope_pairs_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, skb, skt, skh,
+                      svb, svt, svh, spb, n_pos, T, HQ, HK, D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr,
+                      V: tl.constexpr, NCH: tl.constexpr, INTERLEAVED: tl.constexpr, SV: tl.constexpr,
                       LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
-    """The pair tilings (:func:`_pairs`) of q (``program_id(1)`` 0) and k (1); ``cos``/``sin`` are (n_pos, R2)."""
-    per_batch = tl.cdiv(T * tl.maximum(HQ, HK) * M, NCH)
+    """The pair tilings (:func:`_pairs`) of q (``program_id(1)`` 0), k (1) and v's copy (2, where ``v_ptr`` is
+    given: d qkv's last heads); ``cos``/``sin`` are (n_pos, R2)."""
+    per_batch = tl.cdiv(T * tl.maximum(HQ, HK) * ((R2 + V - 1) // V), NCH)
     b = tl.program_id(0) // per_batch
     g0 = (tl.program_id(0) - b * per_batch) * NCH
+    soq, sok = _token_strides(ok_ptr, HQ, HK, D, SV)
     if tl.program_id(1) == 0:
         _pairs(q_ptr, oq_ptr, sqb, sqt, sqh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HQ,
-               D, R2, CW, V, M, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE)
-    else:  # k None: in q's tensor after q's heads; the host makes SV divide HQ D there (the offset's alignment)
-        if k_ptr is None:
-            x_ptr = q_ptr + (HQ * D // SV) * SV
-        else:
-            x_ptr = k_ptr
-        if ok_ptr is None:
-            o_ptr = oq_ptr + (HQ * D // SV) * SV
-        else:
-            o_ptr = ok_ptr
-        _pairs(x_ptr, o_ptr, skb, skt, skh, sok, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HK,
-               D, R2, CW, V, M, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE)
+               D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE, False)
+    elif tl.program_id(1) == 1:
+        _pairs(_in_or_after(k_ptr, q_ptr, HQ * D, SV), _in_or_after(ok_ptr, oq_ptr, HQ * D, SV), skb, skt, skh, sok,
+               cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HK, D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE,
+               WIDE, False)
+    elif v_ptr is not None:
+        _pairs(v_ptr, oq_ptr + ((HQ + HK) * D // SV) * SV, svb, svt, svh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos,
+               b, g0, T, HK, D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE, True)
 
 
 @triton.jit
@@ -276,11 +314,11 @@ def _partner(x_ptr, x_row, raw, bm, d, d0, D: tl.constexpr, R2: tl.constexpr, IN
 @triton.jit
 def _flat(x_ptr, o_ptr, sxb, sxt, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, WB,
           D: tl.constexpr, R2: tl.constexpr, VB: tl.constexpr, NBP: tl.constexpr, INTERLEAVED: tl.constexpr,
-          SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
+          SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr, COPY: tl.constexpr):
     """Blocks [k0, k0 + NBP) of batch element ``b`` of one tensor whose tokens are WB blocks of VB elements.
     Element d of a row is ``x[d] c + x[partner] s'`` with c and the signed sin s' from the element tables
     (rows of P + 4 columns, P = lcm(D, 4): column j for element j mod D), which is bit for bit the pair tilings'
-    arithmetic; elements from 2 R2 on (the copied tail) pass through."""
+    arithmetic; elements from 2 R2 on (the copied tail) pass through, every element where ``COPY``."""
     DT: tl.constexpr = o_ptr.dtype.element_ty
     blk = k0 + tl.arange(0, NBP)
     t = blk // WB
@@ -292,72 +330,49 @@ def _flat(x_ptr, o_ptr, sxb, sxt, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, 
     G: tl.constexpr = VB if P % VB == 0 else VB // 2
     lanes = tl.arange(0, VB)[None, :]
     col = ((w0 // G) % (P // G) * G)[:, None] + lanes  # w0 mod P: the table columns start 16-byte aligned
-    row, valid = _table_rows(pos_ptr, b, t, spb, n_pos, bm)
+    if not COPY:
+        row, valid = _table_rows(pos_ptr, b, t, spb, n_pos, bm)
     if WIDE:
         b = b.to(tl.int64)
         t = t.to(tl.int64)
         w0 = w0.to(tl.int64)
     x_row = ((b * sxb + t * sxt) * SV + w0)[:, None]
-    o_at = ((b * T + t) * so * SV + w0)[:, None] + lanes
+    o_at = ((b * T + t) * so + w0)[:, None] + lanes
     d = d0[:, None] + lanes  # the element's place in its row (from D on: in the next row)
     if VB > (D & -D):
         d = tl.where(d >= D, d - D, d)
     m = tl.broadcast_to(bm[:, None], (NBP, VB))
     raw = tl.load(x_ptr + x_row + lanes, mask=m)
     own = raw.to(tl.float32)
-    partner = _partner(x_ptr, x_row, raw, bm, d, d0, D, R2, INTERLEAVED, VB, NBP)
-    c, s = _cos_sin(cos_ptr, sin_ptr, (row * (P + 4))[:, None] + col, m, valid, pos_ptr, INVERSE)
-    y, _ = _rotate_pairs(own, partner, c, s, DT, LOW)
-    if 2 * R2 < D:
-        y = tl.where(d < 2 * R2, y, own)
+    if COPY:
+        y = own
+    else:
+        partner = _partner(x_ptr, x_row, raw, bm, d, d0, D, R2, INTERLEAVED, VB, NBP)
+        c, s = _cos_sin(cos_ptr, sin_ptr, (row * (P + 4))[:, None] + col, m, valid, pos_ptr, INVERSE)
+        y, _ = _rotate_pairs(own, partner, c, s, DT, LOW)
+        if 2 * R2 < D:
+            y = tl.where(d < 2 * R2, y, own)
     tl.store(o_ptr + o_at, _narrow(y, DT), mask=m)
 
 
 @triton.jit(do_not_specialize=["spb", "n_pos", "T", "HQ", "HK"])
-def rope_flat_kernel(q_ptr, k_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, skb, skt, soq, sok,
+def rope_flat_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, skb, skt, svb, svt,
                      spb, n_pos, T, HQ, HK, D: tl.constexpr, R2: tl.constexpr, VB: tl.constexpr, NBP: tl.constexpr,
                      INTERLEAVED: tl.constexpr, SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr,
                      WIDE: tl.constexpr):
-    """The flat tiling (:func:`_flat`) of q (``program_id(1)`` 0) and k (1); ``cos``/``sin`` are element tables."""
+    """The flat tiling (:func:`_flat`) of q (``program_id(1)`` 0), k (1) and v's copy (2, where ``v_ptr`` is given);
+    ``cos``/``sin`` are element tables."""
     per_batch = tl.cdiv(T * (tl.maximum(HQ, HK) * D // VB), NBP)
     b = tl.program_id(0) // per_batch
     k0 = (tl.program_id(0) - b * per_batch) * NBP
+    soq, sok = _token_strides(ok_ptr, HQ, HK, D, SV)
     if tl.program_id(1) == 0:
         _flat(q_ptr, oq_ptr, sqb, sqt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HQ * D // VB,
-              D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE)
-    else:  # k None: in q's tensor after q's heads; the host makes SV divide HQ D there (the offset's alignment)
-        if k_ptr is None:
-            x_ptr = q_ptr + (HQ * D // SV) * SV
-        else:
-            x_ptr = k_ptr
-        if ok_ptr is None:
-            o_ptr = oq_ptr + (HQ * D // SV) * SV
-        else:
-            o_ptr = ok_ptr
-        _flat(x_ptr, o_ptr, skb, skt, sok, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HK * D // VB,
-              D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE)
-
-
-@triton.jit(do_not_specialize=["o_off", "T", "H"])
-def copy_heads_kernel(x_ptr, o_ptr, sxb, sxt, sxh, so, o_off, T, H, C0: tl.constexpr, VP: tl.constexpr,
-                      MP: tl.constexpr, NCP: tl.constexpr, D: tl.constexpr, SV: tl.constexpr, WIDE: tl.constexpr):
-    """Columns [C0, C0 + MP VP) of every head row of x (B, T, H, any strides) into the same columns of the output
-    rows at ``o_ptr + o_off SV``, in chunks of VP elements, NCP a program.
-
-    Why: v's gradient arrives heads-major from the attention, and the generic copy transposing it into d qkv
-    reads one side with strided accesses; here every load and store is a VP-element vector."""
-    per_batch = tl.cdiv(T * H * MP, NCP)
-    b = tl.program_id(0) // per_batch
-    g = (tl.program_id(0) - b * per_batch) * NCP + tl.arange(0, NCP)
-    r = g // MP
-    t = r // H
-    h = r - t * H
-    m = tl.broadcast_to((t < T)[:, None], (NCP, VP))
-    col = C0 + ((g - r * MP) * VP)[:, None] + tl.arange(0, VP)[None, :]
-    if WIDE:
-        b = b.to(tl.int64)
-        t = t.to(tl.int64)
-        h = h.to(tl.int64)
-    x_at = ((b * sxb + t * sxt + h * sxh) * SV)[:, None] + col
-    o_at = (((b * T + t) * so + o_off) * SV + h * D)[:, None] + col
-    tl.store(o_ptr + o_at, tl.load(x_ptr + x_at, mask=m), mask=m)
+              D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE, False)
+    elif tl.program_id(1) == 1:
+        _flat(_in_or_after(k_ptr, q_ptr, HQ * D, SV), _in_or_after(ok_ptr, oq_ptr, HQ * D, SV), skb, skt, sok,
+              cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HK * D // VB, D, R2, VB, NBP, INTERLEAVED, SV, LOW,
+              INVERSE, WIDE, False)
+    elif v_ptr is not None:
+        _flat(v_ptr, oq_ptr + ((HQ + HK) * D // SV) * SV, svb, svt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b,
+              k0, T, HK * D // VB, D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE, True)

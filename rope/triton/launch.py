@@ -1,9 +1,9 @@
 """Launching the Triton rotation: tensors -> :class:`~rope.triton.plan.Geometry` -> plan -> kernel.
 
 :func:`rotate` (q and k, any strides), :func:`rotate_projection` (q and k read out of a qkv projection handed over
-whole) and :func:`qkv_backward` (d qkv as one buffer): one launch of the rotation each, plus a copy where the plan
-leaves one. ``traced``: inside a ``torch.library.triton_op`` body (``wrap_triton``: Inductor launches the kernel).
-Inputs are assumed valid (the modules check them).
+whole) and :func:`qkv_backward` (d qkv as one buffer, v's gradient copied by the same launch): one launch each.
+``traced``: inside a ``torch.library.triton_op`` body (``wrap_triton``: Inductor launches the kernel). Inputs are
+assumed valid (the modules check them).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 import triton
 from torch import Tensor
 
-from rope._launch import new_output, stride_unit
+from rope._launch import new_output
 from rope.base import TensorCache, on_device_of
 from rope.triton import kernels
 from rope.triton.plan import OVERRIDES, Geometry, Overrides, Plan, make_plan
@@ -53,9 +53,9 @@ def rotate(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
         k = k.contiguous()
     yq = new_output(q.shape, q, poison)
     yk = None if k is None else new_output(k.shape, k, poison)
-    B, T, HQ, D = q.shape
-    _rotate_into(_operand(q), _operand(k), _operand(yq), _operand(yk), (B, T, HQ, 0 if k is None else k.shape[2], D),
-                 cos, sin, positions, rot, inverse, traced)
+    shape = (*q.shape[:3], 0 if k is None else k.shape[2], q.shape[3])
+    _rotate_into(_operand(q), _operand(k), None, _operand(yq), _operand(yk), shape, cos, sin, positions, rot, inverse,
+                 traced)
     return yq, yk
 
 
@@ -70,30 +70,29 @@ def rotate_projection(qkv: Tensor, seq_len: int, q_heads: int, k_heads: int, cos
     strides = (qkv.stride(0) if qkv.dim() == 3 else seq_len * st, st, D)
     yq = new_output((B, seq_len, q_heads, D), qkv, poison)
     yk = new_output((B, seq_len, k_heads, D), qkv, poison)
-    _rotate_into(Operand(qkv, strides), Operand(None, strides), _operand(yq), _operand(yk),
+    _rotate_into(Operand(qkv, strides), Operand(None, strides), None, _operand(yq), _operand(yk),
                  (B, seq_len, q_heads, k_heads, D), cos, sin, positions, rot, False, traced)
     return yq, yk
 
 
 def qkv_backward(gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
                  rot: Rotation, *, traced: bool = False, poison: bool = False) -> Tensor:
-    """d qkv (B, T, (HQ + 2 HK) D) from the gradients of rotated q, rotated k and v (None: zeros).
+    """d qkv (B, T, (HQ + 2 HK) D) from the gradients of rotated q, rotated k and v (None: zeros), in one launch.
 
-    The kernel writes dq and dk into their slices of the one buffer, through the buffer itself (under
-    torch.compile a user kernel's mutated views are cloned and copied back), and v's gradient is copied beside
-    them, so no stack of three gradients follows (autograd's way for views of one tensor)."""
+    The kernel rotates dq and dk into their slices of the one buffer, through the buffer itself (under torch.compile
+    a user kernel's mutated views are cloned and copied back), and copies v's gradient (heads-major from an
+    attention) beside them: no stack of three gradients follows (autograd's way for views of one tensor), and a
+    compiled step launches nothing more for it than the PyTorch formula's fused copy."""
     gq, gk, gv = (x if x is None or x.stride(-1) == 1 else x.contiguous() for x in (gq, gk, gv))
     B, T, HQ, D = gq.shape
     HK = gk.shape[2]
     W = (HQ + 2 * HK) * D
     dqkv = new_output((B, T, W), gq, poison)
     out = Operand(dqkv, (T * W, W, D))
-    _rotate_into(_operand(gq), _operand(gk), out, out._replace(tensor=None), (B, T, HQ, HK, D), cos, sin,
-                 positions, rot, True, traced)
+    _rotate_into(_operand(gq), _operand(gk), _operand(gv), out, out._replace(tensor=None), (B, T, HQ, HK, D), cos,
+                 sin, positions, rot, True, traced)
     if gv is None:
         dqkv[..., (HQ + HK) * D:].zero_()
-    else:
-        copy_heads(_operand(gv), gv.shape, out, (HQ + HK) * D, 0, traced)
     return dqkv
 
 
@@ -101,18 +100,19 @@ def _operand(x: Tensor | None) -> Operand | None:
     return None if x is None else Operand(x, x.stride()[:3])
 
 
-def _rotate_into(q: Operand, k: Operand | None, oq: Operand, ok: Operand | None, shape: tuple[int, ...],
-                 cos: Tensor, sin: Tensor, positions: Tensor | None, rot: Rotation, inverse: bool,
-                 traced: bool) -> None:
-    """One launch rotating q (and k) into the outputs, and the copy of the heads' tails where the plan leaves it."""
+def _rotate_into(q: Operand, k: Operand | None, v: Operand | None, oq: Operand, ok: Operand | None,
+                 shape: tuple[int, ...], cos: Tensor, sin: Tensor, positions: Tensor | None, rot: Rotation,
+                 inverse: bool, traced: bool) -> None:
+    """One launch rotating q (and k) into the outputs, copying v (its heads follow k's in q's output) where given."""
     B, T, HQ, HK, D = shape
     if B * T * (HQ + HK) == 0 or D == 0:
         return
     pos, spb = _positions(positions)
     kk, okk = k or q._replace(tensor=None), ok or oq._replace(tensor=None)
+    vv = v or kk  # (its strides: k's where there is no v)
     inside = HQ * D if HK and (kk.tensor is None or okk.tensor is None) else 0  # k (its output) in q's tensor
-    strides = (*q.strides, *kk.strides, oq.strides[1], okk.strides[1], inside)
-    wide = needs_wide(q.tensor, kk.tensor) or max(oq.tensor.numel(), B * T * HK * D) >= 1 << 30
+    strides = (*q.strides, *kk.strides, *vv.strides, oq.strides[1], okk.strides[1], inside, (HQ + HK) * D if v else 0)
+    wide = needs_wide(q.tensor, kk.tensor, vv.tensor) or max(oq.tensor.numel(), B * T * HK * D) >= 1 << 30
     device = q.tensor.get_device() if q.tensor.is_cuda else -1
     over = Overrides() if traced else OVERRIDES.get()
     sig = ("rope", shape, strides, cos.shape, rot, inverse, oq.tensor.dtype, pos is not None and (pos.dtype, spb),
@@ -120,12 +120,7 @@ def _rotate_into(q: Operand, k: Operand | None, oq: Operand, ok: Operand | None,
     job = _JOBS.get(sig) or _remember(sig, _rotation_job(shape, strides, cos, pos, spb, rot, inverse,
                                                            oq.tensor.dtype, wide, device, traced, over))
     tables = element_tables(cos, sin, D, rot.interleaved, cache=not traced) if job.plan.tiling == "flat" else (cos, sin)
-    _launch(job, (q.tensor, kk.tensor, oq.tensor, okk.tensor, *tables, pos), traced)
-    for x, o, heads in ((q, oq, HQ), (k, ok, HK)) if job.plan.tail else ():  # a pair tiling left the heads' tails
-        if x is not None:
-            src = x if x.tensor is not None else Operand(_shifted(q.tensor, HQ * D), x.strides)
-            copy_heads(src, (B, T, heads, D), o if o.tensor is not None else oq, 0 if o.tensor is not None else HQ * D,
-                       D - job.plan.tail, traced)
+    _launch(job, (q.tensor, kk.tensor, v and v.tensor, oq.tensor, okk.tensor, *tables, pos), traced)
 
 
 def _rotation_job(shape, strides, cos, positions, spb, rot, inverse, dtype, wide, device, traced, over) -> Job:
@@ -134,7 +129,7 @@ def _rotation_job(shape, strides, cos, positions, spb, rot, inverse, dtype, wide
     plan = make_plan(Geometry(D, cos.shape[1], rot.partial, rot.interleaved, B, T, HQ, HK, strides, wide,
                               positions is not None, cap), over)
     meta = {**dict(plan.constexprs), "LOW": rot.low_precision and dtype != torch.float32, "INVERSE": inverse}
-    used = strides[:8] if plan.tiling != "flat" else (*strides[:2], *strides[3:5], *strides[6:8])
+    used = strides[:9] if plan.tiling != "flat" else (*strides[:2], *strides[3:5], *strides[6:8])
     ints = (*(x // meta["SV"] for x in used), spb, cos.shape[0], T, HQ, HK)
     options = {"num_warps": plan.num_warps, **({"maxnreg": plan.maxnreg} if plan.maxnreg else {})}
     return Job(plan.kernel, plan.grid, ints, meta, options, plan, {})
@@ -145,7 +140,7 @@ def plan(q: Tensor, k: Tensor | None, cos: Tensor, positions: Tensor | None, rot
     B, T, HQ, D = q.shape
     HK = 0 if k is None else k.shape[2]
     ks = q.stride()[:3] if k is None else k.stride()[:3]
-    strides = (*q.stride()[:3], *ks, HQ * D, (HK or HQ) * D, 0)  # the outputs rotate allocates: contiguous
+    strides = (*q.stride()[:3], *ks, *ks, HQ * D, (HK or HQ) * D, 0, 0)  # rotate's outputs: contiguous
     device = q.get_device() if q.is_cuda else -1
     wide = needs_wide(q, k, positions) or B * T * max(HQ, HK) * D >= 1 << 30
     return _rotation_job((B, T, HQ, HK, D), strides, cos, positions, 0, rot, False, q.dtype, wide, device, False,
@@ -163,11 +158,6 @@ def _positions(positions: Tensor | None) -> tuple[Tensor | None, int]:
     return positions, positions.shape[-1] if positions.dim() == 2 else 0
 
 
-def _shifted(x: Tensor, offset: int) -> Tensor:
-    """A view of ``x``'s storage starting ``offset`` elements after ``x`` (the kernel reads it by strides)."""
-    return torch.as_strided(x, (1,), (1,), x.storage_offset() + offset)
-
-
 def needs_wide(*tensors: Tensor | None) -> bool:
     """Whether an element offset the kernel computes can reach 2**31: bounded by each storage (an offset is below
     its element count; masked rows of a last program reach at most one batch element past it, hence 2**30)."""
@@ -177,39 +167,16 @@ def needs_wide(*tensors: Tensor | None) -> bool:
     return False
 
 
-def copy_heads(src: Operand, shape: tuple[int, ...], out: Operand, offset: int, first: int,
-               traced: bool = False) -> None:
-    """Columns [first, D) of every head row of ``src`` ((B, T, H, D), unit last stride) into the rows of ``out``
-    (a buffer and its token stride), heads D apart from ``offset`` elements on."""
-    B, T, H, D = shape
-    if B * T * H * (D - first) == 0:
-        return
-    wide = needs_wide(src.tensor, out.tensor)
-    device = src.tensor.get_device() if src.tensor.is_cuda else -1
-    sig = ("copy", shape, src.strides, out.strides[1], offset, first, src.tensor.dtype, wide, device)
-    job = _JOBS.get(sig) or _remember(sig, _copy_job(shape, src.strides, out.strides[1], offset, first, wide))
-    _launch(job, (src.tensor, out.tensor), traced)
-
-
-def _copy_job(shape, strides, token_stride, offset, first, wide) -> Job:
-    B, T, H, D = shape
-    unit, vp = stride_unit(*strides, token_stride, offset), stride_unit(first, D - first)
-    meta = dict(C0=first, VP=vp, MP=(D - first) // vp, NCP=max(1, 2048 // vp), D=D, SV=unit, WIDE=wide)
-    ints = (*(x // unit for x in strides), token_stride // unit, offset // unit, T, H)
-    grid = (-(-T * H * meta["MP"] // meta["NCP"]) * B, 1)
-    return Job("copy_heads_kernel", grid, ints, meta, {"num_warps": 8}, None, {})
-
-
 class Job(NamedTuple):
     """A launch worked out once per signature (working it out is most of a small call's host time): the kernel's
-    name, grid, integers, constexprs, options, plan (None: a copy) and compiled kernels by the tensors' alignment."""
+    name, grid, integers, constexprs, options, plan and compiled kernels by the tensors' alignment."""
 
     kernel: str
     grid: tuple[int, int]
     ints: tuple
     meta: dict
     options: dict
-    plan: Plan | None
+    plan: Plan
     compiled: dict
 
 

@@ -7,7 +7,7 @@ default where that keeps three quarters of the lanes busy, half layout; interlea
 interleaved: halves rows would pad more), ``flat`` (a token's heads as blocks of up to 8 elements, each rotated
 against its partner: the default for a copied tail, ``rotary_dim`` < D, which rows would pad on top of the half,
 and for halves whose offsets cut vectors short, an odd number of pairs or 2 mod 4 in the half layout). Flat needs
-each token's heads contiguous; elsewhere the pair tilings take over and a launch of its own copies the tail.
+each token's heads contiguous; elsewhere the pair tilings take over, copying a tail 2 R2 columns at a time.
 A benchmark forces a tiling, tile or warp count through :func:`rope.triton.tuning` (:class:`Overrides`).
 """
 
@@ -52,8 +52,9 @@ OVERRIDES: contextvars.ContextVar[Overrides] = contextvars.ContextVar(
 class Geometry:
     """What a launch's plan depends on: the heads, the layout, the sizes, the strides and what the GPU calls for.
 
-    ``strides``: q's and k's (batch, token, head) strides, the outputs' token strides and q's heads' extent
-    where k (or its output) lies in q's tensor after them (else 0), in elements; k's are q's where there is no k."""
+    ``strides``, in elements: q's, k's and v's (batch, token, head) strides (k's are q's where there is no k, v's
+    k's where there is no v), the outputs' token strides, q's heads' extent where k (or its output) lies in q's
+    tensor after them (else 0), and q's and k's where v is copied into q's output after them (else 0: no v)."""
 
     head_dim: int
     rotary_pairs: int  # R2: pairs rotated per head (rotary_dim / 2)
@@ -63,30 +64,32 @@ class Geometry:
     seq_len: int
     q_heads: int
     k_heads: int  # 0: no k
-    strides: tuple[int, int, int, int, int, int, int, int, int]
+    strides: tuple[int, ...]
     wide: bool  # an element offset can reach 2**31: 64-bit index arithmetic
     positions: bool
     register_cap: int = 0  # registers per thread that keep an SM full, where the GPU's memory calls for it
 
     @property
+    def tensors(self) -> int:
+        """The grid's second axis: q, k, v's copy."""
+        return 3 if self.strides[12] else 2 if self.k_heads else 1
+
+    @property
     def heads_contiguous(self) -> bool:
-        """Whether each token's heads are one run of H D elements in q and k (the flat tiling's need)."""
+        """Whether each token's heads are one run of H D elements in q, k and v (the flat tiling's need)."""
         D, s = self.head_dim, self.strides
-        return (s[2] == D or self.q_heads == 1) and (s[5] == D or self.k_heads <= 1)
+        return (s[2] == D or self.q_heads == 1) and ((s[5] == D and s[8] == D) or self.k_heads <= 1)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One launch of a rotation kernel: its tiling, grid, warps and constexprs, and whether a copy follows.
-
-    ``tail``: elements after the rotated ones that :func:`rope.triton.launch.copy_heads` copies (a pair tiling
-    with ``rotary_dim`` < D). ``maxnreg``: a register cap for the compiler (0: its own choice)."""
+    """One launch of a rotation kernel: its tiling, grid, warps and constexprs; ``maxnreg``: a register cap for the
+    compiler (0: its own choice)."""
 
     tiling: str
     grid: tuple[int, int]
     num_warps: int
     constexprs: tuple[tuple[str, int], ...]
-    tail: int = 0
     maxnreg: int = 0
 
     @property
@@ -97,8 +100,7 @@ class Plan:
         c = dict(self.constexprs)
         what = (f"{c['NBP']} blocks of {c['VB']} elements" if self.tiling == "flat"
                 else f"{c['NCH']} {self.tiling} of {c['V']} pair lanes ({c['R2']} pairs a head)")
-        extra = f", tail of {self.tail} copied apart" if self.tail else ""
-        extra += f", maxnreg {self.maxnreg}" if self.maxnreg else ""
+        extra = f", maxnreg {self.maxnreg}" if self.maxnreg else ""
         return f"{self.tiling}: {what} a program, {self.num_warps} warps, grid {self.grid}{extra}"
 
 
@@ -136,16 +138,15 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
         v = min(16 // wide, pow2_unit(r2))
         tile = over.tile or (SMALL_TILE if (not geo.interleaved and v <= 4) or wide * next_pow2(r2) <= 16
                              else ROW_TILE)
-    m, nch = max(1, r2 // v), max(1, tile // (wide * v))
+    m, nch = max(1, r2 // v), max(1, tile // (wide * v))  # M (chunks a row) the kernel works out itself
     cw = r2 // 2 if geo.partial and pow2_unit(r2 // 2) >= min(4, pow2_unit(r2)) else r2
     heads = max(geo.q_heads, geo.k_heads)
     per_batch = _programs(geo, geo.seq_len * heads * m, nch)
-    constexprs = dict(D=geo.head_dim, R2=r2, CW=cw, V=v, M=m, NCH=nch, INTERLEAVED=geo.interleaved,
+    constexprs = dict(D=geo.head_dim, R2=r2, CW=cw, V=v, NCH=nch, INTERLEAVED=geo.interleaved,
                       SV=stride_unit(*geo.strides), WIDE=geo.wide)
     padded_or_positions = tiling == "rows" and (v > r2 or geo.positions)
-    return Plan(tiling, (per_batch * geo.batch, 2 if geo.k_heads else 1), over.num_warps or ROW_WARPS,
-                tuple(constexprs.items()), tail=geo.head_dim - 2 * r2,
-                maxnreg=geo.register_cap if padded_or_positions else 0)
+    return Plan(tiling, (per_batch * geo.batch, geo.tensors), over.num_warps or ROW_WARPS,
+                tuple(constexprs.items()), maxnreg=geo.register_cap if padded_or_positions else 0)
 
 
 def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
@@ -153,10 +154,10 @@ def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
     vb = next(b for b in FLAT_BLOCKS if b <= D and (geo.q_heads * D) % b == 0 and (geo.k_heads * D) % b == 0)
     nbp = max(1, (over.tile or FLAT_TILE) // vb)
     per_batch = _programs(geo, geo.seq_len * (max(geo.q_heads, geo.k_heads) * D // vb), nbp)
-    sqb, sqt, _, skb, skt, _, *rest = geo.strides  # the heads are contiguous: their stride is D
+    sqb, sqt, _, skb, skt, _, svb, svt, _, *rest = geo.strides  # the heads are contiguous: their stride is D
     constexprs = dict(D=D, R2=geo.rotary_pairs, VB=vb, NBP=nbp, INTERLEAVED=geo.interleaved,
-                      SV=stride_unit(sqb, sqt, skb, skt, *rest), WIDE=geo.wide)
-    return Plan("flat", (per_batch * geo.batch, 2 if geo.k_heads else 1), over.num_warps or FLAT_WARPS,
+                      SV=stride_unit(sqb, sqt, skb, skt, svb, svt, *rest), WIDE=geo.wide)
+    return Plan("flat", (per_batch * geo.batch, geo.tensors), over.num_warps or FLAT_WARPS,
                 tuple(constexprs.items()))
 
 

@@ -62,7 +62,7 @@ class KernelSpy:
 @pytest.fixture
 def spies(monkeypatch) -> dict[str, KernelSpy]:
     out = {}
-    for name in ("rope_pairs_kernel", "rope_flat_kernel", "copy_heads_kernel"):
+    for name in ("rope_pairs_kernel", "rope_flat_kernel"):
         out[name] = KernelSpy(getattr(kernels, name))
         monkeypatch.setattr(kernels, name, out[name])
     return out
@@ -146,17 +146,17 @@ def test_empty_batch(device):
 
 # -- every tiling the plan can take computes the same bits ---------------------------------------------------
 # (D, variant, layout, rotary_dim): rows padded and whole, chunks, flat blocks with aligned and shifted partners,
-# odd halves, interleaved, copied tails.
+# odd halves, interleaved, copied tails (one 2 R2 step, several, the last one cut short).
 GEOMETRIES = [(48, "partial", "half", None), (64, "full", "interleaved", None), (40, "full", "half", None),
               (48, "full", "half", 24), (18, "full", "half", None), (20, "partial", "half", None),
-              (48, "full", "interleaved", 24), (26, "full", "interleaved", None)]
+              (40, "full", "interleaved", 16), (26, "full", "interleaved", None), (36, "partial", "half", 8)]
 
 
 @pytest.mark.parametrize("D,variant,layout,rotary_dim", GEOMETRIES)
 def test_every_tiling_gives_the_same_bits(D, variant, layout, rotary_dim, device):
     """rows, chunks and flat forced through ``rope.triton.tuning`` (in small programs) and the plan's own choice
     give the same outputs and gradients bit for bit, within one ulp of the float64 reference, with k of as many,
-    fewer or more heads; a tiling that leaves a copied tail to a launch of its own writes it too (poison)."""
+    fewer or more heads; the copied tail of ``rotary_dim`` < D is written by every tiling (poison)."""
     i = GEOMETRIES.index((D, variant, layout, rotary_dim))
     impl, heads = IMPLS[i % 2], ((3, 3), (4, 2), (2, 3))[i % 3]  # entries and head counts alternate
     options = dict(variant=variant, layout=layout, rotary_dim=rotary_dim)
@@ -179,7 +179,7 @@ def test_every_tiling_gives_the_same_bits(D, variant, layout, rotary_dim, device
 
 def test_flat_tiling_falls_back_where_heads_are_not_contiguous(device):
     """Transposed (B, H, T, D) storage has no token whose heads are one run: flat asked for, the plan takes a pair
-    tiling (and copies the tail apart), still within one ulp."""
+    tiling (which copies the tail itself), still within one ulp."""
     r = build_poisoned("triton_v4", 48, 16, device, variant="full", rotary_dim=24)
     q = torch.randn(2, 3, 5, 48, device=device).to(torch.bfloat16).transpose(1, 2)
     k = torch.randn(2, 3, 5, 48, device=device).to(torch.bfloat16).transpose(1, 2)
@@ -220,7 +220,7 @@ def test_views_are_read_in_place_and_q_and_k_go_in_one_launch(spies, device):
     assert pairs[0][1][0] is q and pairs[0][1][1] is k
     assert yq.is_contiguous() and yk.is_contiguous()
     (yq.float().sum() + yk.float().sum()).backward()
-    assert len(pairs) == 2 and not spies["copy_heads_kernel"].launches
+    assert len(pairs) == 2 and not spies["rope_flat_kernel"].launches
 
 
 def test_tuning_hook_sets_launches_inside_its_block_only(device):
@@ -303,20 +303,27 @@ def test_rotate_qkv_matches_reference(impl, HQ, HK, pos_kind, D, device):
             assert torch.equal(a, b), what
 
 
-def test_rotate_qkv_backward_writes_d_qkv_in_one_buffer(spies, device):
-    """The backward rotates dq and dk in one launch straight into their slices of d qkv (through the buffer
-    itself), and v's gradient, arriving heads-major from an attention, is copied beside them; without a gradient
-    for v its slice is zero."""
+@pytest.mark.parametrize("rotary_dim", [None, 4])
+def test_rotate_qkv_backward_is_one_launch_into_d_qkv(rotary_dim, spies, device):
+    """The backward is one launch: dq and dk rotated straight into their slices of d qkv (through the buffer
+    itself) and v's gradient, arriving heads-major from an attention, copied beside them by the same launch's third
+    programs, a copied tail (``rotary_dim`` < D) included; without a gradient for v its slice is zero."""
     B, T, HQ, HK, D = 2, 5, 4, 2, 16
-    r = build_poisoned("triton_v4", D, 8, device)
+    r = build_poisoned("triton_v4", D, 8, device, rotary_dim=rotary_dim)
     qkv = torch.randn(B, T, (HQ + 2 * HK) * D, device=device, requires_grad=True)
     yq, yk, v = r.rotate_qkv(qkv, HQ, HK)
     wv = torch.randn(B, HK, T, D, device=device)
+    before = {name: len(spy.launches) for name, spy in spies.items()}
     (dqkv,) = torch.autograd.grad(yq.sum() + yk.sum() + (v.transpose(1, 2) * wv).sum(), qkv)
-    backward = spies["rope_pairs_kernel"].launches[-1][1]
-    assert backward[2].data_ptr() == dqkv.data_ptr() and backward[3] is None  # dk through d qkv, after dq
-    assert len(spies["copy_heads_kernel"].launches) == 1
+    (grid, args, _), = (x for name, spy in spies.items() for x in spy.launches[before[name]:])
+    assert grid[1] == 3 and args[2] is not None  # programs for q, k and v's copy
+    assert args[3].data_ptr() == dqkv.data_ptr() and args[4] is None  # dk through d qkv, after dq
     assert torch.equal(dqkv[..., (HQ + HK) * D:].view(B, T, HK, D), wv.transpose(1, 2))
+    ref = rope.build("torch", D, 8, compute_dtype="float64", rotary_dim=rotary_dim).to(device)
+    x = qkv.detach().double().requires_grad_()
+    rq, rk, rv = ref.rotate_qkv(x, HQ, HK)
+    (want,) = torch.autograd.grad(rq.sum() + rk.sum() + (rv.transpose(1, 2) * wv.double()).sum(), x)
+    assert_precise(dqkv, want, torch.float32, "d qkv")
     yq, yk, v = r.rotate_qkv(qkv, HQ, HK)
     (dqkv,) = torch.autograd.grad(yq.sum() + yk.sum(), qkv)
     assert not dqkv.isnan().any() and not dqkv[..., (HQ + HK) * D:].any()
@@ -392,6 +399,29 @@ def test_compiles_without_graph_breaks(impl, entry, dynamic, device):
     with torch.no_grad():
         assert all(torch.equal(a, b) for a, b in zip(compiled(qkv), fn(qkv), strict=True))
     assert not torch._dynamo.utils.counters["graph_break"]
+
+
+def test_compiled_rotate_qkv_is_one_launch_each_way(spies, device):
+    """A compiled block (``rotate_qkv``, then an attention's heads-major view of v) launches one kernel forward and
+    one backward, whose d qkv is the float64 reference's (here the graph calls the custom ops: the interpreter
+    cannot be traced; ``test_triton_gpu.py`` checks Inductor's own code)."""
+    B, T, H, D = 2, 6, 2, 16
+    r = build_poisoned("triton_v4", D, 8, device)
+    qkv = torch.randn(B, T, 3 * H * D, device=device, requires_grad=True)
+    w = torch.randn(B, H, T, D, device=device)
+
+    def block(x, rotary):
+        q, k, v = rotary.rotate_qkv(x, H)
+        return (q.transpose(1, 2) * w).sum() + (k.transpose(1, 2) * w).sum() + (v.transpose(1, 2) * w).sum()
+
+    torch._dynamo.reset()
+    loss = torch.compile(block, backend="aot_eager", fullgraph=True)(qkv, r)
+    assert len(spies["rope_pairs_kernel"].launches) == 1
+    (dqkv,) = torch.autograd.grad(loss, qkv)
+    assert len(spies["rope_pairs_kernel"].launches) == 2 and spies["rope_pairs_kernel"].launches[1][0][1] == 3
+    x = qkv.detach().double().requires_grad_()
+    (want,) = torch.autograd.grad(block(x, rope.build("torch", D, 8, compute_dtype="float64").to(device)), x)
+    assert_precise(dqkv, want, torch.float32, "d qkv")
 
 
 def test_compiled_ops_are_the_custom_ops_off_cuda(device):
