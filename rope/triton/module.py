@@ -28,7 +28,8 @@ class TritonRotary(RotaryEmbedding):
     layouts = LAYOUTS
     supports_rotary_dim = True
     #: Inductor launches user-defined Triton kernels (these, through the triton ops) with Triton's Python
-    #: launcher unless this is set, and its own kernels with a static launcher of less host time.
+    #: launcher unless this is set, and its own kernels with a static launcher of less host time. A GPU build turns
+    #: it on when the ops are defined (:func:`rope.triton.ops.static_launch_by_default`); asked for here as well.
     inductor_options = {"static_launch_user_defined_triton_kernels": True}
     low_precision = False
 

@@ -3,13 +3,15 @@
 Eagerly a call goes through a ``torch.autograd.Function`` (half the host time of a custom op's dispatch), or
 without grad straight to :mod:`rope.triton.launch`. Under ``torch.compile`` it goes through ops with fakes, so a
 model compiles without graph breaks: on CUDA ``torch.library.triton_op``s (``ropelab::rope_traced``, ...), whose
-launch Inductor emits in its own code; elsewhere, and for dynamic shapes (the launch geometry is Python arithmetic
-on the sizes), custom ops (``ropelab::rope``, ``rope_qkv``, ``rope_qkv_backward``) run their Python bodies.
+launch Inductor emits in its own code (with its static launcher: :func:`static_launch_by_default`); elsewhere, and
+for dynamic shapes (the launch geometry is Python arithmetic on the sizes), custom ops (``ropelab::rope``,
+``rope_qkv``, ``rope_qkv_backward``) run their Python bodies.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -114,9 +116,24 @@ def traced_ops() -> OpSet | None:
     return _define("_traced", traced=True) if hasattr(torch.library, "triton_op") else None
 
 
+def static_launch_by_default() -> None:
+    """Inductor's static launcher for user-defined Triton kernels (the triton ops' too), as for its own, unless
+    ``TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS`` is set (the user's choice stands): Triton's Python
+    launcher costs a short compiled step host time that shows. Set in this process's config and in the environment
+    its compile workers start from; only the launcher changes (Inductor keeps Triton's where it must)."""
+    from torch._inductor import config
+
+    name = "static_launch_user_defined_triton_kernels"
+    if f"TORCHINDUCTOR_{name.upper()}" not in os.environ and hasattr(config, name):
+        os.environ[f"TORCHINDUCTOR_{name.upper()}"] = "1"
+        setattr(config, name, True)
+
+
 #: The triton ops where a compiled graph can call them (a GPU build of torch, real kernels rather than the
 #: interpreter): defined at import there, because Dynamo must not meet their definition while it traces a call.
 TRACED_OPS = traced_ops() if (torch.version.cuda or torch.version.hip) and not launch.INTERPRETING else None
+if TRACED_OPS is not None:
+    static_launch_by_default()
 
 
 def compiled_ops(x: Tensor) -> OpSet:

@@ -433,6 +433,22 @@ def test_compiled_ops_are_the_custom_ops_off_cuda(device):
     assert ops.flat_projection(torch.randn(3, 2, 8).transpose(0, 1)).shape == (2, 3, 8)  # batch and time apart
 
 
+def test_static_launch_is_the_default_unless_the_environment_says(monkeypatch):
+    """A GPU build's triton ops have Inductor launch user-defined Triton kernels with its static launcher (this
+    process's config, and the environment its compile workers start from), unless the environment already says."""
+    from torch._inductor import config
+
+    name, key = "static_launch_user_defined_triton_kernels", "TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS"
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k != key})
+    monkeypatch.setattr(config, name, False)
+    ops.static_launch_by_default()
+    assert os.environ[key] == "1" and getattr(config, name) is True
+    os.environ[key] = "0"
+    monkeypatch.setattr(config, name, False)
+    ops.static_launch_by_default()
+    assert os.environ[key] == "0" and getattr(config, name) is False
+
+
 # -- errors, before any launch ------------------------------------------------------------------------------
 @pytest.mark.parametrize("impl", IMPLS)
 def test_cpu_tensor_without_interpreter(impl, monkeypatch, no_launch):

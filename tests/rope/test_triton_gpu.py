@@ -228,7 +228,7 @@ def test_compiled_rotate_qkv_equals_eager(D, variant, layout, rotary_dim, heads)
                     assert torch.equal(got, want), (off, pos is not None, "no grad")
 
 
-@pytest.mark.parametrize("impl,plain", [("triton_v4", False), ("triton_v2", False)])
+@pytest.mark.parametrize("impl,plain", [("triton_v4", True), ("triton_v2", False)])
 def test_compiled_gpt_launches_the_kernels_from_inductor(impl, plain, monkeypatch):
     """Under torch.compile (static shapes) the training path goes through the triton ops: Inductor's generated code
     launches the kernels itself, one launch a layer forward and one backward (v's gradient copied by it), no
