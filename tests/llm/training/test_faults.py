@@ -22,6 +22,8 @@ from helpers import ROOT, SMALL, read_metrics, read_wandb_run, run_cli, run_inpr
 from llm.errors import ResumeError
 
 STEPS = ["train.max_steps=12", "train.eval_every=4", "train.log_every=1"]
+#: A run of half STEPS' length, stopped half-way, for the tests that run it as a command twice (stop, resume).
+SHORT = ["train.max_steps=6", "train.eval_every=3", "train.log_every=1", "train.stop_at_step=3"]
 
 
 def _summary(run_dir: Path) -> dict:
@@ -84,7 +86,7 @@ def test_resume_continues_the_saved_config_and_refuses_a_different_model(tmp_pat
 
 def test_printed_resume_command_runs_to_the_end(tmp_path):
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "llm.train", *SMALL, *STEPS, "train.stop_at_step=4", f"hydra.run.dir={run}"]
+    cmd = [sys.executable, "-m", "llm.train", *SMALL, *SHORT, f"hydra.run.dir={run}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     hint = (proc.stdout + proc.stderr).split("Resume with:")[1].strip().splitlines()[0]
@@ -95,7 +97,7 @@ def test_printed_resume_command_runs_to_the_end(tmp_path):
     assert args[:3] == ["python", "-m", "llm.train"], hint
     resumed = subprocess.run([sys.executable, *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert _summary(run)["status"] == "completed" and _summary(run)["step"] == 12
+    assert _summary(run)["status"] == "completed" and _summary(run)["step"] == 6
     # the run's own logger (SMALL's logger=none), not the resume command's default wandb: no tracker run
     # holding only the steps after the resume
     assert not (run / "wandb").exists() and "name: none" in (run / "config.yaml").read_text()
@@ -126,7 +128,7 @@ def test_a_resumed_sweep_job_stays_in_its_sweep_s_tracker_group(tmp_path):
     (its name and dir): the group saved in the checkpoint is kept, so both segments of the job's tracker run
     are in its sweep's group, not the resume command's default."""
     sweep = tmp_path / "sweep"
-    run_cli(["-m", *STEPS, "logger=wandb", "sweep.name=qq", "train.stop_at_step=4", f"hydra.sweep.dir={sweep}"])
+    run_cli(["-m", *SHORT, "logger=wandb", "sweep.name=qq", f"hydra.sweep.dir={sweep}"])
     job = sweep / "0_torch_s0"
     assert torch.load(job / "checkpoints" / "last.pt", weights_only=False)["wandb_group"] == "qq-sweep"
     resumed = subprocess.run([sys.executable, "-m", "llm.train", f"hydra.run.dir={job}", "train.resume=auto"], cwd=ROOT,
@@ -342,14 +344,14 @@ def test_nonfinite_stop_before_any_checkpoint_names_no_missing_dir(tmp_path, mon
 def test_redirected_log_gets_one_progress_line_per_interval(tmp_path):
     log_file = tmp_path / "out.log"
     with open(log_file, "w") as out:
-        proc = subprocess.run([sys.executable, "-m", "llm.train", *SMALL, "train.max_steps=10", "train.log_every=5",
-                               "train.eval_every=10", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, stdout=out,
+        proc = subprocess.run([sys.executable, "-m", "llm.train", *SMALL, "train.max_steps=4", "train.log_every=2",
+                               "train.eval_every=4", f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, stdout=out,
                               stderr=subprocess.STDOUT, timeout=300, env={**os.environ, "WANDB_MODE": "offline"})
     text = log_file.read_text()
     assert proc.returncode == 0, text[-2000:]
     assert "\r" not in text, "no carriage-return progress updates in a file"
     progress = [ln for ln in text.splitlines() if "tok/s" in ln and "eta" in ln]
-    assert len(progress) == 2, progress  # steps 5 and 10
+    assert len(progress) == 2, progress  # steps 2 and 4
 
 
 def test_a_val_stream_shorter_than_a_window_stops_before_the_model_is_built(tmp_path, monkeypatch):
