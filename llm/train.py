@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import hydra
@@ -30,6 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from llm.entry import full_error_requested, run_entry
 from llm.errors import ConfigError, RunDirInUseError
+from llm.gpu_slots import SLOTS_DIR, Slot
+from llm.gpu_slots import claim as claim_slot
 from llm.training.checkpoint import checkpoint_files
 from llm.training.run import UNRECORDED_STARTS, USER_ERRORS, one_line, run_training
 from llm.training.trainer import TrainOutcome
@@ -62,13 +66,35 @@ def train(cfg: DictConfig, run_dir: Path, overrides: tuple[str, ...] = (), group
     return outcome.summary
 
 
-def _pin_parallel_job(cfg: DictConfig, hc) -> None:
-    """A sweep whose launcher runs jobs at once (hydra/launcher=gpus) spreads ``device=auto`` jobs over
-    the visible GPUs, one each; the default launcher runs them one after another on one device."""
-    parallel = "BasicLauncher" not in str(hc.launcher.get("_target_", ""))
-    if parallel and cfg.get("device", "auto") == "auto" and torch.cuda.device_count() > 1:
-        cfg.device = f"cuda:{int(hc.job.num) % torch.cuda.device_count()}"
-        log.info(f"job {hc.job.num}: device={cfg.device}")
+def _local_parallel_jobs(hc) -> int:
+    """How many jobs the sweep's launcher runs at once as processes of this machine: joblib's workers
+    (hydra/launcher=gpus or joblib), else 0 (one job after another, or jobs that a cluster places, as SLURM's)."""
+    if "JoblibLauncher" not in str(hc.launcher.get("_target_", "")):
+        return 0
+    from joblib import effective_n_jobs
+
+    return effective_n_jobs(hc.launcher.get("n_jobs", -1))
+
+
+@contextmanager
+def _pin_parallel_job(cfg: DictConfig, hc) -> Iterator[Slot | None]:
+    """A ``device=auto`` job of a sweep whose jobs run at once on this machine holds a device slot for its life
+    (:mod:`llm.gpu_slots`): the launcher's workers divided over the visible GPUs (the CPU counting as one),
+    ``sweep.jobs_per_gpu`` of them with hydra/launcher=gpus, and runs on its slot's GPU. Any other job
+    (``device=cuda:N``, one job after another, a cluster's) runs as asked."""
+    workers = _local_parallel_jobs(hc)
+    if not workers or cfg.get("device", "auto") != "auto":
+        yield None
+        return
+    gpus = torch.cuda.device_count()
+    devices = max(1, gpus)
+    with claim_slot(Path(hc.sweep.dir) / SLOTS_DIR, devices, -(-workers // devices),
+                    label=f"job {hc.job.num}") as slot:
+        if gpus > 1:
+            cfg.device = f"cuda:{slot.device}"
+        # stderr, not the job's log: train.log is the run dir's, and the run does not own its dir yet
+        print(f"job {hc.job.num}: device slot {slot.name}, device={cfg.device}", file=sys.stderr, flush=True)
+        yield slot
 
 
 def command_record(cfg: DictConfig, hc) -> dict[str, str]:
@@ -102,14 +128,18 @@ def main(cfg: DictConfig) -> float | None:
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
-    run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
+    record = command_record(cfg, hc)  # the command's config, before a sweep job is given its device
+    with _pin_parallel_job(cfg, hc) if multirun else nullcontext():
+        return _run(cfg, hc, multirun, record)
+
+
+def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float | None:
+    """One run or sweep job: its outcome as the entry point reports it (exit code, log lines, sweep's value)."""
+    run_dir = Path(hc.runtime.output_dir)
     group = f"{cfg.sweep.name}-{Path(hc.sweep.dir).name}" if multirun else cfg.sweep.name
     overrides = tuple(hc.overrides.task)
     hint = f"python -m llm.train hydra.run.dir={run_dir} train.resume=auto"
-    record = command_record(cfg, hc)
-    if multirun:
-        _pin_parallel_job(cfg, hc)
     try:
         outcome = run_training(cfg, run_dir, overrides, group=group, resume_hint=hint, sweep_job=multirun,
                                command_record=record)
