@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from omegaconf.errors import InterpolationResolutionError
 
 from llm.config_schema import schema
 from llm.errors import UserError
@@ -58,6 +59,19 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
     return f"{text} ({cause})" if cause else text
 
 
+def user_error_within(exc: BaseException) -> UserError | None:
+    """The :class:`UserError` an exception wraps, if any: OmegaConf reports a resolver's own error (the launcher's
+    ``ropelab_jobs`` refusing ``sweep.jobs_per_gpu=0``) as an InterpolationResolutionError raised while handling
+    it, possibly inside another one for the enclosing interpolation."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, UserError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def run_entry(main: Callable[[], object], config_name: str = "config", command: str = "python -m llm.train") -> None:
     """Call a ``@hydra.main`` function; Hydra's composition errors and the user errors that reach here (one
     raised by a sweep callback, or re-raised by an entry point) become one line on stderr and exit code 2."""
@@ -66,6 +80,11 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises what it would print as a traceback and exit 1
     try:
         main()
+    except InterpolationResolutionError as e:
+        if user_full or (cause := user_error_within(e)) is None:
+            raise
+        print(f"Error: {cause}", file=sys.stderr)
+        sys.exit(2)
     except ONE_LINE_ERRORS as e:
         if user_full:
             raise

@@ -55,6 +55,7 @@ def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
     (["seed=[1"], "cannot parse the override 'seed=[1': "),
     (["-m", "seed=0,1", "+train.max_step=5"], "train.max_step is not a known key"),  # the whole sweep, no job
     (["-m", "rope=torch,nope"], "rope=nope is not an option of rope; allowed: "),
+    (["-m", "hydra/launcher=gpus", "sweep.jobs_per_gpu=0"], "sweep.jobs_per_gpu=0 must be a positive integer"),
 ])
 def test_a_hydra_level_mistake_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, line):
     code, err = run_main(monkeypatch, capsys, [*args, f"hydra.run.dir={tmp_path / 'day' / 'run'}",
