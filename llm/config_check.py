@@ -77,11 +77,12 @@ def _check_memory(cfg: DictConfig, model_cfg, device: torch.device, world_size: 
                           f"{have / 2**30:.1f} GiB of {device}; lower model.seq_len or train.batch_size")
 
 
-def check_config_keys(cfg: DictConfig) -> None:
+def check_config_keys(cfg: DictConfig, config_name: str = "config", command: str = "python -m llm.train") -> None:
     """Refuse a key no config file defines (added with ``+``, nothing would read it) or one a run reads that was
-    removed (``~``), naming it and the closest known key. Checks the command's composed config: a resumed run's
-    saved config may hold keys of an older version, which it keeps."""
-    problems = schema().problems(cfg)
+    removed (``~``), naming it and the closest known key. Checks the command's composed config against the keys of
+    its primary config (``config_name``: llm.train's, ``generate``, ``eval_lengths``): a resumed run's saved config
+    may hold keys of an older version, which it keeps."""
+    problems = schema(config_name, command).problems(cfg)
     if problems:
         raise ConfigError(problems[0])
 

@@ -16,6 +16,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from llm.config_check import check_config_keys
 from llm.entry import full_error_requested, run_entry
 from llm.errors import UserError
 from llm.evaluation.lengths import eval_lengths_from_config
@@ -29,6 +30,7 @@ def _print(line: str) -> None:
 @hydra.main(config_path="../conf", config_name="eval_lengths", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
+        check_config_keys(cfg, "eval_lengths", "python -m llm.eval_lengths")  # +tokenz=5: refused first
         eval_lengths_from_config(cfg, emit=_print)
     except (UserError, DiskFullError) as e:
         if full_error_requested():

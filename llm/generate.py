@@ -3,8 +3,8 @@
 The Hydra entry point (conf/generate.yaml holds every key); the work is in
 :mod:`llm.generation.command`. The run's config and newest checkpoint rebuild its model with its RoPE
 implementation (``rope=<name>`` swaps the kernel), and the continuation streams to stdout while it is
-decoded with a KV cache. A user error (no checkpoint, a prompt longer than the context, ``top_k=0``,
-...) is one line on stderr and exit code 2, before the weights are loaded.
+decoded with a KV cache. A user error (a key nothing reads, no checkpoint, a prompt longer than the context,
+``top_k=0``, ...) is one line on stderr and exit code 2, before the weights are loaded.
 
 ``prompt=`` and ``prompt_file=`` take the rest of their argument verbatim (``prompt=def main(`` needs no
 Hydra quoting): the entry point quotes them for Hydra's parser, unless they are quoted already.
@@ -18,6 +18,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from llm.config_check import check_config_keys
 from llm.entry import full_error_requested, run_entry
 from llm.errors import UserError
 from llm.generation.command import generate_from_config
@@ -47,6 +48,7 @@ def verbatim_overrides(argv: list[str]) -> list[str]:
 @hydra.main(config_path="../conf", config_name="generate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
+        check_config_keys(cfg, "generate", "python -m llm.generate")  # +top_kk=3: refused first
         generate_from_config(cfg)
     except UserError as e:
         if full_error_requested():

@@ -93,6 +93,27 @@ def test_the_other_entry_points_errors_read_the_same(config_name, command, overr
     assert hydra_error_line(err.value, config_name, command).startswith(line)
 
 
+@pytest.mark.parametrize("module,override,line", [
+    ("llm.generate", "+top_kk=3", "top_kk is not a known key, so nothing would read it; did you mean top_k? "
+                                  "(python -m llm.generate --cfg job lists the keys)"),
+    ("llm.eval_lengths", "+tokenz=5", "tokenz is not a known key, so nothing would read it; did you mean tokens? "
+                                      "(python -m llm.eval_lengths --cfg job lists the keys)"),
+])
+def test_the_other_entry_points_refuse_a_key_nothing_reads(tmp_path, monkeypatch, capsys, module, override, line):
+    """``+top_kk=3`` used to generate as if it had not been asked: one line naming it, exit 2, before the run is
+    even looked at (``run=`` names a dir that holds no run)."""
+    for name in ("HYDRA_FULL_ERROR", "ROPELAB_USER_FULL_ERROR"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.setattr(sys, "argv", [module, f"run={tmp_path}", override])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module(module, run_name="__main__")
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert done.value.code == 2 and err == [f"Error: {line}"], err
+
+
 def test_every_shipped_config_passes_the_key_check():
     """Every experiment (each key an experiment sets is one a module reads), the options whose keys differ by
     name (optim, logger), and the generate and eval_lengths configs hold only known keys; a key nothing reads is
