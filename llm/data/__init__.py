@@ -2,7 +2,8 @@
 
 Where things are:
 
-* ``config``      -- the ``data.*`` keys: readers, ``DataError`` and ``check_data_config`` (run before any work).
+* ``config``      -- the ``data.*`` keys' readers and ``DataError``.
+* ``check``       -- ``check_data_config``, run before any work: the source, its keys and values, the tokenizer.
 * ``sources/``    -- the sources (``pystdlib``, ``tinystories``, ``text_files``, ``code_corpus``, ``hf_dataset``) and
   their registry ``SOURCES``;
   ``sources/file_readers`` reads .txt/.jsonl/.parquet, refusing what is not text with the file and line.
@@ -18,7 +19,8 @@ Where things are:
 
 from llm.data.batches import check_streams, sample_batch, val_batches, val_window_starts
 from llm.data.cache import TokenData, data_fingerprint, prepare_data, token_dtype
-from llm.data.config import DataError, check_data_config
+from llm.data.check import check_data_config
+from llm.data.config import DataError
 from llm.data.sources import SOURCES
 from llm.data.tokenizer import NetworkUnavailableError, get_tokenizer
 

@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llm.data.cache_lock import locked_cache_dir
-from llm.data.config import check_data_config, num_threads
+from llm.data.check import check_data_config
+from llm.data.config import num_threads
 from llm.data.sources import FORMAT_VERSION, KEEP_DIR, Source, make_source
 from llm.data.split import SPLITS, VAL_DOC_CAP, cap_val_documents, composition
 from llm.data.tokenizer import TokenizeProgress, canonical_tokenizer_name, get_tokenizer

@@ -1,8 +1,8 @@
-"""The ``data`` config group (``conf/data/<name>.yaml``): readers of its keys and the one check before any work.
+"""The ``data`` config group (``conf/data/<name>.yaml``): readers of its keys.
 
 Why one module: every mistake a user can make in ``data.*`` must be refused before any work, in one line that
-names the key and what is allowed. The sources read their settings through the same readers, so the check run
-up front (``check_data_config``, called by ``llm.config_check``) and the values later used never disagree.
+names the key and what is allowed. The sources read their settings through these readers, and so does the check
+run up front (:func:`llm.data.check.check_data_config`), so the check and the values later used never disagree.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from llm.data.tokenizer import check_tokenizer_name
 from llm.errors import ConfigError
 
 #: ``data.packing``: random slices of the token stream (positions 0..T-1), or the same slices laid out by document
@@ -85,27 +84,3 @@ def packing(cfg: Mapping) -> str:
     if value not in PACKINGS:
         raise DataError(f"data.packing={value} must be one of {', '.join(PACKINGS)}")
     return str(value)
-
-
-def check_data_config(data_cfg: Mapping, tokenizer_name: str) -> None:
-    """Refuse a data config that cannot work, before any work: raises DataError (a ValueError) with one line
-    naming the key. Cheap: reads no file contents and needs no network.
-
-    Checks the source name against the registry, that every key set is one the source reads (so a typo such as
-    ``+data.max_doc=5`` is refused, not ignored), each value the source reads, and the tokenizer name.
-    """
-    # Imported here: the sources read their settings through this module's readers.
-    from llm.data.sources import SOURCES
-
-    name = setting(data_cfg, "name")
-    kind = SOURCES.get(name) if isinstance(name, str) else None
-    if kind is None:
-        raise DataError(f"data.name={name} is not a known data source; choices: {', '.join(SOURCES)}")
-    allowed = ("name", "num_threads", *kind.keys, "packing")
-    for key in data_cfg:
-        if key not in allowed:
-            raise DataError(f"data.{key} is not a setting of data={name}; its settings: {', '.join(allowed[1:])}")
-    num_threads(data_cfg)
-    packing(data_cfg)
-    kind.check(data_cfg)
-    check_tokenizer_name(tokenizer_name)

@@ -11,7 +11,8 @@ imports the training code, so it works on runs from any machine or older version
 
 Modules: ``runs`` (finding and loading run dirs), ``mixed`` (the mixed-run check), ``stats``
 (statistics), ``analysis`` (groups, reference, comparisons), ``fidelity``, ``compare`` (the
-pipeline), ``markdown``, ``tables`` (CSV), ``plots``, ``wandb_log``, ``callback`` (Hydra).
+:class:`Report` and how it is built), ``markdown``, ``tables`` (CSV), ``plots``, ``write`` (the writers run
+together), ``wandb_log``, ``callback`` (Hydra).
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from llm.report.compare import (
     SPEED_FILE,
     Report,
     build_report,
-    compare_runs,
     default_out_dir,
-    write_report,
 )
 from llm.report.errors import (
     CompareError,
@@ -39,6 +38,7 @@ from llm.report.errors import (
 )
 from llm.report.runs import CRASHED, Run, find_crashed_dirs, find_run_dirs, load_runs, sweep_failures
 from llm.report.stats import mean_std
+from llm.report.write import compare_runs, write_report
 
 __all__ = [
     "CRASHED",

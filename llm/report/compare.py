@@ -1,6 +1,7 @@
-"""Compare finished runs: load, check, compute (:func:`build_report`) and write (:func:`write_report`).
+"""Compare finished runs: load, check and compute (:func:`build_report`) the :class:`Report` the writers share.
 
-:func:`compare_runs` does both and writes into ``out_dir``:
+:func:`llm.report.write.write_report` writes it and :func:`llm.report.write.compare_runs` does both, into
+``out_dir``:
 
 * ``comparison.md``  - verdicts against the reference, common config, failed runs, the summary table
   (mean ± sample std over seeds, ordered by mean val loss), paired statistics, the variance budget,
@@ -113,24 +114,6 @@ def build_report(
     return Report([str(p) for p in run_dirs], runs, groups, diffs, ref, comparisons, margin, acc_margin, data_notes)
 
 
-def write_report(report: Report, out_dir: PathLike) -> Path:
-    """Write comparison.md/.csv and the plots into ``out_dir`` (each file atomically); returns the .md path."""
-    from llm.report.markdown import write_markdown
-    from llm.report.plots import plot_loss_curves, plot_paired_delta, plot_speed
-    from llm.report.tables import write_csv
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    md = out / MD_FILE
-    write_markdown(md, report)
-    write_csv(out / CSV_FILE, report)
-    plot_loss_curves(out / CURVES_FILE, report.groups)
-    plot_speed(out / SPEED_FILE, report.groups)
-    plot_paired_delta(out / DELTA_FILE, report)
-    log.info("wrote %s, %s, %s, %s, %s in %s", MD_FILE, CSV_FILE, CURVES_FILE, SPEED_FILE, DELTA_FILE, out)
-    return md
-
-
 def default_out_dir(paths: Sequence[PathLike]) -> Path:
     """The single dir given; else the common parent of the dirs given (cwd if that is the filesystem root)."""
     if len(paths) == 1:
@@ -141,24 +124,3 @@ def default_out_dir(paths: Sequence[PathLike]) -> Path:
     except ValueError:
         return Path.cwd()
     return Path.cwd() if common == Path(common.anchor) else common
-
-
-def compare_runs(
-    run_dirs: Sequence[PathLike] | PathLike,
-    out_dir: PathLike | None = None,
-    allow_mixed: bool = False,
-    reference: str | None = None,
-    margin: float = DEFAULT_MARGIN,
-    acc_margin: float = DEFAULT_ACC_MARGIN,
-) -> Path:
-    """Compare the runs at or below ``run_dirs`` and write the report into ``out_dir``.
-
-    ``run_dirs`` may be run dirs, multirun dirs or any parent of them (searched recursively).
-    ``out_dir`` defaults to :func:`default_out_dir`. ``reference`` picks the implementation the others
-    are compared with (see :func:`llm.report.analysis.select_reference`); ``margin`` is the
-    equivalence margin ε in nats of val loss, ``acc_margin`` the one for val accuracy. Returns the
-    path of ``comparison.md``; raises as :func:`build_report` does.
-    """
-    dirs = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else list(run_dirs)
-    report = build_report(dirs, allow_mixed=allow_mixed, reference=reference, margin=margin, acc_margin=acc_margin)
-    return write_report(report, out_dir if out_dir is not None else default_out_dir(dirs))
