@@ -94,7 +94,7 @@ def validate_config(cfg: DictConfig, world_size: int = 1) -> None:
         raise ConfigError(f"seed={seed!r} must be an integer")
     device = resolve_device(str(cfg.get("device", "auto")))
     model_cfg = _as_config_error(check_model_config, cfg.model)
-    _as_config_error(check_train_config, cfg.train, world_size)
+    _as_config_error(check_train_config, cfg.train, world_size, cfg.data)
     _as_config_error(check_optim_config, cfg.optim)
     _check_rope(cfg, model_cfg.head_dim, device)
     _as_config_error(check_data_config, cfg.data, cfg.tokenizer.name)

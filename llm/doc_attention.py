@@ -8,10 +8,10 @@ fused kernel skips the blocks no query may see (no hand-written masking kernel h
 Why a second path, SDPA with the same mask as a dense boolean (B, 1, T, T) tensor: ``flex_attention`` has no
 attention dropout, and the models trained with ``model.dropout > 0`` (the seed004 recipe) drop attention
 probabilities in training; using SDPA there keeps the two packings' models the same function. ``flex_attention``
-also has no backward on the CPU (torch 2.13), so training on a CPU takes the dense path too. Evaluation and
-dropout-free training on a GPU use ``flex_attention``: outside a compiled model it runs compiled
-(``torch.compile(flex_attention)``, as its documentation asks: the eager form materializes the whole score
-matrix); inside a compiled model Dynamo compiles it with the model.
+also has no backward on the CPU (torch 2.13), and its CPU forward runs uncompiled, so attention off a GPU takes
+the dense path, in training and evaluation. Evaluation and dropout-free training on a GPU use ``flex_attention``:
+outside a compiled model it runs compiled (``torch.compile(flex_attention)``, as its documentation asks: the eager
+form materializes the whole score matrix); inside a compiled model Dynamo compiles it with the model.
 """
 
 from __future__ import annotations
@@ -69,10 +69,11 @@ class DocumentMask:
         return cls(doc_ids, block_mask=document_block_mask(doc_ids))
 
 
-def takes_dense(device: torch.device, dropout_p: float, grad: bool) -> bool:
-    """Whether attention on ``device`` takes SDPA's dense mask: with attention dropout (flex_attention has
-    none) or a gradient off a GPU (flex_attention has no CPU backward)."""
-    return dropout_p > 0 or (grad and device.type != "cuda")
+def takes_dense(device: torch.device, dropout_p: float = 0.0, grad: bool = False) -> bool:
+    """Whether attention on ``device`` takes SDPA's dense mask: with attention dropout (flex_attention has none)
+    and on any device but a GPU, forward only or not (flex_attention has no CPU backward, and its CPU forward runs
+    uncompiled, materializing the scores with a warning). ``grad`` (a backward follows) leaves the answer as is."""
+    return dropout_p > 0 or device.type != "cuda"
 
 
 @functools.cache

@@ -308,8 +308,11 @@ def export_to_compile_workers(options: Mapping[str, object]) -> bool:
     Why: Inductor compiles Triton kernels in worker processes and decides there whether a kernel gets
     its static launcher. Of ``torch.compile``'s options the workers see only ``use_static_triton_launcher``
     (torch 2.11 to 2.13, ``async_compile.py``); ``static_launch_user_defined_triton_kernels`` they read
-    from the environment when they start. Without this the Triton entries' kernels go through Triton's
-    Python launcher whenever the pool compiles them, the host time the option exists to save.
+    from the environment when they start. Importing ``rope`` on a CUDA build already sets that variable
+    (``rope.triton.ops.static_launch_by_default``) unless the environment sets it; this function matters when
+    the environment says otherwise than the RoPE module's options, or when a pool of compile workers was
+    started before: without it the Triton entries' kernels would go through Triton's Python launcher whenever
+    that pool compiles them, the host time the option exists to save.
     """
     changed = False
     for key, value in options.items():

@@ -31,8 +31,6 @@ import torch
 
 from llm.data.batches import sample_batch
 
-PACKINGS = ("random", "documents")
-
 
 @dataclass
 class DocumentBatch:

@@ -110,7 +110,8 @@ class Run:
 
     @property
     def status(self) -> str:
-        """``completed``, ``interrupted``, ``nonfinite``, ``failed``, ``config_error``, or :data:`CRASHED`."""
+        """``completed``, ``interrupted``, ``aborted`` (a second Ctrl-C), ``nonfinite``, ``failed``, ``config_error``,
+        :data:`CRASHED` or :data:`UNREADABLE`."""
         return str(self.summary.get("status", COMPLETED))
 
     @property
