@@ -39,14 +39,11 @@ _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
 @dataclasses.dataclass(frozen=True)
 class CuteLaunchConfig:
     """How a launch splits the rows: ``threads`` per CTA (rounded down to whole rows), each thread
-    rotating one chunk in each of ``rows_per_thread`` consecutive blocks of rows; ``streaming``: how
-    q and k are loaded. The defaults are
-    what the H100 tuning measured best (``docs/kernels.md``, CuTeDSL tuning)."""
+    rotating one chunk in each of ``rows_per_thread`` consecutive blocks of rows. A tuning knob
+    (``CuteDSLRotary.launch_config``): every value computes the same bits."""
 
     threads: int = 512
     rows_per_thread: int = 1
-    #: q/k loads as streaming loads (evict-first), so that the cos/sin rows stay in L2.
-    streaming: bool = False
 
     def __post_init__(self) -> None:
         if self.threads < 32 or self.threads > 1024 or self.threads & (self.threads - 1):
@@ -96,7 +93,7 @@ def geometry(head_dim: int, rotary_pairs: int, partial: bool, interleaved: bool,
         vp //= 2
     tpr = rotary_pairs // v
     return {"D": head_dim, "R2": rotary_pairs, "CW": cw, "INTERLEAVED": interleaved, "V": v, "VP": vp,
-            "RPC": max(1, config.threads // tpr), "RPT": config.rows_per_thread, "STREAM": config.streaming}
+            "RPC": max(1, config.threads // tpr), "RPT": config.rows_per_thread}
 
 
 @functools.cache
@@ -118,7 +115,7 @@ def _cutlass_dtype(dtype: torch.dtype):
 
 @functools.lru_cache(maxsize=256)
 def _compiled(dtype: torch.dtype, D: int, R2: int, CW: int, INTERLEAVED: bool, V: int, VP: int, SV: int, CSV: int,
-              RPC: int, RPT: int, HAS_POS: bool, INVERSE: bool, STREAM: bool, ALIGN: int,
+              RPC: int, RPT: int, HAS_POS: bool, INVERSE: bool, ALIGN: int,
               ptx_arch: str | None = None):
     """``rope_launch`` compiled for one specialisation (pointers and ints are runtime arguments).
 
@@ -136,7 +133,8 @@ def _compiled(dtype: torch.dtype, D: int, R2: int, CW: int, INTERLEAVED: bool, V
         return make_ptr(t, 0, AddressSpace.gmem, assumed_align=align)
 
     args = [ptr(dt, ALIGN)] * 4 + [ptr(cutlass.Float32, 16)] * 2 + [ptr(cutlass.Int32, 4)] + [1] * 20
-    run = (D, R2, CW, INTERLEAVED, V, VP, SV, CSV, RPC, RPT, HAS_POS, INVERSE, STREAM, make_fake_stream())
+    # False: the kernel's STREAM (evict-first q/k loads), which no launch uses
+    run = (D, R2, CW, INTERLEAVED, V, VP, SV, CSV, RPC, RPT, HAS_POS, INVERSE, False, make_fake_stream())
     if not ptx_arch:
         return cute.compile(_kernels().rope_launch, *args, *run)
     from cutlass.base_dsl.compiler import DumpDir, GPUArch
@@ -190,7 +188,7 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
     csv = pow2_unit(cos.stride(0), 4)
     geo = geometry(D, cos.shape[1], bool(partial), bool(interleaved), esize, sv, config)
     fn = _compiled(q.dtype, geo["D"], geo["R2"], geo["CW"], geo["INTERLEAVED"], geo["V"], geo["VP"], sv, csv,
-                   geo["RPC"], geo["RPT"], positions is not None, bool(inverse), geo["STREAM"], sv * esize)
+                   geo["RPC"], geo["RPT"], positions is not None, bool(inverse), sv * esize)
     dt = _cutlass_dtype(q.dtype)
 
     def ptr(t, dtype, align):
@@ -206,28 +204,28 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
 
 # -- custom ops: opaque to torch.compile, with fake shapes and autograd ----------------------------
 _SCHEMA = ("(Tensor q, Tensor? k, Tensor cos, Tensor sin, Tensor? positions, bool partial, bool interleaved,"
-           " bool poison, int threads, int rows_per_thread, bool streaming) -> (Tensor, Tensor)")
+           " bool poison, int threads, int rows_per_thread) -> (Tensor, Tensor)")
 
 
-def _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, streaming, inverse):
+def _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, inverse):
     yq, yk = launch(q, k, cos, sin, positions, partial, inverse, interleaved=interleaved, poison=poison,
-                    config=CuteLaunchConfig(threads, rows_per_thread, streaming))
+                    config=CuteLaunchConfig(threads, rows_per_thread))
     return yq, q.new_empty((0,)) if yk is None else yk
 
 
 @torch.library.custom_op("ropelab::cute_rope_fwd", mutates_args=(), schema=_SCHEMA)
-def cute_rope_fwd(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, streaming):
+def cute_rope_fwd(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread):
     """Rotated (q, k); k's slot holds an empty tensor when k is None."""
-    return _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, streaming, False)
+    return _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, False)
 
 
 @torch.library.custom_op("ropelab::cute_rope_bwd", mutates_args=(), schema=_SCHEMA)
-def cute_rope_bwd(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, streaming):
+def cute_rope_bwd(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread):
     """The transposed rotation of (q, k): the gradients of :func:`cute_rope_fwd`."""
-    return _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, streaming, True)
+    return _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, True)
 
 
-def _fake(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, streaming):
+def _fake(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread):
     yk = q.new_empty((0,)) if k is None else torch.empty_like(k)
     return torch.empty_like(q), yk
 
@@ -237,17 +235,17 @@ torch.library.register_fake("ropelab::cute_rope_bwd")(_fake)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, streaming = inputs
+    q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread = inputs
     ctx.save_for_backward(cos, sin, positions)
-    ctx.args = (k is not None, partial, interleaved, poison, threads, rows_per_thread, streaming)
+    ctx.args = (k is not None, partial, interleaved, poison, threads, rows_per_thread)
 
 
 def _grads(op, ctx, gq, gk):
     cos, sin, positions = ctx.saved_tensors
-    has_k, partial, interleaved, poison, threads, rows_per_thread, streaming = ctx.args
+    has_k, partial, interleaved, poison, threads, rows_per_thread = ctx.args
     dq, dk = op(gq, gk if has_k else None, cos, sin, positions, partial, interleaved, poison, threads,
-                rows_per_thread, streaming)
-    return (dq, dk if has_k else None) + (None,) * 9
+                rows_per_thread)
+    return (dq, dk if has_k else None) + (None,) * 8
 
 
 torch.library.register_autograd("ropelab::cute_rope_fwd", lambda ctx, gq, gk: _grads(cute_rope_bwd, ctx, gq, gk),
@@ -312,7 +310,7 @@ class CuteDSLRotary(RotaryEmbedding):
         poison = bool(self.poison_outputs)
         cfg = self.launch_config
         if torch.compiler.is_compiling():
-            yq, yk = cute_rope_fwd(q, k, *args, interleaved, poison, cfg.threads, cfg.rows_per_thread, cfg.streaming)
+            yq, yk = cute_rope_fwd(q, k, *args, interleaved, poison, cfg.threads, cfg.rows_per_thread)
             return yq, (yk if k is not None else None)
         if not (torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))):
             return launch(q, k, *args, False, interleaved=interleaved, poison=poison, config=cfg)
