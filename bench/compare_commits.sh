@@ -4,14 +4,15 @@
 # then printed side by side (python -m bench.compare).
 #
 #   bash bench/compare_commits.sh prepare [COMMIT]   here, in a checkout with git history: .baseline/rope at COMMIT
-#   bash bench/compare_commits.sh run [kernel|step]  on the GPU machine, .baseline carried (about 6 minutes; one part:
-#                                                    the kernels or the training steps alone)
+#   bash bench/compare_commits.sh run [kernel|step]  on a GPU machine (about 6 minutes; one part: the kernels or
+#                                                    the training steps alone)
 #   bash bench/compare_commits.sh summary            anywhere the CSVs are: the comparison again, every row
 #
-# The GPU machine's copy of the tree may have no git history, so `prepare` writes both commits' names into
-# .baseline (git-ignored) and `run` passes them to the benchmarks. Logs and the summary go to outputs/compare/;
-# with $OUT set (the device tool's return folder) `run` also leaves there the two CSVs, docs/benchmarks.md
-# rewritten from them, summary.txt and logs.tgz.
+# A GPU machine needs this checkout with its .baseline folder (git history is not needed there: `prepare` writes
+# both commits' names into .baseline, git-ignored, and `run` passes them to the benchmarks) and the project's
+# dependencies, Liger-Kernel included (pip install -e '.[liger]'). Logs and the summary go to outputs/compare/;
+# with $OUT set to a folder, `run` also leaves there the two CSVs, docs/benchmarks.md rewritten from them,
+# summary.txt and logs.tgz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=.baseline
@@ -29,7 +30,7 @@ case "${1:-}" in
     git archive "$base" rope | tar -x -C "$dir"
     echo "$base" > "$dir/.commit"
     echo "$head" > "$dir/head.commit"
-    echo "$dir/rope is $base's; this checkout's rope is $head. Carry $dir (and .whl) to the GPU machine."
+    echo "$dir/rope is $base's; this checkout's rope is $head. The GPU machine needs $dir beside this checkout."
     ;;
   run)
     [ -f "$dir/.commit" ] && [ -f "$dir/head.commit" ] || {
@@ -44,7 +45,7 @@ case "${1:-}" in
     export PYTHONUNBUFFERED=1
     t0=$SECONDS
     say() { echo "[$((SECONDS - t0)) s] $*"; }
-    # what a run cut short (the GPU tool's time limit) still returns: the rows so far and the logs
+    # what a run cut short (a time limit) still leaves in $OUT: the rows so far and the logs
     keep() {
       [ -n "${OUT:-}" ] || return 0
       cp bench/results/kernel.csv bench/results/step.csv "$OUT/"

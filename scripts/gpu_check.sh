@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a CUDA machine: GPU tests, the kernel benchmark, the training-step benchmark and an MFU
 # run of GPT-2 small. Everything lands in outputs/gpu_check/ (the benchmarks' rows in its kernel.csv and
-# step.csv, not in bench/results/); $OUT (the device tool's return folder) gets report.md (all tables) and
+# step.csv, not in bench/results/); with $OUT set to a folder, it also gets report.md (all tables) and
 # gpu_check.tar.gz (every file).
 #   bash scripts/gpu_check.sh [tests] [suite] [bench] [step] [mfu] [small]    (no argument: tests bench step mfu)
 # The RoPE implementations come from the registry (rope.available()), never from a list here: the
@@ -53,7 +53,7 @@ print("\n".join(f"- {k}: {s.get(k)}" for k in keys))
 PY
       ;;
     small)
-      section "Throughput of model=small (the comparison model), eager, 200 steps"
+      section "Training throughput of model=small per RoPE implementation, eager, 200 steps"
       for r in $(python3 -c "import rope; print(' '.join(n for n in rope.available() if n != 'none'))"); do
         python3 -m llm.train model=small rope=$r train.batch_size=32 train.max_steps=200 train.eval_every=100 \
           train.eval_batches=20 logger=none hydra.run.dir="$dest/small_$r" 2>&1 | grep -v "it/s" | tail -n 2 >> "$report"
