@@ -194,6 +194,9 @@ def _config_section(report: Report) -> list[str]:
         f"- device: {', '.join(_devices(report.runs)) or 'n/a'}",
         f"- git commit: {_distinct(r.summary.get('git_commit') for r in report.runs)}",
     ]
+    fingerprints = _distinct(r.summary.get("code_fingerprint") for r in report.runs)
+    if fingerprints != "n/a":  # the code's own hash: runs of one code match even where .git was a stale copy
+        lines[-1] += f"; code fingerprint: {fingerprints}"
     devices = _devices(report.runs)
     if len(devices) > 1:
         lines += ["", f"**Runs from {len(devices)} devices** (the Per-seed table names each run's): a pair of runs "
