@@ -12,7 +12,7 @@ import pytest
 import tiktoken
 
 import llm.data.cache as cache
-import llm.data.config as config
+import llm.data.check as check
 
 
 def _byte_encoding() -> tiktoken.Encoding:
@@ -73,9 +73,9 @@ def text_cfg() -> Callable[..., dict]:
 def byte_tokenizer(monkeypatch):
     """The name of a tiny byte-level tokenizer (vocab 257) that prepare_data accepts and loads offline."""
     enc = _byte_encoding()
-    real_get, real_check = cache.get_tokenizer, config.check_tokenizer_name
+    real_get, real_check = cache.get_tokenizer, check.check_tokenizer_name
     monkeypatch.setattr(cache, "get_tokenizer", lambda name: enc if name == "bytes_test" else real_get(name))
-    monkeypatch.setattr(config, "check_tokenizer_name",
+    monkeypatch.setattr(check, "check_tokenizer_name",
                         lambda name: None if name == "bytes_test" else real_check(name))
     return "bytes_test"
 
