@@ -146,21 +146,42 @@ def _ratio(r: dict) -> str:
     return f"{float(r['vs_torch_pct']):+.1f}%{ci}"
 
 
+#: The order of the decoding modes in a table (``llm.generation.speed.MODES``).
+DECODE_MODES = ("captured", "eager", "dynamic", "none")
+
+
 def generate_section(rows: list[dict]) -> list[str]:
-    current = latest(rows, ("gpu", "model", "shape", "implementation", "batch"))
+    """Rows of the current benchmark only: those without a ``mode`` timed the decoder the static cache replaced,
+    in columns of their own, and stay in the CSV as its history."""
+    key = ("gpu", "model", "implementation", "batch", "prompt_len", "new_tokens", "mode", "attention")
+    current = latest([r for r in rows if r.get("mode")], key)
     out = ["## Decoding (`python -m bench.generate`)", "",
-           "One cached decode step, the RoPE calls in it, and greedy decoding's tokens per second with and without "
-           "the KV cache (random weights; wall-clock medians)."]
+           "Greedy decoding of random prompts with random weights (bf16): the first token's latency (the prompt, "
+           "plus the capture of the decode step in mode `captured`) and the decode rate after it, new tokens of "
+           "every row per second; step ms = batch / rate. Modes: `captured` (static cache, the step a CUDA graph), "
+           "`eager` (the same step, not captured), `dynamic` (the dynamic cache), `none` (no cache: the prefix "
+           "recomputed per token); attention `sdpa` (RoPE on q and k, then SDPA) or `fused_rope` "
+           "(`rope.attention_with_rope`). Medians of the timed runs."]
+
+    def order_key(r: dict) -> tuple:
+        mode = DECODE_MODES.index(r["mode"]) if r["mode"] in DECODE_MODES else len(DECODE_MODES)
+        return (r["model"], rank(r["implementation"]), int(r["batch"]), int(r["prompt_len"]), mode,
+                r["attention"] != "sdpa", r["attention"])
+
     for gpu in sorted({r["gpu"] for r in current.values()}):
-        mine = [r for r in current.values() if r["gpu"] == gpu]
-        body = [[r["model"], r["implementation"], r["batch"], f"{float(r['time_us']) / 1e3:.2f}",
-                 f"{float(r['rope_us']) / 1e3:.2f} ({float(r['rope_share_pct']):.0f}%)",
-                 f"{float(r['tok_s_cache']):,.0f}", f"{float(r['tok_s_no_cache']):,.0f}"]
-                for r in sorted(mine, key=lambda r: (r["model"], int(r["batch"]), rank(r["implementation"])))]
+        mine = sorted((r for r in current.values() if r["gpu"] == gpu), key=order_key)
+        notes = any(r["note"] for r in mine)  # a column only where a point has one (why not captured, or measured)
+        body = [[r["model"], r["implementation"], r["mode"], r["attention"], r["batch"], r["prompt_len"],
+                 r["new_tokens"], _number(r["first_token_ms"], "{:.1f}"), _number(r["decode_tok_s"], "{:,.0f}"),
+                 _number(r["step_ms"], "{:.3f}"), *([r["note"]] if notes else [])] for r in mine]
         out += ["", f"### {gpu}", "", provenance(mine), ""]
-        out += harness.markdown_table(["model", "implementation", "batch", "step ms", "rope ms (share)",
-                                       "tok/s cache", "tok/s no cache"], body, 2)
+        out += harness.markdown_table(["model", "implementation", "mode", "attention", "batch", "prompt", "new tokens",
+                                       "first token ms", "tok/s", "step ms", *(["note"] if notes else [])], body, 4)
     return out
+
+
+def _number(text: str, fmt: str) -> str:
+    return fmt.format(float(text)) if text else ""
 
 
 def profile_section(rows: list[dict]) -> list[str]:

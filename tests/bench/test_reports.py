@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from helpers import ROOT
 
-from bench import compare, harness, kernel, step, tables
+from bench import compare, generate, harness, kernel, step, tables
 
 
 def kernel_row(commit: str, impl: str, D: int, pct: float, direction: str = "forward", date: str = "2026-01-01T00:00Z",
@@ -67,6 +67,26 @@ def test_tables_rewrite_only_the_marked_part(results, tmp_path):
     doc.write_text("no markers\n")
     with pytest.raises(SystemExit):
         tables.main(["--results", str(results), "--doc", str(doc)])
+
+
+def test_tables_show_the_newest_decoding_point_of_each_configuration(tmp_path):
+    def point(date: str, mode: str, attention: str, rate: float | None, note: str = "") -> dict:
+        return {"date": date, "gpu": "GPU X", "commit": "ccc3333", "torch": "2.11", "triton": "3.6", "model": "small",
+                "implementation": "triton_v4", "batch": 1, "prompt_len": 128, "new_tokens": 128, "mode": mode,
+                "attention": attention, "first_token_ms": 20.0 if rate else None, "decode_tok_s": rate,
+                "step_ms": 1e3 / rate if rate else None, "captured": mode == "captured", "note": note}
+
+    csv_file = harness.ResultsCsv(tmp_path / "generate.csv", generate.HEADER)
+    csv_file.append([{"date": "2026-01-01T00:00Z", "gpu": "GPU X", "commit": "old0000", "model": "small",
+                      "implementation": "torch", "batch": 1, "shape": "prompt 128 + 128", "time_us": 9000.0,
+                      "tok_s_cache": 111.0},  # the earlier benchmark's row: stays in the CSV, not in the tables
+                     point("2026-01-02T00:00Z", "captured", "sdpa", 1000.0),
+                     point("2026-01-03T00:00Z", "captured", "sdpa", 2000.0),  # newer: it replaces the one above
+                     point("2026-01-03T00:00Z", "eager", "fused_rope", None, "out of memory")])
+    text = tables.render(tmp_path)
+    assert "| small | triton_v4 | captured | sdpa | 1 | 128 | 128 | 20.0 | 2,000 | 0.500 |  |" in text
+    assert "| small | triton_v4 | eager | fused_rope | 1 | 128 | 128 |  |  |  | out of memory |" in text
+    assert "1,000" not in text and "old0000" not in text and "| torch |" not in text
 
 
 def test_prepare_archives_the_base_commits_rope_with_both_names(tmp_path):

@@ -39,14 +39,30 @@ def test_profile_smoke_breaks_a_step_down(tmp_path, capsys):
     assert "per phase, ms" in printed and "torch: top kernels" in printed
 
 
-def test_generate_smoke_measures_decoding_per_implementation_and_batch(tmp_path):
+def test_generate_smoke_writes_a_row_per_point(tmp_path):
     out = tmp_path / "generate.csv"
-    assert generate.main(["--smoke", "--out", str(out)]) == 0
+    assert generate.main(["--smoke", "--batches", "1,2", "--prompts", "4", "--out", str(out)]) == 0
     rows = harness.read_rows(out)
-    assert [(r["implementation"], r["batch"]) for r in rows] == [("none", "1"), ("none", "2"), ("torch", "1"),
-                                                                 ("torch", "2")]
+    per_batch = [("captured", "sdpa"), ("captured", "fused_rope"), ("eager", "sdpa"), ("eager", "fused_rope"),
+                 ("dynamic", "sdpa"), ("dynamic", "fused_rope"), ("none", "sdpa")]  # no cache: SDPA only
+    assert [(r["batch"], r["mode"], r["attention"]) for r in rows] == [(b, *p) for b in ("1", "2") for p in per_batch]
     for r in rows:
-        assert float(r["tok_s_cache"]) > 0 and float(r["tok_s_no_cache"]) > 0 and float(r["rope_us"]) > 0
-        base = next(b for b in rows if b["implementation"] == "none" and b["batch"] == r["batch"])
-        assert float(r["step_vs_none_pct"]) == pytest.approx(100 * (float(r["time_us"]) / float(base["time_us"]) - 1),
-                                                             rel=1e-3, abs=1e-3)
+        assert (r["model"], r["implementation"], r["prompt_len"]) == ("tiny", "torch", "4")
+        assert r["new_tokens"] == ("2" if r["mode"] == "none" else "3")
+        assert float(r["first_token_ms"]) > 0 and float(r["decode_tok_s"]) > 0
+        assert float(r["step_ms"]) == pytest.approx(1e3 * int(r["batch"]) / float(r["decode_tok_s"]), rel=1e-4)
+        assert r["captured"] == "False" and not r["note"]  # nothing to capture on a CPU
+        assert not any(r[c] for c in generate.EARLIER_COLUMNS)
+    assert list(rows[0]) == list(generate.HEADER)
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["--modes", "captured,graph"], "--modes takes"),
+                                               (["--attentions", "flash"], "--attentions takes"),
+                                               (["--prompts", "0"], "--prompts takes"),
+                                               (["--impls", "nope"], "unknown RoPE implementation")])
+def test_generate_refuses_bad_options_in_one_line(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        generate.main(["--smoke", *argv, "--out", str(tmp_path / "generate.csv")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err.splitlines()[-1]
+    assert not (tmp_path / "generate.csv").exists()
