@@ -56,6 +56,53 @@ def run_cli(args: list[str], timeout: float = 600, extra_env: dict | None = None
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def run_multirun_inprocess(args: list[str], small: bool = True) -> int:
+    """``python -m llm.train -m [SMALL] ARGS`` in this process: Hydra's own multirun (sweeper, launcher, callbacks)
+    through the entry point, and the exit code the command would end with. For tests of a sweep that need Hydra's
+    machinery but not a process of their own: a new process would import torch, Hydra and the app again.
+
+    Hydra configures the process as a command's own: the root logger's handlers (its console handler writes to
+    the ``sys.stdout`` of the moment, which ``capsys`` reads), its global state, the environment (the entry point
+    sets ``HYDRA_FULL_ERROR``), and the run sets torch's deterministic mode. All of it is put back afterwards, so
+    the tests that run next in this process see none of it.
+    """
+    import logging
+
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from llm.entry import run_entry
+    from llm.sweep import FAILED_JOBS
+    from llm.train import main
+
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    saved_env, saved_argv = dict(os.environ), sys.argv
+    saved_deterministic = torch.are_deterministic_algorithms_enabled()
+    # an absolute --config-path: imported, llm.train's "../conf" would be looked up as a Python package
+    base = [] if not small else [o for o in SMALL if not o.startswith("data.")] if any(
+        a.startswith("data=") for a in args) else SMALL  # as compose_cfg: SMALL's data keys are the stdlib's
+    sys.argv = ["llm.train", "-m", f"--config-path={CONF}", *base, *args]
+    try:
+        run_entry(main)
+        return 1 if FAILED_JOBS else 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    finally:
+        for handler in root.handlers:
+            if handler not in saved_handlers:
+                handler.close()
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+        GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = None
+        FAILED_JOBS.clear()
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv = saved_argv
+        torch.use_deterministic_algorithms(saved_deterministic)
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
 

@@ -1,17 +1,14 @@
 """``+experiment=length_generalization`` and its fine-tuning arm ``+experiment=length_finetune``: the presets' sweeps
-and callbacks, and the whole pipeline on a CPU: a tiny sweep trained through the Hydra entry point, each run
-evaluated at two lengths with two scalings when the sweep ends, the report in the sweep dir; then the fine-tuning
-sweep started from its runs, evaluated beside them."""
+and callbacks, and the whole pipeline on a CPU: a tiny sweep trained through the Hydra entry point (in this
+process), each run evaluated at two lengths with two scalings when the sweep ends, the report in the sweep dir; then
+the fine-tuning sweep started from its runs, evaluated beside them by worker processes."""
 
 from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 
-from helpers import CONF, ROOT
+from helpers import CONF, ROOT, run_multirun_inprocess
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
@@ -67,13 +64,7 @@ TINY = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=64",
         "train.sample_every=0", "train.compile=false", "logger=none", "data.val_fraction=0.3"]
 
 
-def run_sweep(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    return subprocess.run([sys.executable, "-m", "llm.train", "-m", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
-
-
-def test_sweep_trains_evaluates_each_run_at_other_lengths_and_the_fine_tuning_arm_sits_beside_it(tmp_path):
+def test_sweep_trains_evaluates_each_run_at_other_lengths_and_the_fine_tuning_arm_sits_beside_it(tmp_path, capsys):
     corpus = tmp_path / "corpus"  # text it does not repeat: this checkout's Python source
     corpus.mkdir()
     for i, src in enumerate(sorted((ROOT / "llm").rglob("*.py"))[:30]):
@@ -81,9 +72,9 @@ def test_sweep_trains_evaluates_each_run_at_other_lengths_and_the_fine_tuning_ar
     sweep = tmp_path / "sweep"
     common = ["data=text_files", f"data.path={corpus}", *TINY, "seed=0", f"{CB}.lengths=[32,64]", f"{CB}.tokens=128",
               f"cache_dir={tmp_path / 'cache'}"]
-    proc = run_sweep(["+experiment=length_generalization", *common, "rope=torch,none", f"{CB}.scalings=[none,yarn]",
-                      f"hydra.sweep.dir={sweep}"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert run_multirun_inprocess(["+experiment=length_generalization", *common, "rope=torch,none",
+                                   f"{CB}.scalings=[none,yarn]", f"hydra.sweep.dir={sweep}"], small=False) == 0
+    logged = capsys.readouterr().out
 
     torch_run, none_run = sweep / "torch_s0", sweep / "none_s0"
     assert sorted(p.name for p in (torch_run / "eval_lengths").glob("*.json")) == ["torch-none.json",
@@ -95,7 +86,6 @@ def test_sweep_trains_evaluates_each_run_at_other_lengths_and_the_fine_tuning_ar
     assert yarn["lengths"][1]["degradation"] is not None and yarn["lengths"][0]["degradation"] is None
     summary = json.loads((torch_run / "summary.json").read_text())
     assert yarn["seed"] == summary["seed"] == 0 and yarn["rope_label"] == summary["rope_label"]
-    logged = proc.stdout + proc.stderr
     assert "length evaluation 2/2: torch_s0" in logged and "L=    64" in logged, "progress per length"
     for name in (MD_FILE, CSV_FILE, CURVES_FILE, POSITION_FILE):
         assert (sweep / name).is_file(), name
@@ -110,11 +100,11 @@ def test_sweep_trains_evaluates_each_run_at_other_lengths_and_the_fine_tuning_ar
     assert (sweep / "comparison.md").is_file(), "the sweep's usual comparison is still written"
 
     tuned = tmp_path / "tuned"
-    proc = run_sweep(["+experiment=length_finetune", f"finetune.source={sweep}", *common, "rope=torch",
-                      "model.seq_len=64", "train.batch_size=2", "train.grad_accum=1", f"{CB}.reference_len=32",
-                      f"{CB}.devices=[cpu,cpu]", f"{CB}.per_device=1", f"hydra.sweep.dir={tuned}"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "length evaluation of 1 run(s) in 2 processes on cpu" in proc.stdout + proc.stderr, "the parallel path"
+    assert run_multirun_inprocess(["+experiment=length_finetune", f"finetune.source={sweep}", *common, "rope=torch",
+                                   "model.seq_len=64", "train.batch_size=2", "train.grad_accum=1",
+                                   f"{CB}.reference_len=32", f"{CB}.devices=[cpu,cpu]", f"{CB}.per_device=1",
+                                   f"hydra.sweep.dir={tuned}"], small=False) == 0
+    assert "length evaluation of 1 run(s) in 2 processes on cpu" in capsys.readouterr().out, "the parallel path"
     run = tuned / "torch_s0"
     config = OmegaConf.load(run / "config.yaml")
     assert config.train.init_from == str(torch_run) and config.rope.scaling.original_max_seq_len == 32

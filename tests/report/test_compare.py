@@ -31,6 +31,7 @@ from llm.report.runs import load_run
 from llm.report.sharing import concurrent_runs
 
 from .synthetic import CONFIG as SYNTHETIC_CONFIG
+from .test_cli import main as compare_cli
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -308,7 +309,9 @@ def test_allowed_differences_are_not_mixed(tmp_path: Path):
     assert "Mixed runs" not in md.read_text()
 
 
-def test_cli(tmp_path: Path, sweep: Path):
+def test_cli(tmp_path: Path, sweep: Path, capsys):
+    """``python -m scripts.compare``: run as the command (one process: the module's entry, exit code and output)
+    it writes the report; a mixed sweep is refused naming the key unless ``--allow-mixed`` (its main, in process)."""
     out = tmp_path / "report"
     res = subprocess.run([sys.executable, "-m", "scripts.compare", str(sweep), "--out", str(out)],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -318,14 +321,11 @@ def test_cli(tmp_path: Path, sweep: Path):
         assert (out / name).stat().st_size > 0
 
     mixed = make_sweep(tmp_path / "mixed", overrides={("torch", 2): {"model": {"n_layer": 6}}})
-    res = subprocess.run([sys.executable, "-m", "scripts.compare", str(mixed)],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2
-    assert "model.n_layer" in res.stderr and "--allow-mixed" in res.stderr
+    assert compare_cli([str(mixed)]) == 2
+    err = capsys.readouterr().err
+    assert "model.n_layer" in err and "--allow-mixed" in err
     assert not (mixed / MD_FILE).exists()
-    res = subprocess.run([sys.executable, "-m", "scripts.compare", str(mixed), "--allow-mixed"],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
+    assert compare_cli([str(mixed), "--allow-mixed"]) == 0
     assert (mixed / MD_FILE).is_file()  # default out: the single DIR
 
 
