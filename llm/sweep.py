@@ -82,12 +82,20 @@ class ClaimSweepDir(Callback):
         self.lock = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from omegaconf.errors import InterpolationResolutionError
+
+        from llm.entry import user_error_within
         from llm.errors import UserError
 
         try:
             self._claim(config)
         except UserError as e:
             print(f"Error: {e}", file=sys.stderr)
+            sys.exit(2)
+        except InterpolationResolutionError as e:  # a resolver's own refusal (sweep.jobs_per_gpu=0)
+            if (cause := user_error_within(e)) is None:
+                raise
+            print(f"Error: {cause}", file=sys.stderr)
             sys.exit(2)
 
     def _claim(self, config: DictConfig) -> None:
@@ -98,6 +106,7 @@ class ClaimSweepDir(Callback):
 
         UNRECORDED_STARTS.clear()
         check_config_keys(config)  # the sweep's own keys: one refusal, not one per job
+        OmegaConf.select(config, "hydra.launcher.n_jobs")  # the launcher's resolvers refuse before any write
         sweep_dir = Path(str(config.hydra.sweep.dir))
         continuing = OmegaConf.select(config, "train.resume") == "auto"
 

@@ -11,9 +11,7 @@ import os
 import random
 import signal
 import socket
-import subprocess
 from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -113,18 +111,6 @@ def device_identity(device: torch.device) -> dict[str, str | None]:
     if device.type == "cuda":
         uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "") or None
     return {"host": socket.gethostname(), "device_uuid": uuid}
-
-
-def git_commit() -> str:
-    """The checkout's commit (``-dirty`` with uncommitted changes), recorded in every summary."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
-        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") if sha.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 class GracefulStop:

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 import rope
+from llm.code_version import code_version
 from llm.data import TokenData, check_streams, data_fingerprint, prepare_data, sample_batch
 from llm.data.config import packing
 from llm.data.packing import document_batch
@@ -283,7 +284,7 @@ class Trainer:
             "optim": cfg.optim.name, "max_steps": tc.max_steps,
             "tokens_per_step": self.tokens_per_step, "train_passes": self.train_passes(),
             "compile": bool(tc.compile), "fused_linear_ce": bool(tc.get("fused_linear_ce")),
-            "git_commit": runtime.git_commit(), "run_dir": str(self.run_dir), "status": "running",
+            **code_version(), "run_dir": str(self.run_dir), "status": "running",
             "started_at": time.time(),
         }
         if self.dist.is_main:
@@ -310,7 +311,7 @@ class Trainer:
         if self.documents:
             b = document_batch(self.data.train, self.data.eot, tc.batch_size, self.seq_len, self.cfg.seed, self.step,
                                micro).rows(self.rows).to(self.device)
-            mask = DocumentMask.build(b.doc_ids, dense=takes_dense(self.device, self.model.cfg.dropout, grad=True))
+            mask = DocumentMask.build(b.doc_ids, dense=takes_dense(self.device, self.model.cfg.dropout))
             return b.x, b.y, {"positions": b.positions, "doc_mask": mask}
         x, y = sample_batch(self.data.train, tc.batch_size, self.seq_len, self.cfg.seed, self.step, micro)
         return x[self.rows].to(self.device, non_blocking=True), y[self.rows].to(self.device, non_blocking=True), {}

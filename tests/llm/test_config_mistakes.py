@@ -63,6 +63,8 @@ def test_a_hydra_level_mistake_is_one_line_and_exit_2(tmp_path, monkeypatch, cap
     assert code == 2 and len(err) == 1 and err[0].startswith(f"Error: {line}"), err
     assert not (tmp_path / "day").exists(), "a command refused before any work leaves no run dir"
     assert not any((tmp_path / "sweep").glob("*_s*")), "no job of a refused sweep starts"
+    if any("jobs_per_gpu" in a for a in args):  # refused by the launcher's resolver, before the sweep takes its dir
+        assert not (tmp_path / "sweep" / ".sweep.lock").exists(), "the refused sweep locked its dir"
 
 
 def test_the_user_s_full_error_still_shows_hydra_s_traceback(monkeypatch, capsys, tmp_path):

@@ -11,7 +11,8 @@ import torch
 from helpers import compose_cfg, read_metrics, read_wandb_run, run_cli, run_inprocess, train_losses, val_losses
 
 SUMMARY_KEYS = {"rope", "variant", "compute_dtype", "seed", "params", "device", "train_time_s", "wall_time_s",
-                "val_loss", "val_acc", "val_ppl", "tokens_per_s", "mfu", "git_commit", "status", "step"}
+                "val_loss", "val_acc", "val_ppl", "tokens_per_s", "mfu", "git_commit", "code_fingerprint", "status",
+                "step"}
 
 
 def test_cli_run_writes_every_output(tmp_path):
