@@ -69,10 +69,10 @@ class DocumentMask:
         return cls(doc_ids, block_mask=document_block_mask(doc_ids))
 
 
-def takes_dense(device: torch.device, dropout_p: float = 0.0, grad: bool = False) -> bool:
+def takes_dense(device: torch.device, dropout_p: float = 0.0) -> bool:
     """Whether attention on ``device`` takes SDPA's dense mask: with attention dropout (flex_attention has none)
     and on any device but a GPU, forward only or not (flex_attention has no CPU backward, and its CPU forward runs
-    uncompiled, materializing the scores with a warning). ``grad`` (a backward follows) leaves the answer as is."""
+    uncompiled, materializing the scores with a warning)."""
     return dropout_p > 0 or device.type != "cuda"
 
 
@@ -85,7 +85,7 @@ def document_attention(q: Tensor, k: Tensor, v: Tensor, mask: DocumentMask, drop
                        enable_gqa: bool = False) -> Tensor:
     """Document-causal attention of q (B, H, T, D) over k, v (B, H_kv, T, D): SDPA with the dense mask where
     :func:`takes_dense`, else flex_attention with the block mask."""
-    if takes_dense(q.device, dropout_p, torch.is_grad_enabled() and q.requires_grad):
+    if takes_dense(q.device, dropout_p):
         dense = mask.dense if mask.dense is not None else dense_document_mask(mask.doc_ids)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=dense, dropout_p=dropout_p, enable_gqa=enable_gqa)
     block = mask.block_mask if mask.block_mask is not None else document_block_mask(mask.doc_ids)

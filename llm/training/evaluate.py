@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from llm.data import val_batches, val_window_starts
 from llm.data.packing import document_layout
-from llm.doc_attention import DocumentMask
+from llm.doc_attention import DocumentMask, takes_dense
 from llm.training.distributed import DistInfo, all_reduce_sum
 
 
@@ -62,7 +62,8 @@ def evaluate(model: torch.nn.Module, val_tokens: np.ndarray, batch_size: int, se
         documents = {}
         if documents_eot is not None:
             positions, doc_ids = document_layout(x, documents_eot)
-            documents = {"positions": positions, "doc_mask": DocumentMask.build(doc_ids)}
+            mask = DocumentMask.build(doc_ids, dense=takes_dense(doc_ids.device))
+            documents = {"positions": positions, "doc_mask": mask}
         with autocast:
             logits, _ = model(x, **documents)  # per-token losses below; the model's own mean would be computed twice
         token_loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)

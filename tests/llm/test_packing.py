@@ -16,11 +16,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import flex_attention
 
 import rope
 from llm.data.batches import sample_batch
 from llm.data.packing import DocumentBatch, document_batch, document_layout, segment_starts
-from llm.doc_attention import DocumentMask, dense_document_mask, document_attention
+from llm.doc_attention import DocumentMask, dense_document_mask, document_attention, document_block_mask
 from rope.base import packed_positions
 
 EOT = 99
@@ -157,7 +158,7 @@ def test_flex_attention_and_the_dense_mask_equal_attention_run_on_each_document_
     q, k, v = (torch.randn(2, 3, x.shape[1], 8) for _ in range(3))
     mask = DocumentMask.build(doc_ids, dense=True)
     assert mask.block_mask is None and DocumentMask.build(doc_ids).dense is None, "only the mask the path takes"
-    flex = document_attention(q, k, v, mask)
+    flex = flex_attention(q, k, v, block_mask=document_block_mask(doc_ids))  # flex itself: the CPU path is dense
     dense = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense)
     want = torch.empty_like(q)
     for b in range(2):
