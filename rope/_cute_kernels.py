@@ -13,8 +13,7 @@ constant) so that the compiler can prove the vectors aligned, as in the Triton k
 come first, then k's: q and k in one launch. Positions outside the table give NaN rows.
 
 Compile-time: the dtype, the row geometry (R2 rotated pairs, CW loaded cos/sin columns, PASS
-copied elements), the layout, V, RPC/RPT, SV/CSV, HAS_POS, INVERSE (the transposed rotation: backward)
-and STREAM (streaming loads of q and k).
+copied elements), the layout, V, RPC/RPT, SV/CSV, HAS_POS, INVERSE (the transposed rotation: backward).
 Runtime: pointers, sizes and strides (the tensors' in 64 bits: a q or k view of a fused qkv
 projection can reach past 2**31 elements).
 """
@@ -35,20 +34,6 @@ def _rotate(x1, x2, c, s):
     return y1, y2
 
 
-@cute.jit
-def _load(src: cute.Tensor, dst: cute.Tensor, STREAM: cutlass.Constexpr):
-    """Copy the vector ``src`` (global) into the registers ``dst``; ``STREAM``: as a streaming load
-    (``ld.global.cs``: evict-first in L1 and L2), so that the cos/sin rows, read again by every batch
-    element, stay in L2 while q and k stream through it."""
-    if cutlass.const_expr(STREAM):
-        atom = cute.make_copy_atom(cute.nvgpu.CopyG2ROp(), src.element_type,
-                                   num_bits_per_copy=cute.size(src) * src.element_type.width,
-                                   load_cache_mode=cute.nvgpu.LoadCacheMode.STREAMING)
-        cute.copy(atom, src, dst)
-    else:
-        cute.autovec_copy(src, dst)
-
-
 @cute.kernel
 def _rope_kernel(
     mQ: cute.Tensor, mK: cute.Tensor, mOQ: cute.Tensor, mOK: cute.Tensor,
@@ -56,7 +41,7 @@ def _rope_kernel(
     n_pos: cutlass.Int32, ctas_q: cutlass.Int32,
     R2: cutlass.Constexpr, CW: cutlass.Constexpr, PASS: cutlass.Constexpr, INTERLEAVED: cutlass.Constexpr,
     V: cutlass.Constexpr, VP: cutlass.Constexpr, RPC: cutlass.Constexpr, RPT: cutlass.Constexpr,
-    HAS_POS: cutlass.Constexpr, INVERSE: cutlass.Constexpr, STREAM: cutlass.Constexpr,
+    HAS_POS: cutlass.Constexpr, INVERSE: cutlass.Constexpr,
 ):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
@@ -66,10 +51,10 @@ def _rope_kernel(
     for r in cutlass.range_constexpr(RPT):
         if bidx < ctas_q:
             _rotate_rows(mQ, mOQ, mCos, mSin, mPos, n_pos, bidx * RPT + r, tidx, R2, CW, PASS, INTERLEAVED, V, VP,
-                         RPC, TPR, HAS_POS, INVERSE, STREAM)
+                         RPC, TPR, HAS_POS, INVERSE)
         else:
             _rotate_rows(mK, mOK, mCos, mSin, mPos, n_pos, (bidx - ctas_q) * RPT + r, tidx, R2, CW, PASS,
-                         INTERLEAVED, V, VP, RPC, TPR, HAS_POS, INVERSE, STREAM)
+                         INTERLEAVED, V, VP, RPC, TPR, HAS_POS, INVERSE)
 
 
 @cute.jit
@@ -78,7 +63,7 @@ def _rotate_rows(mX: cute.Tensor, mO: cute.Tensor, mCos: cute.Tensor, mSin: cute
                  R2: cutlass.Constexpr, CW: cutlass.Constexpr, PASS: cutlass.Constexpr,
                  INTERLEAVED: cutlass.Constexpr, V: cutlass.Constexpr, VP: cutlass.Constexpr,
                  RPC: cutlass.Constexpr, TPR: cutlass.Constexpr,
-                 HAS_POS: cutlass.Constexpr, INVERSE: cutlass.Constexpr, STREAM: cutlass.Constexpr):
+                 HAS_POS: cutlass.Constexpr, INVERSE: cutlass.Constexpr):
     B, T, H, _ = mX.shape
     row = block * RPC + tidx // TPR
     chunk = tidx % TPR
@@ -111,7 +96,7 @@ def _rotate_rows(mX: cute.Tensor, mO: cute.Tensor, mCos: cute.Tensor, mSin: cute
                 s.fill(float("nan"))
         if cutlass.const_expr(INTERLEAVED):
             xin = cute.make_rmem_tensor((2 * V,), mX.element_type)
-            _load(cute.local_tile(x_row, (2 * V,), (chunk,)), xin, STREAM)
+            cute.autovec_copy(cute.local_tile(x_row, (2 * V,), (chunk,)), xin)
             out = cute.make_rmem_tensor((2 * V,), mO.element_type)
             for i in cutlass.range_constexpr(V):
                 sn = -s[i] if cutlass.const_expr(INVERSE) else s[i]
@@ -122,8 +107,8 @@ def _rotate_rows(mX: cute.Tensor, mO: cute.Tensor, mCos: cute.Tensor, mSin: cute
         else:
             x1 = cute.make_rmem_tensor((V,), mX.element_type)
             x2 = cute.make_rmem_tensor((V,), mX.element_type)
-            _load(cute.local_tile(x_row, (V,), (chunk,)), x1, STREAM)
-            _load(cute.local_tile(x_row, (V,), (chunk + TPR,)), x2, STREAM)
+            cute.autovec_copy(cute.local_tile(x_row, (V,), (chunk,)), x1)
+            cute.autovec_copy(cute.local_tile(x_row, (V,), (chunk + TPR,)), x2)
             o1 = cute.make_rmem_tensor((V,), mO.element_type)
             o2 = cute.make_rmem_tensor((V,), mO.element_type)
             for i in cutlass.range_constexpr(V):
@@ -140,7 +125,7 @@ def _rotate_rows(mX: cute.Tensor, mO: cute.Tensor, mCos: cute.Tensor, mSin: cute
                 if piece < PASS // VP:
                     buf = cute.make_rmem_tensor((VP,), mX.element_type)
                     src = cute.local_tile(cute.domain_offset((2 * R2,), tail_in), (VP,), (piece,))
-                    _load(src, buf, STREAM)
+                    cute.autovec_copy(src, buf)
                     cute.autovec_copy(buf, cute.local_tile(cute.domain_offset((2 * R2,), o_row), (VP,), (piece,)))
 
 
@@ -164,7 +149,7 @@ def rope_launch(
     D: cutlass.Constexpr, R2: cutlass.Constexpr, CW: cutlass.Constexpr, INTERLEAVED: cutlass.Constexpr,
     V: cutlass.Constexpr, VP: cutlass.Constexpr, SV: cutlass.Constexpr, CSV: cutlass.Constexpr,
     RPC: cutlass.Constexpr, RPT: cutlass.Constexpr, HAS_POS: cutlass.Constexpr, INVERSE: cutlass.Constexpr,
-    STREAM: cutlass.Constexpr, stream,
+    stream,
 ):
     """Rotate q (B, T, HQ, D) and k (B, T, HK, D) into oq, ok: one launch of q's CTAs then k's."""
     mQ = _strided(q_ptr, (B, T, HQ, D), (sqb, sqt, sqh), SV)
@@ -179,5 +164,5 @@ def rope_launch(
     ctas_q = (B * T * HQ + RPC * RPT - 1) // (RPC * RPT)
     ctas_k = (B * T * HK + RPC * RPT - 1) // (RPC * RPT)
     _rope_kernel(mQ, mK, mOQ, mOK, mCos, mSin, mPos, n_pos, ctas_q, R2, CW, D - 2 * R2, INTERLEAVED, V, VP, RPC,
-                 RPT, HAS_POS, INVERSE, STREAM).launch(grid=(ctas_q + ctas_k, 1, 1), block=(RPC * tpr, 1, 1),
+                 RPT, HAS_POS, INVERSE).launch(grid=(ctas_q + ctas_k, 1, 1), block=(RPC * tpr, 1, 1),
                                                        stream=stream)

@@ -133,8 +133,7 @@ def _compiled(dtype: torch.dtype, D: int, R2: int, CW: int, INTERLEAVED: bool, V
         return make_ptr(t, 0, AddressSpace.gmem, assumed_align=align)
 
     args = [ptr(dt, ALIGN)] * 4 + [ptr(cutlass.Float32, 16)] * 2 + [ptr(cutlass.Int32, 4)] + [1] * 20
-    # False: the kernel's STREAM (evict-first q/k loads), which no launch uses
-    run = (D, R2, CW, INTERLEAVED, V, VP, SV, CSV, RPC, RPT, HAS_POS, INVERSE, False, make_fake_stream())
+    run = (D, R2, CW, INTERLEAVED, V, VP, SV, CSV, RPC, RPT, HAS_POS, INVERSE, make_fake_stream())
     if not ptx_arch:
         return cute.compile(_kernels().rope_launch, *args, *run)
     from cutlass.base_dsl.compiler import DumpDir, GPUArch

@@ -59,16 +59,15 @@ def test_bit_identical_to_triton_v4(D, layout, rotary_dim, pos_kind):
         assert torch.equal(a, b), (a.float() - b.float()).abs().max()
 
 
-@pytest.mark.parametrize("threads,rows,streaming", [(128, 2, False), (1024, 1, False), (256, 4, True), (64, 3, False),
-                                                    (256, 1, True)])
+@pytest.mark.parametrize("threads,rows", [(128, 2), (1024, 1), (256, 4), (64, 3), (256, 1)])
 @pytest.mark.parametrize("D", (48, 256))
-def test_launch_configs_give_the_default_bits(threads, rows, streaming, D):
+def test_launch_configs_give_the_default_bits(threads, rows, D):
     """Every CTA size and rows-per-thread count (the --tune grid) computes the same bits as the default,
     forward and backward, on a row count that no CTA's rows divide (the last CTA is partial)."""
     from rope.cutedsl import CuteLaunchConfig
 
     tuned = build_poisoned("cutedsl", D, 1024, CUDA)
-    tuned.launch_config = CuteLaunchConfig(threads, rows, streaming)
+    tuned.launch_config = CuteLaunchConfig(threads, rows)
     default = build_poisoned("cutedsl", D, 1024, CUDA)
     q, k = make_inputs("gqa", 3, 777, 8, 2, D, torch.bfloat16, CUDA)
     outs = []
