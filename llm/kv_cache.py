@@ -94,10 +94,10 @@ class KVCache:
         self.length += T
 
 
-class LayerKV:
-    """One layer's handle on a :class:`KVCache`: where its new tokens start, and where they go."""
+class _LayerHandle:
+    """What a layer's handle on either cache shares: the cache, the layer's index, where its new tokens start."""
 
-    def __init__(self, cache: KVCache, index: int) -> None:
+    def __init__(self, cache: KVCache | StaticKVCache, index: int) -> None:
         self.cache, self.index = cache, index
 
     @property
@@ -106,6 +106,12 @@ class LayerKV:
 
     def fused(self, T: int) -> bool:
         return self.cache.fused(T)
+
+
+class LayerKV(_LayerHandle):
+    """One layer's handle on a :class:`KVCache`: where its new tokens start, and where they go."""
+
+    cache: KVCache
 
     def write(self, k: Tensor, v: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Store the new keys and values after the cached ones (``positions`` are those, not needed here)."""
@@ -207,18 +213,10 @@ class StaticKVCache:
         self.length += T
 
 
-class StaticLayerKV:
+class StaticLayerKV(_LayerHandle):
     """One layer's handle on a :class:`StaticKVCache`."""
 
-    def __init__(self, cache: StaticKVCache, index: int) -> None:
-        self.cache, self.index = cache, index
-
-    @property
-    def start(self) -> int:
-        return self.cache.length
-
-    def fused(self, T: int) -> bool:
-        return self.cache.fused(T)
+    cache: StaticKVCache
 
     def write(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """Store the new (B, T, H_kv, D) keys and values at ``positions`` (the step's, from
