@@ -19,7 +19,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException, Ove
 from omegaconf.errors import InterpolationResolutionError
 
 from llm.config_schema import schema
-from llm.errors import UserError
+from llm.errors import UserError, in_chain
 from llm.fileio import DiskFullError
 
 #: The user's own HYDRA_FULL_ERROR, kept while :func:`run_entry` sets Hydra's to 1 (job processes inherit both).
@@ -63,13 +63,7 @@ def user_error_within(exc: BaseException) -> UserError | None:
     """The :class:`UserError` an exception wraps, if any: OmegaConf reports a resolver's own error (the launcher's
     ``ropelab_jobs`` refusing ``sweep.jobs_per_gpu=0``) as an InterpolationResolutionError raised while handling
     it, possibly inside another one for the enclosing interpolation."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, UserError):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
+    return in_chain(exc, UserError)
 
 
 def run_entry(main: Callable[[], object], config_name: str = "config", command: str = "python -m llm.train") -> None:

@@ -6,6 +6,22 @@ catches ``UserError`` once and prints ``str(exc)``; anything else is a bug and k
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
+
+def in_chain(exc: BaseException | None, kind: type[E]) -> E | None:
+    """The first exception of ``kind`` in ``exc``'s chain (itself, then its cause or context, and theirs), or None:
+    libraries re-raise a user's interrupt or a resolver's own error wrapped in exceptions of their own."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
 
 class UserError(Exception):
     """A problem with the user's input or machine, described in one line that names the key or file."""

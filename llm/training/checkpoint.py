@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm.errors import CheckpointNotFoundError, ResumeError
+from llm.errors import CheckpointNotFoundError, ResumeError, in_chain
 from llm.fileio import atomic_open, remove_stale_temps
 
 log = logging.getLogger(__name__)
@@ -60,18 +60,6 @@ def step_file(ckpt_dir: Path, step: int) -> Path:
     return ckpt_dir / f"step_{step:07d}.pt"
 
 
-def _interrupted(exc: BaseException) -> bool:
-    """Whether a KeyboardInterrupt is in ``exc``'s chain (itself, its cause or its context)."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, KeyboardInterrupt):
-            return True
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return False
-
-
 def save_checkpoint(ckpt_dir: Path, step: int, model: torch.nn.Module, optimizers: list, totals: TrainTotals,
                     extra: dict, keep: int = 2) -> Path:
     """Write ``step_XXXXXXX.pt`` atomically, point ``last.pt`` at it, and keep only the newest ``keep``."""
@@ -88,7 +76,7 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: torch.nn.Module, optimizer
         with atomic_open(path, "wb") as f:
             torch.save(state, f)
     except Exception as e:
-        if _interrupted(e):
+        if in_chain(e, KeyboardInterrupt) is not None:
             raise KeyboardInterrupt from None
         raise
     link_tmp = ckpt_dir / (LAST + ".tmp")
