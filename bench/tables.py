@@ -139,6 +139,24 @@ def step_section(rows: list[dict]) -> list[str]:
     return out
 
 
+def user_model_section(rows: list[dict]) -> list[str]:
+    current = latest(rows, ("gpu", "head_dim", "shape", "implementation"))
+    out = ["## A user's compiled model (`python -m bench.user_model`)", "",
+           "Median step of a model written the user's way (`rotate_qkv`, SDPA, `torch.compile` of the whole model) "
+           "per head dim: its cost over no RoPE, and the ratio to the compiled PyTorch formula (`torch`) in the same "
+           "run [95% bootstrap CI over rounds]."]
+    for gpu in sorted({r["gpu"] for r in current.values()}):
+        mine = sorted((r for r in current.values() if r["gpu"] == gpu),
+                      key=lambda r: (int(r["head_dim"]), rank(r["implementation"])))
+        body = [[r["head_dim"], r["shape"], r["implementation"], f"{float(r['time_us']) / 1e3:.3f}",
+                 f"{float(r['vs_none_pct']):+.1f}%" if r["vs_none_pct"] else "", _ratio(r),
+                 _number(r["kernels_per_step"], "{:.0f}"), r["commit"]] for r in mine]
+        out += ["", f"### {gpu}", "", provenance(mine), ""]
+        out += harness.markdown_table(["D", "shape", "implementation", "step ms", "vs none", "vs torch",
+                                       "kernels a step", "commit"], body, 3)
+    return out
+
+
 def _ratio(r: dict) -> str:
     if not r["vs_torch_pct"]:
         return ""
@@ -202,8 +220,8 @@ def profile_section(rows: list[dict]) -> list[str]:
 
 
 def render(results: Path) -> str:
-    sections = [(name, fn) for name, fn in (("kernel", kernel_section), ("step", step_section),
-                                             ("generate", generate_section), ("profile", profile_section))]
+    sections = (("kernel", kernel_section), ("step", step_section), ("user_model", user_model_section),
+                ("generate", generate_section), ("profile", profile_section))
     out = [BEGIN, "", "<!-- written by `python -m bench.tables` from bench/results/*.csv: edit those, not this -->"]
     for name, fn in sections:
         rows = harness.read_rows(results / f"{name}.csv")
