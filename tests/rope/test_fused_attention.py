@@ -99,15 +99,60 @@ def test_queries_are_rotated_at_their_positions(device):
     assert (wrong - right).abs().max() > 1e-2
 
 
-def test_splitting_the_keys_changes_nothing_but_rounding(device, monkeypatch):
+@pytest.mark.parametrize("combine", ["inline", "kernel"])
+def test_splitting_the_keys_changes_nothing_but_rounding(device, combine):
+    """Split keys combined by the last split program (inline) or by a second launch give the unsplit answer; the
+    inline combine leaves its arrival counters at zero for the next launch."""
     r = rope.build("torch", 16, 256).to(device)
     k_cache, v_cache = rotated_cache(r, 1, 2, 250, 16, torch.float32, device)
     q = torch.randn(1, 3, 4, 16, device=device)
-    split = rope.attention_with_rope(q, k_cache, v_cache, 247, r)
-    assert fused_attention._splits(2, 250, 64, fused_attention._INTERPRETER_SMS)[0] > 1  # the call above split
-    monkeypatch.setattr(fused_attention, "_splits", lambda programs, length, block_n, sms: (1, 256))
-    whole = rope.attention_with_rope(q, k_cache, v_cache, 247, r)
-    torch.testing.assert_close(split, whole, rtol=0, atol=1e-6)
+    with fused_attention.tuning(combine=combine):
+        settings = fused_attention.launch_settings(q, k_cache, v_cache, 247, r)
+        assert settings["splits"] > 1 and settings["combine"] == combine
+        split = [rope.attention_with_rope(q, k_cache, v_cache, 247, r) for _ in range(2)]
+    if combine == "inline":
+        assert not fused_attention._COUNTERS[q.device][-1].any()
+    with fused_attention.tuning(splits=1):
+        assert fused_attention.launch_settings(q, k_cache, v_cache, 247, r)["combine"] == "none"
+        whole = rope.attention_with_rope(q, k_cache, v_cache, 247, r)
+    for out in split:
+        torch.testing.assert_close(out, whole, rtol=0, atol=1e-6)
+    torch.testing.assert_close(whole, reference(q, k_cache, v_cache, 247, r), rtol=0, atol=1e-5)
+
+
+def test_a_decode_step_that_splits_combines_inline_by_default(device):
+    r = rope.build("torch", 16, 256).to(device)
+    k_cache, v_cache = rotated_cache(r, 1, 2, 250, 16, torch.float32, device)
+    q = torch.randn(1, 1, 8, 16, device=device)
+    settings = fused_attention.launch_settings(q, k_cache, v_cache, 249, r)
+    assert settings["splits"] > 1 and settings["combine"] == "inline" and settings["block_m"] == 16
+    assert settings["grid"] == (1, 2, settings["splits"])  # the 4 query heads of a key-value head in one program
+
+
+@pytest.mark.parametrize("forced", [
+    {"block_m": 16, "block_n": 16, "splits": 3, "num_warps": 2, "num_stages": 1},  # 160 rows in 10 blocks
+    {"block_m": 32, "block_n": 32, "splits": 2, "combine": "inline"},  # inline over 32 rows a block
+    {"block_n": 64, "splits": 1},
+])
+def test_forced_launch_settings_give_the_same_answer(device, forced):
+    r = rope.build("torch", 16, 256, variant="full").to(device)
+    k_cache, v_cache = rotated_cache(r, 1, 2, 120, 16, torch.float32, device)
+    q = torch.randn(1, 40, 8, 16, device=device)
+    positions = torch.arange(80, 120, device=device)
+    with fused_attention.tuning(**forced):
+        settings = fused_attention.launch_settings(q, k_cache, v_cache, positions, r)
+        out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    assert all(settings[k] == v for k, v in forced.items() if k != "combine")
+    torch.testing.assert_close(out, reference(q, k_cache, v_cache, positions, r), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("fields, named", [({"block_n": 48}, "block_n"), ({"splits": 0}, "splits"),
+                                           ({"combine": "both"}, "combine"), ({"warps": 4}, "warps"),
+                                           ({"num_stages": 2.0}, "num_stages")])
+def test_a_bad_tuning_setting_is_refused_naming_it(fields, named):
+    with pytest.raises(ValueError, match=named):
+        with fused_attention.tuning(**fields):
+            pass
 
 
 def test_bfloat16_within_sdpa_s_own_error(device):
