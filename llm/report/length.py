@@ -9,8 +9,9 @@ Reads what ``python -m llm.eval_lengths`` wrote into run dirs (``eval_lengths/<l
   **loss beyond T**, the **gain over the sliding window** (negative: the model uses context longer than T)
   and, beside them, the whole-window perplexity; then the paired comparisons: each scaling against no
   scaling for the same variant (beyond T, and inside T: what the scaling costs the short context), each
-  variant against the reference variant (the float32 partial ``torch`` rotation) for the same scaling, and
-  document-aligned training against random windows for the same rotation;
+  variant against the reference variant (the float32 partial ``torch`` rotation) trained with the same packing
+  for the same scaling, and document-aligned training against random windows for the same rotation and scaling
+  (degradation, loss beyond T, whole window);
 * ``length_report.csv`` - every statistic of every metric, one row per (variant, scaling, length);
 * ``length_curves.png`` - degradation, loss beyond T and whole-window perplexity against length;
 * ``position_loss.png`` - mean loss against position at the longest length, with each variant's own
@@ -58,6 +59,22 @@ NO_SCALING = "none"
 REFERENCE_VARIANT = "torch (partial, float32)"
 #: How a variant trained with document-aligned windows is named (after its rotation's label).
 DOCUMENTS_SUFFIX = " · documents"
+
+
+def packing_of(variant: str) -> str:
+    """The training packing a variant's name carries: ``documents`` or ``random``."""
+    return "documents" if variant.endswith(DOCUMENTS_SUFFIX) else "random"
+
+
+def reference_for(variant: str) -> str:
+    """The variant ``variant`` is compared with: the reference rotation trained with the same packing, so that a
+    variant comparison never mixes in the packing's effect (that one has its own comparison)."""
+    return REFERENCE_VARIANT + (DOCUMENTS_SUFFIX if packing_of(variant) == "documents" else "")
+
+
+def random_counterpart(variant: str) -> str | None:
+    """The random-windows variant of the same rotation a documents variant is compared with (None: not documents)."""
+    return variant.removesuffix(DOCUMENTS_SUFFIX) if packing_of(variant) == "documents" else None
 #: The per-run metrics the report reads from each length (:mod:`llm.evaluation.metrics`).
 METRICS = ("val_loss", "val_acc", "loss_within_train", "loss_beyond_train", "sliding_beyond_train",
            "gain_beyond_train", "baseline_beyond_train", "degradation")
@@ -163,7 +180,7 @@ class Cell:
     documents: int | None = None
     vs_none: dict[str, Comparison] = field(default_factory=dict)  # against NO_SCALING, same variant and length
     none_seeds: list[int] = field(default_factory=list)
-    vs_reference: dict[str, Comparison] = field(default_factory=dict)  # against REFERENCE_VARIANT
+    vs_reference: dict[str, Comparison] = field(default_factory=dict)  # against reference_for(variant)
     vs_random: dict[str, Comparison] = field(default_factory=dict)  # documents packing against random
 
     @property
@@ -234,9 +251,10 @@ class LengthReport:
 
     @property
     def groups(self) -> list[tuple[str, str]]:
-        """(variant, scaling) in table order: variants by name, no scaling first within a variant."""
+        """(variant, scaling) in table order: random-window variants, then document-aligned ones (each packing a
+        block of its own), variants by name, no scaling first within a variant."""
         keys = {(c.variant, c.scaling) for c in self.cells}
-        return sorted(keys, key=lambda k: (k[0], k[1] != NO_SCALING, k[1]))
+        return sorted(keys, key=lambda k: (packing_of(k[0]) == "documents", k[0], k[1] != NO_SCALING, k[1]))
 
     def cell(self, variant: str, scaling: str, length: int) -> Cell | None:
         return next((c for c in self.cells if (c.variant, c.scaling, c.length) == (variant, scaling, length)), None)
@@ -311,11 +329,12 @@ def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
         ref = report.cell(c.variant, NO_SCALING, c.length)
         if c.scaling != NO_SCALING and ref is not None:
             c.vs_none, c.none_seeds = _compare(c, ref, VS_NONE)
-        ref = report.cell(REFERENCE_VARIANT, c.scaling, c.length)
-        if c.variant != REFERENCE_VARIANT and ref is not None:
+        ref = report.cell(reference_for(c.variant), c.scaling, c.length)
+        if c.variant != reference_for(c.variant) and ref is not None:
             c.vs_reference = _compare(c, ref, VS_VARIANT)[0]
-        ref = report.cell(c.variant.removesuffix(DOCUMENTS_SUFFIX), c.scaling, c.length)
-        if c.variant.endswith(DOCUMENTS_SUFFIX) and ref is not None:
+        counterpart = random_counterpart(c.variant)
+        ref = None if counterpart is None else report.cell(counterpart, c.scaling, c.length)
+        if ref is not None:
             c.vs_random = _compare(c, ref, VS_VARIANT)[0]
     return report
 
@@ -499,11 +518,13 @@ def _comparison_sections(report: LengthReport) -> list[str]:
         lines += _comparison_table(report, scaled, "vs_none", "val_loss", lengths)
     else:
         lines.append("(no scaling other than none was evaluated)")
-    against = [(v, s) for v, s in report.groups if v != REFERENCE_VARIANT and _has(report, v, s, "vs_reference")]
+    against = [(v, s) for v, s in report.groups if v != reference_for(v) and _has(report, v, s, "vs_reference")]
     if against:
-        lines += ["", f"## Variant − {REFERENCE_VARIANT}, same scaling and length", "",
-                  f"Degradation (the headline: each run against its own level): {pair} A variant evaluated without "
-                  "some scaling (none rotates nothing to scale) has no row for it.", ""]
+        lines += ["", f"## Variant − {REFERENCE_VARIANT}, same packing, scaling and length", "",
+                  "Each variant against the reference rotation trained with the same packing (a variant named "
+                  f"`…{DOCUMENTS_SUFFIX}` against `{reference_for(DOCUMENTS_SUFFIX)}`, the others against "
+                  f"`{REFERENCE_VARIANT}`). Degradation (the headline: each run against its own level): {pair} A "
+                  "variant evaluated without some scaling (none rotates nothing to scale) has no row for it.", ""]
         lines += _comparison_table(report, against, "vs_reference", "degradation", beyond)
         lines += ["", f"Loss beyond T: {pair}", ""]
         lines += _comparison_table(report, against, "vs_reference", "loss_beyond_train", beyond)
@@ -512,8 +533,13 @@ def _comparison_sections(report: LengthReport) -> list[str]:
     packed = [(v, s) for v, s in report.groups if _has(report, v, s, "vs_random")]
     if packed:
         lines += ["", "## Document-aligned − random training windows, same rotation and scaling", "",
-                  f"Degradation: {pair}", ""]
+                  "Each run trained on windows laid out by document (positions restarting at each document, "
+                  "attention inside it) against the run of the same rotation and seed trained on random windows of "
+                  "the stream (the same windows at every step: the layout is the only difference). "
+                  f"Degradation (each run against its own sliding-window level): {pair}", ""]
         lines += _comparison_table(report, packed, "vs_random", "degradation", beyond)
+        lines += ["", f"Loss beyond T (the runs' levels included): {pair}", ""]
+        lines += _comparison_table(report, packed, "vs_random", "loss_beyond_train", beyond)
         lines += ["", f"Whole window: {pair}", ""]
         lines += _comparison_table(report, packed, "vs_random", "val_loss", lengths)
     return lines
@@ -551,9 +577,9 @@ def _csv_rows(report: LengthReport) -> list[list[Any]]:
                          statistics.fmean(c.values["val_acc"].values()) if c.values.get("val_acc") else None,
                          _pairing_text(c.vs_none), " ".join(map(str, c.none_seeds)),
                          *_comparison_values(c.vs_none, VS_NONE),
-                         REFERENCE_VARIANT if c.vs_reference else None, _pairing_text(c.vs_reference),
+                         reference_for(variant) if c.vs_reference else None, _pairing_text(c.vs_reference),
                          *_comparison_values(c.vs_reference, VS_VARIANT),
-                         variant.removesuffix(DOCUMENTS_SUFFIX) if c.vs_random else None, _pairing_text(c.vs_random),
+                         random_counterpart(variant) if c.vs_random else None, _pairing_text(c.vs_random),
                          *_comparison_values(c.vs_random, VS_VARIANT)])
     return rows
 

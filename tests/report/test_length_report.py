@@ -1,7 +1,8 @@
 """The length-generalization report on planted numbers: the degradation, the loss beyond T and the gain over the
 sliding window as mean ± the seeds' sd [95% CI of the mean], the whole-window perplexity beside them, the paired
-comparisons (scaling against none inside and beyond T, variant against the reference, document-aligned against
-random training), the table rows, the plots, and ``python -m scripts.length_report``."""
+comparisons (scaling against none inside and beyond T, variant against the reference of the same packing,
+document-aligned against random training paired by seed), the table rows, the plots, and
+``python -m scripts.length_report``."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 T975_2DF = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom (tables)
 T = 32
 PARTIAL, FULL = "torch (partial, float32)", "torch (full, float32)"
-PARTIAL_DOCS = PARTIAL + " · documents"
+PARTIAL_DOCS, FULL_DOCS = PARTIAL + " · documents", FULL + " · documents"
 YARN = "yarn (factor L/32)"
 MINUS = "\u2212"
 
@@ -33,10 +34,11 @@ PLANTED = {
     (FULL, "none"): {0: {32: 1.4, 64: 2.5}, 1: {32: 1.5, 64: 2.6}, 2: {32: 1.6, 64: 2.4}},
     (FULL, YARN): {5: {32: 1.5, 64: 2.0}, 6: {32: 1.4, 64: 2.2}},  # other seeds: no pairs
     (PARTIAL_DOCS, "none"): {0: {32: 1.45, 64: 1.8}, 1: {32: 1.5, 64: 1.85}, 2: {32: 1.6, 64: 2.1}},
+    (FULL_DOCS, "none"): {0: {32: 1.4, 64: 2.2}, 1: {32: 1.45, 64: 2.4}, 2: {32: 1.5, 64: 2.25}},
 }
 #: Each run's own level: the loss of its sliding-window baseline beyond T (the same for every scaling of a run).
 LEVEL = {PARTIAL: {0: 1.6, 1: 1.75, 2: 1.8}, FULL: {0: 1.5, 1: 1.6, 2: 1.7, 5: 1.65, 6: 1.55},
-         PARTIAL_DOCS: {0: 1.5, 1: 1.6, 2: 1.65}}
+         PARTIAL_DOCS: {0: 1.5, 1: 1.6, 2: 1.65}, FULL_DOCS: {0: 1.45, 1: 1.5, 2: 1.6}}
 #: What a scaling costs the short context: its sliding-window loss above the run's level.
 COST = {"none": 0.0, YARN: 0.05}
 
@@ -84,7 +86,7 @@ def sweep(tmp_path: Path) -> Path:
             run = runs.get((variant, seed))
             if run is None:
                 run = runs[(variant, seed)] = write_run(tmp_path / f"{job}_s{seed}", "torch", seed, 3.0,
-                                                        variant="full" if variant == FULL else "partial")
+                                                        variant="full" if variant.startswith(FULL) else "partial")
                 job += 1
             (run / "eval_lengths").mkdir(exist_ok=True)
             (run / "eval_lengths" / f"{scaling.split()[0]}.json").write_text(
@@ -114,7 +116,7 @@ def test_degradation_is_mean_sd_and_ci_over_seeds_with_the_whole_window_beside_i
     report = build_length_report([sweep])
     write_length_report(report, sweep)
     table = rows(sweep / CSV_FILE)
-    assert len(table) == 10, "variant x scaling x length: 5 x 2"
+    assert len(table) == 12, "variant x scaling x length: 6 x 2"
 
     degr = [degradation(PARTIAL, "none", s, 64) for s in (0, 1, 2)]
     mean, lo, hi = t_ci(degr)
@@ -199,15 +201,44 @@ def test_each_variant_is_compared_with_the_partial_reference_on_its_degradation(
 
 
 def test_document_aligned_training_is_compared_with_random_windows_of_the_same_rotation(sweep):
+    """documents − random, paired by seed, per rotation: on the degradation and on the loss beyond T."""
     report = build_length_report([sweep])
     write_length_report(report, sweep)
-    r = rows(sweep / CSV_FILE)[(PARTIAL_DOCS, "none", 64)]
-    diffs = [degradation(PARTIAL_DOCS, "none", s, 64) - degradation(PARTIAL, "none", s, 64) for s in (0, 1, 2)]
-    assert (r["random_packing_variant"], r["vs_random_pairing"]) == (PARTIAL, "paired")
-    assert float(r["vs_random_degradation_delta"]) == pytest.approx(statistics.fmean(diffs), abs=1e-12)
-    md = (sweep / MD_FILE).read_text()
-    assert f"| {PARTIAL_DOCS} | none | {signed(statistics.fmean(diffs))} [" in section(
-        md, "Document-aligned − random training windows")
+    table = rows(sweep / CSV_FILE)
+    md = section((sweep / MD_FILE).read_text(), "Document-aligned − random training windows")
+    degr_part, beyond_part = md.split("Loss beyond T")[0], md.split("Loss beyond T")[1].split("Whole window")[0]
+    for docs, rand in ((PARTIAL_DOCS, PARTIAL), (FULL_DOCS, FULL)):
+        r = table[(docs, "none", 64)]
+        diffs = [degradation(docs, "none", s, 64) - degradation(rand, "none", s, 64) for s in (0, 1, 2)]
+        d_mean, d_lo, d_hi = t_ci(diffs)
+        assert (r["random_packing_variant"], r["vs_random_pairing"]) == (rand, "paired")
+        assert float(r["vs_random_degradation_delta"]) == pytest.approx(d_mean, abs=1e-12)
+        assert (float(r["vs_random_degradation_ci_low"]), float(r["vs_random_degradation_ci_high"])) == \
+            pytest.approx((d_lo, d_hi), abs=1e-9)
+        b_mean, b_lo, b_hi = t_ci([PLANTED[(docs, "none")][s][64] - PLANTED[(rand, "none")][s][64] for s in (0, 1, 2)])
+        assert float(r["vs_random_loss_beyond_train_delta"]) == pytest.approx(b_mean, abs=1e-12)
+        assert f"| {docs} | none | {signed(d_mean)} [{signed(d_lo)}, {signed(d_hi)}] |" in degr_part
+        assert f"| {docs} | none | {signed(b_mean)} [{signed(b_lo)}, {signed(b_hi)}] |" in beyond_part
+    assert table[(PARTIAL, "none", 64)]["vs_random_degradation_delta"] == "", "a random-windows run is the reference"
+    assert f"| {PARTIAL} |" not in md and f"| {FULL} |" not in md
+
+
+def test_variants_are_compared_within_their_own_packing(sweep):
+    """full − partial among document-aligned runs pairs with the document-aligned partial runs, never with the
+    random-window ones (that would add the packing's effect to the variant's); the documents reference has no Δ."""
+    report = build_length_report([sweep])
+    write_length_report(report, sweep)
+    table = rows(sweep / CSV_FILE)
+    r = table[(FULL_DOCS, "none", 64)]
+    diffs = [degradation(FULL_DOCS, "none", s, 64) - degradation(PARTIAL_DOCS, "none", s, 64) for s in (0, 1, 2)]
+    d_mean, d_lo, d_hi = t_ci(diffs)
+    assert (r["reference_variant"], r["vs_reference_pairing"]) == (PARTIAL_DOCS, "paired")
+    assert float(r["vs_reference_degradation_delta"]) == pytest.approx(d_mean, abs=1e-12)
+    assert table[(PARTIAL_DOCS, "none", 64)]["vs_reference_degradation_delta"] == "", "its packing's reference"
+    assert table[(FULL, "none", 64)]["reference_variant"] == PARTIAL
+    md = section((sweep / MD_FILE).read_text(), f"Variant − {PARTIAL}, same packing").split("Loss beyond T")[0]
+    assert f"| {FULL_DOCS} | none | {signed(d_mean)} [{signed(d_lo)}, {signed(d_hi)}] |" in md
+    assert f"| {PARTIAL_DOCS} |" not in md
 
 
 def test_a_fine_tuned_run_is_its_own_row_beside_the_zero_shot_ones(sweep):
@@ -223,7 +254,8 @@ def test_a_fine_tuned_run_is_its_own_row_beside_the_zero_shot_ones(sweep):
 
 def test_rows_are_grouped_by_variant_then_no_scaling_first(sweep):
     report = build_length_report([sweep])
-    assert report.groups == [(FULL, "none"), (FULL, YARN), (PARTIAL, "none"), (PARTIAL, YARN), (PARTIAL_DOCS, "none")]
+    assert report.groups == [(FULL, "none"), (FULL, YARN), (PARTIAL, "none"), (PARTIAL, YARN), (FULL_DOCS, "none"),
+                             (PARTIAL_DOCS, "none")], "each packing a block of its own"
     assert report.lengths == [32, 64] and report.beyond_lengths == [64]
 
 
