@@ -3,6 +3,7 @@
     python -m bench.step                                        # gpt2_small and seed004, eager and compiled
     python -m bench.step --model seed004 --impls none,torch,triton_v4 --modes compile --rounds 100 --steps 2
     python -m bench.step --impls torch,triton_v4 --rope-path .baseline     # an older commit's RoPE code
+    python -m bench.step --model seed004 --impls torch --packings random,documents   # data.packing=documents' cost
     python -m bench.step --smoke                                # CPU, the tiny model, seconds
 
 One step = forward, backward and the optimizer step (``conf/optim``, fused AdamW by default) under bf16 autocast,
@@ -15,6 +16,15 @@ step before each one's timed ones). Against ``rope=torch`` of the same run: the 
 with a 95% bootstrap interval that resamples whole rounds (``llm.report.stats.median_ratio_interval``). Comparing
 two commits of the RoPE code (``--rope-path``): compare their ``vs_torch_pct``, each paired within its own run.
 One row per (model, mode, implementation) is appended to ``bench/results/step.csv``.
+
+``--packings random,documents`` times each implementation also as ``data.packing=documents`` trains
+(:mod:`llm.data.packing`): the same tokens with an end-of-text token starting a new document on average every
+``--doc-tokens`` tokens, positions restarting at each document, and the document mask built every step (as the
+trainer builds it per micro-batch) for attention that stays inside a document (:mod:`llm.doc_attention`:
+``flex_attention``'s block mask, or SDPA with the dense mask where the model drops attention probabilities, which
+``flex_attention`` cannot). Its row is ``<implementation>+documents``, the attention path in its shape; with
+``--impls torch`` its ``vs_torch_pct`` is the packing's step-time overhead against random windows (today's
+packing) at the same model. ``--dropout 0`` gives a preset with dropout (seed004) the ``flex_attention`` path.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from collections.abc import Callable
 import torch
 
 from bench import harness
+from llm.data.config import PACKINGS
 
 NAME = "step"
 COLUMNS = (*harness.ENV_COLUMNS, "model", "shape", "implementation", "mode", "time_us", "min_us", "steps", "rounds",
@@ -36,6 +47,38 @@ MODES = ("eager", "compile")
 #: The batch and vocabulary each preset is timed at unless told otherwise (seed004: its recipe's).
 PRESETS = {"gpt2_small": (32, 50257), "seed004": (24, 100277)}
 DEFAULT_PRESET = (32, 100277)
+#: What an implementation's name gets for the document-aligned packing (``torch+documents``).
+DOCUMENTS = "+documents"
+#: Mean document length (tokens) of the timed document-aligned windows: about the code corpus's mean Python file,
+#: so most windows of 512 hold one document and some two (what ``data=code_corpus`` trains on).
+DEFAULT_DOC_TOKENS = 4096
+
+
+def split_entry(entry: str) -> tuple[str, str]:
+    """``torch+documents`` -> (``torch``, ``documents``); ``torch`` -> (``torch``, ``random``)."""
+    return (entry.removesuffix(DOCUMENTS), "documents") if entry.endswith(DOCUMENTS) else (entry, "random")
+
+
+def document_inputs(tokens: torch.Tensor, vocab: int, doc_tokens: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``tokens`` (B, T) laid out as documents of ``doc_tokens`` tokens on average: the end-of-text token (here the
+    vocabulary's last id, nowhere else in the returned tokens) at random places, then each token's position in its
+    document and its document's index, as :func:`llm.data.packing.document_layout` gives them to training."""
+    from llm.data.packing import document_layout
+
+    eot = vocab - 1
+    x = tokens.cpu().masked_fill(tokens.cpu() == eot, 0)
+    starts = torch.rand(x.shape, generator=torch.Generator().manual_seed(1)) < 1.0 / doc_tokens
+    x[starts] = eot
+    positions, doc_ids = document_layout(x, eot)
+    return x.to(tokens.device), positions.to(tokens.device), doc_ids.to(tokens.device)
+
+
+def attention_path(device: torch.device, dropout: float) -> str:
+    """How a document-aligned step attends on ``device`` with attention ``dropout`` (:mod:`llm.doc_attention`)."""
+    from llm.doc_attention import takes_dense
+
+    return "sdpa dense mask" if takes_dense(device, dropout) else "flex_attention"
 
 
 def make_step(model_cfg, name: str, mode: str, args: argparse.Namespace, batch: int, vocab: int,
@@ -46,11 +89,13 @@ def make_step(model_cfg, name: str, mode: str, args: argparse.Namespace, batch: 
     """
     from omegaconf import OmegaConf
 
+    from llm.doc_attention import DocumentMask, takes_dense
     from llm.model import build_model, compile_model
     from llm.optim import build_optimizers
 
+    impl, packing = split_entry(name)
     torch.manual_seed(0)
-    model = build_model(model_cfg, harness.rope_config(name), vocab).to(args.device)
+    model = build_model(model_cfg, harness.rope_config(impl), vocab).to(args.device)
     optim_cfg = OmegaConf.to_container(OmegaConf.load(harness.ROOT / "conf" / "optim" / f"{args.optim}.yaml"))
     optimizers = build_optimizers(model, optim_cfg, args.device)
     if mode == "eager":
@@ -60,13 +105,24 @@ def make_step(model_cfg, name: str, mode: str, args: argparse.Namespace, batch: 
     else:  # --smoke: Inductor's C++ build would take the seconds the smoke run has
         step_model = torch.compile(model, backend="aot_eager")
     tokens = torch.randint(0, vocab, (batch, model_cfg.seq_len), device=args.device)
+    layout: dict[str, torch.Tensor] = {}
+    if packing == "documents":
+        tokens, layout["positions"], layout["doc_ids"] = document_inputs(
+            tokens, vocab, getattr(args, "doc_tokens", DEFAULT_DOC_TOKENS))
+    dense = takes_dense(args.device, float(model_cfg.get("dropout", 0.0)))
 
     phase = phase or (lambda _: contextlib.nullcontext())
+
+    def documents() -> dict:
+        """What the trainer passes the model under data.packing=documents, the mask built anew (as every step)."""
+        if not layout:
+            return {}
+        return {"positions": layout["positions"], "doc_mask": DocumentMask.build(layout["doc_ids"], dense=dense)}
 
     def step() -> None:
         with phase("forward"), torch.autocast(args.device.type, dtype=torch.bfloat16,
                                               enabled=args.device.type == "cuda"):
-            _, loss = step_model(tokens, tokens)
+            _, loss = step_model(tokens, tokens, **documents())
         with phase("backward"):
             loss.backward()
         with phase("optimizer"):
@@ -108,6 +164,8 @@ def build_steps(model_name: str, mode: str, names: list[str], args: argparse.Nam
     model_cfg = harness.model_config(model_name, args.parser)
     if args.smoke:  # one small layer: the Triton entries' launches run in the interpreter, tens of ms each
         model_cfg.update(n_layer=1, n_embd=32, n_head=2, seq_len=8)
+    if getattr(args, "dropout", None) is not None:
+        model_cfg.update(dropout=args.dropout)
     batch, vocab = PRESETS.get(model_name, DEFAULT_PRESET)
     batch, vocab = args.batch or batch, args.vocab or vocab
     steps, params = {}, {}
@@ -121,7 +179,18 @@ def build_steps(model_name: str, mode: str, names: list[str], args: argparse.Nam
             log(f"{model_name} {mode} {name} failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
             steps.pop(name, None)
     log(f"{model_name} {mode}: built and warmed up {', '.join(steps) or 'nothing'}")
-    return steps, params, f"B{batch}xT{model_cfg.seq_len} vocab {vocab}"
+    shape = f"B{batch}xT{model_cfg.seq_len} vocab {vocab}"
+    if getattr(args, "dropout", None) is not None:
+        shape += f" dropout {args.dropout:g}"
+    return steps, params, shape
+
+
+def row_shape(shape: str, name: str, args: argparse.Namespace, dropout: float) -> str:
+    """The shape column of ``name``'s row: a document-aligned step adds its documents' mean length and its
+    attention path, which decide its cost."""
+    if split_entry(name)[1] != "documents":
+        return shape
+    return f"{shape} documents~{args.doc_tokens} {attention_path(args.device, dropout)}"
 
 
 def rotated(names: list[str], r: int) -> list[str]:
@@ -139,6 +208,8 @@ def measure(model_name: str, mode: str, names: list[str], args: argparse.Namespa
     steps, params, shape = build_steps(model_name, mode, names, args, log)
     if args.warm_only or not steps:
         return []
+    dropout = args.dropout if args.dropout is not None else \
+        float(harness.model_config(model_name, args.parser).get("dropout", 0.0))
     order = list(steps)
     times: dict[str, list[list[float]]] = {n: [] for n in order}
     for r in range(args.rounds):
@@ -147,7 +218,7 @@ def measure(model_name: str, mode: str, names: list[str], args: argparse.Namespa
     rows = []
     for name in order:
         flat = [t for rnd in times[name] for t in rnd]
-        row = {**env, "model": model_name, "shape": shape,
+        row = {**env, "model": model_name, "shape": row_shape(shape, name, args, dropout),
                "implementation": name, "mode": mode, "time_us": statistics.median(flat), "min_us": min(flat),
                "steps": len(flat), "rounds": args.rounds, "params_m": params[name],
                "vs_torch_pct": None, "vs_torch_lo": None, "vs_torch_hi": None}
@@ -176,6 +247,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="comma-separated registry names (default: every registered one that runs here; --smoke: "
                         "none,torch,triton_v4)")
     p.add_argument("--modes", default=None, help="eager, compile or both (default both; --smoke: eager)")
+    p.add_argument("--packings", default="random",
+                   help="data.packing layouts timed, comma-separated: random (today's, the default), documents "
+                        "(positions restarting at each document, the document mask: rows <impl>+documents)")
+    p.add_argument("--doc-tokens", type=int, default=None,
+                   help=f"mean document length in tokens of the documents packing (default {DEFAULT_DOC_TOKENS}; "
+                        "--smoke: 4)")
+    p.add_argument("--dropout", type=float, default=None,
+                   help="model.dropout for every model (default: the preset's; 0 gives documents flex_attention)")
     p.add_argument("--batch", type=int, default=None, help="batch size (default: the preset's, 32; seed004 24)")
     p.add_argument("--vocab", type=int, default=None,
                    help="vocabulary (default: 50257 for gpt2_small, cl100k's 100277 otherwise)")
@@ -196,11 +275,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.warmup = 1 if smoke and args.warmup is None else 5 if args.warmup is None else args.warmup
     args.rounds = args.rounds or (2 if smoke else 10)
     args.steps = args.steps or (1 if smoke else 4)
+    args.doc_tokens = args.doc_tokens if args.doc_tokens is not None else (4 if smoke else DEFAULT_DOC_TOKENS)
     if smoke:
         args.batch, args.vocab = args.batch or 2, args.vocab or 256
     bad = [m for m in args.modes if m not in MODES]
     if bad or not args.modes:
         p.error(f"--modes takes {', '.join(MODES)} (comma-separated), got {', '.join(bad) or 'none'}")
+    args.packings = harness.split_list(args.packings)
+    bad = [k for k in args.packings if k not in PACKINGS]
+    if bad or not args.packings:
+        p.error(f"--packings takes {', '.join(PACKINGS)} (comma-separated), got {', '.join(bad) or 'none'}")
+    if args.doc_tokens < 1:
+        p.error(f"--doc-tokens must be at least 1, got {args.doc_tokens}")
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        p.error(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.warmup < 0 or min(args.rounds, args.steps) < 1:
         p.error("--rounds and --steps must be at least 1, --warmup at least 0")
     if not (harness.ROOT / "conf" / "optim" / f"{args.optim}.yaml").is_file():
@@ -218,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     rope_root = harness.import_rope(args.rope_path)
     import rope
 
-    names = harness.registered(harness.split_list(args.impls) or rope.available(), args.device, args.parser, log)
+    impls = harness.registered(harness.split_list(args.impls) or rope.available(), args.device, args.parser, log)
+    names = [impl + ("" if packing == "random" else DOCUMENTS) for packing in args.packings for impl in impls]
     results = None if args.warm_only else harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root, args.commit)
     log(f"{env['gpu']}, rope code {env['commit']} ({rope_root}): {', '.join(args.models)} x "

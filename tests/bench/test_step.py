@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from bench import generate, harness, profile, step
 
@@ -21,8 +22,40 @@ def test_step_smoke_times_every_implementation_against_torch(tmp_path):
     assert not (tmp_path / "warm.csv").exists()
 
 
+def test_step_times_the_document_aligned_packing_as_training_lays_it_out(tmp_path, monkeypatch):
+    """--packings random,documents: a row per implementation and packing; the documents step passes the model its
+    positions restarting at each document and a document mask built anew each step, as the trainer does."""
+    from llm.doc_attention import DocumentMask
+
+    built, build = [], DocumentMask.build.__func__
+
+    def spy(cls, doc_ids, *, dense=False):
+        built.append((doc_ids.clone(), dense))
+        return build(cls, doc_ids, dense=dense)
+
+    monkeypatch.setattr(DocumentMask, "build", classmethod(spy))
+    out = tmp_path / "step.csv"
+    assert step.main(["--smoke", "--impls", "torch", "--packings", "random,documents", "--out", str(out)]) == 0
+    rows = harness.read_rows(out)
+    assert [(r["implementation"], r["shape"]) for r in rows] == [
+        ("torch", "B2xT8 vocab 256"), ("torch+documents", "B2xT8 vocab 256 documents~4 sdpa dense mask")]
+    assert rows[1]["vs_torch_pct"] and not rows[0]["vs_torch_pct"], "documents against random windows of torch"
+    assert len(built) == 1 + 2 * (1 + 1), "a mask per step: the warm-up step, each round's untimed and timed one"
+    assert all(dense for _, dense in built), "off a GPU attention takes the dense mask"
+    assert built[0][0].max() > 0, "the windows hold several documents"
+
+    x, positions, doc_ids = step.document_inputs(torch.randint(0, 50, (3, 64)), 50, 8)
+    eot = x == 49
+    assert eot.any() and (positions[eot] == 0).all() and (positions[~eot] != 0).sum() > 0
+    starts = eot.clone()
+    starts[:, 0] = True
+    assert torch.equal(positions == 0, starts), "positions restart exactly where a document starts"
+    assert torch.equal(doc_ids, starts.cumsum(1).to(doc_ids.dtype) - 1)
+
+
 def test_step_refuses_an_unknown_mode_and_model(capsys):
     for argv, message in ((["--modes", "eager,jit"], "--modes takes eager, compile"),
+                          (["--packings", "random,shuffled"], "--packings takes random, documents"),
                           (["--model", "huge"], "no conf/model/huge.yaml")):
         with pytest.raises(SystemExit) as exc:
             step.parse_args(["--smoke", *argv])
