@@ -1,7 +1,9 @@
 """The Triton kernels of the ``triton_v4`` / ``triton_v2`` entries (importing this module imports triton).
 
 A launch takes q and k together: the grid's second axis picks the tensor (0: q, 1: k; 2: v, copied into d qkv by
-the fused backward), its first walks the programs of each batch element. ``rope_pairs_kernel``: a program rotates
+the fused backward), its first walks the programs of one batch element, its third the batch; head counts are
+constexpr. So no program divides by a runtime value: where memory outruns instruction issue (an H200 moving 8
+elements a thread), the index arithmetic sets the pace. ``rope_pairs_kernel``: a program rotates
 NCH chunks of V consecutive pairs of head rows; with V the half rounded up to a power of two (padding masked) these
 are the *rows*, with V a power of two dividing the half the *chunks* (every lane busy); a tail (``rotary_dim`` < D)
 is copied 2 R2 columns at a time. ``rope_flat_kernel``: a token's heads (contiguous) as blocks of VB elements, each
@@ -111,7 +113,7 @@ def _cos_sin(cos_ptr, sin_ptr, at, mask, valid, pos_ptr, INVERSE: tl.constexpr):
 
 
 @triton.jit
-def _pairs(x_ptr, o_ptr, sxb, sxt, sxh, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, H,
+def _pairs(x_ptr, o_ptr, sxb, sxt, sxh, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, H: tl.constexpr,
            D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr, V: tl.constexpr, NCH: tl.constexpr,
            INTERLEAVED: tl.constexpr, SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr,
            WIDE: tl.constexpr, COPY: tl.constexpr):
@@ -191,16 +193,16 @@ def _token_strides(ok_ptr, HQ, HK, D: tl.constexpr, SV: tl.constexpr):
     return soq, sok
 
 
-@triton.jit(do_not_specialize=["spb", "n_pos", "T", "HQ", "HK"])
+@triton.jit(do_not_specialize=["spb", "n_pos", "T"])
 def rope_pairs_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, skb, skt, skh,
-                      svb, svt, svh, spb, n_pos, T, HQ, HK, D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr,
-                      V: tl.constexpr, NCH: tl.constexpr, INTERLEAVED: tl.constexpr, SV: tl.constexpr,
-                      LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
+                      svt, spb, n_pos, T, HQ: tl.constexpr, HK: tl.constexpr, D: tl.constexpr, R2: tl.constexpr,
+                      CW: tl.constexpr, V: tl.constexpr, NCH: tl.constexpr, INTERLEAVED: tl.constexpr,
+                      SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
     """The pair tilings (:func:`_pairs`) of q (``program_id(1)`` 0), k (1) and v's copy (2, where ``v_ptr`` is
-    given: d qkv's last heads); ``cos``/``sin`` are (n_pos, R2)."""
-    per_batch = tl.cdiv(T * tl.maximum(HQ, HK) * ((R2 + V - 1) // V), NCH)
-    b = tl.program_id(0) // per_batch
-    g0 = (tl.program_id(0) - b * per_batch) * NCH
+    given: d qkv's last heads) in batch element ``program_id(2)``; ``cos``/``sin`` are (n_pos, R2). v is dense,
+    heads-major (token stride D) or token-major, so its token stride ``svt`` gives the others."""
+    b = tl.program_id(2)
+    g0 = tl.program_id(0) * NCH
     soq, sok = _token_strides(ok_ptr, HQ, HK, D, SV)
     if tl.program_id(1) == 0:
         _pairs(q_ptr, oq_ptr, sqb, sqt, sqh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HQ,
@@ -210,6 +212,9 @@ def rope_pairs_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos
                cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HK, D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE,
                WIDE, False)
     elif v_ptr is not None:
+        heads_major = svt * SV == D
+        svb = tl.where(heads_major, HK * T * svt, T * svt)
+        svh = tl.where(heads_major, T * svt, svt // HK)
         _pairs(v_ptr, oq_ptr + ((HQ + HK) * D // SV) * SV, svb, svt, svh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos,
                b, g0, T, HK, D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE, True)
 
@@ -312,12 +317,12 @@ def _partner(x_ptr, x_row, raw, bm, d, d0, D: tl.constexpr, R2: tl.constexpr, IN
 
 
 @triton.jit
-def _flat(x_ptr, o_ptr, sxb, sxt, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, WB,
+def _flat(x_ptr, o_ptr, sxb, sxt, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, WB: tl.constexpr,
           D: tl.constexpr, R2: tl.constexpr, VB: tl.constexpr, NBP: tl.constexpr, INTERLEAVED: tl.constexpr,
           SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr, COPY: tl.constexpr):
     """Blocks [k0, k0 + NBP) of batch element ``b`` of one tensor whose tokens are WB blocks of VB elements.
     Element d of a row is ``x[d] c + x[partner] s'`` with c and the signed sin s' from the element tables
-    (rows of P + 4 columns, P = lcm(D, 4): column j for element j mod D), which is bit for bit the pair tilings'
+    (rows of PW columns, P = lcm(D, 4): column j for element j mod D), which is bit for bit the pair tilings'
     arithmetic; elements from 2 R2 on (the copied tail) pass through, every element where ``COPY``."""
     DT: tl.constexpr = o_ptr.dtype.element_ty
     blk = k0 + tl.arange(0, NBP)
@@ -327,6 +332,7 @@ def _flat(x_ptr, o_ptr, sxb, sxt, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, 
     DU: tl.constexpr = VB if D % VB == 0 else (VB // 2 if D % (VB // 2) == 0 else 2)  # gcd(VB, D)
     d0 = (w0 // DU) % (D // DU) * DU  # w0 mod D, written so the compiler knows it a multiple of DU
     P: tl.constexpr = D if D % 4 == 0 else 2 * D
+    PW: tl.constexpr = P + P % 8  # a table row (rope.triton.launch.element_tables)
     G: tl.constexpr = VB if P % VB == 0 else VB // 2
     lanes = tl.arange(0, VB)[None, :]
     col = ((w0 // G) % (P // G) * G)[:, None] + lanes  # w0 mod P: the table columns start 16-byte aligned
@@ -348,23 +354,22 @@ def _flat(x_ptr, o_ptr, sxb, sxt, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, 
         y = own
     else:
         partner = _partner(x_ptr, x_row, raw, bm, d, d0, D, R2, INTERLEAVED, VB, NBP)
-        c, s = _cos_sin(cos_ptr, sin_ptr, (row * (P + 4))[:, None] + col, m, valid, pos_ptr, INVERSE)
+        c, s = _cos_sin(cos_ptr, sin_ptr, (row * PW)[:, None] + col, m, valid, pos_ptr, INVERSE)
         y, _ = _rotate_pairs(own, partner, c, s, DT, LOW)
         if 2 * R2 < D:
             y = tl.where(d < 2 * R2, y, own)
     tl.store(o_ptr + o_at, _narrow(y, DT), mask=m)
 
 
-@triton.jit(do_not_specialize=["spb", "n_pos", "T", "HQ", "HK"])
-def rope_flat_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, skb, skt, svb, svt,
-                     spb, n_pos, T, HQ, HK, D: tl.constexpr, R2: tl.constexpr, VB: tl.constexpr, NBP: tl.constexpr,
-                     INTERLEAVED: tl.constexpr, SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr,
-                     WIDE: tl.constexpr):
-    """The flat tiling (:func:`_flat`) of q (``program_id(1)`` 0), k (1) and v's copy (2, where ``v_ptr`` is given);
-    ``cos``/``sin`` are element tables."""
-    per_batch = tl.cdiv(T * (tl.maximum(HQ, HK) * D // VB), NBP)
-    b = tl.program_id(0) // per_batch
-    k0 = (tl.program_id(0) - b * per_batch) * NBP
+@triton.jit(do_not_specialize=["spb", "n_pos", "T"])
+def rope_flat_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, skb, skt, svt, spb,
+                     n_pos, T, HQ: tl.constexpr, HK: tl.constexpr, D: tl.constexpr, R2: tl.constexpr,
+                     VB: tl.constexpr, NBP: tl.constexpr, INTERLEAVED: tl.constexpr, SV: tl.constexpr,
+                     LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
+    """The flat tiling (:func:`_flat`) of q (``program_id(1)`` 0), k (1) and v's copy (2, where ``v_ptr`` is given;
+    dense, token stride ``svt``) in batch element ``program_id(2)``; ``cos``/``sin`` are element tables."""
+    b = tl.program_id(2)
+    k0 = tl.program_id(0) * NBP
     soq, sok = _token_strides(ok_ptr, HQ, HK, D, SV)
     if tl.program_id(1) == 0:
         _flat(q_ptr, oq_ptr, sqb, sqt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HQ * D // VB,
@@ -374,5 +379,5 @@ def rope_flat_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_
               cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HK * D // VB, D, R2, VB, NBP, INTERLEAVED, SV, LOW,
               INVERSE, WIDE, False)
     elif v_ptr is not None:
-        _flat(v_ptr, oq_ptr + ((HQ + HK) * D // SV) * SV, svb, svt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b,
+        _flat(v_ptr, oq_ptr + ((HQ + HK) * D // SV) * SV, T * svt, svt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b,
               k0, T, HK * D // VB, D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE, True)

@@ -23,6 +23,8 @@ from rope.triton.plan import OVERRIDES, Geometry, Overrides, Plan, make_plan
 
 #: Whether triton runs its CPU interpreter (set when triton is imported): the kernels then take CPU tensors.
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
+#: Batch elements one launch takes (the grid's third axis).
+MAX_GRID_BATCH = 65535
 #: Memory delivering more bytes per SM clock than this needs every thread of an SM in flight (:func:`register_cap`).
 FAST_MEMORY_BYTES_PER_SM_CYCLE = 16
 
@@ -89,8 +91,8 @@ def qkv_backward(gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Te
     W = (HQ + 2 * HK) * D
     dqkv = new_output((B, T, W), gq, poison)
     out = Operand(dqkv, (T * W, W, D))
-    _rotate_into(_operand(gq), _operand(gk), _operand(gv), out, out._replace(tensor=None), (B, T, HQ, HK, D), cos,
-                 sin, positions, rot, True, traced)
+    _rotate_into(_operand(gq), _operand(gk), gv if gv is None else _dense(gv), out, out._replace(tensor=None),
+                 (B, T, HQ, HK, D), cos, sin, positions, rot, True, traced)
     if gv is None:
         dqkv[..., (HQ + HK) * D:].zero_()
     return dqkv
@@ -100,12 +102,29 @@ def _operand(x: Tensor | None) -> Operand | None:
     return None if x is None else Operand(x, x.stride()[:3])
 
 
+def _dense(v: Tensor) -> Operand:
+    """v (B, T, H, D) as the kernels read it: dense, heads-major or token-major (its token stride tells them
+    which; the strides of dims of size 1 written as the layout has them); else a contiguous copy."""
+    _, T, H, D = v.shape
+    for strides in ((T * H * D, H * D, D), (H * T * D, D, T * D)):
+        if all(n == 1 or s == w for n, s, w in zip(v.shape[:3], v.stride()[:3], strides, strict=True)):
+            return Operand(v, strides)
+    return Operand(v.contiguous(), (T * H * D, H * D, D))
+
+
 def _rotate_into(q: Operand, k: Operand | None, v: Operand | None, oq: Operand, ok: Operand | None,
                  shape: tuple[int, ...], cos: Tensor, sin: Tensor, positions: Tensor | None, rot: Rotation,
                  inverse: bool, traced: bool) -> None:
     """One launch rotating q (and k) into the outputs, copying v (its heads follow k's in q's output) where given."""
     B, T, HQ, HK, D = shape
     if B * T * (HQ + HK) == 0 or D == 0:
+        return
+    if B > MAX_GRID_BATCH:  # launches of at most as many batch elements as the grid's batch axis holds
+        for b0 in range(0, B, MAX_GRID_BATCH):
+            n = min(MAX_GRID_BATCH, B - b0)
+            part = [x and x._replace(tensor=_batches(x.tensor, b0, n, B)) for x in (q, k, v, oq, ok)]
+            pos = positions if positions is None or positions.dim() == 1 else positions[b0:b0 + n]
+            _rotate_into(*part, (n, T, HQ, HK, D), cos, sin, pos, rot, inverse, traced)
         return
     pos, spb = _positions(positions)
     kk, okk = k or q._replace(tensor=None), ok or oq._replace(tensor=None)
@@ -123,14 +142,19 @@ def _rotate_into(q: Operand, k: Operand | None, v: Operand | None, oq: Operand, 
     _launch(job, (q.tensor, kk.tensor, v and v.tensor, oq.tensor, okk.tensor, *tables, pos), traced)
 
 
+def _batches(x: Tensor | None, b0: int, n: int, B: int) -> Tensor | None:
+    """Batch elements [b0, b0 + n) of ``x``, whose first dim is B batch elements (or B T tokens)."""
+    return None if x is None else x.narrow(0, b0 * (x.shape[0] // B), n * (x.shape[0] // B))
+
+
 def _rotation_job(shape, strides, cos, positions, spb, rot, inverse, dtype, wide, device, traced, over) -> Job:
     B, T, HQ, HK, D = shape
     cap = register_cap(device) if device >= 0 and not traced and not INTERPRETING else 0
     plan = make_plan(Geometry(D, cos.shape[1], rot.partial, rot.interleaved, B, T, HQ, HK, strides, wide,
                               positions is not None, cap), over)
     meta = {**dict(plan.constexprs), "LOW": rot.low_precision and dtype != torch.float32, "INVERSE": inverse}
-    used = strides[:9] if plan.tiling != "flat" else (*strides[:2], *strides[3:5], *strides[6:8])
-    ints = (*(x // meta["SV"] for x in used), spb, cos.shape[0], T, HQ, HK)
+    used = (*strides[:6], strides[7]) if plan.tiling != "flat" else (*strides[:2], *strides[3:5], strides[7])
+    ints = (*(x // meta["SV"] for x in used), spb, cos.shape[0], T)  # v: its token stride (the kernels')
     options = {"num_warps": plan.num_warps, **({"maxnreg": plan.maxnreg} if plan.maxnreg else {})}
     return Job(plan.kernel, plan.grid, ints, meta, options, plan, {})
 
@@ -172,7 +196,7 @@ class Job(NamedTuple):
     name, grid, integers, constexprs, options, plan and compiled kernels by the tensors' alignment."""
 
     kernel: str
-    grid: tuple[int, int]
+    grid: tuple[int, int, int]
     ints: tuple
     meta: dict
     options: dict
@@ -212,7 +236,7 @@ def _launch(job: Job, tensors: tuple, traced: bool) -> None:
             return
         binary, tail = binary
         stream = triton.runtime.driver.active.get_current_stream(tensors[0].get_device())
-        binary.run(job.grid[0], job.grid[1], 1, stream, binary.function, binary.packed_metadata, None, None, None,
+        binary.run(*job.grid, stream, binary.function, binary.packed_metadata, None, None, None,
                    *args, *tail)
 
 
@@ -247,14 +271,16 @@ _TABLES = TensorCache(8)
 def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, cache: bool = True) -> tuple[Tensor, Tensor]:
     """The flat tiling's tables, per position: column j holds the cos and signed sin of element j mod D's pair (+sin
     for the pair's first element, -sin for its second, so every element is ``x[d] c + x[partner] s'``; 1 and 0 on
-    the copied tail). A row is P + 4 columns, P = lcm(D, 4): blocks' columns start 16-byte aligned and a block of up
-    to 8 read past the period finds the next row's start. ``cache``: keep the last few (not while tracing)."""
+    the copied tail). P = lcm(D, 4) columns, 4 more where P is not a multiple of 8 (a block of 8 read past the
+    period finds the next row's start): blocks' columns start 16-byte aligned, and whole rows 32-byte aligned where
+    P allows (a block's table reads then take the fewest sectors). ``cache``: keep the last few (not while tracing)."""
     cache = cache and TensorCache.usable(cos, sin)
     key = (D, interleaved)
     if cache and (hit := _TABLES.get((cos, sin), key)) is not None:
         return hit
     r2 = cos.shape[1]
-    d = torch.arange((D if D % 4 == 0 else 2 * D) + 4, device=cos.device) % D
+    period = D if D % 4 == 0 else 2 * D
+    d = torch.arange(period + period % 8, device=cos.device) % D
     pair = torch.where(d < 2 * r2, d // 2 if interleaved else d % max(r2, 1), 0)
     second = (d % 2 == 1) if interleaved else (d >= r2)
     tail = d >= 2 * r2

@@ -87,7 +87,7 @@ class Plan:
     compiler (0: its own choice)."""
 
     tiling: str
-    grid: tuple[int, int]
+    grid: tuple[int, int, int]  # programs of a batch element, tensors (q, k, v's copy), batch elements
     num_warps: int
     constexprs: tuple[tuple[str, int], ...]
     maxnreg: int = 0
@@ -142,10 +142,10 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
     cw = r2 // 2 if geo.partial and pow2_unit(r2 // 2) >= min(4, pow2_unit(r2)) else r2
     heads = max(geo.q_heads, geo.k_heads)
     per_batch = _programs(geo, geo.seq_len * heads * m, nch)
-    constexprs = dict(D=geo.head_dim, R2=r2, CW=cw, V=v, NCH=nch, INTERLEAVED=geo.interleaved,
-                      SV=stride_unit(*geo.strides), WIDE=geo.wide)
+    constexprs = dict(HQ=geo.q_heads, HK=geo.k_heads, D=geo.head_dim, R2=r2, CW=cw, V=v, NCH=nch,
+                      INTERLEAVED=geo.interleaved, SV=stride_unit(*geo.strides), WIDE=geo.wide)
     padded_or_positions = tiling == "rows" and (v > r2 or geo.positions)
-    return Plan(tiling, (per_batch * geo.batch, geo.tensors), over.num_warps or ROW_WARPS,
+    return Plan(tiling, (per_batch, geo.tensors, geo.batch), over.num_warps or ROW_WARPS,
                 tuple(constexprs.items()), maxnreg=geo.register_cap if padded_or_positions else 0)
 
 
@@ -155,16 +155,16 @@ def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
     nbp = max(1, (over.tile or FLAT_TILE) // vb)
     per_batch = _programs(geo, geo.seq_len * (max(geo.q_heads, geo.k_heads) * D // vb), nbp)
     sqb, sqt, _, skb, skt, _, svb, svt, _, *rest = geo.strides  # the heads are contiguous: their stride is D
-    constexprs = dict(D=D, R2=geo.rotary_pairs, VB=vb, NBP=nbp, INTERLEAVED=geo.interleaved,
-                      SV=stride_unit(sqb, sqt, skb, skt, svb, svt, *rest), WIDE=geo.wide)
-    return Plan("flat", (per_batch * geo.batch, geo.tensors), over.num_warps or FLAT_WARPS,
+    constexprs = dict(HQ=geo.q_heads, HK=geo.k_heads, D=D, R2=geo.rotary_pairs, VB=vb, NBP=nbp,
+                      INTERLEAVED=geo.interleaved, SV=stride_unit(sqb, sqt, skb, skt, svb, svt, *rest), WIDE=geo.wide)
+    return Plan("flat", (per_batch, geo.tensors, geo.batch), over.num_warps or FLAT_WARPS,
                 tuple(constexprs.items()))
 
 
 def _programs(geo: Geometry, units: int, per_program: int) -> int:
     """Programs per batch element for ``units`` chunks or blocks, ``per_program`` a program; ids are int32."""
     per_batch = -(-units // per_program)
-    if units + per_program >= INT32_LIMIT or per_batch * geo.batch >= INT32_LIMIT:
+    if units + per_program >= INT32_LIMIT:
         raise ValueError(f"too many rows for one launch: B={geo.batch}, T={geo.seq_len}, heads {geo.q_heads}"
                          f"+{geo.k_heads} of {geo.head_dim}")
     return per_batch
