@@ -3,6 +3,7 @@
     python -m bench.attention                      # the sweep below on one GPU (about 3 minutes on an H200)
     python -m bench.attention --batches 1 --cached 4096,16384 --head-dims 128
     python -m bench.attention --smoke              # CPU, tiny shapes, Triton's interpreter: seconds
+    python -m bench.attention --batches 1 --queries 1 --candidates   # also launch settings other than the rule's
 
 Per shape (head dim 64 and 128; GQA 32/8 and MHA 32/32; batch 1, 8, 32; 1k, 4k, 16k and 32k cached tokens; 1 and
 64 new queries; bf16), the two paths of one attention step over a KV cache whose keys are rotated:
@@ -17,14 +18,30 @@ pays, launches included) and ``captured`` (the call captured as a CUDA graph, Py
 replayed with the L2 flushed and the host out of the way: the kernels' time). Columns: ``time_us``; ``pct_copy_bw``,
 the K and V cache read (the bytes that must move) per second as a share of the device-to-device copy bandwidth
 measured in the same run; ``speedup``, the separate path's time over the fused one's in the same mode (on the
-fused rows); ``max_err``, the two paths' largest difference. Rows are appended to ``bench/results/attention.csv``;
-a summary (the issue's targets, and every shape where the fused call is slower than 0.95x the separate path) is
-printed at the end. Shapes whose caches do not fit the free memory are skipped, saying so.
+fused rows); ``max_err``, the two paths' largest difference; ``launch``, what the fused call launched (grid, tiles,
+warps, stages, keys per split, combine: ``rope.fused_attention.launch_settings``).
+
+What explains a miss, from two roofs measured in the same run: ``mma_tflops``, a bf16 (the run's dtype) matmul's
+rate, and ``read_gbps``, a read-only reduction's bandwidth. ``pct_mma_peak`` is the attention's FLOPs per second
+(4 B H D per visible key and query) against the matmul's; ``roof_speedup`` (on fused rows) is the separate path's
+time over the shorter of the times the cache bytes (at the higher of the read and copy bandwidths) and the FLOPs
+(at the matmul rate) allow: no kernel can beat the separate path by more, so a target above it is impossible there.
+``bound``: ``memory`` where the row reads the cache at 90% of copy bandwidth or more; ``compute`` where the FLOPs
+roof is the higher one and the row reaches a quarter of the matmul's rate; else ``latency`` (neither roof: the
+launches, dependent loads, or too few programs).
+
+``--candidates`` times, beside the rule's own launch, a few other settings per shape (through
+``rope.fused_attention.tuning``: splits, ``block_n``, ``block_m``, warps, stages, inline or kernel combine), one
+row each, named like ``fused[splits=16,bn=64,w=4]``: one run tells which rule to adopt. Rows are appended to
+``bench/results/attention.csv``; a summary (the issue's targets, every shape where the fused call is slower than
+0.95x the separate path, and with ``--candidates`` the best setting per shape) is printed at the end. Shapes whose
+caches do not fit the free memory are skipped, saying so.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import time
@@ -37,7 +54,8 @@ from bench import harness
 
 NAME = "attention"
 COLUMNS = (*harness.ENV_COLUMNS, "shape", "implementation", "mode", "time_us", "pct_copy_bw", "speedup",
-           "head_dim", "heads", "batch", "cached", "queries", "dtype", "cache_mb", "copy_gbps", "max_err")
+           "head_dim", "heads", "batch", "cached", "queries", "dtype", "cache_mb", "copy_gbps", "max_err",
+           "bound", "pct_mma_peak", "roof_speedup", "launch", "mma_tflops", "read_gbps")
 IMPLS = ("separate", "fused")
 MODES = ("eager", "captured")
 #: Calls of an eager stream (fewer where one call is long: about 20 ms a stream), and how many streams (the
@@ -57,6 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--queries", default=None, help="new queries per step (default 1,64; --smoke: 1,4)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument("--reps", type=int, default=10, help="timed replays per median (captured mode)")
+    p.add_argument("--candidates", action="store_true",
+                   help="also time other launch settings of the fused call per shape (a row each, beside the rule's)")
     harness.add_common_args(p, NAME)
     args = p.parse_args(argv)
     smoke = args.smoke
@@ -76,8 +96,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.queries = ints(args.queries, "1,4" if smoke else "1,64", "queries")
     if max(args.queries) > 256:
         p.error(f"--queries {max(args.queries)}: attention_with_rope takes up to 256 new queries")
-    args.heads = []
-    for item in harness.split_list(args.heads or ("4/2,4/4" if smoke else "32/8,32/32")):
+    heads_text, args.heads = args.heads, []
+    for item in harness.split_list(heads_text or ("4/2,4/4" if smoke else "32/8,32/32")):
         h, _, kv = item.partition("/")
         if not (h.isdigit() and kv.isdigit() and int(kv) > 0 and int(h) % int(kv) == 0):
             p.error(f"--heads takes H/H_kv pairs with H_kv dividing H, got {item!r}")
@@ -160,9 +180,66 @@ def copies_for(nbytes: int, device: torch.device) -> int:
     return max(1, min(16, math.ceil(3 * l2 / max(nbytes, 1))))
 
 
+def candidates(shape: Shape, sms: int) -> list[dict]:
+    """Launch settings to time beside the rule's for ``shape`` (``rope.fused_attention.tuning`` fields).
+
+    A decode step (a few rows per key-value head) is bound by memory latency and the launches: the split count (one,
+    two or four programs per SM), the key tile, the tiles in flight and the warps that stream them, and the combine
+    (the last split program, or a second launch). A chunk of 64 queries is bound by its matrix products where
+    query heads share a key-value head: the row block, the key tile, warps and stages of a flash-attention loop."""
+    base = shape.B * shape.H_kv
+    per_sm = sorted({max(1, min(128, round(k * sms / base))) for k in (1, 2, 4)})
+    if shape.queries * (shape.H // shape.H_kv) <= 16:  # a decode step's row block
+        bn = 128 if shape.D <= 64 else 64  # the rule's key tile (16 KB)
+        out = [{"combine": "kernel"}, *({"splits": n} for n in per_sm),
+               {"block_n": bn // 2}, {"block_n": bn * 2}, {"num_stages": 2}, {"num_stages": 4},
+               {"num_warps": 2}, {"num_warps": 8}, {"splits": per_sm[-1], "block_n": bn // 2, "num_stages": 4}]
+    else:
+        out = [{"block_m": 64, "num_warps": 4}, {"block_n": 32}, {"block_n": 128, "num_stages": 2},
+               {"num_warps": 4}, {"num_warps": 8}, {"num_stages": 2}, {"num_stages": 4},
+               {"splits": per_sm[0]}, {"splits": per_sm[-1]}]
+    unique = []
+    for c in out:
+        if c not in unique:
+            unique.append(c)
+    return unique
+
+
+class Roofs:
+    """What the GPU can do at most, measured once per run: a matmul's TFLOP/s in the run's dtype and a read-only
+    reduction's GB/s (beside the copy bandwidth)."""
+
+    def __init__(self, timer, dtype: torch.dtype, device: torch.device, copy_gbps: float) -> None:
+        n = 8192 if device.type == "cuda" else 256
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        self.mma_tflops = 2 * n**3 / (timer(lambda: a @ b, reps=10) * 1e-6) / 1e12
+        x = torch.ones((2**29 if device.type == "cuda" else 2**22) // 2, dtype=torch.bfloat16, device=device)
+        self.read_gbps = x.numel() * 2 / (timer(lambda: x.sum(dtype=torch.float32), reps=10) * 1e-6) / 1e9
+        self.copy_gbps = copy_gbps
+
+    def columns(self, shape: Shape, nbytes: int, us: float, separate_us: float | None) -> dict:
+        """``bound``, ``pct_mma_peak``, ``roof_speedup`` (with ``separate_us``) of a row of ``shape`` at ``us``."""
+        flops = 4 * shape.B * shape.H * shape.D * (shape.queries * shape.cached
+                                                   + shape.queries * (shape.queries + 1) // 2)
+        memory_us = nbytes / (max(self.read_gbps, self.copy_gbps) * 1e3)
+        compute_us = flops / (self.mma_tflops * 1e6)
+        pct_mma = 100 * compute_us / us
+        if 100 * nbytes / (us * 1e3) / self.copy_gbps >= 90:
+            bound = "memory"
+        elif compute_us > memory_us and pct_mma >= 25:
+            bound = "compute"
+        else:
+            bound = "latency"
+        roof = separate_us / max(memory_us, compute_us) if separate_us is not None else None
+        return {"bound": bound, "pct_mma_peak": pct_mma, "roof_speedup": roof, "mma_tflops": self.mma_tflops,
+                "read_gbps": self.read_gbps}
+
+
 def measure_shape(shape: Shape, args: argparse.Namespace, rotary, timer, copy_gbps: float, env: dict,
-                  log: Callable[[str], None]) -> list[dict]:
+                  log: Callable[[str], None], roofs: Roofs | None = None) -> list[dict]:
     import rope
+    from rope import fused_attention
 
     device, dtype = args.device, args.dtype
     itemsize = torch.finfo(dtype).bits // 8
@@ -180,30 +257,62 @@ def measure_shape(shape: Shape, args: argparse.Namespace, rotary, timer, copy_gb
         inputs.append((q, k, v))
     positions = torch.arange(shape.cached, L, device=device)
     mask = None if T == 1 else torch.ones(T, L, dtype=torch.bool, device=device).tril(diagonal=shape.cached)
-    paths = {
-        "separate": lambda q, k, v: separate(rotary, q, k, v, positions, mask),
-        "fused": lambda q, k, v: rope.attention_with_rope(q, k, v, positions, rotary),
-    }
-    outputs = {name: fn(*inputs[0]) for name, fn in paths.items()}
-    max_err = (outputs["fused"].float() - outputs["separate"].float()).abs().max().item()
-    del outputs
+    settings: dict[str, dict | None] = {"separate": None, "fused": {}}
+    if args.candidates:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+        for fields in candidates(shape, sms):
+            settings[f"fused[{fused_attention.Tuning(**fields).label()}]"] = fields
+
+    def fused(q, k, v):
+        return rope.attention_with_rope(q, k, v, positions, rotary)
+
+    def unfused(q, k, v):
+        return separate(rotary, q, k, v, positions, mask)
+
+    def tuned(fields: dict | None) -> contextlib.AbstractContextManager:
+        """The candidate's settings around its calls, its eager streams and its capture (the rule's: none)."""
+        return fused_attention.tuning(**fields) if fields else contextlib.nullcontext()
+
+    launch, max_err = {}, {}
+    reference = unfused(*inputs[0]).float()
+    for name, fields in list(settings.items()):
+        fn = unfused if fields is None else fused
+        try:
+            with tuned(fields):
+                max_err[name] = (fn(*inputs[0]).float() - reference).abs().max().item()
+                if fields is not None:
+                    launch[name] = fused_attention.launch_settings(*inputs[0], positions, rotary)["line"]
+        except Exception as exc:  # a candidate the GPU cannot compile (shared memory): said, and left out
+            log(f"{shape.label}: {name} not launched: {str(exc).splitlines()[0][:160] if str(exc) else type(exc)}")
+            del settings[name]
+    del reference
     times = {}
     for mode in MODES if device.type == "cuda" else ("eager",):
-        for name, fn in paths.items():
-            if mode == "eager":
-                times[name, mode] = stream_us([lambda i=i, fn=fn: fn(*i) for i in inputs], device)
-            else:
-                times[name, mode] = timer(graphed(lambda fn=fn, first=inputs[0]: fn(*first)), reps=args.reps)
+        for name, fields in settings.items():
+            fn = unfused if fields is None else fused
+            with tuned(fields):
+                if mode == "eager":
+                    times[name, mode] = stream_us([lambda i=i, fn=fn: fn(*i) for i in inputs], device)
+                else:
+                    times[name, mode] = timer(graphed(lambda fn=fn, first=inputs[0]: fn(*first)), reps=args.reps)
     rows = []
     for (name, mode), us in times.items():
-        speedup = times["separate", mode] / us if name == "fused" else None
+        sep_us = times["separate", mode] if name != "separate" else None
         rows.append({**env, "shape": shape.label, "implementation": name, "mode": mode, "time_us": us,
-                     "pct_copy_bw": 100 * nbytes / (us * 1e-6) / (copy_gbps * 1e9), "speedup": speedup,
+                     "pct_copy_bw": 100 * nbytes / (us * 1e-6) / (copy_gbps * 1e9),
+                     "speedup": None if sep_us is None else sep_us / us,
                      "head_dim": D, "heads": f"{H}/{H_kv}", "batch": B, "cached": shape.cached, "queries": T,
-                     "dtype": str(dtype)[6:], "cache_mb": nbytes / 2**20, "copy_gbps": copy_gbps, "max_err": max_err})
+                     "dtype": str(dtype)[6:], "cache_mb": nbytes / 2**20, "copy_gbps": copy_gbps,
+                     "max_err": max_err[name], "launch": launch.get(name, ""),
+                     **(roofs.columns(shape, nbytes, us, sep_us) if roofs is not None else {})})
     fused = {m: times["fused", m] for m in MODES if ("fused", m) in times}
     log(f"{shape.label}: " + ", ".join(f"{m} {times['separate', m]:.1f} -> {us:.1f} us "
                                       f"({times['separate', m] / us:.2f}x)" for m, us in fused.items()))
+    for mode in fused:
+        tried = {name: us for (name, m), us in times.items() if m == mode and name.startswith("fused[")}
+        if tried:
+            best = min(tried, key=tried.get)
+            log(f"  {mode}: best candidate {best} {tried[best]:.1f} us ({fused[mode] / tried[best]:.2f}x the rule)")
     inputs.clear()
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -222,6 +331,10 @@ def summary(rows: list[dict]) -> str:
         lines.append(f"- {title}: {verdict} ({len(picked)} shapes)")
         lines.extend(f"  - {r['shape']} {r['mode']}: {show(r)}" for r in misses)
 
+    def explain(r: dict) -> str:
+        return (f"{r['speedup']:.2f}x, {r['bound']}-bound ({r['pct_copy_bw']:.0f}% of copy bandwidth, "
+                f"{r['pct_mma_peak']:.0f}% of the matmul rate); the roofs allow at most {r['roof_speedup']:.2f}x")
+
     one = [r for r in fused if r["queries"] == 1]
     captured_one = [r for r in one if r["mode"] == "captured"]
     check("one query, cache read >= 80% of copy bandwidth from 16k cached", [r for r in captured_one
@@ -229,17 +342,33 @@ def summary(rows: list[dict]) -> str:
     check("one query, cache read >= 50% of copy bandwidth at 4k cached", [r for r in captured_one
           if r["cached"] == 4096], lambda r: r["pct_copy_bw"] >= 50, lambda r: f"{r['pct_copy_bw']:.1f}%")
     check("one query, >= 1.3x the separate path at batch 1 from 4k cached (both modes)",
-          [r for r in one if r["batch"] == 1 and r["cached"] >= 4096], lambda r: r["speedup"] >= 1.3,
-          lambda r: f"{r['speedup']:.2f}x")
+          [r for r in one if r["batch"] == 1 and r["cached"] >= 4096], lambda r: r["speedup"] >= 1.3, explain)
     check("64 queries, >= 3x SDPA with its mask from 4k cached", [r for r in fused if r["queries"] == 64
-          and r["cached"] >= 4096], lambda r: r["speedup"] >= 3, lambda r: f"{r['speedup']:.2f}x")
+          and r["cached"] >= 4096], lambda r: r["speedup"] >= 3, explain)
     check("nowhere slower than 0.95x the separate path", fused, lambda r: r["speedup"] >= 0.95,
           lambda r: f"{r['speedup']:.2f}x ({r['time_us']:.1f} us, {r['pct_copy_bw']:.1f}% of copy bandwidth)")
-    headers = ["shape", "mode", "separate us", "fused us", "speedup", "fused % copy bw"]
+    headers = ["shape", "mode", "separate us", "fused us", "speedup", "fused % copy bw", "% mma peak", "bound",
+               "roof speedup"]
     sep = {(r["shape"], r["mode"]): r for r in rows if r["implementation"] == "separate"}
     body = [[r["shape"], r["mode"], f"{sep[r['shape'], r['mode']]['time_us']:.1f}", f"{r['time_us']:.1f}",
-             f"{r['speedup']:.2f}", f"{r['pct_copy_bw']:.1f}"] for r in fused]
-    return "\n".join(["", *harness.markdown_table(headers, body, 2), "", "Targets:", *lines])
+             f"{r['speedup']:.2f}", f"{r['pct_copy_bw']:.1f}", f"{r['pct_mma_peak']:.1f}", r["bound"],
+             f"{r['roof_speedup']:.2f}"] for r in fused]
+    out = ["", *harness.markdown_table(headers, body, 2), "", "Targets:", *lines]
+    tried = [r for r in rows if r["implementation"].startswith("fused[")]
+    if tried:
+        rule = {(r["shape"], r["mode"]): r for r in fused}
+        best: dict[tuple, dict] = {}
+        for r in tried:
+            key = (r["shape"], r["mode"])
+            if key not in best or r["time_us"] < best[key]["time_us"]:
+                best[key] = r
+        body = [[k[0], k[1], f"{rule[k]['time_us']:.1f}", r["implementation"][6:-1], f"{r['time_us']:.1f}",
+                 f"{rule[k]['time_us'] / r['time_us']:.2f}", f"{r['speedup']:.2f}", r["launch"]]
+                for k, r in best.items() if k in rule]
+        out += ["", "Best candidate per shape (against the rule's launch):",
+                *harness.markdown_table(["shape", "mode", "rule us", "candidate", "us", "x rule", "speedup", "launch"],
+                                        body, 2)]
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,7 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     env = harness.environment(args.device, rope_root, args.commit)
     timer = harness.make_timer(args.reps, args.device)
     copy_gbps = harness.copy_gbps(timer, 2**29 if args.device.type == "cuda" else 2**22, args.device)
-    log(f"copy bandwidth {copy_gbps:.0f} GB/s")
+    roofs = Roofs(timer, args.dtype, args.device, copy_gbps)
+    log(f"copy bandwidth {copy_gbps:.0f} GB/s, read bandwidth {roofs.read_gbps:.0f} GB/s, "
+        f"{str(args.dtype)[6:]} matmul {roofs.mma_tflops:.0f} TFLOP/s")
     rows = []
     for D in args.head_dims:
         rotary = rope.build("triton_v4", D, max(args.cached) + max(args.queries)).to(args.device)
@@ -264,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                 for cached in args.cached:
                     for queries in args.queries:
                         shape_rows = measure_shape(Shape(D, H, H_kv, B, cached, queries), args, rotary, timer,
-                                                   copy_gbps, env, log)
+                                                   copy_gbps, env, log, roofs)
                         results.append(shape_rows)
                         rows.extend(shape_rows)
     print(summary(rows) if rows else "no shape measured")
