@@ -126,16 +126,33 @@ def test_a_captured_call_replays_at_the_positions_in_its_buffer():
         torch.testing.assert_close(out, eager, rtol=0, atol=0)
 
 
-def test_splitting_the_keys_changes_nothing_but_rounding(monkeypatch):
+def test_splitting_the_keys_changes_nothing_but_rounding():
     B, H, H_kv, D, L = 1, 32, 8, 128, 16384
     r = rope.build("triton_v4", D, L).to(CUDA)
     k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.float32, CUDA)
     q = torch.randn(B, 1, H, D, device=CUDA)
     split = rope.attention_with_rope(q, k_cache, v_cache, L - 1, r)
-    assert fused_attention._splits(H_kv, L, 64, fused_attention._sm_count(CUDA))[0] > 1
-    monkeypatch.setattr(fused_attention, "_splits", lambda programs, length, block_n, sms: (1, -(-L // 64) * 64))
-    whole = rope.attention_with_rope(q, k_cache, v_cache, L - 1, r)
+    assert fused_attention.launch_settings(q, k_cache, v_cache, L - 1, r)["splits"] > 1
+    with fused_attention.tuning(splits=1):
+        whole = rope.attention_with_rope(q, k_cache, v_cache, L - 1, r)
     torch.testing.assert_close(split, whole, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("D, H_kv", [(64, 8), (128, 32)])
+def test_the_inline_combine_equals_the_combine_kernel_over_many_launches(D, H_kv):
+    """The last split program combines what the others wrote (an arrival counter, release then acquire): launched
+    back to back many times it gives bit for bit what the second launch gives, and leaves its counters at zero."""
+    B, H, L = 1, 32, 8192
+    r = rope.build("triton_v4", D, L).to(CUDA)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.bfloat16, CUDA)
+    q = torch.randn(B, 1, H, D, device=CUDA).to(torch.bfloat16)
+    positions = torch.tensor([L - 1], device=CUDA)
+    assert fused_attention.launch_settings(q, k_cache, v_cache, positions, r)["combine"] == "inline"
+    with fused_attention.tuning(combine="kernel"):
+        expected = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    outs = [rope.attention_with_rope(q, k_cache, v_cache, positions, r) for _ in range(200)]
+    assert all(torch.equal(out, expected) for out in outs)
+    assert not fused_attention._COUNTERS[q.device][-1].any()
 
 
 def test_offsets_past_2_31_elements():
