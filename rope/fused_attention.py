@@ -378,6 +378,12 @@ def _splits(programs: int, cache_len: int, block_n: int, sms: int, forced: int |
     return -(-cache_len // per_split), per_split
 
 
+def _combine_width(splits: int) -> int:
+    """The inline combine's split tile (a compile-time size): a power of two from 16, so that split counts
+    between two powers share one compiled kernel."""
+    return max(16, _next_pow2(splits))
+
+
 #: Arrival counters of the inline combine, per device: every buffer ever handed out stays referenced (a captured
 #: CUDA graph keeps its address), and a larger one is added when a launch needs more counters.
 _COUNTERS: dict[torch.device, list[Tensor]] = {}
@@ -445,8 +451,8 @@ def _launch(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int
     counters = plan.counters if inline else out  # without the inline combine a placeholder no program reads
     args = (q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse, counters, *plan.ints, start, per_split,
             plan.scale_log2, splits, plan.G, D, plan.block_d, plan.half, plan.rotary_dim, plan.interleaved,
-            plan.rotate, has_pos, plan.block_m, plan.block_n, splits > 1, inline, _next_pow2(splits) if inline else 1,
-            plan.ieee, plan.dot_f32)
+            plan.rotate, has_pos, plan.block_m, plan.block_n, splits > 1, inline,
+            _combine_width(splits) if inline else 1, plan.ieee, plan.dot_f32)
     key = None
     if plan.direct:  # what Triton specialises a compiled kernel on beyond the plan: the pointers' alignment
         key = (has_pos, splits, per_split, inline, q.data_ptr() % 16, k_cache.data_ptr() % 16, v_cache.data_ptr() % 16,
