@@ -170,26 +170,25 @@ def _copy(x_ptr, o_ptr, at, mask):
 
 
 @triton.jit
-def _in_or_after(x_ptr, base_ptr, offset, SV: tl.constexpr):
-    """``x_ptr``, or where it is None ``offset`` elements after ``base_ptr`` (k, its output, or v's output in q's
-    tensor after the heads before it); the host makes SV divide ``offset`` (the compiler then knows its alignment)."""
+def _in_or_after(x_ptr, base_ptr, OFFSET: tl.constexpr):
+    """``x_ptr``, or where it is None ``OFFSET`` elements after ``base_ptr`` (k or its output in q's tensor)."""
     if x_ptr is None:
-        p = base_ptr + (offset // SV) * SV
+        p = base_ptr + OFFSET
     else:
         p = x_ptr
     return p
 
 
 @triton.jit
-def _token_strides(ok_ptr, HQ, HK, D: tl.constexpr, SV: tl.constexpr):
+def _token_strides(ok_ptr, HQ: tl.constexpr, HK: tl.constexpr, D: tl.constexpr):
     """The outputs' token strides: q's and k's own tensors, or (``ok_ptr`` None) one buffer holding q's heads, then
     k's and v's (d qkv; just q's without k)."""
     if ok_ptr is None:
-        soq = ((HQ + 2 * HK) * D // SV) * SV
+        soq = (HQ + 2 * HK) * D
         sok = soq
     else:
-        soq = (HQ * D // SV) * SV
-        sok = (HK * D // SV) * SV
+        soq = HQ * D
+        sok = HK * D
     return soq, sok
 
 
@@ -203,19 +202,19 @@ def rope_pairs_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos
     heads-major (token stride D) or token-major, so its token stride ``svt`` gives the others."""
     b = tl.program_id(2)
     g0 = tl.program_id(0) * NCH
-    soq, sok = _token_strides(ok_ptr, HQ, HK, D, SV)
+    soq, sok = _token_strides(ok_ptr, HQ, HK, D)
     if tl.program_id(1) == 0:
         _pairs(q_ptr, oq_ptr, sqb, sqt, sqh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HQ,
                D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE, False)
     elif tl.program_id(1) == 1:
-        _pairs(_in_or_after(k_ptr, q_ptr, HQ * D, SV), _in_or_after(ok_ptr, oq_ptr, HQ * D, SV), skb, skt, skh, sok,
+        _pairs(_in_or_after(k_ptr, q_ptr, HQ * D), _in_or_after(ok_ptr, oq_ptr, HQ * D), skb, skt, skh, sok,
                cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HK, D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE,
                WIDE, False)
     elif v_ptr is not None:
         heads_major = svt * SV == D
         svb = tl.where(heads_major, HK * T * svt, T * svt)
         svh = tl.where(heads_major, T * svt, svt // HK)
-        _pairs(v_ptr, oq_ptr + ((HQ + HK) * D // SV) * SV, svb, svt, svh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos,
+        _pairs(v_ptr, oq_ptr + (HQ + HK) * D, svb, svt, svh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos,
                b, g0, T, HK, D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE, True)
 
 
@@ -370,14 +369,14 @@ def rope_flat_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_
     dense, token stride ``svt``) in batch element ``program_id(2)``; ``cos``/``sin`` are element tables."""
     b = tl.program_id(2)
     k0 = tl.program_id(0) * NBP
-    soq, sok = _token_strides(ok_ptr, HQ, HK, D, SV)
+    soq, sok = _token_strides(ok_ptr, HQ, HK, D)
     if tl.program_id(1) == 0:
         _flat(q_ptr, oq_ptr, sqb, sqt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HQ * D // VB,
               D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE, False)
     elif tl.program_id(1) == 1:
-        _flat(_in_or_after(k_ptr, q_ptr, HQ * D, SV), _in_or_after(ok_ptr, oq_ptr, HQ * D, SV), skb, skt, sok,
+        _flat(_in_or_after(k_ptr, q_ptr, HQ * D), _in_or_after(ok_ptr, oq_ptr, HQ * D), skb, skt, sok,
               cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HK * D // VB, D, R2, VB, NBP, INTERLEAVED, SV, LOW,
               INVERSE, WIDE, False)
     elif v_ptr is not None:
-        _flat(v_ptr, oq_ptr + ((HQ + HK) * D // SV) * SV, T * svt, svt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b,
+        _flat(v_ptr, oq_ptr + (HQ + HK) * D, T * svt, svt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b,
               k0, T, HK * D // VB, D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE, True)

@@ -185,10 +185,7 @@ def _positions(positions: Tensor | None) -> tuple[Tensor | None, int]:
 def needs_wide(*tensors: Tensor | None) -> bool:
     """Whether an element offset the kernel computes can reach 2**31: bounded by each storage (an offset is below
     its element count; masked rows of a last program reach at most one batch element past it, hence 2**30)."""
-    for t in tensors:
-        if t is not None and t.untyped_storage().nbytes() >= (1 << 30) * t.element_size():
-            return True
-    return False
+    return any(t is not None and t.untyped_storage().nbytes() >= (1 << 30) * t.element_size() for t in tensors)
 
 
 class Job(NamedTuple):
@@ -243,11 +240,9 @@ def _launch(job: Job, tensors: tuple, traced: bool) -> None:
 def _hooks_unset() -> bool:
     """Whether no Triton launch hook is set (a profiler's need Triton's own launch): chains of calls, empty by
     default (Triton 3.6), or a callable or None (earlier versions)."""
-    knobs = getattr(triton, "knobs", None)
-    if knobs is None:
-        return True
-    return all(h is None or getattr(h, "calls", None) == []
-               for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
+    rt = getattr(getattr(triton, "knobs", None), "runtime", None)
+    return rt is None or all(h is None or getattr(h, "calls", None) == [] for h in (rt.launch_enter_hook,
+                                                                                    rt.launch_exit_hook))
 
 
 @functools.cache

@@ -329,6 +329,37 @@ def test_rotate_qkv_backward_is_one_launch_into_d_qkv(rotary_dim, spies, device)
     assert not dqkv.isnan().any() and not dqkv[..., (HQ + HK) * D:].any()
 
 
+@pytest.mark.parametrize("layout", ["heads_major", "token_major", "strided"])
+def test_qkv_backward_copies_v_of_any_layout(layout, device):
+    """v's gradient reaches d qkv whatever its layout: dense heads-major or token-major (the kernel derives its
+    strides from the token stride), or a strided view (copied dense first)."""
+    B, T, HQ, HK, D = 2, 5, 4, 2, 16
+    r = build_poisoned("triton_v4", D, 8, device)
+    gq, gk = (torch.randn(B, T, h, D, device=device) for h in (HQ, HK))
+    gv = {"heads_major": torch.randn(B, HK, T, D, device=device).transpose(1, 2),
+          "token_major": torch.randn(B, T, HK, D, device=device),
+          "strided": torch.randn(B, T, HK, 2 * D, device=device)[..., 1::2]}[layout]
+    dqkv = launch.qkv_backward(gq, gk, gv, r.cos, r.sin, None, r.rotation, poison=True)
+    assert torch.equal(dqkv[..., (HQ + HK) * D:].view(B, T, HK, D), gv)
+    want = launch.qkv_backward(gq, gk, gv.contiguous(), r.cos, r.sin, None, r.rotation)
+    assert torch.equal(dqkv, want)
+
+
+@pytest.mark.parametrize("pos_kind", ["none", "t", "bt"])
+def test_batches_beyond_the_grid_take_several_launches(pos_kind, spies, monkeypatch, device):
+    """More batch elements than the grid's batch axis holds: launches of at most that many, the same result."""
+    B, T, H, D = 5, 3, 2, 16
+    r = build_poisoned("triton_v4", D, 8, device)
+    q, k = (torch.randn(B, T, H, D, device=device) for _ in range(2))
+    pos = make_positions(pos_kind, B, T, 8, device)
+    want = r(q, k, positions=pos)
+    monkeypatch.setattr(launch, "MAX_GRID_BATCH", 2)
+    before = sum(len(spy.launches) for spy in spies.values())
+    got = r(q, k, positions=pos)
+    assert sum(len(spy.launches) for spy in spies.values()) - before == 3
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
 def test_rotate_qkv_without_grad(device):
     r = build_poisoned("triton_v4", 16, 8, device)
     qkv = torch.randn(2, 5, 3 * 2 * 16, device=device)
