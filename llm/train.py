@@ -94,7 +94,24 @@ def _pin_parallel_job(cfg: DictConfig, hc) -> Iterator[Slot | None]:
             cfg.device = f"cuda:{slot.device}"
         # stderr, not the job's log: train.log is the run dir's, and the run does not own its dir yet
         print(f"job {hc.job.num}: device slot {slot.name}, device={cfg.device}", file=sys.stderr, flush=True)
-        yield slot
+        try:
+            yield slot
+        finally:
+            release_device_memory()
+
+
+def release_device_memory() -> None:
+    """Give the GPU memory a finished job cached back to the device, before its slot frees.
+
+    Why: the launcher's worker processes outlive their jobs, and PyTorch's caching allocator (and compiled
+    graphs holding their buffers) keep what a job reserved; the next job on that GPU, or the sweep's
+    end-of-sweep evaluation, then finds the memory taken and runs out of it."""
+    import gc
+
+    torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def command_record(cfg: DictConfig, hc) -> dict[str, str]:

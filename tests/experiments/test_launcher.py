@@ -157,3 +157,23 @@ def test_two_jobs_at_once_on_one_device_through_the_launcher(tmp_path):
     for (a, ra), (b, rb) in itertools.combinations(runs.items(), 2):
         if ra["started_at"] < rb["ended_at"] and rb["started_at"] < ra["ended_at"]:
             assert slots[str(a)] != slots[str(b)], (slots, spans)
+
+
+def test_a_finished_job_gives_its_cached_gpu_memory_back_before_its_slot_frees(monkeypatch, tmp_path):
+    """The launcher's workers outlive their jobs: what a job's allocator cached must go back to the GPU when the
+    job ends (crash or not), or the next job on that GPU and the end-of-sweep evaluation run out of memory."""
+    import llm.train
+    from llm.train import _pin_parallel_job
+
+    FakeGpus(monkeypatch, count=1)
+    cfg = _launcher(["++sweep.jobs_per_gpu=1"])
+    events: list[str] = []
+    monkeypatch.setattr(llm.train, "release_device_memory", lambda: events.append(
+        "released, slot " + ("held" if try_claim(tmp_path / SLOTS_DIR, 1, 1) is None else "free")))
+    for crash in (False, True):
+        with pytest.raises(RuntimeError) if crash else ExitStack():
+            with _pin_parallel_job(OmegaConf.create({"device": "auto"}), _job_hc(cfg, 0, tmp_path)):
+                events.append("job")
+                if crash:
+                    raise RuntimeError("job failed")
+    assert events == ["job", "released, slot held"] * 2
