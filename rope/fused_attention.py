@@ -9,14 +9,13 @@ by the attention kernel from the same module's cos/sin tables, so every variant,
 the module computes, and ``rope=none`` rotates nothing.
 
 The kernels (:mod:`rope._fused_attention_kernels`, imported on first use) split the keys over several programs
-when the batch and heads alone would leave the GPU idle (flash-decoding), and combine the partial results: in a
-decode step the last program of each key-value head to finish combines them (no second launch, which a step of
-a few microseconds would feel, on the host and on the GPU); a prompt chunk's many rows are combined by a second
-launch. :func:`tuning` forces the launch settings (splits, tiles, warps, stages, combine) for the calls inside a
-block, for benchmarks that look for a better rule. Every argument is checked before any launch; a bad one raises
-:class:`RopeArgumentError` naming it. Positions given as an int or a CPU tensor are range-checked; positions in
-GPU memory are not (that check would wait for the GPU, and a captured CUDA graph cannot wait): a query at a
-position outside the cache or the tables comes out as a NaN row, never as a silently wrong one.
+when the batch and heads alone would leave the GPU idle (flash-decoding), and combine the partial results in a
+second launch. :func:`tuning` forces the launch settings (splits, tiles, warps, stages) for the calls inside a
+block, for benchmarks that look for a better rule; :func:`launch_settings` says what a call launches. Every
+argument is checked before any launch; a bad one raises :class:`RopeArgumentError` naming it. Positions given as
+an int or a CPU tensor are range-checked; positions in GPU memory are not (that check would wait for the GPU, and
+a captured CUDA graph cannot wait): a query at a position outside the cache or the tables comes out as a NaN row,
+never as a silently wrong one.
 """
 
 from __future__ import annotations
@@ -42,10 +41,6 @@ MAX_QUERIES = 256
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _MAX_SPLITS = 128
 _INTERPRETER_SMS = 4  # under the CPU interpreter: a nominal SM count, so small shapes still split
-#: Query rows per key-value head up to which the last split program combines the partial results itself (one
-#: row after another: cheap for a decode step's few rows, slow for a chunk's hundreds, which a second launch
-#: combines in parallel).
-_INLINE_COMBINE_ROWS = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,35 +52,34 @@ class Tuning:
     block_n: int | None = None
     num_warps: int | None = None
     num_stages: int | None = None
-    combine: str | None = None
 
     def label(self) -> str:
         """The set fields in a line, e.g. ``splits=16,bn=64,w=4``: what a benchmark row names its candidate by."""
-        short = {"splits": "splits", "block_m": "bm", "block_n": "bn", "num_warps": "w", "num_stages": "s",
-                 "combine": "combine"}
+        short = {"splits": "splits", "block_m": "bm", "block_n": "bn", "num_warps": "w", "num_stages": "s"}
         return ",".join(f"{short[f.name]}={getattr(self, f.name)}" for f in dataclasses.fields(self)
                         if getattr(self, f.name) is not None)
 
 
 _NO_TUNING = Tuning()
 _TUNING: contextvars.ContextVar[Tuning | None] = contextvars.ContextVar("rope_fused_attention_tuning", default=None)
+#: The settings that must be powers of two (Triton's block shapes and warps), and their range.
+_POW2 = {"block_m": (16, 128), "block_n": (16, 256), "num_warps": (1, 16)}
 
 
 def _tuning_now() -> Tuning:
     return _TUNING.get() or _NO_TUNING
-_POW2 = {"block_m": (16, 128), "block_n": (16, 256), "num_warps": (1, 16)}
 
 
 @contextlib.contextmanager
 def tuning(**fields: object) -> Iterator[Tuning]:
     """Force launch settings of :func:`attention_with_rope` for the calls made inside the block.
 
-    ``splits``: programs the keys are split over, 1 to 128 (1: no split); ``block_m``: query rows a program
-    holds (a power of two, 16 to 128); ``block_n``: keys per tile (a power of two, 16 to 256); ``num_warps`` (a
-    power of two up to 16); ``num_stages`` (1 to 6: key tiles in flight); ``combine``: ``"inline"`` (the last
-    split program of each key-value head combines) or ``"kernel"`` (a second launch). Fields not given keep the
-    enclosing block's value (None outside any: the launch rule's choice). A call captured in a CUDA graph keeps
-    the settings it was captured with. A bad field or value raises ValueError before the block runs.
+    ``splits``: programs the keys are split over, 1 to 128 (1: no split; fewer where the keys have fewer tiles);
+    ``block_m``: query rows a program holds (a power of two, 16 to 128); ``block_n``: keys per tile (a power of
+    two, 16 to 256); ``num_warps`` (a power of two up to 16); ``num_stages`` (1 to 6: key tiles in flight). Fields
+    not given keep the enclosing block's value (None outside any: the launch rule's choice). A call captured in a
+    CUDA graph keeps the settings it was captured with. A bad field or value raises ValueError naming it, before
+    the block runs.
 
         with rope.fused_attention.tuning(splits=32, block_n=64, num_warps=4, num_stages=3):
             y = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
@@ -95,10 +89,6 @@ def tuning(**fields: object) -> Iterator[Tuning]:
         if name not in names:
             raise ValueError(f"tuning: unknown setting {name!r}; the settings are {', '.join(sorted(names))}")
         if value is None:
-            continue
-        if name == "combine":
-            if value not in ("inline", "kernel"):
-                raise ValueError(f"tuning: combine must be 'inline' or 'kernel', got {value!r}")
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"tuning: {name} must be an int, got {value!r}")
@@ -167,7 +157,7 @@ class _Plan:
 
     __slots__ = ("B", "T", "H", "H_kv", "D", "G", "L", "rotate", "half", "rotary_dim", "interleaved", "scale_log2",
                  "block_m", "block_n", "block_d", "warps", "stages", "ieee", "dot_f32", "sms", "n_blocks", "ints",
-                 "direct", "compiled", "tuning", "inline", "counters")
+                 "direct", "compiled", "tuning")
 
     def __init__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int, rotary: RotaryEmbedding,
                  scale: float, tuning: Tuning) -> None:
@@ -189,12 +179,6 @@ class _Plan:
         self.block_m, self.block_n, self.warps, self.stages = (t if f is None else f
                                                                for t, f in zip(tiles, forced, strict=True))
         self.n_blocks = -(-(self.T * self.G) // self.block_m)
-        # the last split program combines where a block has few rows (a decode step), else a second launch does
-        rows_per_block = min(self.block_m, self.T * self.G)
-        self.inline = (rows_per_block <= _INLINE_COMBINE_ROWS if tuning.combine is None
-                       else tuning.combine == "inline")
-        # one arrival counter per (row block, batch row, key-value head): see _arrival_counters
-        self.counters = _arrival_counters(q.device, self.n_blocks * self.B * self.H_kv) if self.inline else None
         if isinstance(positions, Tensor):
             pos_strides = positions.stride() if positions.dim() == 2 else (0, positions.stride(0))
         else:
@@ -364,58 +348,40 @@ def _tiles(rows: int, block_d: int, itemsize: int, cache_len: int) -> tuple[int,
 
 def _splits(programs: int, cache_len: int, block_n: int, sms: int, forced: int | None = None) -> tuple[int, int]:
     """(number of key splits, keys per split): as many splits as fill two programs per SM in one wave (a second,
-    partly filled wave would leave SMs idle for as long as the first), each over at least two key tiles, or one
-    where two would leave SMs without a program; none when the batch and heads fill the GPU already. ``forced``
-    (:func:`tuning`) asks for a number of splits instead (fewer where the keys have fewer tiles)."""
+    partly filled wave would leave SMs idle for as long as the first), each over at least two key tiles; none
+    when the batch and heads fill the GPU already. ``forced`` (:func:`tuning`) asks for a number of splits
+    instead (fewer where the keys have fewer tiles)."""
     tiles = -(-cache_len // block_n)
     if forced is not None:
         splits = min(forced, tiles)
     elif programs >= sms or tiles < 4:
         return 1, tiles * block_n
     else:
-        splits = min(2 * sms // programs, max(tiles // 2, min(tiles, -(-sms // programs))), _MAX_SPLITS)
+        splits = min(2 * sms // programs, tiles // 2, _MAX_SPLITS)
     per_split = -(-tiles // splits) * block_n
     return -(-cache_len // per_split), per_split
 
 
-def _combine_width(splits: int) -> int:
-    """The inline combine's split tile (a compile-time size): a power of two from 16, so that split counts
-    between two powers share one compiled kernel."""
-    return max(16, _next_pow2(splits))
-
-
-#: Arrival counters of the inline combine, per device: every buffer ever handed out stays referenced (a captured
-#: CUDA graph keeps its address), and a larger one is added when a launch needs more counters.
-_COUNTERS: dict[torch.device, list[Tensor]] = {}
-
-
-def _arrival_counters(device: torch.device, n: int) -> Tensor:
-    """A zeroed int32 buffer of at least ``n`` counters on ``device``, shared by every plan: the kernel counts its
-    split programs in, and the last one sets the counter back to zero once it has combined. Launches that run at
-    the same time on two streams of one device would share counters; the calls of one stream (a decode step's
-    layers, a graph's replays) never do."""
-    kept = _COUNTERS.setdefault(device, [])
-    if not kept or kept[-1].numel() < n:
-        kept.append(torch.zeros(max(n, 4096), dtype=torch.int32, device=device))
-    return kept[-1]
+def _visible_keys(plan: _Plan, positions: Tensor | int, start: int) -> int:
+    """The keys any query can see: up to the last position where it is known on the host, else the whole cache."""
+    return plan.L if isinstance(positions, Tensor) else min(plan.L, start + plan.T)
 
 
 def launch_settings(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int,
                     rotary: RotaryEmbedding, *, scale: float | None = None) -> dict[str, object]:
     """What :func:`attention_with_rope` launches for these arguments (under the current :func:`tuning`), without
-    launching: the grid, programs, tiles, warps, stages, splits, keys per split, and how the splits are combined
-    (``"none"`` with one split). ``str`` of its ``"line"`` says it in one line, for a benchmark's rows."""
+    launching: the grid, programs, tiles, warps, stages, splits, keys per split, and the combine (``"kernel"``:
+    a second launch combines the splits; ``"none"`` with one split). Its ``"line"`` says it in one line, for a
+    benchmark's rows. The arguments are checked as the call checks them."""
     start, plan = _check(q, k_cache, v_cache, positions, rotary, scale)
-    has_pos = isinstance(positions, Tensor)
-    splits, per_split = _splits(plan.programs(), plan.L if has_pos else min(plan.L, start + plan.T), plan.block_n,
-                                plan.sms, plan.tuning.splits)
-    combine = "none" if splits == 1 else ("inline" if plan.inline else "kernel")
+    splits, per_split = _splits(plan.programs(), _visible_keys(plan, positions, start), plan.block_n, plan.sms,
+                                plan.tuning.splits)
     grid = (plan.n_blocks, plan.B * plan.H_kv, splits)
     out = {"grid": grid, "programs": math.prod(grid), "block_m": plan.block_m, "block_n": plan.block_n,
            "num_warps": plan.warps, "num_stages": plan.stages, "splits": splits, "keys_per_split": per_split,
-           "combine": combine}
+           "combine": "kernel" if splits > 1 else "none"}
     out["line"] = (f"grid={'x'.join(map(str, grid))} bm={plan.block_m} bn={plan.block_n} w={plan.warps} "
-                   f"s={plan.stages} keys/split={per_split} combine={combine}")
+                   f"s={plan.stages} keys/split={per_split} combine={out['combine']}")
     return out
 
 
@@ -436,10 +402,8 @@ def _launch(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int
     if rotary.scaling["type"] == "dynamic_ntk":  # the tables for the current length, as the module's own call
         rotary._follow_length(q, positions if has_pos else torch.tensor([start + plan.T - 1]))
     B, T, H, D = plan.B, plan.T, plan.H, plan.D
-    # the keys any query can see: up to the last position where it is known on the host, else the whole cache
-    splits, per_split = _splits(plan.programs(), plan.L if has_pos else min(plan.L, start + T), plan.block_n,
-                                plan.sms, plan.tuning.splits)
-    inline = splits > 1 and plan.inline
+    splits, per_split = _splits(plan.programs(), _visible_keys(plan, positions, start), plan.block_n, plan.sms,
+                                plan.tuning.splits)
     out = q.new_empty((B, T, H, D))
     if splits > 1:
         part = q.new_empty(B * T * H * splits * (D + 1), dtype=torch.float32)
@@ -448,19 +412,17 @@ def _launch(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int
         part = lse = out  # never read or written with one split
     cos, sin = rotary._cos_sin
     pos_arg = positions if has_pos else cos  # without positions a placeholder no program reads (HAS_POS off)
-    counters = plan.counters if inline else out  # without the inline combine a placeholder no program reads
-    args = (q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse, counters, *plan.ints, start, per_split,
-            plan.scale_log2, splits, plan.G, D, plan.block_d, plan.half, plan.rotary_dim, plan.interleaved,
-            plan.rotate, has_pos, plan.block_m, plan.block_n, splits > 1, inline,
-            _combine_width(splits) if inline else 1, plan.ieee, plan.dot_f32)
+    args = (q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse, *plan.ints, start, per_split, plan.scale_log2,
+            splits, plan.G, D, plan.block_d, plan.half, plan.rotary_dim, plan.interleaved, plan.rotate, has_pos,
+            plan.block_m, plan.block_n, splits > 1, plan.ieee, plan.dot_f32)
     key = None
     if plan.direct:  # what Triton specialises a compiled kernel on beyond the plan: the pointers' alignment
-        key = (has_pos, splits, per_split, inline, q.data_ptr() % 16, k_cache.data_ptr() % 16, v_cache.data_ptr() % 16,
+        key = (has_pos, splits, per_split, q.data_ptr() % 16, k_cache.data_ptr() % 16, v_cache.data_ptr() % 16,
                cos.data_ptr() % 16, sin.data_ptr() % 16, pos_arg.data_ptr() % 16)
     with on_device_of(q):
         _run(kernels.attend_split_kernel, (plan.n_blocks, B * plan.H_kv, splits), args, plan.warps, plan.stages,
              plan, key)
-        if splits > 1 and not inline:
+        if splits > 1:
             _run(kernels.combine_splits_kernel, (B * T * H, 1, 1),
                  (part, lse, out, T * H * D, H * D, D, T, H, splits, D, plan.block_d, _next_pow2(splits),
                   plan.dot_f32), 4, 3, plan, None if key is None else ("combine", *key))

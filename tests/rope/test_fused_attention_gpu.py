@@ -1,8 +1,8 @@
 """``rope.attention_with_rope`` on a CUDA GPU at real sizes: against the RoPE module + SDPA (float32 within 1e-5,
 bf16/fp16 within twice SDPA's own error against float64), decode steps and 64-query chunks over caches of thousands
 of tokens, GQA and MHA, every layout and scaling, per-row positions, NaN rows for positions outside the cache (a
-device tensor is not range-checked), a CUDA graph replay, split and unsplit keys, and offsets past 2^31 elements.
-Marked ``gpu`` (skipped without CUDA)."""
+device tensor is not range-checked), a CUDA graph replay, split and unsplit keys, forced launch settings, and offsets
+past 2^31 elements. Marked ``gpu`` (skipped without CUDA)."""
 
 from __future__ import annotations
 
@@ -138,21 +138,22 @@ def test_splitting_the_keys_changes_nothing_but_rounding():
     torch.testing.assert_close(split, whole, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("D, H_kv", [(64, 8), (128, 32)])
-def test_the_inline_combine_equals_the_combine_kernel_over_many_launches(D, H_kv):
-    """The last split program combines what the others wrote (an arrival counter, release then acquire): launched
-    back to back many times it gives bit for bit what the second launch gives, and leaves its counters at zero."""
-    B, H, L = 1, 32, 8192
+@pytest.mark.parametrize("forced", [{"block_n": 64}, {"num_warps": 8}, {"splits": 64, "block_n": 64},
+                                    {"splits": 1, "num_stages": 4}])
+def test_forced_launch_settings_give_the_rule_s_answer(forced):
+    """The settings bench.attention --candidates times compile on the GPU and compute what the rule's launch does
+    (within rounding: another split count sums the keys in another order)."""
+    B, H, H_kv, D, L = 2, 32, 8, 64, 8192
     r = rope.build("triton_v4", D, L).to(CUDA)
-    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.bfloat16, CUDA)
-    q = torch.randn(B, 1, H, D, device=CUDA).to(torch.bfloat16)
-    positions = torch.tensor([L - 1], device=CUDA)
-    assert fused_attention.launch_settings(q, k_cache, v_cache, positions, r)["combine"] == "inline"
-    with fused_attention.tuning(combine="kernel"):
-        expected = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
-    outs = [rope.attention_with_rope(q, k_cache, v_cache, positions, r) for _ in range(200)]
-    assert all(torch.equal(out, expected) for out in outs)
-    assert not fused_attention._COUNTERS[q.device][-1].any()
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.float32, CUDA)
+    q = torch.randn(B, 1, H, D, device=CUDA)
+    positions = torch.tensor([[L - 1], [L // 2]], device=CUDA)
+    expected = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    with fused_attention.tuning(**forced):
+        settings = fused_attention.launch_settings(q, k_cache, v_cache, positions, r)
+        out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    assert all(settings[k] == v for k, v in forced.items())
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-5)
 
 
 def test_offsets_past_2_31_elements():
