@@ -19,7 +19,7 @@ replayed with the L2 flushed and the host out of the way: the kernels' time). Co
 the K and V cache read (the bytes that must move) per second as a share of the device-to-device copy bandwidth
 measured in the same run; ``speedup``, the separate path's time over the fused one's in the same mode (on the
 fused rows); ``max_err``, the two paths' largest difference; ``launch``, what the fused call launched (grid, tiles,
-warps, stages, keys per split, combine: ``rope.fused_attention.launch_settings``).
+warps, stages, keys per split, whether a second launch combines splits: ``rope.fused_attention.launch_settings``).
 
 What explains a miss, from two roofs measured in the same run: ``mma_tflops``, a bf16 (the run's dtype) matmul's
 rate, and ``read_gbps``, a read-only reduction's bandwidth. ``pct_mma_peak`` is the attention's FLOPs per second
@@ -30,9 +30,9 @@ time over the shorter of the times the cache bytes (at the higher of the read an
 roof is the higher one and the row reaches a quarter of the matmul's rate; else ``latency`` (neither roof: the
 launches, dependent loads, or too few programs).
 
-``--candidates`` times, beside the rule's own launch, a few other settings per shape (through
-``rope.fused_attention.tuning``: splits, ``block_n``, ``block_m``, warps, stages, inline or kernel combine), one
-row each, named like ``fused[splits=16,bn=64,w=4]``: one run tells which rule to adopt. Rows are appended to
+``--candidates`` times, beside the rule's own launch, a handful of other settings per shape (through
+``rope.fused_attention.tuning``: more splits, a smaller key tile, other warps, row blocks; see :func:`candidates`),
+one row each, named like ``fused[splits=16,bn=64]``: one run tells which rule to adopt. Rows are appended to
 ``bench/results/attention.csv``; a summary (the issue's targets, every shape where the fused call is slower than
 0.95x the separate path, and with ``--candidates`` the best setting per shape) is printed at the end. Shapes whose
 caches do not fit the free memory are skipped, saying so.
@@ -180,27 +180,28 @@ def copies_for(nbytes: int, device: torch.device) -> int:
     return max(1, min(16, math.ceil(3 * l2 / max(nbytes, 1))))
 
 
-def candidates(shape: Shape, sms: int) -> list[dict]:
-    """Launch settings to time beside the rule's for ``shape`` (``rope.fused_attention.tuning`` fields).
+def candidates(shape: Shape, rule: dict, sms: int) -> list[dict]:
+    """A handful of launch settings to time beside the rule's for ``shape`` (``rope.fused_attention.tuning``
+    fields), from the rule's own launch ``rule`` (``launch_settings``) on a GPU of ``sms`` SMs.
 
-    A decode step (a few rows per key-value head) is bound by memory latency and the launches: the split count (one,
-    two or four programs per SM), the key tile, the tiles in flight and the warps that stream them, and the combine
-    (the last split program, or a second launch). A chunk of 64 queries is bound by its matrix products where
-    query heads share a key-value head: the row block, the key tile, warps and stages of a flash-attention loop."""
-    base = shape.B * shape.H_kv
-    per_sm = sorted({max(1, min(128, round(k * sms / base))) for k in (1, 2, 4)})
+    A decode step (a few rows per key-value head) is bound by memory latency: more splits (two and four programs
+    per SM, where the rule's cap of two key tiles per split stops short of them), half the key tile (more tiles in
+    flight per SM), twice the warps, and more splits with half the tile. A chunk of many queries is bound by its
+    matrix products: half and twice the key tile, and the row block halved (or the warps changed where it is
+    already small)."""
+    bn, warps = rule["block_n"], rule["num_warps"]
+    base = rule["grid"][0] * rule["grid"][1]  # programs before any split
     if shape.queries * (shape.H // shape.H_kv) <= 16:  # a decode step's row block
-        bn = 128 if shape.D <= 64 else 64  # the rule's key tile (16 KB)
-        out = [{"combine": "kernel"}, *({"splits": n} for n in per_sm),
-               {"block_n": bn // 2}, {"block_n": bn * 2}, {"num_stages": 2}, {"num_stages": 4},
-               {"num_warps": 2}, {"num_warps": 8}, {"splits": per_sm[-1], "block_n": bn // 2, "num_stages": 4}]
+        more = sorted({min(128, round(k * sms / base)) for k in (2, 4)} - {rule["splits"]} - {0, 1})
+        out = [*({"splits": n} for n in more), {"block_n": max(16, bn // 2)}, {"num_warps": 2 * warps}]
+        if more:
+            out.append({"splits": more[-1], "block_n": max(16, bn // 2)})
     else:
-        out = [{"block_m": 64, "num_warps": 4}, {"block_n": 32}, {"block_n": 128, "num_stages": 2},
-               {"num_warps": 4}, {"num_warps": 8}, {"num_stages": 2}, {"num_stages": 4},
-               {"splits": per_sm[0]}, {"splits": per_sm[-1]}]
+        out = [{"block_n": max(16, bn // 2)}, {"block_n": min(256, 2 * bn), "num_stages": 2},
+               {"block_m": 64, "num_warps": 4} if rule["block_m"] == 128 else {"num_warps": 8 if warps == 4 else 4}]
     unique = []
     for c in out:
-        if c not in unique:
+        if c not in unique and not all(rule[k] == v for k, v in c.items()):  # not the rule's launch again
             unique.append(c)
     return unique
 
@@ -260,8 +261,17 @@ def measure_shape(shape: Shape, args: argparse.Namespace, rotary, timer, copy_gb
     settings: dict[str, dict | None] = {"separate": None, "fused": {}}
     if args.candidates:
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-        for fields in candidates(shape, sms):
-            settings[f"fused[{fused_attention.Tuning(**fields).label()}]"] = fields
+        rule = fused_attention.launch_settings(*inputs[0], positions, rotary)
+        lines = {rule["line"]}
+        for fields in candidates(shape, rule, sms):
+            name = f"fused[{fused_attention.Tuning(**fields).label()}]"
+            with fused_attention.tuning(**fields):
+                line = fused_attention.launch_settings(*inputs[0], positions, rotary)["line"]
+            if line in lines:  # e.g. more splits than the keys have tiles: a launch already timed
+                log(f"{shape.label}: {name} left out, it launches {line} as another row does")
+                continue
+            lines.add(line)
+            settings[name] = fields
 
     def fused(q, k, v):
         return rope.attention_with_rope(q, k, v, positions, rotary)
