@@ -47,7 +47,7 @@ COMPARED: tuple[tuple[str, bool], ...] = (("val_loss", True), ("val_acc", False)
 DEFAULT_MARGIN = 0.01  # nats of val loss
 DEFAULT_ACC_MARGIN = 0.005  # val accuracy, absolute (0.5 percentage points)
 
-Key = tuple[str, str | None, str | None]
+Key = tuple[str, str | None, str | None, str]
 
 
 def _by_seed(r: Run) -> tuple[bool, int, str]:
@@ -56,7 +56,7 @@ def _by_seed(r: Run) -> tuple[bool, int, str]:
 
 @dataclass
 class Group:
-    """All runs of one implementation (rope, variant, compute dtype)."""
+    """All runs of one implementation (rope, variant, compute dtype, packing)."""
 
     key: Key
     runs: list[Run]  # completed runs: the ones the statistics use
@@ -117,9 +117,10 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
 
 
 def _default_reference(groups: Sequence[Group]) -> Group | None:
-    """The float32 ``torch`` group; with several variants, the one with the most seeds (then ``partial``)."""
+    """The float32 ``torch`` group; with several variants or packings, the one with the most seeds (then
+    ``partial``, then random windows: the project's defaults)."""
     refs = [g for g in groups if g.n and g.key[0] == "torch" and g.key[2] == "float32"]
-    refs.sort(key=lambda g: (-g.n, g.key[1] != "partial", g.label))
+    refs.sort(key=lambda g: (-g.n, g.key[1] != "partial", g.key[3] != "random", g.label))
     return refs[0] if refs else None
 
 

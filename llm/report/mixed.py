@@ -22,7 +22,8 @@ from llm.report.errors import DataMismatchError, MixedRunsError
 from llm.report.runs import Run
 
 #: Config keys (dotted; a key also covers everything below it) that may differ between runs.
-IGNORED_KEYS = ("rope", "seed", "logger", "out_dir", "hydra", "train.resume", "sweep", "device")
+IGNORED_KEYS = ("rope", "seed", "logger", "out_dir", "hydra", "train.resume", "sweep", "device",
+                "data.packing")  # a packing is part of what tells implementations apart (Run.key)
 
 MISSING = "<missing>"
 

@@ -92,13 +92,19 @@ class Run:
         return None if v is None else str(v)
 
     @property
-    def key(self) -> tuple[str, str | None, str | None]:
-        """What groups runs into one implementation: (rope, variant, compute dtype)."""
-        return (self.rope, self.variant, self.compute_dtype)
+    def packing(self) -> str:
+        """How its training windows were laid out (``data.packing``; runs from before the key: ``random``)."""
+        return str(get_dotted(self.config, "data.packing") or "random")
+
+    @property
+    def key(self) -> tuple[str, str | None, str | None, str]:
+        """What groups runs into one implementation: (rope, variant, compute dtype, packing). The packing is part of
+        it because a model trained on document-aligned windows is another model, not another seed of the same."""
+        return (self.rope, self.variant, self.compute_dtype, self.packing)
 
     @property
     def label(self) -> str:
-        return rope.label(*self.key)
+        return rope.label(*self.key[:3]) + ("" if self.packing == "random" else f" · {self.packing}")
 
     @property
     def seed(self) -> int | None:

@@ -248,7 +248,7 @@ def test_reference_choice(tmp_path: Path):
     assert report.reference.label == "triton_v4 (partial, float32)"
     assert {c.group.label: c.loss.verdict for c in report.comparisons}["torch (partial, float32)"] == "better"
     assert build_report([sweep], reference="torch (partial, bfloat16)").reference.key == ("torch", "partial",
-                                                                                          "bfloat16")
+                                                                                          "bfloat16", "random")
     from llm.report import ReferenceNotFoundError
 
     with pytest.raises(ReferenceNotFoundError, match="several"):
