@@ -67,3 +67,13 @@ def pytest_xdist_make_scheduler(config, log):
 def device() -> torch.device:
     """The device tests run on: CUDA when present, else the CPU (Triton interpreter)."""
     return torch.device("cuda" if HAS_CUDA else "cpu")
+
+
+@pytest.fixture
+def no_tf32():
+    """float32 means float32 in a GPU test's references: a training test earlier in the process may have turned
+    TF32 matmuls on (as training does), which would loosen them to TF32's 10-bit mantissa."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = before

@@ -16,18 +16,9 @@ from llm.generation.speed import decode_speed
 from llm.generation.static import cast_weights
 from llm.model import GPT, GPTConfig
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_tf32")]
 CUDA = torch.device("cuda")
 IMPLS = [n for n in rope.available() if rope.get(n).unavailable_reason(CUDA) is None]
-
-
-@pytest.fixture(autouse=True)
-def no_tf32():
-    """float32 means float32 here (a training test in this process may have turned TF32 on)."""
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def gpu_model(impl: str) -> GPT:

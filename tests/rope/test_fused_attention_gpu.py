@@ -16,17 +16,8 @@ from rope import fused_attention
 
 from .test_fused_attention import position_rows, reference, rotated_cache
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_tf32")]
 CUDA = torch.device("cuda")
-
-
-@pytest.fixture(autouse=True)
-def no_tf32():
-    """float32 means float32 in the references (a training test in this process may have turned TF32 on)."""
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = before
 
 
 # (dtype, D, H, H_kv, B, cached, T, build options)
