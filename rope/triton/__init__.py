@@ -24,9 +24,10 @@ def tuning(**fields: object) -> Iterator[Overrides]:
 
     ``tiling``: ``"rows"``, ``"chunks"`` or ``"flat"`` (see :mod:`rope.triton.plan`; flat only where each token's
     heads are contiguous, else the pair tiling of the geometry); ``tile``: elements a program rotates (a power of
-    two, 64 to 16384); ``num_warps``: a power of two up to 32. Fields not given keep the enclosing block's
-    value (None / 0 outside any: the plan's own choice). Compiled graphs keep the default plan: their launches
-    are traced once, outside any such block.
+    two, 64 to 16384); ``num_warps``: a power of two up to 32; ``tensor_major``: 1 launches the flat tiling's q
+    programs of every batch element before k's. Fields not given keep the enclosing block's value (None / 0 outside
+    any: the plan's own choice). Compiled graphs keep the default plan: their launches are traced once, outside any
+    such block.
 
         with rope.triton.tuning(tiling="chunks", tile=1024, num_warps=4):
             y = module(q, k)
@@ -35,7 +36,8 @@ def tuning(**fields: object) -> Iterator[Overrides]:
     """
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Overrides)})
     if unknown:
-        raise ValueError(f"tuning: unknown setting {unknown[0]!r}; the settings are tiling, tile and num_warps")
+        raise ValueError(f"tuning: unknown setting {unknown[0]!r}; the settings are tiling, tile, num_warps and "
+                         "tensor_major")
     token = OVERRIDES.set(dataclasses.replace(OVERRIDES.get(), **fields))
     try:
         yield OVERRIDES.get()

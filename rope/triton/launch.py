@@ -135,7 +135,7 @@ def _rotate_into(q: Operand, k: Operand | None, v: Operand | None, oq: Operand, 
     device = q.tensor.get_device() if q.tensor.is_cuda else -1
     over = Overrides() if traced else OVERRIDES.get()
     sig = ("rope", shape, strides, cos.shape, rot, inverse, oq.tensor.dtype, pos is not None and (pos.dtype, spb),
-           wide, device, traced, over.tiling, over.tile, over.num_warps)
+           wide, device, traced, over)
     job = _JOBS.get(sig) or _remember(sig, _rotation_job(shape, strides, cos, pos, spb, rot, inverse,
                                                            oq.tensor.dtype, wide, device, traced, over))
     tables = element_tables(cos, sin, D, rot.interleaved, cache=not traced) if job.plan.tiling == "flat" else (cos, sin)
