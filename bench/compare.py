@@ -8,7 +8,8 @@ and the difference; ``SLOWER`` where the head is more than ``--points`` (2) belo
 models use (64, 80, 96, 128, 160, 192, 256). Then the head's ``triton_v4`` against Liger-Kernel (same GPU): ``BELOW
 LIGER`` wherever it is under Liger's row of the same configuration, at any head dim. Training steps: each commit's
 ``triton_v4`` step against ``rope=torch`` of its own run (paired rounds), and the head's ``SLOWER`` where its
-interval lies wholly above the base's. Where a configuration was measured more than once, its newest row counts.
+interval lies wholly above the base's. Rows timed under ``--tuning`` (launch candidates) are listed apart, beside
+the base's, the default plan's and Liger's. Where a configuration was measured more than once, its newest row counts.
 Only reads the CSVs; exit 0 whatever it finds (the flags are for a reader).
 """
 
@@ -68,6 +69,25 @@ def kernel_lines(rows: list[dict], base: str, head: str, gpu: str, points: float
     return lines
 
 
+def candidate_lines(rows: list[dict], base: str, head: str, gpu: str) -> list[str]:
+    """The head's ``triton_v4`` rows timed under ``--tuning`` (launch candidates), each beside the same configuration's
+    row of the base, of the head's default plan and of Liger-Kernel (``-``: not measured)."""
+    key = ("implementation", "direction", *CONFIG_KEYS)
+    tuned = latest([r for r in commit_rows(rows, head, gpu) if r["tuning"]], (*key, "tuning"))
+    plain = [r for r in rows if not r["tuning"]]
+    old, new = latest(commit_rows(plain, base, gpu), key), latest(commit_rows(plain, head, gpu), key)
+    liger = latest([r for r in plain if r["gpu"] == gpu and r["implementation"] == "liger"], key[1:])
+    lines = [f"launch candidates at {head}: % of copy bandwidth", "",
+             f"{'dir':9s}{'D':>5s} {'variant':8s}{'rot':>5s} {'tuning':30s}{'base':>7s}{'head':>7s}{'liger':>7s}"
+             f"{'cand':>7s}"]
+    for k, r in sorted(tuned.items(), key=lambda kr: (int(kr[0][2]), kr[0][3:], kr[0][1])):
+        cells = (f"{float(d[c]['pct_copy_bw']):7.1f}" if c in d else f"{'-':>7s}"
+                 for d, c in ((old, k[:-1]), (new, k[:-1]), (liger, k[1:-1])))
+        lines.append(f"{k[1]:9s}{k[2]:>5s} {k[3]:8s}{k[5]:>5s} {k[-1]:30s}{''.join(cells)}"
+                     f"{float(r['pct_copy_bw']):7.1f}")
+    return [*lines, ""] if tuned else []
+
+
 def step_lines(rows: list[dict], base: str, head: str, gpu: str) -> list[str]:
     key = ("model", "shape", "mode", "implementation")
     old, new = latest(commit_rows(rows, base, gpu), key), latest(commit_rows(rows, head, gpu), key)
@@ -105,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if head is None or not commit_rows(kernel_rows + step_rows, args.base, gpu):
         p.error(f"{gpu} has no rows of both --base {args.base} and another commit")
     print("\n".join([*kernel_lines(kernel_rows, args.base, head, gpu, args.points, args.flags_only), "",
+                     *([] if args.flags_only else candidate_lines(kernel_rows, args.base, head, gpu)),
                      *step_lines(step_rows, args.base, head, gpu)]))
     return 0
 
