@@ -22,17 +22,11 @@ __all__ = ["TILINGS", "Overrides", "Plan", "TritonRotary", "TritonRotaryV2", "Tr
 def tuning(**fields: object) -> Iterator[Overrides]:
     """Force launch settings of the Triton entries for the eager launches made inside the block.
 
-    ``tiling``: ``"rows"``, ``"chunks"`` or ``"flat"`` (see :mod:`rope.triton.plan`; flat only where each token's
-    heads are contiguous, else the pair tiling of the geometry); ``tile``: elements a program rotates (a power of
-    two, 64 to 16384); ``num_warps``: a power of two up to 32; ``tensor_major``: 1 launches the flat tiling's q
-    programs of every batch element before k's. Fields not given keep the enclosing block's value (None / 0 outside
-    any: the plan's own choice). Compiled graphs keep the default plan: their launches are traced once, outside any
-    such block.
-
-        with rope.triton.tuning(tiling="chunks", tile=1024, num_warps=4):
-            y = module(q, k)
-
-    A bad field or value raises ValueError before the block runs.
+    ``tiling``: ``"rows"``, ``"chunks"`` or ``"flat"`` (:mod:`rope.triton.plan`); ``tile``: elements a program
+    rotates (a power of two, 64 to 16384); ``num_warps``: a power of two up to 32; ``tensor_major``: 1 launches the
+    flat tiling's q programs of every batch element before k's. Fields not given keep the enclosing block's value
+    (outside any: the plan's own). Compiled graphs keep the default plan. A bad field or value raises ValueError
+    before the block runs: ``with rope.triton.tuning(tiling="chunks", num_warps=4): y = module(q, k)``.
     """
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Overrides)})
     if unknown:

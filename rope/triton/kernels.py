@@ -1,23 +1,20 @@
 """The Triton kernels of the ``triton_v4`` / ``triton_v2`` entries (importing this module imports triton).
 
-A launch takes q and k together: the grid's second axis picks the tensor (0: q, 1: k; 2: v, copied into d qkv by
-the fused backward), its first walks the programs of one batch element, its third the batch; head counts are
-constexpr. So no program divides by a runtime value: where memory outruns instruction issue (an H200 moving 8
-elements a thread), the index arithmetic sets the pace. ``rope_pairs_kernel``: a program rotates
-NCH chunks of V consecutive pairs of head rows; with V the half rounded up to a power of two (padding masked) these
-are the *rows*, with V a power of two dividing the half the *chunks* (every lane busy); a tail (``rotary_dim`` < D)
-is copied 2 R2 columns at a time. ``rope_flat_kernel``: a token's heads (contiguous) as blocks of VB elements, each
-rotated against its partner with cos and signed sin from per-element tables, full vectors whatever the row geometry.
-The geometry is constexpr, so masks are compile-time constants and accesses vectorise; strides arrive divided by
-their power-of-two unit SV so the compiler knows rows' alignment. Outputs are contiguous (B, T, H, D), or one d qkv
-buffer (``ok_ptr`` None). ``k_ptr`` / ``ok_ptr`` None: k (its output) lies in q's tensor (q's output) after q's
-heads, so a compiled graph hands over one buffer; ``pos_ptr`` None: positions are the token indices.
+A launch takes q and k together: one grid axis walks the programs of a batch element, the others pick the tensor
+(q, k; v, copied into d qkv by the fused backward) and the batch element; head counts are constexpr, so no program
+divides by a runtime value (where memory outruns instruction issue, index arithmetic sets the pace).
+``rope_pairs_kernel``: NCH chunks of V consecutive pairs of head rows a program (*rows*: V the half rounded up to
+a power of two; *chunks*: V a power of two dividing it); a tail (``rotary_dim`` < D) is copied 2 R2 columns at a
+time. ``rope_flat_kernel``: a token's heads as blocks of VB elements, each element rotated against its partner
+with cos and signed sin from per-element tables: full vectors whatever the row geometry. Geometry is constexpr
+(masks are compile-time constants, accesses vectorise); strides arrive divided by their power-of-two unit SV.
+Outputs are contiguous (B, T, H, D), or one d qkv buffer (``ok_ptr`` None); ``k_ptr`` / ``ok_ptr`` None: k (its
+output) lies in q's tensor after q's heads; ``pos_ptr`` None: positions are the token indices.
 
-Arithmetic: ``LOW`` False loads the input dtype, computes in float32 and rounds once at the store; ``a c + b s``
-is ``fma(a, c, p) + fma(b, s, -p)`` with ``p = b s`` (the second fma is p's exact rounding error), within one
-float32 rounding of the exact value, so every bf16/fp16 output is within one ulp of the exact rotation (a plain
-``a c + b s`` misses that where the products nearly cancel). ``LOW`` True rounds every product and sum to the
-input dtype (``triton_v2``). ``INVERSE`` negates sin: the backward's transposed rotation.
+Arithmetic: ``LOW`` False computes in float32 and rounds once at the store; ``a c + b s`` is ``fma(a, c, p) +
+fma(b, s, -p)`` with ``p = b s`` (the second fma is p's exact rounding error), so every bf16/fp16 output is within
+one ulp of the exact rotation. ``LOW`` True rounds every product and sum to the input dtype (``triton_v2``).
+``INVERSE`` negates sin: the backward's transposed rotation.
 """
 
 from __future__ import annotations
@@ -42,8 +39,7 @@ def _rne_bf16(x):
 
 @triton.jit
 def _round(x, DT: tl.constexpr):
-    """float32 ``x`` rounded to ``DT`` and widened back, in one inline-PTX block on the GPU (as two casts the
-    compiler folds ``extf(truncf(x))`` back to ``x``)."""
+    """float32 ``x`` rounded to ``DT`` and widened back: inline PTX on the GPU (two casts would fold to ``x``)."""
     if EMULATE:
         if DT == tl.bfloat16:
             y = _rne_bf16(x)
@@ -118,8 +114,7 @@ def _pairs(x_ptr, o_ptr, sxb, sxt, sxh, so, cos_ptr, sin_ptr, pos_ptr, spb, n_po
            INTERLEAVED: tl.constexpr, SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr,
            WIDE: tl.constexpr, COPY: tl.constexpr):
     """Chunks [g0, g0 + NCH) of batch element ``b`` of one tensor (chunk g: pairs [(g mod M) V, ...) of head row
-    g // M, row r being head r mod H of token r // H; M chunks a row, 1 for rows). Table columns from CW on are not
-    loaded (cos 1, sin 0). ``COPY``: the pairs stored as they are (v's gradient beside dq and dk)."""
+    g // M; M chunks a row). Table columns from CW on read as cos 1, sin 0. ``COPY``: v's gradient, copied."""
     DT: tl.constexpr = o_ptr.dtype.element_ty
     M: tl.constexpr = (R2 + V - 1) // V
     g = g0 + tl.arange(0, NCH)
@@ -197,9 +192,8 @@ def rope_pairs_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos
                       svt, spb, n_pos, T, HQ: tl.constexpr, HK: tl.constexpr, D: tl.constexpr, R2: tl.constexpr,
                       CW: tl.constexpr, V: tl.constexpr, NCH: tl.constexpr, INTERLEAVED: tl.constexpr,
                       SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
-    """The pair tilings (:func:`_pairs`) of q (``program_id(1)`` 0), k (1) and v's copy (2, where ``v_ptr`` is
-    given: d qkv's last heads) in batch element ``program_id(2)``; ``cos``/``sin`` are (n_pos, R2). v is dense,
-    heads-major (token stride D) or token-major, so its token stride ``svt`` gives the others."""
+    """The pair tilings (:func:`_pairs`) of q (``program_id(1)`` 0), k (1) and v's copy (2: dense, heads-major or
+    token-major, its token stride ``svt`` saying which) in batch element ``program_id(2)``; cos/sin (n_pos, R2)."""
     b = tl.program_id(2)
     g0 = tl.program_id(0) * NCH
     soq, sok = _token_strides(ok_ptr, HQ, HK, D)
@@ -285,9 +279,8 @@ def _meets(a, b, LO: tl.constexpr, HI: tl.constexpr):
 @triton.jit
 def _partner(x_ptr, x_row, raw, bm, d, d0, D: tl.constexpr, R2: tl.constexpr, INTERLEAVED: tl.constexpr,
              VB: tl.constexpr, NBP: tl.constexpr):
-    """Each element's partner (float32): element d ^ 1 (interleaved, a swap in registers), else d + R2 in the
-    first half and d - R2 in the second, read again (from L1) as aligned vectors, shifted where R2 is not a
-    multiple of VB. A block that runs into the next row (VB not dividing D) finds that row's partners too."""
+    """Each element's partner (float32): d ^ 1 (interleaved, a swap in registers), else d + R2 in the first half and
+    d - R2 in the second, read again (L1) as aligned vectors, shifted where R2 is not a multiple of VB."""
     lanes = tl.arange(0, VB)[None, :]
     if INTERLEAVED:
         even, odd = tl.split(tl.reshape(raw, (NBP, VB // 2, 2)))
@@ -319,10 +312,9 @@ def _partner(x_ptr, x_row, raw, bm, d, d0, D: tl.constexpr, R2: tl.constexpr, IN
 def _flat(x_ptr, o_ptr, sxb, sxt, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, WB: tl.constexpr,
           D: tl.constexpr, R2: tl.constexpr, VB: tl.constexpr, NBP: tl.constexpr, INTERLEAVED: tl.constexpr,
           SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr, COPY: tl.constexpr):
-    """Blocks [k0, k0 + NBP) of batch element ``b`` of one tensor whose tokens are WB blocks of VB elements.
-    Element d of a row is ``x[d] c + x[partner] s'`` with c and the signed sin s' from the element tables
-    (rows of PW columns, P = lcm(D, 4): column j for element j mod D), which is bit for bit the pair tilings'
-    arithmetic; elements from 2 R2 on (the copied tail) pass through, every element where ``COPY``."""
+    """Blocks [k0, k0 + NBP) of batch element ``b`` of one tensor whose tokens are WB blocks of VB elements: element
+    d is ``x[d] c + x[partner] s'`` (c, signed sin s' from the element tables: rows of PW columns, P = lcm(D, 4)),
+    bit for bit the pair tilings' arithmetic; the copied tail (from 2 R2 on; all where ``COPY``) passes through."""
     DT: tl.constexpr = o_ptr.dtype.element_ty
     blk = k0 + tl.arange(0, NBP)
     t = blk // WB

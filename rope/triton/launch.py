@@ -1,9 +1,7 @@
-"""Launching the Triton rotation: tensors -> :class:`~rope.triton.plan.Geometry` -> plan -> kernel.
-
-:func:`rotate` (q and k, any strides), :func:`rotate_projection` (q and k read out of a qkv projection handed over
-whole) and :func:`qkv_backward` (d qkv as one buffer, v's gradient copied by the same launch): one launch each.
-``traced``: inside a ``torch.library.triton_op`` body (``wrap_triton``: Inductor launches the kernel). Inputs are
-assumed valid (the modules check them).
+"""Launching the Triton rotation: tensors -> :class:`~rope.triton.plan.Geometry` -> plan -> kernel, one launch for
+:func:`rotate` (q and k, any strides), :func:`rotate_projection` (q and k read out of a qkv projection) and
+:func:`qkv_backward` (d qkv as one buffer, v's gradient copied too). ``traced``: inside a ``triton_op`` body
+(Inductor launches the kernel). Inputs are assumed valid (the modules check them).
 """
 
 from __future__ import annotations
@@ -126,18 +124,7 @@ def _rotate_into(q: Operand, k: Operand | None, v: Operand | None, oq: Operand, 
             pos = positions if positions is None or positions.dim() == 1 else positions[b0:b0 + n]
             _rotate_into(*part, (n, T, HQ, HK, D), cos, sin, pos, rot, inverse, traced)
         return
-    pos, spb = _positions(positions)
-    kk, okk = k or q._replace(tensor=None), ok or oq._replace(tensor=None)
-    vv = v or kk  # (its strides: k's where there is no v)
-    inside = HQ * D if HK and (kk.tensor is None or okk.tensor is None) else 0  # k (its output) in q's tensor
-    strides = (*q.strides, *kk.strides, *vv.strides, oq.strides[1], okk.strides[1], inside, (HQ + HK) * D if v else 0)
-    wide = needs_wide(q.tensor, kk.tensor, vv.tensor) or max(oq.tensor.numel(), B * T * HK * D) >= 1 << 30
-    device = q.tensor.get_device() if q.tensor.is_cuda else -1
-    over = Overrides() if traced else OVERRIDES.get()
-    sig = ("rope", shape, strides, cos.shape, rot, inverse, oq.tensor.dtype, pos is not None and (pos.dtype, spb),
-           wide, device, traced, over)
-    job = _JOBS.get(sig) or _remember(sig, _rotation_job(shape, strides, cos, pos, spb, rot, inverse,
-                                                           oq.tensor.dtype, wide, device, traced, over))
+    job, pos, kk, okk = _job(q, k, v, oq, ok, shape, cos, positions, rot, inverse, traced)
     tables = element_tables(cos, sin, D, rot.interleaved, cache=not traced) if job.plan.tiling == "flat" else (cos, sin)
     _launch(job, (q.tensor, kk.tensor, v and v.tensor, oq.tensor, okk.tensor, *tables, pos), traced)
 
@@ -147,28 +134,43 @@ def _batches(x: Tensor | None, b0: int, n: int, B: int) -> Tensor | None:
     return None if x is None else x.narrow(0, b0 * (x.shape[0] // B), n * (x.shape[0] // B))
 
 
-def _rotation_job(shape, strides, cos, positions, spb, rot, inverse, dtype, wide, device, traced, over) -> Job:
+def _job(q: Operand, k: Operand | None, v: Operand | None, oq: Operand, ok: Operand | None, shape: tuple[int, ...],
+         cos: Tensor, positions: Tensor | None, rot: Rotation, inverse: bool, traced: bool) -> tuple:
+    """The launch's :class:`Job` (worked out once per signature), the positions as the kernel reads them, and k's
+    operand and its output's (q's, their tensor None, where they lie in q's tensor)."""
     B, T, HQ, HK, D = shape
-    cap = register_cap(device) if device >= 0 and not traced and not INTERPRETING else 0
-    plan = make_plan(Geometry(D, cos.shape[1], rot.partial, rot.interleaved, B, T, HQ, HK, strides, wide,
-                              positions is not None, cap), over)
-    meta = {**dict(plan.constexprs), "LOW": rot.low_precision and dtype != torch.float32, "INVERSE": inverse}
-    used = (*strides[:6], strides[7]) if plan.tiling != "flat" else (*strides[:2], *strides[3:5], strides[7])
-    ints = (*(x // meta["SV"] for x in used), spb, cos.shape[0], T)  # v: its token stride (the kernels')
-    options = {"num_warps": plan.num_warps, **({"maxnreg": plan.maxnreg} if plan.maxnreg else {})}
-    return Job(plan.kernel, plan.grid, ints, meta, options, plan, {})
+    pos, spb = _positions(positions)
+    kk, okk = k or q._replace(tensor=None), ok or oq._replace(tensor=None)
+    vv = v or kk  # (its strides: k's where there is no v)
+    inside = HQ * D if HK and (kk.tensor is None or okk.tensor is None) else 0  # k (its output) in q's tensor
+    strides = (*q.strides, *kk.strides, *vv.strides, oq.strides[1], okk.strides[1], inside, (HQ + HK) * D if v else 0)
+    wide = needs_wide(q.tensor, kk.tensor, vv.tensor) or max(oq.tensor.numel(), B * T * HK * D) >= 1 << 30
+    device = q.tensor.get_device() if q.tensor.is_cuda else -1
+    over = Overrides() if traced else OVERRIDES.get()
+    dtype = oq.tensor.dtype
+    sig = ("rope", shape, strides, cos.shape, rot, inverse, dtype, pos is not None and (pos.dtype, spb), wide, device,
+           traced, over)
+    job = _JOBS.get(sig)
+    if job is None:
+        cap = register_cap(device) if device >= 0 and not traced and not INTERPRETING else 0
+        plan = make_plan(Geometry(D, cos.shape[1], rot.partial, rot.interleaved, B, T, HQ, HK, strides, wide,
+                                  pos is not None, cap), over)
+        meta = {**dict(plan.constexprs), "LOW": rot.low_precision and dtype != torch.float32, "INVERSE": inverse}
+        used = (*strides[:6], strides[7]) if plan.tiling != "flat" else (*strides[:2], *strides[3:5], strides[7])
+        ints = (*(x // meta["SV"] for x in used), spb, cos.shape[0], T)  # v: its token stride (the kernels')
+        options = {"num_warps": plan.num_warps, **({"maxnreg": plan.maxnreg} if plan.maxnreg else {})}
+        if len(_JOBS) >= 512:
+            _JOBS.clear()
+        job = _JOBS[sig] = Job(plan.kernel, plan.grid, ints, meta, options, plan, {})
+    return job, pos, kk, okk
 
 
 def plan(q: Tensor, k: Tensor | None, cos: Tensor, positions: Tensor | None, rot: Rotation) -> Plan:
     """The plan :func:`rotate` launches these inputs with (eagerly, under the current tuning)."""
     B, T, HQ, D = q.shape
-    HK = 0 if k is None else k.shape[2]
-    ks = q.stride()[:3] if k is None else k.stride()[:3]
-    strides = (*q.stride()[:3], *ks, *ks, HQ * D, (HK or HQ) * D, 0, 0)  # rotate's outputs: contiguous
-    device = q.get_device() if q.is_cuda else -1
-    wide = needs_wide(q, k, positions) or B * T * max(HQ, HK) * D >= 1 << 30
-    return _rotation_job((B, T, HQ, HK, D), strides, cos, positions, 0, rot, False, q.dtype, wide, device, False,
-                         OVERRIDES.get()).plan
+    out = [None if x is None else Operand(x, (x.shape[1] * x.shape[2] * D, x.shape[2] * D, D)) for x in (q, k)]
+    shape = (B, T, HQ, 0 if k is None else k.shape[2], D)
+    return _job(_operand(q), _operand(k), None, *out, shape, cos, positions, rot, False, False)[0].plan
 
 
 def _positions(positions: Tensor | None) -> tuple[Tensor | None, int]:
@@ -183,14 +185,13 @@ def _positions(positions: Tensor | None) -> tuple[Tensor | None, int]:
 
 
 def needs_wide(*tensors: Tensor | None) -> bool:
-    """Whether an element offset the kernel computes can reach 2**31: bounded by each storage (an offset is below
-    its element count; masked rows of a last program reach at most one batch element past it, hence 2**30)."""
+    """Whether an element offset can reach 2**31: below each storage's count, plus at most one batch element
+    (masked rows of a last program), hence 2**30."""
     return any(t is not None and t.untyped_storage().nbytes() >= (1 << 30) * t.element_size() for t in tensors)
 
 
 class Job(NamedTuple):
-    """A launch worked out once per signature (working it out is most of a small call's host time): the kernel's
-    name, grid, integers, constexprs, options, plan and compiled kernels by the tensors' alignment."""
+    """A launch worked out once per signature (most of a small call's host time); ``compiled``: by alignment."""
 
     kernel: str
     grid: tuple[int, int, int]
@@ -204,17 +205,9 @@ class Job(NamedTuple):
 _JOBS: dict[tuple, Job] = {}
 
 
-def _remember(sig: tuple, job: Job) -> Job:
-    if len(_JOBS) >= 512:
-        _JOBS.clear()
-    _JOBS[sig] = job
-    return job
-
-
 def _launch(job: Job, tensors: tuple, traced: bool) -> None:
-    """The job's kernel on ``tensors``. Eagerly the compiled kernel Triton returns is kept and launched directly
-    from the next call on (Triton's own launch works the specialisation out again at every call); Triton's own
-    launch stays for the interpreter, a launch hook (profilers) and tracing (``wrap_triton``)."""
+    """The job's kernel on ``tensors``: eagerly the compiled kernel is kept and launched directly from the next call
+    on (Triton's launch works the specialisation out at every call), except under the interpreter or a launch hook."""
     kernel = getattr(kernels, job.kernel)  # looked up at each call: tests stand spies in for the kernels
     if traced:
         torch.library.wrap_triton(kernel)[job.grid](*tensors, *job.ints, **job.meta, **job.options)
@@ -233,8 +226,7 @@ def _launch(job: Job, tensors: tuple, traced: bool) -> None:
             return
         binary, tail = binary
         stream = triton.runtime.driver.active.get_current_stream(tensors[0].get_device())
-        binary.run(*job.grid, stream, binary.function, binary.packed_metadata, None, None, None,
-                   *args, *tail)
+        binary.run(*job.grid, stream, binary.function, binary.packed_metadata, None, None, None, *args, *tail)
 
 
 def _hooks_unset() -> bool:
@@ -247,9 +239,8 @@ def _hooks_unset() -> bool:
 
 @functools.cache
 def register_cap(device: int) -> int:
-    """The registers a thread may hold for an SM of CUDA device ``device`` to run its full complement of threads,
-    where its memory delivers more than :data:`FAST_MEMORY_BYTES_PER_SM_CYCLE` bytes per SM clock (else 0): such
-    memory needs every thread's loads in flight, and padded or position-reading row programs compile to more."""
+    """Registers a thread may hold for an SM of ``device`` to run all its threads, where its memory delivers more
+    than :data:`FAST_MEMORY_BYTES_PER_SM_CYCLE` bytes per SM clock (needing every load in flight), else 0."""
     try:
         props = triton.runtime.driver.active.utils.get_device_properties(device)
         threads = torch.cuda.get_device_properties(device).max_threads_per_multi_processor
@@ -264,11 +255,10 @@ _TABLES = TensorCache(8)
 
 
 def element_tables(cos: Tensor, sin: Tensor, D: int, interleaved: bool, cache: bool = True) -> tuple[Tensor, Tensor]:
-    """The flat tiling's tables, per position: column j holds the cos and signed sin of element j mod D's pair (+sin
-    for the pair's first element, -sin for its second, so every element is ``x[d] c + x[partner] s'``; 1 and 0 on
-    the copied tail). P = lcm(D, 4) columns, 4 more where P is not a multiple of 8 (a block of 8 read past the
-    period finds the next row's start): blocks' columns start 16-byte aligned, and whole rows 32-byte aligned where
-    P allows (a block's table reads then take the fewest sectors). ``cache``: keep the last few (not while tracing)."""
+    """The flat tiling's tables, per position: column j holds the cos and signed sin (+ for a pair's first element,
+    - for its second: every element is ``x[d] c + x[partner] s'``; 1 and 0 on the copied tail) of element j mod D's
+    pair. P = lcm(D, 4) columns, 4 more where P is not a multiple of 8 (a block read past the period finds the next
+    row's start), so blocks' columns start 16-byte aligned. ``cache``: keep the last few (not while tracing)."""
     cache = cache and TensorCache.usable(cos, sin)
     key = (D, interleaved)
     if cache and (hit := _TABLES.get((cos, sin), key)) is not None:

@@ -100,8 +100,7 @@ class TritonRotary(RotaryEmbedding):
 
     def rotate_transposed(self, gq: Tensor, gk: Tensor | None,
                           positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        """The backward's kernel alone: the transposed rotation of output gradients, no autograd and no checks
-        (for a benchmark timing it apart from the forward)."""
+        """The backward's kernel alone (no autograd, no checks): for a benchmark timing it apart."""
         return launch.rotate(gq, gk, self.cos, self.sin, positions, self.rotation, inverse=True,
                              poison=bool(self.poison_outputs))
 

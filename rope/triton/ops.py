@@ -1,11 +1,9 @@
 """Autograd and ``torch.compile`` ops of the Triton entries.
 
 Eagerly a call goes through a ``torch.autograd.Function`` (half the host time of a custom op's dispatch), or
-without grad straight to :mod:`rope.triton.launch`. Under ``torch.compile`` it goes through ops with fakes, so a
-model compiles without graph breaks: on CUDA ``torch.library.triton_op``s (``ropelab::rope_traced``, ...), whose
-launch Inductor emits in its own code (with its static launcher: :func:`static_launch_by_default`); elsewhere, and
-for dynamic shapes (the launch geometry is Python arithmetic on the sizes), custom ops (``ropelab::rope``,
-``rope_qkv``, ``rope_qkv_backward``) run their Python bodies.
+without grad straight to :mod:`rope.triton.launch`. Under ``torch.compile``, ops with fakes (no graph breaks): on
+CUDA ``torch.library.triton_op``s whose launch Inductor emits itself (:func:`static_launch_by_default`); elsewhere,
+and for dynamic shapes, custom ops (``ropelab::rope``, ``rope_qkv``, ``rope_qkv_backward``) run their bodies.
 """
 
 from __future__ import annotations
@@ -117,10 +115,9 @@ def traced_ops() -> OpSet | None:
 
 
 def static_launch_by_default() -> None:
-    """Inductor's static launcher for user-defined Triton kernels (the triton ops' too), as for its own, unless
-    ``TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS`` is set (the user's choice stands): Triton's Python
-    launcher costs a short compiled step host time that shows. Set in this process's config and in the environment
-    its compile workers start from; only the launcher changes (Inductor keeps Triton's where it must)."""
+    """Inductor's static launcher for user-defined Triton kernels (Triton's Python launcher costs a short compiled
+    step host time), in this process's config and its compile workers' environment, unless the user set
+    ``TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS``."""
     from torch._inductor import config
 
     name = "static_launch_user_defined_triton_kernels"

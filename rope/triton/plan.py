@@ -1,14 +1,11 @@
 """How a rotation launch is cut into programs: :func:`make_plan`, a pure function from the launch's geometry
 (shapes, strides, layout, what the GPU calls for) to a :class:`Plan`; :mod:`rope.triton.launch` reads the tensors.
 
-Tilings (kernels in :mod:`rope.triton.kernels`): ``rows`` (whole head rows, the half padded to a power of two: the
-default where that keeps three quarters of the lanes busy, half layout; interleaved pads exact powers only),
-``chunks`` (rows cut into chunks of the largest power of two of pairs dividing the half, at most 16, 8
-interleaved: halves rows would pad more), ``flat`` (a token's heads as blocks of up to 8 elements, each rotated
-against its partner: the default for a copied tail, ``rotary_dim`` < D, which rows would pad on top of the half,
-and for halves whose offsets cut vectors short, an odd number of pairs or 2 mod 4 in the half layout). Flat needs
-each token's heads contiguous; elsewhere the pair tilings take over, copying a tail 2 R2 columns at a time.
-A benchmark forces a tiling, tile or warp count through :func:`rope.triton.tuning` (:class:`Overrides`).
+Tilings (:mod:`rope.triton.kernels`): ``rows`` (the half padded to a power of two: where that keeps three quarters
+of the lanes busy, half layout; interleaved pads exact powers only), ``chunks`` (the largest power of two of pairs
+dividing the half, at most 16, 8 interleaved), ``flat`` (blocks of up to 8 elements of a token's heads: for a
+copied tail, and for halves whose offsets cut vectors short, odd or 2 mod 4 in the half layout; it needs each
+token's heads contiguous, else a pair tiling). A benchmark forces settings through :func:`rope.triton.tuning`.
 """
 
 from __future__ import annotations
@@ -53,11 +50,9 @@ OVERRIDES: contextvars.ContextVar[Overrides] = contextvars.ContextVar(
 
 @dataclass(frozen=True)
 class Geometry:
-    """What a launch's plan depends on: the heads, the layout, the sizes, the strides and what the GPU calls for.
-
-    ``strides``, in elements: q's, k's and v's (batch, token, head) strides (k's are q's where there is no k, v's
-    k's where there is no v), the outputs' token strides, q's heads' extent where k (or its output) lies in q's
-    tensor after them (else 0), and q's and k's where v is copied into q's output after them (else 0: no v)."""
+    """What a launch's plan depends on. ``strides``, in elements: q's, k's and v's (batch, token, head) strides (k's
+    are q's where there is no k, v's k's where there is no v), the outputs' token strides, q's heads' extent where k
+    (or its output) lies in q's tensor (else 0), q's and k's where v is copied after them (else 0: no v)."""
 
     head_dim: int
     rotary_pairs: int  # R2: pairs rotated per head (rotary_dim / 2)
