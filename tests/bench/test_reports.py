@@ -54,6 +54,20 @@ def test_compare_flags_slower_public_head_sizes_and_below_liger(results, capsys)
         "against Liger-Kernel")[1]
 
 
+def test_compare_lists_tuned_rows_apart(results, capsys):
+    """Rows timed under --tuning (a launch candidate) are listed beside the base's, the default plan's and Liger's,
+    and stay out of the two-commit comparison."""
+    k = harness.ResultsCsv(results / "kernel.csv", kernel.COLUMNS)
+    k.append([{**kernel_row("bbb2222-dirty", "triton_v4", 66, 88.0, date="2026-01-03T00:00Z"),
+               "tuning": "tiling=chunks"}])
+    assert compare.main(["--base", "aaa1111", "--kernel-csv", str(results / "kernel.csv"),
+                         "--step-csv", str(results / "step.csv")]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "tiling=chunks" in ln)
+    assert line.split()[-4:] == ["93.0", "80.0", "85.0", "88.0"]  # base, head default, liger, candidate
+    assert "3 rows in both" in out
+
+
 def test_tables_rewrite_only_the_marked_part(results, tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"# Benchmarks\n\nprose\n\n{tables.BEGIN}\nold\n{tables.END}\n\nmore prose\n")

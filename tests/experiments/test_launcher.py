@@ -162,7 +162,6 @@ def test_two_jobs_at_once_on_one_device_through_the_launcher(tmp_path):
 def test_a_finished_job_gives_its_cached_gpu_memory_back_before_its_slot_frees(monkeypatch, tmp_path):
     """The launcher's workers outlive their jobs: what a job's allocator cached must go back to the GPU when the
     job ends (crash or not), or the next job on that GPU and the end-of-sweep evaluation run out of memory."""
-    import llm.train
     from llm.train import _pin_parallel_job
 
     FakeGpus(monkeypatch, count=1)
