@@ -23,15 +23,13 @@ def tuning(**fields: object) -> Iterator[Overrides]:
     """Force launch settings of the Triton entries for the eager launches made inside the block.
 
     ``tiling``: ``"rows"``, ``"chunks"`` or ``"flat"`` (:mod:`rope.triton.plan`); ``tile``: elements a program
-    rotates (a power of two, 64 to 16384); ``num_warps``: a power of two up to 32; ``tensor_major``: 1 launches the
-    flat tiling's q programs of every batch element before k's. Fields not given keep the enclosing block's value
-    (outside any: the plan's own). Compiled graphs keep the default plan. A bad field or value raises ValueError
-    before the block runs: ``with rope.triton.tuning(tiling="chunks", num_warps=4): y = module(q, k)``.
+    rotates (a power of two, 64 to 16384); ``num_warps``: a power of two up to 32. Fields not given keep the
+    enclosing block's value (outside any: the plan's own). Compiled graphs keep the default plan. A bad field or
+    value raises ValueError before the block runs: ``with rope.triton.tuning(tiling="chunks"): y = module(q, k)``.
     """
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Overrides)})
     if unknown:
-        raise ValueError(f"tuning: unknown setting {unknown[0]!r}; the settings are tiling, tile, num_warps and "
-                         "tensor_major")
+        raise ValueError(f"tuning: unknown setting {unknown[0]!r}; the settings are tiling, tile and num_warps")
     token = OVERRIDES.set(dataclasses.replace(OVERRIDES.get(), **fields))
     try:
         yield OVERRIDES.get()

@@ -1,8 +1,8 @@
 """The Triton kernels of the ``triton_v4`` / ``triton_v2`` entries (importing this module imports triton).
 
-A launch takes q and k together: one grid axis walks the programs of a batch element, the others pick the tensor
-(q, k; v, copied into d qkv by the fused backward) and the batch element; head counts are constexpr, so no program
-divides by a runtime value (where memory outruns instruction issue, index arithmetic sets the pace).
+A launch takes q and k together: the grid's first axis walks the programs of a batch element, its second picks
+the tensor (q, k; v, copied into d qkv by the fused backward), its third the batch; head counts are constexpr, so
+no program divides by a runtime value (where memory outruns instruction issue, index arithmetic sets the pace).
 ``rope_pairs_kernel``: NCH chunks of V consecutive pairs of head rows a program (*rows*: V the half rounded up to
 a power of two; *chunks*: V a power of two dividing it); a tail (``rotary_dim`` < D) is copied 2 R2 columns at a
 time. ``rope_flat_kernel``: a token's heads as blocks of VB elements, each element rotated against its partner
@@ -345,8 +345,7 @@ def _flat(x_ptr, o_ptr, sxb, sxt, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, 
         y = own
     else:
         partner = _partner(x_ptr, x_row, raw, bm, d, d0, D, R2, INTERLEAVED, VB, NBP)
-        cm = m & (d < 2 * R2) if 2 * R2 < D else m  # the tail's blocks read no table: it is L1 traffic
-        c, s = _cos_sin(cos_ptr, sin_ptr, (row * PW)[:, None] + col, cm, valid, pos_ptr, INVERSE)
+        c, s = _cos_sin(cos_ptr, sin_ptr, (row * PW)[:, None] + col, m, valid, pos_ptr, INVERSE)
         y, _ = _rotate_pairs(own, partner, c, s, DT, LOW)
         if 2 * R2 < D:
             y = tl.where(d < 2 * R2, y, own)
@@ -357,18 +356,16 @@ def _flat(x_ptr, o_ptr, sxb, sxt, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, 
 def rope_flat_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, skb, skt, svt, spb,
                      n_pos, T, HQ: tl.constexpr, HK: tl.constexpr, D: tl.constexpr, R2: tl.constexpr,
                      VB: tl.constexpr, NBP: tl.constexpr, INTERLEAVED: tl.constexpr, SV: tl.constexpr,
-                     LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr, TM: tl.constexpr):
-    """The flat tiling (:func:`_flat`) of q (tensor 0), k (1) and v's copy (2, where ``v_ptr`` is given; dense, token
-    stride ``svt``) in batch element b; ``cos``/``sin`` are element tables. The grid's second and third axes are
-    (tensor, b), or (b, tensor) where ``TM`` (tensor-major: every batch element's q programs before k's)."""
-    b = tl.program_id(1 if TM else 2)
-    which = tl.program_id(2 if TM else 1)
+                     LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
+    """The flat tiling (:func:`_flat`) of q (``program_id(1)`` 0), k (1) and v's copy (2, where ``v_ptr`` is given;
+    dense, token stride ``svt``) in batch element ``program_id(2)``; ``cos``/``sin`` are element tables."""
+    b = tl.program_id(2)
     k0 = tl.program_id(0) * NBP
     soq, sok = _token_strides(ok_ptr, HQ, HK, D)
-    if which == 0:
+    if tl.program_id(1) == 0:
         _flat(q_ptr, oq_ptr, sqb, sqt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HQ * D // VB,
               D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE, False)
-    elif which == 1:
+    elif tl.program_id(1) == 1:
         _flat(_in_or_after(k_ptr, q_ptr, HQ * D), _in_or_after(ok_ptr, oq_ptr, HQ * D), skb, skt, sok,
               cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HK * D // VB, D, R2, VB, NBP, INTERLEAVED, SV, LOW,
               INVERSE, WIDE, False)

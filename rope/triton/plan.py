@@ -30,7 +30,6 @@ class Overrides:
     tiling: str | None = None
     tile: int = 0
     num_warps: int = 0
-    tensor_major: int = 0  # flat grid: every batch element's q programs, then k's (0: by batch element)
 
     def __post_init__(self) -> None:
         if self.tiling not in (None, *TILINGS):
@@ -39,8 +38,6 @@ class Overrides:
             raise ValueError(f"tuning: tile must be a power of two from 64 to 16384 (or 0), got {self.tile!r}")
         if self.num_warps and not (self.num_warps <= 32 and _is_pow2(self.num_warps)):
             raise ValueError(f"tuning: num_warps must be 1, 2, 4, 8, 16 or 32 (or 0), got {self.num_warps!r}")
-        if self.tensor_major not in (0, 1):
-            raise ValueError(f"tuning: tensor_major must be 0 or 1, got {self.tensor_major!r}")
 
 
 #: The overrides of launches made now (:func:`rope.triton.tuning` sets them; eager launches read them).
@@ -154,10 +151,9 @@ def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
     per_batch = _programs(geo, geo.seq_len * (max(geo.q_heads, geo.k_heads) * D // vb), nbp)
     sqb, sqt, _, skb, skt, _, svb, svt, _, *rest = geo.strides  # the heads are contiguous: their stride is D
     constexprs = dict(HQ=geo.q_heads, HK=geo.k_heads, D=D, R2=geo.rotary_pairs, VB=vb, NBP=nbp,
-                      INTERLEAVED=geo.interleaved, SV=stride_unit(sqb, sqt, skb, skt, svb, svt, *rest), WIDE=geo.wide,
-                      TM=bool(over.tensor_major))
-    grid = (per_batch, geo.batch, geo.tensors) if over.tensor_major else (per_batch, geo.tensors, geo.batch)
-    return Plan("flat", grid, over.num_warps or FLAT_WARPS, tuple(constexprs.items()))
+                      INTERLEAVED=geo.interleaved, SV=stride_unit(sqb, sqt, skb, skt, svb, svt, *rest), WIDE=geo.wide)
+    return Plan("flat", (per_batch, geo.tensors, geo.batch), over.num_warps or FLAT_WARPS,
+                tuple(constexprs.items()))
 
 
 def _programs(geo: Geometry, units: int, per_program: int) -> int:
