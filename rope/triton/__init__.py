@@ -13,14 +13,15 @@ from collections.abc import Iterator
 from torch import Tensor
 
 from rope.triton.module import TritonRotary, TritonRotaryV2, TritonRotaryV4
-from rope.triton.plan import OVERRIDES, TILINGS, Overrides, Plan
+from rope.triton.plan import TILINGS, Overrides, Plan, force, forced
 
 __all__ = ["TILINGS", "Overrides", "Plan", "TritonRotary", "TritonRotaryV2", "TritonRotaryV4", "plan_for", "tuning"]
 
 
 @contextlib.contextmanager
 def tuning(**fields: object) -> Iterator[Overrides]:
-    """Force launch settings of the Triton entries for the eager launches made inside the block.
+    """Force launch settings of the Triton entries for every eager launch while the block is open, forward and
+    backward (on autograd's thread too: the setting is the process's, so blocks on concurrent threads mix).
 
     ``tiling``: ``"rows"``, ``"chunks"`` or ``"flat"`` (:mod:`rope.triton.plan`); ``tile``: elements a program
     rotates (a power of two, 64 to 16384); ``num_warps``: a power of two up to 32. Fields not given keep the
@@ -30,11 +31,11 @@ def tuning(**fields: object) -> Iterator[Overrides]:
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Overrides)})
     if unknown:
         raise ValueError(f"tuning: unknown setting {unknown[0]!r}; the settings are tiling, tile and num_warps")
-    token = OVERRIDES.set(dataclasses.replace(OVERRIDES.get(), **fields))
+    outer = force(dataclasses.replace(forced(), **fields))
     try:
-        yield OVERRIDES.get()
+        yield forced()
     finally:
-        OVERRIDES.reset(token)
+        force(outer)
 
 
 def plan_for(rotary: TritonRotary, q: Tensor, k: Tensor | None = None, positions: Tensor | None = None) -> Plan:

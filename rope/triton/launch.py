@@ -17,7 +17,7 @@ from torch import Tensor
 from rope._launch import new_output
 from rope.base import TensorCache, on_device_of
 from rope.triton import kernels
-from rope.triton.plan import OVERRIDES, Geometry, Overrides, Plan, make_plan
+from rope.triton.plan import Geometry, Overrides, Plan, forced, make_plan
 
 #: Whether triton runs its CPU interpreter (set when triton is imported): the kernels then take CPU tensors.
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
@@ -146,7 +146,7 @@ def _job(q: Operand, k: Operand | None, v: Operand | None, oq: Operand, ok: Oper
     strides = (*q.strides, *kk.strides, *vv.strides, oq.strides[1], okk.strides[1], inside, (HQ + HK) * D if v else 0)
     wide = needs_wide(q.tensor, kk.tensor, vv.tensor) or max(oq.tensor.numel(), B * T * HK * D) >= 1 << 30
     device = q.tensor.get_device() if q.tensor.is_cuda else -1
-    over = Overrides() if traced else OVERRIDES.get()
+    over = Overrides() if traced else forced()
     dtype = oq.tensor.dtype
     sig = ("rope", shape, strides, cos.shape, rot, inverse, dtype, pos is not None and (pos.dtype, spb), wide, device,
            traced, over)
@@ -174,8 +174,7 @@ def plan(q: Tensor, k: Tensor | None, cos: Tensor, positions: Tensor | None, rot
 
 
 def _positions(positions: Tensor | None) -> tuple[Tensor | None, int]:
-    """Positions as the kernels read them: contiguous int32/int64, and the stride of their batch dim (0 for one
-    row shared by the batch)."""
+    """Positions as the kernels read them (contiguous int32/int64) and their batch stride (0: one row for all)."""
     if positions is None:
         return None, 0
     if positions.dtype not in (torch.int32, torch.int64):

@@ -147,8 +147,7 @@ def flat_projection(qkv: Tensor) -> Tensor:
 
 
 class RopeFunction(torch.autograd.Function):
-    """(q, k) -> rotated (q, k), eagerly; the backward is the same Function with the rotation inverted (so it
-    is twice differentiable)."""
+    """(q, k) -> rotated (q, k), eagerly; the backward is this Function inverted (so twice differentiable)."""
 
     @staticmethod
     def forward(ctx, q, k, cos, sin, positions, partial, low_precision, interleaved, inverse, poison):

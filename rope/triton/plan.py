@@ -10,7 +10,6 @@ token's heads contiguous, else a pair tiling). A benchmark forces settings throu
 
 from __future__ import annotations
 
-import contextvars
 import functools
 from dataclasses import dataclass
 
@@ -40,9 +39,20 @@ class Overrides:
             raise ValueError(f"tuning: num_warps must be 1, 2, 4, 8, 16 or 32 (or 0), got {self.num_warps!r}")
 
 
-#: The overrides of launches made now (:func:`rope.triton.tuning` sets them; eager launches read them).
-OVERRIDES: contextvars.ContextVar[Overrides] = contextvars.ContextVar(
-    "rope_triton_overrides", default=Overrides())  # noqa: B039 (frozen: never mutated)
+#: What eager launches take now (:func:`rope.triton.tuning` sets it): the process's, not a context variable's, as
+#: autograd runs a CUDA graph's backward on a thread of its own, which sees none of the caller's context variables.
+_forced = Overrides()
+
+
+def forced() -> Overrides:
+    return _forced
+
+
+def force(over: Overrides) -> Overrides:
+    """Makes ``over`` the settings of eager launches, on every thread; returns those it replaces."""
+    global _forced
+    previous, _forced = _forced, over
+    return previous
 
 
 @dataclass(frozen=True)
@@ -78,8 +88,7 @@ class Geometry:
 
 @dataclass(frozen=True)
 class Plan:
-    """One launch of a rotation kernel: its tiling, grid, warps and constexprs; ``maxnreg``: a register cap for the
-    compiler (0: its own choice)."""
+    """One launch of a rotation kernel: tiling, grid, warps, constexprs, ``maxnreg`` (a register cap; 0: none)."""
 
     tiling: str
     grid: tuple[int, int, int]  # programs of a batch element, tensors (q, k, v's copy), batch elements

@@ -15,6 +15,7 @@ import itertools
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -240,6 +241,21 @@ def test_tuning_hook_sets_launches_inside_its_block_only(device):
                        ({"num_warps": 3}, "num_warps must be"), ({"warps": 4}, "unknown setting 'warps'")):
         with pytest.raises(ValueError, match=match), rt.tuning(**bad):
             pytest.fail("the block ran")
+
+
+def test_tuning_reaches_the_backward_on_autograds_own_thread(spies, device):
+    """Autograd runs a CUDA graph's backward on a worker thread of its own: the backward's launch there takes the
+    block's settings as the forward's does (here the backward runs on another thread, as autograd's would)."""
+    r = build_poisoned("triton_v4", 48, 16, device, rotary_dim=24)  # the plan's own tiling: flat
+    q, k = (torch.randn(2, 3, h, 48, device=device, requires_grad=True) for h in (3, 1))
+    with rt.tuning(tiling="chunks", tile=64):
+        yq, yk = r(q, k)
+        worker = threading.Thread(target=lambda: torch.autograd.grad((yq.sum(), yk.sum()), (q, k)))
+        worker.start()
+        worker.join()
+    launches = spies["rope_pairs_kernel"].launches
+    assert not spies["rope_flat_kernel"].launches and len(launches) == 2  # forward, backward
+    assert launches[1][2]["INVERSE"] and launches[1][2]["NCH"] == 64 // 4
 
 
 def test_new_outputs_are_poisoned_on_request():

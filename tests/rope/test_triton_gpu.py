@@ -87,6 +87,22 @@ def test_large_tensor_int64_offsets():
         assert_precise(dq[b : b + 1], rdq, torch.bfloat16, f"dq[{b}]")
 
 
+def test_tuning_reaches_the_backward_autograd_runs_on_its_own_thread(monkeypatch):
+    """A CUDA graph's backward runs on autograd's worker thread: its launch takes the block's settings too (the
+    launch of a new job goes through Triton's launch, so through the spies)."""
+    spies = {name: KernelSpy(getattr(kernels, name)) for name in ("rope_pairs_kernel", "rope_flat_kernel")}
+    for name, spy in spies.items():
+        monkeypatch.setattr(kernels, name, spy)
+    r = build_poisoned("triton_v4", 48, 512, CUDA, rotary_dim=24)  # the plan's own tiling: flat
+    q, k = (torch.randn(2, 257, h, 48, device=CUDA, requires_grad=True) for h in (3, 1))
+    with rt.tuning(tiling="chunks", tile=64):
+        yq, yk = r(q, k)
+        torch.autograd.grad((yq.sum(), yk.sum()), (q, k))
+    launches = spies["rope_pairs_kernel"].launches
+    assert not spies["rope_flat_kernel"].launches and len(launches) == 2  # forward, backward
+    assert launches[1][2]["INVERSE"] and launches[1][2]["NCH"] == 64 // 4
+
+
 @pytest.mark.parametrize("variant,D,rotary_dim,dtype", [("full", 30, None, torch.bfloat16),
                                                         ("partial", 36, None, torch.float16),
                                                         ("full", 96, None, torch.float32),
