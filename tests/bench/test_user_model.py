@@ -20,7 +20,7 @@ def test_user_model_smoke_rows_against_none_and_torch(tmp_path):
     assert float(none["vs_none_pct"]) == 0 and not torch_row["vs_torch_pct"]  # torch is the baseline
     assert float(none["vs_torch_lo"]) <= float(none["vs_torch_pct"]) <= float(none["vs_torch_hi"])
     expected = 100 * (float(torch_row["time_us"]) / float(none["time_us"]) - 1)
-    assert float(torch_row["vs_none_pct"]) == pytest.approx(expected, rel=1e-4)
+    assert float(torch_row["vs_none_pct"]) == pytest.approx(expected, abs=0.01)  # cells keep 6 significant digits
 
 
 def test_user_model_refuses_odd_head_dims_and_unknown_entries(capsys):

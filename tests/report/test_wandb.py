@@ -69,7 +69,9 @@ def test_the_wandb_log_is_read_once_it_is_complete(tmp_path: Path, offline):
     sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))}, logger=WANDB)
     cb = CompareOnMultirunEnd()
     cb.on_multirun_end(_cfg(sweep))
-    whole = next(cb.last_wandb_dir.glob("run-*.wandb")).read_bytes()
+    written = next(cb.last_wandb_dir.glob("run-*.wandb"))
+    read_wandb_run(written)  # the service may still be writing it: the bytes copied below must be the whole log
+    whole = written.read_bytes()
     late = tmp_path / "late.wandb"
     late.write_bytes(whole[:7])
     steps = [lambda: late.write_bytes(whole[:len(whole) // 2]), lambda: late.write_bytes(whole)]
