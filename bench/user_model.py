@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bench import harness
-from bench.step import rotated, step_times
+from bench.step import allow_compiled_models, rotated, step_times
 
 NAME = "user_model"
 COLUMNS = (*harness.ENV_COLUMNS, "head_dim", "shape", "implementation", "time_us", "min_us", "steps", "rounds",
@@ -185,9 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     results = harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root)
     log(f"{env['gpu']}, rope code {env['commit']}: head dims {args.head_dims} x {', '.join(names)}")
-    for key in ("cache_size_limit", "recompile_limit"):
-        if hasattr(torch._dynamo.config, key):
-            setattr(torch._dynamo.config, key, max(getattr(torch._dynamo.config, key), 8 + len(names)))
+    allow_compiled_models(len(names))
     for head_dim in args.head_dims:
         results.append(measure(head_dim, names, args, env, log))
         if args.device.type == "cuda":
