@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from llm.report.errors import ReferenceNotFoundError
-from llm.report.runs import Run
+from llm.report.runs import DEFAULT_PACKING, Run
 from llm.report.stats import (
     PAIRED,
     Comparison,
@@ -120,7 +120,7 @@ def _default_reference(groups: Sequence[Group]) -> Group | None:
     """The float32 ``torch`` group; with several variants or packings, the one with the most seeds (then
     ``partial``, then random windows: the project's defaults)."""
     refs = [g for g in groups if g.n and g.key[0] == "torch" and g.key[2] == "float32"]
-    refs.sort(key=lambda g: (-g.n, g.key[1] != "partial", g.key[3] != "random", g.label))
+    refs.sort(key=lambda g: (-g.n, g.key[1] != "partial", g.key[3] != DEFAULT_PACKING, g.label))
     return refs[0] if refs else None
 
 

@@ -43,7 +43,7 @@ from llm.report.analysis import DEFAULT_MARGIN
 from llm.report.errors import NoRunsError
 from llm.report.markdown import fmt, md_table, signed
 from llm.report.plots import _colors, _new_figure, _save
-from llm.report.runs import PathLike, Run, as_float, load_all_runs
+from llm.report.runs import DEFAULT_PACKING, PathLike, Run, as_float, load_all_runs, with_packing
 from llm.report.stats import WELCH, Comparison, compare_paired, compare_unpaired, t_interval
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ NO_SCALING = "none"
 #: The variant every other one is compared with, when the runs have it (``rope.base.label`` of the reference).
 REFERENCE_VARIANT = "torch (partial, float32)"
 #: How a variant trained with document-aligned windows is named (after its rotation's label).
-DOCUMENTS_SUFFIX = " · documents"
+DOCUMENTS_SUFFIX = with_packing("", "documents")
 
 
 def packing_of(variant: str) -> str:
@@ -111,7 +111,7 @@ class LengthResult:
     @property
     def variant(self) -> str:
         """The rotation's label, marked when the run trained on document-aligned windows."""
-        return self.rotation + (DOCUMENTS_SUFFIX if self.data.get("packing") == "documents" else "")
+        return with_packing(self.rotation, str(self.data.get("packing") or DEFAULT_PACKING))
 
     @property
     def scaling(self) -> str:

@@ -67,6 +67,16 @@ def as_float(v: Any) -> float | None:
         return None
 
 
+#: ``data.packing``'s default: runs trained with it carry no packing mark in their labels.
+DEFAULT_PACKING = "random"
+
+
+def with_packing(label: str, packing: str) -> str:
+    """``label`` marked with the training packing (``torch (partial, float32) · documents``), unmarked for the
+    default: one spelling for the comparison and the length report."""
+    return label if packing == DEFAULT_PACKING else f"{label} · {packing}"
+
+
 @dataclass
 class Run:
     """One training run as read from its directory (or a crashed job, with a synthetic summary)."""
@@ -93,8 +103,8 @@ class Run:
 
     @property
     def packing(self) -> str:
-        """How its training windows were laid out (``data.packing``; runs from before the key: ``random``)."""
-        return str(get_dotted(self.config, "data.packing") or "random")
+        """How its training windows were laid out (``data.packing``; runs from before the key: the default)."""
+        return str(get_dotted(self.config, "data.packing") or DEFAULT_PACKING)
 
     @property
     def key(self) -> tuple[str, str | None, str | None, str]:
@@ -104,7 +114,7 @@ class Run:
 
     @property
     def label(self) -> str:
-        return rope.label(*self.key[:3]) + ("" if self.packing == "random" else f" · {self.packing}")
+        return with_packing(rope.label(*self.key[:3]), self.packing)
 
     @property
     def seed(self) -> int | None:
