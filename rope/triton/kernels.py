@@ -280,12 +280,20 @@ def _meets(a, b, LO: tl.constexpr, HI: tl.constexpr):
 def _partner(x_ptr, x_row, raw, bm, d, d0, D: tl.constexpr, R2: tl.constexpr, INTERLEAVED: tl.constexpr,
              VB: tl.constexpr, NBP: tl.constexpr):
     """Each element's partner (float32): d ^ 1 (interleaved, a swap in registers), else d + R2 in the first half and
-    d - R2 in the second, read again (L1) as aligned vectors, shifted where R2 is not a multiple of VB."""
+    d - R2 in the second, read again (L1) as aligned vectors, shifted where R2 is not a multiple of VB.
+
+    Where blocks divide both R2 and D, each block lies in one half (or the copied tail), so its partners are one run,
+    read with one load: two predicated loads would hold twice the registers, and the compiler then delays the
+    block's own load behind them (a second memory round trip per program)."""
     lanes = tl.arange(0, VB)[None, :]
     if INTERLEAVED:
         even, odd = tl.split(tl.reshape(raw, (NBP, VB // 2, 2)))
         partner = tl.reshape(tl.join(odd, even), (NBP, VB))
-    elif R2 % VB == 0:
+    elif R2 % VB == 0 and D % VB == 0:
+        shift = tl.where(d0 < R2, R2, -R2)
+        pm = tl.broadcast_to((bm & (d0 < 2 * R2))[:, None], (NBP, VB))
+        partner = tl.load(x_ptr + x_row + shift[:, None] + lanes, mask=pm)
+    elif R2 % VB == 0:  # blocks reach into the next row: each lane its own run
         m = bm[:, None]
         up = tl.load(x_ptr + x_row + lanes + R2, mask=m & (d < R2))
         down = tl.load(x_ptr + x_row + lanes - R2, mask=m & (d >= R2) & (d < 2 * R2))

@@ -4,8 +4,9 @@
 Tilings (:mod:`rope.triton.kernels`): ``rows`` (the half padded to a power of two: where that keeps three quarters
 of the lanes busy, half layout; interleaved pads exact powers only), ``chunks`` (the largest power of two of pairs
 dividing the half, at most 16, 8 interleaved), ``flat`` (blocks of up to 8 elements of a token's heads: for a
-copied tail, and for halves whose offsets cut vectors short, odd or 2 mod 4 in the half layout; it needs each
-token's heads contiguous, else a pair tiling). A benchmark forces settings through :func:`rope.triton.tuning`.
+copied tail, and for odd halves, which no pair tiling reads with vectors; it needs each token's heads contiguous,
+else a pair tiling). Flat blocks divide the half where they can (half layout), so each block's partners are one
+aligned run. A benchmark forces settings through :func:`rope.triton.tuning`.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class Plan:
 
 def preferred_tiling(head_dim: int, rotary_pairs: int, interleaved: bool) -> str:
     """The tiling a geometry takes where each token's heads are contiguous (module docstring)."""
-    if 2 * rotary_pairs < head_dim or rotary_pairs % 2 or (not interleaved and rotary_pairs % 4 == 2):
+    if 2 * rotary_pairs < head_dim or rotary_pairs % 2:
         return "flat"
     return pair_tiling(rotary_pairs, interleaved)
 
@@ -155,7 +156,9 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
 
 def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
     D = geo.head_dim
-    vb = next(b for b in FLAT_BLOCKS if b <= D and (geo.q_heads * D) % b == 0 and (geo.k_heads * D) % b == 0)
+    fits = [b for b in FLAT_BLOCKS if b <= D and (geo.q_heads * D) % b == 0 and (geo.k_heads * D) % b == 0]
+    aligned = [b for b in fits if b >= 4 and geo.rotary_pairs % b == 0 and not geo.interleaved]
+    vb = (aligned or fits)[0]  # the widest block dividing the half (one partner run), else the widest
     nbp = max(1, (over.tile or FLAT_TILE) // vb)
     per_batch = _programs(geo, geo.seq_len * (max(geo.q_heads, geo.k_heads) * D // vb), nbp)
     sqb, sqt, _, skb, skt, _, svb, svt, _, *rest = geo.strides  # the heads are contiguous: their stride is D

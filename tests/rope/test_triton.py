@@ -147,10 +147,12 @@ def test_empty_batch(device):
 
 # -- every tiling the plan can take computes the same bits ---------------------------------------------------
 # (D, variant, layout, rotary_dim): rows padded and whole, chunks, flat blocks with aligned and shifted partners,
-# odd halves, interleaved, copied tails (one 2 R2 step, several, the last one cut short).
+# odd halves, interleaved, copied tails (one 2 R2 step, several, the last one cut short; flat blocks in one half,
+# blocks reaching into the next row).
 GEOMETRIES = [(48, "partial", "half", None), (64, "full", "interleaved", None), (40, "full", "half", None),
               (48, "full", "half", 24), (18, "full", "half", None), (20, "partial", "half", None),
-              (40, "full", "interleaved", 16), (26, "full", "interleaved", None), (36, "partial", "half", 8)]
+              (40, "full", "interleaved", 16), (26, "full", "interleaved", None), (36, "partial", "half", 8),
+              (64, "partial", "half", 32), (36, "full", "half", 16)]
 
 
 @pytest.mark.parametrize("D,variant,layout,rotary_dim", GEOMETRIES)
