@@ -138,7 +138,10 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
     r2, wide = geo.rotary_pairs, 2 if geo.interleaved else 1
     if tiling == "rows":
         v = next_pow2(r2)
-        tile = over.tile or (SMALL_TILE if wide * v <= 16 else ROW_TILE)
+        # whole power-of-two halves in the half layout, at positions 0..T-1, take the smaller tile: rows with
+        # padding, positions or interleaved pairs measured faster at the larger one (bench/results/kernel.csv)
+        exact = v == r2 and not geo.interleaved and not geo.positions
+        tile = over.tile or (SMALL_TILE if wide * v <= 16 or exact else ROW_TILE)
     else:
         v = min(16 // wide, pow2_unit(r2))
         tile = over.tile or (SMALL_TILE if (not geo.interleaved and v <= 4) or wide * next_pow2(r2) <= 16
