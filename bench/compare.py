@@ -25,10 +25,14 @@ from bench.kernel import COMMON_HEAD_DIMS
 CONFIG_KEYS = ("head_dim", "variant", "layout", "rotary_dim", "positions", "elements", "dtype")
 
 
-def latest(rows: list[dict], key: tuple[str, ...]) -> dict[tuple, dict]:
-    """The newest row (by date; a later row of the same date wins) of each ``key`` value."""
+def latest(rows: list[dict], key: tuple[str, ...], age: dict[str, int] | None = None) -> dict[tuple, dict]:
+    """The newest row of each ``key`` value: of the newest commit where ``age`` ranks commits (short hash -> its
+    place in the history, larger newer; commits it lacks come first), then by date (a later row of a date wins)."""
+    def newness(r: dict) -> tuple:
+        return (age.get(r["commit"].removesuffix("-dirty")[:7], -1) if age else 0, r["date"])
+
     out: dict[tuple, dict] = {}
-    for r in sorted(rows, key=lambda r: r["date"]):
+    for r in sorted(rows, key=newness):
         out[tuple(r[k] for k in key)] = r
     return out
 

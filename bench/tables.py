@@ -3,7 +3,9 @@
     python -m bench.tables                     # rewrites the part of docs/benchmarks.md between the markers
     python -m bench.tables --print             # prints it instead
 
-Every table shows the current numbers: of each configuration measured more than once on a GPU, the newest row.
+Every table shows the current numbers: of each configuration measured more than once on a GPU, the row of the
+newest commit in this checkout's git history (an older commit timed in the same run, as ``bench/compare_commits.sh``
+does, never stands in for the current code), then the newest by date.
 Rows carry their GPU, commit and date, so each table says which code and machine its numbers come from. Rows
 timed with ``--tuning`` (forced launch settings) are experiments, not the product's numbers, and are left out.
 """
@@ -11,8 +13,10 @@ timed with ``--tuning`` (forced launch settings) are experiments, not the produc
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -24,6 +28,17 @@ from bench.kernel import COMMON_HEAD_DIMS
 DOC = harness.ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench.tables: begin -->", "<!-- bench.tables: end -->"
 IMPL_ORDER = ("triton_v4", "triton_v2", "cutedsl", "liger", "torch_compiled", "torch", "none")
+
+
+@functools.cache
+def commit_ages() -> dict[str, int]:
+    """Short hash -> place in this checkout's history (larger newer); empty without git (the dates decide)."""
+    try:
+        out = subprocess.run(["git", "rev-list", "--reverse", "--abbrev=7", "--abbrev-commit", "HEAD"],
+                             cwd=harness.ROOT, capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {h[:7]: i for i, h in enumerate(out.split())}
 
 
 def rank(name: str) -> tuple[int, str]:
@@ -73,7 +88,8 @@ def pct_cell(fwd: dict, bwd: dict) -> str:
 
 
 def kernel_section(rows: list[dict]) -> list[str]:
-    current = latest([r for r in rows if not r["tuning"]], ("gpu", "implementation", "direction", *CONFIG_KEYS))
+    current = latest([r for r in rows if not r["tuning"]], ("gpu", "implementation", "direction", *CONFIG_KEYS),
+                     commit_ages())
     out = ["## Kernels (`python -m bench.kernel`)", "",
            "Forward / backward, % of the copy bandwidth measured on the same GPU in the same run (bf16 q and k, "
            "(B, T, H, D) = (B, 2048, 16, D) with B the smallest giving each tensor the size named unless other "
@@ -124,7 +140,7 @@ def sweep_summary(rows: list[dict]) -> list[str]:
 
 
 def step_section(rows: list[dict]) -> list[str]:
-    current = latest(rows, ("gpu", "model", "shape", "mode", "implementation"))
+    current = latest(rows, ("gpu", "model", "shape", "mode", "implementation"), commit_ages())
     out = ["## Training steps (`python -m bench.step`)", "",
            "Median step (forward, backward, fused AdamW; bf16 autocast) and its ratio to `rope=torch` in the same "
            "run, timed in interleaved rounds [95% bootstrap CI over rounds]."]
@@ -140,7 +156,7 @@ def step_section(rows: list[dict]) -> list[str]:
 
 
 def user_model_section(rows: list[dict]) -> list[str]:
-    current = latest(rows, ("gpu", "head_dim", "shape", "implementation"))
+    current = latest(rows, ("gpu", "head_dim", "shape", "implementation"), commit_ages())
     out = ["## A user's compiled model (`python -m bench.user_model`)", "",
            "Median step of a model written the user's way (`rotate_qkv`, SDPA, `torch.compile` of the whole model) "
            "per head dim: its cost over no RoPE, and the ratio to the compiled PyTorch formula (`torch`) in the same "
@@ -172,7 +188,7 @@ def generate_section(rows: list[dict]) -> list[str]:
     """Rows of the current benchmark only: those without a ``mode`` timed the decoder the static cache replaced,
     in columns of their own, and stay in the CSV as its history."""
     key = ("gpu", "model", "implementation", "batch", "prompt_len", "new_tokens", "mode", "attention")
-    current = latest([r for r in rows if r.get("mode")], key)
+    current = latest([r for r in rows if r.get("mode")], key, commit_ages())
     out = ["## Decoding (`python -m bench.generate`)", "",
            "Greedy decoding of random prompts with random weights (bf16): the first token's latency (the prompt, "
            "plus the capture of the decode step in mode `captured`) and the decode rate after it, new tokens of "
@@ -203,7 +219,7 @@ def _number(text: str, fmt: str) -> str:
 
 
 def profile_section(rows: list[dict]) -> list[str]:
-    current = latest(rows, ("gpu", "model", "shape", "mode", "implementation", "part"))
+    current = latest(rows, ("gpu", "model", "shape", "mode", "implementation", "part"), commit_ages())
     parts = ("wall", "host", "gpu kernels", "gpu idle")
     out = ["## Where a step's time goes (`python -m bench.profile`)", "", "Per step, ms."]
     groups: dict[tuple, dict[str, dict[str, str]]] = {}

@@ -128,3 +128,14 @@ def test_prepare_archives_the_base_commits_rope_with_both_names(tmp_path):
     assert (repo / ".baseline" / "head.commit").read_text().strip() == f"{head}-dirty"
     proc = subprocess.run(["bash", "bench/compare_commits.sh", "sideways"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_tables_prefer_the_newest_commit_over_a_later_timed_older_one(results, monkeypatch):
+    """A two-commit run times the older commit last: its rows are newer by date, yet the tables show the current
+    code's (the commit later in the history); without a history the dates decide."""
+    k = harness.ResultsCsv(results / "kernel.csv", kernel.COLUMNS)
+    k.append([kernel_row("aaa1111", "triton_v4", 64, 95.0, date="2026-01-03T00:00Z")])  # the base, timed last
+    monkeypatch.setattr(tables, "commit_ages", lambda: {"aaa1111": 0, "bbb2222": 1})
+    assert "| 64 | full | 90.5 / - | 89.0 / - |" in tables.render(results)
+    monkeypatch.setattr(tables, "commit_ages", lambda: {})
+    assert "| 64 | full | 95.0 / - | 89.0 / - |" in tables.render(results)
