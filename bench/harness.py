@@ -174,7 +174,7 @@ def triton_package():
 
 def tuning(spec: dict[str, object]) -> contextlib.AbstractContextManager:
     """The benchmarks' one way to the Triton entries' launch settings: ``rope.triton.tuning(**spec)``, under which
-    eager launches take the given fields (``tiling``, ``tile``, ``num_warps``); no fields: a no-op.
+    eager launches take the given fields (``tiling``, ``tile``, ``num_warps``, ``maxnreg``); no fields: a no-op.
 
     Why one function: launch settings are the Triton package's business, and a benchmark that reached into them
     in several places would have to follow every change of its internals."""

@@ -24,13 +24,15 @@ def tuning(**fields: object) -> Iterator[Overrides]:
     backward (on autograd's thread too: the setting is the process's, so blocks on concurrent threads mix).
 
     ``tiling``: ``"rows"``, ``"chunks"`` or ``"flat"`` (:mod:`rope.triton.plan`); ``tile``: elements a program
-    rotates (a power of two, 64 to 16384); ``num_warps``: a power of two up to 32. Fields not given keep the
+    rotates (a power of two, 64 to 16384); ``num_warps``: a power of two up to 32; ``maxnreg``: a register cap for
+    the programs (16 to 255; by default only padded row programs on fast memory get one). Fields not given keep the
     enclosing block's value (outside any: the plan's own). Compiled graphs keep the default plan. A bad field or
     value raises ValueError before the block runs: ``with rope.triton.tuning(tiling="chunks"): y = module(q, k)``.
     """
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Overrides)})
     if unknown:
-        raise ValueError(f"tuning: unknown setting {unknown[0]!r}; the settings are tiling, tile and num_warps")
+        raise ValueError(f"tuning: unknown setting {unknown[0]!r}; "
+                         "the settings are tiling, tile, num_warps and maxnreg")
     outer = force(dataclasses.replace(forced(), **fields))
     try:
         yield forced()

@@ -30,6 +30,7 @@ class Overrides:
     tiling: str | None = None
     tile: int = 0
     num_warps: int = 0
+    maxnreg: int = 0  # a register cap for every program (the plan's own: on fast memory, padded rows only)
 
     def __post_init__(self) -> None:
         if self.tiling not in (None, *TILINGS):
@@ -38,6 +39,8 @@ class Overrides:
             raise ValueError(f"tuning: tile must be a power of two from 64 to 16384 (or 0), got {self.tile!r}")
         if self.num_warps and not (self.num_warps <= 32 and _is_pow2(self.num_warps)):
             raise ValueError(f"tuning: num_warps must be 1, 2, 4, 8, 16 or 32 (or 0), got {self.num_warps!r}")
+        if self.maxnreg and not (isinstance(self.maxnreg, int) and 16 <= self.maxnreg <= 255):
+            raise ValueError(f"tuning: maxnreg must be a register count from 16 to 255 (or 0), got {self.maxnreg!r}")
 
 
 #: What eager launches take now (:func:`rope.triton.tuning` sets it): the process's, not a context variable's, as
@@ -154,7 +157,7 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
                       INTERLEAVED=geo.interleaved, SV=stride_unit(*geo.strides), WIDE=geo.wide)
     padded_or_positions = tiling == "rows" and (v > r2 or geo.positions)
     return Plan(tiling, (per_batch, geo.tensors, geo.batch), over.num_warps or ROW_WARPS,
-                tuple(constexprs.items()), maxnreg=geo.register_cap if padded_or_positions else 0)
+                tuple(constexprs.items()), maxnreg=over.maxnreg or (geo.register_cap if padded_or_positions else 0))
 
 
 def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
@@ -170,7 +173,7 @@ def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
     constexprs = dict(HQ=geo.q_heads, HK=geo.k_heads, D=D, R2=geo.rotary_pairs, VB=vb, NBP=nbp,
                       INTERLEAVED=geo.interleaved, SV=stride_unit(sqb, sqt, skb, skt, svb, svt, *rest), WIDE=geo.wide)
     return Plan("flat", (per_batch, geo.tensors, geo.batch), over.num_warps or FLAT_WARPS,
-                tuple(constexprs.items()))
+                tuple(constexprs.items()), maxnreg=over.maxnreg)
 
 
 def _programs(geo: Geometry, units: int, per_program: int) -> int:

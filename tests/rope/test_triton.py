@@ -238,9 +238,12 @@ def test_tuning_hook_sets_launches_inside_its_block_only(device):
         outer = rt.plan_for(r, q)
     assert (inner.tiling, inner.num_warps, dict(inner.constexprs)["NCH"]) == ("chunks", 4, 512 // 16)
     assert (outer.tiling, outer.num_warps) == ("chunks", 4) and rt.plan_for(r, q) == default
+    with rt.tuning(maxnreg=32):
+        assert rt.plan_for(r, q).maxnreg == 32 and default.maxnreg == 0
     assert str(default).startswith("rows: ")
     for bad, match in (({"tiling": "diagonal"}, "tiling must be one of"), ({"tile": 100}, "tile must be a power"),
-                       ({"num_warps": 3}, "num_warps must be"), ({"warps": 4}, "unknown setting 'warps'")):
+                       ({"num_warps": 3}, "num_warps must be"), ({"maxnreg": 8}, "maxnreg must be"),
+                       ({"warps": 4}, "unknown setting 'warps'")):
         with pytest.raises(ValueError, match=match), rt.tuning(**bad):
             pytest.fail("the block ran")
 
