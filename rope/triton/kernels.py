@@ -213,8 +213,13 @@ def rope_pairs_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos
 
 
 @triton.jit
-def _column(x, C: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
-    """Column ``C`` of the (N, W) tile ``x`` (W = 2, 4, 8): splits, each taking a bit of C (register renames)."""
+def _pick(lo, hi, C: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
+    """Element ``C`` (< 2W) of each row of the (N, 2W) tile that ``lo`` and ``hi`` make side by side (W = 2, 4, 8):
+    splits, each taking a bit of C (register renames)."""
+    if C < W:
+        x = lo
+    else:
+        x = hi
     e, o = tl.split(tl.reshape(x, (N, W // 2, 2)))
     x = e if C % 2 == 0 else o
     if W >= 4:
@@ -224,16 +229,6 @@ def _column(x, C: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
         e, o = tl.split(tl.reshape(x, (N, W // 8, 2)))
         x = e if (C // 4) % 2 == 0 else o
     return tl.reshape(x, (N,))
-
-
-@triton.jit
-def _pick(lo, hi, C: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
-    """Element ``C`` (< 2W) of each row of the (N, 2W) tile that ``lo`` and ``hi`` make side by side."""
-    if C < W:
-        col = _column(lo, C, W, N)
-    else:
-        col = _column(hi, C - W, W, N)
-    return col
 
 
 @triton.jit
@@ -280,11 +275,9 @@ def _meets(a, b, LO: tl.constexpr, HI: tl.constexpr):
 def _partner(x_ptr, x_row, raw, bm, d, d0, D: tl.constexpr, R2: tl.constexpr, INTERLEAVED: tl.constexpr,
              VB: tl.constexpr, NBP: tl.constexpr):
     """Each element's partner (float32): d ^ 1 (interleaved, a swap in registers), else d + R2 in the first half and
-    d - R2 in the second, read again (L1) as aligned vectors, shifted where R2 is not a multiple of VB.
-
-    Where blocks divide both R2 and D, each block lies in one half (or the copied tail), so its partners are one run,
-    read with one load: two predicated loads would hold twice the registers, and the compiler then delays the
-    block's own load behind them (a second memory round trip per program)."""
+    d - R2 in the second, read again (L1) as aligned vectors, shifted where R2 is not a multiple of VB. Where VB
+    divides R2 and D a block's partners are one run, read with one load: two predicated loads hold twice the
+    registers, and the compiler then issues the block's own load after they return (a second memory round trip)."""
     lanes = tl.arange(0, VB)[None, :]
     if INTERLEAVED:
         even, odd = tl.split(tl.reshape(raw, (NBP, VB // 2, 2)))
@@ -293,11 +286,6 @@ def _partner(x_ptr, x_row, raw, bm, d, d0, D: tl.constexpr, R2: tl.constexpr, IN
         shift = tl.where(d0 < R2, R2, -R2)
         pm = tl.broadcast_to((bm & (d0 < 2 * R2))[:, None], (NBP, VB))
         partner = tl.load(x_ptr + x_row + shift[:, None] + lanes, mask=pm)
-    elif R2 % VB == 0:  # blocks reach into the next row: each lane its own run
-        m = bm[:, None]
-        up = tl.load(x_ptr + x_row + lanes + R2, mask=m & (d < R2))
-        down = tl.load(x_ptr + x_row + lanes - R2, mask=m & (d >= R2) & (d < 2 * R2))
-        partner = tl.where(d < R2, up, down)
     else:
         SU: tl.constexpr = VB - R2 % VB  # the up run's lanes from its lower aligned block: [0, SU)
         SD: tl.constexpr = VB - (-R2) % VB  # and the down run's

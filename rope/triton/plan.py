@@ -3,10 +3,9 @@
 
 Tilings (:mod:`rope.triton.kernels`): ``rows`` (the half padded to a power of two: where that keeps three quarters
 of the lanes busy, half layout; interleaved pads exact powers only), ``chunks`` (the largest power of two of pairs
-dividing the half, at most 16, 8 interleaved), ``flat`` (blocks of up to 8 elements of a token's heads: for a
-copied tail, and for odd halves, which no pair tiling reads with vectors; it needs each token's heads contiguous,
-else a pair tiling). Flat blocks divide the half where they can (half layout), so each block's partners are one
-aligned run. A benchmark forces settings through :func:`rope.triton.tuning`.
+dividing the half, at most 16, 8 interleaved), ``flat`` (blocks of up to 8 elements of a token's heads, dividing the
+half and D where they can: a copied tail, odd halves; it needs each token's heads contiguous, else a pair tiling).
+A benchmark forces settings through :func:`rope.triton.tuning`.
 """
 
 from __future__ import annotations
@@ -112,13 +111,6 @@ class Plan:
         return f"{self.tiling}: {what} a program, {self.num_warps} warps, grid {self.grid}{extra}"
 
 
-def preferred_tiling(head_dim: int, rotary_pairs: int, interleaved: bool) -> str:
-    """The tiling a geometry takes where each token's heads are contiguous (module docstring)."""
-    if 2 * rotary_pairs < head_dim or rotary_pairs % 2:
-        return "flat"
-    return pair_tiling(rotary_pairs, interleaved)
-
-
 def pair_tiling(rotary_pairs: int, interleaved: bool) -> str:
     """Rows or chunks (module docstring): rows where the padded half keeps three quarters of its lanes."""
     padded = next_pow2(rotary_pairs)
@@ -129,7 +121,8 @@ def pair_tiling(rotary_pairs: int, interleaved: bool) -> str:
 @functools.lru_cache(maxsize=1024)
 def make_plan(geo: Geometry, over: Overrides = Overrides()) -> Plan:
     """The plan of a launch with this geometry (``over``: a benchmark's forced settings)."""
-    tiling = over.tiling or preferred_tiling(geo.head_dim, geo.rotary_pairs, geo.interleaved)
+    flat = 2 * geo.rotary_pairs < geo.head_dim or geo.rotary_pairs % 2  # a copied tail, or an odd half
+    tiling = over.tiling or ("flat" if flat else pair_tiling(geo.rotary_pairs, geo.interleaved))
     if tiling == "flat" and not geo.heads_contiguous:
         tiling = pair_tiling(geo.rotary_pairs, geo.interleaved)
     if tiling == "flat":
@@ -163,10 +156,9 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
 def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
     D = geo.head_dim
     fits = [b for b in FLAT_BLOCKS if b <= D and (geo.q_heads * D) % b == 0 and (geo.k_heads * D) % b == 0]
-    aligned = [b for b in fits if b >= 4 and geo.rotary_pairs % b == 0 and not geo.interleaved]
-    if D % 64 == 32:  # odd multiples of 32 (96, 160, 224): 8-element blocks measured slower both ways than 4 there
-        aligned = [b for b in aligned if b <= 4]
-    vb = (aligned or fits)[0]  # the widest block dividing the half (one partner run), else the widest
+    aligned = [b for b in fits if b >= 4 and geo.rotary_pairs % b == 0 and D % b == 0 and not geo.interleaved]
+    aligned = [b for b in aligned if b <= 4] if D % 64 == 32 else aligned  # D = 96, 160, 224: 8 measured slower
+    vb = (aligned or fits)[0]  # the widest block dividing the half and D (one partner run), else the widest
     nbp = max(1, (over.tile or FLAT_TILE) // vb)
     per_batch = _programs(geo, geo.seq_len * (max(geo.q_heads, geo.k_heads) * D // vb), nbp)
     sqb, sqt, _, skb, skt, _, svb, svt, _, *rest = geo.strides  # the heads are contiguous: their stride is D
