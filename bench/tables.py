@@ -41,6 +41,11 @@ def commit_ages() -> dict[str, int]:
     return {h[:7]: i for i, h in enumerate(out.split())}
 
 
+def newest(rows: list[dict], key: tuple[str, ...]) -> dict[tuple, dict]:
+    """Each ``key`` value's current row (module docstring): the newest commit in the history, then the newest date."""
+    return latest(rows, key, commit_ages())
+
+
 def rank(name: str) -> tuple[int, str]:
     """Where an implementation's column or line goes: ours first, then the peers, then the references."""
     return IMPL_ORDER.index(name) if name in IMPL_ORDER else len(IMPL_ORDER), name
@@ -88,8 +93,7 @@ def pct_cell(fwd: dict, bwd: dict) -> str:
 
 
 def kernel_section(rows: list[dict]) -> list[str]:
-    current = latest([r for r in rows if not r["tuning"]], ("gpu", "implementation", "direction", *CONFIG_KEYS),
-                     commit_ages())
+    current = newest([r for r in rows if not r["tuning"]], ("gpu", "implementation", "direction", *CONFIG_KEYS))
     out = ["## Kernels (`python -m bench.kernel`)", "",
            "Forward / backward, % of the copy bandwidth measured on the same GPU in the same run (bf16 q and k, "
            "(B, T, H, D) = (B, 2048, 16, D) with B the smallest giving each tensor the size named unless other "
@@ -140,7 +144,7 @@ def sweep_summary(rows: list[dict]) -> list[str]:
 
 
 def step_section(rows: list[dict]) -> list[str]:
-    current = latest(rows, ("gpu", "model", "shape", "mode", "implementation"), commit_ages())
+    current = newest(rows, ("gpu", "model", "shape", "mode", "implementation"))
     out = ["## Training steps (`python -m bench.step`)", "",
            "Median step (forward, backward, fused AdamW; bf16 autocast) and its ratio to `rope=torch` in the same "
            "run, timed in interleaved rounds [95% bootstrap CI over rounds]."]
@@ -156,7 +160,7 @@ def step_section(rows: list[dict]) -> list[str]:
 
 
 def user_model_section(rows: list[dict]) -> list[str]:
-    current = latest(rows, ("gpu", "head_dim", "shape", "implementation"), commit_ages())
+    current = newest(rows, ("gpu", "head_dim", "shape", "implementation"))
     out = ["## A user's compiled model (`python -m bench.user_model`)", "",
            "Median step of a model written the user's way (`rotate_qkv`, SDPA, `torch.compile` of the whole model) "
            "per head dim: its cost over no RoPE, and the ratio to the compiled PyTorch formula (`torch`) in the same "
@@ -188,7 +192,7 @@ def generate_section(rows: list[dict]) -> list[str]:
     """Rows of the current benchmark only: those without a ``mode`` timed the decoder the static cache replaced,
     in columns of their own, and stay in the CSV as its history."""
     key = ("gpu", "model", "implementation", "batch", "prompt_len", "new_tokens", "mode", "attention")
-    current = latest([r for r in rows if r.get("mode")], key, commit_ages())
+    current = newest([r for r in rows if r.get("mode")], key)
     out = ["## Decoding (`python -m bench.generate`)", "",
            "Greedy decoding of random prompts with random weights (bf16): the first token's latency (the prompt, "
            "plus the capture of the decode step in mode `captured`) and the decode rate after it, new tokens of "
@@ -219,7 +223,7 @@ def _number(text: str, fmt: str) -> str:
 
 
 def profile_section(rows: list[dict]) -> list[str]:
-    current = latest(rows, ("gpu", "model", "shape", "mode", "implementation", "part"), commit_ages())
+    current = newest(rows, ("gpu", "model", "shape", "mode", "implementation", "part"))
     parts = ("wall", "host", "gpu kernels", "gpu idle")
     out = ["## Where a step's time goes (`python -m bench.profile`)", "", "Per step, ms."]
     groups: dict[tuple, dict[str, dict[str, str]]] = {}
