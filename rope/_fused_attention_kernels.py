@@ -4,17 +4,19 @@ rotated as they are loaded.
 Private (the leading underscore keeps :func:`rope.registry.discover` from importing it): ``rope.fused_attention``
 imports it on first use, so ``import rope`` works without triton.
 
-One kernel, :func:`attend_split_kernel`, splitting the keys as flash-decoding does (the split count is a runtime
-argument: one compile per tiling, whatever the cache length): one program per (block of query rows, batch row and
-key-value head, range of keys). A block's rows are the query heads that share the key-value head (grouped-query
-attention) times the queries, so each key and value row is read once for all of them. The program loads its
-queries, rotates them in registers by their positions' rows of the RoPE tables, and runs an online softmax over its
-keys. With one split it writes the output; with several it writes its normalised partial output and log-sum-exp,
-and the block's last split to finish (a counter per block) weighs every split's partial output by its log-sum-exp.
+Two kernels, as flash-decoding splits the work (the split count is a runtime argument: one compile per tiling,
+whatever the cache length):
+
+* :func:`attend_split_kernel`: one program per (block of query rows, batch row and key-value head, range of
+  keys). A block's rows are the query heads that share the key-value head (grouped-query attention) times the
+  queries, so each key and value row is read once for all of them. The program loads its queries, rotates them
+  in registers by their positions' rows of the RoPE tables, and runs an online softmax over its keys. With one
+  split it writes the output; with several it writes its normalised partial output and log-sum-exp.
+* :func:`combine_splits_kernel`: one program per (batch row, query, head) weighs the partial outputs by their
+  log-sum-exps.
 
 Why splits: a decode step has few (batch row, head) pairs; over a long cache one program each would leave
-most of the GPU idle while they stream their keys. Splitting the keys gives every SM work. Why the last split
-combines, not a second kernel: at batch 1 a launch costs as long as the combine itself, a good share of a step.
+most of the GPU idle while they stream their keys. Splitting the keys gives every SM work.
 
 A query at position p sees the keys 0 .. p (the cache holds its own key already). A position outside the
 cache or the tables gives NaN rows: the host checks positions only where that is free (see the caller).
@@ -85,7 +87,7 @@ def _dot(a, b, IEEE: tl.constexpr, F32: tl.constexpr):
 
 @triton.jit(do_not_specialize=["pos_start"])
 def attend_split_kernel(
-    Q, K, V, COS, SIN, POS, OUT, PART, LSE, COUNTS,
+    Q, K, V, COS, SIN, POS, OUT, PART, LSE,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
@@ -96,10 +98,9 @@ def attend_split_kernel(
     INTERLEAVED: tl.constexpr, ROTATE: tl.constexpr, HAS_POS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr, DOT_F32: tl.constexpr,
 ):
-    """Grid (query row blocks, B * H_KV, n_splits); ``SPLIT``: n_splits > 1 (partial results in ``PART`` and
-    ``LSE``, combined by the block's last split; ``COUNTS``: one int32 per (block, B * H_KV), zero before the launch
-    and left zero after it). Rows are ordered query-major (row r: query r // G, head kv_head * G + r % G), so a
-    block's rows have neighbouring positions and the causal bound cuts its keys."""
+    """Grid (query row blocks, B * H_KV, n_splits); ``SPLIT``: n_splits > 1 (partial results, combined after).
+    Rows are ordered query-major (row r: query r // G, head kv_head * G + r % G), so a block's rows have
+    neighbouring positions and the causal bound cuts its keys."""
     block = tl.program_id(0)
     bh = tl.program_id(1)
     split = tl.program_id(2)
@@ -154,48 +155,43 @@ def attend_split_kernel(
         v_ptrs += BLOCK_N * stride_vn
 
     store_mask = row_ok[:, None] & d_ok[None, :]
-    o_rows = OUT + b * stride_ob + t * stride_ot + head * stride_oh
     if not SPLIT:
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         out = tl.where(pos_ok[:, None], out, float("nan"))
+        o_rows = OUT + b * stride_ob + t * stride_ot + head * stride_oh
         tl.store(o_rows[:, None] + d[None, :], _cast(out, OUT.dtype.element_ty, DOT_F32), mask=store_mask)
     else:
         seen = l_i > 0
         out = acc / tl.where(seen, l_i, 1.0)[:, None]
         lse = tl.where(seen, m_i + tl.math.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
-        first_part = ((b * T + t) * (H_KV * G) + head) * n_splits
-        tl.store(PART + (first_part + split)[:, None] * D + d[None, :], out, mask=store_mask)
-        tl.store(LSE + first_part + split, lse, mask=row_ok)
-        # every thread's stores are done before one thread's release, which the last split's acquire pairs with
-        tl.debug_barrier()
-        counter = COUNTS + bh * tl.num_programs(0) + block
-        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == n_splits - 1:
-            tl.debug_barrier()
-            _combine_splits(PART, LSE, first_part, o_rows, d, store_mask, row_ok, pos_ok, n_splits, D,
-                            OUT.dtype.element_ty, DOT_F32)
-            tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")  # zero again for the next launch
+        part = ((b * T + t) * (H_KV * G) + head) * n_splits + split
+        tl.store(PART + part[:, None] * D + d[None, :], out, mask=store_mask)
+        tl.store(LSE + part, lse, mask=row_ok)
 
 
 @triton.jit
-def _combine_splits(PART, LSE, first_part, o_rows, d, store_mask, row_ok, pos_ok, n_splits, D: tl.constexpr,
-                    out_dtype: tl.constexpr, ROUND_BF16: tl.constexpr):
-    """The block's rows from every split's partial output, weighed by exp2 of its log-sum-exp less the largest (an
-    online softmax over the splits): a split that saw no key weighs 0; a row that saw none (a position outside the
-    cache or the tables) comes out NaN. The partials are read past the L1, which another SM's writes bypass."""
-    m = tl.full(first_part.shape, float("-inf"), tl.float32)
-    total = tl.zeros(first_part.shape, tl.float32)
-    acc = tl.zeros(store_mask.shape, tl.float32)
-    for s in range(0, n_splits):
-        lse = tl.load(LSE + first_part + s, mask=row_ok, other=float("-inf"), cache_modifier=".cg")
-        part = tl.load(PART + (first_part + s)[:, None] * D + d[None, :], mask=store_mask, other=0.0,
-                       cache_modifier=".cg")
-        m_new = tl.maximum(m, lse)
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m - m_use)
-        weight = tl.math.exp2(lse - m_use)
-        total = total * alpha + weight
-        acc = acc * alpha[:, None] + part * weight[:, None]
-        m = m_new
-    out = tl.where(pos_ok[:, None] & (total > 0)[:, None], acc / tl.where(total > 0, total, 1.0)[:, None],
-                   float("nan"))
-    tl.store(o_rows[:, None] + d[None, :], _cast(out, out_dtype, ROUND_BF16), mask=store_mask)
+def combine_splits_kernel(
+    PART, LSE, OUT,
+    stride_ob, stride_ot, stride_oh,
+    T, H, n_splits,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, ROUND_BF16: tl.constexpr,
+):
+    """Grid (B * T * H,): one (batch row, query, head) each. Its partial outputs weighted by exp2 of their
+    log-sum-exps less the largest: a split that saw no key weighs 0; a row that saw none (a position outside
+    the cache or the tables) comes out NaN."""
+    row = tl.program_id(0).to(tl.int64)
+    h = row % H
+    t = (row // H) % T
+    b = row // (H * T)
+    s = tl.arange(0, BLOCK_S)
+    s_ok = s < n_splits
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    lse = tl.load(LSE + row * n_splits + s, mask=s_ok, other=float("-inf"))
+    weight = tl.math.exp2(lse - tl.max(lse, axis=0))
+    weight = tl.where(s_ok, weight, 0.0)
+    part = tl.load(PART + (row * n_splits + s)[:, None] * D + d[None, :], mask=s_ok[:, None] & d_ok[None, :],
+                   other=0.0)
+    out = tl.sum(part * weight[:, None], axis=0) / tl.sum(weight, axis=0)
+    tl.store(OUT + b * stride_ob + t * stride_ot + h * stride_oh + d, _cast(out, OUT.dtype.element_ty, ROUND_BF16),
+             mask=d_ok)

@@ -8,14 +8,14 @@ by the attention kernel from the same module's cos/sin tables, so every variant,
 ``interleaved``), ``rotary_dim`` and scaling (YaRN's attention factor is folded into the tables) computes what
 the module computes, and ``rope=none`` rotates nothing.
 
-The kernel (:mod:`rope._fused_attention_kernels`, imported on first use) splits the keys over several programs
-when the batch and heads alone would leave the GPU idle (flash-decoding); the last split of each block combines
-the partial results, in the same launch. :func:`tuning` forces the launch settings (splits, tiles, warps, stages)
-for the calls inside a block, for benchmarks that look for a better rule; :func:`launch_settings` says what a call
-launches. Every argument is checked before any launch; a bad one raises :class:`RopeArgumentError` naming it.
-Positions given as an int or a CPU tensor are range-checked; positions in GPU memory are not (that check would wait
-for the GPU, and a captured CUDA graph cannot wait): a query at a position outside the cache or the tables comes out
-as a NaN row, never as a silently wrong one.
+The kernels (:mod:`rope._fused_attention_kernels`, imported on first use) split the keys over several programs
+when the batch and heads alone would leave the GPU idle (flash-decoding), and combine the partial results in a
+second launch. :func:`tuning` forces the launch settings (splits, tiles, warps, stages) for the calls inside a
+block, for benchmarks that look for a better rule; :func:`launch_settings` says what a call launches. Every
+argument is checked before any launch; a bad one raises :class:`RopeArgumentError` naming it. Positions given as
+an int or a CPU tensor are range-checked; positions in GPU memory are not (that check would wait for the GPU, and
+a captured CUDA graph cannot wait): a query at a position outside the cache or the tables comes out as a NaN row,
+never as a silently wrong one.
 """
 
 from __future__ import annotations
@@ -370,18 +370,18 @@ def _visible_keys(plan: _Plan, positions: Tensor | int, start: int) -> int:
 def launch_settings(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int,
                     rotary: RotaryEmbedding, *, scale: float | None = None) -> dict[str, object]:
     """What :func:`attention_with_rope` launches for these arguments (under the current :func:`tuning`), without
-    launching: the grid, programs, tiles, warps, stages, splits, keys per split, and the combine (``"last split"``:
-    each block's last split to finish combines the splits, in the same launch; ``"none"`` with one split). Its
-    ``"line"`` says it in one line, for a benchmark's rows. The arguments are checked as the call checks them."""
+    launching: the grid, programs, tiles, warps, stages, splits, keys per split, and the combine (``"kernel"``:
+    a second launch combines the splits; ``"none"`` with one split). Its ``"line"`` says it in one line, for a
+    benchmark's rows. The arguments are checked as the call checks them."""
     start, plan = _check(q, k_cache, v_cache, positions, rotary, scale)
     splits, per_split = _splits(plan.programs(), _visible_keys(plan, positions, start), plan.block_n, plan.sms,
                                 plan.tuning.splits)
     grid = (plan.n_blocks, plan.B * plan.H_kv, splits)
     out = {"grid": grid, "programs": math.prod(grid), "block_m": plan.block_m, "block_n": plan.block_n,
            "num_warps": plan.warps, "num_stages": plan.stages, "splits": splits, "keys_per_split": per_split,
-           "combine": "last split" if splits > 1 else "none"}
+           "combine": "kernel" if splits > 1 else "none"}
     out["line"] = (f"grid={'x'.join(map(str, grid))} bm={plan.block_m} bn={plan.block_n} w={plan.warps} "
-                   f"s={plan.stages} keys/split={per_split} combine={out['combine'].replace(' ', '-')}")
+                   f"s={plan.stages} keys/split={per_split} combine={out['combine']}")
     return out
 
 
@@ -408,14 +408,13 @@ def _launch(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int
     if splits > 1:
         part = q.new_empty(B * T * H * splits * (D + 1), dtype=torch.float32)
         part, lse = part[:B * T * H * splits * D], part[B * T * H * splits * D:]
-        counts = _split_counters(q.device, plan.programs())
     else:
-        part = lse = counts = out  # never read or written with one split
+        part = lse = out  # never read or written with one split
     cos, sin = rotary._cos_sin
     pos_arg = positions if has_pos else cos  # without positions a placeholder no program reads (HAS_POS off)
-    args = (q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse, counts, *plan.ints, start, per_split,
-            plan.scale_log2, splits, plan.G, D, plan.block_d, plan.half, plan.rotary_dim, plan.interleaved,
-            plan.rotate, has_pos, plan.block_m, plan.block_n, splits > 1, plan.ieee, plan.dot_f32)
+    args = (q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse, *plan.ints, start, per_split, plan.scale_log2,
+            splits, plan.G, D, plan.block_d, plan.half, plan.rotary_dim, plan.interleaved, plan.rotate, has_pos,
+            plan.block_m, plan.block_n, splits > 1, plan.ieee, plan.dot_f32)
     key = None
     if plan.direct:  # what Triton specialises a compiled kernel on beyond the plan: the pointers' alignment
         key = (has_pos, splits, per_split, q.data_ptr() % 16, k_cache.data_ptr() % 16, v_cache.data_ptr() % 16,
@@ -423,22 +422,11 @@ def _launch(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int
     with on_device_of(q):
         _run(kernels.attend_split_kernel, (plan.n_blocks, B * plan.H_kv, splits), args, plan.warps, plan.stages,
              plan, key)
+        if splits > 1:
+            _run(kernels.combine_splits_kernel, (B * T * H, 1, 1),
+                 (part, lse, out, T * H * D, H * D, D, T, H, splits, D, plan.block_d, _next_pow2(splits),
+                  plan.dot_f32), 4, 3, plan, None if key is None else ("combine", *key))
     return out
-
-
-#: Per (device, stream): the int32 counters by which each block's last split knows it is last. Every launch leaves
-#: them zero, so one buffer serves every call on its stream (calls on one stream never overlap) and a captured call's
-#: replays; a stream of its own per caller keeps concurrent calls apart. A buffer outgrown stays alive: a CUDA graph
-#: captured with it still points at it.
-_COUNTERS: dict[tuple[str, int], list[Tensor]] = {}
-
-
-def _split_counters(device: torch.device, n: int) -> Tensor:
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    buffers = _COUNTERS.setdefault((str(device), stream), [])
-    if not buffers or buffers[-1].numel() < n:
-        buffers.append(torch.zeros(max(n, 1024), dtype=torch.int32, device=device))
-    return buffers[-1]
 
 
 def _run(kernel, grid: tuple[int, int, int], args: tuple, warps: int, stages: int, plan: _Plan,
