@@ -25,7 +25,9 @@ What explains a miss, from two roofs measured in the same run: ``mma_tflops``, a
 rate, and ``read_gbps``, a read-only reduction's bandwidth. ``pct_mma_peak`` is the attention's FLOPs per second
 (4 B H D per visible key and query) against the matmul's; ``roof_speedup`` (on fused rows) is the separate path's
 time over the shorter of the times the cache bytes (at the higher of the read and copy bandwidths) and the FLOPs
-(at the matmul rate) allow: no kernel can beat the separate path by more, so a target above it is impossible there.
+(at the matmul rate) allow, plus ``launch_floor_us``, what one launch of a one-element kernel costs in the same mode
+(measured in the same run: an eager call, or the replay of a graph holding it; a call of one kernel pays at least
+that): no kernel can beat the separate path by more, so a target above it is impossible there.
 ``bound``: ``memory`` where the row reads the cache at 90% of copy bandwidth or more; ``compute`` where the FLOPs
 roof is the higher one and the row reaches a quarter of the matmul's rate; else ``latency`` (neither roof: the
 launches, dependent loads, or too few programs).
@@ -55,7 +57,7 @@ from bench import harness
 NAME = "attention"
 COLUMNS = (*harness.ENV_COLUMNS, "shape", "implementation", "mode", "time_us", "pct_copy_bw", "speedup",
            "head_dim", "heads", "batch", "cached", "queries", "dtype", "cache_mb", "copy_gbps", "max_err",
-           "bound", "pct_mma_peak", "roof_speedup", "launch", "mma_tflops", "read_gbps")
+           "bound", "pct_mma_peak", "roof_speedup", "launch", "mma_tflops", "read_gbps", "launch_floor_us")
 IMPLS = ("separate", "fused")
 MODES = ("eager", "captured")
 #: Calls of an eager stream (fewer where one call is long: about 20 ms a stream), and how many streams (the
@@ -207,8 +209,9 @@ def candidates(shape: Shape, rule: dict, sms: int) -> list[dict]:
 
 
 class Roofs:
-    """What the GPU can do at most, measured once per run: a matmul's TFLOP/s in the run's dtype and a read-only
-    reduction's GB/s (beside the copy bandwidth)."""
+    """What the GPU can do at most, measured once per run: a matmul's TFLOP/s in the run's dtype, a read-only
+    reduction's GB/s (beside the copy bandwidth), and per mode the time of one launch of a one-element kernel (the
+    floor under any call: at batch 1 and a short cache, a good part of the step)."""
 
     def __init__(self, timer, dtype: torch.dtype, device: torch.device, copy_gbps: float) -> None:
         n = 8192 if device.type == "cuda" else 256
@@ -218,9 +221,14 @@ class Roofs:
         x = torch.ones((2**29 if device.type == "cuda" else 2**22) // 2, dtype=torch.bfloat16, device=device)
         self.read_gbps = x.numel() * 2 / (timer(lambda: x.sum(dtype=torch.float32), reps=10) * 1e-6) / 1e9
         self.copy_gbps = copy_gbps
+        one = torch.zeros(1, device=device)
+        self.launch_us = {"eager": stream_us([lambda: one.add_(1)], device)}
+        if device.type == "cuda":
+            self.launch_us["captured"] = timer(graphed(lambda: one.add_(1)), reps=10)
 
-    def columns(self, shape: Shape, nbytes: int, us: float, separate_us: float | None) -> dict:
-        """``bound``, ``pct_mma_peak``, ``roof_speedup`` (with ``separate_us``) of a row of ``shape`` at ``us``."""
+    def columns(self, shape: Shape, mode: str, nbytes: int, us: float, separate_us: float | None) -> dict:
+        """``bound``, ``pct_mma_peak``, ``roof_speedup`` (with ``separate_us``) of a row of ``shape`` at ``us`` in
+        ``mode``, and the launch floor the roof includes."""
         flops = 4 * shape.B * shape.H * shape.D * (shape.queries * shape.cached
                                                    + shape.queries * (shape.queries + 1) // 2)
         memory_us = nbytes / (max(self.read_gbps, self.copy_gbps) * 1e3)
@@ -232,9 +240,10 @@ class Roofs:
             bound = "compute"
         else:
             bound = "latency"
-        roof = separate_us / max(memory_us, compute_us) if separate_us is not None else None
+        floor = self.launch_us[mode]
+        roof = separate_us / (floor + max(memory_us, compute_us)) if separate_us is not None else None
         return {"bound": bound, "pct_mma_peak": pct_mma, "roof_speedup": roof, "mma_tflops": self.mma_tflops,
-                "read_gbps": self.read_gbps}
+                "read_gbps": self.read_gbps, "launch_floor_us": floor}
 
 
 def measure_shape(shape: Shape, args: argparse.Namespace, rotary, timer, copy_gbps: float, env: dict,
@@ -314,7 +323,7 @@ def measure_shape(shape: Shape, args: argparse.Namespace, rotary, timer, copy_gb
                      "head_dim": D, "heads": f"{H}/{H_kv}", "batch": B, "cached": shape.cached, "queries": T,
                      "dtype": str(dtype)[6:], "cache_mb": nbytes / 2**20, "copy_gbps": copy_gbps,
                      "max_err": max_err[name], "launch": launch.get(name, ""),
-                     **(roofs.columns(shape, nbytes, us, sep_us) if roofs is not None else {})})
+                     **(roofs.columns(shape, mode, nbytes, us, sep_us) if roofs is not None else {})})
     fused = {m: times["fused", m] for m in MODES if ("fused", m) in times}
     log(f"{shape.label}: " + ", ".join(f"{m} {times['separate', m]:.1f} -> {us:.1f} us "
                                       f"({times['separate', m] / us:.2f}x)" for m, us in fused.items()))
@@ -343,7 +352,8 @@ def summary(rows: list[dict]) -> str:
 
     def explain(r: dict) -> str:
         return (f"{r['speedup']:.2f}x, {r['bound']}-bound ({r['pct_copy_bw']:.0f}% of copy bandwidth, "
-                f"{r['pct_mma_peak']:.0f}% of the matmul rate); the roofs allow at most {r['roof_speedup']:.2f}x")
+                f"{r['pct_mma_peak']:.0f}% of the matmul rate); the roofs (one launch included) allow at most "
+                f"{r['roof_speedup']:.2f}x")
 
     one = [r for r in fused if r["queries"] == 1]
     captured_one = [r for r in one if r["mode"] == "captured"]
@@ -396,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbps = harness.copy_gbps(timer, 2**29 if args.device.type == "cuda" else 2**22, args.device)
     roofs = Roofs(timer, args.dtype, args.device, copy_gbps)
     log(f"copy bandwidth {copy_gbps:.0f} GB/s, read bandwidth {roofs.read_gbps:.0f} GB/s, "
-        f"{str(args.dtype)[6:]} matmul {roofs.mma_tflops:.0f} TFLOP/s")
+        f"{str(args.dtype)[6:]} matmul {roofs.mma_tflops:.0f} TFLOP/s, one launch "
+        + ", ".join(f"{mode} {us:.1f} us" for mode, us in roofs.launch_us.items()))
     rows = []
     for D in args.head_dims:
         rotary = rope.build("triton_v4", D, max(args.cached) + max(args.queries)).to(args.device)

@@ -44,3 +44,17 @@ def test_attention_candidates_add_a_row_per_launch_setting(tmp_path, capsys):
 def test_heads_option_is_the_one_given():
     assert attention.parse_args(["--heads", "8/2,4/4"]).heads == [(8, 2), (4, 4)]
     assert attention.parse_args(["--smoke"]).heads == [(4, 2), (4, 4)]
+
+
+def test_the_roof_counts_one_launch_of_the_mode():
+    """No call beats the separate path by more than its time over (one launch + the cache read at the best
+    bandwidth, or the FLOPs at the matmul rate): at batch 1 and a short cache the launch is most of the roof."""
+    roofs = attention.Roofs.__new__(attention.Roofs)
+    roofs.mma_tflops, roofs.read_gbps, roofs.copy_gbps = 800.0, 4000.0, 3000.0
+    roofs.launch_us = {"eager": 9.0, "captured": 4.0}
+    shape = attention.Shape(64, 32, 8, 1, 4096, 1)
+    nbytes = shape.cache_bytes(2)  # 8 MiB: 2.10 us at 4000 GB/s
+    for mode, floor in roofs.launch_us.items():
+        row = roofs.columns(shape, mode, nbytes, us=20.0, separate_us=30.0)
+        assert row["launch_floor_us"] == floor
+        assert row["roof_speedup"] == pytest.approx(30.0 / (floor + nbytes / 4000e3))
