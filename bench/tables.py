@@ -239,9 +239,51 @@ def profile_section(rows: list[dict]) -> list[str]:
     return out
 
 
+def attention_section(rows: list[dict]) -> list[str]:
+    """The fused call against the separate path per shape, eager and captured; the rows of forced launch settings
+    (``fused[...]``, from ``--candidates``) are experiments and stay in the CSV only."""
+    key = ("gpu", "head_dim", "heads", "batch", "cached", "queries", "dtype", "implementation", "mode")
+    current = newest([r for r in rows if r["implementation"] in ("separate", "fused")], key)
+    out = ["## Attention over a KV cache, queries rotated inside (`python -m bench.attention`)", "",
+           "Per shape (head dim, query/key-value heads, batch, cached tokens, new queries; bf16), microseconds of "
+           "the separate path (`triton_v4` on q, then SDPA) and of `rope.attention_with_rope`, eager (a stream of "
+           "calls, the host launching each) and captured (a CUDA graph's replay, the L2 flushed before it); "
+           "`x`: the separate path's time over the fused one's; `% copy`: the captured fused call's cache read "
+           "against the copy bandwidth; `bound` and `roof` (the most any call could gain over the separate path: "
+           "one launch plus the cache read at full bandwidth, or the FLOPs at the matmul rate) of the captured "
+           "fused row, where its run measured them (`roof` from runs that timed a launch: `launch_floor_us`)."]
+    shapes: dict[tuple, dict[tuple[str, str], dict]] = {}
+    for r in current.values():
+        shape = (r["gpu"], int(r["head_dim"]), r["heads"], int(r["queries"]), int(r["batch"]), int(r["cached"]),
+                 r["dtype"])
+        shapes.setdefault(shape, {})[r["implementation"], r["mode"]] = r
+
+    def cells(by: dict, mode: str) -> list[str]:
+        sep, fused = by.get(("separate", mode)), by.get(("fused", mode))
+        return [_number(sep["time_us"], "{:.1f}") if sep else "", _number(fused["time_us"], "{:.1f}") if fused else "",
+                _number(fused["speedup"], "{:.2f}") if fused else ""]
+
+    for gpu in sorted({s[0] for s in shapes}):
+        mine = {s: by for s, by in shapes.items() if s[0] == gpu}
+        body = []
+        for (_, d, heads, queries, batch, cached, dtype), by in sorted(mine.items(), key=lambda kv: (
+                kv[0][1], int(kv[0][2].split("/")[1]), *kv[0][3:])):
+            captured = by.get(("fused", "captured"), {})
+            body.append([str(d), heads, str(batch), str(cached), f"+{queries}", dtype, *cells(by, "eager"),
+                         *cells(by, "captured"), _number(captured.get("pct_copy_bw", ""), "{:.0f}"),
+                         captured.get("bound", ""),
+                         _number(captured["roof_speedup"], "{:.2f}") if captured.get("launch_floor_us") else ""])
+        rows_of_gpu = [r for by in mine.values() for r in by.values()]
+        out += ["", f"### {gpu}", "", provenance(rows_of_gpu), ""]
+        out += harness.markdown_table(["D", "heads", "B", "cached", "new", "dtype", "separate eager", "fused eager",
+                                       "x eager", "separate captured", "fused captured", "x captured", "% copy",
+                                       "bound", "roof"], body, 6)
+    return out
+
+
 def render(results: Path) -> str:
     sections = (("kernel", kernel_section), ("step", step_section), ("user_model", user_model_section),
-                ("generate", generate_section), ("profile", profile_section))
+                ("attention", attention_section), ("generate", generate_section), ("profile", profile_section))
     out = [BEGIN, "", "<!-- written by `python -m bench.tables` from bench/results/*.csv: edit those, not this -->"]
     for name, fn in sections:
         rows = harness.read_rows(results / f"{name}.csv")

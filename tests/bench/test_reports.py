@@ -139,3 +139,31 @@ def test_tables_prefer_the_newest_commit_over_a_later_timed_older_one(results, m
     assert "| 64 | full | 90.5 / - | 89.0 / - |" in tables.render(results)
     monkeypatch.setattr(tables, "commit_ages", lambda: {})
     assert "| 64 | full | 95.0 / - | 89.0 / - |" in tables.render(results)
+
+
+def test_tables_show_the_fused_attention_beside_the_separate_path(tmp_path, monkeypatch):
+    """One line per shape: both paths eager and captured with the fused call's speed-up; the newest commit's rows;
+    candidate launch settings (``fused[...]``) left out; the roof only where its run timed a launch."""
+    from bench import attention
+
+    monkeypatch.setattr(tables, "commit_ages", lambda: {"aaa1111": 0, "bbb2222": 1})
+    csv = harness.ResultsCsv(tmp_path / "attention.csv", attention.COLUMNS)
+
+    def row(commit, impl, mode, us, speedup="", floor="", cached=4096):
+        return {"date": "2026-01-02T00:00Z", "gpu": "NVIDIA H200", "commit": commit, "torch": "2.11", "triton": "3.6",
+                "shape": f"D64 H32/8 B1 cached{cached} +1", "implementation": impl, "mode": mode, "time_us": us,
+                "pct_copy_bw": 40.0, "speedup": speedup, "head_dim": 64, "heads": "32/8", "batch": 1,
+                "cached": cached, "queries": 1, "dtype": "bfloat16", "bound": "latency", "roof_speedup": 2.5,
+                "launch_floor_us": floor}
+
+    csv.append([row("bbb2222", "separate", "eager", 70.0), row("bbb2222", "fused", "eager", 35.0, 2.0),
+                row("bbb2222", "separate", "captured", 20.0), row("bbb2222", "fused", "captured", 16.0, 1.25, 4.1),
+                row("aaa1111", "fused", "captured", 99.0, 0.2, 4.1),  # an older commit, timed later
+                row("bbb2222", "fused[splits=16]", "captured", 15.0, 1.33, 4.1),
+                row("bbb2222", "separate", "captured", 30.0, cached=16384),
+                row("bbb2222", "fused", "captured", 25.0, 1.2, cached=16384)])  # a run before the launch floor
+    text = "\n".join(tables.attention_section(harness.read_rows(tmp_path / "attention.csv")))
+    assert "| 64 | 32/8 | 1 | 4096 | +1 | bfloat16 | 70.0 | 35.0 | 2.00 | 20.0 | 16.0 | 1.25 | 40 | latency | 2.50 |" \
+        in text
+    assert "| 64 | 32/8 | 1 | 16384 | +1 | bfloat16 |  |  |  | 30.0 | 25.0 | 1.20 | 40 | latency |  |" in text
+    assert "99.0" not in text and "15.0" not in text
