@@ -56,10 +56,11 @@ def run_cli(args: list[str], timeout: float = 600, extra_env: dict | None = None
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def run_multirun_inprocess(args: list[str], small: bool = True) -> int:
+def run_multirun_inprocess(args: list[str], small: bool = True, multirun: bool = True) -> int:
     """``python -m llm.train -m [SMALL] ARGS`` in this process: Hydra's own multirun (sweeper, launcher, callbacks)
     through the entry point, and the exit code the command would end with. For tests of a sweep that need Hydra's
     machinery but not a process of their own: a new process would import torch, Hydra and the app again.
+    ``multirun=False``: the single-run command (no ``-m``), for tests of what the command line says and leaves.
 
     Hydra configures the process as a command's own: the root logger's handlers (its console handler writes to
     the ``sys.stdout`` of the moment, which ``capsys`` reads), its global state, the environment (the entry point
@@ -82,7 +83,7 @@ def run_multirun_inprocess(args: list[str], small: bool = True) -> int:
     # an absolute --config-path: imported, llm.train's "../conf" would be looked up as a Python package
     base = [] if not small else [o for o in SMALL if not o.startswith("data.")] if any(
         a.startswith("data=") for a in args) else SMALL  # as compose_cfg: SMALL's data keys are the stdlib's
-    sys.argv = ["llm.train", "-m", f"--config-path={CONF}", *base, *args]
+    sys.argv = ["llm.train", *(["-m"] if multirun else []), f"--config-path={CONF}", *base, *args]
     try:
         run_entry(main)
         return 1 if FAILED_JOBS else 0

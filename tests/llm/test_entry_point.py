@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, SMALL, read_metrics, run_cli, run_inprocess
+from helpers import ROOT, SMALL, read_metrics, run_cli, run_inprocess, run_multirun_inprocess
 
 from llm.errors import RunDirInUseError
 
@@ -29,13 +29,15 @@ from llm.errors import RunDirInUseError
         ("model.n_head=0", "model.n_head=0 must be a positive integer"),
     ],
 )
-def test_bad_input_is_one_line_before_any_work_and_leaves_no_run_dir(tmp_path, override, message):
+def test_bad_input_is_one_line_before_any_work_and_leaves_no_run_dir(tmp_path, capsys, override, message):
+    """Through the entry point in this process (the same code as the command: a process of its own for each case
+    would only import torch and Hydra again; the next test runs the real command)."""
     run_dir = tmp_path / "day" / "run"
-    proc = run_cli([override, f"hydra.run.dir={run_dir}"], timeout=120)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert message in proc.stderr, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr and "Error executing job" not in proc.stderr
-    assert len([ln for ln in proc.stderr.splitlines() if ln.strip()]) == 1, proc.stderr
+    assert run_multirun_inprocess([override, f"hydra.run.dir={run_dir}"], multirun=False) == 2
+    err = capsys.readouterr().err
+    assert message in err, err[-2000:]
+    assert "Traceback" not in err and "Error executing job" not in err
+    assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err
     assert not run_dir.exists() and not (tmp_path / "day").exists(), "a config that never ran leaves no run dir"
 
 
