@@ -10,7 +10,16 @@ import time
 
 import pytest
 import torch
-from helpers import ROOT, compose_cfg, read_metrics, run_cli, run_inprocess, train_losses, val_losses
+from helpers import (
+    ROOT,
+    compose_cfg,
+    read_metrics,
+    run_cli,
+    run_inprocess,
+    run_multirun_inprocess,
+    train_losses,
+    val_losses,
+)
 
 from llm.config_check import validate_config
 
@@ -165,14 +174,15 @@ def test_bad_config_fails_before_any_work_naming_the_key(overrides, message):
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_bad_config_on_the_command_line_is_one_clear_line(tmp_path):
-    proc = run_cli(["model.n_embd=30", "model.n_head=4", f"hydra.run.dir={tmp_path}"])
-    assert proc.returncode != 0
-    assert "model.n_embd=30 must be divisible by model.n_head=4" in proc.stderr
+def test_bad_config_on_the_command_line_is_one_clear_line(tmp_path, capsys):
+    """Through the entry point in this process (tests/llm/test_entry_point.py runs the real command)."""
+    assert run_multirun_inprocess(["model.n_embd=30", "model.n_head=4", f"hydra.run.dir={tmp_path}"],
+                                  multirun=False) == 2
+    assert "model.n_embd=30 must be divisible by model.n_head=4" in capsys.readouterr().err
     assert not (tmp_path / "metrics.jsonl").exists()
-    proc = run_cli(["model=nope", f"hydra.run.dir={tmp_path}"])
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert run_multirun_inprocess(["model=nope", f"hydra.run.dir={tmp_path}"], multirun=False) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
     assert lines[0].startswith("Error: model=nope is not an option of model; allowed: ") and "tiny" in lines[0]
 
 
