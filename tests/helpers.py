@@ -56,11 +56,11 @@ def run_cli(args: list[str], timeout: float = 600, extra_env: dict | None = None
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def run_multirun_inprocess(args: list[str], small: bool = True, multirun: bool = True) -> int:
-    """``python -m llm.train -m [SMALL] ARGS`` in this process: Hydra's own multirun (sweeper, launcher, callbacks)
-    through the entry point, and the exit code the command would end with. For tests of a sweep that need Hydra's
-    machinery but not a process of their own: a new process would import torch, Hydra and the app again.
-    ``multirun=False``: the single-run command (no ``-m``), for tests of what the command line says and leaves.
+def run_command_inprocess(args: list[str], small: bool = True, multirun: bool = True) -> int:
+    """``python -m llm.train -m [SMALL] ARGS`` (``multirun=False``: without ``-m``) in this process: Hydra's own
+    multirun (sweeper, launcher, callbacks) or single run through the entry point, and the exit code the command
+    would end with. For tests that need Hydra's machinery but not a process of their own: a new process would
+    import torch, Hydra and the app again.
 
     Hydra configures the process as a command's own: the root logger's handlers (its console handler writes to
     the ``sys.stdout`` of the moment, which ``capsys`` reads), its global state, the environment (the entry point

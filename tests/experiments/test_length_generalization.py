@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import json
 
-from helpers import CONF, ROOT, run_multirun_inprocess
+from helpers import CONF, ROOT, run_command_inprocess
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
@@ -76,7 +76,7 @@ def test_sweep_trains_evaluates_each_run_at_other_lengths_and_the_fine_tuning_ar
     sweep = tmp_path / "sweep"
     common = ["data=text_files", f"data.path={corpus}", *TINY, "seed=0", f"{CB}.lengths=[32,64]", f"{CB}.tokens=128",
               f"cache_dir={tmp_path / 'cache'}"]
-    assert run_multirun_inprocess(["+experiment=length_generalization", *common, "rope=torch,none",
+    assert run_command_inprocess(["+experiment=length_generalization", *common, "rope=torch,none",
                                    f"{CB}.scalings=[none,yarn]", f"hydra.sweep.dir={sweep}"], small=False) == 0
     logged = capsys.readouterr().out
 
@@ -116,7 +116,7 @@ def test_sweep_trains_evaluates_each_run_at_other_lengths_and_the_fine_tuning_ar
         "the sweep's usual comparison keeps the two packings apart, each an implementation of its own"
 
     tuned = tmp_path / "tuned"
-    assert run_multirun_inprocess(["+experiment=length_finetune", f"finetune.source={sweep}", *common, "rope=torch",
+    assert run_command_inprocess(["+experiment=length_finetune", f"finetune.source={sweep}", *common, "rope=torch",
                                    "model.seq_len=64", "train.batch_size=2", "train.grad_accum=1",
                                    f"{CB}.reference_len=32", f"{CB}.devices=[cpu,cpu]", f"{CB}.per_device=1",
                                    f"hydra.sweep.dir={tuned}"], small=False) == 0

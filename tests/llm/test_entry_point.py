@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, SMALL, read_metrics, run_cli, run_inprocess, run_multirun_inprocess
+from helpers import ROOT, SMALL, read_metrics, run_cli, run_command_inprocess, run_inprocess
 
 from llm.errors import RunDirInUseError
 
@@ -33,7 +33,7 @@ def test_bad_input_is_one_line_before_any_work_and_leaves_no_run_dir(tmp_path, c
     """Through the entry point in this process (the same code as the command: a process of its own for each case
     would only import torch and Hydra again; the next test runs the real command)."""
     run_dir = tmp_path / "day" / "run"
-    assert run_multirun_inprocess([override, f"hydra.run.dir={run_dir}"], multirun=False) == 2
+    assert run_command_inprocess([override, f"hydra.run.dir={run_dir}"], multirun=False) == 2
     err = capsys.readouterr().err
     assert message in err, err[-2000:]
     assert "Traceback" not in err and "Error executing job" not in err

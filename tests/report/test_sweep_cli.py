@@ -6,7 +6,7 @@ import csv
 import re
 from pathlib import Path
 
-from helpers import run_multirun_inprocess
+from helpers import run_command_inprocess
 
 from llm.report import DELTA_FILE, MD_FILE, sweep_failures
 
@@ -14,7 +14,7 @@ from llm.report import DELTA_FILE, MD_FILE, sweep_failures
 def test_multirun_report_has_verdicts(tmp_path: Path):
     sweep = tmp_path / "sweep"
     # Hydra's multirun and its callbacks as the command runs them, in this process (no start-up of a new one)
-    code = run_multirun_inprocess(["rope=torch,none", "seed=0,1,2", "train.max_steps=2", f"hydra.sweep.dir={sweep}"])
+    code = run_command_inprocess(["rope=torch,none", "seed=0,1,2", "train.max_steps=2", f"hydra.sweep.dir={sweep}"])
     assert code == 0 and sweep_failures(sweep) == []
     text = (sweep / MD_FILE).read_text()
     head = text[: text.index("Common config")]

@@ -15,8 +15,8 @@ from helpers import (
     compose_cfg,
     read_metrics,
     run_cli,
+    run_command_inprocess,
     run_inprocess,
-    run_multirun_inprocess,
     train_losses,
     val_losses,
 )
@@ -176,11 +176,11 @@ def test_bad_config_fails_before_any_work_naming_the_key(overrides, message):
 
 def test_bad_config_on_the_command_line_is_one_clear_line(tmp_path, capsys):
     """Through the entry point in this process (tests/llm/test_entry_point.py runs the real command)."""
-    assert run_multirun_inprocess(["model.n_embd=30", "model.n_head=4", f"hydra.run.dir={tmp_path}"],
+    assert run_command_inprocess(["model.n_embd=30", "model.n_head=4", f"hydra.run.dir={tmp_path}"],
                                   multirun=False) == 2
     assert "model.n_embd=30 must be divisible by model.n_head=4" in capsys.readouterr().err
     assert not (tmp_path / "metrics.jsonl").exists()
-    assert run_multirun_inprocess(["model=nope", f"hydra.run.dir={tmp_path}"], multirun=False) == 2
+    assert run_command_inprocess(["model=nope", f"hydra.run.dir={tmp_path}"], multirun=False) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("Error: model=nope is not an option of model; allowed: ") and "tiny" in lines[0]
