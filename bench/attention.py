@@ -189,8 +189,8 @@ def candidates(shape: Shape, rule: dict, sms: int) -> list[dict]:
     A decode step (a few rows per key-value head) is bound by memory latency: more splits (two and four programs
     per SM, where the rule's cap of two key tiles per split stops short of them), half the key tile (more tiles in
     flight per SM), twice the warps, and more splits with half the tile. A chunk of many queries is bound by its
-    matrix products: half and twice the key tile, and the row block halved (or the warps changed where it is
-    already small)."""
+    matrix products: half and twice the key tile, and the row block doubled on twice the warps (or the warps
+    changed where the row block is smaller than 64)."""
     bn, warps = rule["block_n"], rule["num_warps"]
     base = rule["grid"][0] * rule["grid"][1]  # programs before any split
     if shape.queries * (shape.H // shape.H_kv) <= 16:  # a decode step's row block
@@ -200,7 +200,7 @@ def candidates(shape: Shape, rule: dict, sms: int) -> list[dict]:
             out.append({"splits": more[-1], "block_n": max(16, bn // 2)})
     else:
         out = [{"block_n": max(16, bn // 2)}, {"block_n": min(256, 2 * bn), "num_stages": 2},
-               {"block_m": 64, "num_warps": 4} if rule["block_m"] == 128 else {"num_warps": 8 if warps == 4 else 4}]
+               {"block_m": 128, "num_warps": 8} if rule["block_m"] == 64 else {"num_warps": 8 if warps == 4 else 4}]
     unique = []
     for c in out:
         if c not in unique and not all(rule[k] == v for k, v in c.items()):  # not the rule's launch again

@@ -331,19 +331,20 @@ def _sm_count(device: torch.device) -> int:
 def _tiles(rows: int, block_d: int, itemsize: int, cache_len: int) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) for ``rows`` query rows per key-value head.
 
-    The rule: a block holds every row that shares a key-value head up to 128 (64 for float32 or head dims
-    above 128), so each key is read once per block; a decode block (16 rows, the smallest ``tl.dot`` takes)
-    streams 16 KB key tiles, three in flight, to keep the memory busy; a prefill chunk's tiles are the
-    usual flash-attention ones. A key tile is at most a quarter of a short cache, so that it still splits.
+    The rule: a block holds the rows that share a key-value head, up to 64: a chunk of many rows runs as
+    64-row blocks of four warps, which keep more blocks per SM than 128-row blocks of eight (the second block of
+    a head finds its keys in L2); a decode block (16 rows, the smallest ``tl.dot`` takes) streams 16 KB key
+    tiles, three in flight, to keep the memory busy. A key tile is at most a quarter of a short cache, so that
+    it still splits.
     """
     wide = block_d * itemsize > 256  # float32 at D 128, or D 256 in 16 bits: halve what the tiles hold
-    block_m = min(max(16, _next_pow2(rows)), 64 if wide else 128)
+    block_m = min(max(16, _next_pow2(rows)), 64)
     short = max(16, _next_pow2(cache_len) // 4)
     if block_m == 16:
         block_n = max(16, min(128, (8192 if wide else 16384) // (block_d * itemsize), short))
         return block_m, block_n, 4, 3
     block_n = min(32 if wide else 64, short)
-    return block_m, block_n, 4 if block_m <= 64 else 8, 2 if wide else 3
+    return block_m, block_n, 4, 2 if wide else 3
 
 
 def _splits(programs: int, cache_len: int, block_n: int, sms: int, forced: int | None = None) -> tuple[int, int]:
