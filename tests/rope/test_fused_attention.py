@@ -240,26 +240,29 @@ def no_launch(monkeypatch):
 
 
 def _bad(device, **change):
-    """Valid arguments (B 2, H 4, H_kv 2, T 3, L 40, D 16, table 64) with ``change`` applied."""
+    """Valid arguments (B 2, H 4, H_kv 2, T 3, L 40, D 16, table 64) with ``change`` applied; a callable change
+    makes its tensor on the device (``Tensor.to`` of a strided view would hand the device a contiguous copy)."""
     r = rope.build("torch", 16, 64)
     args = {"q": torch.zeros(2, 3, 4, 16), "k_cache": torch.zeros(2, 2, 40, 16), "v_cache": torch.zeros(2, 2, 40, 16),
             "positions": 10, "rotary": r}
     args.update(change)
-    return {k: v.to(device) if isinstance(v, (torch.Tensor, torch.nn.Module)) else v for k, v in args.items()}
+    return {k: v(device) if callable(v) and not isinstance(v, torch.nn.Module)
+            else v.to(device) if isinstance(v, (torch.Tensor, torch.nn.Module)) else v for k, v in args.items()}
 
 
 BAD = {
     "too many queries": ({"q": torch.zeros(2, 257, 4, 16)}, "q", r"q has 257 queries .* takes 1\.\.256"),
     "head dim": ({"q": torch.zeros(2, 3, 4, 8)}, "q", "q has head dim 8; rotary was built for head_dim=16"),
     "q dtype": ({"q": torch.zeros(2, 3, 4, 16, dtype=torch.float64)}, "q", "q must be float32, bfloat16 or float16"),
-    "q last dim strided": ({"q": torch.zeros(2, 3, 4, 32)[..., ::2]}, "q", "q must be contiguous in its last dim"),
+    "q last dim strided": ({"q": lambda d: torch.zeros(2, 3, 4, 32, device=d)[..., ::2]}, "q",
+                           "q must be contiguous in its last dim"),
     "heads not dividing": ({"k_cache": torch.zeros(2, 3, 40, 16), "v_cache": torch.zeros(2, 3, 40, 16)}, "k_cache",
                            r"k_cache must be \(B, H_kv, L, D\) = \(2, H_kv dividing q's 4 heads"),
     "cache layout": ({"k_cache": torch.zeros(2, 40, 2, 16)}, "k_cache", r"a \(B, L, H_kv, D\) cache\? pass "
                                                                          r"cache.transpose\(1, 2\)"),
     "cache dtype": ({"v_cache": torch.zeros(2, 2, 40, 16, dtype=torch.bfloat16)}, "v_cache",
                     "v_cache is torch.bfloat16 but q is torch.float32"),
-    "cache last dim strided": ({"k_cache": torch.zeros(2, 2, 40, 32)[..., ::2]}, "k_cache",
+    "cache last dim strided": ({"k_cache": lambda d: torch.zeros(2, 2, 40, 32, device=d)[..., ::2]}, "k_cache",
                                "k_cache must be contiguous in its last dim"),
     "v shape": ({"v_cache": torch.zeros(2, 2, 39, 16)}, "v_cache", "v_cache has shape .* they must match"),
     "positions past the table": ({"positions": 62}, "positions",
