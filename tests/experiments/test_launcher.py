@@ -142,13 +142,15 @@ def test_processes_never_share_a_slot_and_reuse_freed_ones(tmp_path):
 
 def test_two_jobs_at_once_on_one_device_through_the_launcher(tmp_path):
     """On a machine without a GPU the CPU is the one device: sweep.jobs_per_gpu=2 runs three jobs two at a time
-    (the third starts when one ends), each in its own process and device slot; the third takes the slot freed."""
+    (the third starts when one ends), each in its own process and device slot; the third takes the slot freed.
+    The preset is Hydra's joblib launcher: this is also the test of a sweep whose jobs run at once."""
     sweep = tmp_path / "sweep"
     proc = run_cli(["-m", "hydra/launcher=gpus", "++sweep.jobs_per_gpu=2", "seed=0,1,2", "train.max_steps=2",
                     "train.eval_every=2", f"hydra.sweep.dir={sweep}"], timeout=600, extra_env={"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = {int(p.parent.name.split("_")[0]): json.loads(p.read_text()) for p in sweep.glob("*/summary.json")}
     assert len(runs) == 3 and all(r["status"] == "completed" for r in runs.values())
+    assert (sweep / "comparison.md").is_file(), "the sweep's end (after the launcher's last job) wrote no comparison"
     spans = [(r["started_at"], r["ended_at"]) for r in runs.values()]
     at_once = [sum(s <= t < e for s, e in spans) for t, _ in spans]
     assert max(at_once) == 2, spans  # two ran together, never three

@@ -161,17 +161,6 @@ def test_runs_started_in_the_same_second_get_their_own_dirs(tmp_path):
     assert dirs[0] != dirs[1] and all(d.startswith("outputs/runs/") for d in dirs), dirs
 
 
-def test_a_sweep_runs_two_jobs_at_once_through_the_joblib_launcher(tmp_path):
-    sweep = tmp_path / "sweep"
-    proc = run_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", "train.max_steps=12",
-                    "train.eval_every=12", f"hydra.sweep.dir={sweep}"], timeout=600, extra_env={"OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    a, b = (json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json")))
-    assert a["status"] == b["status"] == "completed"
-    assert a["started_at"] < b["ended_at"] and b["started_at"] < a["ended_at"], "the two jobs overlapped in time"
-    assert (sweep / "comparison.md").is_file()
-
-
 def test_the_gpu_launcher_preset_runs_one_job_per_gpu():
     from helpers import CONF
     from hydra import compose, initialize_config_dir

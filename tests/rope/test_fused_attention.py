@@ -114,25 +114,27 @@ def test_splitting_the_keys_changes_nothing_but_rounding(device):
     torch.testing.assert_close(whole, reference(q, k_cache, v_cache, 247, r), rtol=0, atol=1e-5)
 
 
-# (D, H, H_kv, B, L, T, dtype, positions: "tensor" (every query after the cache, as bench.attention) or an int)
-#   -> (grid, block_m, block_n, num_warps, num_stages, keys per split), worked out by hand from the launch rule on
-#   a 132-SM GPU (an H200)
-RULE_CASES = {
-    "decode-gqa-d64-4k": ((64, 32, 8, 1, 4097, 1, torch.bfloat16, "tensor"), ((1, 8, 11), 16, 128, 4, 3, 384)),
-    "decode-gqa-d64-1k": ((64, 32, 8, 1, 1025, 1, torch.bfloat16, "tensor"), ((1, 8, 3), 16, 128, 4, 3, 384)),
-    "decode-gqa-d64-int": ((64, 32, 8, 1, 4097, 1, torch.bfloat16, 2048), ((1, 8, 6), 16, 128, 4, 3, 384)),
-    "decode-mha-d128-32k": ((128, 32, 32, 1, 32769, 1, torch.bfloat16, "tensor"), ((1, 32, 8), 16, 64, 4, 3, 4160)),
-    "decode-gqa-d64-b32": ((64, 32, 8, 32, 1025, 1, torch.bfloat16, "tensor"), ((1, 256, 1), 16, 128, 4, 3, 1152)),
-    "chunk-gqa-d128-4k": ((128, 32, 8, 1, 4160, 64, torch.bfloat16, "tensor"), ((4, 8, 8), 64, 64, 4, 3, 576)),
-    "chunk-mha-d128-fp32": ((128, 32, 32, 1, 1088, 64, torch.float32, "tensor"), ((1, 32, 7), 64, 32, 4, 2, 160)),
+# (D, H, H_kv, B, L, T, dtype, positions: "tensor" (every query after the cache, as bench.attention) or an int):
+#   decode steps and prompt chunks at the benchmark's shapes, GQA and MHA, 16-bit and float32
+LAUNCH_CASES = {
+    "decode-gqa-d64-4k": (64, 32, 8, 1, 4097, 1, torch.bfloat16, "tensor"),
+    "decode-gqa-d64-1k": (64, 32, 8, 1, 1025, 1, torch.bfloat16, "tensor"),
+    "decode-gqa-d64-int": (64, 32, 8, 1, 4097, 1, torch.bfloat16, 2048),
+    "decode-mha-d128-32k": (128, 32, 32, 1, 32769, 1, torch.bfloat16, "tensor"),
+    "decode-gqa-d64-b32": (64, 32, 8, 32, 1025, 1, torch.bfloat16, "tensor"),
+    "chunk-gqa-d128-4k": (128, 32, 8, 1, 4160, 64, torch.bfloat16, "tensor"),
+    "chunk-mha-d128-fp32": (128, 32, 32, 1, 1088, 64, torch.float32, "tensor"),
+    "chunk-gqa-d64-256": (64, 32, 8, 8, 16640, 256, torch.float16, "tensor"),
 }
 
 
-@pytest.mark.parametrize("case", list(RULE_CASES))
-def test_the_launch_rule_without_tuning(device, monkeypatch, case):
-    """The launch an untuned call makes (block sizes, warps, stages, splits) at the benchmark's shapes: the rule
-    whose measured speed bench/results/attention.csv records. Caches are broadcast views (nothing is launched)."""
-    (D, H, H_kv, B, L, T, dtype, positions), (grid, bm, bn, warps, stages, per_split) = RULE_CASES[case]
+@pytest.mark.parametrize("case", list(LAUNCH_CASES))
+def test_an_untuned_launch_covers_every_row_and_visible_key_once(device, monkeypatch, case):
+    """The launch an untuned call makes on a 132-SM GPU (an H200), whatever its tile sizes: one program row per
+    batch element and key-value head, row blocks that hold every query row of a head with none empty, key splits
+    that cover the keys the last query sees with none empty, and a combine exactly where there are splits.
+    Caches are broadcast views (nothing is launched)."""
+    D, H, H_kv, B, L, T, dtype, positions = LAUNCH_CASES[case]
     monkeypatch.setattr(fused_attention, "_sm_count", lambda device: 132)
     monkeypatch.setattr(fused_attention, "_PLANS", {})
     r = rope.build("torch", D, L).to(device)
@@ -140,10 +142,15 @@ def test_the_launch_rule_without_tuning(device, monkeypatch, case):
     q = torch.zeros(B, T, H, D, dtype=dtype, device=device)
     if positions == "tensor":
         positions = torch.arange(L - T, L, device=device)
-    settings = fused_attention.launch_settings(q, cache, cache, positions, r)
-    assert (settings["grid"], settings["block_m"], settings["block_n"], settings["num_warps"],
-            settings["num_stages"], settings["keys_per_split"]) == (grid, bm, bn, warps, stages, per_split)
-    assert settings["splits"] == grid[2] and settings["combine"] == ("kernel" if grid[2] > 1 else "none")
+    visible = (L if not isinstance(positions, int) else positions + T)  # keys 0 .. the last query's position
+    s = fused_attention.launch_settings(q, cache, cache, positions, r)
+    (blocks, heads, splits), bm, bn, per = s["grid"], s["block_m"], s["block_n"], s["keys_per_split"]
+    rows = T * (H // H_kv)
+    assert heads == B * H_kv and s["programs"] == blocks * heads * splits
+    assert bm >= 16 and bm & (bm - 1) == 0 and bn >= 16 and bn & (bn - 1) == 0, "tl.dot takes powers of two >= 16"
+    assert (blocks - 1) * bm < rows <= blocks * bm, "every query row in a block, no block empty"
+    assert per % bn == 0 and (splits - 1) * per < visible <= splits * per, "every key in a split, no split empty"
+    assert s["splits"] == splits and s["combine"] == ("kernel" if splits > 1 else "none")
 
 
 @pytest.mark.parametrize("forced", [
