@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, SMALL, read_metrics, read_wandb_run, run_cli, run_inprocess, train_losses
+from helpers import (
+    ROOT,
+    SMALL,
+    read_metrics,
+    read_wandb_run,
+    run_command_inprocess,
+    run_inprocess,
+    train_losses,
+)
 
 from llm.errors import ResumeError
 
@@ -84,19 +92,17 @@ def test_resume_continues_the_saved_config_and_refuses_a_different_model(tmp_pat
     assert [m["step"] for m in read_metrics(run) if m["kind"] == "train"] == list(range(1, 11))
 
 
-def test_printed_resume_command_runs_to_the_end(tmp_path):
+def test_printed_resume_command_runs_to_the_end(tmp_path, capsys):
+    """The command a stopped run prints continues it to the end. Both commands run through the entry point in this
+    process (``run_command_inprocess``): the printed one with exactly its overrides."""
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "llm.train", *SMALL, *SHORT, f"hydra.run.dir={run}"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    hint = (proc.stdout + proc.stderr).split("Resume with:")[1].strip().splitlines()[0]
+    assert run_command_inprocess([*SHORT, f"hydra.run.dir={run}"], multirun=False) == 0
+    out = "".join(capsys.readouterr())
+    hint = out.split("Resume with:")[1].strip().splitlines()[0]
     assert "stop_at_step" not in hint and f"hydra.run.dir={run}" in hint
-    # the printed command, its `python` being the interpreter running these tests (as test_entry_point runs the
-    # sweep's printed command)
     args = shlex.split(hint)
-    assert args[:3] == ["python", "-m", "llm.train"], hint
-    resumed = subprocess.run([sys.executable, *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert args[:3] == ["python", "-m", "llm.train"] and "-m" not in args[3:], hint
+    assert run_command_inprocess(args[3:], small=False, multirun=False) == 0, "".join(capsys.readouterr())
     assert _summary(run)["status"] == "completed" and _summary(run)["step"] == 6
     # the run's own logger (SMALL's logger=none), not the resume command's default wandb: no tracker run
     # holding only the steps after the resume
@@ -123,18 +129,20 @@ def test_a_resume_keeps_the_run_s_logger_unless_the_command_names_one(saved_logg
     assert got == expected
 
 
-def test_a_resumed_sweep_job_stays_in_its_sweep_s_tracker_group(tmp_path):
+def test_a_resumed_sweep_job_stays_in_its_sweep_s_tracker_group(tmp_path, capsys, monkeypatch):
     """The printed resume command runs a sweep's job as a single run, which cannot derive the sweep's group
     (its name and dir): the group saved in the checkpoint is kept, so both segments of the job's tracker run
-    are in its sweep's group, not the resume command's default."""
+    are in its sweep's group, not the resume command's default. Both commands run in this process."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
     sweep = tmp_path / "sweep"
-    run_cli(["-m", *SHORT, "logger=wandb", "sweep.name=qq", f"hydra.sweep.dir={sweep}"])
+    assert run_command_inprocess([*SHORT, "logger=wandb", "sweep.name=qq", f"hydra.sweep.dir={sweep}"]) == 1, \
+        "a sweep whose job stopped early ends 1"
     job = sweep / "0_torch_s0"
     assert torch.load(job / "checkpoints" / "last.pt", weights_only=False)["wandb_group"] == "qq-sweep"
-    resumed = subprocess.run([sys.executable, "-m", "llm.train", f"hydra.run.dir={job}", "train.resume=auto"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "offline"})
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    out = resumed.stdout + resumed.stderr
+    capsys.readouterr()
+    assert run_command_inprocess([f"hydra.run.dir={job}", "train.resume=auto"], small=False, multirun=False) == 0
+    out = "".join(capsys.readouterr())
     assert f"rewrite the sweep's comparison with:\n  python -m scripts.compare {sweep}\n" in out
     logs = sorted(job.glob("wandb/offline-run-*/*.wandb"))
     assert len(logs) == 2 and len({p.parent.name.rsplit("-", 1)[1] for p in logs}) == 1, logs  # one run id
