@@ -137,14 +137,11 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
         # whole power-of-two halves in the half layout, at positions 0..T-1, take the smaller tile: rows with
         # padding, positions or interleaved pairs measured faster at the larger one (bench/results/kernel.csv)
         exact = v == r2 and not geo.interleaved and not geo.positions
-        tile = over.tile or (SMALL_TILE if wide * v <= 16 or exact else ROW_TILE)
-        warps = 0
-    else:
-        # chunks take the small tile; wide chunks (8 or 16 pairs, or interleaved) on 4 warps: as many elements a
-        # thread as a large tile on 8 warps, in programs half as large, which kept the memory busier
+        tile, warps = over.tile or (SMALL_TILE if wide * v <= 16 or exact else ROW_TILE), ROW_WARPS
+    else:  # the small tile; big chunks on 4 warps: a thread's elements as on 8 warps, in more, smaller programs
         v = min(16 // wide, pow2_unit(r2))
-        tile = over.tile or SMALL_TILE
-        warps = 4 if (geo.interleaved or v > 4) and wide * next_pow2(r2) > 16 else 0
+        big = (geo.interleaved or v > 4) and wide * next_pow2(r2) > 16
+        tile, warps = over.tile or SMALL_TILE, 4 if big else ROW_WARPS
     m, nch = max(1, r2 // v), max(1, tile // (wide * v))  # M (chunks a row) the kernel works out itself
     cw = r2 // 2 if geo.partial and pow2_unit(r2 // 2) >= min(4, pow2_unit(r2)) else r2
     heads = max(geo.q_heads, geo.k_heads)
@@ -152,7 +149,7 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
     constexprs = dict(HQ=geo.q_heads, HK=geo.k_heads, D=geo.head_dim, R2=r2, CW=cw, V=v, NCH=nch,
                       INTERLEAVED=geo.interleaved, SV=stride_unit(*geo.strides), WIDE=geo.wide)
     padded_or_positions = tiling == "rows" and (v > r2 or geo.positions)
-    return Plan(tiling, (per_batch, geo.tensors, geo.batch), over.num_warps or warps or ROW_WARPS,
+    return Plan(tiling, (per_batch, geo.tensors, geo.batch), over.num_warps or warps,
                 tuple(constexprs.items()), maxnreg=over.maxnreg or (geo.register_cap if padded_or_positions else 0))
 
 
