@@ -173,7 +173,7 @@ class _Plan:
         self.dot_f32 = _interpreting() and not self.ieee  # see the kernels' _dot and _cast
         self.sms = _sm_count(q.device)
         self.block_d = max(16, _next_pow2(self.D))
-        tiles = _tiles(self.T * self.G, self.block_d, q.element_size(), self.L)
+        tiles = _tiles(self.T * self.G, self.block_d, q.element_size(), self.L, self.B * self.H_kv >= 4 * self.sms)
         self.tuning = tuning
         forced = (tuning.block_m, tuning.block_n, tuning.num_warps, tuning.num_stages)
         self.block_m, self.block_n, self.warps, self.stages = (t if f is None else f
@@ -328,19 +328,23 @@ def _sm_count(device: torch.device) -> int:
     return _INTERPRETER_SMS
 
 
-def _tiles(rows: int, block_d: int, itemsize: int, cache_len: int) -> tuple[int, int, int, int]:
+def _tiles(rows: int, block_d: int, itemsize: int, cache_len: int, many_waves: bool) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) for ``rows`` query rows per key-value head.
 
     The rule: a block holds the rows that share a key-value head, up to 64: a chunk of many rows runs as
     64-row blocks of four warps, which keep more blocks per SM than 128-row blocks of eight (the second block of
     a head finds its keys in L2); a decode block (16 rows, the smallest ``tl.dot`` takes) streams 16 KB key
-    tiles, three in flight, to keep the memory busy. A key tile is at most a quarter of a short cache, so that
-    it still splits.
+    tiles, three in flight, to keep the memory busy, or, where the batch and key-value heads alone give every SM
+    four programs or more (``many_waves``: several waves, nothing to split) over 4k keys or more, 128-key tiles
+    two deep, which streamed such waves faster (``bench.attention``; over 1k keys they were slower at D 128). A
+    key tile is at most a quarter of a short cache, so that it still splits.
     """
     wide = block_d * itemsize > 256  # float32 at D 128, or D 256 in 16 bits: halve what the tiles hold
     block_m = min(max(16, _next_pow2(rows)), 64)
     short = max(16, _next_pow2(cache_len) // 4)
     if block_m == 16:
+        if many_waves and not wide and cache_len >= 4096:
+            return block_m, min(128, short), 4, 2
         block_n = max(16, min(128, (8192 if wide else 16384) // (block_d * itemsize), short))
         return block_m, block_n, 4, 3
     block_n = min(32 if wide else 64, short)
