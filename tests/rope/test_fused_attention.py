@@ -122,6 +122,8 @@ LAUNCH_CASES = {
     "decode-gqa-d64-int": (64, 32, 8, 1, 4097, 1, torch.bfloat16, 2048),
     "decode-mha-d128-32k": (128, 32, 32, 1, 32769, 1, torch.bfloat16, "tensor"),
     "decode-gqa-d64-b32": (64, 32, 8, 32, 1025, 1, torch.bfloat16, "tensor"),
+    "decode-mha-d128-b32-16k": (128, 32, 32, 32, 16385, 1, torch.bfloat16, "tensor"),  # many waves, no split
+    "decode-mha-d64-b32-int": (64, 32, 32, 32, 8193, 1, torch.float16, 5000),
     "chunk-gqa-d128-4k": (128, 32, 8, 1, 4160, 64, torch.bfloat16, "tensor"),
     "chunk-mha-d128-fp32": (128, 32, 32, 1, 1088, 64, torch.float32, "tensor"),
     "chunk-gqa-d64-256": (64, 32, 8, 8, 16640, 256, torch.float16, "tensor"),
@@ -157,6 +159,7 @@ def test_an_untuned_launch_covers_every_row_and_visible_key_once(device, monkeyp
     {"block_m": 16, "block_n": 16, "splits": 3, "num_warps": 2, "num_stages": 1},  # 160 rows in 10 blocks
     {"block_m": 32, "block_n": 32, "splits": 2},
     {"block_n": 64, "splits": 1},
+    {"block_n": 128, "num_stages": 2},  # the decode rule's tiles where batch and heads fill the GPU many times
 ])
 def test_forced_launch_settings_give_the_same_answer(device, forced):
     r = rope.build("torch", 16, 256, variant="full").to(device)
