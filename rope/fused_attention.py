@@ -343,8 +343,8 @@ def _tiles(rows: int, block_d: int, itemsize: int, cache_len: int, many_waves: b
     block_m = min(max(16, _next_pow2(rows)), 64)
     short = max(16, _next_pow2(cache_len) // 4)
     if block_m == 16:
-        if many_waves and not wide and cache_len >= 4096:
-            return block_m, min(128, short), 4, 2
+        if many_waves and not wide and cache_len >= 4096:  # 4k keys on: a 128-key tile is well below a quarter
+            return block_m, 128, 4, 2
         block_n = max(16, min(128, (8192 if wide else 16384) // (block_d * itemsize), short))
         return block_m, block_n, 4, 3
     block_n = min(32 if wide else 64, short)
