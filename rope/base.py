@@ -409,8 +409,10 @@ class RotaryEmbedding(nn.Module):
                 raise ValueError(f"with cu_seqlens, {name} must have shape (total_tokens, H, D), "
                                  f"got {tuple(getattr(x, 'shape', ()))}")
         pos = packed_positions_once(cu_seqlens, q.shape[0], self.max_seq_len, seqlen_offsets, q.device)
-        out = self.forward(q[None], None if k is None else k[None], positions=pos)
-        return out[0] if k is None else (out[0][0], out[1][0])
+        # squeeze, not [0]: the backward of an index zero-fills a tensor of the input's size and copies the gradient
+        # into it (two more passes over it); that of squeeze is a view
+        out = self.forward(q.unsqueeze(0), None if k is None else k.unsqueeze(0), positions=pos)
+        return out.squeeze(0) if k is None else (out[0].squeeze(0), out[1].squeeze(0))
 
     def _validate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
         """All checks of the inputs' shapes, dtypes and devices, once per signature (they cannot change

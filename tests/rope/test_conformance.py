@@ -376,6 +376,29 @@ def test_packed_sequences(name, opts, offsets, dtype, device):
         assert_conforms(out, ref, pair_scale(like), arith, dtype, what)
 
 
+def test_a_packed_call_s_backward_makes_no_full_size_copy(device):
+    """The backward of r(q, k, cu_seqlens=cu) hands the gradients straight to the rotation's backward: no op of the
+    packing (an index's backward zero-fills a tensor of the input's size and copies into it) in between."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    r = build("torch", {}, 32, 16, device)
+    cu = torch.tensor([0, 3, 8, 12], dtype=torch.int32, device=device)
+    q, k = (torch.randn(12, 2, 32, device=device, requires_grad=True) for _ in range(2))
+    for out in (r(q, k, cu_seqlens=cu), (r(q, None, cu_seqlens=cu),)):
+        with Ops() as ops:
+            torch.autograd.grad(out, q, [torch.ones_like(y) for y in out], allow_unused=True)
+        assert not [n for n in ops.names if n.startswith(("select_backward", "zeros", "new_zeros", "fill_", "zero_"))]
+
+
 def test_packed_positions_compiled_match_the_written_out_rows(device):
     """Under torch.compile the packed positions are the eager ones. Guards pytorch/pytorch#182343:
     Inductor's searchsorted on a slice of ``cu_seqlens`` came out one too high on CUDA (torch 2.11),
