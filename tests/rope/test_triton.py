@@ -62,10 +62,13 @@ class KernelSpy:
 
 @pytest.fixture
 def spies(monkeypatch) -> dict[str, KernelSpy]:
+    """Spies in place of the kernels; on a GPU every launch through Triton's own (as under a launch hook), which
+    goes through the spy, not the compiled kernel kept from the first launch."""
     out = {}
     for name in ("rope_pairs_kernel", "rope_flat_kernel"):
         out[name] = KernelSpy(getattr(kernels, name))
         monkeypatch.setattr(kernels, name, out[name])
+    monkeypatch.setattr(launch, "_hooks_unset", lambda: False)
     return out
 
 
@@ -457,6 +460,9 @@ def test_compiled_rotate_qkv_is_one_launch_each_way(spies, device):
     """A compiled block (``rotate_qkv``, then an attention's heads-major view of v) launches one kernel forward and
     one backward, whose d qkv is the float64 reference's (here the graph calls the custom ops: the interpreter
     cannot be traced; ``test_triton_gpu.py`` checks Inductor's own code)."""
+    if ops.compiled_ops(torch.zeros(1, device=device)) is not ops.CUSTOM_OPS:
+        pytest.skip("on a GPU the graph launches the kernels itself (wrap_triton), past the spies: "
+                    "test_triton_gpu.py counts its launches")
     B, T, H, D = 2, 6, 2, 16
     r = build_poisoned("triton_v4", D, 8, device)
     qkv = torch.randn(B, T, 3 * H * D, device=device, requires_grad=True)
