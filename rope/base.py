@@ -390,7 +390,8 @@ class RotaryEmbedding(nn.Module):
         at total_tokens) with q, k of shape (total_tokens, H, D); each sequence's positions start at
         0, or at its ``seqlen_offsets`` entry (an int, or an int tensor of shape (n_seq,)). The packed
         positions are computed and checked once per cu_seqlens tensor (:func:`packed_positions_once`):
-        the layers of a step that share it pay the check's host-device synchronisation once.
+        the layers of a step that share it pay the check's host-device synchronisation once; under
+        ``torch.compile`` the check is a device-side assert, with no synchronisation.
         """
         if cu_seqlens is not None or seqlen_offsets is not None:
             return self._forward_packed(q, k, positions, cu_seqlens, seqlen_offsets)
@@ -593,7 +594,8 @@ def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
 
     The values are checked (start 0, non-decreasing, end ``total``, longest position below
     ``max_seq_len``) in one host-device synchronisation: a packed batch changes every step, and a
-    wrong ``cu_seqlens`` would otherwise rotate silently by wrong positions.
+    wrong ``cu_seqlens`` would otherwise rotate silently by wrong positions. Under ``torch.compile`` the same
+    checks are an assert the device raises (no synchronisation, no graph break: ``fullgraph=True`` works).
     """
     if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dtype not in (torch.int32, torch.int64) \
             or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
@@ -627,9 +629,16 @@ def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
     seq = (torch.searchsorted(cu, tokens, right=True) - 1).clamp_(0, n_seq - 1)
     positions = (tokens - cu[seq] + offsets[seq]).int()
     lengths = cu[1:] - cu[:-1]
-    first, decreasing, last, top, low = torch.stack([
-        cu[0], (lengths < 0).sum(), cu[-1], (offsets + lengths.clamp(min=1) - 1).max(), offsets.min(),
-    ]).tolist()
+    checks = torch.stack([cu[0], (lengths < 0).sum(), cu[-1], (offsets + lengths.clamp(min=1) - 1).max(),
+                          offsets.min()])
+    if torch.compiler.is_compiling():
+        # In a compiled graph a read to the host would break the graph and wait for the GPU at every call: the same
+        # checks as one assert that the device raises (on a GPU, a device-side assert: the CUDA context is lost).
+        ok = (checks[0] == 0) & (checks[1] == 0) & (checks[2] == total) & (checks[3] < max_seq_len) & (checks[4] >= 0)
+        torch._assert_async(ok, f"cu_seqlens must start at 0, never decrease and end at total_tokens={total}, and "
+                                f"the packed positions (with seqlen_offsets) lie in [0, max_seq_len={max_seq_len})")
+        return positions
+    first, decreasing, last, top, low = checks.tolist()
     if first != 0 or decreasing or last != total:
         raise ValueError(f"cu_seqlens must start at 0, never decrease and end at total_tokens={total} "
                          f"(q.shape[0]); got start {first}, end {last}, {decreasing} decreasing step(s)")

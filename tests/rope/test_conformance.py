@@ -420,6 +420,23 @@ def test_packed_positions_compiled_match_the_written_out_rows(device):
     torch.testing.assert_close(torch.compile(r)(q, None, cu_seqlens=cu), want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_packed_call_compiles_whole_and_still_refuses_bad_cu_seqlens(device):
+    """torch.compile(fullgraph=True) takes a packed call (no read to the host breaks the graph) and gives the eager
+    result; a bad cu_seqlens still raises, naming it (on the CPU: a GPU's device-side assert would end the process's
+    CUDA context, so the bad case runs here on the CPU only)."""
+    torch._dynamo.reset()
+    r = build("torch", {}, 32, 8, device)
+    cu = torch.tensor([0, 3, 8, 12], dtype=torch.int32, device=device)
+    q, k = (torch.randn(12, 2, 32, device=device) for _ in range(2))
+    compiled = torch.compile(r, fullgraph=True, dynamic=False)
+    for got, want in zip(compiled(q, k, cu_seqlens=cu), r(q, k, cu_seqlens=cu), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    if device.type == "cpu":
+        for bad in ([0, 3, 2, 12], [0, 3, 8, 11], [0, 1, 2, 12]):  # decreasing; wrong end; a position past 8
+            with pytest.raises(RuntimeError, match="cu_seqlens must start at 0, never decrease"):
+                compiled(q, k, cu_seqlens=torch.tensor(bad, dtype=torch.int32))
+
+
 def test_packed_positions_are_checked_once_per_cu_seqlens_tensor(monkeypatch, device):
     """The packed positions (and the check that synchronises with the device) are computed once per
     cu_seqlens tensor: the layers of a step share it. Reused for the same unchanged objects; computed
