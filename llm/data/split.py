@@ -9,9 +9,10 @@ Why a cap: a val split is only a sample of the corpus when no document dominates
 split by path put one English-prose file (``pydoc_data/topics.py``) at more than half of its val tokens, so
 the val loss measured prose in a code corpus. :func:`cap_val_documents` moves any document above
 :data:`VAL_DOC_CAP` of the val tokens to train (largest first; moving never puts a document in both splits),
-as long as val keeps the :data:`MIN_VAL_DOCS` documents the cap needs; a smaller val split cannot meet it
-and is left as it is, its composition saying so. The cache applies it once the documents are tokenized
-(the cap is on tokens) and records each split's composition.
+as long as val keeps the :data:`MIN_VAL_DOCS` documents the cap needs. Where no number of moves meets the cap
+(too few documents, or a long tail of small ones: each move shrinks the total the next document is measured
+against), it makes the moves that leave the smallest largest share, and the composition says the cap is not met.
+The cache applies it once the documents are tokenized (the cap is on tokens) and records each split's composition.
 """
 
 from __future__ import annotations
@@ -108,20 +109,27 @@ def cap_val_documents(sizes: Sequence[int], cap: float = VAL_DOC_CAP, min_docs: 
     """Move the largest val documents to train until none holds more than ``cap`` of the val tokens.
 
     ``sizes``: each val document's token count. A document is moved only while val keeps ``min_docs`` documents
-    (below that the cap is unreachable: one of n documents holds at least 1/n of the tokens); ``met`` says
-    whether the cap holds at the end.
+    (below that the cap is unreachable: one of n documents holds at least 1/n of the tokens). The fewest moves of
+    the largest documents that meet the cap; where none does, the number of them that leaves the smallest largest
+    share (the fewest among equals), not all the moves allowed: moving the largest shrinks the total, and down a
+    long tail of small documents that leaves fewer documents and a larger share. ``met`` says whether the cap holds.
     """
+    if not sizes:
+        return ValCap([], [], True)
     order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
-    total, moved = sum(sizes), []
-    for i in order:
-        if sizes[i] <= cap * total or len(sizes) - len(moved) - 1 < min_docs:
+    total, best, best_share = sum(sizes), 0, math.inf
+    for moves in range(max(1, len(sizes) - min_docs + 1)):  # val keeps at least min_docs (or all it has)
+        share = sizes[order[moves]] / total if total else 0.0  # the largest left after ``moves`` moves
+        if share <= cap:
+            best, best_share = moves, share
             break
-        moved.append(i)
-        total -= sizes[i]
+        if share < best_share:
+            best, best_share = moves, share
+        total -= sizes[order[moves]]
+    moved = order[:best]
     gone = set(moved)
     kept = [i for i in range(len(sizes)) if i not in gone]
-    largest = max((sizes[i] for i in kept), default=0)
-    return ValCap(kept, moved, largest <= cap * total)
+    return ValCap(kept, moved, best_share <= cap)
 
 
 def composition(keys: Sequence[str], sizes: Sequence[int]) -> dict[str, Any]:
