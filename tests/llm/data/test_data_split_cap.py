@@ -72,7 +72,7 @@ def test_pystdlib_val_split_holds_no_dominant_file(tmp_path):
     """The standard library's val split by path held pydoc_data/topics.py (English prose) at over half its tokens."""
     from llm.data.sources.pystdlib import stdlib_root
 
-    if not (stdlib_root() / "test" / "__main__.py").is_file():  # Debian and Ubuntu ship the test suite apart
+    if not (stdlib_root() / "test" / "test_doctest.py").is_file():  # Debian and Ubuntu ship the test suite apart
         pytest.skip("a standard library without its test suite: a 5% val split of its few hundred files has too few "
                     "documents to meet the cap (the small-split warning's case, tested above)")
     d = prepare_data({"name": "pystdlib", "val_fraction": 0.05}, "cl100k_base", tmp_path)
