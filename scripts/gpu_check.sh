@@ -3,7 +3,8 @@
 # run of GPT-2 small. Everything lands in outputs/gpu_check/ (the benchmarks' rows in its kernel.csv and
 # step.csv, not in bench/results/); with $OUT set to a folder, it also gets report.md (all tables) and
 # gpu_check.tar.gz (every file).
-#   bash scripts/gpu_check.sh [tests] [suite] [bench] [step] [mfu] [small]    (no argument: tests bench step mfu)
+#   bash scripts/gpu_check.sh [tests] [suite] [bench] [step] [mfu] [small] [presets]
+#   (no argument: tests bench step mfu)
 # The RoPE implementations come from the registry (rope.available()), never from a list here: the
 # benchmarks default to all of them, and `small` trains every one but `none`.
 set -uo pipefail
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 dest=outputs/gpu_check
 export PYTHONUNBUFFERED=1 ROPELAB_CACHE="${ROPELAB_CACHE:-$PWD/outputs/cache}" WANDB_MODE=offline
 parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(tests bench step mfu)
-known=" tests suite bench step mfu small "
+known=" tests suite bench step mfu small presets "
 for part in "${parts[@]}"; do  # every part checked before any work
   [[ $known == *" $part "* ]] || { echo "gpu_check.sh: unknown part '$part'; the parts are:${known% }" >&2; exit 2; }
 done
@@ -58,6 +59,27 @@ PY
         python3 -m llm.train model=small rope=$r train.batch_size=32 train.max_steps=200 train.eval_every=100 \
           train.eval_batches=20 logger=none hydra.run.dir="$dest/small_$r" 2>&1 | grep -v "it/s" | tail -n 2 >> "$report"
       done ;;
+    presets)
+      # the comparison presets end to end at a small size (100 steps, 2 seeds or 1, 2 lengths), through the
+      # commands the full runs use: a broken path shows here in minutes, not after a long sweep
+      section "Presets end to end, 100 steps (rope_variant, rope_quality, length_generalization, length_finetune)"
+      few=(train.max_steps=100 train.eval_every=50 logger=none)
+      cb=hydra.callbacks.length_generalization
+      lengths=("$cb.lengths=[512,2048]" "$cb.tokens=65536")
+      run() {  # name, then the llm.train arguments
+        local name=$1; shift
+        python3 -m llm.train -m "$@" hydra.sweep.dir="$dest/presets/$name" > "$dest/presets_$name.log" 2>&1
+        echo "- $name: exit $?, $(grep -c 'done: val_loss' "$dest/presets_$name.log") run(s) done" >> "$report"
+      }
+      run rope_variant +experiment=rope_variant hydra/launcher=gpus 'seed=range(2)' "${few[@]}"
+      run rope_quality +experiment=rope_quality hydra/launcher=gpus 'seed=range(2)' "${few[@]}"
+      run length +experiment=length_generalization hydra/launcher=gpus seed=0 rope=torch,none "${few[@]}" \
+        "${lengths[@]}" "$cb.scalings=[none,yarn]"
+      run finetune +experiment=length_finetune finetune.source="$PWD/$dest/presets/length" seed=0 rope=torch,none \
+        train.max_steps=20 train.eval_every=10 logger=none "${lengths[@]}"
+      python3 -m scripts.length_report "$dest/presets/length" "$dest/presets/finetune" \
+        --out "$dest/presets/length_report" > "$dest/presets_length_report.log" 2>&1
+      echo "- length_report: exit $?" >> "$report" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done

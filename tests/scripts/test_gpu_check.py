@@ -10,5 +10,5 @@ def test_an_unknown_part_is_one_line_before_any_work():
                           text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("gpu_check.sh: unknown part 'bogus'; the parts are: tests suite bench step mfu "
-                                   "small")
+                                   "small presets")
     assert proc.stdout == ""  # neither the report nor a test ran
