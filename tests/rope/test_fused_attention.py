@@ -88,6 +88,23 @@ def test_float32_equals_the_module_then_sdpa(case, device):
     torch.testing.assert_close(out, reference(q, k_cache, v_cache, positions, r), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("kind", ["int", "tensor"])
+def test_cache_rows_past_the_last_position_never_reach_the_output(device, splits, kind):
+    """A static cache holds garbage past the tokens written so far (here NaN): the keys and values a query does not
+    see weigh nothing, whatever they hold, split or not, with positions known on the host (the splits cover the
+    visible keys) or in a tensor (they cover the whole cache, most of it past the query)."""
+    r = rope.build("torch", 16, 256).to(device)
+    k_cache, v_cache = rotated_cache(r, 1, 2, 200, 16, torch.float32, device)
+    k_cache[:, :, 100:], v_cache[:, :, 100:] = float("nan"), float("nan")
+    q = torch.randn(1, 1, 4, 16, device=device)
+    positions = 99 if kind == "int" else torch.tensor([99], device=device)
+    with fused_attention.tuning(splits=splits, block_n=16):
+        out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    want = reference(q, k_cache[:, :, :100], v_cache[:, :, :100], 99, r)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-5)
+
+
 def test_queries_are_rotated_at_their_positions(device):
     """Rotating q at other positions (or not at all) changes the answer: the test above can tell."""
     r = rope.build("torch", 16, 256, variant="full").to(device)
