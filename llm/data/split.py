@@ -120,11 +120,10 @@ def cap_val_documents(sizes: Sequence[int], cap: float = VAL_DOC_CAP, min_docs: 
     total, best, best_share = sum(sizes), 0, math.inf
     for moves in range(max(1, len(sizes) - min_docs + 1)):  # val keeps at least min_docs (or all it has)
         share = sizes[order[moves]] / total if total else 0.0  # the largest left after ``moves`` moves
+        if share < best_share:  # every share before this one was above the cap
+            best, best_share = moves, share
         if share <= cap:
-            best, best_share = moves, share
             break
-        if share < best_share:
-            best, best_share = moves, share
         total -= sizes[order[moves]]
     moved = order[:best]
     gone = set(moved)
