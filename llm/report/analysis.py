@@ -69,7 +69,8 @@ class Group:
 
     @property
     def n(self) -> int:
-        return len(self.runs)
+        """Samples: distinct seeds, plus each completed run without a seed (a repeated seed is one draw)."""
+        return len({r.seed for r in self.runs if r.seed is not None}) + sum(r.seed is None for r in self.runs)
 
     @property
     def seeds(self) -> list[int | None]:
@@ -83,12 +84,24 @@ class Group:
 
     def per_seed(self, metric: str) -> dict[int, float]:
         """Seed -> value of the completed runs; several runs of one seed are averaged into one value."""
+        return {s: float(np.mean(v)) for s, v in self._seed_values(metric).items()}
+
+    def _seed_values(self, metric: str) -> dict[int, list[float]]:
         acc: dict[int, list[float]] = {}
         for r in self.runs:
             v = r.value(metric)
             if r.seed is not None and v is not None and not math.isnan(v):
                 acc.setdefault(r.seed, []).append(v)
-        return {s: float(np.mean(v)) for s, v in sorted(acc.items())}
+        return dict(sorted(acc.items()))
+
+    def samples(self, metric: str) -> list[float | None]:
+        """One value per seed (its runs averaged) and one per run without a seed: what mean ± std are over, so a
+        seed run again (a sweep extended by more seeds, with one repeated as a check) is not counted twice."""
+        return [*self.per_seed(metric).values(), *(r.value(metric) for r in self.runs if r.seed is None)]
+
+    def repeated_seeds(self) -> dict[int, list[float]]:
+        """Seeds with more than one completed run: their final val losses."""
+        return {s: v for s, v in self._seed_values("val_loss").items() if len(v) > 1}
 
     def summary_mean(self, key: str) -> float | None:
         """Mean of a summary value over completed runs that have it (None when none has: old runs)."""
@@ -109,11 +122,21 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
         g.runs.sort(key=_by_seed)
         g.excluded.sort(key=_by_seed)
         for metric, _, _ in METRICS:
-            g.stats[metric] = mean_std(r.value(metric) for r in g.runs)
-        seeds = [s for s in g.seeds if s is not None]
-        if len(seeds) != len(set(seeds)):
-            log.warning("%s: the same seed appears more than once (%s); each run counts in n", g.label, seeds)
+            g.stats[metric] = mean_std(g.samples(metric))
+        _note_repeats(g)
     return sorted(groups.values(), key=lambda g: (_sort_key(g.mean("val_loss")), g.label))
+
+
+def _note_repeats(g: Group) -> None:
+    """Say which seeds ran more than once and whether their runs agree: on the deterministic recipe a repeated
+    seed must end at the same val loss, so a difference means the runs are not reproducible (or not the same)."""
+    for seed, losses in g.repeated_seeds().items():
+        if max(losses) == min(losses):
+            log.info("%s: seed %d ran %d times, to the same val loss: one sample", g.label, seed, len(losses))
+        else:
+            log.warning("%s: seed %d ran %d times and ended at different val losses (%s): averaged into one sample; "
+                        "runs of one seed on a deterministic recipe should agree", g.label, seed, len(losses),
+                        ", ".join(f"{v:.6f}" for v in losses))
 
 
 def _default_reference(groups: Sequence[Group]) -> Group | None:

@@ -22,6 +22,7 @@ from llm.report import (
     SPEED_FILE,
     MixedRunsError,
     NoRunsError,
+    build_report,
     compare_runs,
     find_run_dirs,
     mean_std,
@@ -31,9 +32,11 @@ from llm.report.runs import load_run
 from llm.report.sharing import concurrent_runs
 
 from .synthetic import CONFIG as SYNTHETIC_CONFIG
+from .synthetic import SEED_LOSS, planted, reference, write_run, write_sweep
 from .test_cli import main as compare_cli
 
 REPO = Path(__file__).resolve().parents[2]
+REF, V4 = ("torch", "float32"), ("triton_v4", "float32")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # the synthetic runs' config (tests/report/synthetic.py), with the keys these older tests also vary
@@ -350,3 +353,26 @@ def test_callback_on_multirun_end(tmp_path: Path, sweep: Path, caplog):
         cb.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "missing")}}}))
         cb.on_multirun_end(OmegaConf.create({}))  # no hydra.sweep.dir at all
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2
+
+
+def test_sweep_extended_by_more_seeds_counts_a_repeated_seed_once(tmp_path: Path, caplog):
+    """Seeds 0-2, then 3-4 with seed 0 run again as a check (identical on a deterministic recipe): one sample of
+    seed 0, not two, in n, mean ± std and the paired test; a repeat that differs is averaged and warned about."""
+    first = write_sweep(tmp_path / "a", {REF: reference((0, 1, 2)), V4: planted(0.003, seeds=(0, 1, 2))})
+    write_sweep(tmp_path / "b", {REF: reference((0, 3, 4)), V4: planted(0.003, seeds=(0, 3, 4))})
+    with caplog.at_level(logging.INFO, logger="llm.report.analysis"):
+        report = build_report([first, tmp_path / "b"])
+    ref = next(g for g in report.groups if g.key[0] == "torch")
+    assert len(ref.runs) == 6 and ref.n == 5
+    assert ref.mean("val_loss") == pytest.approx(statistics.fmean(SEED_LOSS.values()))
+    assert ref.std("val_loss") == pytest.approx(statistics.stdev(SEED_LOSS.values()))
+    assert report.comparisons[0].loss.n == 5
+    assert "seed 0 ran 2 times, to the same val loss: one sample" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+    write_run(tmp_path / "c" / "0_torch_s0", "torch", 0, SEED_LOSS[0] + 0.01)
+    caplog.clear()
+    report = build_report([first, tmp_path / "c"])
+    ref = next(g for g in report.groups if g.key[0] == "torch")
+    assert ref.n == 3 and ref.per_seed("val_loss")[0] == pytest.approx(SEED_LOSS[0] + 0.005)
+    assert "seed 0 ran 2 times and ended at different val losses" in caplog.text
