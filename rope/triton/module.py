@@ -88,6 +88,8 @@ class TritonRotary(RotaryEmbedding):
         poison, hq, hk = bool(self.poison_outputs), q.shape[2], k.shape[2]
         traced = torch.compiler.is_compiling()
         cos, sin = (self.cos, self.sin) if traced else self._cos_sin
+        if traced and qkv.stride(-1) != 1:  # the compiled ops read qkv by its row strides, elements one apart
+            qkv = qkv.contiguous()
         if torch.is_grad_enabled() and qkv.requires_grad:  # the backward writes d qkv as one buffer
             args = (qkv, cos, sin, positions, hq, hk, *self.rotation, poison, traced)
             return ops.RopeQKVFunction.apply(*args) if traced else ops.apply(ops.RopeQKVFunction, *args)

@@ -456,6 +456,26 @@ def test_compiles_without_graph_breaks(impl, entry, dynamic, device):
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
+def test_compiled_rotate_qkv_of_a_strided_projection(device):
+    """A projection whose elements are not one apart (here a transposed buffer) rotates under compile as eagerly,
+    values and gradients: the compiled ops read qkv by its row strides."""
+    r = build_poisoned("triton_v4", 16, 8, device)
+    qkv = torch.randn(64, 2, 6, device=device).permute(1, 2, 0).requires_grad_()  # (2, 6, 64), element stride 12
+
+    def fused(x):
+        q, k, v = r.rotate_qkv(x, 2, 1)
+        return q, k, v * 1
+
+    torch._dynamo.reset()
+    got, want = torch.compile(fused, backend="aot_eager", fullgraph=True)(qkv), fused(qkv)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    grads = [torch.randn_like(x) for x in got]
+    assert torch.equal(torch.autograd.grad(got, qkv, grads)[0], torch.autograd.grad(want, qkv, grads)[0])
+    with torch.no_grad():
+        assert all(torch.equal(a, b) for a, b in zip(torch.compile(fused, backend="aot_eager")(qkv), want,
+                                                      strict=True))
+
+
 def test_compiled_rotate_qkv_is_one_launch_each_way(spies, device):
     """A compiled block (``rotate_qkv``, then an attention's heads-major view of v) launches one kernel forward and
     one backward, whose d qkv is the float64 reference's (here the graph calls the custom ops: the interpreter
