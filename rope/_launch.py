@@ -26,7 +26,7 @@ def stride_unit(*values: int, cap: int = 16) -> int:
 def new_output(shape: tuple[int, ...], like: Tensor, poison: bool = False) -> Tensor:
     """A fresh contiguous output of ``like``'s dtype and device; NaN-filled when ``poison`` (the tests' hook:
     :attr:`rope.base.RotaryEmbedding.poison_outputs`), so an element a kernel fails to write shows."""
-    if tuple(shape) == tuple(like.shape):  # half the host time of torch.empty(shape, dtype=, device=)
+    if tuple(shape) == tuple(like.shape):  # less host time than torch.empty(shape, dtype=, device=)
         out = torch.empty_like(like, memory_format=torch.contiguous_format)
     else:
         out = torch.empty(shape, dtype=like.dtype, device=like.device)

@@ -254,7 +254,14 @@ class RotaryEmbedding(nn.Module):
             self.__dict__["_cos_sin"] = (buffers["cos"], buffers["sin"])
 
     def _apply(self, fn, recurse=True):
+        """``.to()``, ``.cuda()``, ``.half()``, ...: the tables follow a move to another device but stay float32
+        through a dtype cast (every entry reads float32 tables; a model cast to bf16 must not round them)."""
+        tables = {name: self._buffers.get(name) for name in ("cos", "sin")}
         module = super()._apply(fn, recurse)
+        for name, before in tables.items():
+            after = self._buffers.get(name)
+            if before is not None and after is not None and after.dtype != before.dtype:
+                self._buffers[name] = before.to(after.device)
         self._sync_tables()
         return module
 
@@ -365,7 +372,8 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"{name} has T={x.shape[1]} > max_seq_len={self.max_seq_len} of the cos/sin cache")
 
     def _check_positions(self, positions: Tensor, B: int, T: int) -> None:
-        if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex():
+        if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex() \
+                or positions.dtype == torch.bool:
             raise TypeError(f"positions must be an integer tensor, got {getattr(positions, 'dtype', type(positions))}")
         if positions.shape not in ((T,), (B, T)):
             raise ValueError(f"positions must have shape (T,)=({T},) or (B, T)=({B}, {T}), "
@@ -612,7 +620,8 @@ def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
     elif isinstance(seqlen_offsets, int) and not isinstance(seqlen_offsets, bool):
         offsets = torch.full((n_seq,), seqlen_offsets, dtype=torch.long, device=device)
     elif isinstance(seqlen_offsets, Tensor) and not seqlen_offsets.is_floating_point() \
-            and seqlen_offsets.shape == (n_seq,) and _same_device(seqlen_offsets.device, device):
+            and seqlen_offsets.dtype != torch.bool and seqlen_offsets.shape == (n_seq,) \
+            and _same_device(seqlen_offsets.device, device):
         offsets = seqlen_offsets.long()
     else:
         raise ValueError(f"seqlen_offsets must be an int or an int tensor of shape (n_seq,)=({n_seq},) on "

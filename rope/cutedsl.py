@@ -225,8 +225,9 @@ def cute_rope_bwd(q, k, cos, sin, positions, partial, interleaved, poison, threa
 
 
 def _fake(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread):
-    yk = q.new_empty((0,)) if k is None else torch.empty_like(k)
-    return torch.empty_like(q), yk
+    contiguous = torch.contiguous_format  # as the launch allocates its outputs, whatever the inputs' strides
+    yk = q.new_empty((0,)) if k is None else torch.empty_like(k, memory_format=contiguous)
+    return torch.empty_like(q, memory_format=contiguous), yk
 
 
 torch.library.register_fake("ropelab::cute_rope_fwd")(_fake)

@@ -254,6 +254,20 @@ def test_head_dims(name, opts, variant, D, device):
 
 
 @pytest.mark.parametrize("name,opts", ENTRIES)
+def test_a_model_cast_to_another_dtype_keeps_float32_tables(name, opts, device):
+    """``module.to(bf16)`` / ``.half()`` / ``.double()`` (a model cast whole) leaves the tables float32 and the
+    rotation unchanged; a move to a device still moves them."""
+    r = build(name, opts, 32, 16, device)
+    x = torch.randn(2, 5, 3, 32, device=device)
+    want = r(x.clone())
+    for cast in (lambda m: m.to(torch.bfloat16), lambda m: m.half(), lambda m: m.double(),
+                 lambda m: m.to(device, torch.bfloat16)):
+        c = cast(build(name, opts, 32, 16, device))
+        assert c.cos.dtype == c.sin.dtype == torch.float32 and c.cos.device == x.device
+        assert torch.equal(c(x.clone()), want)
+
+
+@pytest.mark.parametrize("name,opts", ENTRIES)
 def test_positions_select_cache_rows(name, opts, device):
     """(T,) positions with repeats and the last cache row, and (B, T) positions over the whole cache."""
     D, max_seq_len = 32, 64
@@ -622,6 +636,11 @@ BAD_CALLS = {
                          ValueError, "seqlen_offsets must be"),
     "positions_float": (lambda r, d: r(_x(d, 1, 4, 2, 32), positions=torch.arange(4.0, device=d)), TypeError,
                         "integer"),
+    "positions_bool": (lambda r, d: r(_x(d, 1, 4, 2, 32), positions=torch.tensor([True, False, True, True], device=d)),
+                       TypeError, "integer"),
+    "cu_offsets_bool": (lambda r, d: r(_x(d, 6, 2, 32), cu_seqlens=torch.tensor([0, 6], device=d, dtype=torch.int32),
+                                       seqlen_offsets=torch.ones(1, dtype=torch.bool, device=d)),
+                        ValueError, "seqlen_offsets must be"),
     "positions_shape": (lambda r, d: r(_x(d, 2, 4, 2, 32), positions=torch.zeros(3, 4, dtype=torch.long, device=d)),
                         ValueError, "shape"),
     "qkv_width": (lambda r, d: r.rotate_qkv(_x(d, 1, 4, 90), 2, 1), ValueError, r"qkv must have shape .*\(B, T, 128\)"),

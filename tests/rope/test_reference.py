@@ -78,8 +78,11 @@ def test_hot_path_table_references_follow_the_buffers():
 
     r = rope.build("torch", 16, 8)
     assert r._cos_sin[0] is r.cos and r._cos_sin[1] is r.sin
-    r.to(torch.float64)
-    assert r._cos_sin[0] is r.cos and r.cos.dtype == torch.float64
+    before = r.cos
+    r._apply(lambda t: t.clone())  # what .to(device) does: new tensors
+    assert r.cos is not before and r._cos_sin[0] is r.cos and r._cos_sin[1] is r.sin
+    r.to(torch.float64)  # a dtype cast leaves the float32 tables (test_conformance.py)
+    assert r._cos_sin[0] is r.cos and r.cos.dtype == torch.float32
     r.sin = torch.zeros_like(r.sin)
     assert r._cos_sin[1] is r.sin
     twin = copy.deepcopy(r)
