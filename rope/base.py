@@ -282,7 +282,7 @@ class RotaryEmbedding(nn.Module):
     def _follow_length(self, q: Tensor, positions: Tensor | None) -> None:
         """dynamic_ntk: rebuild the tables (in place) when the current length (T, or the largest
         position + 1) changes the factor. Every entry point that rotates calls it."""
-        if self.scaling["type"] != "dynamic_ntk":
+        if self.scaling["type"] != "dynamic_ntk" or (positions is not None and positions.numel() == 0):
             return
         length = q.shape[1] if positions is None else int(positions.max()) + 1
         key = max(length, self.scaling["original_max_seq_len"])

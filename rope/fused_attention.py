@@ -15,7 +15,8 @@ block, for benchmarks that look for a better rule; :func:`launch_settings` says 
 argument is checked before any launch; a bad one raises :class:`RopeArgumentError` naming it. Positions given as
 an int or a CPU tensor are range-checked; positions in GPU memory are not (that check would wait for the GPU, and
 a captured CUDA graph cannot wait): a query at a position outside the cache or the tables comes out as a NaN row,
-never as a silently wrong one.
+never as a silently wrong one. The one wait: ``scaling.type=dynamic_ntk`` reads the largest position to rebuild its
+tables for the current length, as the module's own call does (so such a call cannot be captured).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ MAX_QUERIES = 256
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _MAX_SPLITS = 128
+#: CUDA's limit on a launch grid's second axis, which holds batch x key-value heads.
+_MAX_GRID_Y = 65535
 _INTERPRETER_SMS = 4  # under the CPU interpreter: a nominal SM count, so small shapes still split
 
 
@@ -133,7 +136,18 @@ def attention_with_rope(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: 
     bfloat16 and float16; no autograd (a decoding op: training keeps SDPA).
     """
     start, plan = _check(q, k_cache, v_cache, positions, rotary, scale)
+    _check_no_grad(q, k_cache, v_cache)
     return _launch(q, k_cache, v_cache, positions, start, rotary, plan)
+
+
+def _check_no_grad(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> None:
+    """The op has no backward: an input that asks for gradients gets an error, not an output that silently has
+    none (outside ``torch.no_grad()`` / ``inference_mode`` a decode call would otherwise drop them)."""
+    if torch.is_grad_enabled():
+        for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+            if x.requires_grad:
+                raise RopeArgumentError(name, f"{name} requires grad, but attention_with_rope has no backward (a "
+                                              "decoding op; training keeps SDPA): call it under torch.no_grad()")
 
 
 def unavailable_reason(device: torch.device | str) -> str | None:
@@ -281,6 +295,9 @@ def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Ten
     if rotary.cos.device != q.device:
         raise RopeArgumentError("rotary", f"rotary's cos/sin tables are on {rotary.cos.device} but q is on "
                                           f"{q.device}: move the module with .to()")
+    if B * k_cache.shape[1] > _MAX_GRID_Y:
+        raise RopeArgumentError("q", f"q's batch x k_cache's heads = {B} x {k_cache.shape[1]} is over {_MAX_GRID_Y}, "
+                                     "the most programs a launch grid's second axis holds: split the batch")
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     elif isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not (math.isfinite(scale) and scale > 0):

@@ -302,6 +302,12 @@ BAD = {
     "positions shape": ({"positions": torch.arange(4)}, "positions", r"positions must have shape \(T,\)=\(3,\)"),
     "positions dtype": ({"positions": torch.arange(3.0)}, "positions", "positions must be an integer tensor"),
     "positions type": ({"positions": 2.5}, "positions", "positions must be an int"),
+    "q requires grad": ({"q": lambda d: torch.zeros(2, 3, 4, 16, device=d, requires_grad=True)}, "q",
+                        "q requires grad, but attention_with_rope has no backward"),
+    "grid past CUDA's limit": ({"q": lambda d: torch.zeros(1, 3, 4, 16, device=d).expand(32768, 3, 4, 16),
+                                "k_cache": lambda d: torch.zeros(1, 2, 40, 16, device=d).expand(32768, 2, 40, 16),
+                                "v_cache": lambda d: torch.zeros(1, 2, 40, 16, device=d).expand(32768, 2, 40, 16)},
+                               "q", r"batch x k_cache's heads = 32768 x 2 is over 65535"),
 }
 
 
