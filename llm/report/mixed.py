@@ -1,4 +1,4 @@
-"""The mixed-run check: a comparison only means something when rope and seed are all that differ.
+"""The mixed-run check: a comparison only means something when the implementation and seed are all that differ.
 
 Any other config difference (model, data, tokenizer, ``train.*``, ``optim.*``) raises
 :class:`MixedRunsError` listing the differing keys, unless the caller allows mixed runs
@@ -21,9 +21,14 @@ from llm.config_keys import covered, flatten
 from llm.report.errors import DataMismatchError, MixedRunsError
 from llm.report.runs import Run
 
-#: Config keys (dotted; a key also covers everything below it) that may differ between runs.
-IGNORED_KEYS = ("rope", "seed", "logger", "out_dir", "hydra", "train.resume", "sweep", "device",
-                "data.packing")  # a packing is part of what tells implementations apart (Run.key)
+#: Config keys (dotted; a key also covers everything below it) that may differ between runs. Of ``rope``, the three
+#: that tell implementations apart (Run.key) and the packing: any other rope setting (base, layout, rotary_dim,
+#: scaling) that differs would pool two models into one implementation's seeds.
+IGNORED_KEYS = ("rope.name", "rope.variant", "rope.compute_dtype", "seed", "logger", "out_dir", "hydra",
+                "train.resume", "sweep", "device", "data.packing")
+#: The rope settings every implementation has. Any other ``rope.*`` key is an implementation's own option
+#: (``rope.compute_dtype`` is the reference's alone): a run may lack it where others have it.
+SHARED_ROPE_KEYS = ("rope.base", "rope.layout", "rope.rotary_dim", "rope.scaling", "rope.max_seq_len")
 
 MISSING = "<missing>"
 
@@ -46,7 +51,9 @@ def config_differences(runs: Sequence[Run]) -> dict[str, dict[str, list[str]]]:
         values: dict[str, list[str]] = {}
         for r, f in zip(runs, flat, strict=True):
             values.setdefault(fmt_value(f[k]) if k in f else MISSING, []).append(r.name)
-        if len(values) > 1:
+        own_option = covered(k, ("rope",)) and not covered(k, SHARED_ROPE_KEYS)
+        present = {v: names for v, names in values.items() if v != MISSING} if own_option else values
+        if len(present) > 1:
             diffs[k] = values
     return diffs
 
@@ -64,7 +71,8 @@ def describe_differences(diffs: dict[str, dict[str, list[str]]], max_names: int 
 
 
 def check_not_mixed(runs: Sequence[Run]) -> None:
-    """Raise :class:`MixedRunsError` if the runs differ in anything but rope and seed (see IGNORED_KEYS)."""
+    """Raise :class:`MixedRunsError` if the runs differ in anything but the implementation and seed (see
+    IGNORED_KEYS)."""
     diffs = config_differences(runs)
     if not diffs:
         return

@@ -286,7 +286,8 @@ def test_nothing_to_compare(tmp_path: Path):
 
 @pytest.mark.parametrize(
     ("overrides", "key"),
-    [({"model": {"n_layer": 4}}, "model.n_layer"), ({"train": {"max_steps": 200}}, "train.max_steps")],
+    [({"model": {"n_layer": 4}}, "model.n_layer"), ({"train": {"max_steps": 200}}, "train.max_steps"),
+     ({"rope": {"base": 500.0}}, "rope.base"), ({"rope": {"scaling": {"type": "yarn"}}}, "rope.scaling.type")],
 )
 def test_mixed_runs_refused_unless_allowed(tmp_path: Path, overrides: dict, key: str):
     sweep = make_sweep(tmp_path / "sweep", overrides={("triton_v4", 1): overrides})
@@ -304,7 +305,7 @@ def test_allowed_differences_are_not_mixed(tmp_path: Path):
     root = tmp_path / "runs"
     make_run(root / "a", "torch", 0, NUMBERS[("torch", "float32")][0], resolved=False)  # .hydra/config.yaml only
     make_run(root / "b", "torch", 1, NUMBERS[("torch", "float32")][1],
-             overrides={"rope": {"base": 500.0}, "logger": {"name": "wandb", "project": "p"}, "out_dir": "elsewhere",
+             overrides={"rope": {"threads": 128}, "logger": {"name": "wandb", "project": "p"}, "out_dir": "elsewhere",
                         "device": "cuda", "train": {"resume": True}, "sweep": {"name": "other"},
                         "hydra": {"job": {"name": "x"}}})
     md = compare_runs([root / "a", root / "b"])  # default out: common parent
