@@ -140,10 +140,10 @@ def _note_repeats(g: Group) -> None:
 
 
 def _default_reference(groups: Sequence[Group]) -> Group | None:
-    """The float32 ``torch`` group; with several variants or packings, the one with the most seeds (then
-    ``partial``, then random windows: the project's defaults)."""
+    """The float32 ``torch`` group; with several variants or packings, ``partial`` on random windows (the project's
+    defaults) before the one with the most seeds: a failed seed must not switch the reference and flip every Δ."""
     refs = [g for g in groups if g.n and g.key[0] == "torch" and g.key[2] == "float32"]
-    refs.sort(key=lambda g: (-g.n, g.key[1] != "partial", g.key[3] != DEFAULT_PACKING, g.label))
+    refs.sort(key=lambda g: (g.key[1] != "partial", g.key[3] != DEFAULT_PACKING, -g.n, g.label))
     return refs[0] if refs else None
 
 
@@ -224,29 +224,45 @@ def _pairing(group: Group, ref: Group, metric: str) -> list[int] | None:
     return None
 
 
-def _first_by_seed(group: Group) -> dict[int, Run]:
-    out: dict[int, Run] = {}
+def _windows_by_seed(group: Group) -> dict[int, dict]:
+    """Seed -> its final eval's per-window losses (``starts``, ``loss``); a seed's runs that saved the same windows
+    averaged window by window, as :meth:`Group.per_seed` averages their final losses."""
+    acc: dict[int, list[dict]] = {}
     for r in group.runs:
-        if r.seed is not None:
-            out.setdefault(r.seed, r)
+        w = r.eval_windows() if r.seed is not None else None
+        if w is not None:
+            acc.setdefault(r.seed, []).append(w)
+    out = {}
+    for seed, ws in acc.items():
+        same = [w for w in ws if w["starts"] == ws[0]["starts"] and len(w["loss"]) == len(ws[0]["loss"])]
+        out[seed] = {"starts": ws[0]["starts"], "loss": np.mean([np.asarray(w["loss"], dtype=float) for w in same],
+                                                                axis=0)}
     return out
 
 
 def window_delta(group: Group, ref: Group, seeds: Sequence[int]) -> WindowDelta | None:
     """:class:`WindowDelta` over the ``seeds`` whose runs both saved per-window losses of the same windows
     (same start offsets) at their final eval; None when no seed has them."""
-    mine, theirs = _first_by_seed(group), _first_by_seed(ref)
+    mine, theirs = _windows_by_seed(group), _windows_by_seed(ref)
     deltas = []
     for s in seeds:
-        a, b = mine[s].eval_windows() if s in mine else None, theirs[s].eval_windows() if s in theirs else None
+        a, b = mine.get(s), theirs.get(s)
         if a is None or b is None or a["starts"] != b["starts"] or len(a["loss"]) != len(b["loss"]):
             continue
-        deltas.append(np.asarray(a["loss"], dtype=float) - np.asarray(b["loss"], dtype=float))
+        deltas.append(a["loss"] - b["loss"])
     if not deltas or len({len(d) for d in deltas}) != 1:
         return None
     per_window = np.mean(deltas, axis=0)
     se = float(np.std(per_window, ddof=1) / math.sqrt(len(per_window))) if len(per_window) > 1 else None
     return WindowDelta(len(per_window), len(deltas), float(np.mean(per_window)), se)
+
+
+def _finite(values: Sequence[float | None]) -> list[float]:
+    return [v for v in values if v is not None and not math.isnan(v)]
+
+
+def _distinct(seeds: Sequence[int | None]) -> list[int | None]:
+    return list(dict.fromkeys(seeds))
 
 
 def compare_group(group: Group, ref: Group, margin: float, acc_margin: float) -> GroupComparison:
@@ -261,14 +277,13 @@ def compare_group(group: Group, ref: Group, margin: float, acc_margin: float) ->
         if paired is not None:
             out[metric] = compare_paired([mine[s] for s in paired], [theirs[s] for s in paired], eps, lower_is_better)
             if metric == "val_loss":
-                seeds, unmatched = paired, [s for s in group.seeds if s not in paired]
+                seeds, unmatched = paired, [s for s in _distinct(group.seeds) if s not in paired]
             continue
-        values = [v for r in group.runs if (v := r.value(metric)) is not None and not math.isnan(v)]
-        ref_values = [v for r in ref.runs if (v := r.value(metric)) is not None and not math.isnan(v)]
+        values, ref_values = (_finite(g.samples(metric)) for g in (group, ref))  # a repeated seed is one sample
         if values and ref_values:
             out[metric] = compare_unpaired(values, ref_values, eps, lower_is_better)
         if metric == "val_loss":
-            unmatched = list(group.seeds)
+            unmatched = _distinct(group.seeds)
     return GroupComparison(group, ref, out, seeds, unmatched, window_delta(group, ref, seeds) if seeds else None)
 
 

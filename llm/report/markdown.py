@@ -76,7 +76,13 @@ def _ci(c: Comparison | tuple[float, float] | None, decimals: int = 4) -> str:
 
 
 def _needed(c: Comparison) -> str:
-    return f"more than {MAX_SEEDS:,}" if c.seeds_needed is None else f"about {c.seeds_needed}"
+    """The seeds TOST would need at 80% power if the true Δ were 0: where that is no more than the seeds run, it
+    is the observed Δ, not the seed count, that keeps the interval from ±ε."""
+    if c.seeds_needed is None:
+        return f"more than {MAX_SEEDS:,} needed"
+    if c.seeds_needed <= c.n:
+        return f"enough for equivalence if the true Δ were 0: the observed Δ keeps it outside ±{c.margin:g}"
+    return f"about {c.seeds_needed} needed"
 
 
 def _holm_p(c: Comparison) -> str:
@@ -96,7 +102,7 @@ def verdict_text(c: Comparison, unit: str = "nats") -> str:
     if c.verdict == EQUIVALENT:
         return f"equivalent within {eps}"
     assert c.verdict == INCONCLUSIVE
-    return f"inconclusive ({c.n} seeds; {_needed(c)} needed)"
+    return f"inconclusive ({c.n} seeds; {_needed(c)})"
 
 
 def _supported(c: Comparison, unit: str = "nats") -> str:
@@ -130,7 +136,7 @@ def verdict_line(gc: GroupComparison) -> str:
         return f"{me}: {c.verdict} than {ref} ({numbers}, {_holm_p(c)}{windows}){within}{_pairing_note(c)}"
     if c.verdict == EQUIVALENT:
         return f"{me}: equivalent to {ref} within {eps} ({numbers}{windows}){tail}"
-    return f"{me}: inconclusive ({c.n} seeds; {_needed(c)} needed) against {ref} at {eps} ({numbers}{windows}){tail}"
+    return f"{me}: inconclusive ({c.n} seeds; {_needed(c)}) against {ref} at {eps} ({numbers}{windows}){tail}"
 
 
 def _verdict_section(report: Report) -> list[str]:

@@ -30,6 +30,7 @@ from llm.report import (
 from llm.report.callback import CompareOnMultirunEnd
 from llm.report.runs import load_run
 from llm.report.sharing import concurrent_runs
+from llm.report.stats import WELCH
 
 from .synthetic import CONFIG as SYNTHETIC_CONFIG
 from .synthetic import SEED_LOSS, planted, reference, write_run, write_sweep
@@ -377,3 +378,24 @@ def test_sweep_extended_by_more_seeds_counts_a_repeated_seed_once(tmp_path: Path
     ref = next(g for g in report.groups if g.key[0] == "torch")
     assert ref.n == 3 and ref.per_seed("val_loss")[0] == pytest.approx(SEED_LOSS[0] + 0.005)
     assert "seed 0 ran 2 times and ended at different val losses" in caplog.text
+
+
+def test_a_repeated_seed_is_one_sample_in_welch_too(tmp_path: Path):
+    """Unpaired (no seed in common), seed 3 run three times is one sample of the implementation: n = 2, not 4."""
+    first = write_sweep(tmp_path / "a", {REF: reference((0, 1)), V4: planted(0.003, seeds=(2, 3))})
+    for i in (1, 2):
+        write_run(tmp_path / f"again{i}" / "run", "triton_v4", 3, SEED_LOSS[3] + 0.003 - 0.002)
+    report = build_report([first, tmp_path / "again1", tmp_path / "again2"])
+    (c,) = report.comparisons
+    assert c.loss.method == WELCH and (c.loss.n, c.loss.n_ref) == (2, 2)
+    assert c.unmatched == [2, 3]
+
+
+def test_the_default_reference_stays_partial_when_a_seed_of_it_failed(tmp_path: Path):
+    """torch partial with one seed short of torch full is still the reference: Δ is full − partial."""
+    sweep = write_sweep(tmp_path / "s", {REF: reference((0, 1, 2))})
+    for s in (0, 1, 2, 3):
+        write_run(sweep / f"full_s{s}", "torch", s, SEED_LOSS[s] + 0.01, variant="full")
+    report = build_report([sweep])
+    assert report.reference.key[:2] == ("torch", "partial")
+    assert report.comparisons[0].loss.delta == pytest.approx(0.01)

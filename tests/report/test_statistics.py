@@ -17,6 +17,7 @@ from llm.report.stats import (
     INCONCLUSIVE,
     SINGLE,
     WELCH,
+    compare_paired,
     median_ratio_interval,
     minimum_detectable_effect,
     seeds_for_equivalence,
@@ -298,3 +299,17 @@ def test_median_ratio_interval_holds_a_planted_difference_through_outliers_and_d
     assert median_ratio_interval(a[:1], b[:1])[1:] == (None, None)  # one round: no interval
     with pytest.raises(ValueError, match="groups"):
         median_ratio_interval(a, b[:3])
+
+
+def test_inconclusive_with_seeds_enough_at_zero_says_the_observed_delta_is_the_doubt():
+    """TOST at a true Δ of 0 would need no more seeds than were run, yet the 90% CI crosses +ε: the verdict says
+    the observed Δ, not the seed count, keeps it inconclusive (not "about 5 needed" after 5 seeds)."""
+    from llm.report.markdown import verdict_text
+
+    z = np.array([-1.2, -0.5, 0.1, 0.4, 1.2])
+    d = 0.0073 + 0.0052 * (z - z.mean()) / z.std(ddof=1)
+    ref = [3.0, 3.1, 2.9, 3.2, 3.05]
+    c = compare_paired([r + x for r, x in zip(ref, d, strict=True)], ref, 0.01, True)
+    assert c.verdict == INCONCLUSIVE and c.seeds_needed is not None and c.seeds_needed <= c.n
+    assert verdict_text(c) == ("inconclusive (5 seeds; enough for equivalence if the true Δ were 0: the observed Δ "
+                               "keeps it outside ±0.01)")
