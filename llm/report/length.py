@@ -42,6 +42,7 @@ from llm.fileio import atomic_open, write_text_atomic
 from llm.report.analysis import DEFAULT_MARGIN
 from llm.report.errors import NoRunsError
 from llm.report.markdown import fmt, md_table, signed
+from llm.report.mixed import check_same_data, config_differences, describe_differences
 from llm.report.plots import _colors, _new_figure, _save
 from llm.report.runs import DEFAULT_PACKING, PathLike, Run, as_float, load_all_runs, with_packing
 from llm.report.stats import WELCH, Comparison, compare_paired, compare_unpaired, t_interval
@@ -244,6 +245,7 @@ class LengthReport:
     results: list[LengthResult]
     cells: list[Cell]
     unreadable: list[str]
+    notes: list[str] = field(default_factory=list)  # runs left out, configs that differ within a row, data
 
     @property
     def lengths(self) -> list[int]:
@@ -304,14 +306,33 @@ def _selection(group: Sequence[LengthResult], length: int) -> tuple[int | None, 
     return None, None
 
 
+def _mixed_rows(by_group: dict[tuple[str, str], list[LengthResult]], runs: Sequence[Run]) -> list[str]:
+    """A warning per row (variant x scaling) whose runs differ in config beyond the seed: their numbers are averaged
+    as seeds of one model, so the report says which keys differ (as the comparison refuses such runs)."""
+    by_path = {r.path.resolve(): r for r in runs}
+    out = []
+    for (variant, scaling), group in by_group.items():
+        paths = sorted({r.path.parent.parent.resolve() for r in group} & by_path.keys())
+        diffs = config_differences([by_path[p] for p in paths])
+        if diffs:
+            out.append(f"**Warning**: the runs of {variant} · {scaling} differ in more than the seed, yet are averaged "
+                       f"as its seeds: {'; '.join(line.strip() for line in describe_differences(diffs))}")
+    return out
+
+
 def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
     """Load the runs under ``paths`` and their length evaluations; compute every cell's statistics.
 
     Raises :class:`NoRunsError` when no run under ``paths`` holds an ``eval_lengths`` result, and
     FileNotFoundError for a path that does not exist.
     """
-    runs = load_all_runs(paths)
+    found = load_all_runs(paths)
+    runs = [r for r in found if r.completed]
     results, unreadable = load_length_results(runs)
+    notes = check_same_data(runs)  # runs trained on different data are refused, naming them
+    left_out = [f"{r.name} ({r.status})" for r in found if not r.completed]
+    if left_out:
+        notes.append(f"**Note**: {len(left_out)} run(s) did not complete and are left out: {', '.join(left_out)}.")
     if not results:
         raise NoRunsError(f"no {EVAL_DIR}/*.json under: {', '.join(map(str, paths))} ({len(runs)} run dir(s); "
                           "python -m llm.eval_lengths run=<run dir> writes them)")
@@ -324,7 +345,8 @@ def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
             values = {m: v for m in METRICS if (v := _per_seed(group, length, m))}
             if values.get("val_loss"):
                 cells.append(Cell(variant, scaling, length, values, *_selection(group, length)))
-    report = LengthReport([str(p) for p in paths], runs, results, cells, unreadable)
+    notes += _mixed_rows(by_group, runs)
+    report = LengthReport([str(p) for p in paths], runs, results, cells, unreadable, notes)
     for c in cells:
         ref = report.cell(c.variant, NO_SCALING, c.length)
         if c.scaling != NO_SCALING and ref is not None:
@@ -376,8 +398,9 @@ def _seeds(values: dict) -> str:
 
 
 def _warnings(report: LengthReport) -> list[str]:
-    """What makes numbers of the report not comparable: other budgets or reference lengths, one seed averaged."""
-    out = []
+    """What makes numbers of the report not comparable: runs left out or averaged across configs, other budgets or
+    reference lengths, one seed averaged."""
+    out = list(report.notes)
     budgets = report.distinct("tokens")
     if len(budgets) > 1:
         out.append(f"**Warning**: the evaluations used different token budgets ({', '.join(map(str, budgets))}); "

@@ -280,3 +280,42 @@ def test_script_rebuilds_the_report_and_refuses_bad_input_in_one_line(sweep, tmp
     assert main([str(bare)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: no eval_lengths/*.json under") and "\n" not in err
+
+
+def _evaluated_run(path: Path, seed: int, **kwargs) -> Path:
+    run = write_run(path, "torch", seed, 3.0, **kwargs)
+    (run / "eval_lengths").mkdir()
+    (run / "eval_lengths" / "none.json").write_text(json.dumps(eval_json(PARTIAL, "none", 0, {32: 9.0, 64: 9.0})))
+    return run
+
+
+def test_runs_that_did_not_complete_are_left_out_and_named(sweep: Path):
+    _evaluated_run(sweep / "10_s7", 7, status="nonfinite", message="loss is nan at step 9")
+    report = build_length_report([sweep])
+    assert report.cell(PARTIAL, "none", 64).n == 3  # the nonfinite run's evaluation is not a fourth seed
+    text = write_length_report(report, sweep).read_text()
+    assert "1 run(s) did not complete and are left out: 10_s7 (nonfinite)" in text
+
+
+def test_a_row_whose_runs_differ_in_config_says_which_keys(sweep: Path):
+    import yaml
+
+    run = _evaluated_run(sweep / "10_s7", 7)
+    for name in ("config.yaml", ".hydra/config.yaml"):
+        cfg = yaml.safe_load((run / name).read_text())
+        cfg["model"]["n_layer"] = 12
+        (run / name).write_text(yaml.safe_dump(cfg))
+    text = write_length_report(build_length_report([sweep]), sweep).read_text()
+    assert f"**Warning**: the runs of {PARTIAL} · none differ in more than the seed" in text
+    assert "model.n_layer" in text
+    assert f"runs of {FULL} · none differ" not in text
+
+
+def test_runs_on_other_data_are_refused_naming_them(sweep: Path):
+    from llm.report.errors import DataMismatchError
+
+    from .synthetic import DATA
+
+    _evaluated_run(sweep / "10_s7", 7, data={**DATA, "id": "d" * 64})
+    with pytest.raises(DataMismatchError, match="10_s7"):
+        build_length_report([sweep])
