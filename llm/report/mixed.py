@@ -24,8 +24,9 @@ from llm.report.runs import Run
 #: Config keys (dotted; a key also covers everything below it) that may differ between runs. Of ``rope``, the three
 #: that tell implementations apart (Run.key) and the packing: any other rope setting (base, layout, rotary_dim,
 #: scaling) that differs would pool two models into one implementation's seeds.
+#: ``train.init_from`` too: each seed of a fine-tuning sweep starts from its own run (conf/experiment/length_finetune).
 IGNORED_KEYS = ("rope.name", "rope.variant", "rope.compute_dtype", "seed", "logger", "out_dir", "hydra",
-                "train.resume", "sweep", "device", "data.packing")
+                "train.resume", "train.init_from", "sweep", "device", "data.packing")
 #: The rope settings every implementation has. Any other ``rope.*`` key is an implementation's own option
 #: (``rope.compute_dtype`` is the reference's alone): a run may lack it where others have it.
 SHARED_ROPE_KEYS = ("rope.base", "rope.layout", "rope.rotary_dim", "rope.scaling", "rope.max_seq_len")
