@@ -247,7 +247,7 @@ class RotaryEmbedding(nn.Module):
 
     def _sync_tables(self) -> None:
         """``self._cos_sin``: plain references to the cos/sin buffers for the per-call hot path (eager
-        only), where reading a buffer through ``nn.Module.__getattr__`` costs ~0.4 us and a small call is
+        only), where reading a buffer through ``nn.Module.__getattr__`` costs host time and a small call is
         host-bound. Kept in step by ``_apply`` (``.to()``, ``.cuda()``, ...) and by assigning the buffers."""
         buffers = self.__dict__.get("_buffers", {})
         if "cos" in buffers and "sin" in buffers:

@@ -456,7 +456,7 @@ def _run(kernel, grid: tuple[int, int, int], args: tuple, warps: int, stages: in
     """Launch ``kernel`` on ``grid`` with ``args`` (every parameter, constexprs included, in its order).
 
     Why not always ``kernel[grid](...)``: Triton's launch binds and specialises every argument again on each call,
-    tens of microseconds of host time on a slow host, where a decode step's attention takes a few on the GPU. The
+    host time that on a slow host exceeds what a decode step's attention takes on the GPU. The
     first launch of a ``key`` goes through it and returns the compiled kernel; later ones hand the same arguments to
     that kernel's launcher (the call Triton's own launch ends with). The specialisation is the same by construction:
     the plan fixes every integer argument but the start position (``do_not_specialize``) and the ones in the key,

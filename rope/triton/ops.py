@@ -1,6 +1,6 @@
 """Autograd and ``torch.compile`` ops of the Triton entries.
 
-Eagerly a call goes through a ``torch.autograd.Function`` (half the host time of a custom op's dispatch), or
+Eagerly a call goes through a ``torch.autograd.Function`` (less host time than a custom op's dispatch), or
 without grad straight to :mod:`rope.triton.launch`. Under ``torch.compile``, ops with fakes (no graph breaks): on
 CUDA ``torch.library.triton_op``s whose launch Inductor emits itself (:func:`static_launch_by_default`); elsewhere,
 and for dynamic shapes, custom ops (``ropelab::rope``, ``rope_qkv``, ``rope_qkv_backward``) run their bodies.
