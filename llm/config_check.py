@@ -59,6 +59,38 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
         raise ConfigError(reason)
 
 
+def _check_fused_loss(cfg: DictConfig, device: torch.device) -> None:
+    """Liger's fused loss is Triton kernels: a CUDA device, or the CPU under Triton's interpreter."""
+    interpreting = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    if cfg.train.get("fused_linear_ce") and device.type != "cuda" and not (device.type == "cpu" and interpreting):
+        raise ConfigError(f"train.fused_linear_ce=true runs Liger-Kernel's Triton kernels: on a CUDA GPU, or on the "
+                          f"CPU with TRITON_INTERPRET=1 set (slow); not on {device}")
+
+
+def _check_cache_dir(cfg: DictConfig) -> None:
+    """The tokenized-data cache must be a directory this process can create and write (it is built there)."""
+    path = os.path.expanduser(str(cfg.get("cache_dir") or "~/.cache/ropelab"))
+    try:
+        os.makedirs(path, exist_ok=True)
+        writable = os.access(path, os.W_OK | os.X_OK)
+    except OSError as e:
+        raise ConfigError(f"cache_dir={path}: cannot create it ({e.strerror}); set cache_dir= or $ROPELAB_CACHE to "
+                          "a writable directory") from None
+    if not writable:
+        raise ConfigError(f"cache_dir={path} is not writable; set cache_dir= or $ROPELAB_CACHE to a writable directory")
+
+
+#: wandb's run modes a config may name (``logger.wandb.mode``).
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+def _check_logger(cfg: DictConfig) -> None:
+    wandb_cfg = (cfg.get("logger") or {}).get("wandb") or {}
+    mode = wandb_cfg.get("mode", "offline") if hasattr(wandb_cfg, "get") else "offline"
+    if mode not in WANDB_MODES:
+        raise ConfigError(f"logger.wandb.mode={mode!r}; allowed: {', '.join(WANDB_MODES)}")
+
+
 def device_memory_bytes(device: torch.device) -> int:
     """The memory a run on ``device`` can use at most: the GPU's, or the machine's RAM on the CPU."""
     if device.type == "cuda":
@@ -90,11 +122,14 @@ def check_config_keys(cfg: DictConfig, config_name: str = "config", command: str
 def validate_config(cfg: DictConfig, world_size: int = 1) -> None:
     """Every check a run needs before its first piece of work (data, model, run dir contents)."""
     seed = cfg.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"seed={seed!r} must be an integer")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**32 - 1] (what numpy and torch seed with)")
     device = resolve_device(str(cfg.get("device", "auto")))
     model_cfg = _as_config_error(check_model_config, cfg.model)
     _as_config_error(check_train_config, cfg.train, world_size, cfg.data)
+    _check_fused_loss(cfg, device)
+    _check_cache_dir(cfg)
+    _check_logger(cfg)
     _as_config_error(check_optim_config, cfg.optim)
     _check_rope(cfg, model_cfg.head_dim, device)
     _as_config_error(check_data_config, cfg.data, cfg.tokenizer.name)

@@ -64,6 +64,9 @@ class GPTConfig:
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise ValueError(f"model.{key}={value!r} must be a positive integer or null")
+        for key in ("bias", "tie_embeddings", "scale_embeddings"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"model.{key}={getattr(self, key)!r} must be true or false")
         if self.n_embd % self.n_head:
             raise ValueError(f"model.n_embd={self.n_embd} must be divisible by model.n_head={self.n_head}")
         kv = self.n_kv_head or self.n_head

@@ -108,9 +108,10 @@ def check_train_config(tc: DictConfig, world_size: int = 1, data_cfg: DictConfig
     clip = tc.get("grad_clip", 0)
     if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip) or clip < 0:
         raise ConfigError(f"train.grad_clip={clip!r} must be a finite number >= 0 (0 disables clipping)")
+    for key in ("compile", "deterministic", "fused_linear_ce"):
+        if not isinstance(tc.get(key, False), bool):
+            raise ConfigError(f"train.{key}={tc.get(key)!r} must be true or false")
     fused = tc.get("fused_linear_ce", False)
-    if not isinstance(fused, bool):
-        raise ConfigError(f"train.fused_linear_ce={fused!r} must be true or false")
     if fused and importlib.util.find_spec("liger_kernel") is None:
         raise ConfigError(LIGER_MISSING)
 

@@ -150,6 +150,12 @@ def test_skip_nonfinite_tolerates_k_bad_steps(tmp_path, monkeypatch):
         (["rope.variant=x"], "rope.variant=x: variant must be one of"),
         (["+rope.foo=1"], "rope.foo=1: rope=torch has no option 'foo'"),
         (["seed=abc"], "seed='abc' must be an integer"),
+        (["seed=-1"], "seed=-1 must be an integer in [0, 2**32 - 1]"),
+        (["seed=4294967296"], "seed=4294967296 must be an integer in [0, 2**32 - 1]"),
+        (["model.tie_embeddings=maybe"], "model.tie_embeddings='maybe' must be true or false"),
+        (["train.compile=yes"], "train.compile='yes' must be true or false"),
+        (["cache_dir=/proc/ropelab-nope"], "cache_dir=/proc/ropelab-nope: cannot create it"),
+        (["logger=wandb", "logger.wandb.mode=bogus"], "logger.wandb.mode='bogus'; allowed: online, offline, disabled"),
         (["optim.lr=nan"], "optim.lr=nan must be a finite number > 0"),
         (["optim.weight_decay=-1"], "optim.weight_decay=-1 must be a finite number >= 0"),
         (["model.n_head=0"], "model.n_head=0 must be a positive integer"),
@@ -172,6 +178,14 @@ def test_bad_config_fails_before_any_work_naming_the_key(overrides, message):
     with pytest.raises(ValueError, match=None) as exc:
         validate_config(cfg)
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_fused_loss_off_cuda_needs_the_interpreter(monkeypatch):
+    """Liger's fused loss is Triton kernels: on the CPU without TRITON_INTERPRET=1 it is refused before any work."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="train.fused_linear_ce=true runs Liger-Kernel's Triton kernels: on a CUDA "
+                                         "GPU, or on the CPU with TRITON_INTERPRET=1"):
+        validate_config(compose_cfg(["train.fused_linear_ce=true", "device=cpu"]))
 
 
 def test_bad_config_on_the_command_line_is_one_clear_line(tmp_path, capsys):
