@@ -350,7 +350,7 @@ class LengthEvaluator:
         kept = [sel for sel in selections if not sel.skipped]
         notes = [*plan.notes, *(n for sel in selections if not sel.skipped and (n := sel.note()))]
         skipped = [{"length": sel.length, "reason": sel.note()} for sel in selections if sel.skipped]
-        bucket = s.bucket_size or max(1, plan.max_len // DEFAULT_BUCKETS)
+        bucket = self._bucket(plan)
         self.emit(f"{self.opened.run_dir}: rope={_rope_label(self.base_rope)}, scaling {plan.scaling.description}, "
                   f"{s.device}, up to {self.budget} target tokens per length from whole val documents, lengths "
                   f"{', '.join(map(str, plan.lengths))} (T={self.reference_len}, baseline window {self.window} "
@@ -389,6 +389,9 @@ class LengthEvaluator:
             per_length.append(m)
             self.emit(_progress_line(m, self.reference_len))
         return self._record(plan, per_length, skipped, bucket, notes)
+
+    def _bucket(self, plan: EvalPlan) -> int:
+        return self.settings.bucket_size or max(1, plan.max_len // DEFAULT_BUCKETS)
 
     def _record(self, plan: EvalPlan, per_length: list[dict], skipped: list[dict], bucket: int,
                 notes: list[str]) -> dict:
@@ -434,9 +437,67 @@ def _progress_line(m: dict, split: int) -> str:
 
 
 # -- outputs ----------------------------------------------------------------------------------------------
-def write_result(result: Mapping, out_dir: Path) -> tuple[Path, Path]:
-    """``<out_dir>/<label>.json`` and ``.csv`` (one row per length), each written whole or not at all."""
+#: What makes two evaluations of a run one evaluation, whose lengths may share a file.
+SAME_EVALUATION = ("checkpoint", "step", "rope_label", "scaling_label", "tokens", "reference_len", "baseline",
+                   "bucket_size", "document_order_seed")
+
+
+def read_earlier(out_dir: Path, label: str) -> dict | None:
+    """The record already at ``<out_dir>/<label>.json`` (None when there is none or it cannot be read)."""
+    try:
+        earlier = json.loads((out_dir / f"{label}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return earlier if isinstance(earlier, dict) and isinstance(earlier.get("lengths"), list) else None
+
+
+def _conflict(earlier: Mapping | None, record: Mapping) -> str | None:
+    """How ``earlier`` differs from ``record`` in :data:`SAME_EVALUATION` (``key=old`` against ``new``), or None."""
+    if earlier is None:
+        return None
+    for key in SAME_EVALUATION:
+        if earlier.get(key) != record.get(key):
+            return f"{key}={earlier.get(key)!r} (this one: {record.get(key)!r})"
+    return None
+
+
+#: Where an earlier record of another evaluation under the same label is moved (the reports read only OUT_DIR/*.json).
+SUPERSEDED_DIR = "superseded"
+
+
+def _merged(result: Mapping, out_dir: Path, emit: Emit) -> Mapping:
+    """``result`` with the lengths an earlier record of the same evaluation holds and this one does not: evaluating
+    more lengths adds to a run's file, and evaluating one again replaces only that one. An earlier record of another
+    evaluation (another checkpoint, budget, T, baseline or scaling) is moved to ``superseded/``, never overwritten."""
+    earlier = read_earlier(out_dir, result["label"])
+    if earlier is None:
+        return result
+    conflict = _conflict(earlier, result)
+    if conflict:
+        keep = out_dir / SUPERSEDED_DIR
+        keep.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(earlier.get("created_at") or time.time()))
+        for ext in ("json", "csv"):
+            old = out_dir / f"{result['label']}.{ext}"
+            if old.exists():
+                old.replace(keep / f"{result['label']}-{stamp}.{ext}")
+        emit(f"  note: {OUT_DIR}/{result['label']}.json held another evaluation ({conflict}): moved to "
+             f"{OUT_DIR}/{SUPERSEDED_DIR}/{result['label']}-{stamp}.json")
+        return result
+    mine = {m["length"] for m in result["lengths"]}
+    kept = [m for m in earlier["lengths"] if m.get("length") not in mine]
+    if not kept:
+        return result
+    lengths = sorted([*kept, *result["lengths"]], key=lambda m: m["length"])
+    config = {**result.get("config", {}), "lengths": [m["length"] for m in lengths]}
+    return {**result, "lengths": lengths, "config": config}
+
+
+def write_result(result: Mapping, out_dir: Path, emit: Emit = print) -> tuple[Path, Path]:
+    """``<out_dir>/<label>.json`` and ``.csv`` (one row per length), each written whole or not at all; lengths of an
+    earlier record of the same evaluation that this one did not evaluate are kept (:func:`_merged`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    result = _merged(result, out_dir, emit)
     json_path, csv_path = out_dir / f"{result['label']}.json", out_dir / f"{result['label']}.csv"
     write_json_atomic(json_path, result)
     with atomic_open(csv_path) as f:
@@ -462,7 +523,7 @@ def eval_lengths_from_config(cfg: Mapping, emit: Emit = print) -> tuple[dict, Pa
     evaluator = LengthEvaluator(opened, settings, rope_override(cfg), emit)
     plan = evaluator.plan(scaling_request(cfg))
     result = evaluator.evaluate(plan)
-    json_path, csv_path = write_result(result, opened.run_dir / OUT_DIR)
+    json_path, csv_path = write_result(result, opened.run_dir / OUT_DIR, emit)
     emit(f"wrote {json_path} and {csv_path.name}")
     return result, json_path
 
@@ -473,4 +534,4 @@ def evaluate_scalings(run_dir: Path, requests: Sequence[Mapping | None], setting
     Every request is checked before the first evaluation."""
     evaluator = LengthEvaluator(open_for_eval(str(run_dir)), settings, None, emit)
     plans = [evaluator.plan(r) for r in requests]
-    return [write_result(evaluator.evaluate(plan), Path(run_dir) / OUT_DIR)[0] for plan in plans]
+    return [write_result(evaluator.evaluate(plan), Path(run_dir) / OUT_DIR, emit)[0] for plan in plans]

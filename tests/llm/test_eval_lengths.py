@@ -401,3 +401,19 @@ def test_a_fine_tuned_run_resumes_its_own_weights_and_is_evaluated_with_its_scal
     scaling = result["lengths"][0]["scaling"]
     assert (scaling["type"], scaling["factor"], scaling["original_max_seq_len"]) == ("yarn", 2, TRAIN_LEN)
     assert result["train_seq_len"] == 64
+
+
+def test_results_are_never_lost_to_a_later_evaluation(trained_run):
+    """More lengths of the same evaluation join the file (one evaluated again replaces only itself); another
+    evaluation under the same label (here another target budget) moves the earlier file to superseded/."""
+    out = trained_run / lengths_mod.OUT_DIR
+    first, _ = run_eval(trained_run, "lengths=[32,64]", "tokens=128", "label=keep")
+    run_eval(trained_run, "lengths=[64]", "tokens=128", "label=keep")
+    on_disk = json.loads((out / "keep.json").read_text())
+    assert [m["length"] for m in on_disk["lengths"]] == [32, 64]
+    assert on_disk["lengths"][0]["val_loss"] == first["lengths"][0]["val_loss"]
+    _, lines = run_eval(trained_run, "lengths=[64]", "tokens=64", "label=keep")
+    assert [m["length"] for m in json.loads((out / "keep.json").read_text())["lengths"]] == [64]
+    (moved,) = (out / "superseded").glob("keep-*.json")
+    assert [m["length"] for m in json.loads(moved.read_text())["lengths"]] == [32, 64]
+    assert any("held another evaluation (tokens=128 (this one: 64))" in line for line in lines)
