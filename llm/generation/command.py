@@ -190,6 +190,8 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
         elif n_new < s.max_new_tokens:
             err.write(f"[stopped after {n_new} tokens: the sequence reached the model's context of {context} "
                       "positions (the run's RoPE cache, rope.max_seq_len)]\n")
+        else:
+            err.write(f"[stopped after max_new_tokens={n_new} tokens]\n")
     return texts
 
 

@@ -421,7 +421,9 @@ class Trainer:
         self.outputs.log_val({"kind": "val", "step": self.step, **v, "train_time_s": self.totals.train_time_s,
                               "wall_time_s": self.wall_time(), "tokens": self.step * self.tokens_per_step})
         if self.dist.is_main:
-            log.info(f"step {self.step:>6}/{self.tc.max_steps}  val_loss {v['val_loss']:.4f} ± {v['val_loss_se']:.4f}  "
+            se = v["val_loss_se"]  # NaN with one val window: no spread to take a standard error of
+            se = "" if se is None or math.isnan(se) else f" ± {se:.4f}"
+            log.info(f"step {self.step:>6}/{self.tc.max_steps}  val_loss {v['val_loss']:.4f}{se}  "
                      f"val_acc {v['val_acc']:.4f}  val_ppl {v['val_ppl']:.2f}  "
                      f"train_time {self.totals.train_time_s:.1f}s")
         return v

@@ -336,6 +336,14 @@ def test_generation_stops_at_the_end_of_the_context(trained_run, tmp_path):
     assert f"[stopped after {room} tokens: the sequence reached the model's context of 32 positions" in err, err
 
 
+def test_generation_says_why_it_stopped_at_max_new_tokens(trained_run):
+    """Every sample ends with a line saying why decoding stopped: end of text, the context, or max_new_tokens."""
+    _, _, err = run_generate(gen_cfg(trained_run, "prompt=import os", "max_new_tokens=3", "temperature=0"))
+    reasons = [line for line in err.splitlines() if line.startswith(("[end of text", "[stopped after"))]
+    assert len(reasons) == 1 and (reasons[0].startswith("[end of text")
+                                  or reasons[0] == "[stopped after max_new_tokens=3 tokens]"), err
+
+
 @pytest.mark.parametrize("overrides,message", [
     (["top_k=0"], "top_k=0 must be a positive integer"),
     (["temperature=-1"], "temperature=-1.0 must be a finite number >= 0"),
