@@ -72,9 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = build_report(args.dirs, allow_mixed=args.allow_mixed, reference=args.reference,
                               margin=args.margin, acc_margin=args.acc_margin)
-        md = write_report(report, args.out if args.out is not None else default_out_dir(args.dirs))
+        out = args.out if args.out is not None else default_out_dir(args.dirs)
     except (CompareError, FileNotFoundError) as e:
         print(cli_error_line(e), file=sys.stderr)
+        return 2
+    try:
+        md = write_report(report, out)
+    except OSError as e:
+        print(f"error: argument --out: cannot write the report to {out}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(md.read_text())
     for r in report.failures:

@@ -33,9 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         report = build_length_report(args.dirs)
-        md = write_length_report(report, args.out if args.out is not None else default_out_dir(args.dirs))
+        out = args.out if args.out is not None else default_out_dir(args.dirs)
     except (CompareError, FileNotFoundError) as e:
         print(cli_error_line(e), file=sys.stderr)
+        return 2
+    try:
+        md = write_length_report(report, out)
+    except OSError as e:
+        print(f"error: argument --out: cannot write the report to {out}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(md.read_text())
     print(f"report: {md} (+ {CSV_FILE}, {CURVES_FILE}, {POSITION_FILE} in {md.parent})")

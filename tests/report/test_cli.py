@@ -81,6 +81,13 @@ def test_bad_arguments_one_line_error(sweep: Path, tmp_path: Path, capsys, args:
     assert not (tmp_path / "x" / "comparison.md").exists()
 
 
+def test_an_out_dir_that_cannot_be_written_names_out(sweep: Path, tmp_path: Path, capsys):
+    (tmp_path / "file").write_text("")
+    assert main([str(sweep), "--out", str(tmp_path / "file" / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: argument --out: cannot write the report to"), err
+
+
 def test_missing_dir_names_the_argument(tmp_path: Path, capsys):
     assert main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
