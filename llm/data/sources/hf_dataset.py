@@ -62,8 +62,18 @@ def _streaming(cfg: Mapping) -> bool:
     return value
 
 
+def _looks_local(hf_path: str) -> bool:
+    """A path, not a hub name: absolute, relative to here or home, or naming a file (a hub name is owner/name)."""
+    return hf_path.startswith(("/", "./", "../", "~")) or Path(hf_path).suffix in (".json", ".jsonl", ".parquet",
+                                                                                   ".csv", ".txt", ".arrow")
+
+
 def check(cfg: Mapping) -> None:
-    _load_args(_hf_path(cfg))
+    hf_path = _hf_path(cfg)
+    if _looks_local(hf_path) and _local(hf_path) is None:
+        raise DataError(f"data.hf_path={hf_path} does not exist (a local dir or file datasets can load, or a hub "
+                        "name such as owner/name)")
+    _load_args(hf_path)
     _revision(cfg)
     nonempty_str(cfg, "config_name", None, "dataset configuration name")
     nonempty_str(cfg, "split", "train", "split name")

@@ -74,6 +74,9 @@ def test_bad_settings_are_named(tmp_path, dataset_dir, monkeypatch):
         check_data_config({"name": "hf_dataset"}, "cl100k_base")
     with pytest.raises(DataError, match="data.streaming=yes must be true or false"):
         check_data_config(_cfg(dataset_dir, streaming="yes"), "cl100k_base")
+    for missing in (str(tmp_path / "no_such_dir"), "./no_such_file.jsonl"):
+        with pytest.raises(DataError, match=f"data.hf_path={missing} does not exist"):
+            check_data_config({"name": "hf_dataset", "hf_path": missing}, "cl100k_base")
     with pytest.raises(DataError, match=r"data.text_field=body is not a column .*\(columns: uid, story\)"):
         prepare_data({**_cfg(dataset_dir), "text_field": "body"}, "cl100k_base", tmp_path / "c")
     monkeypatch.setattr(hf_dataset, "hub_reachable", lambda timeout=5.0: False)
