@@ -81,10 +81,14 @@ def check_train_config(tc: DictConfig, world_size: int = 1, data_cfg: DictConfig
         v = tc[key]
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ConfigError(f"train.{key}={v} must be a positive integer")
-    for key in ("ckpt_every", "keep_checkpoints", "skip_nonfinite"):
+    for key in ("ckpt_every", "skip_nonfinite"):
         v = tc.get(key, 0)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ConfigError(f"train.{key}={v} must be >= 0")
+    keep = tc.get("keep_checkpoints", 2)
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ConfigError(f"train.keep_checkpoints={keep} must be >= 1 (the newest checkpoint is what a resume, "
+                          "init_from and generation read)")
     stop = tc.get("stop_at_step")
     if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop <= 0):
         raise ConfigError(f"train.stop_at_step={stop!r} must be a positive integer or null")
