@@ -454,8 +454,17 @@ class Trainer:
                         keep=self.tc.get("keep_checkpoints", 2))
 
     # -- the loop ---------------------------------------------------------------------------------
+    def _stop(self, why: str) -> None:
+        self.checkpoint()
+        code = 128 + self.stopper.signum if self.stopper.signum else 0
+        raise StopTraining("interrupted", f"stopped at step {self.step} ({why}); checkpoint saved in "
+                           f"{self.ckpt_dir}. Resume with:\n  {self.resume_hint}", code)
+
     def _loop(self, progress: Progress) -> None:
         first_step = self.step
+        why = self.should_stop()  # resumed at or past train.stop_at_step: stop before training a step more
+        if why:
+            self._stop(why)
         while self.step < self.tc.max_steps:
             result = self.train_step()
             self.account(result, first_step)
@@ -470,10 +479,7 @@ class Trainer:
                 self.checkpoint()
             why = self.should_stop()
             if why:
-                self.checkpoint()
-                code = 128 + self.stopper.signum if self.stopper.signum else 0
-                raise StopTraining("interrupted", f"stopped at step {self.step} ({why}); checkpoint saved in "
-                                   f"{self.ckpt_dir}. Resume with:\n  {self.resume_hint}", code)
+                self._stop(why)
         if self.last_val_step != self.step:  # resumed at the end from a checkpoint without this step's eval
             self.run_eval()
         self.checkpoint()

@@ -75,6 +75,14 @@ def test_train_time_and_tokens_add_up_across_a_resume(tmp_path, whole):
     assert ckpt["totals"]["timed_tokens"] == 12 * tokens_per_step
 
 
+def test_a_resume_at_or_past_stop_at_step_trains_no_step(tmp_path):
+    """Stopped at step 3, resumed with train.stop_at_step=2: it stops at step 3 again without training step 4."""
+    run = tmp_path / "run"
+    run_inprocess(run, [*STEPS, "train.stop_at_step=3"])
+    again = run_inprocess(run, [*STEPS, "train.resume=auto", "train.stop_at_step=2"])
+    assert again["status"] == "interrupted" and again["step"] == 3
+
+
 def test_resume_continues_the_saved_config_and_refuses_a_different_model(tmp_path):
     run = tmp_path / "run"
     run_inprocess(run, [*STEPS, "train.max_steps=8", "model.n_layer=2", "optim.lr=0.002", "train.stop_at_step=4"])
