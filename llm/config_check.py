@@ -60,9 +60,8 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
 
 
 def _check_fused_loss(cfg: DictConfig, device: torch.device) -> None:
-    """Liger's fused loss is Triton kernels: a CUDA device, or the CPU under Triton's interpreter."""
-    interpreting = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-    if cfg.train.get("fused_linear_ce") and device.type != "cuda" and not (device.type == "cpu" and interpreting):
+    """Liger's fused loss is Liger's Triton kernels: where ``rope=liger`` runs (CUDA, or the CPU's interpreter)."""
+    if cfg.train.get("fused_linear_ce") and rope.get("liger").unavailable_reason(device) is not None:
         raise ConfigError(f"train.fused_linear_ce=true runs Liger-Kernel's Triton kernels: on a CUDA GPU, or on the "
                           f"CPU with TRITON_INTERPRET=1 set (slow); not on {device}")
 
@@ -85,8 +84,7 @@ WANDB_MODES = ("online", "offline", "disabled")
 
 
 def _check_logger(cfg: DictConfig) -> None:
-    wandb_cfg = (cfg.get("logger") or {}).get("wandb") or {}
-    mode = wandb_cfg.get("mode", "offline") if hasattr(wandb_cfg, "get") else "offline"
+    mode = ((cfg.get("logger") or {}).get("wandb") or {}).get("mode", "offline")
     if mode not in WANDB_MODES:
         raise ConfigError(f"logger.wandb.mode={mode!r}; allowed: {', '.join(WANDB_MODES)}")
 

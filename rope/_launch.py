@@ -7,6 +7,7 @@ the two kernel families allocate and align alike.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 from torch import Tensor
@@ -41,3 +42,8 @@ def new_outputs(q: Tensor, k: Tensor | None, out_q: Tensor | None = None, out_k:
     if k is not None and out_k is None:
         out_k = new_output(k.shape, k, poison)
     return out_q, out_k
+
+
+def interpreting() -> bool:
+    """Whether Triton runs under its CPU interpreter (``TRITON_INTERPRET=1``): its kernels then take CPU tensors."""
+    return os.environ.get("TRITON_INTERPRET") == "1"

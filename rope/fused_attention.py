@@ -27,12 +27,12 @@ import dataclasses
 import functools
 import math
 import numbers
-import os
 from collections.abc import Iterator
 
 import torch
 from torch import Tensor
 
+from rope._launch import interpreting
 from rope.base import RopeArgumentError, RotaryEmbedding, on_device_of
 
 #: The longest query chunk the kernel takes: decode steps and chunked prefill. A longer prompt is a
@@ -158,7 +158,7 @@ def unavailable_reason(device: torch.device | str) -> str | None:
     except RuntimeError as exc:
         return str(exc)
     device = torch.device(device)
-    if device.type == "cuda" or (device.type == "cpu" and _interpreting()):
+    if device.type == "cuda" or (device.type == "cpu" and interpreting()):
         return None
     return (f"attention_with_rope is a Triton kernel: it runs on a CUDA GPU, or on the CPU under Triton's "
             f"interpreter (TRITON_INTERPRET=1, slow), not on {device.type}")
@@ -184,7 +184,7 @@ class _Plan:
         self.interleaved = rotary.layout == "interleaved"
         self.scale_log2 = scale * math.log2(math.e)  # the kernel's softmax is in base 2
         self.ieee = q.dtype == torch.float32  # float32 means float32: no TF32 in the products
-        self.dot_f32 = _interpreting() and not self.ieee  # see the kernels' _dot and _cast
+        self.dot_f32 = interpreting() and not self.ieee  # see the kernels' _dot and _cast
         self.sms = _sm_count(q.device)
         self.block_d = max(16, _next_pow2(self.D))
         tiles = _tiles(self.T * self.G, self.block_d, q.element_size(), self.L, self.B * self.H_kv >= 4 * self.sms)
@@ -204,7 +204,7 @@ class _Plan:
                      self.T * self.H * self.D, self.H * self.D, self.D, *pos_strides, cos.stride(0),
                      self.T, self.H_kv, self.L, cos.shape[0])
         # Triton's compiled kernels, launched directly once known (see _run)
-        self.direct = q.is_cuda and not _interpreting() and _direct_launch_supported()
+        self.direct = q.is_cuda and not interpreting() and _direct_launch_supported()
         self.compiled: dict[tuple, object] = {}
 
     def programs(self) -> int:
@@ -260,7 +260,7 @@ def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Ten
         raise RopeArgumentError("q", f"q has head dim {D}; rotary was built for head_dim={rotary.head_dim}")
     if q.stride(-1) != 1:
         raise RopeArgumentError("q", f"q must be contiguous in its last dim (head_dim), got strides {q.stride()}")
-    if not (q.is_cuda or _interpreting()):
+    if not (q.is_cuda or interpreting()):
         raise RopeArgumentError("q", f"q is on {q.device}: attention_with_rope is a Triton kernel and needs CUDA "
                                      "tensors (or TRITON_INTERPRET=1 set before triton is imported, on the CPU)")
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -328,10 +328,6 @@ def _is_identity(rotary: RotaryEmbedding) -> bool:
     """Whether the module rotates nothing (``rope=none``): its ``describe()`` declares the arithmetic ``"none"``,
     the base class's contract for the identity."""
     return rotary.describe().get("compute_dtype") == "none"
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _next_pow2(n: int) -> int:

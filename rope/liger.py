@@ -36,13 +36,13 @@ package (``unavailable_reason`` says it before any build).
 
 from __future__ import annotations
 
-import os
 import re
 from importlib import metadata
 
 import torch
 from torch import Tensor
 
+from rope._launch import interpreting
 from rope.base import RotaryEmbedding, on_device_of
 from rope.reference import gather_tables
 from rope.registry import register
@@ -86,10 +86,6 @@ def load_liger() -> type[torch.autograd.Function]:
             f"pip install -U '{PACKAGE}>={need}'"
         )
     return LigerRopeFunction
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _fresh(x: Tensor, width: int) -> Tensor:
@@ -169,7 +165,7 @@ class LigerRotary(RotaryEmbedding):
         except RuntimeError as exc:
             return str(exc)
         device = torch.device(device)
-        if device.type == "cuda" or (device.type == "cpu" and _interpreting()):
+        if device.type == "cuda" or (device.type == "cpu" and interpreting()):
             return None
         return ("rope=liger runs on a CUDA GPU, or on the CPU under Triton's interpreter "
                 "(TRITON_INTERPRET=1, slow); use rope=torch on this machine")
@@ -185,7 +181,7 @@ class LigerRotary(RotaryEmbedding):
         """What Liger's kernel needs beyond the shared checks: a supported dtype, CUDA (or the interpreter)."""
         if q.dtype not in _SUPPORTED:
             raise TypeError(f"rope=liger supports float32, bfloat16 and float16 inputs, got {q.dtype}")
-        if not (q.is_cuda or _interpreting()):
+        if not (q.is_cuda or interpreting()):
             raise ValueError(
                 f"q is on {q.device}: Liger's Triton RoPE kernel needs CUDA tensors "
                 "(or TRITON_INTERPRET=1 set before triton is imported, to run it on the CPU interpreter)"

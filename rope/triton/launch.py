@@ -7,20 +7,19 @@
 from __future__ import annotations
 
 import functools
-import os
 from typing import NamedTuple
 
 import torch
 import triton
 from torch import Tensor
 
-from rope._launch import new_output
+from rope._launch import interpreting, new_output
 from rope.base import TensorCache, on_device_of
 from rope.triton import kernels
 from rope.triton.plan import Geometry, Overrides, Plan, forced, make_plan
 
 #: Whether triton runs its CPU interpreter (set when triton is imported): the kernels then take CPU tensors.
-INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
+INTERPRETING = interpreting()
 #: Batch elements one launch takes (the grid's third axis).
 MAX_GRID_BATCH = 65535
 #: Memory delivering more bytes per SM clock than this needs every thread of an SM in flight (:func:`register_cap`).
