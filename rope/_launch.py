@@ -1,7 +1,9 @@
-"""Launch helpers shared by the entries that launch their kernels from Python (Triton, CuTeDSL).
+"""Launch helpers shared by the entries that launch their kernels from Python (Triton, CuTeDSL, Liger, the fused
+attention).
 
 Output allocation (with the tests' NaN-poison hook) and the power-of-two units strides are passed in, so that
-the two kernel families allocate and align alike.
+the kernel families allocate and align alike; whether Triton runs its CPU interpreter, and whether a launch hook
+asks for Triton's own launch.
 """
 
 from __future__ import annotations
@@ -47,3 +49,13 @@ def new_outputs(q: Tensor, k: Tensor | None, out_q: Tensor | None = None, out_k:
 def interpreting() -> bool:
     """Whether Triton runs under its CPU interpreter (``TRITON_INTERPRET=1``): its kernels then take CPU tensors."""
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def launch_hooks_unset() -> bool:
+    """Whether no Triton launch hook is set (a profiler's hooks need Triton's own launch, not a direct one): hooks
+    are chains of calls, empty by default (Triton 3.6), or a callable or None (earlier versions)."""
+    import triton
+
+    rt = getattr(getattr(triton, "knobs", None), "runtime", None)
+    return rt is None or all(h is None or getattr(h, "calls", None) == [] for h in (rt.launch_enter_hook,
+                                                                                    rt.launch_exit_hook))

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from rope._launch import interpreting
+from rope._launch import interpreting, launch_hooks_unset
 from rope.base import RopeArgumentError, RotaryEmbedding, on_device_of
 
 #: The longest query chunk the kernel takes: decode steps and chunked prefill. A longer prompt is a
@@ -458,7 +458,7 @@ def _run(kernel, grid: tuple[int, int, int], args: tuple, warps: int, stages: in
     the plan fixes every integer argument but the start position (``do_not_specialize``) and the ones in the key,
     which also holds the pointers' alignment. Triton's launch stays where a launch hook is set (a profiler)."""
     compiled = plan.compiled.get(key) if key is not None else None
-    if compiled is not None and _launch_hooks_unset():
+    if compiled is not None and launch_hooks_unset():
         try:
             compiled.run(*grid, _driver().get_current_stream(torch.cuda.current_device()), compiled.function,
                          compiled.packed_metadata, None, None, None, *args)
@@ -487,11 +487,3 @@ def _direct_launch_supported() -> bool:
     except ImportError:
         return False
     return hasattr(triton, "knobs") and hasattr(triton.knobs, "runtime")
-
-
-def _launch_hooks_unset() -> bool:
-    """No Triton launch hook set: none, or an empty chain (Triton 3.6 holds hooks as chains of calls)."""
-    import triton
-
-    rt = triton.knobs.runtime
-    return all(h is None or getattr(h, "calls", None) == [] for h in (rt.launch_enter_hook, rt.launch_exit_hook))
