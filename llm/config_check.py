@@ -128,6 +128,9 @@ def validate_config(cfg: DictConfig, world_size: int = 1) -> None:
     _check_fused_loss(cfg, device)
     _check_cache_dir(cfg)
     _check_logger(cfg)
+    per_gpu = (cfg.get("sweep") or {}).get("jobs_per_gpu", 1)  # read by hydra/launcher=gpus; refused alike here
+    if isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1:
+        raise ConfigError(f"sweep.jobs_per_gpu={per_gpu!r} must be a positive integer")
     _as_config_error(check_optim_config, cfg.optim)
     _check_rope(cfg, model_cfg.head_dim, device)
     _as_config_error(check_data_config, cfg.data, cfg.tokenizer.name)

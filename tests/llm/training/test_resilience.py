@@ -155,6 +155,7 @@ def test_skip_nonfinite_tolerates_k_bad_steps(tmp_path, monkeypatch):
         (["model.tie_embeddings=maybe"], "model.tie_embeddings='maybe' must be true or false"),
         (["train.compile=yes"], "train.compile='yes' must be true or false"),
         (["train.keep_checkpoints=0"], "train.keep_checkpoints=0 must be >= 1"),
+        (["sweep.jobs_per_gpu=0"], "sweep.jobs_per_gpu=0 must be a positive integer"),
         (["cache_dir=/proc/ropelab-nope"], "cache_dir=/proc/ropelab-nope: cannot create it"),
         (["logger=wandb", "logger.wandb.mode=bogus"], "logger.wandb.mode='bogus'; allowed: online, offline, disabled"),
         (["optim.lr=nan"], "optim.lr=nan must be a finite number > 0"),
