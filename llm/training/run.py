@@ -16,17 +16,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from llm.config_check import check_config_keys, validate_config
-from llm.errors import RunDirInUseError, UserError
+from llm.errors import ConfigError, RunDirInUseError, UserError
 from llm.fileio import DiskFullError, write_json_atomic
 from llm.training.checkpoint import find_resume_checkpoint
 from llm.training.distributed import cleanup, init_distributed
 from llm.training.init_from import apply_init_from, check_init_from, default_original_length
 from llm.training.outputs import SUMMARY_FILE
-from llm.training.resume import reconcile_resume_config, resumed_group
-from llm.training.run_dir import RunDirLock, claim_run_dir, never_trained, record_command
+from llm.training.resume import PER_INVOCATION, reconcile_resume_config, resumed_group
+from llm.training.run_dir import RunDirLock, claim_run_dir, never_trained, record_command, trained_twin
 from llm.training.trainer import Trainer, TrainOutcome, run_label
 
 log = logging.getLogger("llm.train")
@@ -112,6 +112,11 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
         check_config_keys(cfg)
         asked = cfg.train.get("resume")
         if sweep_job and asked == "auto" and never_trained(run_dir):
+            twin = trained_twin(run_dir, OmegaConf.to_container(cfg, resolve=True), (*PER_INVOCATION, "hydra"))
+            if twin is not None:
+                raise ConfigError(f"{run_dir.name}: this job's run trained in {twin.name} of the same sweep dir, so "
+                                  "the sweep was continued with its arguments in another order; continue it with the "
+                                  "first command's arguments, in their order")
             log.info(f"{run_dir.name}: nothing to resume (never trained), starting it from step 0")
             if dist_info.is_main:
                 (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a failed start's record, replaced by this run's

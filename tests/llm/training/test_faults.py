@@ -390,3 +390,17 @@ def test_a_val_stream_shorter_than_a_window_stops_before_the_model_is_built(tmp_
     with pytest.raises(DataError, match=r"^the val stream has \d+ tokens, fewer than seq_len\+1=33; "):
         run_inprocess(run, ["data=text_files", f"data.path={corpus}", f"data.val_fraction={fraction}", *STEPS])
     assert not built and not (run / "metrics.jsonl").exists()
+
+
+def test_a_sweep_continued_with_its_arguments_in_another_order_trains_nothing_again(tmp_path):
+    """The jobs are numbered anew, so each lands in a new dir; finding its run trained in a sibling dir, each is
+    refused with the reason instead of training again from step 0."""
+    sweep = tmp_path / "sweep"
+    common = ["seed=1", "train.max_steps=2", "train.eval_every=2", f"hydra.sweep.dir={sweep}"]
+    assert run_command_inprocess(["rope=torch,none", *common]) == 0
+    before = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert run_command_inprocess(["rope=none,torch", *common, "train.resume=auto"]) == 1
+    new = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in before]
+    assert new and all(not (p / "metrics.jsonl").exists() for p in new), new
+    messages = [json.loads((p / "summary.json").read_text()).get("message", "") for p in new]
+    assert all("trained in" in m and "another order" in m for m in messages), messages
