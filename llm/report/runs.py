@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import rope
+from llm.config_keys import load_run_config
 from llm.fileio import read_jsonl
 from llm.report.errors import NoRunsError
 
@@ -251,27 +252,6 @@ def find_crashed_dirs(paths: Iterable[PathLike]) -> list[Path]:
     return sorted(d for d in found if not any(d in r.parents for r in runs))  # a parent of runs is no job
 
 
-def _load_config(run_dir: Path, warn: bool = True) -> dict[str, Any]:
-    from omegaconf import OmegaConf
-
-    for candidate in (run_dir / CONFIG_FILE, run_dir / ".hydra" / "config.yaml"):
-        if not candidate.is_file():
-            continue
-        try:
-            cfg = OmegaConf.load(candidate)
-        except Exception as e:  # a config cut short by a crash: the run is still listed, config unknown
-            log.warning("%s: cannot read (%s); its config counts as missing", candidate, e)
-            return {}
-        try:
-            out = OmegaConf.to_container(cfg, resolve=True)
-        except Exception:  # e.g. ${hydra:...} interpolations outside a Hydra app: compare them verbatim
-            out = OmegaConf.to_container(cfg, resolve=False)
-        return out if isinstance(out, dict) else {}
-    if warn:
-        log.warning("%s: no config.yaml or .hydra/config.yaml; its config counts as missing", run_dir)
-    return {}
-
-
 def _load_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / METRICS_FILE
     out, bad = read_jsonl(path)  # a line cut short by a killed run is skipped, not fatal
@@ -289,7 +269,7 @@ def load_run(run_dir: PathLike) -> Run:
             raise ValueError("expected a JSON object")
     except (OSError, ValueError) as e:
         summary = {"status": UNREADABLE, "message": f"{run_dir / SUMMARY_FILE}: {e}"}
-    return Run(path=run_dir, config=_load_config(run_dir), summary=summary, metrics=_load_metrics(run_dir))
+    return Run(path=run_dir, config=load_run_config(run_dir), summary=summary, metrics=_load_metrics(run_dir))
 
 
 def load_crashed_run(job_dir: PathLike) -> Run:
@@ -299,7 +279,7 @@ def load_crashed_run(job_dir: PathLike) -> Run:
     steps = [m["step"] for m in metrics if isinstance(m.get("step"), int)]
     got = f"last step logged: {max(steps)}" if steps else "nothing logged to metrics.jsonl"
     summary = {"status": CRASHED, "message": f"the job died before writing summary.json; {got}"}
-    return Run(path=job_dir, config=_load_config(job_dir, warn=False), summary=summary, metrics=metrics)
+    return Run(path=job_dir, config=load_run_config(job_dir, warn=False), summary=summary, metrics=metrics)
 
 
 def load_all_runs(paths: Sequence[PathLike]) -> list[Run]:

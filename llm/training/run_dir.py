@@ -18,9 +18,7 @@ import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import yaml
-
-from llm.config_keys import covered, flatten
+from llm.config_keys import covered, flatten, load_run_config
 from llm.errors import RunDirInUseError
 from llm.fileio import TMP_MARK, remove_stale_temps, write_text_atomic
 
@@ -202,22 +200,13 @@ def record_command(run_dir: Path, files: Mapping[str, str], first: bool) -> Path
     return target
 
 
-def _saved_config(run_dir: Path) -> Mapping | None:
-    for name in ("config.yaml", ".hydra/config.yaml"):
-        try:
-            return yaml.safe_load((run_dir / name).read_text())
-        except (OSError, yaml.YAMLError):
-            continue
-    return None
-
-
 def trained_twin(run_dir: Path, config: Mapping, ignore: Iterable[str]) -> Path | None:
     """A sibling job dir of ``run_dir``'s sweep that trained the same run (its saved config equal to ``config`` but
     for the keys below ``ignore``): a sweep continued with its arguments in another order numbers its jobs anew,
     and each would otherwise train again from step 0 in a new dir beside the one that holds it."""
     mine = {k: v for k, v in flatten(config).items() if not covered(k, ignore)}
     for sibling in sorted(p for p in run_dir.parent.iterdir() if p.is_dir() and p != run_dir):
-        saved = None if never_trained(sibling) else _saved_config(sibling)
-        if isinstance(saved, Mapping) and {k: v for k, v in flatten(saved).items() if not covered(k, ignore)} == mine:
+        saved = {} if never_trained(sibling) else load_run_config(sibling, warn=False)
+        if saved and {k: v for k, v in flatten(saved).items() if not covered(k, ignore)} == mine:
             return sibling
     return None
