@@ -34,7 +34,7 @@ SMOKE_RESULTS = ROOT / "outputs" / "bench"
 ENV_COLUMNS = ("date", "gpu", "commit", "torch", "triton")
 #: The file beside a ``rope/`` package that names its commit where there is no git history (``--rope-path``).
 COMMIT_FILE = ".commit"
-#: An L2 larger than any current GPU's: zeroed before each timed call, so no call finds its inputs in the L2.
+#: More than any current GPU's L2: read before each timed call, so no call finds its inputs in the L2.
 FLUSH_BYTES = 256 * 2**20
 #: GPU clock cycles slept before each timed call (about 1 ms): the host queues the call meanwhile, so the events
 #: time the kernels and not Python's launch.
@@ -210,19 +210,28 @@ def plan_label(module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, positi
 class GpuTimer:
     """Microseconds of ``fn`` on the GPU: the lower of two medians of ``reps`` calls each, after warm-up calls.
 
-    Before each timed call the L2 is flushed (:data:`FLUSH_BYTES` zeroed, as ``triton.testing.do_bench`` does) and
-    the GPU sleeps while the host queues the call, so the time is the kernels' and the inputs come from memory.
-    Two medians, the lower kept: a pass disturbed by the host (another process compiling) reads high as a whole.
+    Before each timed call the L2 is flushed and the GPU sleeps while the host queues the call, so the time is the
+    kernels' and the inputs come from memory. The flush *reads* :data:`FLUSH_BYTES` (a sum into one element), which
+    leaves the L2 holding clean lines that a later miss drops for free. Zeroing a buffer instead (the flush of
+    ``triton.testing.do_bench``) leaves the L2 full of dirty lines, and the timed call then pays their write-back:
+    a read-only call over a KV cache (``bench.attention``) read noticeably slower than it runs in a decode step,
+    where the L2 holds little written data. Two medians, the lower kept: a pass disturbed by the host (another
+    process compiling) reads high as a whole.
     """
 
     def __init__(self, reps: int, device: torch.device) -> None:
         self.reps = reps
-        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=device)
+        self.flush = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device=device)
+        self.sink = torch.empty((), dtype=torch.float32, device=device)
+
+    def flush_l2(self) -> None:
+        """Read :data:`FLUSH_BYTES` through the L2, evicting what it held (written lines written back now)."""
+        torch.sum(self.flush, dim=0, out=self.sink)
 
     def _median(self, fn: Callable[[], object], reps: int) -> float:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         for start, end in events:
-            self.flush.zero_()
+            self.flush_l2()
             torch.cuda._sleep(SLEEP_CYCLES)
             start.record()
             fn()
