@@ -121,6 +121,10 @@ class Schema:
         (an experiment's: add it with ``+``), or a setting a self-checking group reads beyond its file
         (``rope.max_seq_len``: add it with ``+``; the group refuses one it does not read)."""
         group = key.partition(".")[0]
+        unchosen = group in self.groups and group not in self.required_groups and group not in self.own
+        if unchosen:  # a group this command leaves unchosen, whose keys its own file does not set either
+            return (f"{key}: {self.command} chooses no {group} by default; choose one first with {group}=<name> "
+                    f"({', '.join(sorted(self.groups[group]))}), whose keys may then be set")
         if self.options_with(key) or (key not in self.known_keys() and group not in SELF_CHECKED):
             return self.unknown_key(key)
         close = closest(key, self.known_keys() - {key})

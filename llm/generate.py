@@ -22,6 +22,7 @@ from llm.config_check import check_config_keys
 from llm.entry import full_error_requested, run_entry
 from llm.errors import UserError
 from llm.generation.command import generate_from_config
+from llm.generation.load import refuse_rope_keys_without_a_kernel
 
 #: Keys whose values are free text or paths, taken verbatim from the command line.
 VERBATIM_KEYS = ("prompt", "prompt_file")
@@ -48,6 +49,7 @@ def verbatim_overrides(argv: list[str]) -> list[str]:
 @hydra.main(config_path="../conf", config_name="generate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
+        refuse_rope_keys_without_a_kernel(cfg.get("rope"))  # rope.variant=full: not a key of "the rope chosen"
         check_config_keys(cfg, "generate", "python -m llm.generate")  # +top_kk=3: refused first
         generate_from_config(cfg)
     except UserError as e:

@@ -104,6 +104,18 @@ def _load_state(run_dir: Path, path: Path | None) -> tuple[Path, dict]:
     return found
 
 
+def refuse_rope_keys_without_a_kernel(override: Mapping | None) -> None:
+    """``rope.<key>=...`` with no ``rope=<name>``: one line saying what ``rope`` does here. Why a check of its own:
+    the config-key check would call it a key "not of the rope chosen" while no rope was chosen at all."""
+    if override and "name" not in override:
+        key, value = next(iter(_plain(override).items()))
+        if key in FUNCTION_KEYS:
+            raise ConfigError(f"rope.{key}={value!r}: llm.generate decodes with the run's rotation (its "
+                              f"{', '.join(FUNCTION_KEYS)} as trained); rope=<name> swaps only the kernel")
+        raise ConfigError(f"rope.{key}={value!r} without rope=<name>: rope.* options belong to the kernel a "
+                          f"rope=<name> override chooses (e.g. rope=torch rope.compute_dtype=bfloat16)")
+
+
 def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: torch.device) -> dict:
     """The ``rope`` group to build: the run's, or ``override``'s implementation (and its own options,
     such as ``compute_dtype``) computing the run's rotation (variant, base, ...: always the run's).
@@ -112,6 +124,7 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
     default one (``rope=triton_v4_full`` on a partial run), a switch to or from ``none``, and a
     kernel that cannot run on ``device``."""
     run_rope, override = _plain(run_rope), _plain(override)
+    refuse_rope_keys_without_a_kernel(override)
     if not override:
         chosen = run_rope
     else:

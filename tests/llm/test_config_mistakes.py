@@ -86,6 +86,8 @@ def test_the_user_s_full_error_still_shows_hydra_s_traceback(monkeypatch, capsys
     ("eval_lengths", "python -m llm.eval_lengths", "rope.scaling.factr=2",
      "rope.scaling.factr is not in this config; did you mean rope.scaling.factor?"),
     ("eval_lengths", "python -m llm.eval_lengths", "rope=nope", "rope=nope is not an option of rope; allowed: "),
+    ("generate", "python -m llm.generate", "rope.variant=full",  # the run's rope unless rope=<name> picks a kernel
+     "rope.variant: python -m llm.generate chooses no rope by default; choose one first with rope=<name> (cutedsl, "),
 ])
 def test_the_other_entry_points_errors_read_the_same(config_name, command, override, line):
     """llm.generate and llm.eval_lengths share the translation (llm.entry.run_entry): their keys come from their

@@ -395,3 +395,15 @@ def test_a_hydra_level_mistake_in_generate_is_one_line_and_exit_2(arg, line):
                           timeout=120)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(line), proc.stderr
+
+
+def test_rope_keys_without_a_kernel_say_what_rope_does_in_generation():
+    """``+rope.variant=full`` with no ``rope=<name>``: the run's rotation stays, said in one line (not "a key not
+    of the rope chosen", with none chosen)."""
+    from llm.generation.load import rope_for_generation
+
+    run = {"name": "torch", "variant": "partial", "base": 10000.0}
+    with pytest.raises(ConfigError, match=r"rope.variant='full': llm.generate decodes with the run's rotation"):
+        rope_for_generation(run, {"variant": "full"}, torch.device("cpu"))
+    with pytest.raises(ConfigError, match=r"rope.compute_dtype='bfloat16' without rope=<name>"):
+        rope_for_generation(run, {"compute_dtype": "bfloat16"}, torch.device("cpu"))
