@@ -24,7 +24,7 @@ from llm.optim import check_optim_config
 from llm.training.runtime import resolve_device
 from llm.training.trainer import check_train_config
 
-__all__ = ["ConfigError", "check_config_keys", "validate_config"]
+__all__ = ["ConfigError", "check_config_keys", "inert_rope_note", "validate_config"]
 
 #: rope.check_args's argument names, as the config keys a user sets.
 _ROPE_KEYS = {"head_dim": "model.n_embd/model.n_head", "max_seq_len": "rope.max_seq_len"}
@@ -57,6 +57,27 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
     reason = rope.get(r.name).unavailable_reason(device)
     if reason:
         raise ConfigError(reason)
+
+
+#: rope=none's settings of the rotation it does not compute (conf/rope/none.yaml).
+_IDENTITY_DEFAULTS = {"variant": "partial", "base": 10000.0, "layout": "half", "rotary_dim": None,
+                      "scaling.type": "none"}
+
+
+def inert_rope_note(cfg: DictConfig) -> str | None:
+    """A one-line note for a ``rope=none`` run given rotation settings (``rope.variant=full``): it rotates nothing,
+    so they change nothing. A note, not a refusal: a sweep's settings apply to its ``rope=none`` control too
+    (``+experiment=length_finetune`` fine-tunes every rope with YaRN)."""
+    r = cfg.get("rope") or {}
+    if r.get("name") != "none":
+        return None
+    scaling = r.get("scaling") or {}
+    given = {"variant": r.get("variant", "partial"), "base": r.get("base", 10000.0), "layout": r.get("layout", "half"),
+             "rotary_dim": r.get("rotary_dim"), "scaling.type": scaling.get("type") or "none"}
+    inert = [f"rope.{k}={v}" for k, v in given.items() if v != _IDENTITY_DEFAULTS[k]]
+    if not inert:
+        return None
+    return f"rope=none rotates nothing: {', '.join(inert)} change{'s' if len(inert) == 1 else ''} nothing in this run"
 
 
 def _check_fused_loss(cfg: DictConfig, device: torch.device) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from llm.config_check import check_config_keys, validate_config
+from llm.config_check import check_config_keys, inert_rope_note, validate_config
 from llm.errors import ConfigError, RunDirInUseError, UserError
 from llm.fileio import DiskFullError, write_json_atomic
 from llm.training.checkpoint import find_resume_checkpoint
@@ -129,6 +129,8 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
         source = check_init_from(cfg) if resume is None else None  # a resumed run holds its weights already
         note = default_original_length(cfg, source) if source is not None else None
         validate_config(cfg, world_size=dist_info.world_size)
+        if dist_info.is_main and (inert := inert_rope_note(cfg)):
+            log.info(inert)
         if lock is not None:
             lock.mark_owner()  # the command is accepted: the run is this process's now
             if command_record:

@@ -147,3 +147,16 @@ def test_sweep_jobs_per_gpu_is_a_key_of_every_command():
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"), pytest.raises(Exception) as err:
         compose("config", overrides=["sweep.jobs_per_gpus=3"])
     assert "did you mean sweep.jobs_per_gpu?" in hydra_error_line(err.value)
+
+
+def test_rotation_settings_of_rope_none_are_named_as_changing_nothing():
+    """rope=none with rope.variant=full (or a sweep's YaRN applied to its no-RoPE control) runs, with a note naming
+    what changes nothing; the default settings and a rotating rope get none."""
+    from llm.config_check import inert_rope_note
+
+    note = inert_rope_note(compose_cfg(["rope=none", "rope.variant=full", "rope.scaling.type=yarn"]))
+    assert note == "rope=none rotates nothing: rope.variant=full, rope.scaling.type=yarn change nothing in this run"
+    assert inert_rope_note(compose_cfg(["rope=none", "rope.base=500"])).endswith("rope.base=500 changes nothing "
+                                                                                  "in this run")
+    assert inert_rope_note(compose_cfg(["rope=none"])) is None
+    assert inert_rope_note(compose_cfg(["rope=torch", "rope.variant=full"])) is None
