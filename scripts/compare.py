@@ -56,8 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-mixed", action="store_true",
                    help="compare runs even if they differ in more than rope and seed (model, data, steps...)")
     p.add_argument("--reference", metavar="NAME", default=None,
-                   help="implementation the others are compared with: a registry name (triton_v4) or a full "
-                        "label ('torch (partial, bfloat16)'); default: torch with compute_dtype float32")
+                   help="implementation the others are compared with: a rope= preset (torch_full), a registry "
+                        "name (triton_v4) or a full label ('torch (partial, bfloat16)'); default: torch with "
+                        "compute_dtype float32")
     p.add_argument("--margin", metavar="EPS", type=_positive, default=DEFAULT_MARGIN,
                    help=f"equivalence margin for val loss, in nats (default {DEFAULT_MARGIN})")
     p.add_argument("--acc-margin", metavar="EPS", type=_positive, default=DEFAULT_ACC_MARGIN,

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from omegaconf import OmegaConf
 
+from llm.config_schema import CONF_DIR
 from llm.report.errors import ReferenceNotFoundError
 from llm.report.runs import DEFAULT_PACKING, Run
 from llm.report.stats import (
@@ -147,11 +149,22 @@ def _default_reference(groups: Sequence[Group]) -> Group | None:
     return refs[0] if refs else None
 
 
+def _rope_preset(name: str) -> tuple[str, str, str | None] | None:
+    """(rope, variant, compute dtype or None) of the ``rope=<name>`` preset ``conf/rope/<name>.yaml``, if one exists:
+    what ``--reference torch_full`` means, as the sweep that trained it was given."""
+    path = CONF_DIR / "rope" / f"{name}.yaml"
+    if "/" in name or not path.is_file():
+        return None
+    cfg = OmegaConf.load(path)
+    return str(cfg.get("name")), str(cfg.get("variant", "partial")), cfg.get("compute_dtype")
+
+
 def select_reference(groups: Sequence[Group], name: str | None = None) -> Group | None:
     """The group every other implementation is compared with.
 
-    ``name`` is a full label (``"torch (partial, bfloat16)"``) or a registry name (``"triton_v4"``,
-    which must then match exactly one implementation with completed runs). Without ``name``: the
+    ``name`` is a full label (``"torch (partial, bfloat16)"``), a registry name (``"triton_v4"``, which must then
+    match exactly one implementation with completed runs) or a ``rope=`` preset (``"torch_full"``, and ``"torch"``
+    where the runs have both variants: its file's variant and compute dtype). Without ``name``: the
     ``torch`` float32 group (None if the runs have none). Raises :class:`ReferenceNotFoundError`.
     """
     if name is None:
@@ -160,6 +173,11 @@ def select_reference(groups: Sequence[Group], name: str | None = None) -> Group 
     have = ", ".join(repr(g.label) for g in done) or "none"
     exact = [g for g in done if g.label == name]
     matches = exact or [g for g in done if g.key[0] == name]
+    preset = _rope_preset(name) if len(matches) != 1 else None
+    if preset is not None:  # torch_full, or torch (partial, float32) where torch names several
+        rope_name, variant, compute_dtype = preset
+        matches = [g for g in done if g.key[:2] == (rope_name, variant)
+                   and compute_dtype in (None, g.key[2])] or matches
     if len(matches) == 1:
         return matches[0]
     if not matches:

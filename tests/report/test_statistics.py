@@ -252,10 +252,35 @@ def test_reference_choice(tmp_path: Path):
                                                                                           "bfloat16", "random")
     from llm.report import ReferenceNotFoundError
 
-    with pytest.raises(ReferenceNotFoundError, match="several"):
-        build_report([sweep], reference="torch")  # float32 and bfloat16
+    # a rope= preset, as the sweep was given: torch names float32 and bfloat16 runs, its preset the float32 ones
+    assert build_report([sweep], reference="torch").reference.label == "torch (partial, float32)"
+    assert build_report([sweep], reference="torch_bf16").reference.label == "torch (partial, bfloat16)"
     with pytest.raises(ReferenceNotFoundError, match="matches no implementation"):
         build_report([sweep], reference="triton_v9")
+    with pytest.raises(ReferenceNotFoundError, match="matches no implementation"):
+        build_report([sweep], reference="torch_full")  # a preset none of the runs trained
+
+
+def test_reference_by_preset_name_and_by_label(tmp_path: Path):
+    """``--reference torch_full``: the preset's variant picks the full-rotation runs; where neither a registry name
+    nor a preset singles out one implementation, the full label is asked for."""
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    for job, (variant, delta) in enumerate((("partial", 0.0), ("full", 0.02))):
+        for seed, (loss, acc) in planted(delta).items():
+            write_run(root / f"{job}_{variant}_s{seed}", "torch", seed, loss, acc, variant=variant)
+            write_run(root / f"v4_{job}_{variant}_s{seed}", "triton_v4", seed, loss, acc,
+                      dtype=("float32", "bfloat16")[job])
+    report = build_report([root], reference="torch_full")
+    assert report.reference.label == "torch (full, float32)"
+    verdicts = {c.group.label: c.loss.verdict for c in report.comparisons}
+    assert verdicts["torch (partial, float32)"] == "better"
+    assert build_report([root], reference="torch").reference.label == "torch (partial, float32)"
+    from llm.report import ReferenceNotFoundError
+
+    with pytest.raises(ReferenceNotFoundError, match="several"):
+        build_report([root], reference="triton_v4")  # two compute dtypes; its preset names neither
 
 
 def test_no_reference_in_the_runs(tmp_path: Path):
