@@ -8,7 +8,7 @@ budget), and the raw material (fidelity, per-seed runs, plots).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from llm.report.compare import CURVES_FILE, DELTA_FILE, SPEED_FILE, Report
 from llm.report.fidelity import fidelity_rows
 from llm.report.mixed import MISSING, describe_data, describe_differences, fmt_value
 from llm.report.runs import Run, get_dotted
-from llm.report.sharing import concurrent_runs
+from llm.report.sharing import concurrent_runs, on_cpu
 from llm.report.stats import (
     ALPHA,
     ALPHA_DIFFERENCE,
@@ -210,9 +210,10 @@ def _config_section(report: Report) -> list[str]:
                   "times and tokens/s compare only between runs on one device that ran alone or equally shared."]
     shared = {k: n for k, n in concurrent_runs(report.runs).items() if n > 1}
     if shared:
-        lines += ["", f"**Shared GPU**: {len(shared)} run(s) trained while other runs used the same GPU (up to "
-                  f"{max(shared.values())} at once; the Per-seed table says how many): their Training Time and "
-                  "tokens/s measure a share of a GPU, not the implementation. Compare speed between runs that "
+        what = _shared_kind(report.runs, shared)
+        lines += ["", f"**Shared {what}**: {len(shared)} run(s) trained while other runs used the same {what} (up "
+                  f"to {max(shared.values())} at once; the Per-seed table says how many): their Training Time and "
+                  f"tokens/s measure a share of a {what}, not the implementation. Compare speed between runs that "
                   "ran alone, or with `python -m bench.step`."]
     if report.diffs:
         lines += ["", "**Mixed runs (`--allow-mixed`)**: these config keys differ between runs:", "", "```"]
@@ -424,6 +425,12 @@ def _fidelity_section(report: Report) -> list[str]:
                             rows)
 
 
+def _shared_kind(runs: Sequence[Run], counted: Mapping[Path, int]) -> str:
+    """``GPU`` or ``CPU`` where every counted run trained on that kind, else ``device``: what the runs shared."""
+    kinds = {"CPU" if on_cpu(r) else "GPU" for r in runs if r.path in counted}
+    return kinds.pop() if len(kinds) == 1 else "device"
+
+
 def _per_seed_section(report: Report) -> list[str]:
     with_se, with_tokens = _has(report.runs, "val_loss_se"), _has(report.runs, "val_tokens")
     header = ["Implementation", "Seed", "Status", "Step", *(t for _, t, _ in METRICS)]
@@ -431,7 +438,7 @@ def _per_seed_section(report: Report) -> list[str]:
     concurrent = concurrent_runs(report.runs)
     with_shared = any(n > 1 for n in concurrent.values())
     header += ["Val loss SE"] * with_se + ["Val tokens"] * with_tokens + ["Device"] * with_device
-    header += ["Runs on its GPU at once"] * with_shared + ["Run"]
+    header += [f"Runs on its {_shared_kind(report.runs, concurrent)} at once"] * with_shared + ["Run"]
     detail = []
     for g in report.groups:
         for r in [*g.runs, *g.excluded]:

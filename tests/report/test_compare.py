@@ -400,3 +400,16 @@ def test_the_default_reference_stays_partial_when_a_seed_of_it_failed(tmp_path: 
     report = build_report([sweep])
     assert report.reference.key[:2] == ("torch", "partial")
     assert report.comparisons[0].loss.delta == pytest.approx(0.01)
+
+
+def test_runs_that_shared_a_host_s_cpu_are_flagged(tmp_path: Path):
+    """CPU runs record no GPU UUID: those on one host whose run times overlap shared its cores, and say so."""
+    sweep = make_sweep(tmp_path / "sweep")
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    spans = [("h1", 0, 100), ("h1", 50, 150), ("h1", 200, 300), ("h2", 0, 100)]
+    for job, (host, start, end) in zip(jobs, spans, strict=False):
+        _set_summary(job, host=host, device="cpu", device_uuid=None, started_at=start, ended_at=end)
+    assert [concurrent_runs([load_run(j) for j in jobs]).get(j) for j in jobs[:4]] == [2, 2, 1, 1]
+    text = compare_runs([sweep], sweep).read_text()
+    assert "**Shared CPU**: 2 run(s) trained while other runs used the same CPU (up to 2 at once" in text
+    assert "| Runs on its CPU at once | Run |" in text[text.index("## Per-seed runs"):]
