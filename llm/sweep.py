@@ -70,7 +70,8 @@ def jobs_held(sweep_dir: Path) -> list[str]:
 
 
 class ClaimSweepDir(Callback):
-    """Before any job of a multirun: refuse a key nothing would read, take the sweep dir's lock
+    """Before any job of a multirun: refuse a key nothing would read and a sweep whose every job the run's config
+    check refuses (:func:`llm.sweep_jobs.every_job_refused`), take the sweep dir's lock
     (``.sweep.lock``, held until the sweep ends) and refuse a dir that holds another sweep's jobs, unless the
     command continues that sweep (``train.resume=auto``, :func:`continue_sweep_command`).
 
@@ -100,13 +101,16 @@ class ClaimSweepDir(Callback):
 
     def _claim(self, config: DictConfig) -> None:
         from llm.config_check import check_config_keys
-        from llm.errors import RunDirInUseError
+        from llm.errors import ConfigError, RunDirInUseError
+        from llm.sweep_jobs import every_job_refused
         from llm.training.run import UNRECORDED_STARTS
         from llm.training.run_dir import SWEEP_LOCK_FILE, RunDirLock
 
         UNRECORDED_STARTS.clear()
         check_config_keys(config)  # the sweep's own keys: one refusal, not one per job
         OmegaConf.select(config, "hydra.launcher.n_jobs")  # the launcher's resolvers refuse before any write
+        if (refused := every_job_refused(config)) is not None:  # a bad value every job shares: one refusal too
+            raise ConfigError(refused)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         continuing = OmegaConf.select(config, "train.resume") == "auto"
 

@@ -170,3 +170,16 @@ def test_the_gpu_launcher_preset_runs_one_job_per_gpu():
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["hydra/launcher=gpus"], return_hydra_config=True)
     assert "Joblib" in cfg.hydra.launcher._target_ and cfg.hydra.launcher.n_jobs >= 1
+
+
+def test_a_bad_value_every_job_shares_is_refused_once_before_any_job(tmp_path, capsys):
+    """train.batch_size=-1 in every job of a sweep: one line, exit 2, no job dir (not one refusal per job); jobs
+    refused for reasons of their own are still refused one by one (the sweeps above)."""
+    sweep = tmp_path / "sweep"
+    assert run_command_inprocess(["seed=0,1", "train.batch_size=-1", f"hydra.sweep.dir={sweep}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "Error: every job of this sweep (2) would be refused: train.batch_size=-1 must be a positive integer")
+    assert not sweep.exists() or not any(p.is_dir() for p in sweep.iterdir())
+    assert run_command_inprocess(["seed=0,-1", "train.batch_size=-1", f"hydra.sweep.dir={sweep}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        "Error: every job of this sweep (2) would be refused, for 2 reasons; the first (seed=0): train.batch_size=-1 ")

@@ -1,0 +1,80 @@
+"""A sweep whose every job would be refused is refused once, before any job starts.
+
+Why: a bad value the whole sweep shares (``python -m llm.train -m seed=0,1,2 train.batch_size=-1``) would
+otherwise be refused by each job in turn, one identical error per job, each after a launch (with the GPU
+launcher: a worker process, a device slot and a run dir per job). The sweep's process expands the jobs as Hydra's
+basic sweeper does, composes them one by one and runs the run's own config check on each, stopping at the first
+that passes: a sweep with one good job costs one composition, and jobs refused on their own (one bad seed among
+good ones) are still refused one by one, while the others run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+#: The sweeper whose expansion :func:`job_overrides` reproduces (Hydra's default).
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def job_overrides(config: DictConfig) -> Iterator[list[str]]:
+    """Each job's overrides in launch order, as Hydra's basic sweeper expands them: the sweeper's ``params`` (an
+    experiment's sweep) first, then the command's own overrides, every sweep (``seed=0,1``) crossed with the rest."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    arguments = [f"{key}={value}" for key, value in params.items()]
+    arguments += list(OmegaConf.select(config, "hydra.overrides.task") or [])
+    for batch in BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(arguments), None):
+        yield from batch
+
+
+def every_job_refused(config: DictConfig) -> str | None:
+    """The one line refusing the sweep when each of its jobs fails the run's config check, else None.
+
+    None also where the expansion or a composition fails otherwise (another sweeper, an interpolation only a
+    running job resolves): then the jobs say what they say, as before."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from llm.config_check import validate_config
+    from llm.errors import UserError
+
+    if OmegaConf.select(config, "hydra.sweeper._target_") != BASIC_SWEEPER:
+        return None
+    hydra_config = HydraConfig.instance()
+    saved = hydra_config.cfg
+    refusals: list[tuple[list[str], str]] = []
+    try:
+        loader = GlobalHydra.instance().config_loader()
+        for overrides in job_overrides(config):
+            job = loader.load_sweep_config(config, overrides)
+            hydra_config.set_config(job)  # the job's ${hydra:...} values, as its own process will see them
+            try:
+                validate_config(job)
+            except UserError as e:
+                refusals.append((overrides, str(e)))
+                continue
+            return None
+    except Exception as e:  # noqa: BLE001 - not a refusal of the config: the jobs report it themselves
+        log.debug("the sweep's jobs were not checked up front: %s", e)
+        return None
+    finally:
+        hydra_config.cfg = saved
+    if not refusals:
+        return None
+    messages = {message for _, message in refusals}
+    if len(refusals) == 1:  # a sweep of one job: its own refusal
+        return refusals[0][1]
+    if len(messages) == 1:
+        return f"every job of this sweep ({len(refusals)}) would be refused: {refusals[0][1]}"
+    first, message = refusals[0]
+    shared = set.intersection(*(set(overrides) for overrides, _ in refusals))
+    job = " ".join(o for o in first if o not in shared)  # what sets the first job apart: its swept values
+    return (f"every job of this sweep ({len(refusals)}) would be refused, for {len(messages)} reasons; the first "
+            f"({job}): {message}")
