@@ -55,6 +55,7 @@ class StaticDecoder:
     def captured(self) -> bool:
         return self.graph is not None
 
+    @torch.no_grad()  # decoding needs no graph for a backward (and the fused attention has none)
     def prefill(self, prompt: Tensor) -> Tensor:
         """Start new sequences: run the (B, T) prompt through the model into the cache and return the logits
         (B, V) of the token after it. The first call also captures the decode step (its cost belongs to the
@@ -74,6 +75,7 @@ class StaticDecoder:
             self._capture(prompt.device)
         return logits
 
+    @torch.no_grad()
     def step(self, token: Tensor) -> Tensor:
         """Feed the (B,) tokens at the next position; the logits (B, V) of the token after them. A captured
         step's logits live in the graph's buffer: read them before the next step."""

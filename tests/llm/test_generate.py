@@ -134,6 +134,18 @@ def test_fused_attention_greedy_output_and_chunked_prefill_match_the_uncached_de
     assert torch.equal(dynamic.tokens, reference.tokens)
 
 
+@pytest.mark.interpreter
+def test_a_static_decoder_steps_outside_no_grad_with_the_fused_attention():
+    """Its own calls, outside ``torch.no_grad()`` (the decode loop's), with weights that require grad: no graph
+    for a backward is recorded, so the fused attention (no backward: it refuses inputs that require grad) runs."""
+    model = tiny_model("torch", n_kv_head=1, seed=1)
+    assert next(model.parameters()).requires_grad and torch.is_grad_enabled()
+    decoder = StaticDecoder(model, 9, attention="fused_rope")
+    logits = decoder.prefill(torch.randint(0, 61, (2, 5)))
+    step = decoder.step(logits.argmax(-1))
+    assert not logits.requires_grad and not step.requires_grad and step.shape == logits.shape
+
+
 def test_a_static_decoder_serves_many_sequences_and_batch_sizes():
     """Its buffers are reused from one call to the next (a new prompt overwrites them), and a batch of another
     size gets buffers of its own; a prompt that does not fit is refused."""
