@@ -9,8 +9,12 @@ ended from their run dirs once the sweep is over (:class:`RecordSweepOutcome`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
+import os
 import shlex
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,6 +60,66 @@ class RecordSweepOutcome(Callback):
         if FAILED_JOBS:
             log.error(f"{len(FAILED_JOBS)} job(s) of the sweep in {sweep_dir} did not complete")
             log.info(continue_sweep_message(sweep_dir))  # to run once what failed is fixed
+
+
+#: In a sweep dir: the sweep was asked to stop (Ctrl-C, SIGTERM) while its jobs ran side by side; a job that
+#: finds it has not begun yet and does not begin. The sweep that continues the dir removes it.
+STOP_FILE = ".sweep.stop"
+
+
+def stop_requested(sweep_dir: Path) -> bool:
+    return (sweep_dir / STOP_FILE).is_file()
+
+
+class StopParallelJobs(Callback):
+    """Ctrl-C or SIGTERM on a sweep whose jobs run side by side in worker processes (``hydra/launcher=gpus`` or
+    ``joblib``) stops it as it stops a single run: each running job finishes its step, checkpoints and records
+    itself as interrupted, the jobs not begun yet do not begin, and the sweep ends with its comparison and the
+    command that continues it.
+
+    Why: the launcher's own answer to Ctrl-C is to kill its workers at once, mid-step and before any checkpoint,
+    with a traceback; and a SIGTERM to the sweep's process alone left its workers training with no one to collect
+    them. So the sweep's process takes both signals while its jobs run: the first one is sent on to every worker
+    as SIGTERM (a job's own graceful stop; a Ctrl-C at the terminal reaches them too, and a second signal of
+    another kind does not abort them) and leaves :data:`STOP_FILE` in the sweep dir; a second Ctrl-C aborts at
+    once, as a second Ctrl-C does a single run."""
+
+    def __init__(self) -> None:
+        self.sweep_dir: Path | None = None
+        self.stopping = False
+        self.previous: dict[int, Any] = {}
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.sweep_dir = Path(str(config.hydra.sweep.dir))
+        (self.sweep_dir / STOP_FILE).unlink(missing_ok=True)  # a stop of an earlier invocation: this one continues
+        if "Joblib" not in str(OmegaConf.select(config, "hydra.launcher._target_") or ""):
+            return  # jobs in this process: each job's own graceful stop, and the sweep ends with it
+        self.stopping = False
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self.previous[signum] = signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.stopping and signum == signal.SIGINT:
+            self._restore()
+            raise KeyboardInterrupt
+        first = not self.stopping
+        self.stopping = True
+        if first and self.sweep_dir is not None:
+            self.sweep_dir.mkdir(parents=True, exist_ok=True)
+            (self.sweep_dir / STOP_FILE).write_text(f"{signal.Signals(signum).name}\n")
+            print(f"\n{signal.Signals(signum).name} received: the running jobs finish their step and checkpoint, the "
+                  "others do not start (Ctrl-C again aborts at once)", file=sys.stderr, flush=True)
+        for worker in multiprocessing.active_children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.pid, signal.SIGTERM)
+
+    def _restore(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        self.previous.clear()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._restore()
 
 
 def jobs_held(sweep_dir: Path) -> list[str]:

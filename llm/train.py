@@ -34,8 +34,10 @@ from llm.entry import full_error_requested, run_entry
 from llm.errors import ConfigError, RunDirInUseError
 from llm.gpu_slots import SLOTS_DIR, Slot
 from llm.gpu_slots import claim as claim_slot
+from llm.sweep import stop_requested
 from llm.training.checkpoint import checkpoint_files
-from llm.training.run import UNRECORDED_STARTS, USER_ERRORS, one_line, run_training
+from llm.training.run import UNRECORDED_STARTS, USER_ERRORS, one_line, record_failed_start, run_training
+from llm.training.run_dir import never_trained
 from llm.training.trainer import TrainOutcome
 
 log = logging.getLogger("llm.train")
@@ -146,9 +148,20 @@ def main(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
+    if multirun and stop_requested(Path(hc.sweep.dir)):  # the sweep was stopped before this job began
+        return _not_started(cfg, Path(hc.runtime.output_dir))
     record = command_record(cfg, hc)  # the command's config, before a sweep job is given its device
     with _pin_parallel_job(cfg, hc) if multirun else nullcontext():
         return _run(cfg, hc, multirun, record)
+
+
+def _not_started(cfg: DictConfig, run_dir: Path) -> None:
+    """A job of a stopped sweep that had not begun: recorded as interrupted (a dir holding a run keeps its record),
+    so the comparison lists it and the command that continues the sweep starts it."""
+    message = "not started: the sweep was stopped (Ctrl-C or SIGTERM) before this job began"
+    if never_trained(run_dir):
+        record_failed_start(cfg, run_dir, "interrupted", message)
+    log.info(f"{run_dir.name}: {message}")
 
 
 def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float | None:
@@ -189,6 +202,8 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
         log.info(f"{run_dir.name} is a job of the sweep in {sweep_of_job}; rewrite the sweep's comparison with:\n"
                  f"  python -m scripts.compare {sweep_of_job}")
     signalled = outcome.exit_code > 128
+    if multirun and signalled and _local_parallel_jobs(hc):  # a worker: the sweep's process stops the sweep
+        return None
     if multirun and signalled:  # a signal ends the whole sweep: say how to continue all of it
         from llm.sweep import continue_sweep_message
 

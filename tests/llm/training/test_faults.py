@@ -404,3 +404,40 @@ def test_a_sweep_continued_with_its_arguments_in_another_order_trains_nothing_ag
     assert new and all(not (p / "metrics.jsonl").exists() for p in new), new
     messages = [json.loads((p / "summary.json").read_text()).get("message", "") for p in new]
     assert all("trained in" in m and "another order" in m for m in messages), messages
+
+
+def test_sigterm_stops_a_sweep_of_parallel_jobs_as_it_stops_a_run(tmp_path):
+    """hydra/launcher=gpus, two jobs at once (the CPU is one device of two slots) and a third waiting: a SIGTERM to
+    the sweep's process alone reaches the workers, each running job checkpoints and records itself interrupted,
+    the waiting one does not start, and the sweep ends with its continue command. (The launcher's own handling
+    killed the workers mid-step, with a traceback; a SIGTERM left them training, orphaned.)"""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "llm.train", "-m", *SMALL, "train.max_steps=100000",
+                             "train.log_every=1", "seed=0,1,2", "hydra/launcher=gpus", "sweep.jobs_per_gpu=2",
+                             f"hydra.sweep.dir={sweep}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    running = [sweep / "0_torch_s0" / "metrics.jsonl", sweep / "1_torch_s1" / "metrics.jsonl"]
+    deadline = time.time() + 300
+    while time.time() < deadline and not all(m.is_file() and m.read_text().count("\n") >= 2 for m in running):
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 1, out[-3000:]
+    for job in ("0_torch_s0", "1_torch_s1"):
+        summary = _summary(sweep / job)
+        assert summary["status"] == "interrupted" and "(SIGTERM); checkpoint saved" in summary["message"], summary
+        assert (sweep / job / "checkpoints" / f"step_{summary['step']:07d}.pt").is_file()
+    assert _summary(sweep / "2_torch_s2")["message"].startswith("not started: the sweep was stopped")
+    assert "Continue the sweep with:" in out and "Traceback" not in out
+    deadline = time.time() + 60  # no worker left behind in the sweep's process group (they exit with the sweep)
+    while time.time() < deadline and _group_alive(proc.pid):
+        time.sleep(0.5)
+    assert not _group_alive(proc.pid)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
