@@ -19,26 +19,34 @@ log = logging.getLogger(__name__)
 
 #: The sweeper whose expansion :func:`job_overrides` reproduces (Hydra's default).
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+#: Launchers whose jobs run on this host (in this process, or in its joblib workers): only there does this host's
+#: check (its GPUs, its memory, its kernels) say what the jobs' would. A cluster's jobs run elsewhere.
+LOCAL_LAUNCHERS = ("hydra._internal.core_plugins.basic_launcher.BasicLauncher",
+                   "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher")
 
 
 def job_overrides(config: DictConfig) -> Iterator[list[str]]:
     """Each job's overrides in launch order, as Hydra's basic sweeper expands them: the sweeper's ``params`` (an
     experiment's sweep) first, then the command's own overrides, every sweep (``seed=0,1``) crossed with the rest."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
     arguments = [f"{key}={value}" for key, value in params.items()]
     arguments += list(OmegaConf.select(config, "hydra.overrides.task") or [])
-    for batch in BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(arguments), None):
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())  # glob() needs it
+    for batch in BasicSweeper.split_arguments(parser.parse_overrides(arguments), None):
         yield from batch
 
 
 def every_job_refused(config: DictConfig) -> str | None:
     """The one line refusing the sweep when each of its jobs fails the run's config check, else None.
 
-    None also where the expansion or a composition fails otherwise (another sweeper, an interpolation only a
-    running job resolves): then the jobs say what they say, as before."""
+    None also where the check cannot speak for the jobs: another sweeper, a launcher whose jobs run on other hosts,
+    a job that starts from a checkpoint (``train.resume``, ``train.init_from``: its run fills in settings from it
+    first, such as YaRN's original length), or an expansion or composition that fails otherwise. Then the jobs say
+    what they say, as before."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
@@ -47,6 +55,8 @@ def every_job_refused(config: DictConfig) -> str | None:
 
     if OmegaConf.select(config, "hydra.sweeper._target_") != BASIC_SWEEPER:
         return None
+    if OmegaConf.select(config, "hydra.launcher._target_") not in LOCAL_LAUNCHERS:
+        return None
     hydra_config = HydraConfig.instance()
     saved = hydra_config.cfg
     refusals: list[tuple[list[str], str]] = []
@@ -54,6 +64,8 @@ def every_job_refused(config: DictConfig) -> str | None:
         loader = GlobalHydra.instance().config_loader()
         for overrides in job_overrides(config):
             job = loader.load_sweep_config(config, overrides)
+            if OmegaConf.select(job, "train.resume") or OmegaConf.select(job, "train.init_from"):
+                return None  # its run completes its config from a checkpoint before checking it
             hydra_config.set_config(job)  # the job's ${hydra:...} values, as its own process will see them
             try:
                 validate_config(job)

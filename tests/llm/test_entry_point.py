@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, SMALL, read_metrics, run_cli, run_command_inprocess, run_inprocess
+from helpers import CONF, ROOT, SMALL, read_metrics, run_cli, run_command_inprocess, run_inprocess
 
 from llm.errors import RunDirInUseError
 
@@ -183,3 +183,24 @@ def test_a_bad_value_every_job_shares_is_refused_once_before_any_job(tmp_path, c
     assert run_command_inprocess(["seed=0,-1", "train.batch_size=-1", f"hydra.sweep.dir={sweep}"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
         "Error: every job of this sweep (2) would be refused, for 2 reasons; the first (seed=0): train.batch_size=-1 ")
+
+
+@pytest.mark.parametrize("launcher,extra,refused", [
+    ("basic", [], True),
+    ("slurm", [], False),  # its jobs run on other hosts: this host's check does not speak for them
+    ("basic", ["train.init_from=/nowhere"], False),  # its run completes its config from the source first
+])
+def test_the_up_front_sweep_check_speaks_only_for_what_this_host_can_check(launcher, extra, refused):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from llm.sweep_jobs import every_job_refused
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        overrides = ["train.batch_size=-1", *extra] + ([f"hydra/launcher={launcher}"] if launcher != "basic" else [])
+        config = compose("config", overrides=overrides, return_hydra_config=True)
+        with open_dict(config):
+            config.hydra.overrides.task = ["seed=0,1", *overrides[:1 + len(extra)]]
+        result = every_job_refused(config)
+    assert (result == "every job of this sweep (2) would be refused: train.batch_size=-1 must be a positive "
+                      "integer") if refused else result is None
