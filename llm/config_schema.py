@@ -11,7 +11,7 @@ included), so there is no second list to keep in step by hand.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -115,16 +115,17 @@ class Schema:
         return f"{key} is not {where}, so nothing would read it{guess} {lists}"
 
 
-    def absent_key(self, key: str) -> str:
+    def absent_key(self, key: str, chosen: Collection[str] = ()) -> str:
         """The line for a key Hydra found absent from the composed config (``train.max_step=5``, no ``+``): a
         typo (the closest known key), a key of another option of its group, a key a config file sets elsewhere
         (an experiment's: add it with ``+``), or a setting a self-checking group reads beyond its file
-        (``rope.max_seq_len``: add it with ``+``; the group refuses one it does not read)."""
+        (``rope.max_seq_len``: add it with ``+``; the group refuses one it does not read). ``chosen``: the groups
+        the command line chose (``rope=torch``), whose keys are then no group's left unchosen."""
         group = key.partition(".")[0]
         unchosen = group in self.groups and group not in self.required_groups and group not in self.own
-        if unchosen:  # a group this command leaves unchosen, whose keys its own file does not set either
-            return (f"{key}: {self.command} chooses no {group} by default; choose one first with {group}=<name> "
-                    f"({', '.join(sorted(self.groups[group]))}), whose keys may then be set")
+        if unchosen and group not in chosen:  # a group left unchosen, whose keys the command's file sets neither
+            return (f"{key}: {self.command} chooses no {group} by default, and this command chose none "
+                    f"({group}=<name> chooses one: {', '.join(sorted(self.groups[group]))})")
         if self.options_with(key) or (key not in self.known_keys() and group not in SELF_CHECKED):
             return self.unknown_key(key)
         close = closest(key, self.known_keys() - {key})

@@ -38,8 +38,16 @@ def _lines(text: str) -> list[str]:
     return [ln.strip() for ln in str(text).splitlines() if ln.strip()]
 
 
-def hydra_error_line(exc: BaseException, config_name: str = "config", command: str = "python -m llm.train") -> str:
-    """One line for an error of Hydra's composition (or any one-line error), naming what to fix."""
+def chosen_groups(argv: list[str]) -> set[str]:
+    """The config groups a command line chooses (``rope=torch``, ``+experiment=x``): not dotted keys."""
+    return {arg.partition("=")[0].lstrip("+~") for arg in argv
+            if "=" in arg and "." not in arg.partition("=")[0] and not arg.startswith("-")}
+
+
+def hydra_error_line(exc: BaseException, config_name: str = "config", command: str = "python -m llm.train",
+                     argv: list[str] | None = None) -> str:
+    """One line for an error of Hydra's composition (or any one-line error), naming what to fix; ``argv``: the
+    command line's arguments (default ``sys.argv[1:]``), for the groups it chose."""
     if isinstance(exc, MissingConfigException) and exc.options and "/" in str(exc.missing_cfg_file or ""):
         group, _, option = str(exc.missing_cfg_file).rpartition("/")
         return f"{group}={option} is not an option of {group}; allowed: {', '.join(exc.options)}"
@@ -53,7 +61,7 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
         key = m.group(1)
         if "not in struct" not in cause:
             return f"{key}: {cause or text}"
-        return schema(config_name, command).absent_key(key)
+        return schema(config_name, command).absent_key(key, chosen_groups(sys.argv[1:] if argv is None else argv))
     if m := re.search(r"An item is already at '([^']+)'", text):
         return f"{m.group(1)} is already in the config: set it without the leading +"
     return f"{text} ({cause})" if cause else text

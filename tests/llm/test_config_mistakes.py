@@ -87,14 +87,18 @@ def test_the_user_s_full_error_still_shows_hydra_s_traceback(monkeypatch, capsys
      "rope.scaling.factr is not in this config; did you mean rope.scaling.factor?"),
     ("eval_lengths", "python -m llm.eval_lengths", "rope=nope", "rope=nope is not an option of rope; allowed: "),
     ("generate", "python -m llm.generate", "rope.variant=full",  # the run's rope unless rope=<name> picks a kernel
-     "rope.variant: python -m llm.generate chooses no rope by default; choose one first with rope=<name> (cutedsl, "),
+     "rope.variant: python -m llm.generate chooses no rope by default, and this command chose none (rope=<name> "
+     "chooses one: cutedsl, "),
+    ("generate", "python -m llm.generate", "rope=torch rope.varint=full",  # a rope chosen: a typo of its key
+     "rope.varint is not in this config; did you mean rope.variant?"),
 ])
 def test_the_other_entry_points_errors_read_the_same(config_name, command, override, line):
     """llm.generate and llm.eval_lengths share the translation (llm.entry.run_entry): their keys come from their
     own config files."""
+    overrides = override.split()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"), pytest.raises(Exception) as err:
-        compose(config_name, overrides=[override])
-    assert hydra_error_line(err.value, config_name, command).startswith(line)
+        compose(config_name, overrides=overrides)
+    assert hydra_error_line(err.value, config_name, command, overrides).startswith(line)
 
 
 @pytest.mark.parametrize("module,override,line", [
