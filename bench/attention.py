@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("bench.attention: the rope code imported has no attention_with_rope")
     results = harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root, args.commit)
-    timer = harness.make_timer(args.reps, args.device)
+    timer = harness.make_timer(args.reps, args.device, flush="read")  # a decode step's L2: no other kernel's writes
     copy_gbps = harness.copy_gbps(timer, 2**29 if args.device.type == "cuda" else 2**22, args.device)
     roofs = Roofs(timer, args.dtype, args.device, copy_gbps)
     log(f"copy bandwidth {copy_gbps:.0f} GB/s, read bandwidth {roofs.read_gbps:.0f} GB/s, "

@@ -34,7 +34,7 @@ SMOKE_RESULTS = ROOT / "outputs" / "bench"
 ENV_COLUMNS = ("date", "gpu", "commit", "torch", "triton")
 #: The file beside a ``rope/`` package that names its commit where there is no git history (``--rope-path``).
 COMMIT_FILE = ".commit"
-#: More than any current GPU's L2: read before each timed call, so no call finds its inputs in the L2.
+#: More than any current GPU's L2: flushed before each timed call, so no call finds its inputs in the L2.
 FLUSH_BYTES = 256 * 2**20
 #: GPU clock cycles slept before each timed call (about 1 ms): the host queues the call meanwhile, so the events
 #: time the kernels and not Python's launch.
@@ -211,22 +211,35 @@ class GpuTimer:
     """Microseconds of ``fn`` on the GPU: the lower of two medians of ``reps`` calls each, after warm-up calls.
 
     Before each timed call the L2 is flushed and the GPU sleeps while the host queues the call, so the time is the
-    kernels' and the inputs come from memory. The flush *reads* :data:`FLUSH_BYTES` (a sum into one element), which
-    leaves the L2 holding clean lines that a later miss drops for free. Zeroing a buffer instead (the flush of
-    ``triton.testing.do_bench``) leaves the L2 full of dirty lines, and the timed call then pays their write-back:
-    a read-only call over a KV cache (``bench.attention``) read noticeably slower than it runs in a decode step,
-    where the L2 holds little written data. Two medians, the lower kept: a pass disturbed by the host (another
-    process compiling) reads high as a whole.
+    kernels' and the inputs come from memory. How the L2 is flushed is the benchmark's choice (``flush``), after
+    what runs before its kernels in use:
+
+    * ``"zero"``: :data:`FLUSH_BYTES` zeroed (``triton.testing.do_bench``'s flush). The call starts with an L2 of
+      dirty lines, whose write-back it pays, and leaves its own: a training step's steady state, where each kernel
+      writes as much as it reads (``bench.kernel``).
+    * ``"read"``: :data:`FLUSH_BYTES` read (a sum into one element). The call starts with clean lines, which a miss
+      drops for free: a decode step, whose kernels before the attention write almost nothing, so that a read-only
+      call over a KV cache is not charged another kernel's write-back (``bench.attention``).
+
+    Two medians, the lower kept: a pass disturbed by the host (another process compiling) reads high as a whole.
     """
 
-    def __init__(self, reps: int, device: torch.device) -> None:
+    FLUSHES = ("zero", "read")
+
+    def __init__(self, reps: int, device: torch.device, flush: str = "zero") -> None:
+        if flush not in self.FLUSHES:
+            raise ValueError(f"flush must be one of {self.FLUSHES}, got {flush!r}")
         self.reps = reps
-        self.flush = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device=device)
+        self.flush = flush
+        self.buffer = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device=device)
         self.sink = torch.empty((), dtype=torch.float32, device=device)
 
     def flush_l2(self) -> None:
-        """Read :data:`FLUSH_BYTES` through the L2, evicting what it held (written lines written back now)."""
-        torch.sum(self.flush, dim=0, out=self.sink)
+        """Evict what the L2 holds: zero :data:`FLUSH_BYTES` (dirty lines left) or read them (clean lines left)."""
+        if self.flush == "zero":
+            self.buffer.zero_()
+        else:
+            torch.sum(self.buffer, dim=0, out=self.sink)
 
     def _median(self, fn: Callable[[], object], reps: int) -> float:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
@@ -264,8 +277,9 @@ class WallTimer:
         return statistics.median(times)
 
 
-def make_timer(reps: int, device: torch.device) -> GpuTimer | WallTimer:
-    return GpuTimer(reps, device) if device.type == "cuda" else WallTimer(reps)
+def make_timer(reps: int, device: torch.device, flush: str = "zero") -> GpuTimer | WallTimer:
+    """The GPU timer (``flush``: :class:`GpuTimer`'s), or the wall clock's on the CPU (``--smoke``)."""
+    return GpuTimer(reps, device, flush) if device.type == "cuda" else WallTimer(reps)
 
 
 def synchronize(device: torch.device) -> None:
