@@ -44,6 +44,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _accuracy_margin(text: str) -> float:
+    """A margin of accuracy, a fraction: positive and below 1 (a margin of 1 or more makes every verdict
+    "equivalent")."""
+    value = _positive(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be below 1 (accuracy is a fraction; 0.005 is half a point), got "
+                                         f"{text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m scripts.compare",
@@ -61,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                         "compute_dtype float32")
     p.add_argument("--margin", metavar="EPS", type=_positive, default=DEFAULT_MARGIN,
                    help=f"equivalence margin for val loss, in nats (default {DEFAULT_MARGIN})")
-    p.add_argument("--acc-margin", metavar="EPS", type=_positive, default=DEFAULT_ACC_MARGIN,
+    p.add_argument("--acc-margin", metavar="EPS", type=_accuracy_margin, default=DEFAULT_ACC_MARGIN,
                    help=f"equivalence margin for val accuracy, absolute (default {DEFAULT_ACC_MARGIN})")
     return p
 

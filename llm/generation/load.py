@@ -142,6 +142,11 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
             if asked not in (trained, default):
                 raise ConfigError(f"rope.{key}={asked!r}: the run was trained with rope.{key}={trained!r}; a RoPE "
                                   "override may change the kernel, not the rotation")
+        asked_len = override.get("max_seq_len", run_rope.get("max_seq_len"))
+        if asked_len != run_rope.get("max_seq_len"):  # it would be dropped: the context is the run's
+            raise ConfigError(f"rope.max_seq_len={asked_len}: generation keeps the run's context "
+                              f"(rope.max_seq_len={run_rope.get('max_seq_len')}, null: its model.seq_len); a RoPE "
+                              "override may change the kernel, not the positions it was trained for")
         chosen = {"name": name, **{k: v for k, v in run_rope.items() if k in options or k in ("base", "max_seq_len")},
                   **{k: v for k, v in override.items() if k in options and k not in FUNCTION_KEYS}}
     reason = rope.get(chosen["name"]).unavailable_reason(device)

@@ -65,6 +65,7 @@ def test_reference_and_margin(sweep: Path, tmp_path: Path, capsys):
         (["--margin", "abc"], "--margin"),
         (["--margin", "0"], "--margin"),
         (["--acc-margin", "nan"], "--acc-margin"),
+        (["--acc-margin", "2"], "--acc-margin"),  # accuracy is a fraction: every verdict would be "equivalent"
         (["--reference", "triton_v9"], "--reference"),
         (["--reference", "torch_full"], "--reference"),  # a preset none of the runs trained
         (["--bogus"], "--bogus"),
