@@ -62,6 +62,34 @@ class RecordSweepOutcome(Callback):
             log.info(continue_sweep_message(sweep_dir))  # to run once what failed is fixed
 
 
+def make_output_dir(path: Path, key: str) -> None:
+    """Create the run's or sweep's dir, or raise a :class:`~llm.errors.ConfigError` naming ``key`` (a path under a
+    file, a read-only place): Hydra would fail there with a traceback."""
+    from llm.errors import ConfigError
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        writable = os.access(path, os.W_OK | os.X_OK)
+    except OSError as e:
+        raise ConfigError(f"{key}={path}: cannot create it ({e.strerror}); choose a writable directory") from None
+    if not writable:
+        raise ConfigError(f"{key}={path} is not writable; choose a writable directory")
+
+
+class CheckRunDir(Callback):
+    """Before a single run: its dir (``hydra.run.dir``) can be created and written, else one line and exit 2
+    (Hydra's own failure there is a traceback)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from llm.errors import UserError
+
+        try:
+            make_output_dir(Path(str(config.hydra.run.dir)), "hydra.run.dir")
+        except UserError as e:
+            print(f"Error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+
 #: In a sweep dir: the sweep was asked to stop (Ctrl-C, SIGTERM) while its jobs ran side by side; a job that
 #: finds it has not begun yet and does not begin. The sweep that continues the dir removes it.
 STOP_FILE = ".sweep.stop"
@@ -187,6 +215,7 @@ class ClaimSweepDir(Callback):
                     "train.resume=auto, or choose another hydra.sweep.dir")
 
         refuse_if_used()  # before the lock: a refused sweep writes nothing there
+        make_output_dir(sweep_dir, "hydra.sweep.dir")
         self.lock = RunDirLock(sweep_dir, SWEEP_LOCK_FILE, what="sweep").acquire()
         try:
             refuse_if_used()  # a sweep may have started in between

@@ -164,3 +164,14 @@ def test_rotation_settings_of_rope_none_are_named_as_changing_nothing():
                                                                                   "in this run")
     assert inert_rope_note(compose_cfg(["rope=none"])) is None
     assert inert_rope_note(compose_cfg(["rope=torch", "rope.variant=full"])) is None
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+def test_an_output_dir_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, multirun):
+    """hydra.run.dir / hydra.sweep.dir under a file: one line naming the key (Hydra's own failure: a traceback)."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    code, err = run_main(monkeypatch, capsys, [*(["-m", "seed=0,1"] if multirun else []), f"{key}={blocker / 'x'}"])
+    assert code == 2 and err == [f"Error: {key}={blocker / 'x'}: cannot create it (Not a directory); choose a "
+                                 "writable directory"], err
