@@ -27,7 +27,7 @@ from helpers import (
     train_losses,
 )
 
-from llm.errors import ResumeError
+from llm.errors import ConfigError, ResumeError
 
 STEPS = ["train.max_steps=12", "train.eval_every=4", "train.log_every=1"]
 #: A run of half STEPS' length, stopped half-way, for the tests that run it as a command twice (stop, resume).
@@ -81,6 +81,10 @@ def test_a_resume_at_or_past_stop_at_step_trains_no_step(tmp_path):
     run_inprocess(run, [*STEPS, "train.stop_at_step=3"])
     again = run_inprocess(run, [*STEPS, "train.resume=auto", "train.stop_at_step=2"])
     assert again["status"] == "interrupted" and again["step"] == 3
+    before = (run / "summary.json").read_text(), (run / "config.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"train.max_steps=2 is below the step this run has reached \(3\)"):
+        run_inprocess(run, [*STEPS, "train.resume=auto", "train.max_steps=2"])  # its record would have said 2
+    assert ((run / "summary.json").read_text(), (run / "config.yaml").read_text()) == before
 
 
 def test_resume_continues_the_saved_config_and_refuses_a_different_model(tmp_path):
