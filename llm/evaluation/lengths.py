@@ -55,7 +55,15 @@ from llm.evaluation.losses import logits_chunk, sliding_losses, sliding_plan, wi
 from llm.evaluation.metrics import length_metrics
 from llm.evaluation.scaling import ScalingPlan, resolve_scaling
 from llm.fileio import atomic_open, write_json_atomic
-from llm.generation.load import OpenedRun, load_run_model, open_run, rope_for_generation, run_tokenizer
+from llm.generation.load import (
+    FUNCTION_KEYS,
+    OpenedRun,
+    load_run_model,
+    open_run,
+    refuse_rope_keys_without_a_kernel,
+    rope_for_generation,
+    run_tokenizer,
+)
 from llm.model import GPT, GPTConfig, build_model
 from llm.training import runtime
 
@@ -192,7 +200,9 @@ def rope_override(cfg: Mapping) -> dict | None:
     if r is None:
         return None
     r = OmegaConf.to_container(r, resolve=True) if isinstance(r, DictConfig) else dict(r)
-    r.pop("scaling", None)
+    r.pop("scaling", None)  # the command's own keys (scaling_request)
+    kept = tuple(k for k in FUNCTION_KEYS if k != "scaling")
+    refuse_rope_keys_without_a_kernel(r, "llm.eval_lengths evaluates", kept)
     return r if r.get("name") is not None else None
 
 

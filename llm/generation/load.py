@@ -104,14 +104,17 @@ def _load_state(run_dir: Path, path: Path | None) -> tuple[Path, dict]:
     return found
 
 
-def refuse_rope_keys_without_a_kernel(override: Mapping | None) -> None:
-    """``rope.<key>=...`` with no ``rope=<name>``: one line saying what ``rope`` does here. Why a check of its own:
-    the config-key check would call it a key "not of the rope chosen" while no rope was chosen at all."""
+def refuse_rope_keys_without_a_kernel(override: Mapping | None, command: str = "llm.generate decodes",
+                                      kept: tuple[str, ...] = FUNCTION_KEYS) -> None:
+    """``rope.<key>=...`` with no ``rope=<name>``: one line saying what ``rope`` does here (``command``: what the
+    command does; ``kept``: the rotation settings it keeps as trained). Why a check of its own: the config-key
+    check would call it a key "not of the rope chosen" while no rope was chosen at all, and a command that reads
+    only ``rope.name`` would ignore it."""
     if override and "name" not in override:
         key, value = next(iter(_plain(override).items()))
         if key in FUNCTION_KEYS:
-            raise ConfigError(f"rope.{key}={value!r}: llm.generate decodes with the run's rotation (its "
-                              f"{', '.join(FUNCTION_KEYS)} as trained); rope=<name> swaps only the kernel")
+            raise ConfigError(f"rope.{key}={value!r}: {command} with the run's rotation (its {', '.join(kept)} as "
+                              "trained); rope=<name> swaps only the kernel")
         raise ConfigError(f"rope.{key}={value!r} without rope=<name>: rope.* options belong to the kernel a "
                           f"rope=<name> override chooses (e.g. rope=torch rope.compute_dtype=bfloat16)")
 

@@ -289,6 +289,7 @@ def test_a_sliding_window_as_long_as_the_window_is_the_full_forward():
     (["rope.scaling.type=yarn", "rope.scaling.factor=2", "+rope.scaling.bogus=1"],
      r"rope.scaling.bogus=1: scaling.type=yarn has no parameter 'bogus'"),
     (["rope=none"], r"rope=none: the run was trained with rope=torch"),
+    (["+rope.base=500"], r"rope.base=500: llm.eval_lengths evaluates with the run's rotation"),  # was ignored
     (["lengths=[32]", "tokens=10"], r"tokens=10 must be at least the longest length 32"),
     (["baseline_window=8", "baseline_stride=9"], r"baseline_stride=9 must be at most baseline_window=8"),
     (["baseline_stride=40"], r"baseline_stride=40 must be at most the baseline window 32 \(baseline_window"),
