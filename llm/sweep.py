@@ -194,7 +194,7 @@ class ClaimSweepDir(Callback):
     def _claim(self, config: DictConfig) -> None:
         from llm.config_check import check_config_keys
         from llm.errors import ConfigError, RunDirInUseError
-        from llm.sweep_jobs import every_job_refused
+        from llm.sweep_jobs import every_job_refused, reordered_continuation
         from llm.training.run import UNRECORDED_STARTS
         from llm.training.run_dir import SWEEP_LOCK_FILE, RunDirLock
 
@@ -215,6 +215,12 @@ class ClaimSweepDir(Callback):
                     "train.resume=auto, or choose another hydra.sweep.dir")
 
         refuse_if_used()  # before the lock: a refused sweep writes nothing there
+        saved = sweep_dir / "multirun.yaml"
+        if continuing and saved.is_file() and reordered_continuation(config, earlier := OmegaConf.load(saved)):
+            first = list(OmegaConf.select(earlier, "hydra.overrides.task") or [])
+            raise ConfigError(f"this command's arguments are those of the sweep in {sweep_dir} in another order, "
+                              "which numbers its jobs otherwise; continue it with the first command's order: "
+                              f"{continue_sweep_command(sweep_dir, first)}")
         make_output_dir(sweep_dir, "hydra.sweep.dir")
         self.lock = RunDirLock(sweep_dir, SWEEP_LOCK_FILE, what="sweep").acquire()
         try:

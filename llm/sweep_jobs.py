@@ -90,3 +90,23 @@ def every_job_refused(config: DictConfig) -> str | None:
     job = " ".join(o for o in first if o not in shared)  # what sets the first job apart: its swept values
     return (f"every job of this sweep ({len(refusals)}) would be refused, for {len(messages)} reasons; the first "
             f"({job}): {message}")
+
+
+#: Arguments a continuing command replaces (llm.sweep.continue_sweep_command): not part of a job's identity.
+_PER_INVOCATION = ("hydra.sweep.dir=", "train.resume=", "train.stop_at_step=")
+
+
+def _jobs(config: DictConfig) -> list[frozenset[str]]:
+    return [frozenset(o for o in job if not o.lstrip("+").startswith(_PER_INVOCATION)) for job in job_overrides(config)]
+
+
+def reordered_continuation(config: DictConfig, earlier: DictConfig) -> bool:
+    """Whether ``config`` continues the sweep whose saved config (its ``multirun.yaml``) is ``earlier`` with the
+    same jobs numbered otherwise: its arguments in another order. Its jobs would each find their run in a sibling's
+    dir (``<num>_<rope>_s<seed>``) and be refused one by one, each leaving a dir behind."""
+    try:
+        now, before = _jobs(config), _jobs(earlier)
+    except Exception as e:  # noqa: BLE001 - the jobs say what they say
+        log.debug("the continued sweep's jobs were not compared up front: %s", e)
+        return False
+    return now != before and sorted(map(sorted, now)) == sorted(map(sorted, before))

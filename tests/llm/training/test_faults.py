@@ -396,13 +396,23 @@ def test_a_val_stream_shorter_than_a_window_stops_before_the_model_is_built(tmp_
     assert not built and not (run / "metrics.jsonl").exists()
 
 
-def test_a_sweep_continued_with_its_arguments_in_another_order_trains_nothing_again(tmp_path):
-    """The jobs are numbered anew, so each lands in a new dir; finding its run trained in a sibling dir, each is
-    refused with the reason instead of training again from step 0."""
+def test_a_sweep_continued_with_its_arguments_in_another_order_trains_nothing_again(tmp_path, capsys):
+    """The jobs would be numbered anew: the sweep is refused before any job, naming the first command's order, and
+    writes nothing (its multirun.yaml kept). Without that record, each job lands in a new dir and, finding its run
+    trained in a sibling dir, is refused with the reason instead of training again from step 0."""
     sweep = tmp_path / "sweep"
     common = ["seed=1", "train.max_steps=2", "train.eval_every=2", f"hydra.sweep.dir={sweep}"]
     assert run_command_inprocess(["rope=torch,none", *common]) == 0
     before = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
+    saved = (sweep / "multirun.yaml").read_text()
+    capsys.readouterr()
+    assert run_command_inprocess(["rope=none,torch", *common, "train.resume=auto"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"Error: this command's arguments are those of the sweep in {sweep} in another order")
+    assert " rope=torch,none seed=1 " in line and line.endswith(f"hydra.sweep.dir={sweep} train.resume=auto"), line
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == before
+    assert (sweep / "multirun.yaml").read_text() == saved
+    (sweep / "multirun.yaml").unlink()
     assert run_command_inprocess(["rope=none,torch", *common, "train.resume=auto"]) == 1
     new = [p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in before]
     assert new and all(not (p / "metrics.jsonl").exists() for p in new), new
