@@ -156,6 +156,12 @@ def find_resume_checkpoint(resume: str | None, ckpt_dir: Path,
     except ResumeError as e:
         raise ResumeError(f"train.resume=auto: {e}") from None
     if found is None:
+        run_dir, metrics = ckpt_dir.parent, ckpt_dir.parent / "metrics.jsonl"
+        if not (metrics.is_file() and metrics.stat().st_size):  # nothing ever trained there
+            raise ResumeError(f"train.resume=auto: there is no run in {run_dir} to resume (no step logged, no "
+                              "checkpoint); give the run's own dir, hydra.run.dir=<outputs/runs/...>, as its resume "
+                              "line printed it")
         raise ResumeError(f"train.resume=auto: no checkpoint in {ckpt_dir} to resume from (the run stopped before "
-                          "its first checkpoint; train.ckpt_every=N saves one every N steps); start a new run instead")
+                          "its first checkpoint; train.ckpt_every=N saves one every N steps); start a new run "
+                          f"instead (or, for a sweep's job, remove {run_dir} and continue the sweep again)")
     return found

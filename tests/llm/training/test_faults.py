@@ -52,6 +52,8 @@ def test_resume_auto_without_a_checkpoint_refuses_instead_of_restarting(tmp_path
     with pytest.raises(ResumeError, match="no checkpoint in .*checkpoints to resume from"):
         run_inprocess(run, ["train.max_steps=100000", "train.log_every=1", "train.resume=auto"])
     assert (run / "metrics.jsonl").read_text() == before, "a refused resume must not touch the metrics"
+    with pytest.raises(ResumeError, match=r"there is no run in .*nowhere to resume \(no step logged"):
+        run_inprocess(tmp_path / "nowhere", ["train.resume=auto"])  # not "stopped before its first checkpoint"
 
 
 @pytest.fixture(scope="module")
