@@ -334,8 +334,11 @@ def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
     if left_out:
         notes.append(f"**Note**: {len(left_out)} run(s) did not complete and are left out: {', '.join(left_out)}.")
     if not results:
-        raise NoRunsError(f"no {EVAL_DIR}/*.json under: {', '.join(map(str, paths))} ({len(runs)} run dir(s); "
-                          "python -m llm.eval_lengths run=<run dir> writes them)")
+        if left_out and not runs:  # the runs are there, none completed: not a missing evaluation
+            raise NoRunsError(f"no completed run under: {', '.join(map(str, paths))}; the report leaves out runs "
+                              f"that did not complete: {', '.join(left_out)} (finish them: train.resume=auto)")
+        raise NoRunsError(f"no {EVAL_DIR}/*.json under: {', '.join(map(str, paths))} ({len(runs)} completed run "
+                          "dir(s); python -m llm.eval_lengths run=<run dir> writes them)")
     by_group: dict[tuple[str, str], list[LengthResult]] = {}
     for r in results:
         by_group.setdefault((r.variant, r.scaling), []).append(r)

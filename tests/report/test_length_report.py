@@ -280,6 +280,10 @@ def test_script_rebuilds_the_report_and_refuses_bad_input_in_one_line(sweep, tmp
     assert main([str(bare)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: no eval_lengths/*.json under") and "\n" not in err
+    stopped = tmp_path / "stopped"
+    _evaluated_run(stopped / "run", 0, status="interrupted")  # evaluated, but not finished: not "no eval_lengths"
+    assert main([str(stopped)]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: no completed run under: ")
 
 
 def _evaluated_run(path: Path, seed: int, **kwargs) -> Path:
