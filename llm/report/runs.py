@@ -269,7 +269,10 @@ def load_run(run_dir: PathLike) -> Run:
             raise ValueError("expected a JSON object")
     except (OSError, ValueError) as e:
         summary = {"status": UNREADABLE, "message": f"{run_dir / SUMMARY_FILE}: {e}"}
-    return Run(path=run_dir, config=load_run_config(run_dir), summary=summary, metrics=_load_metrics(run_dir))
+    metrics = _load_metrics(run_dir)
+    # a job refused or stopped before its first step records no config: nothing is missing there
+    started = bool(metrics) or summary.get("status") in ("completed", UNREADABLE)
+    return Run(path=run_dir, config=load_run_config(run_dir, warn=started), summary=summary, metrics=metrics)
 
 
 def load_crashed_run(job_dir: PathLike) -> Run:

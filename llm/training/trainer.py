@@ -457,8 +457,9 @@ class Trainer:
     def _stop(self, why: str) -> None:
         self.checkpoint()
         code = 128 + self.stopper.signum if self.stopper.signum else 0
+        # the first line stands alone: a sweep's listing of its jobs shows only that
         raise StopTraining("interrupted", f"stopped at step {self.step} ({why}); checkpoint saved in "
-                           f"{self.ckpt_dir}. Resume with:\n  {self.resume_hint}", code)
+                           f"{self.ckpt_dir}\nResume with:\n  {self.resume_hint}", code)
 
     def _loop(self, progress: Progress) -> None:
         first_step = self.step
