@@ -52,6 +52,10 @@ class InitSource:
         return path, int(state.get("step", 0)), state["model"]
 
 
+#: Architecture keys filled in from others where the config leaves them out (:func:`_architecture`).
+_DERIVED = ("n_kv_head", "d_ff")
+
+
 def _architecture(model_cfg: dict) -> dict:
     """The model keys that shape the weights, with the defaults an older config may leave out filled in
     (``n_kv_head`` null means ``n_head``, ``d_ff`` null means ``4 * n_embd``)."""
@@ -90,7 +94,7 @@ def check_init_from(cfg: DictConfig) -> InitSource | None:
     new_model = OmegaConf.to_container(cfg.model, resolve=True)
     old, new = _architecture(source.get("model") or {}), _architecture(new_model)
     free = ", ".join(f"model.{k}" for k in FREE_MODEL_KEYS[1:])
-    for k in sorted(old):
+    for k in sorted(old, key=lambda k: (k in _DERIVED, k)):  # a key set before one derived from it (d_ff: n_embd)
         if old[k] != new[k]:
             raise ConfigError(f"model.{k}={new[k]!r} differs from {old[k]!r} of the run {key}={value} starts from; "
                               f"its weights fit only its own architecture ({free} may change)")
