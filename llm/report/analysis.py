@@ -178,6 +178,8 @@ def select_reference(groups: Sequence[Group], name: str | None = None) -> Group 
         rope_name, variant, compute_dtype = preset
         matches = [g for g in done if g.key[:2] == (rope_name, variant)
                    and compute_dtype in (None, g.key[2])] or matches
+    if len(matches) > 1 and len({g.key[:3] for g in matches}) == 1:  # one implementation on several packings
+        matches = [g for g in matches if g.key[3] == DEFAULT_PACKING] or matches  # as the default reference does
     if len(matches) == 1:
         return matches[0]
     if not matches:

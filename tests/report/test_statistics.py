@@ -283,6 +283,25 @@ def test_reference_by_preset_name_and_by_label(tmp_path: Path):
         build_report([root], reference="triton_v4")  # two compute dtypes; its preset names neither
 
 
+def test_a_reference_on_several_packings_is_its_random_windows_one(tmp_path: Path):
+    """torch_full trained on random and on document windows: the preset picks random windows, as the default
+    reference does, not an error."""
+    import yaml
+
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    for packing in ("random", "documents"):
+        for seed, (loss, acc) in planted(0.0).items():
+            run = write_run(root / f"{packing}_s{seed}", "torch", seed, loss, acc, variant="full")
+            for name in ("config.yaml", ".hydra/config.yaml"):
+                cfg = yaml.safe_load((run / name).read_text())
+                cfg.setdefault("data", {})["packing"] = packing
+                (run / name).write_text(yaml.safe_dump(cfg))
+    report = build_report([root], reference="torch_full", allow_mixed=True)
+    assert report.reference.key == ("torch", "full", "float32", "random")
+
+
 def test_no_reference_in_the_runs(tmp_path: Path):
     sweep = write_sweep(tmp_path / "s", {V4: planted(0.02), ("none", None): planted(0.5)})
     text = compare_runs([sweep], sweep).read_text()
