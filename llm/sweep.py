@@ -23,6 +23,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from llm.sweep_jobs import JOBLIB_LAUNCHER, PER_INVOCATION_ARGS
+
 log = logging.getLogger(__name__)
 
 #: Jobs of the last sweep in this process that did not complete: (job dir, status, message).
@@ -33,8 +35,8 @@ def continue_sweep_command(sweep_dir: Path, argv: Sequence[str] | None = None) -
     """The sweep's own command line (``argv``, default this process's) into its own dir with
     ``train.resume=auto``: finished jobs end at once, interrupted ones resume from their checkpoints and
     jobs that never trained start (:func:`llm.training.run.run_training`), and the comparison covers all."""
-    replaced = ("hydra.sweep.dir=", "train.resume=", "train.stop_at_step=")  # a kept stop would stop them again
-    args = [a for a in (sys.argv[1:] if argv is None else argv) if not a.lstrip("+").startswith(replaced)]
+    # replaced, not kept: the dir is given once, and a kept stop would stop the jobs again
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if not a.lstrip("+").startswith(PER_INVOCATION_ARGS)]
     return shlex.join(["python", "-m", "llm.train", *args, f"hydra.sweep.dir={sweep_dir}", "train.resume=auto"])
 
 
@@ -120,7 +122,7 @@ class StopParallelJobs(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
         (self.sweep_dir / STOP_FILE).unlink(missing_ok=True)  # a stop of an earlier invocation: this one continues
-        if "Joblib" not in str(OmegaConf.select(config, "hydra.launcher._target_") or ""):
+        if OmegaConf.select(config, "hydra.launcher._target_") != JOBLIB_LAUNCHER:
             return  # jobs in this process: each job's own graceful stop, and the sweep ends with it
         self.stopping = False
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -19,10 +19,13 @@ log = logging.getLogger(__name__)
 
 #: The sweeper whose expansion :func:`job_overrides` reproduces (Hydra's default).
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+#: The launcher of ``hydra/launcher=gpus`` and ``joblib``: its jobs run side by side in worker processes.
+JOBLIB_LAUNCHER = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
 #: Launchers whose jobs run on this host (in this process, or in its joblib workers): only there does this host's
 #: check (its GPUs, its memory, its kernels) say what the jobs' would. A cluster's jobs run elsewhere.
-LOCAL_LAUNCHERS = ("hydra._internal.core_plugins.basic_launcher.BasicLauncher",
-                   "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher")
+LOCAL_LAUNCHERS = ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", JOBLIB_LAUNCHER)
+#: Arguments a continuing command replaces (:func:`llm.sweep.continue_sweep_command`): no part of a job's identity.
+PER_INVOCATION_ARGS = ("hydra.sweep.dir=", "train.resume=", "train.stop_at_step=")
 
 
 def job_overrides(config: DictConfig) -> Iterator[list[str]]:
@@ -92,12 +95,9 @@ def every_job_refused(config: DictConfig) -> str | None:
             f"({job}): {message}")
 
 
-#: Arguments a continuing command replaces (llm.sweep.continue_sweep_command): not part of a job's identity.
-_PER_INVOCATION = ("hydra.sweep.dir=", "train.resume=", "train.stop_at_step=")
-
-
 def _jobs(config: DictConfig) -> list[frozenset[str]]:
-    return [frozenset(o for o in job if not o.lstrip("+").startswith(_PER_INVOCATION)) for job in job_overrides(config)]
+    return [frozenset(o for o in job if not o.lstrip("+").startswith(PER_INVOCATION_ARGS))
+            for job in job_overrides(config)]
 
 
 def reordered_continuation(config: DictConfig, earlier: DictConfig) -> bool:
