@@ -59,11 +59,6 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
         raise ConfigError(reason)
 
 
-#: rope=none's settings of the rotation it does not compute (conf/rope/none.yaml).
-_IDENTITY_DEFAULTS = {"variant": "partial", "base": 10000.0, "layout": "half", "rotary_dim": None,
-                      "scaling.type": "none"}
-
-
 def inert_rope_note(cfg: DictConfig) -> str | None:
     """A one-line note for a ``rope=none`` run given rotation settings (``rope.variant=full``): it rotates nothing,
     so they change nothing. A note, not a refusal: a sweep's settings apply to its ``rope=none`` control too
@@ -71,10 +66,12 @@ def inert_rope_note(cfg: DictConfig) -> str | None:
     r = cfg.get("rope") or {}
     if r.get("name") != "none":
         return None
-    scaling = r.get("scaling") or {}
-    given = {"variant": r.get("variant", "partial"), "base": r.get("base", 10000.0), "layout": r.get("layout", "half"),
-             "rotary_dim": r.get("rotary_dim"), "scaling.type": scaling.get("type") or "none"}
-    inert = [f"rope.{k}={v}" for k, v in given.items() if v != _IDENTITY_DEFAULTS[k]]
+    defaults = {**rope.get("none").option_defaults(), "base": 10000.0}  # rope.build's own defaults
+    inert = [f"rope.{k}={r[k]}" for k in ("variant", "base", "layout", "rotary_dim")
+             if r.get(k, defaults[k]) != defaults[k]]
+    scaling = (r.get("scaling") or {}).get("type")
+    if scaling not in (None, "none"):
+        inert.append(f"rope.scaling.type={scaling}")
     if not inert:
         return None
     return f"rope=none rotates nothing: {', '.join(inert)} change{'s' if len(inert) == 1 else ''} nothing in this run"
