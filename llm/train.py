@@ -20,6 +20,7 @@ goes on; the sweep exits 1 if any job did not complete.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import sys
 from collections.abc import Iterator
@@ -203,7 +204,9 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
         log.info(f"{run_dir.name} is a job of the sweep in {sweep_of_job}; rewrite the sweep's comparison with:\n"
                  f"  python -m scripts.compare {sweep_of_job}")
     signalled = outcome.exit_code > 128
-    if multirun and signalled and _local_parallel_jobs(hc):  # a worker: the sweep's process stops the sweep
+    # in a launcher's worker process, returning lets the sweep's process stop the sweep (llm.sweep.StopParallelJobs);
+    # a job run in the sweep's own process (one job at a time, joblib's n_jobs=1 too) ends the sweep here
+    if multirun and signalled and multiprocessing.parent_process() is not None:
         return None
     if multirun and signalled:  # a signal ends the whole sweep: say how to continue all of it
         from llm.sweep import continue_sweep_message

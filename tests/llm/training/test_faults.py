@@ -457,3 +457,22 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_sigterm_ends_a_sweep_whose_launcher_runs_one_job_at_a_time_in_its_own_process(tmp_path):
+    """hydra/launcher=gpus with one slot: joblib runs the jobs in the sweep's process, one after another. The signal
+    stops the running job (checkpoint, interrupted) and ends the sweep there, as the basic launcher's does; the next
+    job does not start (a job that returned instead let it start and train on)."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "llm.train", "-m", *SMALL, "train.max_steps=100000",
+                             "train.log_every=1", "seed=0,1", "hydra/launcher=gpus", f"hydra.sweep.dir={sweep}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    running = sweep / "0_torch_s0" / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (running.is_file() and running.read_text().count("\n") >= 2):
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert _summary(sweep / "0_torch_s0")["status"] == "interrupted" and not (sweep / "1_torch_s1").exists()
+    assert "Continue the sweep with:" in out
