@@ -58,3 +58,17 @@ def test_the_roof_counts_one_launch_of_the_mode():
         row = roofs.columns(shape, mode, nbytes, us=20.0, separate_us=30.0)
         assert row["launch_floor_us"] == floor
         assert row["roof_speedup"] == pytest.approx(30.0 / (floor + nbytes / 4000e3))
+
+
+def test_a_missed_share_of_copy_bandwidth_says_what_one_launch_allows():
+    """A call pays its launch inside its time: 32 MB read at 4000 GB/s (8 us) after a 4 us launch is at most 67% of
+    copy bandwidth, so the summary shows that roof beside a miss of the 80% target."""
+    row = {"implementation": "fused", "shape": "D64 H32/8 B1 cached16384 +1", "mode": "captured", "queries": 1,
+           "cached": 16384, "batch": 1, "time_us": 18.0, "pct_copy_bw": 100 * 32e6 / 18e3 / 4000.0,
+           "copy_gbps": 4000.0, "read_gbps": 3000.0, "launch_floor_us": 4.0, "speedup": 1.1, "pct_mma_peak": 1.0,
+           "bound": "latency", "roof_speedup": 1.7}
+    assert attention.pct_copy_roof(row) == pytest.approx(100 * 8 / 12)
+    separate = {**row, "implementation": "separate", "time_us": 20.0}
+    text = attention.summary([separate, row])
+    assert "- D64 H32/8 B1 cached16384 +1 captured: 44.4% (one launch and the read allow at most 67%)" in text
+    assert attention.pct_copy_roof({**row, "launch_floor_us": None}) is None
