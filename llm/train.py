@@ -97,7 +97,8 @@ def _pin_parallel_job(cfg: DictConfig, hc) -> Iterator[Slot | None]:
         if gpus > 1:
             cfg.device = f"cuda:{slot.device}"
         # stderr, not the job's log: train.log is the run dir's, and the run does not own its dir yet
-        print(f"job {hc.job.num}: device slot {slot.name}, device={cfg.device}", file=sys.stderr, flush=True)
+        where = f"GPU {slot.device}" if gpus else "the CPU"
+        print(f"job {hc.job.num}: runs on {where} (slot {slot.name}), device={cfg.device}", file=sys.stderr, flush=True)
         try:
             yield slot
         finally:

@@ -72,7 +72,7 @@ def test_a_job_takes_a_free_slot_whatever_its_number(monkeypatch, tmp_path, caps
             raise RuntimeError("job 0 failed")
     start(6)
     assert running[6][1] == "cuda:0"
-    assert "job 6: device slot 0.0, device=cuda:0" in capsys.readouterr().err
+    assert "job 6: runs on GPU 0 (slot 0.0), device=cuda:0" in capsys.readouterr().err
 
 
 def test_an_explicit_device_or_a_serial_sweep_takes_no_slot(monkeypatch, tmp_path):
@@ -154,7 +154,7 @@ def test_two_jobs_at_once_on_one_device_through_the_launcher(tmp_path):
     spans = [(r["started_at"], r["ended_at"]) for r in runs.values()]
     at_once = [sum(s <= t < e for s, e in spans) for t, _ in spans]
     assert max(at_once) == 2, spans  # two ran together, never three
-    slots = dict(re.findall(r"job (\d+): device slot (0\.[01]), device=auto", proc.stderr))
+    slots = dict(re.findall(r"job (\d+): runs on the CPU \(slot (0\.[01])\), device=auto", proc.stderr))
     assert sorted(slots) == ["0", "1", "2"], proc.stderr[-3000:]
     for (a, ra), (b, rb) in itertools.combinations(runs.items(), 2):
         if ra["started_at"] < rb["ended_at"] and rb["started_at"] < ra["ended_at"]:
