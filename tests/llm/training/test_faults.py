@@ -29,9 +29,11 @@ from helpers import (
 
 from llm.errors import ConfigError, ResumeError
 
-STEPS = ["train.max_steps=12", "train.eval_every=4", "train.log_every=1"]
-#: A run of half STEPS' length, stopped half-way, for the tests that run it as a command twice (stop, resume).
-SHORT = ["train.max_steps=6", "train.eval_every=3", "train.log_every=1", "train.stop_at_step=3"]
+#: A run long enough to stop, checkpoint and resume between two evals, and no longer: training steps are most of
+#: this file's time.
+STEPS = ["train.max_steps=6", "train.eval_every=3", "train.log_every=1"]
+#: A run of two steps stopped after the first, for the tests that run it as a command twice (stop, resume).
+SHORT = ["train.max_steps=2", "train.eval_every=2", "train.log_every=1", "train.stop_at_step=1"]
 
 
 def _summary(run_dir: Path) -> dict:
@@ -44,9 +46,9 @@ def test_resume_auto_without_a_checkpoint_refuses_instead_of_restarting(tmp_path
                              f"hydra.run.dir={run}"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline and not ((run / "metrics.jsonl").exists()
-                                          and (run / "metrics.jsonl").read_text().count("\n") >= 3):
-        time.sleep(0.3)
-    proc.send_signal(signal.SIGKILL)  # kill -9: no checkpoint was written
+                                          and (run / "metrics.jsonl").read_text().count("\n") >= 1):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)  # kill -9 once a step is logged: no checkpoint was written
     proc.wait(timeout=60)
     before = (run / "metrics.jsonl").read_text()
     with pytest.raises(ResumeError, match="no checkpoint in .*checkpoints to resume from"):
@@ -58,23 +60,23 @@ def test_resume_auto_without_a_checkpoint_refuses_instead_of_restarting(tmp_path
 
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory) -> tuple[Path, dict]:
-    """An uninterrupted run of STEPS (its dir and summary), which the resume tests compare with; trained once per
-    worker, and only read."""
+    """An uninterrupted run of STEPS (its dir and summary), which the torn-line resume test compares with; only
+    read."""
     run = tmp_path_factory.mktemp("faults") / "whole"
     return run, run_inprocess(run, STEPS)
 
 
-def test_train_time_and_tokens_add_up_across_a_resume(tmp_path, whole):
-    _, whole = whole
-    first = run_inprocess(tmp_path / "split", [*STEPS, "train.stop_at_step=5"])
+def test_train_time_and_tokens_add_up_across_a_resume(tmp_path):
+    first = run_inprocess(tmp_path / "split", [*STEPS, "train.stop_at_step=2"])
     second = run_inprocess(tmp_path / "split", [*STEPS, "train.resume=auto"])
     assert second["train_time_s"] > first["train_time_s"] > 0
-    tokens_per_step = whole["tokens_per_step"]
-    # the totals cover all 12 steps: tokens/s is total tokens over total time, not the last segment's
-    assert second["tokens_per_s"] == pytest.approx(12 * tokens_per_step / second["train_time_s"])
+    tokens_per_step = first["tokens_per_step"]
+    assert tokens_per_step == 4 * 32  # SMALL's train.batch_size x model.seq_len
+    # the totals cover all 6 steps: tokens/s is total tokens over total time, not the last segment's
+    assert second["tokens_per_s"] == pytest.approx(6 * tokens_per_step / second["train_time_s"])
     assert second["wall_time_s"] > second["train_time_s"]
     ckpt = torch.load(tmp_path / "split" / "checkpoints" / "last.pt", weights_only=False)
-    assert ckpt["totals"]["timed_tokens"] == 12 * tokens_per_step
+    assert ckpt["totals"]["timed_tokens"] == 6 * tokens_per_step
 
 
 def test_a_resume_at_or_past_stop_at_step_trains_no_step(tmp_path):
@@ -91,19 +93,19 @@ def test_a_resume_at_or_past_stop_at_step_trains_no_step(tmp_path):
 
 def test_resume_continues_the_saved_config_and_refuses_a_different_model(tmp_path):
     run = tmp_path / "run"
-    run_inprocess(run, [*STEPS, "train.max_steps=8", "model.n_layer=2", "optim.lr=0.002", "train.stop_at_step=4"])
+    run_inprocess(run, [*STEPS, "train.max_steps=4", "model.n_layer=2", "optim.lr=0.002", "train.stop_at_step=2"])
     config_before = (run / "config.yaml").read_text()
     with pytest.raises(ResumeError, match=r"resume cannot change model.n_layer \(saved 2, asked 3\)"):
         run_inprocess(run, ["train.resume=auto", "model.n_layer=3"])
     assert (run / "config.yaml").read_text() == config_before, "config.yaml is rewritten only after a resume worked"
     # no original overrides on the resume line (the documented form): the saved run's config is used;
     # a safe change (more steps) is applied
-    summary = run_inprocess(run, ["train.resume=auto", "train.max_steps=10"])
-    assert summary["status"] == "completed" and summary["step"] == 10
+    summary = run_inprocess(run, ["train.resume=auto", "train.max_steps=5"])
+    assert summary["status"] == "completed" and summary["step"] == 5
     resolved = (run / "config.yaml").read_text()
-    assert "n_layer: 2" in resolved and "lr: 0.002" in resolved and "max_steps: 10" in resolved
+    assert "n_layer: 2" in resolved and "lr: 0.002" in resolved and "max_steps: 5" in resolved
     assert "stop_at_step: null" in resolved, "stop_at_step belongs to one invocation, not to the run"
-    assert [m["step"] for m in read_metrics(run) if m["kind"] == "train"] == list(range(1, 11))
+    assert [m["step"] for m in read_metrics(run) if m["kind"] == "train"] == list(range(1, 6))
 
 
 def test_printed_resume_command_runs_to_the_end(tmp_path, capsys):
@@ -117,7 +119,7 @@ def test_printed_resume_command_runs_to_the_end(tmp_path, capsys):
     args = shlex.split(hint)
     assert args[:3] == ["python", "-m", "llm.train"] and "-m" not in args[3:], hint
     assert run_command_inprocess(args[3:], small=False, multirun=False) == 0, "".join(capsys.readouterr())
-    assert _summary(run)["status"] == "completed" and _summary(run)["step"] == 6
+    assert _summary(run)["status"] == "completed" and _summary(run)["step"] == 2
     # the run's own logger (SMALL's logger=none), not the resume command's default wandb: no tracker run
     # holding only the steps after the resume
     assert not (run / "wandb").exists() and "name: none" in (run / "config.yaml").read_text()
@@ -185,37 +187,37 @@ def test_resuming_a_finished_run_logs_no_step_twice(tmp_path, monkeypatch):
     monkeypatch.setattr(trainer, "evaluate", lambda *a, **k: pytest.fail("a finished run was evaluated again"))
     again = run_inprocess(run, ["train.resume=auto"])
     assert (run / "metrics.jsonl").read_text() == before
-    assert again["status"] == "completed" and again["step"] == 12
+    assert again["status"] == "completed" and again["step"] == 6
     assert (again["val_loss"], again["val_acc"]) == (done["val_loss"], done["val_acc"])
 
 
 def test_damaged_newest_checkpoint_falls_back_to_an_older_one(tmp_path, caplog):
     run = tmp_path / "run"
-    run_inprocess(run, [*STEPS, "train.ckpt_every=4", "train.stop_at_step=8"])
-    newest = run / "checkpoints" / "step_0000008.pt"
+    run_inprocess(run, [*STEPS, "train.ckpt_every=2", "train.stop_at_step=4"])
+    newest = run / "checkpoints" / "step_0000004.pt"
     newest.write_bytes(newest.read_bytes()[:1000])  # truncated, as by a crash mid-copy
-    summary = run_inprocess(run, [*STEPS, "train.ckpt_every=4", "train.resume=auto"])
-    assert summary["status"] == "completed" and summary["step"] == 12
-    assert f"checkpoint {newest} is damaged" in caplog.text and "step_0000004.pt" in caplog.text
-    assert [m["step"] for m in read_metrics(run) if m["kind"] == "train"] == list(range(1, 13))
+    summary = run_inprocess(run, [*STEPS, "train.ckpt_every=2", "train.resume=auto"])
+    assert summary["status"] == "completed" and summary["step"] == 6
+    assert f"checkpoint {newest} is damaged" in caplog.text and "step_0000002.pt" in caplog.text
+    assert [m["step"] for m in read_metrics(run) if m["kind"] == "train"] == list(range(1, 7))
 
 
 def test_every_checkpoint_damaged_is_one_clear_error(tmp_path):
     run = tmp_path / "run"
-    run_inprocess(run, [*STEPS, "train.stop_at_step=4"])
+    run_inprocess(run, [*STEPS, "train.stop_at_step=2"])
     for p in (run / "checkpoints").glob("step_*.pt"):
         p.write_bytes(b"garbage")
     with pytest.raises(ResumeError, match="every checkpoint in .* is damaged"):
         run_inprocess(run, [*STEPS, "train.resume=auto"])
-    with pytest.raises(ResumeError, match=r"checkpoint .*step_0000004.pt is damaged"):
-        run_inprocess(run, [*STEPS, f"train.resume={run / 'checkpoints' / 'step_0000004.pt'}"])
+    with pytest.raises(ResumeError, match=r"checkpoint .*step_0000002.pt is damaged"):
+        run_inprocess(run, [*STEPS, f"train.resume={run / 'checkpoints' / 'step_0000002.pt'}"])
 
 
 def test_torn_last_metrics_line_is_dropped_on_resume(tmp_path, caplog, whole):
     run = tmp_path / "run"
-    run_inprocess(run, [*STEPS, "train.stop_at_step=6"])
+    run_inprocess(run, [*STEPS, "train.stop_at_step=3"])
     with open(run / "metrics.jsonl", "a") as f:
-        f.write('{"kind": "train", "step": 7, "lo')  # a crash mid-write
+        f.write('{"kind": "train", "step": 4, "lo')  # a crash mid-write
     run_inprocess(run, [*STEPS, "train.resume=auto"])
     assert "dropped 1 unreadable line" in caplog.text
     assert train_losses(run) == train_losses(whole[0])
@@ -289,13 +291,13 @@ def test_second_ctrl_c_during_a_save_leaves_no_temporary(tmp_path, monkeypatch):
     run = tmp_path / "run"
     monkeypatch.setattr(ckpt.torch, "save", interrupted_save)
     with pytest.raises(KeyboardInterrupt):
-        run_inprocess(run, [*STEPS, "train.ckpt_every=4"])
+        run_inprocess(run, [*STEPS, "train.ckpt_every=2"])
     assert not [p for p in (run / "checkpoints").iterdir() if ".tmp" in p.name]
-    assert _summary(run)["status"] == "aborted" and _summary(run)["step"] == 4
+    assert _summary(run)["status"] == "aborted" and _summary(run)["step"] == 2
     # a temporary a kill -9 left behind is removed by the next start
     monkeypatch.setattr(ckpt.torch, "save", real_save)
     other = tmp_path / "other"
-    run_inprocess(other, [*STEPS, "train.stop_at_step=4"])
+    run_inprocess(other, [*STEPS, "train.stop_at_step=2"])
     stale = other / "checkpoints" / "step_0000008.pt.tmp999"
     stale.write_bytes(b"half a checkpoint")
     run_inprocess(other, [*STEPS, "train.resume=auto"])
