@@ -25,17 +25,18 @@ from llm.config_check import validate_config
 
 
 def test_resume_reproduces_the_uninterrupted_curve_bitwise(tmp_path):
-    steps = ["train.max_steps=12", "train.eval_every=3", "train.log_every=1", "model.dropout=0.1"]
+    # dropout: each step draws random numbers, so the curves agree only if the resume restores the generators
+    steps = ["train.max_steps=6", "train.eval_every=2", "train.log_every=1", "model.dropout=0.1"]
     run_inprocess(tmp_path / "full", steps)
-    first = run_inprocess(tmp_path / "resumed", [*steps, "train.stop_at_step=6"])
-    assert first["status"] == "interrupted" and first["step"] == 6
+    first = run_inprocess(tmp_path / "resumed", [*steps, "train.stop_at_step=3"])
+    assert first["status"] == "interrupted" and first["step"] == 3
     assert (tmp_path / "resumed" / "checkpoints" / "last.pt").exists()
     second = run_inprocess(tmp_path / "resumed", [*steps, "train.resume=auto"])
-    assert second["status"] == "completed" and second["step"] == 12
+    assert second["status"] == "completed" and second["step"] == 6
     assert train_losses(tmp_path / "resumed") == train_losses(tmp_path / "full")  # bitwise: == on floats
     assert val_losses(tmp_path / "resumed") == val_losses(tmp_path / "full")
     steps_logged = [m["step"] for m in read_metrics(tmp_path / "resumed") if m["kind"] == "train"]
-    assert steps_logged == list(range(1, 13)), "a resumed run must neither lose nor repeat metric lines"
+    assert steps_logged == list(range(1, 7)), "a resumed run must neither lose nor repeat metric lines"
 
 
 def test_checkpoint_holds_everything_a_resume_needs(tmp_path):
@@ -203,16 +204,17 @@ def test_bad_config_on_the_command_line_is_one_clear_line(tmp_path, capsys):
 
 
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
-    common = ["train.max_steps=8", "train.log_every=1", "train.eval_every=4", "train.batch_size=4",
+    """torchrun with two ranks against the same run in one process (this one: the reference needs no process of
+    its own)."""
+    common = ["train.max_steps=4", "train.log_every=1", "train.eval_every=2", "train.batch_size=4",
               "device=cpu", "model.dropout=0.0"]
-    one = run_cli([*common, f"hydra.run.dir={tmp_path / 'one'}"])
-    assert one.returncode == 0, one.stderr[-3000:]
+    run_inprocess(tmp_path / "one", common)
     two = run_cli([*common, f"hydra.run.dir={tmp_path / 'two'}"],
                   module=["torch.distributed.run", "--nproc_per_node=2", "--master_port=29533", "-m", "llm.train"],
                   extra_env={"OMP_NUM_THREADS": "1"})
     assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-3000:]
     a, b = train_losses(tmp_path / "one"), train_losses(tmp_path / "two")
-    assert a.keys() == b.keys() == set(range(1, 9))
+    assert a.keys() == b.keys() == set(range(1, 5))
     for step in a:
         assert b[step] == pytest.approx(a[step], rel=1e-4, abs=1e-4), step
     va, vb = val_losses(tmp_path / "one"), val_losses(tmp_path / "two")
