@@ -26,14 +26,14 @@ SUMMARY_KEYS = {"rope", "variant", "compute_dtype", "seed", "params", "device", 
 
 def test_cli_run_writes_every_output(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli(["train.max_steps=10", "train.eval_every=5", f"hydra.run.dir={run_dir}"])
+    proc = run_cli(["train.max_steps=4", "train.eval_every=2", "train.log_every=2", f"hydra.run.dir={run_dir}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (run_dir / ".hydra" / "config.yaml").is_file()
     resolved = (run_dir / "config.yaml").read_text()
-    assert "max_steps: 10" in resolved and "${" not in resolved
+    assert "max_steps: 4" in resolved and "${" not in resolved
     summary = json.loads((run_dir / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
-    assert summary["status"] == "completed" and summary["step"] == 10 and summary["rope"] == "torch"
+    assert summary["status"] == "completed" and summary["step"] == 4 and summary["rope"] == "torch"
     for key in ("val_loss", "val_acc", "val_ppl", "train_time_s", "wall_time_s", "tokens_per_s"):
         assert math.isfinite(summary[key]), key
     assert summary["val_ppl"] == pytest.approx(math.exp(summary["val_loss"]), rel=1e-6)
@@ -47,8 +47,8 @@ def test_cli_run_writes_every_output(tmp_path):
         assert summary["device_uuid"] == str(torch.cuda.get_device_properties(0).uuid)
     assert summary["started_at"] <= summary["ended_at"]
     metrics = read_metrics(run_dir)
-    assert [m["step"] for m in metrics if m["kind"] == "val"] == [5, 10]
-    assert [m["step"] for m in metrics if m["kind"] == "train"] == [5, 10]
+    assert [m["step"] for m in metrics if m["kind"] == "val"] == [2, 4]
+    assert [m["step"] for m in metrics if m["kind"] == "train"] == [2, 4]
     assert all(math.isfinite(m["loss"]) for m in metrics if m["kind"] == "train")
     assert (run_dir / "checkpoints" / "last.pt").exists()
     assert "val_loss" in proc.stdout + proc.stderr  # periodic eval lines
@@ -69,7 +69,7 @@ def test_loss_falls_on_tiny(tmp_path):
 
 
 def test_same_seed_same_curve_and_other_seed_differs(tmp_path):
-    steps = ["train.max_steps=6", "train.log_every=2"]
+    steps = ["train.max_steps=3", "train.log_every=1"]
     a = run_inprocess(tmp_path / "a", [*steps, "seed=3"])
     b = run_inprocess(tmp_path / "b", [*steps, "seed=3"])
     c = run_inprocess(tmp_path / "c", [*steps, "seed=4"])
@@ -84,7 +84,7 @@ def test_deterministic_mode_is_per_run_and_attention_backend_applies(tmp_path):
     is a flash kernel, so the numbers move in the last bits)."""
     import torch
 
-    common = ["train.max_steps=6", "train.eval_every=3", "seed=2"]
+    common = ["train.max_steps=3", "train.eval_every=3", "seed=2"]
     run_inprocess(tmp_path / "a", [*common, "train.deterministic=true", "train.attention=math"])
     assert torch.are_deterministic_algorithms_enabled()
     run_inprocess(tmp_path / "b", [*common, "train.attention=math"])
@@ -110,7 +110,7 @@ def test_attention_backend_leaves_only_that_kernel(name):
 def test_multirun_writes_one_dir_per_job_and_the_comparison(tmp_path):
     """Hydra's multirun through the entry point, in this process (the command's own process: the CLI test)."""
     sweep = tmp_path / "sweep"
-    assert run_command_inprocess(["rope=torch,none", "train.max_steps=5", "train.eval_every=5",
+    assert run_command_inprocess(["rope=torch,none", "train.max_steps=2", "train.eval_every=2",
                                   f"hydra.sweep.dir={sweep}"]) == 0
     runs = sorted(p.parent for p in sweep.glob("*/summary.json"))
     assert [r.name for r in runs] == ["0_torch_s0", "1_none_s0"]
