@@ -87,34 +87,38 @@ def test_a_failing_job_does_not_end_the_sweep(tmp_path):
     assert "nonfinite" in (sweep / "comparison.md").read_text()
 
 
-def test_one_printed_command_continues_an_interrupted_sweep(tmp_path):
+def test_one_printed_command_continues_an_interrupted_sweep(tmp_path, capsys, monkeypatch):
     """A job refused by its config is recorded in its summary and the sweep goes on; a sweep that ended with jobs
     not done prints one command that continues all of it: a job stopped early
     resumes where it was (no step logged twice, no stop again at the same step), a job refused before its
     first step (here rope=triton_v4 without the interpreter, which the second command has) starts from step 0,
-    and the comparison is rewritten over every job."""
+    and the comparison is rewritten over every job. Both commands run through the entry point in this process,
+    the printed one with exactly its arguments (test_a_signal_to_a_sweep_says_how_to_continue_all_of_it and the
+    signal tests of test_faults.py run sweeps as processes of their own)."""
+    from rope.triton import launch
+
     sweep = tmp_path / "sweep"
-    first = run_cli(["-m", "rope=triton_v4,torch", "device=cpu", "train.max_steps=8", "train.eval_every=4",
-                     "train.stop_at_step=4", f"hydra.sweep.dir={sweep}"], timeout=600,
-                    extra_env={"TRITON_INTERPRET": "0"})
-    assert first.returncode == 1, "neither job has completed"
+    monkeypatch.setattr(launch, "INTERPRETING", False)  # the first command's process: TRITON_INTERPRET unset
+    assert run_command_inprocess(["rope=triton_v4,torch", "device=cpu", "train.max_steps=2", "train.eval_every=2",
+                                  "train.stop_at_step=1", f"hydra.sweep.dir={sweep}"]) == 1, \
+        "neither job has completed"
+    monkeypatch.setattr(launch, "INTERPRETING", True)
     jobs = ("0_triton_v4_s0", "1_torch_s0")
     assert [json.loads((sweep / j / "summary.json").read_text())["status"] for j in jobs] == ["config_error",
                                                                                              "interrupted"]
     assert "TRITON_INTERPRET=1" in json.loads((sweep / jobs[0] / "summary.json").read_text())["message"]
-    args = shlex.split((first.stdout + first.stderr).split("Continue the sweep with:")[1].strip().splitlines()[0])
+    args = shlex.split("".join(capsys.readouterr()).split("Continue the sweep with:")[1].strip().splitlines()[0])
     assert args[:4] == ["python", "-m", "llm.train", "-m"] and args[-2:] == [f"hydra.sweep.dir={sweep}",
                                                                           "train.resume=auto"]
-    assert "train.stop_at_step=4" not in args and "rope=triton_v4,torch" in args
-    again = subprocess.run([sys.executable, *args[1:]], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                           env={**os.environ, "WANDB_MODE": "offline", "TRITON_INTERPRET": "1"})
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert "train.stop_at_step=1" not in args and "rope=triton_v4,torch" in args
+    assert run_command_inprocess(args[4:], small=False) == 0, "".join(capsys.readouterr())[-3000:]
+    again = "".join(capsys.readouterr())
     for job in jobs:
         summary = json.loads((sweep / job / "summary.json").read_text())
-        assert (summary["status"], summary["step"]) == ("completed", 8), (job, summary)
+        assert (summary["status"], summary["step"]) == ("completed", 2), (job, summary)
         logged = [(m["kind"], m["step"]) for m in read_metrics(sweep / job)]
-        assert len(logged) == len(set(logged)) and ("val", 8) in logged, (job, logged)
-    assert "0_triton_v4_s0: nothing to resume" in again.stdout + again.stderr
+        assert len(logged) == len(set(logged)) and ("val", 2) in logged, (job, logged)
+    assert "0_triton_v4_s0: nothing to resume" in again
     assert "resumed from" in (sweep / "1_torch_s0" / "train.log").read_text()
     table = (sweep / "comparison.csv").read_text()
     assert "config_error" not in (sweep / "comparison.md").read_text() and table.count(",1,0,") == 2, table
