@@ -104,6 +104,25 @@ def run_command_inprocess(args: list[str], small: bool = True, multirun: bool = 
         torch.use_deterministic_algorithms(saved_deterministic)
 
 
+def run_module_main(monkeypatch, capsys, module: str, args: list[str]) -> tuple[int, list[str]]:
+    """``python -m <module> ARGS`` in this process, its ``__main__`` block included: the exit code and the non-empty
+    lines written to stderr. For the commands' refusals (before any work), which need the entry point, not a process
+    of their own. The environment variables the entry point sets are put back afterwards (``monkeypatch``)."""
+    import runpy
+
+    import pytest
+
+    for name in ("HYDRA_FULL_ERROR", "ROPELAB_USER_FULL_ERROR"):
+        monkeypatch.setenv(name, "")  # (delenv alone records nothing for an unset variable)
+        monkeypatch.delenv(name)
+    monkeypatch.delitem(sys.modules, module, raising=False)  # run as __main__, as `python -m` runs it
+    monkeypatch.setattr(sys, "argv", [module, *args])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module(module, run_name="__main__")
+    return done.value.code, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
 

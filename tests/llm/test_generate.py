@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import torch
-from helpers import CONF, ROOT, run_inprocess
+from helpers import CONF, ROOT, run_inprocess, run_module_main
 from hydra import compose, initialize_config_dir
 
 import rope
@@ -404,11 +404,10 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path):
     ("rope=nope", "Error: rope=nope is not an option of rope; allowed: "),
     ("top_kk=3", "Error: top_kk is not a known key, so nothing would read it; did you mean top_k?"),
 ])
-def test_a_hydra_level_mistake_in_generate_is_one_line_and_exit_2(arg, line):
-    proc = subprocess.run([sys.executable, "-m", "llm.generate", arg], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(line), proc.stderr
+def test_a_hydra_level_mistake_in_generate_is_one_line_and_exit_2(arg, line, monkeypatch, capsys):
+    """The command's own __main__ in this process (refused before any work; the test above runs a process)."""
+    code, lines = run_module_main(monkeypatch, capsys, "llm.generate", [arg])
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(line), lines
 
 
 def test_rope_keys_without_a_kernel_say_what_rope_does_in_generation():
