@@ -13,7 +13,7 @@ from collections import Counter
 from contextlib import ExitStack
 
 import pytest
-from helpers import CONF, ROOT, FakeGpus, run_cli
+from helpers import CONF, ROOT, FakeGpus, run_command_inprocess
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
@@ -140,22 +140,26 @@ def test_processes_never_share_a_slot_and_reuse_freed_ones(tmp_path):
     assert len({h["slot"] for h in held}) <= 4 and len(held) == 6
 
 
-def test_two_jobs_at_once_on_one_device_through_the_launcher(tmp_path):
+def test_two_jobs_at_once_on_one_device_through_the_launcher(tmp_path, capfd, monkeypatch):
     """On a machine without a GPU the CPU is the one device: sweep.jobs_per_gpu=2 runs three jobs two at a time
     (the third starts when one ends), each in its own process and device slot; the third takes the slot freed.
-    The preset is Hydra's joblib launcher: this is also the test of a sweep whose jobs run at once."""
+    The preset is Hydra's joblib launcher: this is also the test of a sweep whose jobs run at once. The sweep's
+    own command runs in this process (the jobs run in the launcher's worker processes all the same; the signal
+    tests of test_faults.py run such a sweep as a process of its own)."""
     sweep = tmp_path / "sweep"
-    proc = run_cli(["-m", "hydra/launcher=gpus", "++sweep.jobs_per_gpu=2", "seed=0,1,2", "train.max_steps=2",
-                    "train.eval_every=2", f"hydra.sweep.dir={sweep}"], timeout=600, extra_env={"OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers' torch threads: one each, as two share the cores
+    code = run_command_inprocess(["hydra/launcher=gpus", "++sweep.jobs_per_gpu=2", "seed=0,1,2", "train.max_steps=2",
+                                  "train.eval_every=2", f"hydra.sweep.dir={sweep}"])
+    err = capfd.readouterr().err  # the workers' lines too: they write to the file descriptor they inherit
+    assert code == 0, err[-3000:]
     runs = {int(p.parent.name.split("_")[0]): json.loads(p.read_text()) for p in sweep.glob("*/summary.json")}
     assert len(runs) == 3 and all(r["status"] == "completed" for r in runs.values())
     assert (sweep / "comparison.md").is_file(), "the sweep's end (after the launcher's last job) wrote no comparison"
     spans = [(r["started_at"], r["ended_at"]) for r in runs.values()]
     at_once = [sum(s <= t < e for s, e in spans) for t, _ in spans]
     assert max(at_once) == 2, spans  # two ran together, never three
-    slots = dict(re.findall(r"job (\d+): runs on the CPU \(slot (0\.[01])\), device=auto", proc.stderr))
-    assert sorted(slots) == ["0", "1", "2"], proc.stderr[-3000:]
+    slots = dict(re.findall(r"job (\d+): runs on the CPU \(slot (0\.[01])\), device=auto", err))
+    assert sorted(slots) == ["0", "1", "2"], err[-3000:]
     for (a, ra), (b, rb) in itertools.combinations(runs.items(), 2):
         if ra["started_at"] < rb["ended_at"] and rb["started_at"] < ra["ended_at"]:
             assert slots[str(a)] != slots[str(b)], (slots, spans)
