@@ -6,7 +6,8 @@ Each is checked against ``formula64``, an independent float64 transcription of d
 "Reference semantics" (nothing imported from ``rope``): forward and backward (against the formula's
 autograd), both variants, positions None / (T,) / (B, T), strided views (a fused qkv projection,
 a transposed layout, a stride-2 head dim), k with fewer heads, ``rotate_qkv``, q alone, odd sizes,
-outputs poisoned with NaN (``poison_outputs``), and the errors of bad builds and bad calls.
+outputs poisoned with NaN (``poison_outputs``), and the errors of bad builds and bad calls. An entry that runs
+another's code on some input dtype (``SAME_CODE``) is tested on that dtype as the other.
 
 An entry declares its arithmetic through ``describe()["compute_dtype"]``, and that picks its bound:
 
@@ -60,6 +61,32 @@ LOW_PRECISION_UNITS = 5  # in unit roundoffs, relative to |x1| + |x2|
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 VARIANTS = ("partial", "full")
 HEAD_DIMS = (48, 16, 80)
+
+#: (entry, input dtype) -> the entry whose code the entry runs on that dtype, so that its cases there repeat the
+#: other's: triton_v2 on float32 inputs launches triton_v4's kernels with triton_v4's arguments (its input-dtype
+#: arithmetic is float32 arithmetic, and rope/triton/launch.py asks for the low-precision code only below float32),
+#: which test_triton.py's test_v2_equals_v4_on_float32 holds bit for bit. Such cases run under the other entry
+#: only; the entry's cases in its other dtypes stay.
+SAME_CODE = {("triton_v2", torch.float32): "triton_v4"}
+
+
+def _runs_as_another(entry, dtype: torch.dtype) -> bool:
+    name, opts = entry.values
+    return not opts and SAME_CODE.get((name, dtype)) in rope.available()
+
+
+def with_entries(cases: list, dtype_of, ids: list[str]) -> list:
+    """(name, opts, case) for every entry and case, less the cases whose dtype SAME_CODE runs under another entry."""
+    return [pytest.param(*entry.values, case, id=f"{entry.id}-{case_id}") for entry in ENTRIES
+            for case, case_id in zip(cases, ids, strict=True) if not _runs_as_another(entry, dtype_of(case))]
+
+
+def _dtype_id(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+#: Each entry with each dtype (the tests' dtype parameter), SAME_CODE's repeats left out.
+ENTRY_DTYPES = with_entries(list(DTYPES), lambda d: d, [_dtype_id(d) for d in DTYPES])
 
 
 # -- the independent formula ------------------------------------------------------------------------
@@ -209,8 +236,7 @@ def _case_id(case) -> str:
     return f"{str(dtype).removeprefix('torch.')}-{variant}-{layout}-pos_{pos}-D{D}"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
-@pytest.mark.parametrize("name,opts", ENTRIES)
+@pytest.mark.parametrize("name,opts,case", with_entries(CASES, lambda c: c[0], [_case_id(c) for c in CASES]))
 def test_forward_and_backward_match_formula(name, opts, case, device):
     """q, k in a memory layout (GQA: 2 k heads for 3 q heads), forward and gradients against formula64."""
     dtype, variant, layout, pos_kind, D = case
@@ -232,7 +258,7 @@ def test_forward_and_backward_match_formula(name, opts, case, device):
     [("partial", d) for d in (16, 32, 48, 64, 80, 128, 256)]
     + [("full", d) for d in (16, 18, 32, 48, 64, 80, 128, 256)],
 )
-@pytest.mark.parametrize("name,opts", ENTRIES)
+@pytest.mark.parametrize("name,opts", [e for e in ENTRIES if not _runs_as_another(e, torch.float32)])
 def test_head_dims(name, opts, variant, D, device):
     """Head dims from 16 to 256 (80: no power of two; 18: full only), T=37, float32; the tables."""
     T, max_seq_len = 37, 64
@@ -283,8 +309,7 @@ def test_positions_select_cache_rows(name, opts, device):
         assert_conforms(y, ref, pair_scale(x), arith, x.dtype, f"positions {tuple(pos.shape)}")
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
-@pytest.mark.parametrize("name,opts", ENTRIES)
+@pytest.mark.parametrize("name,opts,dtype", ENTRY_DTYPES)
 def test_q_alone(name, opts, dtype, device):
     """r(q) returns one tensor: forward and gradient against the formula."""
     D, T = 32, 13
@@ -326,8 +351,7 @@ def _grid_id(case) -> str:
     return f"{layout}-rot_{rotated}-{variant}-{str(dtype).removeprefix('torch.')}-D{D}-{memory}-pos_{pos}"
 
 
-@pytest.mark.parametrize("case", GRID, ids=[_grid_id(c) for c in GRID])
-@pytest.mark.parametrize("name,opts", ENTRIES)
+@pytest.mark.parametrize("name,opts,case", with_entries(GRID, lambda c: c[3], [_grid_id(c) for c in GRID]))
 def test_layouts_and_rotary_dim(name, opts, case, device):
     """layout x rotary_dim x variant x dtype, forward and backward against formula64; an entry that
     does not support a combination must refuse it at build time, naming the argument."""
@@ -361,9 +385,8 @@ def _packed_rows(lengths: list[int], offsets: list[int]) -> torch.Tensor:
     return torch.tensor([off + i for n, off in zip(lengths, offsets, strict=True) for i in range(n)])
 
 
-@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("float32", "bfloat16"))
 @pytest.mark.parametrize("offsets", (None, 3, "per_sequence"))
-@pytest.mark.parametrize("name,opts", ENTRIES)
+@pytest.mark.parametrize("name,opts,dtype", [p for p in ENTRY_DTYPES if p.values[2] != torch.float16])
 def test_packed_sequences(name, opts, offsets, dtype, device):
     """r(q, k, cu_seqlens=cu): positions restart at each sequence (plus its offset); an empty
     sequence included; GQA; forward and backward."""
@@ -528,9 +551,8 @@ def _split(qkv: torch.Tensor, hq: int, hk: int, D: int):
     return q.reshape(B, T, hq, D), k.reshape(B, T, hk, D), v.reshape(B, T, hk, D)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
 @pytest.mark.parametrize("HQ,HK,pos_kind", [(3, 3, "none"), (4, 2, "bt"), (5, 1, "t")])
-@pytest.mark.parametrize("name,opts", ENTRIES)
+@pytest.mark.parametrize("name,opts,dtype", ENTRY_DTYPES)
 def test_rotate_qkv(name, opts, dtype, HQ, HK, pos_kind, device):
     """q, k rotated, v the untouched view of qkv, and d qkv against the formula's autograd."""
     B, T, D = 2, 7, 48
