@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,8 @@ import yaml
 from llm.report import CRASHED, NoRunsError, build_report, compare_runs, find_crashed_dirs, sweep_failures
 
 from .synthetic import config_for, planted, reference, write_run, write_sweep
+from .test_cli import main as compare_cli
 
-REPO = Path(__file__).resolve().parents[2]
 REF, V4 = ("torch", "float32"), ("triton_v4", "float32")
 
 
@@ -110,11 +108,11 @@ def test_unreadable_summary_is_a_failure_not_a_crash_of_the_report(tmp_path: Pat
     assert "| `9_bad` | torch (partial, float32) | 2 | unreadable summary.json |" in text
 
 
-def test_cli_says_so_on_the_console(tmp_path: Path):
+def test_cli_says_so_on_the_console(tmp_path: Path, capsys):
+    """scripts.compare's main in this process (test_compare.py's test_cli runs the command as a process)."""
     sweep = _sweep_with_failures(tmp_path / "sweep")
-    res = subprocess.run([sys.executable, "-m", "scripts.compare", str(sweep)], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert f"warning: 13_killed: {CRASHED}" in res.stderr and "warning: 10_failed: failed" in res.stderr
-    assert "6 run(s) failed or crashed" in res.stderr
-    assert "## Failed or incomplete runs" in res.stdout
+    assert compare_cli([str(sweep)]) == 0
+    out, err = capsys.readouterr()
+    assert f"warning: 13_killed: {CRASHED}" in err and "warning: 10_failed: failed" in err
+    assert "6 run(s) failed or crashed" in err
+    assert "## Failed or incomplete runs" in out
