@@ -26,6 +26,18 @@ SMALL = [
 ]
 
 
+#: RoPE entries that on float32 inputs run another entry's code: triton_v2's input-dtype arithmetic is float32 there,
+#: so rope/triton/launch.py launches triton_v4's kernels with triton_v4's arguments (the low-precision code only
+#: below float32); tests/rope/test_triton.py's test_v2_equals_v4_on_float32 holds the two bit for bit equal.
+FLOAT32_SAME_AS = {"triton_v2": "triton_v4"}
+
+
+def float32_entries(names: list[str]) -> list[str]:
+    """``names`` less the entries that on float32 inputs run the code of another entry in ``names``: a float32 test
+    of every implementation runs that code once."""
+    return [n for n in names if FLOAT32_SAME_AS.get(n) not in names]
+
+
 def compose_cfg(overrides: list[str], small: bool = True) -> DictConfig:
     """The composed config, with SMALL's CPU-sized overrides first unless ``small=False``."""
     if not small:

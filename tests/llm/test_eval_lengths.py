@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import CONF, ROOT, run_inprocess
+from helpers import CONF, ROOT, float32_entries, run_inprocess
 from hydra import compose, initialize_config_dir
 
 import llm.evaluation.lengths as lengths_mod
@@ -176,10 +176,11 @@ def test_factor_auto_is_the_scaling_each_length_needs(trained_run):
     assert fixed["label"] == "lin" and fixed["lengths"][0]["scaling"] == {"type": "linear", "factor": 4}
 
 
-# every registered implementation that runs here (the Triton ones under the interpreter), but none: a swap to
-# none is refused (it is another function, see test_bad_input_...)
-SWAPS = [n for n in rope.available() if n not in ("torch", "none")
-         and rope.get(n).unavailable_reason(torch.device("cpu")) is None]
+# every registered implementation that runs here (the Triton ones under the interpreter), each float32 code once
+# (the run is float32; helpers.FLOAT32_SAME_AS), but none: a swap to none is refused (it is another function, see
+# test_bad_input_...)
+SWAPS = float32_entries([n for n in rope.available() if n not in ("torch", "none")
+                         and rope.get(n).unavailable_reason(torch.device("cpu")) is None])
 
 
 @pytest.fixture(scope="module")

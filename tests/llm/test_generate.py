@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import torch
-from helpers import CONF, ROOT, run_inprocess, run_module_main
+from helpers import CONF, ROOT, float32_entries, run_inprocess, run_module_main
 from hydra import compose, initialize_config_dir
 
 import rope
@@ -24,8 +24,9 @@ from llm.generation.speed import decode_speed_table
 from llm.generation.static import capture_refusal
 from llm.model import GPT, GPTConfig
 
-# CPU: the Triton entries run under the interpreter (tests/conftest.py), slowly: tiny shapes only
-IMPLS = [n for n in rope.available() if rope.get(n).unavailable_reason(torch.device("cpu")) is None]
+# CPU: the Triton entries run under the interpreter (tests/conftest.py), slowly: tiny shapes only. The models are
+# float32: each float32 code once (helpers.FLOAT32_SAME_AS: triton_v2 runs triton_v4's there)
+IMPLS = float32_entries([n for n in rope.available() if rope.get(n).unavailable_reason(torch.device("cpu")) is None])
 
 
 def tiny_model(impl: str, variant: str = "partial", n_kv_head: int | None = 2, seed: int = 0) -> GPT:

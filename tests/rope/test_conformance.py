@@ -35,6 +35,7 @@ import math
 
 import pytest
 import torch
+from helpers import FLOAT32_SAME_AS
 
 import rope
 from rope.numerics import ulp
@@ -63,11 +64,9 @@ VARIANTS = ("partial", "full")
 HEAD_DIMS = (48, 16, 80)
 
 #: (entry, input dtype) -> the entry whose code the entry runs on that dtype, so that its cases there repeat the
-#: other's: triton_v2 on float32 inputs launches triton_v4's kernels with triton_v4's arguments (its input-dtype
-#: arithmetic is float32 arithmetic, and rope/triton/launch.py asks for the low-precision code only below float32),
-#: which test_triton.py's test_v2_equals_v4_on_float32 holds bit for bit. Such cases run under the other entry
-#: only; the entry's cases in its other dtypes stay.
-SAME_CODE = {("triton_v2", torch.float32): "triton_v4"}
+#: other's (helpers.FLOAT32_SAME_AS: triton_v2 on float32 inputs launches triton_v4's kernels with triton_v4's
+#: arguments). Such cases run under the other entry only; the entry's cases in its other dtypes stay.
+SAME_CODE = {(name, torch.float32): other for name, other in FLOAT32_SAME_AS.items()}
 
 
 def _runs_as_another(entry, dtype: torch.dtype) -> bool:

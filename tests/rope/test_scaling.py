@@ -29,6 +29,7 @@ import math
 
 import pytest
 import torch
+from helpers import float32_entries
 
 import rope
 from rope.scaling import attention_factor, normalize_scaling, scaled_frequencies
@@ -480,9 +481,14 @@ def _close(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
     assert err <= FLOAT32_ATOL, f"{what}: max abs error {err:.3g} > {FLOAT32_ATOL}"
 
 
+#: Every entry, each float32 code once (the inputs here are float32; helpers.FLOAT32_SAME_AS: triton_v2 runs
+#: triton_v4's code there).
+FLOAT32_ENTRIES = float32_entries(rope.available())
+
+
 @pytest.mark.parametrize("variant", ["full", "partial"])
 @pytest.mark.parametrize("kind", list(AGREE_SCALINGS))
-@pytest.mark.parametrize("name", rope.available())
+@pytest.mark.parametrize("name", FLOAT32_ENTRIES)
 def test_every_implementation_agrees(name, kind, variant, device):
     """q, k at T=40 > original_max_seq_len=16, and q alone: every entry like the torch entry in
     float64 and like the independent formula, which differs from the unscaled rotation."""
@@ -509,7 +515,7 @@ def test_every_implementation_agrees(name, kind, variant, device):
     assert (unscaled - fq).abs().max() > 1e-2, "the scaling must change the rotation (else this tests nothing)"
 
 
-@pytest.mark.parametrize("name", rope.available())
+@pytest.mark.parametrize("name", FLOAT32_ENTRIES)
 def test_dynamic_ntk_follows_the_length(name, device):
     """dynamic_ntk: a call of T <= original_max_seq_len rotates by the original frequencies, T=40 by
     the factor for 40, and back; with positions, the length is the largest position + 1."""
@@ -532,7 +538,7 @@ def test_dynamic_ntk_follows_the_length(name, device):
                f"{name} T={T} positions={None if pos is None else pos.tolist()} (length {length})")
 
 
-@pytest.mark.parametrize("name", rope.available())
+@pytest.mark.parametrize("name", FLOAT32_ENTRIES)
 def test_dynamic_ntk_rotate_qkv_follows_the_length(name, device):
     """The fused projection's path (the model's) follows the length too: a fresh module at T=40."""
     scaling = AGREE_SCALINGS["dynamic_ntk"]

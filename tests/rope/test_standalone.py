@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import float32_entries
 
 import rope
 from rope import functional
@@ -17,7 +18,8 @@ from rope import functional
 ROOT = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
 # the Triton entries run under the interpreter on the CPU (tests/conftest.py): tiny shapes only
-IMPLS = [n for n in rope.available() if rope.get(n).unavailable_reason(CPU) is None]
+#: Every entry that runs here, each float32 code once (the tests' tensors are float32; helpers.FLOAT32_SAME_AS)
+IMPLS = float32_entries([n for n in rope.available() if rope.get(n).unavailable_reason(CPU) is None])
 
 
 @pytest.fixture(autouse=True)
