@@ -120,21 +120,21 @@ def _poison_forward_at(monkeypatch, bad_calls: set[int]) -> None:
 
 
 def test_nonfinite_loss_stops_keeps_last_good_checkpoint(tmp_path, monkeypatch):
-    _poison_forward_at(monkeypatch, {7})
+    _poison_forward_at(monkeypatch, {4})
     with pytest.raises(SystemExit) as exc:
-        run_inprocess(tmp_path, ["train.max_steps=20", "train.ckpt_every=5"])
+        run_inprocess(tmp_path, ["train.max_steps=8", "train.ckpt_every=3"])
     assert exc.value.code == 1
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["status"] == "nonfinite" and summary["step"] == 7
-    assert "step 7" in summary["message"]
+    assert summary["status"] == "nonfinite" and summary["step"] == 4
+    assert "step 4" in summary["message"]
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
-    assert state["step"] == 5  # the last good one, not the broken state
+    assert state["step"] == 3  # the last good one, not the broken state
     assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
 
 
 def test_skip_nonfinite_tolerates_k_bad_steps(tmp_path, monkeypatch):
-    _poison_forward_at(monkeypatch, {3, 8})
-    summary = run_inprocess(tmp_path, ["train.max_steps=12", "train.skip_nonfinite=2", "train.log_every=1"])
+    _poison_forward_at(monkeypatch, {2, 4})
+    summary = run_inprocess(tmp_path, ["train.max_steps=5", "train.skip_nonfinite=2", "train.log_every=1"])
     assert summary["status"] == "completed" and summary["skipped_steps"] == 2
     assert summary["val_loss"] == summary["val_loss"]  # finite, not NaN
 
