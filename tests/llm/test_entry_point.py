@@ -76,7 +76,7 @@ def test_full_error_env_shows_the_traceback(tmp_path):
 
 def test_a_failing_job_does_not_end_the_sweep(tmp_path):
     sweep = tmp_path / "sweep"
-    assert run_command_inprocess(["optim.lr=1e10,0.003", "train.max_steps=4", "train.eval_every=4",
+    assert run_command_inprocess(["optim.lr=1e10,0.003", "train.max_steps=2", "train.eval_every=2",
                                   "model.dropout=0.0", f"hydra.sweep.dir={sweep}"]) == 1, \
         "the sweep's exit code says a job failed"
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())

@@ -405,7 +405,7 @@ def test_a_sweep_continued_with_its_arguments_in_another_order_trains_nothing_ag
     writes nothing (its multirun.yaml kept). Without that record, each job lands in a new dir and, finding its run
     trained in a sibling dir, is refused with the reason instead of training again from step 0."""
     sweep = tmp_path / "sweep"
-    common = ["seed=1", "train.max_steps=2", "train.eval_every=2", f"hydra.sweep.dir={sweep}"]
+    common = ["seed=1", "train.max_steps=1", "train.eval_every=1", f"hydra.sweep.dir={sweep}"]
     assert run_command_inprocess(["rope=torch,none", *common]) == 0
     before = sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     saved = (sweep / "multirun.yaml").read_text()
