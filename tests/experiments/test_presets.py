@@ -65,7 +65,7 @@ def test_seed004_run_steps_both_optimizers_and_resume_restores_them(tmp_path, mo
         return opts
 
     monkeypatch.setattr(train_mod, "build_optimizers", spy)
-    summary = run_inprocess(tmp_path, [*SEED004_SMALL, "train.max_steps=5", "train.stop_at_step=3"])
+    summary = run_inprocess(tmp_path, [*SEED004_SMALL, "train.max_steps=2", "train.stop_at_step=1"])
     assert summary["status"] == "interrupted" and summary["optim"] == "muon"
     muon, adamw = captured["opts"]
     model, before = captured["model"], captured["before"]
@@ -76,9 +76,9 @@ def test_seed004_run_steps_both_optimizers_and_resume_restores_them(tmp_path, mo
             assert opt.state[p], f"{type(opt).__name__} holds no state for {names[id(p)]}"
     saved = {i: {k: v.clone() for k, v in opt.state_dict()["state"][0].items()} for i, opt in enumerate((muon, adamw))}
 
-    summary = run_inprocess(tmp_path, [*SEED004_SMALL, "train.max_steps=3", "train.resume=auto"])
-    # max_steps=3: resuming at step 3 runs no step, so the restored state is exactly what was saved
-    assert summary["step"] == 3
+    summary = run_inprocess(tmp_path, [*SEED004_SMALL, "train.max_steps=1", "train.resume=auto"])
+    # max_steps=1: resuming at step 1 runs no step, so the restored state is exactly what was saved
+    assert summary["step"] == 1
     muon2, adamw2 = captured["opts"]
     for i, opt in enumerate((muon2, adamw2)):
         state0 = opt.state_dict()["state"][0]
