@@ -125,6 +125,13 @@ def sweep(tmp_path: Path) -> Path:
     return make_sweep(tmp_path / "multirun" / "2024-01-01" / "12-00-00")
 
 
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory) -> Path:
+    """The report of an unchanged ``sweep`` (its comparison.md), written once for the tests that only read it."""
+    sweep = make_sweep(tmp_path_factory.mktemp("compared") / "multirun" / "2024-01-01" / "12-00-00")
+    return compare_runs([sweep], sweep)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -151,9 +158,9 @@ def test_labels_and_mean_std():
     assert mean_std([None]) == (None, None, 0)
 
 
-def test_stats_csv(sweep: Path):
-    md = compare_runs([sweep], sweep)
-    assert md == sweep / MD_FILE
+def test_stats_csv(compared: Path):
+    sweep = compared.parent
+    assert compared == sweep / MD_FILE
     rows = read_csv(sweep / CSV_FILE)
     assert list(rows) == ["triton_v4 (partial, float32)", "torch (partial, float32)"]  # by mean val loss
     for (rope, dtype), per_seed in NUMBERS.items():
@@ -170,8 +177,8 @@ def test_stats_csv(sweep: Path):
     assert float(torch_row["train_time_s_std"]) == pytest.approx(2.0)
 
 
-def test_markdown_and_plots(sweep: Path):
-    text = compare_runs([sweep], sweep).read_text()
+def test_markdown_and_plots(compared: Path):
+    sweep, text = compared.parent, compared.read_text()
     assert "ddof=1" in text
     assert "| Implementation | Training Time (s) | Val Loss | Val Accuracy | Val Perplexity | tokens/s | n |" in text
     assert "| Implementation | Training Time (s) | Val Loss | Val Accuracy | Val Perplexity |\n" in text
@@ -200,8 +207,8 @@ def test_runs_from_two_devices_are_flagged(tmp_path: Path):
     assert per_seed.count("| NVIDIA H200 |") == 1 and per_seed.count("| cpu |") == 5
 
 
-def test_one_device_has_no_device_column(sweep: Path):
-    text = compare_runs([sweep], sweep).read_text()
+def test_one_device_has_no_device_column(compared: Path):
+    text = compared.read_text()
     assert "Runs from" not in text and "| Device |" not in text
 
 

@@ -79,20 +79,33 @@ def eval_json(variant: str, scaling: str, seed: int, losses: dict[int, float]) -
 
 @pytest.fixture
 def sweep(tmp_path: Path) -> Path:
+    return planted_sweep(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> Path:
+    """A planted sweep and its length report, built and written once for the tests that only read them."""
+    sweep = planted_sweep(tmp_path_factory.mktemp("length_report"))
+    write_length_report(build_length_report([sweep]), sweep)
+    return sweep
+
+
+def planted_sweep(root: Path) -> Path:
+    """PLANTED's runs, one job dir each (with their eval_lengths results), and a run nobody evaluated."""
     job = 0
     runs: dict[tuple[str, int], Path] = {}
     for (variant, scaling), per_seed in PLANTED.items():
         for seed, losses in per_seed.items():
             run = runs.get((variant, seed))
             if run is None:
-                run = runs[(variant, seed)] = write_run(tmp_path / f"{job}_s{seed}", "torch", seed, 3.0,
+                run = runs[(variant, seed)] = write_run(root / f"{job}_s{seed}", "torch", seed, 3.0,
                                                         variant="full" if variant.startswith(FULL) else "partial")
                 job += 1
             (run / "eval_lengths").mkdir(exist_ok=True)
             (run / "eval_lengths" / f"{scaling.split()[0]}.json").write_text(
                 json.dumps(eval_json(variant, scaling, seed, losses)))
-    write_run(tmp_path / "9_none_s0", "none", 0, 3.5)  # a run nobody evaluated
-    return tmp_path
+    write_run(root / "9_none_s0", "none", 0, 3.5)  # a run nobody evaluated
+    return root
 
 
 def t_ci(values: list[float]) -> tuple[float, float, float]:
@@ -112,9 +125,8 @@ def section(md: str, title: str) -> str:
     return md.split(f"## {title}")[1].split("\n## ")[0]
 
 
-def test_degradation_is_mean_sd_and_ci_over_seeds_with_the_whole_window_beside_it(sweep):
-    report = build_length_report([sweep])
-    write_length_report(report, sweep)
+def test_degradation_is_mean_sd_and_ci_over_seeds_with_the_whole_window_beside_it(written):
+    sweep = written
     table = rows(sweep / CSV_FILE)
     assert len(table) == 12, "variant x scaling x length: 6 x 2"
 
@@ -155,9 +167,8 @@ def signed(v: float) -> str:
     return f"{v:+.4f}".replace("-", MINUS)
 
 
-def test_a_scaling_is_compared_with_none_beyond_and_inside_the_training_length(sweep):
-    report = build_length_report([sweep])
-    write_length_report(report, sweep)
+def test_a_scaling_is_compared_with_none_beyond_and_inside_the_training_length(written):
+    sweep = written
     table = rows(sweep / CSV_FILE)
     r = table[(PARTIAL, YARN, 64)]
     d_mean, d_lo, d_hi = t_ci([-0.1, -0.1, -0.2])  # yarn − none beyond T, paired by seed
@@ -179,10 +190,9 @@ def test_a_scaling_is_compared_with_none_beyond_and_inside_the_training_length(s
     assert "(Welch)" in beyond_part
 
 
-def test_each_variant_is_compared_with_the_partial_reference_on_its_degradation(sweep):
+def test_each_variant_is_compared_with_the_partial_reference_on_its_degradation(written):
     """full − partial, paired by seed where the seeds match (no scaling), Welch where they do not (yarn)."""
-    report = build_length_report([sweep])
-    write_length_report(report, sweep)
+    sweep = written
     table = rows(sweep / CSV_FILE)
     diffs = [degradation(FULL, "none", s, 64) - degradation(PARTIAL, "none", s, 64) for s in (0, 1, 2)]
     d_mean, d_lo, d_hi = t_ci(diffs)
@@ -200,10 +210,9 @@ def test_each_variant_is_compared_with_the_partial_reference_on_its_degradation(
     assert f"| {FULL} | {YARN} | " in against and "(Welch)" in against and f"| {PARTIAL} |" not in against
 
 
-def test_document_aligned_training_is_compared_with_random_windows_of_the_same_rotation(sweep):
+def test_document_aligned_training_is_compared_with_random_windows_of_the_same_rotation(written):
     """documents − random, paired by seed, per rotation: on the degradation and on the loss beyond T."""
-    report = build_length_report([sweep])
-    write_length_report(report, sweep)
+    sweep = written
     table = rows(sweep / CSV_FILE)
     md = section((sweep / MD_FILE).read_text(), "Document-aligned − random training windows")
     degr_part, beyond_part = md.split("Loss beyond T")[0], md.split("Loss beyond T")[1].split("Whole window")[0]
@@ -223,11 +232,10 @@ def test_document_aligned_training_is_compared_with_random_windows_of_the_same_r
     assert f"| {PARTIAL} |" not in md and f"| {FULL} |" not in md
 
 
-def test_variants_are_compared_within_their_own_packing(sweep):
+def test_variants_are_compared_within_their_own_packing(written):
     """full − partial among document-aligned runs pairs with the document-aligned partial runs, never with the
     random-window ones (that would add the packing's effect to the variant's); the documents reference has no Δ."""
-    report = build_length_report([sweep])
-    write_length_report(report, sweep)
+    sweep = written
     table = rows(sweep / CSV_FILE)
     r = table[(FULL_DOCS, "none", 64)]
     diffs = [degradation(FULL_DOCS, "none", s, 64) - degradation(PARTIAL_DOCS, "none", s, 64) for s in (0, 1, 2)]
