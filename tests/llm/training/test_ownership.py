@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import SMALL, compose_cfg, run_cli, run_inprocess
+from helpers import SMALL, compose_cfg, run_cli, run_command_inprocess, run_inprocess
 
 from llm.errors import ResumeError, RunDirInUseError
 from llm.training.run_dir import LOCK_FILE, SWEEP_LOCK_FILE, RunDirLock
@@ -43,10 +43,11 @@ def run_main(monkeypatch, args: list[str]) -> int:
     return done.value.code
 
 
-def test_a_refused_run_changes_nothing_in_a_dir_another_run_owns_or_a_finished_run_holds(tmp_path):
+def test_a_refused_run_changes_nothing_in_a_dir_another_run_owns_or_a_finished_run_holds(tmp_path, capsys):
     """A run that owns its dir and has not written its config yet (what a second run met in the issue: only
     ``.hydra/``, ``train.log`` and the lock): a second, real process is refused and the dir stays byte for byte,
-    lock included. Then the same dir holding a finished run: a new run is refused without a write either."""
+    lock included. Then the same dir holding a finished run (no owner left): a new run, the command through the
+    entry point in this process, is refused without a write either."""
     run = tmp_path / "run"
     lock = RunDirLock(run).acquire()  # this process is the run that owns the dir
     lock.mark_owner()
@@ -66,15 +67,18 @@ def test_a_refused_run_changes_nothing_in_a_dir_another_run_owns_or_a_finished_r
     (run / "summary.json").write_text('{"status": "completed", "val_loss": 7.0}\n')
     (run / "metrics.jsonl").write_text('{"kind": "val", "step": 2, "val_loss": 7.0}\n')
     before = snapshot(run)
-    proc = run_cli(["train.max_steps=2", f"hydra.run.dir={run}"], timeout=120)
-    assert proc.returncode == 2 and "already holds a run (metrics.jsonl, summary.json)" in proc.stderr, proc.stderr
+    capsys.readouterr()
+    assert run_command_inprocess(["train.max_steps=2", f"hydra.run.dir={run}"], multirun=False) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run (metrics.jsonl, summary.json)" in err, err
     assert snapshot(run) == before
 
 
-def test_a_second_sweep_into_a_used_sweep_dir_is_refused_as_a_whole(tmp_path):
-    """A sweep running in the dir (its lock held by this process), then a finished sweep there: a second sweep,
-    a real process, is refused before any job starts, naming the dir, and writes nothing there (no
-    ``config_error`` summary over the finished job, no multirun.yaml, no comparison)."""
+def test_a_second_sweep_into_a_used_sweep_dir_is_refused_as_a_whole(tmp_path, capsys):
+    """A sweep running in the dir (its lock held by this process), then a finished sweep there: a second sweep
+    (a real process; for the finished sweep, which no process holds, the command in this process) is refused
+    before any job starts, naming the dir, and writes nothing there (no ``config_error`` summary over the finished
+    job, no multirun.yaml, no comparison)."""
     sweep = tmp_path / "sweep"
     lock = RunDirLock(sweep, SWEEP_LOCK_FILE, what="sweep").acquire()
     lock.mark_owner()
@@ -94,9 +98,9 @@ def test_a_second_sweep_into_a_used_sweep_dir_is_refused_as_a_whole(tmp_path):
     (job / ".hydra").mkdir()
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
     before = snapshot(sweep)
-    proc = run_cli(args, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines() == [
+    capsys.readouterr()
+    assert run_command_inprocess(args[1:]) == 2  # args less -m: run_command_inprocess runs the multirun
+    assert capsys.readouterr().err.strip().splitlines() == [
         f"Error: sweep dir {sweep} already holds a sweep (1 job dir(s): 0_torch_s0); continue it with its own "
         "arguments and train.resume=auto, or choose another hydra.sweep.dir"]
     assert snapshot(sweep) == before
