@@ -69,9 +69,21 @@ def test_triton_on_a_cpu_without_the_interpreter_is_refused_first(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_full_error_env_shows_the_traceback(tmp_path):
-    proc = run_cli(["seed=abc", f"hydra.run.dir={tmp_path / 'run'}"], timeout=120, extra_env={"HYDRA_FULL_ERROR": "1"})
-    assert proc.returncode != 0 and "Traceback" in proc.stderr
+def test_full_error_env_shows_the_traceback(tmp_path, monkeypatch):
+    """HYDRA_FULL_ERROR=1: the user error leaves the command as the exception itself (Python prints its traceback),
+    not as the one line. The command's __main__ in this process: a process of its own would only print it."""
+    import runpy
+
+    from llm.errors import UserError
+
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    monkeypatch.setenv("ROPELAB_USER_FULL_ERROR", "")  # the entry point sets it: undone after the test
+    monkeypatch.delenv("ROPELAB_USER_FULL_ERROR")
+    monkeypatch.delitem(sys.modules, "llm.train", raising=False)  # run as __main__, as `python -m` runs it
+    monkeypatch.setattr(sys, "argv", ["llm.train", *SMALL, "seed=abc", f"hydra.run.dir={tmp_path / 'run'}",
+                                      "hydra/job_logging=none", "hydra/hydra_logging=none"])  # no handlers left
+    with pytest.raises(UserError, match="seed='abc' must be an integer"):
+        runpy.run_module("llm.train", run_name="__main__")
 
 
 def test_a_failing_job_does_not_end_the_sweep(tmp_path):

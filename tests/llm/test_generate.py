@@ -394,11 +394,10 @@ def test_a_run_dir_without_a_checkpoint_is_refused(tmp_path, trained_run):
         run_generate(gen_cfg(""))
 
 
-def test_cli_bad_input_exits_2_with_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "llm.generate", f"run={tmp_path}", "top_k=0"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stderr.strip() == "Error: top_k=0 must be a positive integer, or null for " \
-                                                           "no top-k cut", proc.stderr
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    """The command's own __main__ in this process (test_cli_streams_samples_of_a_trained_run runs it as one)."""
+    code, lines = run_module_main(monkeypatch, capsys, "llm.generate", [f"run={tmp_path}", "top_k=0"])
+    assert code == 2 and lines == ["Error: top_k=0 must be a positive integer, or null for no top-k cut"], lines
 
 
 @pytest.mark.parametrize("arg,line", [
