@@ -436,7 +436,7 @@ def test_sigterm_stops_a_sweep_of_parallel_jobs_as_it_stops_a_run(tmp_path):
     running = [sweep / "0_torch_s0" / "metrics.jsonl", sweep / "1_torch_s1" / "metrics.jsonl"]
     deadline = time.time() + 300
     while time.time() < deadline and not all(m.is_file() and m.read_text().count("\n") >= 2 for m in running):
-        time.sleep(0.3)
+        time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=120)[0].decode()
     assert proc.returncode == 1, out[-3000:]
@@ -448,7 +448,7 @@ def test_sigterm_stops_a_sweep_of_parallel_jobs_as_it_stops_a_run(tmp_path):
     assert "Continue the sweep with:" in out and "Traceback" not in out
     deadline = time.time() + 60  # no worker left behind in the sweep's process group (they exit with the sweep)
     while time.time() < deadline and _group_alive(proc.pid):
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert not _group_alive(proc.pid)
 
 
@@ -471,7 +471,7 @@ def test_sigterm_ends_a_sweep_whose_launcher_runs_one_job_at_a_time_in_its_own_p
     running = sweep / "0_torch_s0" / "metrics.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and not (running.is_file() and running.read_text().count("\n") >= 2):
-        time.sleep(0.3)
+        time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=120)[0].decode()
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]

@@ -64,7 +64,7 @@ def test_signal_checkpoints_and_says_how_to_resume(tmp_path, sig):
     metrics = run_dir / "metrics.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
-        time.sleep(0.5)
+        time.sleep(0.1)
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 128 + sig, out[-3000:]
@@ -89,7 +89,7 @@ def test_a_signal_to_a_sweep_says_how_to_continue_all_of_it(tmp_path):
     metrics = sweep / "0_torch_s0" / "metrics.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 3):
-        time.sleep(0.5)
+        time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
