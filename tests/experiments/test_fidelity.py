@@ -9,7 +9,8 @@ from helpers import run_inprocess, train_losses, val_losses
 BOUND = 5e-6
 # Few steps (each runs the Triton kernels under the interpreter) at a learning rate high enough that the model
 # learns to use positions within them: dropping RoPE must move the val losses far past the bound (the second test)
-COMMON = ["train.max_steps=6", "train.eval_every=3", "train.log_every=1", "optim.lr=1e-2", "seed=5"]
+COMMON = ["train.max_steps=6", "train.eval_every=3", "train.eval_batches=2", "train.log_every=1", "optim.lr=1e-2",
+          "seed=5"]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ from llm.report import DELTA_FILE, MD_FILE, sweep_failures
 def test_multirun_report_has_verdicts(tmp_path: Path):
     sweep = tmp_path / "sweep"
     # Hydra's multirun and its callbacks as the command runs them, in this process (no start-up of a new one)
-    code = run_command_inprocess(["rope=torch,none", "seed=0,1,2", "train.max_steps=1", f"hydra.sweep.dir={sweep}"])
+    code = run_command_inprocess(["rope=torch,none", "seed=0,1,2", "train.max_steps=1", "train.eval_batches=2",
+                                  f"hydra.sweep.dir={sweep}"])
     assert code == 0 and sweep_failures(sweep) == []
     text = (sweep / MD_FILE).read_text()
     head = text[: text.index("Common config")]

@@ -20,7 +20,7 @@ from llm.training.trainer import FusedLinearCrossEntropy, Trainer, check_train_c
 
 
 def test_a_run_records_its_data_and_the_final_evals_windows(tmp_path):
-    summary = run_inprocess(tmp_path, ["train.max_steps=10", "train.eval_every=5"])
+    summary = run_inprocess(tmp_path, ["train.max_steps=10", "train.eval_every=5", "train.eval_batches=2"])
     cfg = OmegaConf.load(tmp_path / "config.yaml")
     data = prepare_data(cfg.data, cfg.tokenizer.name, cfg.cache_dir)
     fp = summary["data_fingerprint"]

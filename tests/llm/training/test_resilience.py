@@ -207,7 +207,7 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     """torchrun with two ranks against the same run in one process (this one: the reference needs no process of
     its own)."""
     common = ["train.max_steps=4", "train.log_every=1", "train.eval_every=2", "train.batch_size=4",
-              "device=cpu", "model.dropout=0.0"]
+              "train.eval_batches=2", "device=cpu", "model.dropout=0.0"]  # an eval batch on each rank
     run_inprocess(tmp_path / "one", common)
     two = run_cli([*common, f"hydra.run.dir={tmp_path / 'two'}"],
                   module=["torch.distributed.run", "--nproc_per_node=2", "--master_port=29533", "-m", "llm.train"],

@@ -59,7 +59,7 @@ def test_loss_falls_on_tiny(tmp_path):
     # nats (seed 0, CPU: val 10.07 at step 8, 9.19 at 16, against 10.52; train 10.82 at step 5, 9.41 at 16)
     summary = run_inprocess(tmp_path, ["model=tiny", "model.n_layer=4", "model.n_embd=128", "model.n_head=4",
                                        "model.seq_len=64", "train.max_steps=16", "train.eval_every=8",
-                                       "data.max_files=300"])
+                                       "train.eval_batches=2", "data.max_files=300"])
     vals = val_losses(tmp_path)
     uniform = math.log(100277)  # loss of a uniform guess over the cl100k vocabulary
     assert vals[16] < vals[8] < uniform - 1.0, vals
