@@ -97,11 +97,14 @@ class Inputs:
     shape: str
 
 
-def make_inputs(cfg: Config, elements: int, T: int, H: int, dtype: torch.dtype, device: torch.device) -> Inputs:
+def make_inputs(cfg: Config, elements: int, T: int, heads: tuple[int, int], dtype: torch.dtype,
+                device: torch.device) -> Inputs:
+    """q of about ``elements`` elements (B, T, HQ, D) and k of the same tokens with HK heads (``heads`` = (HQ, HK))."""
     D = cfg.head_dim
-    B = max(1, -(-elements // (T * H * D)))
+    HQ, HK = heads
+    B = max(1, -(-elements // (T * HQ * D)))
     gen = torch.Generator().manual_seed(D)
-    shape: tuple[int, ...] = (B, T, H, D)
+    tokens: tuple[int, ...] = (B, T)
     kwargs: dict = {}
     if cfg.case == "positions":
         offsets = torch.randint(0, T, (B, 1), generator=gen)
@@ -113,10 +116,12 @@ def make_inputs(cfg: Config, elements: int, T: int, H: int, dtype: torch.dtype, 
             left -= lengths[-1]
         cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
         kwargs["cu_seqlens"] = cu.to(device)
-        shape = (B * T, H, D)
+        tokens = (B * T,)
     on_device = torch.Generator(device).manual_seed(D)  # 32M numbers: drawn where they are used, in milliseconds
-    q, k, gq, gk = (torch.randn(shape, generator=on_device, device=device).to(dtype) for _ in range(4))
-    return Inputs(q, k, gq, gk, kwargs, 2 * T, "x".join(map(str, shape)))
+    q, k, gq, gk = (torch.randn((*tokens, h, D), generator=on_device, device=device).to(dtype)
+                    for h in (HQ, HK, HQ, HK))
+    shape = "x".join(map(str, (*tokens, HQ if HQ == HK else f"{HQ}/{HK}", D)))
+    return Inputs(q, k, gq, gk, kwargs, 2 * T, shape)
 
 
 @dataclass
@@ -333,7 +338,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cases", default="plain", help=f"comma-separated, of {', '.join(CASES)}")
     p.add_argument("--elements", default="32M", help="elements per tensor (K/M = 2^10/2^20; default 32M; --smoke: 256)")
     p.add_argument("--seq-len", type=int, default=None, help="T of the shapes (default 2048; --smoke 8)")
-    p.add_argument("--heads", type=int, default=None, help="H of the shapes (default 16; --smoke 2)")
+    p.add_argument("--heads", default=None,
+                   help="q's heads, or q's/k's for grouped-query attention: 16, 32/8 (default 16; --smoke 2)")
     p.add_argument("--dtype", default=None, choices=tuple(DTYPES), help="default bf16 (--smoke: fp32)")
     p.add_argument("--reps", type=int, default=None,
                    help="timed calls per median (default 15, two medians and the lower kept; --smoke: 1)")
@@ -363,10 +369,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.jobs < 1 or args.reps < 1:
         p.error("--jobs and --reps must be at least 1")
     args.seq_len = args.seq_len or (8 if args.smoke else 2048)
-    args.heads = args.heads or (2 if args.smoke else 16)
+    try:
+        args.heads = parse_heads(args.heads or ("2" if args.smoke else "16"))
+    except ValueError as exc:
+        p.error(str(exc))
     args.dtype = DTYPES[args.dtype or ("fp32" if args.smoke else "bf16")]
     args.parser = p
     return args
+
+
+def parse_heads(text: str) -> tuple[int, int]:
+    """``16`` -> (16, 16); ``32/8`` -> (32, 8): k's heads must divide q's (grouped-query attention)."""
+    parts = text.split("/")
+    try:
+        hq, hk = (int(parts[0]), int(parts[-1])) if len(parts) <= 2 else (0, 0)
+    except ValueError:
+        hq = hk = 0
+    if hq < 1 or hk < 1 or hq % hk:
+        raise ValueError(f"--heads takes H or HQ/HK with HK dividing HQ (16, 32/8), got {text!r}")
+    return hq, hk
 
 
 def parse_count(text: str) -> int:

@@ -30,19 +30,30 @@ def test_smoke_run_times_and_checks_every_case(tmp_path):
     assert all(r["plan"] for r in rows if r["implementation"] == "triton_v4")  # which tiling each row measured
 
 
+CPU = torch.device("cpu")
+
+
 def test_inputs_of_each_case():
     """Each case's call: (B, T) positions at offsets below the table's end, or packed sequences of 1 to T tokens
     covering (B T, H, D) tensors; B the fewest whole sequences reaching the elements asked for."""
-    plain = kernel.make_inputs(kernel.Config(16, "partial", "plain"), 5000, 16, 4, torch.float32, torch.device("cpu"))
+    plain = kernel.make_inputs(kernel.Config(16, "partial", "plain"), 5000, 16, (4, 4), torch.float32, CPU)
     assert plain.q.shape == (5, 16, 4, 16) and plain.kwargs == {} and plain.max_seq_len == 32
-    x = kernel.make_inputs(kernel.Config(16, "partial", "positions"), 8192, 16, 4, torch.float32, torch.device("cpu"))
+    x = kernel.make_inputs(kernel.Config(16, "partial", "positions"), 8192, 16, (4, 4), torch.float32, CPU)
     pos = x.kwargs["positions"]
     assert pos.shape == (8, 16) and pos.dtype == torch.int64 and int(pos.max()) < x.max_seq_len
     assert (pos[:, 0] > 0).any() and bool((pos.diff(dim=1) == 1).all())
-    x = kernel.make_inputs(kernel.Config(16, "full", "cu_seqlens"), 8192, 16, 4, torch.float32, torch.device("cpu"))
+    x = kernel.make_inputs(kernel.Config(16, "full", "cu_seqlens"), 8192, 16, (4, 4), torch.float32, CPU)
     cu = x.kwargs["cu_seqlens"]
     assert x.q.shape == (128, 4, 16) and x.shape == "128x4x16" and cu.dtype == torch.int32
     assert int(cu[0]) == 0 and int(cu[-1]) == 128 and 1 <= int(cu.diff().min()) and int(cu.diff().max()) <= 16
+
+
+def test_grouped_query_inputs_and_heads_option():
+    """``--heads 8/2``: q takes the elements asked for, k the same tokens with its own heads, named in the shape."""
+    x = kernel.make_inputs(kernel.Config(16, "full", "plain"), 4096, 16, (8, 2), torch.float32, CPU)
+    assert x.q.shape == (2, 16, 8, 16) and x.k.shape == x.gk.shape == (2, 16, 2, 16) and x.shape == "2x16x8/2x16"
+    assert kernel.parse_args(["--heads", "32/8"]).heads == (32, 8)
+    assert kernel.parse_args(["--heads", "12"]).heads == (12, 12)
 
 
 @pytest.mark.interpreter
@@ -58,6 +69,7 @@ def test_tuning_reaches_the_triton_launch_and_is_recorded(tmp_path):
     (["--impls", "nope"], "--impls: unknown nope"),
     (["--tuning", "tiling=sideways"], "tiling must be one of"),
     (["--elements", "0"], "--elements takes a positive count"),
+    (["--heads", "8/3"], "--heads takes H or HQ/HK"),
     (["--cases", "plain,diagonal"], "got diagonal"),
 ])
 def test_bad_arguments_are_one_line_before_any_work(tmp_path, capsys, argv, message):

@@ -342,7 +342,7 @@ def test_rotate_qkv_backward_is_one_launch_into_d_qkv(rotary_dim, spies, device)
     before = {name: len(spy.launches) for name, spy in spies.items()}
     (dqkv,) = torch.autograd.grad(yq.sum() + yk.sum() + (v.transpose(1, 2) * wv).sum(), qkv)
     (grid, args, _), = (x for name, spy in spies.items() for x in spy.launches[before[name]:])
-    assert grid[1] == 3 and args[2] is not None  # programs for q, k and v's copy
+    assert args[2] is not None  # v's gradient, copied by the same launch
     assert args[3].data_ptr() == dqkv.data_ptr() and args[4] is None  # dk through d qkv, after dq
     assert torch.equal(dqkv[..., (HQ + HK) * D:].view(B, T, HK, D), wv.transpose(1, 2))
     ref = rope.build("torch", D, 8, compute_dtype="float64", rotary_dim=rotary_dim).to(device)
@@ -498,7 +498,7 @@ def test_compiled_rotate_qkv_is_one_launch_each_way(spies, device):
     loss = torch.compile(block, backend="aot_eager", fullgraph=True)(qkv, r)
     assert len(spies["rope_pairs_kernel"].launches) == 1
     (dqkv,) = torch.autograd.grad(loss, qkv)
-    assert len(spies["rope_pairs_kernel"].launches) == 2 and spies["rope_pairs_kernel"].launches[1][0][1] == 3
+    assert len(spies["rope_pairs_kernel"].launches) == 2 and spies["rope_pairs_kernel"].launches[1][1][2] is not None
     x = qkv.detach().double().requires_grad_()
     (want,) = torch.autograd.grad(block(x, rope.build("torch", D, 8, compute_dtype="float64").to(device)), x)
     assert_precise(dqkv, want, torch.float32, "d qkv")
