@@ -1,8 +1,9 @@
 """The Triton kernels of the ``triton_v4`` / ``triton_v2`` entries (importing this module imports triton).
 
-A launch takes q and k together: the grid's first axis walks the programs of a batch element, its second picks
-the tensor (q, k; v, copied into d qkv by the fused backward), its third the batch; head counts are constexpr, so
-no program divides by a runtime value (where memory outruns instruction issue, index arithmetic sets the pace).
+A launch takes q and k together: the grid's first axis walks the programs of a batch element, q's, then k's, then
+those of v (copied into d qkv by the fused backward), each tensor's as many as its own heads need; its second axis
+the batch. Head counts are constexpr, so no program divides by a runtime value (where memory outruns instruction
+issue, index arithmetic sets the pace).
 ``rope_pairs_kernel``: NCH chunks of V consecutive pairs of head rows a program (*rows*: V the half rounded up to
 a power of two; *chunks*: V a power of two dividing it); a tail (``rotary_dim`` < D) is copied 2 R2 columns at a
 time. ``rope_flat_kernel``: a token's heads as blocks of VB elements, each element rotated against its partner
@@ -112,45 +113,27 @@ def _cos_sin(cos_ptr, sin_ptr, at, mask, valid, pos_ptr, INVERSE: tl.constexpr):
 def _pairs(x_ptr, o_ptr, sxb, sxt, sxh, so, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, H: tl.constexpr,
            D: tl.constexpr, R2: tl.constexpr, CW: tl.constexpr, V: tl.constexpr, NCH: tl.constexpr,
            INTERLEAVED: tl.constexpr, SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr,
-           WIDE: tl.constexpr, HEADS: tl.constexpr, COPY: tl.constexpr):
+           WIDE: tl.constexpr, COPY: tl.constexpr):
     """Chunks [g0, g0 + NCH) of batch element ``b`` of one tensor (chunk g: pairs [(g mod M) V, ...) of head row
-    g // M; M chunks a row); HEADS: head group g0 (NCH rows, a power of two, of one token's heads; M is 1), its
-    table row loaded once. Table columns from CW on read as cos 1, sin 0. ``COPY``: v's gradient, copied."""
+    g // M; M chunks a row). Table columns from CW on read as cos 1, sin 0. ``COPY``: v's gradient, copied."""
     DT: tl.constexpr = o_ptr.dtype.element_ty
     M: tl.constexpr = (R2 + V - 1) // V
-    if HEADS:
-        NG: tl.constexpr = (H + NCH - 1) // NCH
-        NR: tl.constexpr = NCH
-        t1 = g0 // NG + tl.zeros([1], tl.int32)
-        h = (g0 % NG) * NR + tl.arange(0, NR)
-        rm = h < H
-        t = t1 + h * 0
-        pair = tl.arange(0, V)[None, :]
-        tm = (pair < CW) if CW < R2 else (pair < R2)
-        if not COPY:
-            row, valid = _table_rows(pos_ptr, b, t1, spb, n_pos, t1 >= 0)
-            c, s = _cos_sin(cos_ptr, sin_ptr, (row * R2)[:, None] + pair, tm, valid, pos_ptr, INVERSE)
+    g = g0 + tl.arange(0, NCH)
+    r = g // M
+    t = r // H
+    h = r - t * H
+    rm = t < T
+    pair = ((g - r * M) * V)[:, None] + tl.arange(0, V)[None, :]
+    if M == 1:  # rows: the half padded to V lanes
         pm = rm[:, None] & (pair < R2)
-        chunk0 = tl.zeros([NR], tl.int32)
-    else:
-        NR: tl.constexpr = NCH
-        g = g0 + tl.arange(0, NCH)
-        r = g // M
-        t = r // H
-        h = r - t * H
-        rm = t < T
-        chunk0 = g - r * M
-        pair = (chunk0 * V)[:, None] + tl.arange(0, V)[None, :]
-        if M == 1:  # rows: the half padded to V lanes
-            pm = rm[:, None] & (pair < R2)
-        else:  # chunks: every chunk of a row is whole
-            pm = tl.broadcast_to(rm[:, None], (NCH, V))
-        if not COPY:
-            row, valid = _table_rows(pos_ptr, b, t, spb, n_pos, rm)
-            cm = pm & (pair < CW) if CW < R2 else pm
-            c, s = _cos_sin(cos_ptr, sin_ptr, (row * R2)[:, None] + pair, cm, valid, pos_ptr, INVERSE)
+    else:  # chunks: every chunk of a row is whole
+        pm = tl.broadcast_to(rm[:, None], (NCH, V))
     if COPY:
         c, s = 1.0, 0.0
+    else:
+        row, valid = _table_rows(pos_ptr, b, t, spb, n_pos, rm)
+        cm = pm & (pair < CW) if CW < R2 else pm
+        c, s = _cos_sin(cos_ptr, sin_ptr, (row * R2)[:, None] + pair, cm, valid, pos_ptr, INVERSE)
     if WIDE:
         b = b.to(tl.int64)
         t = t.to(tl.int64)
@@ -158,11 +141,11 @@ def _pairs(x_ptr, o_ptr, sxb, sxt, sxh, so, cos_ptr, sin_ptr, pos_ptr, spb, n_po
     x_row = ((b * sxb + t * sxt + h * sxh) * SV)[:, None]
     o_row = ((b * T + t) * so + h * D)[:, None]
     if INTERLEAVED:  # pairs (2i, 2i + 1): one contiguous load, split into its even and odd elements
-        col = (chunk0 * (2 * V))[:, None] + tl.arange(0, 2 * V)[None, :]
+        col = ((g - r * M) * (2 * V))[:, None] + tl.arange(0, 2 * V)[None, :]
         xm = rm[:, None] & (col < 2 * R2)
-        x1, x2 = tl.split(tl.reshape(tl.load(x_ptr + x_row + col, mask=xm).to(tl.float32), (NR, V, 2)))
+        x1, x2 = tl.split(tl.reshape(tl.load(x_ptr + x_row + col, mask=xm).to(tl.float32), (NCH, V, 2)))
         y1, y2 = _rotate_pairs(x1, x2, c, s, DT, LOW, COPY)
-        tl.store(o_ptr + o_row + col, _narrow(tl.reshape(tl.join(y1, y2), (NR, 2 * V)), DT), mask=xm)
+        tl.store(o_ptr + o_row + col, _narrow(tl.reshape(tl.join(y1, y2), (NCH, 2 * V)), DT), mask=xm)
     else:  # pairs (i, i + R2)
         x1 = tl.load(x_ptr + x_row + pair, mask=pm).to(tl.float32)
         x2 = tl.load(x_ptr + x_row + R2 + pair, mask=pm).to(tl.float32)
@@ -222,42 +205,25 @@ def _tensor_program(T, QU: tl.constexpr, KU: tl.constexpr, PER: tl.constexpr):
 def rope_pairs_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_ptr, sqb, sqt, sqh, skb, skt, skh,
                       svt, spb, n_pos, T, HQ: tl.constexpr, HK: tl.constexpr, D: tl.constexpr, R2: tl.constexpr,
                       CW: tl.constexpr, V: tl.constexpr, NCH: tl.constexpr, INTERLEAVED: tl.constexpr,
-                      SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr,
-                      HEADS: tl.constexpr):
+                      SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
     """The pair tilings (:func:`_pairs`) of q, k and v's copy (dense, heads-major or token-major, its token stride
     ``svt`` saying which; :func:`_tensor_program`) in batch element ``program_id(1)``; cos/sin (n_pos, R2)."""
     b = tl.program_id(1)
-    if HEADS:  # a tensor's heads rounded up to a power of two (its bits smeared), NCH at most, a program
-        Q1: tl.constexpr = (HQ - 1) | ((HQ - 1) >> 1)
-        Q2: tl.constexpr = Q1 | (Q1 >> 2)
-        Q4: tl.constexpr = Q2 | (Q2 >> 4)
-        Q8: tl.constexpr = Q4 | (Q4 >> 8)
-        K1: tl.constexpr = (HK - 1) | ((HK - 1) >> 1)
-        K2: tl.constexpr = K1 | (K1 >> 2)
-        K4: tl.constexpr = K2 | (K2 >> 4)
-        K8: tl.constexpr = K4 | (K4 >> 8)
-        KP: tl.constexpr = K8 + 1 if HK > 0 else 1
-        RQ: tl.constexpr = Q8 + 1 if Q8 + 1 < NCH else NCH
-        RK: tl.constexpr = KP if KP < NCH else NCH
-        which, g0 = _tensor_program(T, (HQ + RQ - 1) // RQ, (HK + RK - 1) // RK, 1)
-    else:
-        RQ: tl.constexpr = NCH
-        RK: tl.constexpr = NCH
-        which, g0 = _tensor_program(T, HQ * ((R2 + V - 1) // V), HK * ((R2 + V - 1) // V), NCH)
+    which, g0 = _tensor_program(T, HQ * ((R2 + V - 1) // V), HK * ((R2 + V - 1) // V), NCH)
     soq, sok = _token_strides(ok_ptr, HQ, HK, D)
     if which == 0:
         _pairs(q_ptr, oq_ptr, sqb, sqt, sqh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HQ,
-               D, R2, CW, V, RQ, INTERLEAVED, SV, LOW, INVERSE, WIDE, HEADS, False)
+               D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE, False)
     elif which == 1:
         _pairs(_in_or_after(k_ptr, q_ptr, HQ * D), _in_or_after(ok_ptr, oq_ptr, HQ * D), skb, skt, skh, sok,
-               cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HK, D, R2, CW, V, RK, INTERLEAVED, SV, LOW, INVERSE,
-               WIDE, HEADS, False)
+               cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HK, D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE,
+               WIDE, False)
     elif v_ptr is not None:
         heads_major = svt * SV == D
         svb = tl.where(heads_major, HK * T * svt, T * svt)
         svh = tl.where(heads_major, T * svt, svt // HK)
         _pairs(v_ptr, oq_ptr + (HQ + HK) * D, svb, svt, svh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos,
-               b, g0, T, HK, D, R2, CW, V, RK, INTERLEAVED, SV, LOW, INVERSE, WIDE, HEADS, True)
+               b, g0, T, HK, D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE, True)
 
 
 @triton.jit

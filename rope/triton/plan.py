@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from rope._launch import pow2_unit, stride_unit
 
-TILINGS = ("rows", "chunks", "flat", "heads")
+TILINGS = ("rows", "chunks", "flat")
 #: Elements and warps a program takes by default (8 bf16 elements a thread: 16 bytes); flat blocks, widest first.
 ROW_TILE, SMALL_TILE, FLAT_TILE, ROW_WARPS, FLAT_WARPS, FLAT_BLOCKS = 2048, 1024, 1024, 8, 4, (8, 4, 2)
 #: Chunk/block ids within a batch element, and program ids, are int32.
@@ -84,12 +84,14 @@ class Geometry:
 
     def programs(self, units: int, per: int, per_program: int) -> int:
         """Programs of a batch element: q's, then k's, then v's copy's (as many as k's), each cutting its own
-        tokens' units (``units`` per ``per`` head rows: chunks, or elements per block) ``per_program`` a program."""
-        units = [self.seq_len * (h * units // per) for h in self.tensor_heads]
-        if max(units) + per_program >= INT32_LIMIT or sum(-(-u // per_program) for u in units) >= INT32_LIMIT:
+        tokens' units (``units`` per ``per`` head rows: chunks, or elements per block) ``per_program`` a program;
+        unit and program ids are int32."""
+        counts = [self.seq_len * (h * units // per) for h in self.tensor_heads]
+        programs = sum(-(-n // per_program) for n in counts)
+        if max(counts) + per_program >= INT32_LIMIT or programs >= INT32_LIMIT:
             raise ValueError(f"too many rows for one launch: B={self.batch}, T={self.seq_len}, heads {self.q_heads}"
                              f"+{self.k_heads} of {self.head_dim}")
-        return sum(-(-u // per_program) for u in units)
+        return programs
 
     @property
     def heads_contiguous(self) -> bool:
@@ -115,7 +117,6 @@ class Plan:
     def __str__(self) -> str:
         c = dict(self.constexprs)
         what = (f"{c['NBP']} blocks of {c['VB']} elements" if self.tiling == "flat"
-                else f"a token's heads, {c['NCH']} rows of {c['V']} pair lanes at most" if self.tiling == "heads"
                 else f"{c['NCH']} {self.tiling} of {c['V']} pair lanes ({c['R2']} pairs a head)")
         extra = f", maxnreg {self.maxnreg}" if self.maxnreg else ""
         return f"{self.tiling}: {what} a program, {self.num_warps} warps, grid {self.grid}{extra}"
@@ -137,8 +138,6 @@ def make_plan(geo: Geometry, over: Overrides = Overrides()) -> Plan:
         tiling = pair_tiling(geo.rotary_pairs, geo.interleaved)
     if tiling == "flat":
         return _flat_plan(geo, over)
-    if tiling == "heads":
-        return _heads_plan(geo, over)
     return _pair_plan(geo, over, tiling)
 
 
@@ -158,30 +157,10 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
     cw = r2 // 2 if geo.partial and pow2_unit(r2 // 2) >= min(4, pow2_unit(r2)) else r2
     per_batch = geo.programs(m, 1, nch)
     constexprs = dict(HQ=geo.q_heads, HK=geo.k_heads, D=geo.head_dim, R2=r2, CW=cw, V=v, NCH=nch,
-                      INTERLEAVED=geo.interleaved, SV=stride_unit(*geo.strides), WIDE=geo.wide, HEADS=False)
+                      INTERLEAVED=geo.interleaved, SV=stride_unit(*geo.strides), WIDE=geo.wide)
     padded_or_positions = tiling == "rows" and (v > r2 or geo.positions)
     return Plan(tiling, (per_batch, geo.batch, 1), over.num_warps or warps,
                 tuple(constexprs.items()), maxnreg=over.maxnreg or (geo.register_cap if padded_or_positions else 0))
-
-
-def _heads_plan(geo: Geometry, over: Overrides) -> Plan:
-    """A program per token's heads (at most ``tile`` pairs a program): the table row loaded once for all of them."""
-    r2, v = geo.rotary_pairs, next_pow2(geo.rotary_pairs)
-    rows = max(1, (over.tile or ROW_TILE) // v)
-    heads = max(geo.q_heads, geo.k_heads)
-    warps = over.num_warps or max(1, min(8, min(next_pow2(heads), rows) * v // 512))
-    constexprs = dict(HQ=geo.q_heads, HK=geo.k_heads, D=geo.head_dim, R2=r2, CW=_table_width(geo), V=v, NCH=rows,
-                      INTERLEAVED=geo.interleaved, SV=stride_unit(*geo.strides), WIDE=geo.wide, HEADS=True)
-    per_batch = sum(geo.seq_len * -(-h // min(next_pow2(h), rows)) for h in geo.tensor_heads)
-    if per_batch >= INT32_LIMIT:
-        raise ValueError(f"too many tokens for one launch: B={geo.batch}, T={geo.seq_len}")
-    return Plan("heads", (per_batch, geo.batch, 1), warps, tuple(constexprs.items()), maxnreg=over.maxnreg)
-
-
-def _table_width(geo: Geometry) -> int:
-    """Table columns loaded: variant=partial's zero-frequency half reads as cos 1, sin 0 where it starts aligned."""
-    r2 = geo.rotary_pairs
-    return r2 // 2 if geo.partial and pow2_unit(r2 // 2) >= min(4, pow2_unit(r2)) else r2
 
 
 def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
