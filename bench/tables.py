@@ -92,21 +92,28 @@ def pct_cell(fwd: dict, bwd: dict) -> str:
     return " / ".join(f"{float(r['pct_copy_bw']):.1f}" if r else "-" for r in (fwd, bwd))
 
 
+def heads_of(row: dict) -> str:
+    """The heads of a kernel row's shape (B x T x H x D, or packed B T x H x D): ``16``, or ``32/8`` (q/k)."""
+    return row["shape"].split("x")[-2]
+
+
 def kernel_section(rows: list[dict]) -> list[str]:
-    current = newest([r for r in rows if not r["tuning"]], ("gpu", "implementation", "direction", *CONFIG_KEYS))
+    rows = [{**r, "heads": heads_of(r)} for r in rows if not r["tuning"]]
+    current = newest(rows, ("gpu", "heads", "implementation", "direction", *CONFIG_KEYS))
     out = ["## Kernels (`python -m bench.kernel`)", "",
            "Forward / backward, % of the copy bandwidth measured on the same GPU in the same run (bf16 q and k, "
            "(B, T, H, D) = (B, 2048, 16, D) with B the smallest giving each tensor the size named unless other "
            "shapes are listed; bytes = q and k read once and written once)."]
     by_gpu: dict[tuple, list[dict]] = {}
     for r in current.values():
-        by_gpu.setdefault((r["gpu"], size_class(r["elements"])), []).append(r)
-    for (gpu, size), mine in sorted(by_gpu.items()):
+        by_gpu.setdefault((r["gpu"], size_class(r["elements"]), r["heads"] != "16", r["heads"]), []).append(r)
+    for (gpu, size, _, heads), mine in sorted(by_gpu.items()):
         plain = [r for r in mine if r["positions"] == "arange" and r["layout"] == "half"
                  and r["rotary_dim"] == r["head_dim"]]
         common = [r for r in plain if int(r["head_dim"]) in COMMON_HEAD_DIMS]
         other = [r for r in mine if r not in plain]
-        out += ["", f"### {gpu}, {size_label(size)} elements per tensor", "", provenance(mine)]
+        title = f"### {gpu}, {size_label(size)} elements per tensor" + ("" if heads == "16" else f", {heads} heads")
+        out += ["", title, "", provenance(mine)]
         shapes = sorted({r["shape"] for r in mine if len(r["shape"].split("x")) == 4 and r["shape"].split("x")[1:3]
                          != ["2048", "16"]})
         if shapes:

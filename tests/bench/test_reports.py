@@ -167,3 +167,14 @@ def test_tables_show_the_fused_attention_beside_the_separate_path(tmp_path, monk
         in text
     assert "| 64 | 32/8 | 1 | 16384 | +1 | bfloat16 |  |  |  | 30.0 | 25.0 | 1.20 | 40 | latency |  |" in text
     assert "99.0" not in text and "15.0" not in text
+
+
+def test_tables_keep_grouped_query_rows_apart(results):
+    """Rows of 32/8 heads (``bench.kernel --heads 32/8``) get their own table: they neither replace nor hide the
+    16-head rows of the same head dim."""
+    gqa = {**kernel_row("ccc3333", "triton_v4", 64, 70.0, date="2026-01-04T00:00Z"), "shape": "8x2048x32/8x64"}
+    harness.ResultsCsv(results / "kernel.csv", kernel.COLUMNS).append([gqa])
+    text = tables.render(results)
+    assert "| 64 | full | 90.5 / - | 89.0 / - |" in text
+    section = text.split("elements per tensor, 32/8 heads")[1]
+    assert "| 64 | full | 70.0 / - |" in section
