@@ -22,7 +22,8 @@ from pathlib import Path
 from bench import harness
 from bench.kernel import COMMON_HEAD_DIMS
 
-CONFIG_KEYS = ("head_dim", "variant", "layout", "rotary_dim", "positions", "elements", "dtype")
+#: What makes two kernel rows the same measurement (``heads``: :func:`bench.harness.heads_of`, added on reading).
+CONFIG_KEYS = ("head_dim", "variant", "layout", "rotary_dim", "positions", "elements", "dtype", "heads")
 
 
 def latest(rows: list[dict], key: tuple[str, ...], age: dict[str, int] | None = None) -> dict[tuple, dict]:
@@ -52,7 +53,7 @@ def kernel_lines(rows: list[dict], base: str, head: str, gpu: str, points: float
     plain = [r for r in rows if not r["tuning"]]
     old, new = latest(commit_rows(plain, base, gpu), key), latest(commit_rows(plain, head, gpu), key)
     lines = [f"kernels on {gpu}: % of copy bandwidth, {base} -> {head}", "",
-             f"{'impl':12s}{'dir':9s}{'D':>5s} {'variant':8s}{'layout':12s}{'rot':>5s} {'positions':12s}"
+             f"{'impl':12s}{'dir':9s}{'D':>5s} {'variant':8s}{'layout':12s}{'rot':>5s} {'positions':12s}{'heads':>6s}"
              f"{'base':>7s}{'head':>7s}{'diff':>7s}"]
     flagged = 0
     for k in sorted(set(old) & set(new), key=lambda k: (k[0] != "triton_v4", k[0], int(k[2]), k[3:], k[1])):
@@ -60,15 +61,16 @@ def kernel_lines(rows: list[dict], base: str, head: str, gpu: str, points: float
         flag = "  SLOWER" if b < a - points and int(k[2]) in COMMON_HEAD_DIMS else ""
         flagged += bool(flag)
         if flag or not flags_only:
-            lines.append(f"{k[0]:12s}{k[1]:9s}{k[2]:>5s} {k[3]:8s}{k[4]:12s}{k[5]:>5s} {k[6]:12s}{a:7.1f}{b:7.1f}"
-                         f"{b - a:+7.1f}{flag}")
+            lines.append(f"{k[0]:12s}{k[1]:9s}{k[2]:>5s} {k[3]:8s}{k[4]:12s}{k[5]:>5s} {k[6]:12s}{k[9]:>6s}"
+                         f"{a:7.1f}{b:7.1f}{b - a:+7.1f}{flag}")
     lines += ["", f"{len(set(old) & set(new))} rows in both; {flagged} more than {points:g} points slower "
                   f"at D in {', '.join(map(str, COMMON_HEAD_DIMS))}", ""]
     mine = latest([r for r in commit_rows(plain, head, gpu) if r["implementation"] == "triton_v4"], key[1:])
     liger = latest([r for r in plain if r["gpu"] == gpu and r["implementation"] == "liger"], key[1:])
     below = [(k, float(mine[k]["pct_copy_bw"]), float(liger[k]["pct_copy_bw"])) for k in sorted(
         set(mine) & set(liger), key=lambda k: (int(k[1]), k[2:], k[0]))]
-    low = [f"  D={k[1]} {k[2]} {k[0]}: triton_v4 {m:.2f} < liger {g:.2f}  BELOW LIGER" for k, m, g in below if m < g]
+    low = [f"  D={k[1]} {k[2]} {k[0]} {k[8]} heads: triton_v4 {m:.2f} < liger {g:.2f}  BELOW LIGER"
+           for k, m, g in below if m < g]
     lines += [f"triton_v4 at {head} against Liger-Kernel: {len(below)} rows, {len(low)} below it", *low]
     return lines
 
@@ -122,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-csv", type=Path, default=harness.RESULTS / "step.csv")
     args = p.parse_args(argv)
     kernel_rows, step_rows = harness.read_rows(args.kernel_csv), harness.read_rows(args.step_csv)
+    kernel_rows = [{**r, "heads": harness.heads_of(r)} for r in kernel_rows]
     if not kernel_rows and not step_rows:
         p.error(f"no rows in {args.kernel_csv} or {args.step_csv}")
     gpu = args.gpu or max(kernel_rows + step_rows, key=lambda r: r["date"])["gpu"]

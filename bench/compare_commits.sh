@@ -19,6 +19,7 @@ dir=.baseline
 kernel_cases=(--head-dims 64,80,96,128,160,192,256 --variants partial,full
               --cases plain,interleaved,rotary_half,positions,cu_seqlens --reps 10)
 liger_sweep=(--head-dims even --variants full --impls triton_v4,liger --reps 10)
+gqa_cases=(--heads 32/8 --head-dims 64,80,96,128,160,192,256 --variants full --cases plain --reps 10)
 steps=(--model gpt2_small,seed004 --modes eager,compile --impls torch,triton_v4 --warmup 3 --rounds 8 --steps 3)
 
 case "${1:-}" in
@@ -61,6 +62,10 @@ case "${1:-}" in
       python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4,liger --warm-only --jobs 5 \
         > "$logs/warm_kernel_head.log" 2>&1 & pids+=($!)
       python -m bench.kernel "${liger_sweep[@]}" --warm-only --jobs 5 > "$logs/warm_sweep.log" 2>&1 & pids+=($!)
+      python -m bench.kernel "${gqa_cases[@]}" --impls triton_v4 --rope-path "$dir" --warm-only --jobs 2 \
+        > "$logs/warm_gqa_base.log" 2>&1 & pids+=($!)
+      python -m bench.kernel "${gqa_cases[@]}" --impls triton_v4,liger --warm-only --jobs 2 \
+        > "$logs/warm_gqa_head.log" 2>&1 & pids+=($!)
     fi
     if want step; then
       python -m bench.step "${steps[@]}" --rope-path "$dir" --warm-only > "$logs/warm_step_base.log" 2>&1 &
@@ -79,6 +84,8 @@ case "${1:-}" in
       timed kernel_base python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4 --rope-path "$dir" --commit "$base"
       timed kernel_head python -m bench.kernel "${kernel_cases[@]}" --impls triton_v4,liger --commit "$head"
       timed liger_sweep python -m bench.kernel "${liger_sweep[@]}" --commit "$head"
+      timed gqa_base python -m bench.kernel "${gqa_cases[@]}" --impls triton_v4 --rope-path "$dir" --commit "$base"
+      timed gqa_head python -m bench.kernel "${gqa_cases[@]}" --impls triton_v4,liger --commit "$head"
     fi
     if want step; then
       timed step_base python -m bench.step "${steps[@]}" --rope-path "$dir" --commit "$base"

@@ -339,6 +339,11 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeri
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
+def heads_of(row: dict) -> str:
+    """The heads of a kernel row's shape (B x T x H x D, or packed B T x H x D): ``16``, or ``32/8`` (q's/k's)."""
+    return row["shape"].split("x")[-2]
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
     """Every row of a results CSV (an absent file: none)."""
     if not Path(path).is_file():

@@ -92,14 +92,9 @@ def pct_cell(fwd: dict, bwd: dict) -> str:
     return " / ".join(f"{float(r['pct_copy_bw']):.1f}" if r else "-" for r in (fwd, bwd))
 
 
-def heads_of(row: dict) -> str:
-    """The heads of a kernel row's shape (B x T x H x D, or packed B T x H x D): ``16``, or ``32/8`` (q/k)."""
-    return row["shape"].split("x")[-2]
-
-
 def kernel_section(rows: list[dict]) -> list[str]:
-    rows = [{**r, "heads": heads_of(r)} for r in rows if not r["tuning"]]
-    current = newest(rows, ("gpu", "heads", "implementation", "direction", *CONFIG_KEYS))
+    rows = [{**r, "heads": harness.heads_of(r)} for r in rows if not r["tuning"]]
+    current = newest(rows, ("gpu", "implementation", "direction", *CONFIG_KEYS))
     out = ["## Kernels (`python -m bench.kernel`)", "",
            "Forward / backward, % of the copy bandwidth measured on the same GPU in the same run (bf16 q and k, "
            "(B, T, H, D) = (B, 2048, 16, D) with B the smallest giving each tensor the size named unless other "

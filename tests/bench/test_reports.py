@@ -50,8 +50,23 @@ def test_compare_flags_slower_public_head_sizes_and_below_liger(results, capsys)
     slower = [ln for ln in out.splitlines() if ln.endswith("SLOWER")]
     assert len(slower) == 2 and "   64 " in slower[0] and slower[1].startswith("seed004")  # the step: CIs apart
     assert "3 rows in both; 1 more than 2 points slower" in out
-    assert "D=66 full forward: triton_v4 80.00 < liger 85.00  BELOW LIGER" in out and "D=64" not in out.split(
+    assert "D=66 full forward 16 heads: triton_v4 80.00 < liger 85.00  BELOW LIGER" in out and "D=64" not in out.split(
         "against Liger-Kernel")[1]
+
+
+def test_compare_keeps_grouped_query_rows_apart(results, capsys):
+    """A 32/8-heads row (as many q elements as a 16-head one) is compared with the base's 32/8 row, never in place
+    of the 16-head row of the same head dim."""
+    k = harness.ResultsCsv(results / "kernel.csv", kernel.COLUMNS)
+    k.append([{**kernel_row(c, "triton_v4", 64, pct, date="2026-01-03T00:00Z"), "shape": "8x2048x32/8x64"}
+              for c, pct in (("aaa1111", 80.0), ("bbb2222-dirty", 88.0))])
+    assert compare.main(["--base", "aaa1111", "--kernel-csv", str(results / "kernel.csv"),
+                         "--step-csv", str(results / "step.csv")]) == 0
+    out = capsys.readouterr().out
+    rows = [ln.removesuffix("  SLOWER").split()[-4:] for ln in out.splitlines()
+            if ln.startswith("triton_v4") and "   64 " in ln]
+    assert sorted(rows) == [["16", "93.0", "90.5", "-2.5"], ["32/8", "80.0", "88.0", "+8.0"]]
+    assert "4 rows in both; 1 more than 2 points slower" in out
 
 
 def test_compare_lists_tuned_rows_apart(results, capsys):
