@@ -132,7 +132,7 @@ class Runner:
     forward: Callable[[], object]
     backward: Callable[[], object]
     outputs: Callable[[], tuple]
-    plan: str = ""
+    plan: Callable[[], str] = lambda: ""  # the forward's launch, as made after the timed calls
 
 
 def _module_runner(fn: Callable, x: Inputs) -> Runner:
@@ -172,9 +172,9 @@ def build_runner(name: str, cfg: Config, x: Inputs, compile_backend: str) -> Run
         from rope.base import packed_positions
 
         positions = packed_positions(x.kwargs["cu_seqlens"], x.q.shape[0], x.max_seq_len)
-        run.plan = harness.plan_label(module, x.q[None], x.k[None], positions)
+        run.plan = lambda: harness.plan_label(module, x.q[None], x.k[None], positions)
     else:
-        run.plan = harness.plan_label(module, x.q, x.k, x.kwargs.get("positions"))
+        run.plan = lambda: harness.plan_label(module, x.q, x.k, x.kwargs.get("positions"))
     return run
 
 
@@ -204,6 +204,7 @@ def measure_config(cfg: Config, impls: list[str], args: argparse.Namespace, time
                 run = build_runner(name, cfg, x, args.compile_backend)
                 err = max_err(run.outputs(), want)
                 times = {"forward": timer(run.forward), "backward": timer(run.backward)}
+                plan = run.plan()
         except Exception as exc:  # one implementation failing (a shape it cannot compile) must not lose the others
             log(f"{cfg}: {name} failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
             continue
@@ -214,7 +215,7 @@ def measure_config(cfg: Config, impls: list[str], args: argparse.Namespace, time
                          "positions": cfg.positions, "shape": x.shape, "dtype": str(args.dtype).replace("torch.", ""),
                          "elements": x.q.numel(), "time_us": us, "gbps": gbps, "copy_gbps": copy_gbps,
                          "pct_copy_bw": 100 * gbps / copy_gbps, "max_err": err, "tuning": args.tuning_text,
-                         "plan": run.plan})
+                         "plan": plan})
         flag = "" if err <= MAX_ERR else f" WRONG (max_err {err:.3g})"
         summary.append(f"{name} {rows[-2]['pct_copy_bw']:.1f}/{rows[-1]['pct_copy_bw']:.1f}{flag}")
     log(f"{cfg} {x.shape}: fwd/bwd % of copy  " + "  ".join(summary))

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -152,7 +153,7 @@ def _job(q: Operand, k: Operand | None, v: Operand | None, oq: Operand, ok: Oper
            traced, over)
     job = _JOBS.get(sig)
     if job is None:
-        cap = register_cap(device) if device >= 0 and not traced and not INTERPRETING else 0
+        cap = _register_cap(device, traced)
         plan = make_plan(Geometry(D, cos.shape[1], rot.partial, rot.interleaved, B, T, HQ, HK, strides, wide,
                                   pos is not None, cap), over)
         meta = {**dict(plan.constexprs), "LOW": rot.low_precision and dtype != torch.float32, "INVERSE": inverse}
@@ -161,8 +162,14 @@ def _job(q: Operand, k: Operand | None, v: Operand | None, oq: Operand, ok: Oper
         options = {"num_warps": plan.num_warps, **({"maxnreg": plan.maxnreg} if plan.maxnreg else {})}
         if len(_JOBS) >= 512:
             _JOBS.clear()
-        job = _JOBS[sig] = Job(plan.kernel, plan.grid, ints, meta, options, plan, {})
+        job = _JOBS[sig] = Job(plan.kernel, plan.grid, ints, meta, options, plan, {},
+                               bool(plan.maxnreg) and not over.maxnreg)
     return job, pos, kk, okk
+
+
+def _register_cap(device: int, traced: bool) -> int:
+    """The register cap eager launches on ``device`` may take (:func:`register_cap`; none traced or interpreted)."""
+    return register_cap(device) if device >= 0 and not traced and not INTERPRETING else 0
 
 
 def plan(q: Tensor, k: Tensor | None, cos: Tensor, positions: Tensor | None, rot: Rotation) -> Plan:
@@ -170,7 +177,8 @@ def plan(q: Tensor, k: Tensor | None, cos: Tensor, positions: Tensor | None, rot
     B, T, HQ, D = q.shape
     out = [None if x is None else Operand(x, (x.shape[1] * x.shape[2] * D, x.shape[2] * D, D)) for x in (q, k)]
     shape = (B, T, HQ, 0 if k is None else k.shape[2], D)
-    return _job(_operand(q), _operand(k), None, *out, shape, cos, positions, rot, False, False)[0].plan
+    job = _job(_operand(q), _operand(k), None, *out, shape, cos, positions, rot, False, False)[0]
+    return dataclasses.replace(job.plan, maxnreg=job.options.get("maxnreg", 0))
 
 
 def _positions(positions: Tensor | None) -> tuple[Tensor | None, int]:
@@ -190,7 +198,8 @@ def needs_wide(*tensors: Tensor | None) -> bool:
 
 
 class Job(NamedTuple):
-    """A launch worked out once per signature (most of a small call's host time); ``compiled``: by alignment."""
+    """A launch worked out once per signature (most of a small call's host time); ``compiled``: by alignment;
+    ``own_cap``: ``options`` hold the plan's register cap (not a benchmark's), dropped where it makes a spill."""
 
     kernel: str
     grid: tuple[int, int, int]
@@ -199,6 +208,7 @@ class Job(NamedTuple):
     options: dict
     plan: Plan
     compiled: dict
+    own_cap: bool = False
 
 
 _JOBS: dict[tuple, Job] = {}
@@ -213,19 +223,27 @@ def _launch(job: Job, tensors: tuple, traced: bool) -> None:
         return
     args = (*tensors, *job.ints)
     with on_device_of(tensors[0]):  # Triton launches on the current device
-        if INTERPRETING or not _hooks_unset():
+        if not _keeps_binaries():
             kernel[job.grid](*args, **job.meta, **job.options)
             return
         key = (kernel, *(None if t is None else t.data_ptr() % 16 == 0 for t in tensors))
         binary = job.compiled.get(key)
         if binary is None:
             binary = kernel[job.grid](*args, **job.meta, **job.options)
+            if job.own_cap and getattr(binary, "n_spills", 0) and job.options.pop("maxnreg", 0):
+                return  # a cap that makes the kernel spill costs more than the occupancy it buys: none from now on
             if hasattr(binary, "packed_metadata"):  # the launcher takes the constexprs too, in order (and skips them)
                 job.compiled[key] = (binary, tuple(job.meta[n] for n in kernel.arg_names[len(args):]))
             return
         binary, tail = binary
         stream = triton.runtime.driver.active.get_current_stream(tensors[0].get_device())
         binary.run(*job.grid, stream, binary.function, binary.packed_metadata, None, None, None, *args, *tail)
+
+
+def _keeps_binaries() -> bool:
+    """Whether eager launches keep the compiled kernel: not under the interpreter (no binaries), nor under a launch
+    hook (Triton's own launch calls it)."""
+    return not INTERPRETING and _hooks_unset()
 
 
 @functools.cache

@@ -253,6 +253,44 @@ def test_tuning_hook_sets_launches_inside_its_block_only(device):
             pytest.fail("the block ran")
 
 
+class SpillingKernel:
+    """Stands in for the pairs kernel as a GPU launch sees it: runs the kernel (here through the interpreter) and
+    returns a compiled binary that spills whenever the launch caps its registers (one Triton keeps no launcher of:
+    every call comes back here)."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel, self.caps = kernel, []
+        self.arg_names = kernel.arg_names
+
+    def __getitem__(self, grid):
+        def run(*args, maxnreg: int = 0, **kwargs):
+            self.caps.append(maxnreg)
+            self.kernel[grid](*args, **kwargs)
+            return type("Binary", (), {"n_spills": 8 if maxnreg else 0})()
+
+        return run
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_a_register_cap_that_spills_is_dropped_unless_forced(forced, monkeypatch, device):
+    """The plan caps registers (padded rows on fast memory); where the capped kernel spills, launches after the
+    first drop the cap (the plan then says so). A cap a benchmark forces stays, spills or not."""
+    monkeypatch.setattr(launch, "_register_cap", lambda device, traced: 32)
+    monkeypatch.setattr(launch, "_keeps_binaries", lambda: True)
+    spill = SpillingKernel(kernels.rope_pairs_kernel)
+    monkeypatch.setattr(kernels, "rope_pairs_kernel", spill)
+    r = rope.build("triton_v4", 48, 8).to(device)  # 24 pairs padded to 32 lanes: rows, capped
+    q, k = torch.randn(1, 3, 2, 48, device=device), torch.randn(1, 3, 2, 48, device=device)
+    want = rope.build("torch", 48, 8).to(device)(q, k)
+    with rt.tuning(maxnreg=32 if forced else 0):
+        for _ in range(3):
+            for got, ref in zip(r(q, k), want, strict=True):
+                torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-6)
+        plan = rt.plan_for(r, q, k)
+    assert spill.caps == ([32, 32, 32] if forced else [32, 0, 0])
+    assert plan.maxnreg == (32 if forced else 0)
+
+
 def test_tuning_reaches_the_backward_on_autograds_own_thread(spies, device):
     """Autograd runs a CUDA graph's backward on a worker thread of its own: the backward's launch there takes the
     block's settings as the forward's does (here the backward runs on another thread, as autograd's would)."""
