@@ -108,9 +108,10 @@ def test_tuning_reaches_the_backward_autograd_runs_on_its_own_thread(monkeypatch
                                                         ("full", 96, None, torch.float32),
                                                         ("full", 64, 32, torch.bfloat16)])
 def test_kept_compiled_kernels_launch_directly(variant, D, rotary_dim, dtype, monkeypatch):
-    """From the second call of a launch's specialisation on, its compiled kernel is launched directly (not through
-    Triton's launch): new data each call, forward and backward, positions, GQA, the strided views of a projection
-    on and off 16-byte alignment, every result within one ulp."""
+    """From the second call of a launch's specialisation on (the third where the plan's register cap made the
+    kernel spill), its compiled kernel is launched directly (not through Triton's launch): new data each call,
+    forward and backward, positions, GQA, the strided views of a projection on and off 16-byte alignment, every
+    result within one ulp."""
     spies = {}
     for name in ("rope_pairs_kernel", "rope_flat_kernel"):
         spies[name] = KernelSpy(getattr(kernels, name))
@@ -129,7 +130,10 @@ def test_kept_compiled_kernels_launch_directly(variant, D, rotary_dim, dtype, mo
                                   strict=True):
                 assert_precise(a, b, dtype, f"off {off} call {call} {what}")
             through_triton = sum(len(s.launches) for s in spies.values()) - before
-            assert through_triton == ((2 if off == 0 else 1) if call == 0 else 0), (off, call, through_triton)
+            first = 2 if off == 0 else 1  # forward and backward; the backward's binary kept from the first view on
+            # the second call may compile once more where a capped kernel spilled (launch drops the cap)
+            want = {0: [first], 1: list(range(first + 1)), 2: [0]}[call]
+            assert through_triton in want, (off, call, through_triton)
 
 
 class _Block(nn.Module):
