@@ -224,20 +224,26 @@ def _launch(job: Job, tensors: tuple, traced: bool) -> None:
     args = (*tensors, *job.ints)
     with on_device_of(tensors[0]):  # Triton launches on the current device
         if not _keeps_binaries():
-            kernel[job.grid](*args, **job.meta, **job.options)
+            _drops_a_spilling_cap(job, kernel[job.grid](*args, **job.meta, **job.options))
             return
         key = (kernel, *(None if t is None else t.data_ptr() % 16 == 0 for t in tensors))
         binary = job.compiled.get(key)
         if binary is None:
             binary = kernel[job.grid](*args, **job.meta, **job.options)
-            if job.own_cap and getattr(binary, "n_spills", 0) and job.options.pop("maxnreg", 0):
-                return  # a cap that makes the kernel spill costs more than the occupancy it buys: none from now on
+            if _drops_a_spilling_cap(job, binary):
+                return
             if hasattr(binary, "packed_metadata"):  # the launcher takes the constexprs too, in order (and skips them)
                 job.compiled[key] = (binary, tuple(job.meta[n] for n in kernel.arg_names[len(args):]))
             return
         binary, tail = binary
         stream = triton.runtime.driver.active.get_current_stream(tensors[0].get_device())
         binary.run(*job.grid, stream, binary.function, binary.packed_metadata, None, None, None, *args, *tail)
+
+
+def _drops_a_spilling_cap(job: Job, binary: object) -> bool:
+    """Whether the job's own register cap made ``binary`` (the compiled kernel a launch returned) spill, and so goes
+    from its options: a spill costs more than the occupancy the cap buys."""
+    return bool(job.own_cap and getattr(binary, "n_spills", 0) and job.options.pop("maxnreg", 0))
 
 
 def _keeps_binaries() -> bool:

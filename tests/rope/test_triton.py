@@ -271,12 +271,14 @@ class SpillingKernel:
         return run
 
 
-@pytest.mark.parametrize("forced", [False, True])
-def test_a_register_cap_that_spills_is_dropped_unless_forced(forced, monkeypatch, device):
+@pytest.mark.parametrize("forced,keeps", [(False, True), (False, False), (True, True)])
+def test_a_register_cap_that_spills_is_dropped_unless_forced(forced, keeps, monkeypatch, device):
     """The plan caps registers (padded rows on fast memory); where the capped kernel spills, launches after the
-    first drop the cap (the plan then says so). A cap a benchmark forces stays, spills or not."""
+    first drop the cap (the plan then says so), kept binaries or not (a launch hook). A cap a benchmark forces
+    stays, spills or not."""
     monkeypatch.setattr(launch, "_register_cap", lambda device, traced: 32)
-    monkeypatch.setattr(launch, "_keeps_binaries", lambda: True)
+    monkeypatch.setattr(launch, "_keeps_binaries", lambda: keeps)
+    monkeypatch.setattr(launch, "_JOBS", {})  # launches worked out before (uncapped, or their cap dropped) go
     spill = SpillingKernel(kernels.rope_pairs_kernel)
     monkeypatch.setattr(kernels, "rope_pairs_kernel", spill)
     r = rope.build("triton_v4", 48, 8).to(device)  # 24 pairs padded to 32 lanes: rows, capped
