@@ -255,8 +255,8 @@ def test_tuning_hook_sets_launches_inside_its_block_only(device):
 
 class SpillingKernel:
     """Stands in for the pairs kernel as a GPU launch sees it: runs the kernel (here through the interpreter) and
-    returns a compiled binary that spills whenever the launch caps its registers (one Triton keeps no launcher of:
-    every call comes back here)."""
+    returns a compiled binary that spills whenever the launch caps its registers (a binary without a packed
+    launcher, so the launch keeps none and every call comes back here)."""
 
     def __init__(self, kernel) -> None:
         self.kernel, self.caps = kernel, []
@@ -278,7 +278,7 @@ def test_a_register_cap_that_spills_is_dropped_unless_forced(forced, keeps, monk
     stays, spills or not."""
     monkeypatch.setattr(launch, "_register_cap", lambda device, traced: 32)
     monkeypatch.setattr(launch, "_keeps_binaries", lambda: keeps)
-    monkeypatch.setattr(launch, "_JOBS", {})  # launches worked out before (uncapped, or their cap dropped) go
+    monkeypatch.setattr(launch, "_JOBS", {})  # no job an earlier test worked out (uncapped, or its cap dropped)
     spill = SpillingKernel(kernels.rope_pairs_kernel)
     monkeypatch.setattr(kernels, "rope_pairs_kernel", spill)
     r = rope.build("triton_v4", 48, 8).to(device)  # 24 pairs padded to 32 lanes: rows, capped
