@@ -143,12 +143,15 @@ def make_plan(geo: Geometry, over: Overrides = Overrides()) -> Plan:
 
 def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
     r2, wide = geo.rotary_pairs, 2 if geo.interleaved else 1
+    held = tiling == "rows" and (next_pow2(r2) > r2 or geo.positions)  # padding or positions hold registers
     if tiling == "rows":
+        # rows that hold registers (the programs the register cap is for) take the small tile on 4 warps: a
+        # thread's elements as on 8 warps, in programs half as large, which an SM packs more of; whole halves in
+        # the half layout take it on 8, interleaved ones the large tile (bench/results/kernel.csv)
         v = next_pow2(r2)
-        # whole power-of-two halves in the half layout, at positions 0..T-1, take the smaller tile: rows with
-        # padding, positions or interleaved pairs measured faster at the larger one (bench/results/kernel.csv)
-        exact = v == r2 and not geo.interleaved and not geo.positions
-        tile, warps = over.tile or (SMALL_TILE if wide * v <= 16 or exact else ROW_TILE), ROW_WARPS
+        whole = v == r2 and not geo.interleaved
+        tile = over.tile or (SMALL_TILE if wide * v <= 16 or whole or held else ROW_TILE)
+        warps = 4 if held else ROW_WARPS
     else:  # the small tile; big chunks on 4 warps: a thread's elements as on 8 warps, in more, smaller programs
         v = min(16 // wide, pow2_unit(r2))
         big = (geo.interleaved or v > 4) and wide * next_pow2(r2) > 16
@@ -158,9 +161,8 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
     per_batch = geo.programs(m, 1, nch)
     constexprs = dict(HQ=geo.q_heads, HK=geo.k_heads, D=geo.head_dim, R2=r2, CW=cw, V=v, NCH=nch,
                       INTERLEAVED=geo.interleaved, SV=stride_unit(*geo.strides), WIDE=geo.wide)
-    padded_or_positions = tiling == "rows" and (v > r2 or geo.positions)
     return Plan(tiling, (per_batch, geo.batch, 1), over.num_warps or warps,
-                tuple(constexprs.items()), maxnreg=over.maxnreg or (geo.register_cap if padded_or_positions else 0))
+                tuple(constexprs.items()), maxnreg=over.maxnreg or (geo.register_cap if held else 0))
 
 
 def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
