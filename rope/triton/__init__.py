@@ -25,9 +25,10 @@ def tuning(**fields: object) -> Iterator[Overrides]:
 
     ``tiling``: ``"rows"``, ``"chunks"`` or ``"flat"`` (:mod:`rope.triton.plan`); ``tile``: elements a program
     rotates (a power of two, 64 to 16384); ``num_warps``: a power of two up to 32; ``maxnreg``: a register cap for
-    the programs (16 to 255; by default only padded row programs on fast memory get one). Fields not given keep the
-    enclosing block's value (outside any: the plan's own). Compiled graphs keep the default plan. A bad field or
-    value raises ValueError before the block runs: ``with rope.triton.tuning(tiling="chunks"): y = module(q, k)``.
+    the programs (16 to 255; by default only row programs with padding or positions get one, on fast memory).
+    Fields not given keep the enclosing block's value (outside any: the plan's own). Compiled graphs keep the
+    default plan. A bad field or value raises ValueError before the block runs:
+    ``with rope.triton.tuning(tiling="chunks"): y = module(q, k)``.
     """
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Overrides)})
     if unknown:

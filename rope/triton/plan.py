@@ -29,7 +29,7 @@ class Overrides:
     tiling: str | None = None
     tile: int = 0
     num_warps: int = 0
-    maxnreg: int = 0  # a register cap for every program (the plan's own: on fast memory, padded rows only)
+    maxnreg: int = 0  # a register cap for every program (the plan's own: fast memory, rows with padding or positions)
 
     def __post_init__(self) -> None:
         if self.tiling not in (None, *TILINGS):
