@@ -17,7 +17,7 @@ from rope._launch import pow2_unit, stride_unit
 
 TILINGS = ("rows", "chunks", "flat")
 #: Elements and warps a program takes by default (8 bf16 elements a thread: 16 bytes); flat blocks, widest first.
-ROW_TILE, SMALL_TILE, FLAT_TILE, ROW_WARPS, FLAT_WARPS, FLAT_BLOCKS = 2048, 1024, 1024, 8, 4, (8, 4, 2)
+SMALL_TILE, FLAT_TILE, ROW_WARPS, FLAT_WARPS, FLAT_BLOCKS = 1024, 1024, 8, 4, (8, 4, 2)
 #: Chunk/block ids within a batch element, and program ids, are int32.
 INT32_LIMIT = 2**31
 
@@ -145,13 +145,11 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
     r2, wide = geo.rotary_pairs, 2 if geo.interleaved else 1
     held = tiling == "rows" and (next_pow2(r2) > r2 or geo.positions)  # padding or positions hold registers
     if tiling == "rows":
-        # rows that hold registers (the programs the register cap is for) take the small tile on 4 warps: a
-        # thread's elements as on 8 warps, in programs half as large, which an SM packs more of; whole halves in
-        # the half layout take it on 8, interleaved ones the large tile (bench/results/kernel.csv)
+        # the small tile on 4 warps: 8 elements a thread, in programs an SM packs many of; whole halves in the half
+        # layout at positions 0..T-1 measured faster on 8 (bench/results/kernel.csv)
         v = next_pow2(r2)
-        whole = v == r2 and not geo.interleaved
-        tile = over.tile or (SMALL_TILE if wide * v <= 16 or whole or held else ROW_TILE)
-        warps = 4 if held else ROW_WARPS
+        plain = v == r2 and not geo.interleaved and not geo.positions
+        tile, warps = over.tile or SMALL_TILE, ROW_WARPS if plain else 4
     else:  # the small tile; big chunks on 4 warps: a thread's elements as on 8 warps, in more, smaller programs
         v = min(16 // wide, pow2_unit(r2))
         big = (geo.interleaved or v > 4) and wide * next_pow2(r2) > 16
