@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from rope._launch import pow2_unit, stride_unit
 
 TILINGS = ("rows", "chunks", "flat")
-#: Elements and warps a program takes by default (8 bf16 elements a thread: 16 bytes); flat blocks, widest first.
-SMALL_TILE, FLAT_TILE, ROW_WARPS, FLAT_WARPS, FLAT_BLOCKS = 1024, 1024, 8, 4, (8, 4, 2)
+#: Elements a program takes by default, every tiling; its warps (on 4, 8 bf16 elements a thread: 16 bytes, in
+#: programs an SM packs many of); flat blocks, widest first.
+TILE, FEW_WARPS, MANY_WARPS, FLAT_BLOCKS = 1024, 4, 8, (8, 4, 2)
 #: Chunk/block ids within a batch element, and program ids, are int32.
 INT32_LIMIT = 2**31
 
@@ -145,15 +146,15 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
     r2, wide = geo.rotary_pairs, 2 if geo.interleaved else 1
     held = tiling == "rows" and (next_pow2(r2) > r2 or geo.positions)  # padding or positions hold registers
     if tiling == "rows":
-        # the small tile on 4 warps: 8 elements a thread, in programs an SM packs many of; whole halves in the half
-        # layout at positions 0..T-1 measured faster on 8 (bench/results/kernel.csv)
+        # whole halves in the half layout at positions 0..T-1 measured level or faster on 8 warps, every other row
+        # plan faster on 4 (bench/results/kernel.csv)
         v = next_pow2(r2)
         plain = v == r2 and not geo.interleaved and not geo.positions
-        tile, warps = over.tile or SMALL_TILE, ROW_WARPS if plain else 4
-    else:  # the small tile; big chunks on 4 warps: a thread's elements as on 8 warps, in more, smaller programs
+        tile, warps = over.tile or TILE, MANY_WARPS if plain else FEW_WARPS
+    else:  # big chunks on 4 warps (8 elements a thread), chunks of 2 or 4 pairs on 8
         v = min(16 // wide, pow2_unit(r2))
         big = (geo.interleaved or v > 4) and wide * next_pow2(r2) > 16
-        tile, warps = over.tile or SMALL_TILE, 4 if big else ROW_WARPS
+        tile, warps = over.tile or TILE, FEW_WARPS if big else MANY_WARPS
     m, nch = max(1, r2 // v), max(1, tile // (wide * v))  # M (chunks a row) the kernel works out itself
     cw = r2 // 2 if geo.partial and pow2_unit(r2 // 2) >= min(4, pow2_unit(r2)) else r2
     per_batch = geo.programs(m, 1, nch)
@@ -169,12 +170,12 @@ def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
     aligned = [b for b in fits if b >= 4 and geo.rotary_pairs % b == 0 and D % b == 0 and not geo.interleaved]
     aligned = [b for b in aligned if b <= 4] if D % 64 == 32 else aligned  # D = 96, 160, 224: 8 measured slower
     vb = (aligned or fits)[0]  # the widest block dividing the half and D (one partner run), else the widest
-    nbp = max(1, (over.tile or FLAT_TILE) // vb)
+    nbp = max(1, (over.tile or TILE) // vb)
     per_batch = geo.programs(D, vb, nbp)
     sqb, sqt, _, skb, skt, _, svb, svt, _, *rest = geo.strides  # the heads are contiguous: their stride is D
     constexprs = dict(HQ=geo.q_heads, HK=geo.k_heads, D=D, R2=geo.rotary_pairs, VB=vb, NBP=nbp,
                       INTERLEAVED=geo.interleaved, SV=stride_unit(sqb, sqt, skb, skt, svb, svt, *rest), WIDE=geo.wide)
-    return Plan("flat", (per_batch, geo.batch, 1), over.num_warps or FLAT_WARPS,
+    return Plan("flat", (per_batch, geo.batch, 1), over.num_warps or FEW_WARPS,
                 tuple(constexprs.items()), maxnreg=over.maxnreg)
 
 
