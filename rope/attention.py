@@ -11,7 +11,8 @@ The layer stores the rotated keys and values of the tokens it has seen and rotat
 at their absolute positions (RoPE's ``positions=``), so ``x`` fed in pieces gives the outputs of
 the whole sequence fed at once. With ``attention="fused_rope"`` a cached call (up to 256 new tokens after
 cached ones) rotates only the new keys and attends through :func:`rope.attention_with_rope`, which rotates
-the queries inside the attention kernel.
+the queries inside the attention kernel; a call autograd records (outside ``torch.no_grad()``, with parameters
+that require grad) attends through SDPA, which has a backward. A cached call that fails leaves the cache as it was.
 """
 
 from __future__ import annotations
@@ -123,10 +124,20 @@ class RoPEAttention(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be a (B, T, d_model={self.d_model}) tensor, "
                              f"got {tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+        if cache is None:
+            return self._attend(x, None, 0)
+        start = cache.length
+        try:
+            return self._attend(x, cache, start)
+        except BaseException:
+            cache.length = start  # a call that fails leaves the cache as it was: a retry sees the same past
+            raise
+
+    def _attend(self, x: Tensor, cache: KVCache | None, start: int) -> Tensor:
+        """The layer's output for ``x`` at positions ``start ..``, appending its keys and values to ``cache``."""
         B, T, _ = x.shape
-        start = 0 if cache is None else cache.length
         positions = None if cache is None else torch.arange(start, start + T, device=x.device)
-        if cache is not None and self._fused(start, T):
+        if cache is not None and self._fused(start, T, x):
             q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).unbind(2)
             keys, values = cache.append(self.rotary(k, positions=positions), v)
             y = attention_with_rope(q, keys, values, start, self.rotary)
@@ -141,9 +152,11 @@ class RoPEAttention(nn.Module):
                                            dropout_p=self.dropout if self.training else 0.0)
         return self.out(y.transpose(1, 2).reshape(B, T, self.d_model))
 
-    def _fused(self, start: int, T: int) -> bool:
-        """Whether a cached call of ``T`` new tokens after ``start`` goes through the fused kernel."""
-        return (self.attention == "fused_rope" and start > 0 and T <= MAX_QUERIES
+    def _fused(self, start: int, T: int, x: Tensor) -> bool:
+        """Whether a cached call of ``T`` new tokens after ``start`` goes through the fused kernel: not where
+        autograd records the call (the kernel has no backward; SDPA computes the same function with one)."""
+        records = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.qkv.parameters()))
+        return (self.attention == "fused_rope" and start > 0 and T <= MAX_QUERIES and not records
                 and not (self.training and self.dropout > 0))
 
     def extra_repr(self) -> str:

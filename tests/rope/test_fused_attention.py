@@ -257,6 +257,31 @@ def test_rope_attention_layer_decodes_through_the_fused_kernel(device, monkeypat
         rope.RoPEAttention(32, 2, impl="torch", attention="flash")
 
 
+def test_rope_attention_layer_under_grad_or_after_a_failed_call_keeps_decoding_right(device, monkeypatch):
+    """A cached call autograd records attends through SDPA (the fused kernel has no backward), with the whole
+    sequence's output and a gradient; a cached call that fails leaves the cache as it was, so its retry is right."""
+    from rope import attention as layer_module
+
+    attn = rope.RoPEAttention(32, 2, dropout=0.0, impl="torch", max_seq_len=16, variant="full",
+                              attention="fused_rope").to(device).eval()
+    x = torch.randn(1, 8, 32, device=device)
+    cache = attn.new_cache()
+    with torch.no_grad():
+        whole = attn(x)
+        first = attn(x[:, :6], cache=cache)
+    step = attn(x[:, 6:7], cache=cache)  # grad enabled, the layer's parameters require grad
+    step.sum().backward()
+    assert attn.qkv.weight.grad is not None
+    with monkeypatch.context() as patch, torch.no_grad():
+        patch.setattr(layer_module, "attention_with_rope", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("lost")))
+        with pytest.raises(RuntimeError, match="lost"):
+            attn(x[:, 7:8], cache=cache)
+    assert cache.length == 7
+    with torch.no_grad():
+        last = attn(x[:, 7:8], cache=cache)
+    torch.testing.assert_close(torch.cat([first, step.detach(), last], dim=1), whole, rtol=0, atol=1e-5)
+
+
 # -- bad input: one line naming the argument, before any launch ----------------------------------------
 @pytest.fixture
 def no_launch(monkeypatch):
