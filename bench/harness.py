@@ -306,18 +306,24 @@ def _cell(value: object) -> object:
 class ResultsCsv:
     """An append-only CSV with a fixed header: every run adds rows, none rewrites what is there.
 
-    A file whose header differs (written by another version of the benchmark) is refused before any work, in one
-    line, rather than mixed with rows of another meaning.
+    A path no rows can go to (a folder, or under a file) and a file whose header differs (written by another
+    version of the benchmark) are refused before any work, in one line and exit 2, rather than failing at the first
+    row or mixing rows of another meaning.
     """
 
     def __init__(self, path: Path, columns: Sequence[str]) -> None:
         self.path, self.columns = Path(path), list(columns)
+        above = next((p for p in self.path.parents if p.exists()), None)
+        if self.path.exists() and not self.path.is_file():
+            _refuse(f"--out {self.path}: not a file; name the CSV file the rows are appended to")
+        if above is not None and not above.is_dir():
+            _refuse(f"--out {self.path}: {above} is a file, not a folder")
         if self.path.is_file() and self.path.stat().st_size:
             with open(self.path, newline="") as f:
                 header = next(csv.reader(f), [])
             if header != self.columns:
-                raise SystemExit(f"{self.path}: its columns are not the ones this benchmark writes "
-                                 f"({','.join(self.columns)}); append to another file with --out")
+                _refuse(f"{self.path}: its columns are not the ones this benchmark writes "
+                        f"({','.join(self.columns)}); append to another file with --out")
 
     def append(self, rows: Iterable[dict]) -> None:
         rows = list(rows)
@@ -330,6 +336,12 @@ class ResultsCsv:
             if new:
                 writer.writeheader()
             writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+
+
+def _refuse(message: str) -> None:
+    """A user error of a benchmark's command line: one line on stderr, exit 2."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric_from: int = 0) -> list[str]:

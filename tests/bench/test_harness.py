@@ -9,14 +9,18 @@ import pytest
 from bench import harness
 
 
-def test_results_are_appended_under_one_header(tmp_path):
+def test_results_are_appended_under_one_header(tmp_path, capsys):
     path = tmp_path / "sub" / "x.csv"
     results = harness.ResultsCsv(path, ("a", "b"))
     results.append([{"a": 1, "b": 0.5}])
     harness.ResultsCsv(path, ("a", "b")).append([{"a": 2, "b": float("nan")}, {"a": 3}])
     assert harness.read_rows(path) == [{"a": "1", "b": "0.5"}, {"a": "2", "b": ""}, {"a": "3", "b": ""}]
-    with pytest.raises(SystemExit, match="its columns are not the ones this benchmark writes"):
-        harness.ResultsCsv(path, ("a", "c"))
+    refusals = {path: "its columns are not the ones this benchmark writes", tmp_path: "not a file; name the CSV",
+                path / "y.csv": "x.csv is a file, not a folder"}
+    for bad, says in refusals.items():  # before any row: one line, exit 2
+        with pytest.raises(SystemExit) as exit_:
+            harness.ResultsCsv(bad, ("a", "c"))
+        assert exit_.value.code == 2 and says in capsys.readouterr().err
     with pytest.raises(ValueError):  # a key the file has no column for is a bug, not a silent drop
         results.append([{"a": 4, "z": 1}])
 
