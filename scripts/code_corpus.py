@@ -14,6 +14,7 @@ the packages. What is read and skipped: ``llm/data/sources/code_corpus.py``.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from llm.data import DataError
@@ -50,10 +51,16 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _refuse(message: str) -> None:
+    """A user error: one line on stderr, exit 2, before anything is written."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.out.exists():
-        raise SystemExit(f"{args.out} exists: give a new directory")
+        _refuse(f"{args.out} exists: give a new directory")
     try:
         if args.manifest is not None:
             corpus = rebuild_from_manifest(load_manifest(args.manifest), args.site_packages,
@@ -63,9 +70,9 @@ def main(argv: list[str] | None = None) -> None:
             corpus = read_corpus([f for name, d in dists.items() for f in package_files(name, d)],
                                  args.min_chars, args.max_chars)
     except DataError as e:
-        raise SystemExit(f"error: {e}") from None
+        _refuse(f"error: {e}")
     if len(corpus.ids) == 0:
-        raise SystemExit("no *.py files of the asked sizes in the installed packages")
+        _refuse("no *.py files of the asked sizes in the installed packages")
     for doc_id, text in zip(corpus.ids, corpus.texts, strict=True):
         path = args.out / f"{doc_id}.txt"
         path.parent.mkdir(parents=True, exist_ok=True)

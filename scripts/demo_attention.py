@@ -101,8 +101,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             before, after = causality(attn, x)
             moved, rotated = relative_positions(args.impl, device)
             worst = cached_decoding(attn, x)
-    except (ValueError, RuntimeError) as e:  # a bad --impl, or a kernel that cannot run here: one line
-        raise SystemExit(f"Error: {str(e).strip().splitlines()[0]}") from None
+    except (ValueError, RuntimeError) as e:  # a bad --impl, or a kernel that cannot run here: one line, exit 2
+        print(f"Error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+        raise SystemExit(2) from None
     return {"causal_before": before, "causal_after": after, "relative_moved": moved, "relative_rotated": rotated,
             "cache_max_diff": worst}
 

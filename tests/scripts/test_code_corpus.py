@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ def test_writes_the_python_sources_and_skips_the_rest(tmp_path, site, capsys):
     assert "3 files of 1 packages" in capsys.readouterr().out
 
 
-def test_rebuilds_from_its_manifest_and_refuses_an_existing_dir(tmp_path, site):
+def test_rebuilds_from_its_manifest_and_refuses_an_existing_dir(tmp_path, site, capsys):
     code_corpus.main([str(tmp_path / "out"), "--site-packages", str(site)])
     manifest = tmp_path / "out" / MANIFEST_NAME
     code_corpus.main([str(tmp_path / "again"), "--site-packages", str(site), "--manifest", str(manifest)])
@@ -54,8 +55,11 @@ def test_rebuilds_from_its_manifest_and_refuses_an_existing_dir(tmp_path, site):
     assert again["fingerprint"] == first["fingerprint"] and again["files"] == first["files"]
     for p in (tmp_path / "out").rglob("*.txt"):
         assert (tmp_path / "again" / p.relative_to(tmp_path / "out")).read_text() == p.read_text()
-    with pytest.raises(SystemExit, match="exists: give a new directory"):
+    with pytest.raises(SystemExit) as exit_:
         code_corpus.main([str(tmp_path / "again"), "--site-packages", str(site)])
+    assert exit_.value.code == 2 and "exists: give a new directory" in capsys.readouterr().err
     (site / "pkg" / "a.py").write_text("x = 2\n" * 50)
-    with pytest.raises(SystemExit, match=r"error: --manifest .*pkg/pkg/a\.py .* differs from the manifest"):
+    with pytest.raises(SystemExit) as exit_:
         code_corpus.main([str(tmp_path / "third"), "--site-packages", str(site), "--manifest", str(manifest)])
+    assert exit_.value.code == 2
+    assert re.search(r"error: --manifest .*pkg/pkg/a\.py .* differs from the manifest", capsys.readouterr().err)

@@ -16,6 +16,9 @@ def test_demo_shows_shapes_causality_relative_positions_and_cached_decoding(caps
     assert result["cache_max_diff"] < 1e-5 and out.count("decode position") == 4
 
 
-def test_demo_refuses_an_unknown_implementation_in_one_line():
-    with pytest.raises(SystemExit, match="Error: impl='nope': unknown RoPE implementation"):
+def test_demo_refuses_an_unknown_implementation_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
         main(["--impl", "nope", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("Error: impl='nope': unknown RoPE implementation")
+    assert err.count("\n") == 1
