@@ -248,7 +248,7 @@ class LengthEvaluator:
                               "(baseline_window, default reference_len)")
         run_rope = OmegaConf.to_container(self.run_cfg.rope, resolve=True)
         self.run_rope = dict(run_rope)
-        self.base_rope = rope_for_generation(run_rope, override, settings.device)
+        self.base_rope = rope_for_generation(run_rope, override, settings.device, opened.context_len)
         self.enc = run_tokenizer(opened)
         fields = GPTConfig.__dataclass_fields__
         model_kw = {k: v for k, v in OmegaConf.to_container(self.run_cfg.model, resolve=True).items() if k in fields}

@@ -139,7 +139,7 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
     """
     s = read_settings(cfg)
     opened = open_run(cfg.get("run"), cfg.get("checkpoint"))
-    rope_cfg = rope_for_generation(opened.config.rope, cfg.get("rope"), s.device)
+    rope_cfg = rope_for_generation(opened.config.rope, cfg.get("rope"), s.device, opened.context_len)
     enc = run_tokenizer(opened)
     ids = encode_prompt(enc, s.prompt)
     context = rope_cache_len(opened.config.model, rope_cfg)

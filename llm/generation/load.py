@@ -119,9 +119,12 @@ def refuse_rope_keys_without_a_kernel(override: Mapping | None, command: str = "
                           f"rope=<name> override chooses (e.g. rope=torch rope.compute_dtype=bfloat16)")
 
 
-def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: torch.device) -> dict:
+def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: torch.device,
+                        context: int | None = None) -> dict:
     """The ``rope`` group to build: the run's, or ``override``'s implementation (and its own options,
     such as ``compute_dtype``) computing the run's rotation (variant, base, ...: always the run's).
+    ``context``: the run's positions (its ``rope.max_seq_len`` or ``model.seq_len``), which an override may
+    restate.
 
     Refuses, naming the key, an override that asks for another rotation than the run's and the
     default one (``rope=triton_v4_full`` on a partial run), a switch to or from ``none``, and a
@@ -146,9 +149,10 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
                 raise ConfigError(f"rope.{key}={asked!r}: the run was trained with rope.{key}={trained!r}; a RoPE "
                                   "override may change the kernel, not the rotation")
         asked_len = override.get("max_seq_len", run_rope.get("max_seq_len"))
-        if asked_len != run_rope.get("max_seq_len"):  # it would be dropped: the context is the run's
-            raise ConfigError(f"rope.max_seq_len={asked_len}: generation keeps the run's context "
-                              f"(rope.max_seq_len={run_rope.get('max_seq_len')}, null: its model.seq_len); a RoPE "
+        if asked_len not in (run_rope.get("max_seq_len"), context):  # it would be dropped: the context is the run's
+            positions = "" if context is None else f"{context} positions: "
+            raise ConfigError(f"rope.max_seq_len={asked_len}: generation keeps the run's context ({positions}"
+                              f"rope.max_seq_len={run_rope.get('max_seq_len')}, null: its model.seq_len); a RoPE "
                               "override may change the kernel, not the positions it was trained for")
         chosen = {"name": name, **{k: v for k, v in run_rope.items() if k in options or k in ("base", "max_seq_len")},
                   **{k: v for k, v in override.items() if k in options and k not in FUNCTION_KEYS}}

@@ -328,8 +328,9 @@ def test_rope_override_takes_the_run_s_rotation_and_the_kernel_s_own_options(dev
     assert rope_for_generation(run, None, device) == run
     with pytest.raises(ConfigError, match="rope.base=250.0: the run was trained with rope.base=500.0"):
         rope_for_generation(run, {"name": "torch", "base": 250.0}, device)
-    with pytest.raises(ConfigError, match=r"rope.max_seq_len=64: generation keeps the run's context"):
-        rope_for_generation(run, {"name": "torch", "max_seq_len": 64}, device)  # was dropped silently
+    with pytest.raises(ConfigError, match=r"rope.max_seq_len=64: generation keeps the run's context \(32 positions"):
+        rope_for_generation(run, {"name": "torch", "max_seq_len": 64}, device, 32)  # was dropped silently
+    assert rope_for_generation(run, {"name": "torch", "max_seq_len": 32}, device, 32)["name"] == "torch"  # restated
     # a run from before rope.scaling existed, and a preset spelling "no scaling" out: the same function
     preset = {**preset_v4, "scaling": {"type": "none", "factor": None, "original_max_seq_len": None}}
     assert rope_for_generation(run, preset, device)["variant"] == "full"
