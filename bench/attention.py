@@ -436,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
                         results.append(shape_rows)
                         rows.extend(shape_rows)
     print(summary(rows) if rows else "no shape measured")
+    if args.smoke:
+        print("(--smoke: the CPU's interpreter at tiny shapes; the targets and roofs mean something on a GPU only)")
     log(f"{len(rows)} rows appended to {results.path}")
     return 0
 
