@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 
@@ -130,8 +131,7 @@ def pick_device(smoke: bool, script: str) -> torch.device:
             os.environ.setdefault("TRITON_INTERPRET", "1")
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        print(f"{script}: no CUDA GPU here (--smoke runs it at tiny shapes on the CPU)", file=sys.stderr)
-        raise SystemExit(2)
+        _refuse(f"{script}: no CUDA GPU here (--smoke runs it at tiny shapes on the CPU)")
     return torch.device("cuda", torch.cuda.current_device())
 
 
@@ -192,8 +192,7 @@ def check_tuning(spec: dict[str, object]) -> None:
         with tuning(spec):
             pass
     except (TypeError, ValueError) as exc:  # the hook's message names the field
-        print(exc, file=sys.stderr)
-        raise SystemExit(2) from None
+        _refuse(str(exc))
 
 
 def plan_label(module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor | None) -> str:
@@ -338,7 +337,7 @@ class ResultsCsv:
             writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
 
 
-def _refuse(message: str) -> None:
+def _refuse(message: str) -> NoReturn:
     """A user error of a benchmark's command line: one line on stderr, exit 2."""
     print(message, file=sys.stderr)
     raise SystemExit(2)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from llm.data import DataError
 from llm.data.sources.code_corpus import (
@@ -51,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _refuse(message: str) -> None:
+def _refuse(message: str) -> NoReturn:
     """A user error: one line on stderr, exit 2, before anything is written."""
     print(message, file=sys.stderr)
     raise SystemExit(2)
