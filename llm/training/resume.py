@@ -3,7 +3,7 @@
 The README's resume line (``hydra.run.dir=<run dir> train.resume=auto``) carries none of the
 original overrides, so the composed config is mostly defaults. The checkpoint holds the run's own
 config: that is the truth. Keys the user names on the resume command line are applied only when
-they cannot change what is being trained (more steps, other eval/log/checkpoint/sample intervals,
+they cannot change what is being trained (other eval/log/checkpoint/sample intervals,
 the logger, the device); naming any other changed key is refused, listing the keys, because the
 result would be neither the old run nor a new one. The logger is the run's own unless named: a run
 started with ``logger=none`` or ``logger.wandb.mode=online`` and resumed by the printed command
@@ -24,9 +24,9 @@ from llm.errors import ResumeError
 #: Keys that belong to one invocation, never to the run: taken from the resume command, not the checkpoint.
 PER_INVOCATION = ("train.resume", "train.stop_at_step", "device", "cache_dir")
 #: Keys a resume may change when asked to: they change when and where things happen, not what is trained.
-SAFE_TO_CHANGE = ("train.max_steps", "train.eval_every", "train.log_every", "train.ckpt_every",
-                  "train.keep_checkpoints", "train.skip_nonfinite", "train.peak_tflops", "train.compile",
-                  "train.sample_every", "train.sample_tokens", "train.sample_prompts", "sweep", "logger")
+SAFE_TO_CHANGE = ("train.eval_every", "train.log_every", "train.ckpt_every", "train.keep_checkpoints",
+                  "train.skip_nonfinite", "train.peak_tflops", "train.compile", "train.sample_every",
+                  "train.sample_tokens", "train.sample_prompts", "sweep", "logger")
 
 
 def override_keys(overrides: Iterable[str]) -> list[str]:
@@ -75,7 +75,10 @@ def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Ite
             continue
         OmegaConf.update(result, key, value, force_add=True)
     if refused:
-        raise ResumeError(f"resume cannot change {', '.join(refused)}: that would train a different model; "
+        steps = (" (the learning rate's warmup and cosine run over train.max_steps: train.stop_at_step=N stops a run "
+                 "early and keeps them; train.init_from=<run dir> starts a new run from its weights)"
+                 if any(r.startswith("train.max_steps ") for r in refused) else "")
+        raise ResumeError(f"resume cannot change {', '.join(refused)}: that would train a different model{steps}; "
                           "start a new run instead (keys a resume may change: "
                           f"{', '.join(SAFE_TO_CHANGE)})")
     return result

@@ -126,8 +126,8 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
             cfg = reconcile_resume_config(resume[1]["config"], cfg, overrides)
         if resume is not None and cfg.train.max_steps < resume[1].get("step", 0):  # its record would say fewer
             raise ConfigError(f"train.max_steps={cfg.train.max_steps} is below the step this run has reached "
-                              f"({resume[1]['step']}): a resume trains on from there; leave train.max_steps out or "
-                              "set it higher")
+                              f"({resume[1]['step']}): a resume trains on from there to the run's own "
+                              "train.max_steps; leave it out")
         if resume is not None:
             group = resumed_group(resume[1], group, overrides)
         source = check_init_from(cfg) if resume is None else None  # a resumed run holds its weights already

@@ -76,8 +76,9 @@ def test_seed004_run_steps_both_optimizers_and_resume_restores_them(tmp_path, mo
             assert opt.state[p], f"{type(opt).__name__} holds no state for {names[id(p)]}"
     saved = {i: {k: v.clone() for k, v in opt.state_dict()["state"][0].items()} for i, opt in enumerate((muon, adamw))}
 
-    summary = run_inprocess(tmp_path, [*SEED004_SMALL, "train.max_steps=1", "train.resume=auto"])
-    # max_steps=1: resuming at step 1 runs no step, so the restored state is exactly what was saved
+    summary = run_inprocess(tmp_path, [*SEED004_SMALL, "train.max_steps=2", "train.stop_at_step=1",
+                                       "train.resume=auto"])
+    # stop_at_step=1: resuming at step 1 runs no step, so the restored state is exactly what was saved
     assert summary["step"] == 1
     muon2, adamw2 = captured["opts"]
     for i, opt in enumerate((muon2, adamw2)):

@@ -27,7 +27,7 @@ from helpers import (
     train_losses,
 )
 
-from llm.errors import ConfigError, ResumeError
+from llm.errors import ResumeError
 
 #: A run long enough to stop, checkpoint and resume between two evals, and no longer: training steps are most of
 #: this file's time.
@@ -86,7 +86,7 @@ def test_a_resume_at_or_past_stop_at_step_trains_no_step(tmp_path):
     again = run_inprocess(run, [*STEPS, "train.resume=auto", "train.stop_at_step=2"])
     assert again["status"] == "interrupted" and again["step"] == 3
     before = (run / "summary.json").read_text(), (run / "config.yaml").read_text()
-    with pytest.raises(ConfigError, match=r"train.max_steps=2 is below the step this run has reached \(3\)"):
+    with pytest.raises(ResumeError, match=r"resume cannot change train.max_steps \(saved 6, asked 2\)"):
         run_inprocess(run, [*STEPS, "train.resume=auto", "train.max_steps=2"])  # its record would have said 2
     assert ((run / "summary.json").read_text(), (run / "config.yaml").read_text()) == before
 
@@ -98,14 +98,18 @@ def test_resume_continues_the_saved_config_and_refuses_a_different_model(tmp_pat
     with pytest.raises(ResumeError, match=r"resume cannot change model.n_layer \(saved 2, asked 3\)"):
         run_inprocess(run, ["train.resume=auto", "model.n_layer=3"])
     assert (run / "config.yaml").read_text() == config_before, "config.yaml is rewritten only after a resume worked"
+    # more steps would stretch the learning rate's cosine: neither this run nor a fresh one of 5 steps
+    with pytest.raises(ResumeError, match=r"train.max_steps \(saved 4, asked 5\).*train.stop_at_step=N stops"):
+        run_inprocess(run, ["train.resume=auto", "train.max_steps=5"])
     # no original overrides on the resume line (the documented form): the saved run's config is used;
-    # a safe change (more steps) is applied
-    summary = run_inprocess(run, ["train.resume=auto", "train.max_steps=5"])
-    assert summary["status"] == "completed" and summary["step"] == 5
+    # a safe change (another log interval) is applied
+    summary = run_inprocess(run, ["train.resume=auto", "train.log_every=2"])
+    assert summary["status"] == "completed" and summary["step"] == 4
     resolved = (run / "config.yaml").read_text()
-    assert "n_layer: 2" in resolved and "lr: 0.002" in resolved and "max_steps: 5" in resolved
+    assert "n_layer: 2" in resolved and "lr: 0.002" in resolved and "max_steps: 4" in resolved
+    assert "log_every: 2" in resolved
     assert "stop_at_step: null" in resolved, "stop_at_step belongs to one invocation, not to the run"
-    assert [m["step"] for m in read_metrics(run) if m["kind"] == "train"] == list(range(1, 6))
+    assert [m["step"] for m in read_metrics(run) if m["kind"] == "train"] == [1, 2, 4]
 
 
 def test_printed_resume_command_runs_to_the_end(tmp_path, capsys):
