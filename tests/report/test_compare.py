@@ -314,7 +314,8 @@ def test_allowed_differences_are_not_mixed(tmp_path: Path):
     make_run(root / "a", "torch", 0, NUMBERS[("torch", "float32")][0], resolved=False)  # .hydra/config.yaml only
     make_run(root / "b", "torch", 1, NUMBERS[("torch", "float32")][1],
              overrides={"rope": {"threads": 128}, "logger": {"name": "wandb", "project": "p"}, "out_dir": "elsewhere",
-                        "device": "cuda", "train": {"resume": True, "init_from": "source/torch_s1"},
+                        "device": "cuda", "train": {"resume": True, "init_from": "source/torch_s1", "log_every": 7,
+                                                    "ckpt_every": 9, "sample_every": 3},
                         "sweep": {"name": "other"},
                         "hydra": {"job": {"name": "x"}}})
     md = compare_runs([root / "a", root / "b"])  # default out: common parent
