@@ -4,7 +4,8 @@ The Hydra entry point (conf/eval_lengths.yaml holds every key); the work is in
 :mod:`llm.evaluation.lengths`. The run's newest checkpoint is evaluated on the same val tokens at each
 length (default 1x, 2x, 4x, 8x, 16x its training ``model.seq_len``), with the run's RoPE scaling or the
 one ``rope.scaling.*`` asks for, and with its implementation or ``rope=<name>``'s. One progress line per
-length; results in ``<run dir>/eval_lengths/<label>.json`` and ``.csv``. A user error (no checkpoint,
+length (and per baseline before them); results in ``<run dir>/eval_lengths/<label>.json`` and ``.csv``, written
+after every length, so Ctrl-C (one line, exit 130) keeps the lengths finished. A user error (no checkpoint,
 ``lengths=[0]``, an unknown scaling, a length that cannot fit the device) is one line on stderr and exit
 code 2, before the weights are loaded; so is a Hydra-level mistake (an unknown option or key, see :mod:`llm.entry`).
 """
@@ -37,6 +38,9 @@ def main(cfg: DictConfig) -> None:
             raise
         print(f"Error: {str(e).strip() or type(e).__name__}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: every length finished is already written (one file write per length)
+        print("Interrupted: the lengths evaluated so far are in the file named above", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -353,14 +353,14 @@ class LengthEvaluator:
                                                     autocast)
         return self._sliding_losses[key]
 
-    def evaluate(self, plan: EvalPlan) -> dict[str, Any]:
-        """Evaluate every length of ``plan`` (one progress line each); returns the output record."""
+    def evaluate(self, plan: EvalPlan, save: Callable[[dict], object] | None = None) -> dict[str, Any]:
+        """Evaluate every length of ``plan`` (one progress line each, one per baseline before); returns the output
+        record. ``save`` takes the record so far after every length: a run cut short keeps what it finished."""
         s = self.settings
         selections = self.selections(plan.lengths)
         kept = [sel for sel in selections if not sel.skipped]
         notes = [*plan.notes, *(n for sel in selections if not sel.skipped and (n := sel.note()))]
         skipped = [{"length": sel.length, "reason": sel.note()} for sel in selections if sel.skipped]
-        bucket = self._bucket(plan)
         self.emit(f"{self.opened.run_dir}: rope={_rope_label(self.base_rope)}, scaling {plan.scaling.description}, "
                   f"{s.device}, up to {self.budget} target tokens per length from whole val documents, lengths "
                   f"{', '.join(map(str, plan.lengths))} (T={self.reference_len}, baseline window {self.window} "
@@ -371,7 +371,11 @@ class LengthEvaluator:
             self.emit(f"  warning: {skip['reason']}")
         autocast = runtime.autocast_context(s.dtype, s.device)
         for sel in kept:  # the run's own baselines first: one model for all of them, shared by every scaling
+            t0 = time.perf_counter()
             self.sliding_for(self.own_rope, sel, autocast)
+            self.emit(f"  baseline L={sel.length}: the run's own {self.window}-token windows, "
+                      f"{time.perf_counter() - t0:.1f} s")
+        bucket = self._bucket(plan)  # once the weights are loaded: an earlier record's checkpoint is compared
         per_length = []
         for sel in kept:
             L = sel.length
@@ -398,10 +402,21 @@ class LengthEvaluator:
                  "tokens_per_s": sel.tokens / seconds if seconds > 0 else None}
             per_length.append(m)
             self.emit(_progress_line(m, self.reference_len))
+            if save is not None:
+                save(self._record(plan, per_length, skipped, bucket, notes))
         return self._record(plan, per_length, skipped, bucket, notes)
 
     def _bucket(self, plan: EvalPlan) -> int:
-        return self.settings.bucket_size or max(1, plan.max_len // DEFAULT_BUCKETS)
+        """``bucket_size=``, else the bucket of the file's earlier record of this evaluation (more lengths join it
+        on its buckets), else the longest length / DEFAULT_BUCKETS."""
+        default = max(1, plan.max_len // DEFAULT_BUCKETS)
+        if self.settings.bucket_size:
+            return self.settings.bucket_size
+        earlier = read_earlier(self.opened.run_dir / OUT_DIR, plan.label)
+        if earlier is None or not isinstance(earlier.get("bucket_size"), int):
+            return default
+        mine = {**self._record(plan, [], [], default, []), "bucket_size": earlier["bucket_size"]}
+        return default if _conflict(earlier, mine) else earlier["bucket_size"]
 
     def _record(self, plan: EvalPlan, per_length: list[dict], skipped: list[dict], bucket: int,
                 notes: list[str]) -> dict:
@@ -449,7 +464,7 @@ def _progress_line(m: dict, split: int) -> str:
 # -- outputs ----------------------------------------------------------------------------------------------
 #: What makes two evaluations of a run one evaluation, whose lengths may share a file.
 SAME_EVALUATION = ("checkpoint", "step", "rope_label", "scaling_label", "tokens", "reference_len", "baseline",
-                   "bucket_size", "document_order_seed")
+                   "bucket_size", "document_order_seed")  # (the baseline's RoPE cache size aside: _comparable)
 
 
 def read_earlier(out_dir: Path, label: str) -> dict | None:
@@ -466,9 +481,17 @@ def _conflict(earlier: Mapping | None, record: Mapping) -> str | None:
     if earlier is None:
         return None
     for key in SAME_EVALUATION:
-        if earlier.get(key) != record.get(key):
+        if _comparable(key, earlier.get(key)) != _comparable(key, record.get(key)):
             return f"{key}={earlier.get(key)!r} (this one: {record.get(key)!r})"
     return None
+
+
+def _comparable(key: str, value: Any) -> Any:
+    """A :data:`SAME_EVALUATION` value as evaluations compare it: the baseline's RoPE cache size follows the
+    longest length asked, and changes no loss (a position's cos/sin do not depend on the table's length)."""
+    if key == "baseline" and isinstance(value, Mapping) and isinstance(value.get("rope"), Mapping):
+        return {**value, "rope": {k: v for k, v in value["rope"].items() if k != "max_seq_len"}}
+    return value
 
 
 #: Where an earlier record of another evaluation under the same label is moved (the reports read only OUT_DIR/*.json).
@@ -532,10 +555,24 @@ def eval_lengths_from_config(cfg: Mapping, emit: Emit = print) -> tuple[dict, Pa
     opened = open_for_eval(cfg.get("run"), cfg.get("checkpoint"))
     evaluator = LengthEvaluator(opened, settings, rope_override(cfg), emit)
     plan = evaluator.plan(scaling_request(cfg))
-    result = evaluator.evaluate(plan)
-    json_path, csv_path = write_result(result, opened.run_dir / OUT_DIR, emit)
+    result, json_path, csv_path = evaluate_and_write(evaluator, plan, opened.run_dir / OUT_DIR, emit)
     emit(f"wrote {json_path} and {csv_path.name}")
     return result, json_path
+
+
+def evaluate_and_write(evaluator: LengthEvaluator, plan: EvalPlan, out_dir: Path,
+                       emit: Emit = print) -> tuple[dict, Path, Path]:
+    """Evaluate ``plan`` and write its record after every length (:func:`write_result`), so an evaluation cut
+    short (Ctrl-C, a crash at a long length) keeps the lengths it finished; returns the record and its files."""
+    paths: list[Path] = []
+
+    def save(record: dict) -> None:
+        paths[:] = write_result(record, out_dir, emit)
+
+    result = evaluator.evaluate(plan, save)
+    if not paths:  # no length evaluated (every one skipped): the record still says why
+        save(result)
+    return result, *paths
 
 
 def evaluate_scalings(run_dir: Path, requests: Sequence[Mapping | None], settings: EvalSettings,
@@ -544,4 +581,4 @@ def evaluate_scalings(run_dir: Path, requests: Sequence[Mapping | None], setting
     Every request is checked before the first evaluation."""
     evaluator = LengthEvaluator(open_for_eval(str(run_dir)), settings, None, emit)
     plans = [evaluator.plan(r) for r in requests]
-    return [write_result(evaluator.evaluate(plan), Path(run_dir) / OUT_DIR, emit)[0] for plan in plans]
+    return [evaluate_and_write(evaluator, plan, Path(run_dir) / OUT_DIR, emit)[1] for plan in plans]

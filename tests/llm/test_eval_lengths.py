@@ -50,6 +50,28 @@ def run_eval(run_dir, *overrides) -> tuple[dict, list[str]]:
     return result, lines
 
 
+def test_an_evaluation_cut_short_keeps_the_lengths_it_finished(trained_run, tmp_path, monkeypatch):
+    """Ctrl-C at the second length: the file holds the first one (written after each length), not nothing."""
+    import shutil
+
+    from llm.evaluation import lengths as lengths_module
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("eval_lengths"))
+    real = lengths_module.window_losses
+
+    def interrupted_at_64(model, tokens, starts, L, *args):
+        if L == 64:
+            raise KeyboardInterrupt
+        return real(model, tokens, starts, L, *args)
+
+    monkeypatch.setattr(lengths_module, "window_losses", interrupted_at_64)
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(run, "lengths=[32,64]", "tokens=256", "label=cut")
+    saved = json.loads((run / "eval_lengths" / "cut.json").read_text())
+    assert [m["length"] for m in saved["lengths"]] == [32]
+
+
 def val_stream(run_dir) -> tuple[np.ndarray, int]:
     from llm.data import prepare_data
     from llm.generation.load import open_run
@@ -91,9 +113,10 @@ def test_windows_come_from_whole_documents_and_the_split_metrics_agree(trained_r
     assert m["sliding_loss"] == m["baseline_loss"], "evaluated as trained: the model's own baseline is the run's"
     assert m["sliding_beyond_train"] != pytest.approx(m["loss_beyond_train"], abs=1e-4), "the context is truncated"
     assert [b["loss"] for b in buckets[:2]] == pytest.approx([b["sliding"] for b in buckets[:2]], abs=1e-6)
-    # one progress line per length, and the files in the run dir
+    # one progress line per baseline, then one per length, and the files in the run dir
+    assert [ln.split(":")[0] for ln in lines[1:3]] == ["  baseline L=32", "  baseline L=64"]
     assert [ln.split()[0] for ln in lines if ln.startswith("  L=")] == ["L=", "L="]
-    assert "L=    32" in lines[1] and "L=    64" in lines[2] and "degradation" in lines[2]
+    assert "L=    32" in lines[3] and "L=    64" in lines[4] and "degradation" in lines[4]
     assert lines[-1].startswith("wrote ")
     assert result["label"] == "torch-none" and result["tokens"] == 512 and result["skipped"] == []
     saved = json.loads((trained_run / "eval_lengths" / "torch-none.json").read_text())
@@ -415,8 +438,11 @@ def test_results_are_never_lost_to_a_later_evaluation(trained_run):
     on_disk = json.loads((out / "keep.json").read_text())
     assert [m["length"] for m in on_disk["lengths"]] == [32, 64]
     assert on_disk["lengths"][0]["val_loss"] == first["lengths"][0]["val_loss"]
+    run_eval(trained_run, "lengths=[128]", "tokens=128", "label=keep")  # a longer one: larger cache, same buckets
+    on_disk = json.loads((out / "keep.json").read_text())
+    assert [m["length"] for m in on_disk["lengths"]] == [32, 64, 128] and on_disk["bucket_size"] == first["bucket_size"]
     _, lines = run_eval(trained_run, "lengths=[64]", "tokens=64", "label=keep")
     assert [m["length"] for m in json.loads((out / "keep.json").read_text())["lengths"]] == [64]
     (moved,) = (out / "superseded").glob("keep-*.json")
-    assert [m["length"] for m in json.loads(moved.read_text())["lengths"]] == [32, 64]
+    assert [m["length"] for m in json.loads(moved.read_text())["lengths"]] == [32, 64, 128]
     assert any("held another evaluation (tokens=128 (this one: 64))" in line for line in lines)
