@@ -27,6 +27,7 @@ from llm.report.stats import (
     compare_unpaired,
     holm,
     mean_std,
+    pairing_seeds,
     seeds_for_effect,
     t_interval,
 )
@@ -232,16 +233,8 @@ class GroupComparison:
 
 
 def _pairing(group: Group, ref: Group, metric: str) -> list[int] | None:
-    """The seeds to pair on, or None to fall back to Welch.
-
-    Paired when the two groups share at least two seeds, or share their only seed; seeds present in
-    just one group are then left out (listed as unmatched). Otherwise (e.g. disjoint seeds) unpaired.
-    """
-    mine, theirs = group.per_seed(metric), ref.per_seed(metric)
-    common = sorted(mine.keys() & theirs.keys())
-    if len(common) >= 2 or (common and set(mine) == set(theirs)):
-        return common
-    return None
+    """The seeds to pair on, or None to fall back to Welch (:func:`llm.report.stats.pairing_seeds`)."""
+    return pairing_seeds(group.per_seed(metric), ref.per_seed(metric))
 
 
 def _windows_by_seed(group: Group) -> dict[int, dict]:

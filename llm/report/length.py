@@ -45,7 +45,7 @@ from llm.report.markdown import fmt, md_table, signed
 from llm.report.mixed import check_same_data, config_differences, describe_differences
 from llm.report.plots import _colors, _new_figure, _save
 from llm.report.runs import DEFAULT_PACKING, PathLike, Run, as_float, load_all_runs, with_packing
-from llm.report.stats import WELCH, Comparison, compare_paired, compare_unpaired, t_interval
+from llm.report.stats import WELCH, Comparison, compare_paired, compare_unpaired, pairing_seeds, t_interval
 
 log = logging.getLogger(__name__)
 
@@ -212,11 +212,8 @@ def _exp(v: float) -> float:
 
 
 def _pairing(a: dict, b: dict) -> list | None:
-    """Seeds to pair on (shared by both, at least two, or the only seed of both), else None (Welch)."""
-    common = sorted(s for s in a.keys() & b.keys() if s is not None)
-    if len(common) >= 2 or (common and set(a) == set(b)):
-        return common
-    return None
+    """Seeds to pair on, else None (Welch): :func:`llm.report.stats.pairing_seeds`."""
+    return pairing_seeds(a, b)
 
 
 def _compare(cell: Cell, ref: Cell, metrics: Sequence[str]) -> tuple[dict[str, Comparison], list[int]]:

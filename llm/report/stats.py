@@ -141,6 +141,17 @@ def _verdict(delta: float, p: float, p_tost: float, lower_is_better: bool) -> st
     return EQUIVALENT if p_tost < ALPHA else INCONCLUSIVE
 
 
+def pairing_seeds(mine: Iterable, theirs: Iterable) -> list | None:
+    """The seeds two groups are compared on, paired, or None to compare them unpaired (Welch): the seeds both
+    have, when they share at least two, or share one and Welch could not run (a group of a single seed) or they
+    have no other; seeds of one group alone are then left out (reported as unmatched)."""
+    mine, theirs = {s for s in mine if s is not None}, {s for s in theirs if s is not None}
+    common = sorted(mine & theirs)
+    if len(common) >= 2 or (common and (mine == theirs or min(len(mine), len(theirs)) < 2)):
+        return common
+    return None
+
+
 def paired_test(d: Sequence[float], margin: float) -> tuple[tuple[float, float], float, float]:
     """(95% CI of the mean, two-sided p, TOST p at ±margin) of paired differences ``d`` (n >= 2)."""
     mean = float(np.mean(d))

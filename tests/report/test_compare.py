@@ -400,6 +400,16 @@ def test_a_repeated_seed_is_one_sample_in_welch_too(tmp_path: Path):
     assert c.unmatched == [2, 3]
 
 
+def test_one_shared_seed_is_paired_where_welch_cannot_run(tmp_path: Path):
+    """The reference of seed 0 alone, triton_v4 of seeds 0 and 1: Welch has no spread for a single seed, so the
+    shared seed is paired (one pair: no interval) and seed 1 is unmatched, not averaged into a Δ of both seeds
+    (seed 1's higher loss would read as triton_v4's)."""
+    sweep = write_sweep(tmp_path / "s", {REF: reference((0,)), V4: planted(0.003, seeds=(0, 1))})
+    (c,) = build_report([sweep]).comparisons
+    assert c.loss.method != WELCH and (c.loss.n, c.seeds, c.unmatched) == (1, [0], [1]) and c.loss.ci is None
+    assert c.loss.delta == pytest.approx(0.003 + 0.002)  # seed 0's planted Δ and its jitter
+
+
 def test_the_default_reference_stays_partial_when_a_seed_of_it_failed(tmp_path: Path):
     """torch partial with one seed short of torch full is still the reference: Δ is full − partial."""
     sweep = write_sweep(tmp_path / "s", {REF: reference((0, 1, 2))})
