@@ -84,6 +84,9 @@ def open_run(run: str | None, checkpoint: str | None = None) -> OpenedRun:
             raise ConfigError(f"checkpoint={checkpoint} is not a file (null: the newest checkpoint of the run)")
     else:
         path = None
+        if not (run_dir / CONFIG_FILE).is_file() and not (run_dir / "checkpoints").is_dir():
+            raise ConfigError(f"run={run} is not a run dir: it holds neither {CONFIG_FILE} nor checkpoints/ "
+                              "(e.g. run=outputs/runs/<date>/<time>_torch_s0)")
         if not checkpoint_files(run_dir / "checkpoints"):
             raise ConfigError(f"run={run} has no checkpoint: {run_dir / 'checkpoints'} holds no last.pt or step_*.pt "
                               "(the run stopped before its first one; train.ckpt_every=N saves one every N steps)")

@@ -334,6 +334,9 @@ def test_a_run_dir_without_a_checkpoint_is_refused(tmp_path, trained_run):
     shutil.copy(trained_run / "config.yaml", tmp_path / "config.yaml")
     with pytest.raises(ConfigError, match=f"run={tmp_path} has no checkpoint"):
         run_eval(tmp_path)
+    (tmp_path / "bare").mkdir()  # a directory, but no run's
+    with pytest.raises(ConfigError, match="run=.*bare is not a run dir: it holds neither config.yaml nor checkpoints/"):
+        run_eval(tmp_path / "bare")
     with pytest.raises(ConfigError, match="run=.*nope is not a directory"):
         run_eval(tmp_path / "nope")
     with pytest.raises(ConfigError, match="run= is required: the run dir to evaluate"):
@@ -402,6 +405,8 @@ def test_init_from_refuses_another_architecture_before_any_work(trained_run, tmp
 def test_init_from_without_a_run_or_a_checkpoint_is_refused(trained_run, tmp_path):
     with pytest.raises(ConfigError, match=r"train.init_from=/no/such/run is not a run dir"):
         run_inprocess(tmp_path / "a", ["train.init_from=/no/such/run"])
+    with pytest.raises(ConfigError, match=f"train.init_from={trained_run.parent} is not a run dir"):
+        run_inprocess(tmp_path / "a", [f"train.init_from={trained_run.parent}"])  # a directory holding runs
     empty = tmp_path / "empty"
     empty.mkdir(parents=True)  # the refused run above removed its run dir, and its parent when left empty
     shutil.copy(trained_run / "config.yaml", empty / "config.yaml")

@@ -389,6 +389,9 @@ def test_a_run_dir_without_a_checkpoint_is_refused(tmp_path, trained_run):
     (tmp_path / "config.yaml").write_text((trained_run / "config.yaml").read_text())
     with pytest.raises(ConfigError, match=f"run={tmp_path} has no checkpoint"):
         run_generate(gen_cfg(tmp_path))
+    (tmp_path / "bare").mkdir()  # a directory, but no run's
+    with pytest.raises(ConfigError, match="run=.*bare is not a run dir: it holds neither config.yaml nor checkpoints/"):
+        run_generate(gen_cfg(tmp_path / "bare"))
     with pytest.raises(ConfigError, match="run=.*nope is not a directory"):
         run_generate(gen_cfg(tmp_path / "nope"))
     with pytest.raises(ConfigError, match="run= is required"):
