@@ -220,3 +220,12 @@ def test_the_up_front_sweep_check_speaks_only_for_what_this_host_can_check(launc
         result = every_job_refused(config)
     assert (result == "every job of this sweep (2) would be refused: train.batch_size=-1 must be a positive "
                       "integer") if refused else result is None
+
+
+@pytest.mark.parametrize("command", ["llm.generate", "llm.eval_lengths"])
+def test_help_lists_the_command_s_own_keys_not_every_group_of_conf(command):
+    """The model, data, ... are the run's: a help listing their groups invites overrides the command refuses."""
+    out = subprocess.run([sys.executable, "-m", command, "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120).stdout
+    assert out.startswith(f"python -m {command} run=<run dir>") and "\nrun: null\n" in out
+    assert "model: gpt2_small" not in out and "== Configuration groups ==" not in out
