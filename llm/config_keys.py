@@ -17,6 +17,10 @@ log = logging.getLogger(__name__)
 
 #: A run dir's resolved config, and Hydra's record of it (the fallback).
 RUN_CONFIG_FILES = ("config.yaml", ".hydra/config.yaml")
+#: Keys that change when a run logs, saves, samples and counts its FLOPs, never what it trains: a resume may
+#: change them, and two runs differing only in them are not mixed.
+BOOKKEEPING_KEYS = ("train.log_every", "train.ckpt_every", "train.keep_checkpoints", "train.peak_tflops",
+                    "train.sample_every", "train.sample_tokens", "train.sample_prompts")
 
 
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:

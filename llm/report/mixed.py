@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from llm.config_keys import covered, flatten
+from llm.config_keys import BOOKKEEPING_KEYS, covered, flatten
 from llm.report.errors import DataMismatchError, MixedRunsError
 from llm.report.runs import Run
 
@@ -26,10 +26,7 @@ from llm.report.runs import Run
 #: scaling) that differs would pool two models into one implementation's seeds.
 #: ``train.init_from`` too: each seed of a fine-tuning sweep starts from its own run (conf/experiment/length_finetune).
 IGNORED_KEYS = ("rope.name", "rope.variant", "rope.compute_dtype", "seed", "logger", "out_dir", "hydra",
-                "train.resume", "train.init_from", "sweep", "device", "data.packing",
-                # bookkeeping a resume may change too: when the run logs, saves, samples and counts its FLOPs
-                "train.log_every", "train.ckpt_every", "train.keep_checkpoints", "train.peak_tflops",
-                "train.sample_every", "train.sample_tokens", "train.sample_prompts")
+                "train.resume", "train.init_from", "sweep", "device", "data.packing", *BOOKKEEPING_KEYS)
 #: The rope settings every implementation has. Any other ``rope.*`` key is an implementation's own option
 #: (``rope.compute_dtype`` is the reference's alone): a run may lack it where others have it.
 SHARED_ROPE_KEYS = ("rope.base", "rope.layout", "rope.rotary_dim", "rope.scaling", "rope.max_seq_len")

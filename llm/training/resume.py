@@ -18,15 +18,13 @@ from collections.abc import Iterable, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from llm.config_keys import covered, flatten
+from llm.config_keys import BOOKKEEPING_KEYS, covered, flatten
 from llm.errors import ResumeError
 
 #: Keys that belong to one invocation, never to the run: taken from the resume command, not the checkpoint.
 PER_INVOCATION = ("train.resume", "train.stop_at_step", "device", "cache_dir")
 #: Keys a resume may change when asked to: they change when and where things happen, not what is trained.
-SAFE_TO_CHANGE = ("train.eval_every", "train.log_every", "train.ckpt_every", "train.keep_checkpoints",
-                  "train.skip_nonfinite", "train.peak_tflops", "train.compile", "train.sample_every",
-                  "train.sample_tokens", "train.sample_prompts", "sweep", "logger")
+SAFE_TO_CHANGE = ("train.eval_every", *BOOKKEEPING_KEYS, "train.skip_nonfinite", "train.compile", "sweep", "logger")
 
 
 def override_keys(overrides: Iterable[str]) -> list[str]:
