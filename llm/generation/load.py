@@ -24,7 +24,7 @@ from llm.data.tokenizer import get_tokenizer
 from llm.errors import ConfigError
 from llm.model import GPT, build_model, rope_cache_len
 from llm.training.checkpoint import checkpoint_files, load_checkpoint, load_newest_checkpoint
-from llm.training.outputs import CONFIG_FILE
+from llm.training.outputs import CONFIG_FILE, holds_a_run
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def open_run(run: str | None, checkpoint: str | None = None) -> OpenedRun:
             raise ConfigError(f"checkpoint={checkpoint} is not a file (null: the newest checkpoint of the run)")
     else:
         path = None
-        if not (run_dir / CONFIG_FILE).is_file() and not (run_dir / "checkpoints").is_dir():
+        if not holds_a_run(run_dir):
             raise ConfigError(f"run={run} is not a run dir: it holds neither {CONFIG_FILE} nor checkpoints/ "
                               "(e.g. run=outputs/runs/<date>/<time>_torch_s0)")
         if not checkpoint_files(run_dir / "checkpoints"):

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from llm.errors import ConfigError, ResumeError
 from llm.model import GPTConfig
 from llm.training.checkpoint import checkpoint_files, load_newest_checkpoint
-from llm.training.outputs import CONFIG_FILE
+from llm.training.outputs import CONFIG_FILE, holds_a_run
 
 #: Model keys that may differ from the source run's: they carry no weights.
 FREE_MODEL_KEYS = ("name", "seq_len", "dropout")
@@ -86,7 +86,7 @@ def check_init_from(cfg: DictConfig) -> InitSource | None:
         return None
     key = "train.init_from"
     run_dir = Path(str(value))
-    if not run_dir.is_dir() or not ((run_dir / CONFIG_FILE).is_file() or (run_dir / "checkpoints").is_dir()):
+    if not run_dir.is_dir() or not holds_a_run(run_dir):
         raise ConfigError(f"{key}={value} is not a run dir (a directory holding {CONFIG_FILE} and checkpoints/)")
     if not checkpoint_files(run_dir / "checkpoints"):
         raise ConfigError(f"{key}={value} has no checkpoint: {run_dir / 'checkpoints'} holds no last.pt or step_*.pt")

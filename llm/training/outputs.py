@@ -31,6 +31,12 @@ EVAL_WINDOWS_FILE = "eval_windows.json"
 SAMPLE_COLUMNS = ("step", "prompt", "text")
 
 
+def holds_a_run(path: Path) -> bool:
+    """Whether ``path`` is a run dir (its config, or its checkpoints/), not a folder of runs or anything else:
+    what ``run=`` and ``train.init_from=`` refuse as "not a run dir" before looking for a checkpoint."""
+    return (path / CONFIG_FILE).is_file() or (path / "checkpoints").is_dir()
+
+
 def _clean(v: Any) -> Any:
     """JSON-safe scalars: non-finite floats become strings so the line stays valid JSON."""
     if isinstance(v, float) and not math.isfinite(v):
