@@ -144,11 +144,12 @@ def make_plan(geo: Geometry, over: Overrides = Overrides()) -> Plan:
 
 def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
     r2, wide = geo.rotary_pairs, 2 if geo.interleaved else 1
-    held = tiling == "rows" and (next_pow2(r2) > r2 or geo.positions)  # padding or positions hold registers
+    held = False  # rows whose padding or positions hold registers: the programs the register cap is for
     if tiling == "rows":
         # whole halves in the half layout at positions 0..T-1 measured level or faster on 8 warps, every other row
         # plan faster on 4 (bench/results/kernel.csv)
         v = next_pow2(r2)
+        held = v > r2 or geo.positions
         plain = v == r2 and not geo.interleaved and not geo.positions
         tile, warps = over.tile or TILE, MANY_WARPS if plain else FEW_WARPS
     else:  # big chunks on 4 warps (8 elements a thread), chunks of 2 or 4 pairs on 8
