@@ -190,15 +190,22 @@ def _token_strides(ok_ptr, HQ: tl.constexpr, HK: tl.constexpr, D: tl.constexpr):
 
 @triton.jit
 def _tensor_program(T, QU: tl.constexpr, KU: tl.constexpr, PER: tl.constexpr):
-    """Which tensor ``program_id(0)`` works on (0 q, 1 k, 2 v's copy) and its first unit there (PER units a
-    program; QU, KU: units a token of q, of k and v). q's programs come first, then k's, then v's, each tensor as
-    many as its own heads need: no program of a tensor with fewer heads (grouped-query k) finds nothing to do."""
-    p = tl.program_id(0)
-    pq = (T * QU + PER - 1) // PER
-    pk = (T * KU + PER - 1) // PER
-    which = tl.where(p < pq, 0, tl.where(p < pq + pk, 1, 2))
-    first = (p - tl.where(which == 0, 0, tl.where(which == 1, pq, pq + pk))) * PER
-    return which, first
+    """Which tensor a program works on (0 q, 1 k, 2 v's copy), its first unit there (PER units a program; QU, KU:
+    units a token of q, of k and v) and its batch element, from the grid :meth:`rope.triton.plan.Geometry.grid`
+    makes: tensors of as many units on the second axis and the batch on the third; else q's programs, then k's,
+    then v's on the first axis (no program of grouped-query k finds nothing to do) and the batch on the second."""
+    if QU == KU:
+        which = tl.program_id(1)
+        first = tl.program_id(0) * PER
+        b = tl.program_id(2)
+    else:
+        p = tl.program_id(0)
+        pq = (T * QU + PER - 1) // PER
+        pk = (T * KU + PER - 1) // PER
+        which = tl.where(p < pq, 0, tl.where(p < pq + pk, 1, 2))
+        first = (p - tl.where(which == 0, 0, tl.where(which == 1, pq, pq + pk))) * PER
+        b = tl.program_id(1)
+    return which, first, b
 
 
 @triton.jit(do_not_specialize=["spb", "n_pos", "T"])
@@ -207,9 +214,8 @@ def rope_pairs_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos
                       CW: tl.constexpr, V: tl.constexpr, NCH: tl.constexpr, INTERLEAVED: tl.constexpr,
                       SV: tl.constexpr, LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
     """The pair tilings (:func:`_pairs`) of q, k and v's copy (dense, heads-major or token-major, its token stride
-    ``svt`` saying which; :func:`_tensor_program`) in batch element ``program_id(1)``; cos/sin (n_pos, R2)."""
-    b = tl.program_id(1)
-    which, g0 = _tensor_program(T, HQ * ((R2 + V - 1) // V), HK * ((R2 + V - 1) // V), NCH)
+    ``svt`` saying which) in each batch element (:func:`_tensor_program`); cos/sin (n_pos, R2)."""
+    which, g0, b = _tensor_program(T, HQ * ((R2 + V - 1) // V), HK * ((R2 + V - 1) // V), NCH)
     soq, sok = _token_strides(ok_ptr, HQ, HK, D)
     if which == 0:
         _pairs(q_ptr, oq_ptr, sqb, sqt, sqh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HQ,
@@ -368,9 +374,8 @@ def rope_flat_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_
                      VB: tl.constexpr, NBP: tl.constexpr, INTERLEAVED: tl.constexpr, SV: tl.constexpr,
                      LOW: tl.constexpr, INVERSE: tl.constexpr, WIDE: tl.constexpr):
     """The flat tiling (:func:`_flat`) of q, k and v's copy (where ``v_ptr`` is given; dense, token stride ``svt``;
-    :func:`_tensor_program`) in batch element ``program_id(1)``; ``cos``/``sin`` are element tables."""
-    b = tl.program_id(1)
-    which, k0 = _tensor_program(T, HQ * D // VB, HK * D // VB, NBP)
+    in each batch element (:func:`_tensor_program`); ``cos``/``sin`` are element tables."""
+    which, k0, b = _tensor_program(T, HQ * D // VB, HK * D // VB, NBP)
     soq, sok = _token_strides(ok_ptr, HQ, HK, D)
     if which == 0:
         _flat(q_ptr, oq_ptr, sqb, sqt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HQ * D // VB,

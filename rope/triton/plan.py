@@ -83,16 +83,21 @@ class Geometry:
         """Heads of the tensors a launch works on, in its programs' order: q, k (if any), v's copy (if any)."""
         return [self.q_heads] + [self.k_heads] * (bool(self.k_heads) + bool(self.strides[12]))
 
-    def programs(self, units: int, per: int, per_program: int) -> int:
-        """Programs of a batch element: q's, then k's, then v's copy's (as many as k's), each cutting its own
-        tokens' units (``units`` per ``per`` head rows: chunks, or elements per block) ``per_program`` a program;
-        unit and program ids are int32."""
+    def grid(self, units: int, per: int, per_program: int) -> tuple[int, int, int]:
+        """The launch's grid: q's, k's and v's copy's programs, each cutting its own tokens' units (``units`` per
+        ``per`` head rows: chunks, or elements per block) ``per_program`` a program, for each batch element. Tensors
+        of as many heads (q and k of multi-head attention) take the second axis and the batch the third: the
+        kernels then read a program's tensor from its id (measured faster than working it out). Else (grouped-query
+        k, or q alone) q's programs, then k's, then v's, make the first axis, as many as each tensor's own heads
+        need, and the batch the second. Unit and program ids are int32 (:func:`rope.triton.kernels._tensor_program`)."""
         counts = [self.seq_len * (h * units // per) for h in self.tensor_heads]
-        programs = sum(-(-n // per_program) for n in counts)
-        if max(counts) + per_program >= INT32_LIMIT or programs >= INT32_LIMIT:
+        programs = [-(-n // per_program) for n in counts]
+        if max(counts) + per_program >= INT32_LIMIT or sum(programs) >= INT32_LIMIT:
             raise ValueError(f"too many rows for one launch: B={self.batch}, T={self.seq_len}, heads {self.q_heads}"
                              f"+{self.k_heads} of {self.head_dim}")
-        return programs
+        if self.q_heads == self.k_heads:
+            return programs[0], len(programs), self.batch
+        return sum(programs), self.batch, 1
 
     @property
     def heads_contiguous(self) -> bool:
@@ -106,7 +111,7 @@ class Plan:
     """One launch of a rotation kernel: tiling, grid, warps, constexprs, ``maxnreg`` (a register cap; 0: none)."""
 
     tiling: str
-    grid: tuple[int, int, int]  # programs of a batch element (q's, k's, v's copy's), batch elements, 1
+    grid: tuple[int, int, int]  # Geometry.grid
     num_warps: int
     constexprs: tuple[tuple[str, int], ...]
     maxnreg: int = 0
@@ -158,10 +163,9 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
         tile, warps = over.tile or TILE, FEW_WARPS if big else MANY_WARPS
     m, nch = max(1, r2 // v), max(1, tile // (wide * v))  # M (chunks a row) the kernel works out itself
     cw = r2 // 2 if geo.partial and pow2_unit(r2 // 2) >= min(4, pow2_unit(r2)) else r2
-    per_batch = geo.programs(m, 1, nch)
     constexprs = dict(HQ=geo.q_heads, HK=geo.k_heads, D=geo.head_dim, R2=r2, CW=cw, V=v, NCH=nch,
                       INTERLEAVED=geo.interleaved, SV=stride_unit(*geo.strides), WIDE=geo.wide)
-    return Plan(tiling, (per_batch, geo.batch, 1), over.num_warps or warps,
+    return Plan(tiling, geo.grid(m, 1, nch), over.num_warps or warps,
                 tuple(constexprs.items()), maxnreg=over.maxnreg or (geo.register_cap if held else 0))
 
 
@@ -172,11 +176,10 @@ def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
     aligned = [b for b in aligned if b <= 4] if D % 64 == 32 else aligned  # D = 96, 160, 224: 8 measured slower
     vb = (aligned or fits)[0]  # the widest block dividing the half and D (one partner run), else the widest
     nbp = max(1, (over.tile or TILE) // vb)
-    per_batch = geo.programs(D, vb, nbp)
     sqb, sqt, _, skb, skt, _, svb, svt, _, *rest = geo.strides  # the heads are contiguous: their stride is D
     constexprs = dict(HQ=geo.q_heads, HK=geo.k_heads, D=D, R2=geo.rotary_pairs, VB=vb, NBP=nbp,
                       INTERLEAVED=geo.interleaved, SV=stride_unit(sqb, sqt, skb, skt, svb, svt, *rest), WIDE=geo.wide)
-    return Plan("flat", (per_batch, geo.batch, 1), over.num_warps or FEW_WARPS,
+    return Plan("flat", geo.grid(D, vb, nbp), over.num_warps or FEW_WARPS,
                 tuple(constexprs.items()), maxnreg=over.maxnreg)
 
 
