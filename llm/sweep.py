@@ -37,6 +37,8 @@ def continue_sweep_command(sweep_dir: Path, argv: Sequence[str] | None = None) -
     jobs that never trained start (:func:`llm.training.run.run_training`), and the comparison covers all."""
     # replaced, not kept: the dir is given once, and a kept stop would stop the jobs again
     args = [a for a in (sys.argv[1:] if argv is None else argv) if not a.lstrip("+").startswith(PER_INVOCATION_ARGS)]
+    if not any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in args):
+        args = ["-m", *args]  # a saved sweep's arguments (its multirun.yaml) hold no -m
     return shlex.join(["python", "-m", "llm.train", *args, f"hydra.sweep.dir={sweep_dir}", "train.resume=auto"])
 
 
@@ -196,7 +198,7 @@ class ClaimSweepDir(Callback):
     def _claim(self, config: DictConfig) -> None:
         from llm.config_check import check_config_keys
         from llm.errors import ConfigError, RunDirInUseError
-        from llm.sweep_jobs import every_job_refused, reordered_continuation
+        from llm.sweep_jobs import continuation_change, every_job_refused
         from llm.training.run import UNRECORDED_STARTS
         from llm.training.run_dir import SWEEP_LOCK_FILE, RunDirLock
 
@@ -218,11 +220,17 @@ class ClaimSweepDir(Callback):
 
         refuse_if_used()  # before the lock: a refused sweep writes nothing there
         saved = sweep_dir / "multirun.yaml"
-        if continuing and saved.is_file() and reordered_continuation(config, earlier := OmegaConf.load(saved)):
-            first = list(OmegaConf.select(earlier, "hydra.overrides.task") or [])
-            raise ConfigError(f"this command's arguments are those of the sweep in {sweep_dir} in another order, "
-                              "which numbers its jobs otherwise; continue it with the first command's order: "
-                              f"{continue_sweep_command(sweep_dir, first)}")
+        change = continuing and saved.is_file() and continuation_change(config, earlier := OmegaConf.load(saved))
+        if change == "order" or (change == "jobs" and jobs_held(sweep_dir)):
+            first = continue_sweep_command(sweep_dir, list(OmegaConf.select(earlier, "hydra.overrides.task") or []))
+            if change == "order":
+                raise ConfigError(f"this command's arguments are those of the sweep in {sweep_dir} in another order, "
+                                  "which numbers its jobs otherwise; continue it with the first command's order: "
+                                  f"{first}")
+            raise ConfigError(f"this command's jobs are not those of the sweep in {sweep_dir}, and a job's dir is its "
+                              f"place in the sweep; continue that sweep with its own command ({first}), and run more "
+                              "seeds or ropes as a sweep of their own into another hydra.sweep.dir, then compare "
+                              "both: python -m scripts.compare <this sweep dir> <the other>")
         make_output_dir(sweep_dir, "hydra.sweep.dir")
         self.lock = RunDirLock(sweep_dir, SWEEP_LOCK_FILE, what="sweep").acquire()
         try:

@@ -100,13 +100,17 @@ def _jobs(config: DictConfig) -> list[frozenset[str]]:
             for job in job_overrides(config)]
 
 
-def reordered_continuation(config: DictConfig, earlier: DictConfig) -> bool:
-    """Whether ``config`` continues the sweep whose saved config (its ``multirun.yaml``) is ``earlier`` with the
-    same jobs numbered otherwise: its arguments in another order. Its jobs would each find their run in a sibling's
-    dir (``<num>_<rope>_s<seed>``) and be refused one by one, each leaving a dir behind."""
+def continuation_change(config: DictConfig, earlier: DictConfig) -> str | None:
+    """How ``config``, continuing the sweep whose saved config (its ``multirun.yaml``) is ``earlier``, changes its
+    jobs: None (the same jobs in the same order, or they cannot be compared here), ``"order"`` (the same jobs
+    numbered otherwise: its arguments in another order) or ``"jobs"`` (other jobs: more seeds, another rope). A job's
+    dir is ``<num>_<rope>_s<seed>``, its number its place in the sweep: either change would have jobs find their run
+    in a sibling's dir, or train runs the first sweep never asked for beside its own."""
     try:
         now, before = _jobs(config), _jobs(earlier)
     except Exception as e:  # noqa: BLE001 - the jobs say what they say
         log.debug("the continued sweep's jobs were not compared up front: %s", e)
-        return False
-    return now != before and sorted(map(sorted, now)) == sorted(map(sorted, before))
+        return None
+    if now == before:
+        return None
+    return "order" if sorted(map(sorted, now)) == sorted(map(sorted, before)) else "jobs"

@@ -115,8 +115,9 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
             twin = trained_twin(run_dir, OmegaConf.to_container(cfg, resolve=True), (*PER_INVOCATION, "hydra"))
             if twin is not None:
                 raise ConfigError(f"{run_dir.name}: this job's run trained in {twin.name} of the same sweep dir, so "
-                                  "the sweep was continued with its arguments in another order; continue it with the "
-                                  "first command's arguments, in their order")
+                                  "the sweep was continued with its jobs numbered otherwise (its arguments in another "
+                                  "order, or other jobs); continue it with the first command's arguments, in their "
+                                  "order")
             log.info(f"{run_dir.name}: nothing to resume (never trained), starting it from step 0")
             if dist_info.is_main:
                 (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a failed start's record, replaced by this run's

@@ -417,6 +417,7 @@ def test_a_sweep_continued_with_its_arguments_in_another_order_trains_nothing_ag
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith(f"Error: this command's arguments are those of the sweep in {sweep} in another order")
     assert " rope=torch,none seed=1 " in line and line.endswith(f"hydra.sweep.dir={sweep} train.resume=auto"), line
+    assert "python -m llm.train -m " in line, line  # as printed, it runs as a sweep
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == before
     assert (sweep / "multirun.yaml").read_text() == saved
     (sweep / "multirun.yaml").unlink()
@@ -425,6 +426,23 @@ def test_a_sweep_continued_with_its_arguments_in_another_order_trains_nothing_ag
     assert new and all(not (p / "metrics.jsonl").exists() for p in new), new
     messages = [json.loads((p / "summary.json").read_text()).get("message", "") for p in new]
     assert all("trained in" in m and "another order" in m for m in messages), messages
+
+
+def test_a_sweep_continued_with_other_jobs_is_refused_before_any(tmp_path, capsys):
+    """More seeds given to a sweep's own dir would number its jobs anew (each job's dir is its place in the sweep):
+    refused in one line before any job, naming the sweep's own command and the way to add seeds, nothing written."""
+    sweep = tmp_path / "sweep"
+    common = ["rope=none", "train.max_steps=1", "train.eval_every=1", f"hydra.sweep.dir={sweep}"]
+    assert run_command_inprocess(["seed=1", *common]) == 0
+    before = sorted(p.name for p in sweep.iterdir())
+    saved = (sweep / "multirun.yaml").read_text()
+    capsys.readouterr()
+    assert run_command_inprocess(["seed=1,2", *common, "train.resume=auto"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"Error: this command's jobs are not those of the sweep in {sweep}"), line
+    assert "(python -m llm.train -m " in line and " seed=1 rope=none " in line, line
+    assert "python -m scripts.compare" in line, line
+    assert sorted(p.name for p in sweep.iterdir()) == before and (sweep / "multirun.yaml").read_text() == saved
 
 
 def test_sigterm_stops_a_sweep_of_parallel_jobs_as_it_stops_a_run(tmp_path):
