@@ -40,6 +40,8 @@ COMPLETED = "completed"
 CRASHED = "crashed (no summary.json)"
 #: Status of a run whose ``summary.json`` exists but cannot be parsed.
 UNREADABLE = "unreadable summary.json"
+#: Status of a job whose process still holds its dir (a sweep still going): neither failed nor done.
+RUNNING = "running"
 
 PathLike = str | os.PathLike
 
@@ -128,7 +130,7 @@ class Run:
     @property
     def status(self) -> str:
         """``completed``, ``interrupted``, ``aborted`` (a second Ctrl-C), ``nonfinite``, ``failed``, ``config_error``,
-        :data:`CRASHED` or :data:`UNREADABLE`."""
+        :data:`CRASHED`, :data:`UNREADABLE` or :data:`RUNNING`."""
         return str(self.summary.get("status", COMPLETED))
 
     @property
@@ -270,18 +272,37 @@ def load_run(run_dir: PathLike) -> Run:
     except (OSError, ValueError) as e:
         summary = {"status": UNREADABLE, "message": f"{run_dir / SUMMARY_FILE}: {e}"}
     metrics = _load_metrics(run_dir)
+    if (running := _still_running(run_dir, metrics)) is not None:  # a resumed job's earlier summary is not its end
+        summary = running
     # a job refused or stopped before its first step records no config: nothing is missing there
     started = bool(metrics) or summary.get("status") in ("completed", UNREADABLE)
     return Run(path=run_dir, config=load_run_config(run_dir, warn=started), summary=summary, metrics=metrics)
 
 
+def _last_step(metrics: list[dict[str, Any]]) -> int | None:
+    return max((m["step"] for m in metrics if isinstance(m.get("step"), int)), default=None)
+
+
+def _still_running(job_dir: Path, metrics: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A :data:`RUNNING` summary where a live process holds the job's dir, else None."""
+    from llm.training.run_dir import lock_holder
+
+    if (pid := lock_holder(job_dir)) is None:
+        return None
+    step = _last_step(metrics)
+    return {"status": RUNNING, "step": step,
+            "message": f"still running (pid {pid}); last step logged: {'none yet' if step is None else step}"}
+
+
 def load_crashed_run(job_dir: PathLike) -> Run:
-    """A job dir without ``summary.json`` as a :data:`CRASHED` run; the message says how far it got."""
+    """A job dir without ``summary.json`` as a :data:`CRASHED` run (:data:`RUNNING` while its process holds the dir);
+    the message says how far it got."""
     job_dir = Path(job_dir)
     metrics = _load_metrics(job_dir)
-    steps = [m["step"] for m in metrics if isinstance(m.get("step"), int)]
-    got = f"last step logged: {max(steps)}" if steps else "nothing logged to metrics.jsonl"
-    summary = {"status": CRASHED, "message": f"the job died before writing summary.json; {got}"}
+    step = _last_step(metrics)
+    got = "nothing logged to metrics.jsonl" if step is None else f"last step logged: {step}"
+    summary = _still_running(job_dir, metrics) or {
+        "status": CRASHED, "step": step, "message": f"the job died before writing summary.json; {got}"}
     return Run(path=job_dir, config=load_run_config(job_dir, warn=False), summary=summary, metrics=metrics)
 
 

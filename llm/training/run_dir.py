@@ -41,6 +41,25 @@ def _same_file(fd: int, path: Path) -> bool:
     return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
 
 
+def lock_holder(run_dir: Path, lock_name: str = LOCK_FILE) -> str | None:
+    """The pid (or ``"starting"``) of the live process that holds ``run_dir``'s lock, else None: a report tells a
+    job still running from one that died (both have no ``summary.json`` yet). Reads only; a shared lock taken and
+    dropped at once, which a holder's exclusive one refuses."""
+    try:
+        fd = os.open(Path(run_dir) / lock_name, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 64, 0).decode(errors="replace").strip() or "starting"
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 class RunDirLock:
     """Exclusive ownership of a directory for the life of this process (or until :meth:`release`).
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,32 @@ def test_failed_and_crashed_runs_listed(tmp_path: Path):
     assert rows["torch (partial, float32)"]["n_excluded"] == "2"
     assert CRASHED in rows["torch (partial, float32)"]["excluded"]
     assert rows["?"]["n"] == "0" and rows["?"]["n_excluded"] == "1"
+
+
+def test_a_job_still_running_is_running_not_crashed(tmp_path: Path):
+    """A job whose process holds its dir (a sweep still going) is listed as running, with its pid and step, not as a
+    crash; once the process lets go, the same dir without summary.json is a crash again, with its last step."""
+    from llm.training.run_dir import RunDirLock
+
+    sweep = _sweep_with_failures(tmp_path / "sweep")
+    killed, resumed = sweep / "13_killed", sweep / "10_failed"  # 10_failed: a job resumed, its old summary kept
+    locks = [RunDirLock(d).acquire() for d in (killed, resumed)]
+    for lock in locks:
+        lock.mark_owner()
+    try:
+        statuses = {Path(d).name: (s, m) for d, s, m in sweep_failures(sweep)}
+    finally:
+        for lock in locks:
+            lock.release()
+    for name in ("13_killed", "10_failed"):
+        status, message = statuses[name]
+        assert status == "running" and message.startswith(f"still running (pid {os.getpid()})"), statuses[name]
+    assert statuses["13_killed"][1].endswith("last step logged: 40")
+    after = {Path(d).name: s for d, s, _ in sweep_failures(sweep)}
+    assert after["13_killed"] == CRASHED and after["10_failed"] == "failed"
+    section = compare_runs([sweep], sweep).read_text()
+    assert f"| `13_killed` | triton_v4 (partial, float32) | 5 | {CRASHED} |" in section
+    assert f"(`13_killed`, {CRASHED} at step 40)" in section  # the step the table gives, not n/a
 
 
 def test_sweep_failures(tmp_path: Path):
