@@ -214,6 +214,7 @@ class GroupComparison:
     seeds: list[int]  # the paired seeds (empty when unpaired)
     unmatched: list[int | None]  # the implementation's seeds without a reference run
     window: WindowDelta | None = None  # None when the runs saved no per-window losses (older runs) or unpaired
+    reference_only: list[int | None] = field(default_factory=list)  # the reference's seeds left out of the pairing
 
     @property
     def loss(self) -> Comparison:
@@ -283,6 +284,7 @@ def compare_group(group: Group, ref: Group, margin: float, acc_margin: float) ->
     out: dict[str, Comparison] = {}
     seeds: list[int] = []
     unmatched: list[int | None] = []
+    reference_only: list[int | None] = []
     for metric, lower_is_better in COMPARED:
         eps = margin if metric == "val_loss" else acc_margin
         mine, theirs = group.per_seed(metric), ref.per_seed(metric)
@@ -291,13 +293,15 @@ def compare_group(group: Group, ref: Group, margin: float, acc_margin: float) ->
             out[metric] = compare_paired([mine[s] for s in paired], [theirs[s] for s in paired], eps, lower_is_better)
             if metric == "val_loss":
                 seeds, unmatched = paired, [s for s in _distinct(group.seeds) if s not in paired]
+                reference_only = [s for s in _distinct(ref.seeds) if s not in paired]
             continue
         values, ref_values = (_finite(g.samples(metric)) for g in (group, ref))  # a repeated seed is one sample
         if values and ref_values:
             out[metric] = compare_unpaired(values, ref_values, eps, lower_is_better)
         if metric == "val_loss":
             unmatched = _distinct(group.seeds)
-    return GroupComparison(group, ref, out, seeds, unmatched, window_delta(group, ref, seeds) if seeds else None)
+    return GroupComparison(group, ref, out, seeds, unmatched, window_delta(group, ref, seeds) if seeds else None,
+                           reference_only)
 
 
 def compare_groups(groups: Sequence[Group], ref: Group | None, margin: float,

@@ -273,6 +273,8 @@ def _pairing_cell(gc: GroupComparison) -> str:
     pairing = f"paired (seeds {' '.join(map(str, gc.seeds))})" if gc.loss.method != WELCH else WELCH
     if gc.unmatched and gc.loss.method != WELCH:
         pairing += f"; unmatched: {' '.join(map(str, gc.unmatched))}"
+    if gc.reference_only and gc.loss.method != WELCH:
+        pairing += f"; reference only: {' '.join(map(str, gc.reference_only))}"
     return pairing
 
 

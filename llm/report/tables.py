@@ -8,7 +8,8 @@ Columns (one row per implementation, ordered as the Markdown summary):
   statuses);
 * ``val_loss_se``, ``val_tokens``: eval noise and size, from summary.json (empty for old runs);
 * ``reference``, ``pairing`` (``paired``/``unpaired (Welch)``/``reference``), ``paired_seeds``,
-  ``unmatched_seeds``;
+  ``unmatched_seeds`` (the implementation's seeds without a reference run), ``reference_only_seeds`` (the
+  reference's seeds without a run of the implementation);
 * per compared metric ``m`` in (val_loss, val_acc): ``m_delta`` (mean Δ = impl − reference),
   ``m_delta_ci_low``/``m_delta_ci_high`` (95%, t-test), ``m_delta_p`` (t-test, two-sided),
   ``m_delta_p_holm`` (that p, Holm-adjusted over the sweep's implementations; ``m_holm_tests`` of them),
@@ -45,7 +46,7 @@ def _columns() -> list[str]:
     for m, _, _ in METRICS:
         cols += [f"{m}_mean", f"{m}_std"]
     cols += ["n_excluded", "excluded", "val_loss_se", "val_tokens", "reference", "pairing", "paired_seeds",
-             "unmatched_seeds"]
+             "unmatched_seeds", "reference_only_seeds"]
     for m, _ in COMPARED:
         cols += [f"{m}_delta", f"{m}_delta_ci_low", f"{m}_delta_ci_high", f"{m}_delta_p", f"{m}_delta_p_holm",
                  f"{m}_holm_tests", f"{m}_tost_p", f"{m}_margin", f"{m}_tightest_margin", f"{m}_verdict",
@@ -66,13 +67,13 @@ def _seeds(seeds: list[Any]) -> str:
 def _pairing_cells(report: Report, g: Group, gc: GroupComparison | None) -> Row:
     ref = report.reference
     if ref is None or not g.n:
-        return ["", "", "", ""]
+        return ["", "", "", "", ""]
     if g is ref:
-        return [ref.label, "reference", "", ""]
+        return [ref.label, "reference", "", "", ""]
     if gc is None or "val_loss" not in gc.metrics:
-        return [ref.label, "", "", ""]
+        return [ref.label, "", "", "", ""]
     pairing = WELCH if gc.loss.method == WELCH else "paired"
-    return [ref.label, pairing, _seeds(gc.seeds), _seeds(gc.unmatched)]
+    return [ref.label, pairing, _seeds(gc.seeds), _seeds(gc.unmatched), _seeds(gc.reference_only)]
 
 
 def _paired_loss_cells(gc: GroupComparison | None) -> Row:

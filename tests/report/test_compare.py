@@ -400,6 +400,19 @@ def test_a_repeated_seed_is_one_sample_in_welch_too(tmp_path: Path):
     assert c.unmatched == [2, 3]
 
 
+def test_seeds_of_either_side_alone_are_listed(tmp_path: Path):
+    """Paired on the seeds both have: the implementation's seed 3 and the reference's seed 2 are named in the report
+    and the CSV, not left out unseen."""
+    sweep = write_sweep(tmp_path / "s", {REF: reference((0, 1, 2)), V4: planted(0.003, seeds=(0, 1, 3))})
+    (c,) = build_report([sweep]).comparisons
+    assert (c.seeds, c.unmatched, c.reference_only) == ([0, 1], [3], [2])
+    text = compare_runs([sweep], sweep).read_text()
+    assert "paired (seeds 0 1); unmatched: 3; reference only: 2" in text
+    with (sweep / "comparison.csv").open() as f:
+        row = next(r for r in csv.DictReader(f) if r["implementation"].startswith("triton_v4"))
+    assert (row["unmatched_seeds"], row["reference_only_seeds"]) == ("3", "2")
+
+
 def test_one_shared_seed_is_paired_where_welch_cannot_run(tmp_path: Path):
     """The reference of seed 0 alone, triton_v4 of seeds 0 and 1: Welch has no spread for a single seed, so the
     shared seed is paired (one pair: no interval) and seed 1 is unmatched, not averaged into a Δ of both seeds
