@@ -139,7 +139,7 @@ def _note_repeats(g: Group) -> None:
         else:
             log.warning("%s: seed %d ran %d times and ended at different val losses (%s): averaged into one sample; "
                         "runs of one seed on a deterministic recipe should agree", g.label, seed, len(losses),
-                        ", ".join(f"{v:.6f}" for v in losses))
+                        ", ".join(repr(v) for v in losses))  # every digit: they may differ in the last one
 
 
 def _default_reference(groups: Sequence[Group]) -> Group | None:
@@ -148,6 +148,16 @@ def _default_reference(groups: Sequence[Group]) -> Group | None:
     refs = [g for g in groups if g.n and g.key[0] == "torch" and g.key[2] == "float32"]
     refs.sort(key=lambda g: (g.key[1] != "partial", g.key[3] != DEFAULT_PACKING, -g.n, g.label))
     return refs[0] if refs else None
+
+
+def reference_fallback_note(groups: Sequence[Group], ref: Group | None) -> str | None:
+    """A note where the default reference is not ``torch (partial)`` on random windows because those runs all failed:
+    every Δ then means something else, which the reader must be told (the header alone names the new reference)."""
+    usual = [g for g in groups if g.key[0] == "torch" and g.key[1:] == ("partial", "float32", DEFAULT_PACKING)]
+    if ref is None or not usual or usual[0] is ref or usual[0].n:
+        return None
+    return (f"**Reference**: {usual[0].label} has no completed run ({len(usual[0].excluded)} failed), so every Δ is "
+            f"against {ref.label}; give --reference to choose another.")
 
 
 def _rope_preset(name: str) -> tuple[str, str, str | None] | None:

@@ -29,6 +29,7 @@ from llm.report.analysis import (
     GroupComparison,
     compare_groups,
     group_runs,
+    reference_fallback_note,
     select_reference,
 )
 from llm.report.errors import NoRunsError
@@ -110,6 +111,9 @@ def build_report(
         raise NoRunsError(f"none of the {len(runs)} run(s) completed (statuses: {statuses})")
     groups = group_runs(runs)
     ref = select_reference(groups, reference)
+    if reference is None and (note := reference_fallback_note(groups, ref)):
+        log.warning("%s", note.replace("**", ""))
+        data_notes.append(note)
     comparisons = compare_groups(groups, ref, margin, acc_margin)
     return Report([str(p) for p in run_dirs], runs, groups, diffs, ref, comparisons, margin, acc_margin, data_notes)
 

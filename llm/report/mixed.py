@@ -82,7 +82,7 @@ def check_not_mixed(runs: Sequence[Run]) -> None:
             f"refusing to compare runs that differ in more than rope and seed "
             f"({len(diffs)} differing config key(s): {', '.join(diffs)}):",
             *describe_differences(diffs),
-            "Pass --allow-mixed (compare_runs(..., allow_mixed=True)) to compare them anyway.",
+            "Pass --allow-mixed to compare them anyway.",
         ]
     )
     raise MixedRunsError(msg, diffs)

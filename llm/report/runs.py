@@ -191,18 +191,34 @@ class Run:
         return [(s, *by_step[s]) for s in sorted(by_step)]
 
 
+#: Files of a run dir that may stand for it on a command line (``scripts.compare run/summary.json``).
+RUN_DIR_FILES = (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE)
+
+
+def search_root(path: PathLike) -> Path:
+    """The dir ``path`` names for a search: itself, or the run dir of one of its :data:`RUN_DIR_FILES`.
+
+    Raises :class:`FileNotFoundError` for a path that does not exist and :class:`NoRunsError` for any other file:
+    its parent would be searched whole (all of /tmp for a stray file there), and mixed into the report."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no such file or directory: {p}")
+    if not p.is_file():
+        return p
+    if p.name in RUN_DIR_FILES:
+        return p.parent
+    raise NoRunsError(f"argument DIR: {p} is a file, not a run dir or a sweep dir (give a dir, or a run's "
+                      f"{SUMMARY_FILE})")
+
+
 def find_run_dirs(paths: Iterable[PathLike]) -> list[Path]:
     """Every run dir (a dir containing ``summary.json``) at or below ``paths``, sorted, without duplicates.
 
-    Raises :class:`FileNotFoundError` for a path that does not exist.
+    Raises :class:`FileNotFoundError` for a path that does not exist (:func:`search_root`).
     """
     found: dict[Path, None] = {}
     for p in paths:
-        p = Path(p)
-        if not p.exists():
-            raise FileNotFoundError(f"no such file or directory: {p}")
-        if p.is_file():  # a summary.json (or any file) given directly: its directory
-            p = p.parent
+        p = search_root(p)
         if (p / SUMMARY_FILE).is_file():
             found[p.resolve()] = None
         for s in sorted(p.rglob(SUMMARY_FILE)):
@@ -238,10 +254,7 @@ def find_crashed_dirs(paths: Iterable[PathLike]) -> list[Path]:
     """
     found: dict[Path, None] = {}
     for p in paths:
-        p = Path(p)
-        if not p.exists():
-            raise FileNotFoundError(f"no such file or directory: {p}")
-        root = p.parent if p.is_file() else p
+        root = search_root(p)
         for dirpath, dirnames, filenames in os.walk(root):
             here = Path(dirpath)
             if SUMMARY_FILE in filenames or _looks_like_job_dir(here):

@@ -93,3 +93,15 @@ def test_missing_dir_names_the_argument(tmp_path: Path, capsys):
     assert main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "DIR" in err and "nope" in err
+
+
+def test_a_file_is_refused_unless_it_is_a_runs_own(sweep: Path, capsys):
+    """A stray file names no runs (its parent, searched whole, could be all of /tmp): one line, exit 2; a run's
+    summary.json stands for its run dir."""
+    stray = sweep.parent / "notes.txt"
+    stray.write_text("")
+    assert main([str(stray)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: argument DIR: {stray} is a file, not a run dir"), err
+    run = next(p for p in sorted(sweep.iterdir()) if (p / "summary.json").is_file())
+    assert main([str(run / "summary.json"), "--out", str(sweep.parent / "one")]) == 0

@@ -261,6 +261,24 @@ def test_reference_choice(tmp_path: Path):
         build_report([sweep], reference="torch_full")  # a preset none of the runs trained
 
 
+def test_a_default_reference_that_failed_is_said_to_be_replaced(tmp_path: Path, caplog):
+    """Every torch (partial) run failed: the report compares against torch (full), and says so in the log and the
+    report, since every Δ then has another meaning; with torch (partial) completed, no such note."""
+    root = tmp_path / "s"
+    root.mkdir()
+    for seed, (loss, acc) in planted(0.0, seeds=(0, 1)).items():
+        write_run(root / f"p_s{seed}", "torch", seed, loss, acc, status="failed", message="boom")
+        write_run(root / f"f_s{seed}", "torch", seed, loss, acc, variant="full")
+        write_run(root / f"v_s{seed}", "triton_v4", seed, loss + 0.01, acc)
+    with caplog.at_level("WARNING"):
+        text = compare_runs([root], root).read_text()
+    assert "torch (partial, float32) has no completed run (2 failed), so every Δ is against torch (full, float32)" \
+        in text and "so every Δ is against" in caplog.text
+    for seed, (loss, acc) in planted(0.0, seeds=(0, 1)).items():
+        write_run(root / f"p2_s{seed}", "torch", seed, loss, acc)
+    assert not build_report([root]).data_notes
+
+
 def test_reference_by_preset_name_and_by_label(tmp_path: Path):
     """``--reference torch_full``: the preset's variant picks the full-rotation runs; where neither a registry name
     nor a preset singles out one implementation, the full label is asked for."""
