@@ -42,6 +42,10 @@ CRASHED = "crashed (no summary.json)"
 UNREADABLE = "unreadable summary.json"
 #: Status of a job whose process still holds its dir (a sweep still going): neither failed nor done.
 RUNNING = "running"
+#: Status of a job a sweep's ``multirun.yaml`` lists but that has no dir (the sweep was killed before it).
+NOT_STARTED = "not started"
+#: The job dir name of the project's sweeps (``conf/config.yaml``): a job is found by its number.
+NUMBERED_SUBDIR = "${hydra.job.num}_"
 
 PathLike = str | os.PathLike
 
@@ -319,11 +323,55 @@ def load_crashed_run(job_dir: PathLike) -> Run:
     return Run(path=job_dir, config=load_run_config(job_dir, warn=False), summary=summary, metrics=metrics)
 
 
+def never_started(sweep_dir: Path) -> list[Run]:
+    """The jobs the sweep in ``sweep_dir`` asked for (its ``multirun.yaml``) that have no dir there, as
+    :data:`NOT_STARTED` runs: a sweep killed midway leaves no trace of the jobs it had not reached, and a report
+    over what is there would silently cover a subset. Only for Hydra's basic sweeper and numbered job dirs, whose
+    expansion is known here; nothing where ``multirun.yaml`` cannot be read or expanded."""
+    saved = sweep_dir / "multirun.yaml"
+    if not saved.is_file():
+        return []
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from omegaconf import OmegaConf
+
+        from llm.sweep_jobs import BASIC_SWEEPER
+
+        hydra = OmegaConf.to_container(OmegaConf.load(saved), resolve=False).get("hydra") or {}  # as saved
+        numbered = str((hydra.get("sweep") or {}).get("subdir") or "").startswith(NUMBERED_SUBDIR)
+        if not numbered or (hydra.get("sweeper") or {}).get("_target_") != BASIC_SWEEPER:
+            return []
+        params = (hydra.get("sweeper") or {}).get("params") or {}
+        arguments = [f"{k}={v}" for k, v in params.items()] + list((hydra.get("overrides") or {}).get("task") or [])
+        jobs = [job for batch in BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(arguments), None)
+                for job in batch]
+    except Exception as e:  # noqa: BLE001 - an old or hand-made multirun.yaml: the report covers what is there
+        log.debug("%s: the sweep's jobs could not be listed: %s", saved, e)
+        return []
+    present = {d.name.split("_", 1)[0] for d in sweep_dir.iterdir() if d.is_dir()}
+    shared = set.intersection(*(set(job) for job in jobs)) if jobs else set()
+    missing = []
+    for num, overrides in enumerate(jobs):
+        if str(num) in present:
+            continue
+        given = dict(o.lstrip("+").split("=", 1) for o in overrides if "=" in o)
+        name = f"{num}_{given.get('rope', '?')}_s{given.get('seed', '?')}"
+        swept = " ".join(o for o in overrides if o not in shared)  # what sets the job apart
+        summary = {"status": NOT_STARTED, "seed": given.get("seed"), "message": f"the sweep never started it ({swept})"}
+        missing.append(Run(path=sweep_dir / name, config={}, summary=summary, metrics=[]))
+    return missing
+
+
 def load_all_runs(paths: Sequence[PathLike]) -> list[Run]:
     """Every run and crashed job at or below ``paths`` (possibly none), named relative to their common parent."""
     dirs = find_run_dirs(paths)
     crashed = find_crashed_dirs(paths)
-    runs = [load_run(d) for d in dirs] + [load_crashed_run(d) for d in crashed]
+    return _named([load_run(d) for d in dirs] + [load_crashed_run(d) for d in crashed])
+
+
+def _named(runs: list[Run]) -> list[Run]:
+    """``runs`` named relative to their common parent, sorted by name."""
     if not runs:
         return []
     base = Path(os.path.commonpath([str(r.path) for r in runs]))
@@ -334,9 +382,11 @@ def load_all_runs(paths: Sequence[PathLike]) -> list[Run]:
 
 
 def load_runs(paths: Sequence[PathLike]) -> list[Run]:
-    """:func:`load_all_runs`, refusing (:class:`NoRunsError`) when there is nothing at all to report on."""
-    runs = load_all_runs(paths)
-    if not any(r.status != CRASHED for r in runs):
+    """:func:`load_all_runs` and the jobs of the sweeps given that never started (:func:`never_started`), refusing
+    (:class:`NoRunsError`) when there is nothing at all to report on."""
+    sweeps = {search_root(p).resolve() for p in paths}
+    runs = _named(load_all_runs(paths) + [r for d in sorted(sweeps) for r in never_started(d)])
+    if not any(r.status not in (CRASHED, NOT_STARTED) for r in runs):
         raise NoRunsError(
             f"no run dirs (directories with {SUMMARY_FILE}) under: {', '.join(map(str, paths))}"
             + (f" ({len(runs)} crashed job dir(s) without one)" if runs else "")

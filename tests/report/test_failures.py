@@ -89,6 +89,25 @@ def test_a_job_still_running_is_running_not_crashed(tmp_path: Path):
     assert f"(`13_killed`, {CRASHED} at step 40)" in section  # the step the table gives, not n/a
 
 
+def test_jobs_a_killed_sweep_never_started_are_listed(tmp_path: Path):
+    """A sweep of rope=torch,triton_v4 seed=0,1,2 killed during its fourth job: the two jobs it never reached have no
+    dir, and the report lists them from multirun.yaml (not a silent subset); a hand-made multirun.yaml adds nothing."""
+    sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1, 2)), V4: planted(0.0, seeds=(0,))})
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
+        "sweep": {"dir": str(sweep), "subdir": "${hydra.job.num}_${hydra:runtime.choices.rope}_s${seed}"},
+        "overrides": {"task": ["rope=torch,triton_v4", "seed=0,1,2", "train.max_steps=5"]}}}))
+    (sweep / "3_triton_v4_float32_s0").rename(sweep / "3_triton_v4_s0")  # as the sweep names its jobs
+    report = build_report([sweep])
+    missing = {r.name: r.message for r in report.failures if r.status == "not started"}
+    assert set(missing) == {"4_triton_v4_s1", "5_triton_v4_s2"}, missing
+    assert missing["4_triton_v4_s1"] == "the sweep never started it (rope=triton_v4 seed=1)"
+    text = compare_runs([sweep], sweep).read_text()
+    assert "| `5_triton_v4_s2` | ? | 2 | not started | the sweep never started it (rope=triton_v4 seed=2) |" in text
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    assert not [r for r in build_report([sweep]).failures if r.status == "not started"]
+
+
 def test_sweep_failures(tmp_path: Path):
     sweep = _sweep_with_failures(tmp_path / "sweep")
     failures = sweep_failures(sweep)
