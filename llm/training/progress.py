@@ -18,13 +18,16 @@ log = logging.getLogger("llm.train")
 class Progress:
     """``update(step, loss, tokens_per_s)`` after each step; ``close()`` at the end. Silent when disabled."""
 
-    def __init__(self, total: int, initial: int, every: int, enabled: bool, interactive: bool | None = None) -> None:
+    def __init__(self, total: int, initial: int, every: int, enabled: bool, interactive: bool | None = None,
+                 job: str = "") -> None:
+        """``job``: the sweep job's name, leading each line and the bar, since jobs side by side share a console."""
         self.total, self.every, self.enabled = total, max(1, every), enabled
+        self.prefix = f"{job}: " if job else ""
         self.interactive = sys.stderr.isatty() if interactive is None else interactive
         self._start, self._first = time.perf_counter(), initial
         self._bar = None
         if enabled and self.interactive:
-            self._bar = tqdm(total=total, initial=initial, desc="train", dynamic_ncols=True)
+            self._bar = tqdm(total=total, initial=initial, desc=job or "train", dynamic_ncols=True)
 
     def update(self, step: int, loss: float, tokens_per_s: float) -> None:
         if not self.enabled:
@@ -38,7 +41,7 @@ class Progress:
             elapsed = time.perf_counter() - self._start
             done = step - self._first
             eta = elapsed / done * (self.total - step) if done else float("nan")
-            log.info(f"step {step:>6}/{self.total}  loss {loss:.4f}  {tokens_per_s:,.0f} tok/s  "
+            log.info(f"{self.prefix}step {step:>6}/{self.total}  loss {loss:.4f}  {tokens_per_s:,.0f} tok/s  "
                      f"elapsed {elapsed:.0f}s  eta {eta:.0f}s")
 
     def close(self) -> None:

@@ -141,7 +141,8 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
             if command_record:
                 record_command(run_dir, command_record, first=resume is None)
         init = source.load() if source is not None else None  # a damaged checkpoint fails before any work
-        trainer = Trainer(cfg, run_dir, dist_info, resume=resume, group=group, resume_hint=resume_hint)
+        trainer = Trainer(cfg, run_dir, dist_info, resume=resume, group=group, resume_hint=resume_hint,
+                          job=run_dir.name if sweep_job else "")
         if init is not None:
             apply_init_from(trainer.model, *init)
             if dist_info.is_main:

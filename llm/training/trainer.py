@@ -186,8 +186,9 @@ class Trainer:
     """One training run of ``cfg`` in ``run_dir`` (rank ``dist_info.rank`` of ``world_size``)."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, dist_info: DistInfo, *, resume: tuple[Path, dict] | None = None,
-                 group: str = "single", resume_hint: str = "") -> None:
+                 group: str = "single", resume_hint: str = "", job: str = "") -> None:
         self.cfg, self.tc, self.run_dir, self.dist = cfg, cfg.train, run_dir, dist_info
+        self.job = job  # a sweep job's name, for its progress lines
         self.ckpt_dir = run_dir / "checkpoints"
         self.resume_hint = resume_hint
         self.group = group  # the tracker group, saved with each checkpoint for a resume to keep
@@ -492,7 +493,7 @@ class Trainer:
         ``status: aborted`` and is raised on: the entry point reports the abort and exits 130."""
         status, exit_code, message = "completed", 0, ""
         interrupt: KeyboardInterrupt | None = None
-        progress = Progress(self.tc.max_steps, self.step, self.tc.log_every, enabled=self.dist.is_main)
+        progress = Progress(self.tc.max_steps, self.step, self.tc.log_every, enabled=self.dist.is_main, job=self.job)
         self.train_model.train()
         try:
             with self.stopper, logging_redirect_tqdm(), runtime.attention_backend(self.tc.get("attention", "auto")):
