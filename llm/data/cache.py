@@ -10,12 +10,13 @@ token), whatever the source keeps beside them (``data=code_corpus``: its ``manif
 val split is capped, see :mod:`llm.data.split`) and the sha256 of each shard, from which
 :func:`data_fingerprint` gives a run its record of what it trained and was evaluated on.
 
-Why each load verifies the cache: a cache is only used when its meta is readable and belongs to the current
-source fingerprint and tokenizer, its shard sizes agree with the meta, and every token id is inside the
-vocabulary (a vectorised max over the memmap: milliseconds for millions of tokens) with each stream ending in
-end-of-text. Anything else -- an interrupted build, a truncated or overwritten shard -- is rebuilt with a
-warning saying why, rather than failing later as an out-of-range index inside the embedding. A valid cache is
-used without loading the tokenizer, so a cache built online also works offline.
+Why each load verifies the cache: a cache is only used when its meta is readable and belongs to the current source
+fingerprint and tokenizer, its shard sizes agree with the meta, a shard changed since the build (its modification
+time is not the one recorded) still has the recorded sha256 (else a run would record the hash of data it never
+read), and every token id is inside the vocabulary (a vectorised max over the memmap: milliseconds for millions of
+tokens) with each stream ending in end-of-text. Anything else -- an interrupted build, a truncated or overwritten
+shard -- is rebuilt with a warning saying why, rather than failing later as an out-of-range index inside the
+embedding. A valid cache is used without loading the tokenizer, so a cache built online also works offline.
 
 Builds hold the directory's lock (``cache_lock``) and write every file through ``llm.fileio`` (temporary,
 fsync, rename), so concurrent processes preparing the same cache end with one valid copy, and a failed build
@@ -132,6 +133,10 @@ def _open_shards(cache_dir: Path, meta: dict) -> tuple[dict[str, np.ndarray] | N
             if int(tokens[-1]) != eot:
                 return None, f"{split}.bin does not end with the end-of-text token {eot} (the file was " \
                              "overwritten or is corrupt)"
+        if path.stat().st_mtime_ns != (meta.get("shard_mtime_ns") or {}).get(split) and \
+                hashlib.sha256(memoryview(tokens)).hexdigest() != meta["sha256"][split]:
+            return None, f"{split}.bin is not the file that was built (its sha256 differs from meta.json's: it was " \
+                         "overwritten or is corrupt)"
         shards[split] = tokens
     return shards, ""
 
@@ -313,6 +318,7 @@ def _build(source: Source, cache_dir: Path, enc: tiktoken.Encoding, expected: di
                 n_tokens=n_tokens, n_docs=shards["n_docs"],
                 shard_bytes={s: n * dtype.itemsize for s, n in n_tokens.items()},
                 sha256=shards["sha256"], data_id=_data_id(expected["tokenizer"], shards["sha256"]),
+                shard_mtime_ns={s: (cache_dir / f"{s}.bin").stat().st_mtime_ns for s in SPLITS},
                 composition=shards["composition"], source_info=source.info,
                 created=time.strftime("%Y-%m-%dT%H:%M:%S"), build_seconds=round(time.time() - t0, 2))
     write_json_atomic(cache_dir / "meta.json", meta)  # written last: its presence marks a complete cache

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing as mp
+import os
 import threading
 import time
 from pathlib import Path
@@ -120,6 +121,29 @@ def test_same_size_garbage_shard_is_rebuilt(tmp_path, build_counter, caplog, sha
     assert int(np.asarray(d2.train).max()) < d2.vocab_size and int(np.asarray(d2.val).max()) < d2.vocab_size
     why = "outside the vocabulary" if content == "random" else "does not end with the end-of-text token"
     assert f"rebuilding {Path(d2.meta['cache_dir'])}: {shard}.bin" in caplog.text and why in caplog.text
+
+
+def test_a_shard_changed_in_place_is_rebuilt_and_one_only_touched_is_not(tmp_path, build_counter, caplog,
+                                                                         make_corpus, text_cfg):
+    """Tokens zeroed in the middle of train.bin (ids in range, end-of-text kept: every token check passes) is not
+    the data the meta's sha256 names, which a run would record as what it read: rebuilt, saying why. A shard whose
+    modification time alone changed (touched, copied) still hashes to the meta's: used as it is."""
+    corpus = make_corpus(tmp_path / "corpus")
+    d1 = prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
+    want = np.array(d1.train)
+    path = Path(d1.meta["cache_dir"]) / "train.bin"
+    del d1
+    os.utime(path)
+    prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
+    assert len(build_counter) == 1
+    tokens = np.memmap(path, dtype=np.uint32, mode="r+")
+    tokens[1:len(tokens) // 2] = 0
+    tokens.flush()
+    del tokens
+    with caplog.at_level(logging.WARNING, logger="llm.data.cache"):
+        d2 = prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
+    assert len(build_counter) == 2 and "train.bin is not the file that was built" in caplog.text
+    np.testing.assert_array_equal(d2.train, want)
 
 
 @pytest.mark.parametrize("damage", ["missing", "garbage", "not_object", "fingerprint", "dtype", "val_shard_gone"])
