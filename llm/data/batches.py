@@ -22,8 +22,9 @@ def _check_length(tokens: np.ndarray, seq_len: int, what: str) -> None:
     if seq_len <= 0:
         raise DataError(f"model.seq_len={seq_len} must be positive")
     if len(tokens) < seq_len + 1:
+        fraction = {"val": " (or a larger data.val_fraction)", "train": " (or a smaller data.val_fraction)"}
         raise DataError(f"the {what} stream has {len(tokens)} tokens, fewer than seq_len+1={seq_len + 1}; "
-                        "use more data (or a larger data.val_fraction) or a shorter model.seq_len")
+                        f"use more data{fraction.get(what, '')} or a shorter model.seq_len")
 
 
 def check_streams(train: np.ndarray, val: np.ndarray, seq_len: int) -> None:

@@ -204,6 +204,7 @@ class Trainer:
         self.autocast = runtime.autocast_context(self.tc.dtype, self.device)
         self.step, self.totals, tracker_id = 0, TrainTotals(), None
         self.last_val: dict[str, float] = {}  # the newest eval's metrics, and the step it ran at
+        self._eval_size_said = False  # a val split smaller than the eval asks for, said once
         self.last_val_step: int | None = None
         if resume is not None:
             tracker_id = self._restore(*resume)
@@ -420,6 +421,12 @@ class Trainer:
         result = evaluate(self.model, self.data.val, self.tc.batch_size, self.seq_len, self.tc.eval_batches,
                           self.device, self.autocast, self.dist, self.data.vocab_size,
                           self.data.eot if self.documents else None)
+        asked = self.tc.eval_batches * self.tc.batch_size
+        if self.dist.is_main and len(result.starts) < asked and not self._eval_size_said:  # once a run
+            log.warning(f"eval: {len(result.starts)} windows ({len(result.starts) * self.seq_len:,} tokens) of the "
+                        f"{asked} asked (train.eval_batches x train.batch_size): the val split holds no more; the "
+                        "val loss is noisier than the setting suggests")
+            self._eval_size_said = True
         self.last_val, self.last_val_step = result.metrics, self.step
         self.outputs.write_eval_windows(self.step, self.seq_len, result.starts, result.window_loss)
         v = self.last_val

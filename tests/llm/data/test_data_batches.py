@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from llm.data import DataError, prepare_data, sample_batch, val_batches
+from llm.data.batches import check_streams
 
 
 def test_sample_batch_deterministic_and_shifted():
@@ -51,5 +52,7 @@ def test_val_batches_fixed():
     assert only[0].shape == (3, 10)
     with pytest.raises(ValueError, match="val stream has 10 tokens"):
         val_batches(tokens[:10], 4, 10, 5)  # raised at the call, not at the first next()
-    with pytest.raises(DataError, match=r"^the val stream has 10 tokens, .*data\.val_fraction.*model\.seq_len$"):
+    with pytest.raises(DataError, match=r"^the val stream has 10 tokens, .*larger data\.val_fraction.*seq_len$"):
         val_batches(tokens[:10], 4, 10, 5)  # the user's to fix: a one-line DataError naming the keys
+    with pytest.raises(DataError, match=r"^the train stream has 10 tokens, .*a smaller data\.val_fraction"):
+        check_streams(tokens[:10], tokens, 10)  # a larger val fraction would leave train shorter still
