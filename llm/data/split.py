@@ -55,6 +55,30 @@ def cap_docs(groups: list[Group], max_docs: int) -> list[Group]:
     return out
 
 
+def drop_repeated(groups: list[Group]) -> tuple[list[Group], int]:
+    """``groups`` with each document whose text repeats an earlier one's exactly left out, and how many were.
+
+    Why: the split goes by identity (a path, an id), so two copies of one text (a backup folder inside a corpus)
+    would land on both sides of it, and the val loss would be measured partly on train text."""
+    seen: set[bytes] = set()
+    out, dropped = [], 0
+    for ds, keys in groups:
+        kept, i = [], 0
+        for batch in ds.select_columns(["text"]).iter(batch_size=1024):
+            for text in batch["text"]:
+                digest = hashlib.sha256((text or "").encode("utf-8", "surrogatepass")).digest()
+                if text and digest in seen:
+                    dropped += 1
+                else:
+                    seen.add(digest)
+                    kept.append(i)
+                i += 1
+        if len(kept) < len(ds):
+            ds, keys = ds.select(kept), (None if keys is None else [keys[j] for j in kept])
+        out.append((ds, keys))
+    return out, dropped
+
+
 def _scored_rows(groups: list[Group]) -> list[tuple[float, int, int, str]]:
     """(val score, group index, row index, identity) of every non-empty document."""
     rows = []

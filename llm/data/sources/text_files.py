@@ -1,16 +1,18 @@
 """``data=text_files``: your own text at ``data.path``, a file or a directory searched recursively.
 
 ``.txt`` files are one document each; ``.jsonl`` and ``.parquet`` files one document per row, the text in
-``data.text_field``. Hidden files and directories are skipped, and so are files of other suffixes. A document
-is identified (for the val split) by a .txt file's relative path, by a row's ``data.id_field`` value, or else
-by its text. Content that is not UTF-8 text is refused, naming the file (see ``file_readers``): a .txt file
-whose first bytes show it already when the source is built, before any work (a binary file among thousands
-would otherwise be found minutes into tokenizing), any other while the files are read.
+``data.text_field``. Hidden files and directories are skipped, and so are files of other suffixes. A document is
+identified (for the val split) by a .txt file's relative path, by a row's ``data.id_field`` value, or else by its
+text; a document whose text repeats an earlier one's exactly is left out (a copy on each side of the split would put
+val text in train). Content that is not UTF-8 text is refused, naming the file (see ``file_readers``): a .txt file
+whose first bytes show it already when the source is built, before any work (a binary file among thousands would
+otherwise be found minutes into tokenizing), any other while the files are read.
 """
 
 from __future__ import annotations
 
 import codecs
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from functools import partial
@@ -19,12 +21,14 @@ from pathlib import Path
 from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field, val_fraction
 from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
 from llm.data.sources.file_readers import SUFFIXES, _binary_error, read_jsonl, read_parquet, read_txt
-from llm.data.split import Group, cap_docs, split_documents
+from llm.data.split import Group, cap_docs, drop_repeated, split_documents
 
 KEYS = ("path", "text_field", "id_field", "val_fraction", "max_docs")
 _KINDS = "/".join(SUFFIXES)
 #: Bytes read from the start of each .txt file when the source is built: binary content shows in its first bytes.
 HEAD_BYTES = 4096
+
+log = logging.getLogger(__name__)
 
 
 def data_path(cfg: Mapping) -> Path:
@@ -119,6 +123,10 @@ def _load(root: Path, rels: list[str], where: str, field: str, id_field: str | N
         groups.append(read_jsonl(files[".jsonl"], where, field, id_field, scratch))
     if ".parquet" in files:
         groups.append(read_parquet(files[".parquet"], where, field, id_field, scratch))
+    groups, dropped = drop_repeated(groups)
+    if dropped:
+        log.info(f"{where}: {dropped} document(s) repeat an earlier one's text exactly and are left out (a copy on "
+                 "each side of the split would put val text in train)")
     if max_docs is not None:
         groups = cap_docs(groups, max_docs)
     return split_documents(groups, fraction, where)
@@ -132,7 +140,7 @@ def build(cfg: Mapping) -> Source:
     max_docs = positive_int_or_none(cfg, "max_docs")
     fraction = val_fraction(cfg)
     h = fingerprint_hash(source="text_files", path=str(path.resolve()), text_field=field, id_field=id_field,
-                         max_docs=max_docs, val_fraction=fraction)
+                         max_docs=max_docs, val_fraction=fraction, distinct_texts=True)
     add_file_stats(h, root, rels)
     where = f"data.path={setting(cfg, 'path')}"
     check_txt_heads(root, rels, where)

@@ -38,6 +38,23 @@ def test_text_files_mixed_formats(tmp_path, docs, text_cfg):
         prepare_data(text_cfg(corpus / "rows.jsonl"), "cl100k_base", tmp_path / "cache")
 
 
+def test_a_text_repeated_under_another_name_is_read_once(tmp_path, docs, text_cfg, caplog):
+    """A folder holding two copies of the same files (a backup inside the corpus): each text is one document, so
+    no val text is also train text; the log says how many copies were left out."""
+    enc = get_tokenizer("cl100k_base")
+    corpus = tmp_path / "corpus"
+    for copy in ("a", "b"):
+        (corpus / copy).mkdir(parents=True)
+        for i in range(20):
+            (corpus / copy / f"doc{i}.txt").write_text(f"document number {i} " * 5)
+    (corpus / "b" / "doc0.txt").write_text("an edited copy is another text")
+    with caplog.at_level("INFO", logger="llm.data.sources.text_files"):
+        d = prepare_data(text_cfg(corpus, val_fraction=0.3), "cl100k_base", tmp_path / "cache")
+    train, val = docs(d.train, enc), docs(d.val, enc)
+    assert len(train) + len(val) == 21 and not set(train) & set(val)
+    assert "19 document(s) repeat an earlier one's text exactly" in caplog.text
+
+
 def test_text_is_read_as_text_mode_would(tmp_path, docs, text_cfg):
     """Universal newlines (as text-mode open() gives them), a byte-order mark kept, blank .jsonl lines and
     null texts skipped, ids taken as keys."""
