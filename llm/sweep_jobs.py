@@ -60,13 +60,22 @@ def every_job_refused(config: DictConfig) -> str | None:
         return None
     if OmegaConf.select(config, "hydra.launcher._target_") not in LOCAL_LAUNCHERS:
         return None
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+
+    from llm.entry import hydra_error_line
+
     hydra_config = HydraConfig.instance()
     saved = hydra_config.cfg
     refusals: list[tuple[list[str], str]] = []
     try:
         loader = GlobalHydra.instance().config_loader()
-        for overrides in job_overrides(config):
-            job = loader.load_sweep_config(config, overrides)
+        composed = []
+        for overrides in job_overrides(config):  # every job: a misspelt option anywhere in a list stops Hydra
+            try:
+                composed.append((overrides, loader.load_sweep_config(config, overrides)))
+            except (ConfigCompositionException, OverrideParseException) as e:
+                return hydra_error_line(e)
+        for overrides, job in composed:
             if OmegaConf.select(job, "train.resume") or OmegaConf.select(job, "train.init_from"):
                 return None  # its run completes its config from a checkpoint before checking it
             hydra_config.set_config(job)  # the job's ${hydra:...} values, as its own process will see them

@@ -201,6 +201,16 @@ def test_a_bad_value_every_job_shares_is_refused_once_before_any_job(tmp_path, c
         "Error: every job of this sweep (2) would be refused, for 2 reasons; the first (seed=0): train.batch_size=-1 ")
 
 
+def test_a_misspelt_option_in_a_swept_list_is_refused_before_the_sweep_dir_is_made(tmp_path, capsys):
+    """rope=torch,trition_v4: Hydra's own refusal of the second job came after the sweep dir was claimed, leaving
+    a dir of multirun.yaml and a lock; now every job is composed first, and the refusal writes nothing."""
+    sweep = tmp_path / "sweep"
+    assert run_command_inprocess(["rope=torch,trition_v4", f"hydra.sweep.dir={sweep}"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("Error: rope=trition_v4 is not an option of rope; allowed: "), line
+    assert not sweep.exists()
+
+
 @pytest.mark.parametrize("launcher,extra,refused", [
     ("basic", [], True),
     ("slurm", [], False),  # its jobs run on other hosts: this host's check does not speak for them
