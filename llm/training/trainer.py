@@ -286,6 +286,7 @@ class Trainer:
             **self.model.rotary.describe(), "rope_label": run_label(cfg), "seed": cfg.seed,
             "params": self.model.num_params(), "device": runtime.device_name(self.device),
             "device_id": str(self.device), **runtime.device_identity(self.device),
+            "torch_threads": torch.get_num_threads(),  # a CPU run's bits depend on it, deterministic or not
             "world_size": self.dist.world_size, "model": cfg.model.name, "data": cfg.data.name,
             "tokenizer": cfg.tokenizer.name, "data_fingerprint": data_fingerprint(self.data.meta),
             "optim": cfg.optim.name, "max_steps": tc.max_steps,

@@ -21,7 +21,7 @@ from helpers import (
 
 SUMMARY_KEYS = {"rope", "variant", "compute_dtype", "seed", "params", "device", "train_time_s", "wall_time_s",
                 "val_loss", "val_acc", "val_ppl", "tokens_per_s", "mfu", "git_commit", "code_fingerprint", "status",
-                "step"}
+                "step", "torch_threads"}
 
 
 def test_cli_run_writes_every_output(tmp_path):
@@ -34,6 +34,7 @@ def test_cli_run_writes_every_output(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
     assert summary["status"] == "completed" and summary["step"] == 4 and summary["rope"] == "torch"
+    assert isinstance(summary["torch_threads"], int) and summary["torch_threads"] >= 1
     for key in ("val_loss", "val_acc", "val_ppl", "train_time_s", "wall_time_s", "tokens_per_s"):
         assert math.isfinite(summary[key]), key
     assert summary["val_ppl"] == pytest.approx(math.exp(summary["val_loss"]), rel=1e-6)
