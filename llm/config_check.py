@@ -10,7 +10,11 @@ refuses a key no module would read (``+train.max_step=5``), against the keys the
 
 from __future__ import annotations
 
+import netrc
 import os
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from urllib.parse import urlsplit
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -21,7 +25,7 @@ from llm.data import check_data_config
 from llm.errors import ConfigError
 from llm.model import check_model_config, rope_cache_len
 from llm.optim import check_optim_config
-from llm.training.runtime import resolve_device
+from llm.training.runtime import check_peak_tflops, resolve_device
 from llm.training.trainer import check_train_config
 
 __all__ = ["ConfigError", "check_config_keys", "inert_rope_note", "validate_config"]
@@ -44,6 +48,12 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
     r = cfg.rope
     if r.name not in rope.available():
         raise ConfigError(f"rope.name={r.name!r} is not registered; allowed: {', '.join(rope.available())}")
+    given = r.get("max_seq_len")
+    # rope_cache_len reads a falsy value as "unset" (0 would silently become model.seq_len) and compares the rest
+    # with model.seq_len (a string fails there with a traceback): so only null or a positive integer gets that far.
+    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
+        raise ConfigError(f"rope.max_seq_len={given!r} must be a positive integer, at least "
+                          f"model.seq_len={cfg.model.seq_len} (the RoPE cache's rows), or null for model.seq_len")
     cache = rope_cache_len(cfg.model, r)
     if cache < cfg.model.seq_len:
         raise ConfigError(f"model.seq_len={cfg.model.seq_len} exceeds the RoPE cache rope.max_seq_len={cache}")
@@ -86,7 +96,12 @@ def _check_fused_loss(cfg: DictConfig, device: torch.device) -> None:
 
 def _check_cache_dir(cfg: DictConfig) -> None:
     """The tokenized-data cache must be a directory this process can create and write (it is built there)."""
-    path = os.path.expanduser(str(cfg.get("cache_dir") or "~/.cache/ropelab"))
+    value = cfg.get("cache_dir")
+    # The data cache takes cache_dir as given (null would build into a folder named "None"), so only a path passes.
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"cache_dir={value!r} must be a directory path; leave cache_dir out for the default "
+                          "($ROPELAB_CACHE, else ~/.cache/ropelab)")
+    path = os.path.expanduser(value)
     try:
         os.makedirs(path, exist_ok=True)
         writable = os.access(path, os.W_OK | os.X_OK)
@@ -97,14 +112,129 @@ def _check_cache_dir(cfg: DictConfig) -> None:
         raise ConfigError(f"cache_dir={path} is not writable; set cache_dir= or $ROPELAB_CACHE to a writable directory")
 
 
-#: wandb's run modes a config may name (``logger.wandb.mode``).
+#: wandb's run modes a config may name (``logger.wandb.mode``; its default is ``$WANDB_MODE``, else offline).
 WANDB_MODES = ("online", "offline", "disabled")
+#: wandb's older name for offline, still a value of ``WANDB_MODE`` that wandb itself accepts.
+WANDB_MODE_ALIASES = ("dryrun",)
+WANDB_MISSING = "logger=wandb needs the wandb package, which cannot be imported"
+
+
+def _optional_str(wcfg: Mapping, key: str, nonempty: bool = False) -> None:
+    """``logger.wandb.<key>`` as wandb.init takes it: a string (or null unless ``nonempty``), never a list."""
+    value = wcfg.get(key)
+    if value is None and not nonempty:
+        return
+    if not isinstance(value, str) or not value.strip():
+        allowed = "a non-empty string" if nonempty else "a non-empty string or null"
+        raise ConfigError(f"logger.wandb.{key}={value!r} must be {allowed}")
+
+
+def _check_wandb_fields(wcfg: Mapping) -> None:
+    """wandb.init validates these only after the data and the model are built (a traceback), and takes a string as
+    a list of one-letter tags: so their types are checked here."""
+    _optional_str(wcfg, "project", nonempty=True)
+    for key in ("entity", "group"):
+        _optional_str(wcfg, key)
+    tags = wcfg.get("tags")
+    if isinstance(tags, str):  # a string is refused, not taken as one tag: what was meant cannot be known
+        raise ConfigError(f"logger.wandb.tags={tags!r} must be a list of strings, e.g. logger.wandb.tags=[{tags}]")
+    if tags is not None and (not isinstance(tags, Sequence) or not all(isinstance(t, str) and t for t in tags)):
+        shown = list(tags) if isinstance(tags, Sequence) else tags
+        raise ConfigError(f"logger.wandb.tags={shown!r} must be a list of non-empty strings, e.g. "
+                          "logger.wandb.tags=[baseline]")
+
+
+def _import_wandb() -> ModuleType:
+    """wandb, imported up front: a missing or broken install (protobuf) fails here in one line, not after the data
+    and the model are built."""
+    try:
+        import wandb
+    except Exception as e:  # a broken install raises more than ImportError (protobuf's TypeError, for one)
+        why = str(e).splitlines()[0] if str(e) else ""
+        raise ConfigError(f"{WANDB_MISSING} ({type(e).__name__}{': ' + why if why else ''}); install it with "
+                          "`pip install wandb`, or run without a tracker with logger=none") from None
+    return wandb
+
+
+def _netrc_has_wandb_key() -> bool:
+    """A ``.netrc`` entry for the wandb server (``$WANDB_BASE_URL``, else api.wandb.ai), as ``wandb login`` writes
+    it: the fallback for a wandb release whose own reader has moved."""
+    path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    hosts = {urlsplit(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").netloc, "api.wandb.ai"}
+    try:
+        entries = netrc.netrc(path)
+    except (OSError, netrc.NetrcParseError):
+        return False
+    return any((entries.authenticators(h) or (None, None, None))[2] for h in hosts)
+
+
+def _wandb_key_configured() -> bool:
+    """Whether wandb.init would find an API key, looked up offline and without side effects.
+
+    wandb.login(prompt=False) answers False whenever $WANDB_MODE is offline (a command's explicit online mode
+    would be refused) and rewrites wandb's settings files; wandb.api.api_key is deprecated and prints so. So this
+    reads what wandb.init reads: WANDB_API_KEY, an identity token file, .netrc (wandb's own reader, which knows its
+    server's address), wandb's settings files."""
+    key = os.environ.get("WANDB_API_KEY")
+    try:
+        from wandb.sdk import wandb_setup
+        from wandb.sdk.lib.wbauth import check_api_key, read_netrc_auth
+    except ImportError:  # another wandb's layout
+        return bool(key or os.environ.get("WANDB_IDENTITY_TOKEN_FILE")) or _netrc_has_wandb_key()
+    if key:
+        problem = check_api_key(key)  # its format: wandb.init would refuse a malformed one with a traceback
+        if problem:
+            raise ValueError(f"WANDB_API_KEY invalid: {problem}")
+        return True
+    if os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    settings = wandb_setup.singleton().settings
+    return bool(read_netrc_auth(host=settings.base_url) or settings.api_key)
+
+
+def _check_wandb_login() -> None:
+    """Online mode needs an API key, and wandb finds none only at wandb.init, after the data and model work."""
+    try:
+        found = _wandb_key_configured()
+    except Exception as e:  # a malformed key in .netrc (AuthenticationError): wandb's own line names what is wrong
+        raise ConfigError(f"logger.wandb.mode=online: {str(e).splitlines()[0] if str(e) else type(e).__name__}; "
+                          "fix the key (`wandb login --relogin`), or use logger.wandb.mode=offline") from None
+    if not found:
+        raise ConfigError("logger.wandb.mode=online needs a wandb API key and none is configured: run `wandb login` "
+                          "or set WANDB_API_KEY, or use logger.wandb.mode=offline (`wandb sync` the run later)")
 
 
 def _check_logger(cfg: DictConfig) -> None:
-    mode = ((cfg.get("logger") or {}).get("wandb") or {}).get("mode", "offline")
-    if mode not in WANDB_MODES:
-        raise ConfigError(f"logger.wandb.mode={mode!r}; allowed: {', '.join(WANDB_MODES)}")
+    """The tracker's settings, typed as wandb.init takes them (it would refuse them after the data and model work)."""
+    logger = cfg.get("logger") or {}
+    wcfg = logger.get("wandb") or {}
+    mode = wcfg.get("mode", "offline")
+    if mode not in WANDB_MODES + WANDB_MODE_ALIASES:
+        env = os.environ.get("WANDB_MODE")
+        source = " (from $WANDB_MODE, its default)" if env is not None and env == mode else ""
+        raise ConfigError(f"logger.wandb.mode={mode!r}{source}; allowed: {', '.join(WANDB_MODES)} (or dryrun, "
+                          "wandb's old name for offline)")
+    if logger.get("name") == "wandb":
+        _check_wandb_fields(wcfg)
+
+
+def _check_tracker_ready(cfg: DictConfig) -> None:
+    """logger=wandb: wandb imports and, online, has an API key (last of the checks: importing wandb takes a second,
+    and a typo elsewhere is reported without waiting for it)."""
+    logger = cfg.get("logger") or {}
+    mode = (logger.get("wandb") or {}).get("mode", "offline")
+    if logger.get("name") != "wandb" or mode == "disabled":  # the tracker neither imports wandb nor logs in
+        return
+    _import_wandb()
+    if mode == "online":
+        _check_wandb_login()
+
+
+def _check_sweep_name(cfg: DictConfig) -> None:
+    """``sweep.name`` names the sweep's dir and a run's wandb group, which must be a string (a number reads as one)."""
+    name = (cfg.get("sweep") or {}).get("name", "default")
+    if isinstance(name, bool) or not isinstance(name, (str, int)) or str(name).strip() == "":
+        raise ConfigError(f"sweep.name={name!r} must be a non-empty name (a string)")
 
 
 def device_memory_bytes(device: torch.device) -> int:
@@ -144,7 +274,9 @@ def validate_config(cfg: DictConfig, world_size: int = 1) -> None:
     model_cfg = _as_config_error(check_model_config, cfg.model)
     _as_config_error(check_train_config, cfg.train, world_size, cfg.data)
     _check_fused_loss(cfg, device)
+    _as_config_error(check_peak_tflops, cfg.train.get("peak_tflops", "auto"))
     _check_cache_dir(cfg)
+    _check_sweep_name(cfg)
     _check_logger(cfg)
     per_gpu = (cfg.get("sweep") or {}).get("jobs_per_gpu", 1)  # read by hydra/launcher=gpus; refused alike here
     if isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1:
@@ -153,3 +285,4 @@ def validate_config(cfg: DictConfig, world_size: int = 1) -> None:
     _check_rope(cfg, model_cfg.head_dim, device)
     _as_config_error(check_data_config, cfg.data, cfg.tokenizer.name)
     _check_memory(cfg, model_cfg, device, world_size)
+    _check_tracker_ready(cfg)

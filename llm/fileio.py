@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -105,9 +106,30 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         f.write(text)
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """JSON through :func:`atomic_open` (non-JSON values as ``str``), so readers never see half a file."""
-    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
+def _no_nonfinite(value: float) -> None:
+    """null: the "no value" every reader already checks for."""
+    return None
+
+
+def json_safe(obj: Any, nonfinite: Callable[[float], Any] = _no_nonfinite) -> Any:
+    """``obj`` with every non-finite float (in dicts, lists and tuples, at any depth) replaced by ``nonfinite(v)``:
+    ``json.dumps`` would write it as ``NaN``/``Infinity``, which is not JSON (a browser's or jq's parser fails)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return nonfinite(obj)
+    if isinstance(obj, dict):
+        return {k: json_safe(v, nonfinite) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v, nonfinite) for v in obj]
+    return obj
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, nonfinite: Callable[[float], Any] = _no_nonfinite) -> None:
+    """JSON through :func:`atomic_open` (non-JSON values as ``str``), so readers never see half a file.
+
+    Non-finite floats become ``nonfinite(v)`` (default: null), so the file is valid JSON for any reader;
+    ``allow_nan=False`` makes a value this misses an error here, not an unreadable file."""
+    text = json.dumps(json_safe(obj, nonfinite), indent=2, default=str, allow_nan=False)
+    write_text_atomic(path, text + "\n")
 
 
 def read_jsonl(path: str | os.PathLike) -> tuple[list[dict], int]:

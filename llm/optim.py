@@ -9,7 +9,7 @@ Both are driven by the same warmup + cosine schedule (a multiplier on each group
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -25,9 +25,13 @@ def _bad_number(value: object, low: float, high: float = math.inf, low_inclusive
     return not (low <= value < high if low_inclusive else low < value < high)
 
 
+#: Muon's settings and the defaults :func:`build_optimizers` passes when a config leaves them out.
+MUON_DEFAULTS = {"momentum": 0.95, "nesterov": True, "ns_steps": 5}
+
+
 def check_optim_config(cfg: Mapping) -> None:
     """Validate an ``optim`` config group before any work: a NaN, negative or infinite rate fails here,
-    named, instead of as a non-finite loss many steps later."""
+    named, instead of as a non-finite loss many steps later (or torch's traceback once the model is built)."""
     name = cfg.get("name")
     if name not in OPTIMIZERS:
         raise ValueError(f"optim.name={name!r}; allowed: {', '.join(OPTIMIZERS)}")
@@ -38,8 +42,30 @@ def check_optim_config(cfg: Mapping) -> None:
         if key in cfg and _bad_number(cfg[key], 0.0, low_inclusive=True):
             raise ValueError(f"optim.{key}={cfg[key]!r} must be a finite number >= 0")
     betas = cfg.get("betas", (0.9, 0.95))
-    if len(betas) != 2 or any(_bad_number(b, 0.0, 1.0, low_inclusive=True) for b in betas):
-        raise ValueError(f"optim.betas={list(betas)!r} must be two numbers in [0, 1)")
+    # the length is asked of a list only: a bare number (optim.betas=0.9) has none, and its error named no key
+    if isinstance(betas, str) or not isinstance(betas, Sequence) or len(betas) != 2 or any(
+            _bad_number(b, 0.0, 1.0, low_inclusive=True) for b in betas):
+        shown = list(betas) if isinstance(betas, Sequence) and not isinstance(betas, str) else betas
+        raise ValueError(f"optim.betas={shown!r} must be a list of two numbers in [0, 1), e.g. optim.betas=[0.9,0.95]")
+    if _bad_number(cfg.get("eps", 1e-8), 0.0):
+        raise ValueError(f"optim.eps={cfg.get('eps')!r} must be a finite number > 0")
+    if name == "muon":
+        _check_muon(cfg)
+
+
+def _check_muon(cfg: Mapping) -> None:
+    """torch.optim.Muon checks only momentum >= 0, after the model is built: momentum 1 or more never forgets
+    (and diverges), ns_steps 0 skips the orthogonalization that makes it Muon, and any nesterov value counts as
+    true or false."""
+    momentum = cfg.get("momentum", MUON_DEFAULTS["momentum"])
+    if _bad_number(momentum, 0.0, 1.0, low_inclusive=True):
+        raise ValueError(f"optim.momentum={momentum!r} must be a number in [0, 1)")
+    steps = cfg.get("ns_steps", MUON_DEFAULTS["ns_steps"])
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"optim.ns_steps={steps!r} must be an integer >= 1 (Newton-Schulz iterations)")
+    nesterov = cfg.get("nesterov", MUON_DEFAULTS["nesterov"])
+    if not isinstance(nesterov, bool):
+        raise ValueError(f"optim.nesterov={nesterov!r} must be true or false")
 
 
 def lr_multiplier(step: int, max_steps: int, warmup_steps: int, min_lr_frac: float) -> float:
@@ -71,8 +97,8 @@ def build_optimizers(model: nn.Module, cfg: Mapping, device: torch.device) -> li
     muon = [p for n, p in params.items() if n.startswith("blocks.") and p.dim() == 2]
     muon_ids = {id(p) for p in muon}
     rest = [p for p in params.values() if id(p) not in muon_ids]
-    opt_muon = torch.optim.Muon(muon, lr=cfg["muon_lr"], weight_decay=wd, momentum=cfg.get("momentum", 0.95),
-                                nesterov=cfg.get("nesterov", True), ns_steps=cfg.get("ns_steps", 5))
+    opt_muon = torch.optim.Muon(muon, lr=cfg["muon_lr"], weight_decay=wd,
+                                **{k: cfg.get(k, default) for k, default in MUON_DEFAULTS.items()})
     opt_adamw = _adamw([{"params": rest, "weight_decay": cfg.get("adamw_weight_decay", 0.0)}], cfg,
                        cfg["adamw_lr"], device)
     return [opt_muon, opt_adamw]

@@ -83,23 +83,36 @@ class MetricsWriter:
 
 
 class Tracker:
-    """wandb run for one training run (a no-op when ``logger=none`` or mode=disabled)."""
+    """wandb run for one training run (a no-op when ``logger=none`` or mode=disabled).
+
+    The mode is ``logger.wandb.mode``, whose default (conf/logger/wandb.yaml) is ``$WANDB_MODE``, else offline:
+    wandb's own switch is honoured, and a mode named on the command line wins over it. The mode used is logged.
+    """
 
     def __init__(self, logger_cfg: Mapping, run_dir: Path, name: str, group: str, config: dict,
                  resume_id: str | None = None) -> None:
         self.run = None
         wcfg = logger_cfg.get("wandb") if logger_cfg.get("name") == "wandb" else None
-        if not wcfg or wcfg.get("mode") == "disabled":
+        if not wcfg:
+            return
+        mode = wcfg.get("mode", "offline")
+        env = os.environ.get("WANDB_MODE")
+        over = f", not $WANDB_MODE={env}" if env else ""
+        source = "from $WANDB_MODE" if env == mode else f"logger.wandb.mode{over}"
+        if mode == "disabled":
+            log.info(f"wandb: disabled ({source}), nothing is logged to wandb")
             return
         import wandb
 
         os.environ.setdefault("WANDB_SILENT", "true")
+        group = str(wcfg.get("group") or group)  # sweep.name may be a number; wandb takes a string only
         self.run = wandb.init(
-            project=wcfg.get("project", "ropelab"), entity=wcfg.get("entity"), group=wcfg.get("group") or group,
-            name=name, config=config, dir=str(run_dir), mode=wcfg.get("mode", "offline"),
+            project=wcfg.get("project", "ropelab"), entity=wcfg.get("entity"), group=group, name=name, config=config,
+            dir=str(run_dir), mode=mode,
             tags=list(wcfg.get("tags") or []), id=resume_id, resume="allow" if resume_id else None,
             settings=wandb.Settings(console="off"),
         )
+        log.info(f"wandb: {mode} mode ({source}), project {wcfg.get('project', 'ropelab')}, group {group}")
 
     @property
     def run_id(self) -> str | None:
@@ -171,7 +184,8 @@ class RunOutputs:
     def finish(self, summary: dict, exit_code: int) -> None:
         """Write ``summary.json`` and close everything; a full disk is logged, not raised (metrics stay)."""
         try:
-            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
+            # non-finite values as metrics.jsonl writes them ("nan"): valid JSON, and the report reads them back
+            write_json_atomic(self.run_dir / SUMMARY_FILE, summary, nonfinite=_clean)
         except DiskFullError as e:
             log.error(f"{e}; summary.json not updated (metrics.jsonl holds every measured line)")
         self.tracker.summary({k: v for k, v in summary.items() if v is not None})

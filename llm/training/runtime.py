@@ -7,10 +7,12 @@ Keeping them together, each set explicitly for every run, is what stops one job 
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import signal
 import socket
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
@@ -89,9 +91,25 @@ def autocast_context(dtype_setting: str, device: torch.device) -> AbstractContex
     return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
 
 
+#: The ``train.peak_tflops`` values that mean "look the peak up from the GPU's name".
+PEAK_LOOKUP = (None, "auto")
+
+
+def check_peak_tflops(setting: object) -> None:
+    """Refuse a ``train.peak_tflops`` that is neither a positive number nor auto/null: :func:`peak_tflops` reads it
+    only after the data and the model are built (a traceback), and a negative or zero peak gives a wrong MFU."""
+    if setting in PEAK_LOOKUP:
+        return
+    number = not isinstance(setting, bool) and isinstance(setting, (int, float))
+    if not number or not math.isfinite(setting) or setting <= 0:
+        shown = list(setting) if isinstance(setting, Sequence) and not isinstance(setting, str) else setting
+        raise ConfigError(f"train.peak_tflops={shown!r} must be a positive number (the device's dense bf16 "
+                          "TFLOP/s) or auto (looked up from the GPU's name)")
+
+
 def peak_tflops(setting: str | float | None, device: torch.device) -> float | None:
     """The dense bf16 peak MFU is measured against: ``train.peak_tflops``, or looked up from the GPU name."""
-    if setting not in (None, "auto"):
+    if setting not in PEAK_LOOKUP:
         return float(setting)
     if device.type != "cuda":
         return None

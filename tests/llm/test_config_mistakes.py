@@ -175,3 +175,164 @@ def test_an_output_dir_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, monk
     code, err = run_main(monkeypatch, capsys, [*(["-m", "seed=0,1"] if multirun else []), f"{key}={blocker / 'x'}"])
     assert code == 2 and err == [f"Error: {key}={blocker / 'x'}: cannot create it (Not a directory); choose a "
                                  "writable directory"], err
+
+
+#: What ``+rope.max_seq_len=<bad>`` is told (SMALL's model.seq_len is 32).
+MAX_SEQ_LEN = "must be a positive integer, at least model.seq_len=32 (the RoPE cache's rows), or null for model.seq_len"
+PEAK = "must be a positive number (the device's dense bf16 TFLOP/s) or auto (looked up from the GPU's name)"
+BETAS = "must be a list of two numbers in [0, 1), e.g. optim.betas=[0.9,0.95]"
+
+
+@pytest.mark.parametrize("args,line", [
+    # rope.max_seq_len: a string was a TypeError traceback, 0 silently meant model.seq_len
+    (["+rope.max_seq_len=abc"], f"rope.max_seq_len='abc' {MAX_SEQ_LEN}"),
+    (["+rope.max_seq_len=0"], f"rope.max_seq_len=0 {MAX_SEQ_LEN}"),
+    (["+rope.max_seq_len=-4"], f"rope.max_seq_len=-4 {MAX_SEQ_LEN}"),
+    (["+rope.max_seq_len=2.5"], f"rope.max_seq_len=2.5 {MAX_SEQ_LEN}"),
+    (["+rope.max_seq_len=true"], f"rope.max_seq_len=True {MAX_SEQ_LEN}"),
+    # train.peak_tflops: read only once the model is built (a traceback), a negative one a negative MFU
+    (["train.peak_tflops=abc"], f"train.peak_tflops='abc' {PEAK}"),
+    (["train.peak_tflops=[1]"], f"train.peak_tflops=[1] {PEAK}"),
+    (["train.peak_tflops=-5"], f"train.peak_tflops=-5 {PEAK}"),
+    (["train.peak_tflops=0"], f"train.peak_tflops=0 {PEAK}"),
+    (["train.peak_tflops=inf"], f"train.peak_tflops=inf {PEAK}"),
+    # the optimizers' settings torch checks only once the model is built, or not at all
+    (["optim.eps=-1"], "optim.eps=-1 must be a finite number > 0"),
+    (["optim.eps=abc"], "optim.eps='abc' must be a finite number > 0"),
+    (["optim=muon", "optim.eps=0"], "optim.eps=0 must be a finite number > 0"),
+    (["optim=muon", "optim.momentum=-1"], "optim.momentum=-1 must be a number in [0, 1)"),
+    (["optim=muon", "optim.momentum=1"], "optim.momentum=1 must be a number in [0, 1)"),
+    (["optim=muon", "optim.ns_steps=0"], "optim.ns_steps=0 must be an integer >= 1 (Newton-Schulz iterations)"),
+    (["optim=muon", "optim.ns_steps=2.5"], "optim.ns_steps=2.5 must be an integer >= 1"),
+    (["optim=muon", "optim.nesterov=maybe"], "optim.nesterov='maybe' must be true or false"),
+    (["optim.betas=0.9"], f"optim.betas=0.9 {BETAS}"),  # was "object of type 'float' has no len()", no key
+    (["optim.betas=[0.9]"], f"optim.betas=[0.9] {BETAS}"),
+    (["optim.betas=abc"], f"optim.betas='abc' {BETAS}"),
+    (["optim=muon", "optim.betas=[0.9,1.0]"], f"optim.betas=[0.9, 1.0] {BETAS}"),
+    # the tracker's settings: wandb.init refused them after the data and model work, and split a string into tags
+    (["logger=wandb", "logger.wandb.tags=baseline"], "logger.wandb.tags='baseline' must be a list of strings, e.g. "
+                                                     "logger.wandb.tags=[baseline]"),
+    (["logger=wandb", "logger.wandb.tags=[1]"], "logger.wandb.tags=[1] must be a list of non-empty strings"),
+    (["logger=wandb", "logger.wandb.project="], "logger.wandb.project='' must be a non-empty string"),
+    (["logger=wandb", "logger.wandb.project=null"], "logger.wandb.project=None must be a non-empty string"),
+    (["logger=wandb", "logger.wandb.group=[a,b]"], "logger.wandb.group=['a', 'b'] must be a non-empty string or "
+                                                   "null"),
+    (["logger=wandb", "logger.wandb.entity=[a]"], "logger.wandb.entity=['a'] must be a non-empty string or null"),
+    (["logger=wandb", "sweep.name=[x]"], "sweep.name=['x'] must be a non-empty name (a string)"),
+    # null would build the data cache into a folder named "None"
+    (["cache_dir=null"], "cache_dir=None must be a directory path; leave cache_dir out for the default "
+                         "($ROPELAB_CACHE, else ~/.cache/ropelab)"),
+    (["cache_dir="], "cache_dir='' must be a directory path"),
+])
+def test_a_bad_setting_is_one_line_and_exit_2_before_any_work(tmp_path, monkeypatch, capsys, args, line):
+    """Each was a traceback after the data and the model were built (walkthrough 71b, B1-B5, C2, C7, A4, A6), or
+    trained with a silently wrong setting: now one line naming the key and what is allowed, exit 2."""
+    import llm.training.run as run
+
+    def no_work(*a, **k):
+        raise AssertionError("the run started its work")
+
+    monkeypatch.setattr(run, "Trainer", no_work)  # the data and the model: a refusal comes before them
+    code, err = run_main(monkeypatch, capsys, [*args, f"hydra.run.dir={tmp_path / 'run'}"])
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"Error: {line}"), err
+
+
+@pytest.mark.parametrize("args", [
+    ["+rope.max_seq_len=null"], ["+rope.max_seq_len=64"], ["train.peak_tflops=auto"], ["train.peak_tflops=null"],
+    ["train.peak_tflops=312"], ["train.peak_tflops=0.5"], ["optim=muon", "optim.momentum=0", "optim.ns_steps=1",
+                                                          "optim.nesterov=false"],
+    ["optim.eps=1e-6"], ["logger=wandb", "logger.wandb.tags=[baseline,v2]", "logger.wandb.entity=me",
+                         "logger.wandb.group=g", "sweep.name=2024"],
+    ["logger=wandb", "logger.wandb.tags=null"], ["logger=wandb", "logger.wandb.mode=dryrun"],
+])
+def test_the_settings_next_to_those_refused_are_accepted(monkeypatch, args):
+    """The checks above refuse only what they must: the sentinels (null, auto), the bounds' allowed ends."""
+    from llm.config_check import validate_config
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    validate_config(compose_cfg(args))
+
+
+def _no_wandb_key(monkeypatch, tmp_path) -> None:
+    """A process in which wandb finds no API key: no WANDB_API_KEY, and a home without .netrc or wandb settings."""
+    for name in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "NETRC", "WANDB_CONFIG_DIR"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
+    monkeypatch.chdir(tmp_path)
+    from wandb.sdk import wandb_setup
+
+    monkeypatch.setattr(wandb_setup, "_singleton", None)  # wandb's settings read afresh, from this environment
+
+
+def test_wandb_online_without_an_api_key_is_refused_up_front(tmp_path, monkeypatch):
+    """It failed in wandb.init (``UsageError: No API key configured``), after the data and the model were built."""
+    from llm.config_check import validate_config
+
+    _no_wandb_key(monkeypatch, tmp_path)
+    online = ["logger=wandb", "logger.wandb.mode=online"]
+    with pytest.raises(ConfigError, match=r"^logger.wandb.mode=online needs a wandb API key and none is configured: "
+                                          r"run `wandb login` or set WANDB_API_KEY, or use logger.wandb.mode=offline"):
+        validate_config(compose_cfg(online))
+    monkeypatch.setenv("WANDB_API_KEY", "abc")  # malformed: wandb's own reason, in one line
+    with pytest.raises(ConfigError, match=r"^logger.wandb.mode=online: WANDB_API_KEY invalid: .*; fix the key") as e:
+        validate_config(compose_cfg(online))
+    assert "\n" not in str(e.value)
+    monkeypatch.delenv("WANDB_API_KEY")
+    validate_config(compose_cfg(["logger=wandb", "logger.wandb.mode=offline"]))  # offline needs no key
+
+
+@pytest.mark.parametrize("where", ["env", "netrc"])
+def test_wandb_online_with_an_api_key_is_accepted(tmp_path, monkeypatch, where):
+    """The key as ``wandb login`` leaves it (.netrc) or in the environment; WANDB_MODE=offline in the environment
+    does not hide it from a command that asks for online mode."""
+    from llm.config_check import validate_config
+
+    _no_wandb_key(monkeypatch, tmp_path)
+    if where == "env":
+        monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    else:
+        (tmp_path / ".netrc").write_text(f"machine api.wandb.ai\n  login user\n  password {'k' * 40}\n")
+        (tmp_path / ".netrc").chmod(0o600)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    validate_config(compose_cfg(["logger=wandb", "logger.wandb.mode=online"]))
+
+
+def test_a_wandb_that_cannot_be_imported_is_one_line_naming_the_fix(monkeypatch):
+    """It was a 51-line ImportError from the tracker, after the data and the model were built."""
+    from llm.config_check import validate_config
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    with pytest.raises(ConfigError, match=r"^logger=wandb needs the wandb package, which cannot be imported "
+                                          r"\((ModuleNotFound|Import)Error: .*\); install it with `pip install "
+                                          r"wandb`, or run without a tracker with logger=none$"):
+        validate_config(compose_cfg(["logger=wandb", "logger.wandb.mode=offline"]))
+    validate_config(compose_cfg(["logger=wandb", "logger.wandb.mode=disabled"]))  # imports nothing
+    validate_config(compose_cfg([]))  # SMALL's logger=none
+
+
+@pytest.mark.parametrize("env,args,mode", [
+    ("disabled", [], "disabled"),
+    ("offline", [], "offline"),
+    ("online", [], "online"),
+    (None, [], "offline"),
+    ("disabled", ["logger.wandb.mode=offline"], "offline"),  # the command line wins over the environment
+])
+def test_wandb_mode_in_the_environment_is_the_default_mode(monkeypatch, env, args, mode):
+    """WANDB_MODE=disabled (wandb's own switch) was ignored: the tracker passed the config's mode, always offline."""
+    if env is None:
+        monkeypatch.setenv("WANDB_MODE", "")
+        monkeypatch.delenv("WANDB_MODE")
+    else:
+        monkeypatch.setenv("WANDB_MODE", env)
+    assert compose_cfg(["logger=wandb", *args]).logger.wandb.mode == mode
+
+
+def test_a_bad_wandb_mode_from_the_environment_says_so(monkeypatch):
+    from llm.config_check import validate_config
+
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    with pytest.raises(ConfigError, match=r"^logger.wandb.mode='bogus' \(from \$WANDB_MODE, its default\); allowed: "
+                                          r"online, offline, disabled"):
+        validate_config(compose_cfg(["logger=wandb"]))

@@ -76,8 +76,11 @@ def check(cfg: Mapping) -> None:
     _load_args(hf_path)
     _revision(cfg)
     nonempty_str(cfg, "config_name", None, "dataset configuration name")
-    nonempty_str(cfg, "split", "train", "split name")
-    nonempty_str(cfg, "val_split", None, "split name")
+    split = nonempty_str(cfg, "split", "train", "split name")
+    val_split = nonempty_str(cfg, "val_split", None, "split name")
+    if val_split == split:  # the val loss would be a train loss, and nothing in the run would say so
+        raise DataError(f"data.val_split={val_split} is data.split: the model would be validated on its training "
+                        "documents; name another split, or data.val_split=null to hold out data.val_fraction of it")
     text_field(cfg)
     nonempty_str(cfg, "id_field", None)
     val_fraction(cfg)
@@ -92,11 +95,30 @@ def _unreachable(hf_path: str, exc: BaseException | None) -> NetworkUnavailableE
                                    "local data.hf_path")
 
 
-def _rows(ds: Any, field: str, id_field: str | None, max_docs: int | None) -> Iterator[dict]:
+def _not_text(field: str, hf_path: str, what: str) -> DataError:
+    return DataError(f"data.text_field={field}: column {field} of {hf_path} holds {what}, not strings (the "
+                     "documents' text); name the text column")
+
+
+def _rows(ds: Any, field: str, id_field: str | None, max_docs: int | None, hf_path: str) -> Iterator[dict]:
     for i, row in enumerate(ds):
         if max_docs is not None and i >= max_docs:
             return
-        yield {"text": row[field], "key": None if id_field is None else f"id:{row[id_field]}"}
+        text = row[field]
+        if text is not None and not isinstance(text, str):  # null reads as an empty document, as in Parquet
+            raise _not_text(field, hf_path, f"{type(text).__name__} values (row {i})")
+        yield {"text": text, "key": None if id_field is None else f"id:{row[id_field]}"}
+
+
+def _check_text_column(ds: Any, field: str, hf_path: str) -> None:
+    """The text column must hold strings: the tokenizer would fail on an int column with a traceback (the split's
+    ``text.encode``). Checked from the column's type where the dataset knows it, else row by row in :func:`_rows`."""
+    feature = (getattr(ds, "features", None) or {}).get(field)
+    if feature is None:
+        return
+    dtype = getattr(feature, "dtype", None)
+    if type(feature).__name__ != "Value" or dtype not in ("string", "large_string", "null"):  # null: empty docs
+        raise _not_text(field, hf_path, f"{dtype or type(feature).__name__} values")
 
 
 def _columns(ds: Any) -> list[str]:
@@ -139,9 +161,15 @@ def _one_split(hf_path: str, split: str, opts: dict, field: str, id_field: str |
     for key, name in (("text_field", field), ("id_field", id_field)):
         if name is not None and columns and name not in columns:
             raise DataError(f"data.{key}={name} is not a column of {hf_path} (columns: {', '.join(columns)})")
+    _check_text_column(ds, field, hf_path)
     if streaming:  # rows as they come, into an Arrow file under the build's scratch dir
-        out = datasets.Dataset.from_generator(partial(_rows, ds, field, id_field, max_docs),
-                                              cache_dir=str(scratch / "hf"))
+        try:
+            out = datasets.Dataset.from_generator(partial(_rows, ds, field, id_field, max_docs, hf_path),
+                                                  cache_dir=str(scratch / "hf"))
+        except datasets.exceptions.DatasetGenerationError as exc:  # it wraps _rows' own one-line refusal
+            if isinstance(exc.__cause__, DataError):
+                raise exc.__cause__ from None
+            raise
         keys = out["key"] if id_field is not None else None
         return out.select_columns(["text"]), keys
     if max_docs is not None and len(ds) > max_docs:

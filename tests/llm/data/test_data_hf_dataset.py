@@ -84,3 +84,33 @@ def test_bad_settings_are_named(tmp_path, dataset_dir, monkeypatch):
     with pytest.raises(NetworkUnavailableError, match="data.hf_path=someone/corpus .*unreachable"):
         prepare_data({"name": "hf_dataset", "hf_path": "someone/corpus", "revision": "abc123"}, "cl100k_base",
                      tmp_path / "d")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_text_column_that_holds_no_strings_is_named(tmp_path, streaming):
+    """An int column was a 61-line AttributeError from the split (``'int' object has no attribute 'encode'``):
+    one line naming data.text_field, as data=text_files says it."""
+    table = tmp_path / "numbers.parquet"
+    pq.write_table(pa.table({"n": list(range(40)), "story": TRAIN[:40]}), table)
+    with pytest.raises(DataError, match=rf"^data.text_field=n: column n of {table} holds int64 values, not strings "
+                                        r"\(the documents' text\); name the text column$"):
+        prepare_data({**_cfg(table), "text_field": "n", "streaming": streaming}, "cl100k_base", tmp_path / "c")
+
+
+def test_a_streamed_column_of_unknown_type_is_checked_row_by_row(tmp_path, monkeypatch):
+    """A streamed dataset need not know its columns' types: the rows are checked as they come."""
+    table = tmp_path / "numbers.parquet"
+    pq.write_table(pa.table({"n": list(range(40)), "story": TRAIN[:40]}), table)
+    monkeypatch.setattr(hf_dataset, "_check_text_column", lambda *a: None)  # as when the features are unknown
+    with pytest.raises(DataError, match=rf"^data.text_field=n: column n of {table} holds int values \(row 0\), not "
+                                        "strings"):
+        prepare_data({**_cfg(table), "text_field": "n", "streaming": True}, "cl100k_base", tmp_path / "c")
+
+
+def test_validating_on_the_training_split_is_refused(dataset_dir):
+    """data.val_split=train (data.split's default) made the val loss a train loss without a word."""
+    for cfg in (_cfg(dataset_dir, val_split="train"), _cfg(dataset_dir, split="validation", val_split="validation")):
+        with pytest.raises(DataError, match=r"^data.val_split=\w+ is data.split: the model would be validated on "
+                                            r"its training documents; name another split, or data.val_split=null"):
+            check_data_config(cfg, "cl100k_base")
+    check_data_config(_cfg(dataset_dir, val_split="validation"), "cl100k_base")
