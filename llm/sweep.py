@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: Jobs of the last sweep in this process that did not complete: (job dir, status, message).
 FAILED_JOBS: list[tuple[Path, str, str]] = []
+#: The signal that stopped the last sweep of parallel jobs in this process (its exit code: 128 + it), if any.
+STOPPED_BY: list[int] = []
 
 
 def continue_sweep_command(sweep_dir: Path, argv: Sequence[str] | None = None) -> str:
@@ -113,12 +115,14 @@ class StopParallelJobs(Callback):
     with a traceback; and a SIGTERM to the sweep's process alone left its workers training with no one to collect
     them. So the sweep's process takes both signals while its jobs run: the first one is sent on to every worker
     as SIGTERM (a job's own graceful stop; a Ctrl-C at the terminal reaches them too, and a second signal of
-    another kind does not abort them) and leaves :data:`STOP_FILE` in the sweep dir; a second Ctrl-C aborts at
-    once, as a second Ctrl-C does a single run."""
+    another kind does not abort them) and leaves :data:`STOP_FILE` in the sweep dir; a second Ctrl-C is sent on
+    as SIGINT, which aborts each running job at once as it aborts a single run (``status: aborted``, no
+    checkpoint of that step), and the sweep still ends with its comparison and continue command; only a third
+    stops waiting for the workers."""
 
     def __init__(self) -> None:
         self.sweep_dir: Path | None = None
-        self.stopping = False
+        self.stopping = self.aborting = False
         self.previous: dict[int, Any] = {}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -126,24 +130,37 @@ class StopParallelJobs(Callback):
         (self.sweep_dir / STOP_FILE).unlink(missing_ok=True)  # a stop of an earlier invocation: this one continues
         if OmegaConf.select(config, "hydra.launcher._target_") != JOBLIB_LAUNCHER:
             return  # jobs in this process: each job's own graceful stop, and the sweep ends with it
-        self.stopping = False
+        self.stopping = self.aborting = False
+        STOPPED_BY.clear()
         for signum in (signal.SIGINT, signal.SIGTERM):
             self.previous[signum] = signal.signal(signum, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.stopping and signum == signal.SIGINT:
-            self._restore()
-            raise KeyboardInterrupt
+            if self.aborting:  # a third Ctrl-C: stop waiting for the workers
+                self._restore()
+                raise KeyboardInterrupt
+            self.aborting = True
+            print("\nSIGINT received again: the running jobs abort without a checkpoint of their step (Ctrl-C once "
+                  "more stops waiting for them)", file=sys.stderr, flush=True)
+            self._signal_workers(signal.SIGINT)
+            return
         first = not self.stopping
         self.stopping = True
+        if first:
+            STOPPED_BY[:] = [signum]
         if first and self.sweep_dir is not None:
             self.sweep_dir.mkdir(parents=True, exist_ok=True)
             (self.sweep_dir / STOP_FILE).write_text(f"{signal.Signals(signum).name}\n")
             print(f"\n{signal.Signals(signum).name} received: the running jobs finish their step and checkpoint, the "
                   "others do not start (Ctrl-C again aborts at once)", file=sys.stderr, flush=True)
+        self._signal_workers(signal.SIGTERM)
+
+    @staticmethod
+    def _signal_workers(signum: int) -> None:
         for worker in multiprocessing.active_children():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.pid, signal.SIGTERM)
+                os.kill(worker.pid, signum)
 
     def _restore(self) -> None:
         for signum, handler in self.previous.items():

@@ -178,6 +178,8 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
                                command_record=record)
     except KeyboardInterrupt:  # the second Ctrl-C: at once, without a checkpoint or a traceback
         print(aborted_message(run_dir, hint), file=sys.stderr)
+        if multirun and multiprocessing.parent_process() is not None:
+            return None  # a launcher's worker: the sweep's process ends the sweep (llm.sweep.StopParallelJobs)
         if multirun:
             from llm.sweep import continue_sweep_message
 
@@ -228,7 +230,12 @@ def _quiet_non_main_rank(argv: list[str]) -> list[str]:
 
 if __name__ == "__main__":
     sys.argv = _quiet_non_main_rank(sys.argv)
-    run_entry(main)
-    from llm.sweep import FAILED_JOBS
+    try:
+        run_entry(main)
+    except KeyboardInterrupt:  # a third Ctrl-C on a sweep of parallel jobs: no traceback, the shell's code
+        print("Aborted: the sweep stopped waiting for its jobs; a job that had not recorded its end is listed as "
+              "crashed by the comparison", file=sys.stderr)
+        sys.exit(ABORTED)
+    from llm.sweep import FAILED_JOBS, STOPPED_BY
 
-    sys.exit(1 if FAILED_JOBS else 0)
+    sys.exit(128 + STOPPED_BY[0] if STOPPED_BY else 1 if FAILED_JOBS else 0)

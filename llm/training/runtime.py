@@ -136,10 +136,14 @@ class GracefulStop:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.aborting = False
         self._old: dict = {}
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None and signum == signal.SIGINT:
+            if self.aborting:  # a sweep's job gets a Ctrl-C from the terminal and from its sweep: abort once
+                return
+            self.aborting = True
             raise KeyboardInterrupt
         self.signum = signum
         tqdm.write(f"\n{signal.Signals(signum).name} received: finishing this step, then checkpointing "

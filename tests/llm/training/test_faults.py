@@ -379,6 +379,28 @@ def test_redirected_log_gets_one_progress_line_per_interval(tmp_path, capsys):
     assert "\r" not in text, "no carriage-return progress updates in a file"
     progress = [ln for ln in text.splitlines() if "tok/s" in ln and "eta" in ln]
     assert len(progress) == 2, progress  # steps 2 and 4
+    assert all(" - step " in ln for ln in progress), progress  # a single run's lines name no job
+
+
+def test_an_eval_smaller_than_asked_says_so_once(tmp_path, capsys):
+    """A val split holding fewer windows than train.eval_batches x train.batch_size: the eval uses what there is and
+    the log says how much, once (only val_tokens showed it)."""
+    code = run_command_inprocess(["train.max_steps=4", "train.eval_every=2", "train.eval_batches=1000",
+                                  f"hydra.run.dir={tmp_path / 'run'}"], multirun=False)
+    text = "".join(capsys.readouterr())
+    assert code == 0, text[-2000:]
+    assert text.count(" asked (train.eval_batches x train.batch_size): the val split holds no more") == 1, text
+
+
+def test_a_sweep_jobs_progress_lines_name_the_job(tmp_path, capsys):
+    """Jobs side by side share one console: each progress line starts with its job's name."""
+    sweep = tmp_path / "sweep"
+    code = run_command_inprocess(["rope=torch,none", "train.max_steps=2", "train.log_every=2", "train.eval_every=2",
+                                  f"hydra.sweep.dir={sweep}"])
+    text = "".join(capsys.readouterr())
+    assert code == 0, text[-2000:]
+    progress = [ln for ln in text.splitlines() if "tok/s" in ln and "eta" in ln]
+    assert [ln.split(" - ", 1)[1].split(":")[0] for ln in progress] == ["0_torch_s0", "1_none_s0"], progress
 
 
 def test_a_val_stream_shorter_than_a_window_stops_before_the_model_is_built(tmp_path, monkeypatch):
@@ -461,7 +483,7 @@ def test_sigterm_stops_a_sweep_of_parallel_jobs_as_it_stops_a_run(tmp_path):
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=120)[0].decode()
-    assert proc.returncode == 1, out[-3000:]
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]  # a signalled sweep ends as a signalled run does
     for job in ("0_torch_s0", "1_torch_s1"):
         summary = _summary(sweep / job)
         assert summary["status"] == "interrupted" and "(SIGTERM); checkpoint saved" in summary["message"], summary
@@ -472,6 +494,31 @@ def test_sigterm_stops_a_sweep_of_parallel_jobs_as_it_stops_a_run(tmp_path):
     while time.time() < deadline and _group_alive(proc.pid):
         time.sleep(0.1)
     assert not _group_alive(proc.pid)
+
+
+def test_a_second_ctrl_c_aborts_a_sweep_of_parallel_jobs_as_it_aborts_a_run(tmp_path):
+    """Two Ctrl-Cs at the terminal (SIGINT to the whole process group, twice) on hydra/launcher=gpus: the running
+    jobs abort at once and record it (status aborted), the waiting one does not start, and the sweep ends with its
+    continue command and exit code 130, without a traceback. (The second Ctrl-C raised out of the launcher's wait
+    with 17 frames of traceback, and the jobs were torn down without a summary.)"""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "llm.train", "-m", *SMALL, "train.max_steps=100000",
+                             "train.log_every=1", "seed=0,1,2", "hydra/launcher=gpus", "sweep.jobs_per_gpu=2",
+                             f"hydra.sweep.dir={sweep}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    running = [sweep / "0_torch_s0" / "metrics.jsonl", sweep / "1_torch_s1" / "metrics.jsonl"]
+    deadline = time.time() + 300
+    while time.time() < deadline and not all(m.is_file() and m.read_text().count("\n") >= 2 for m in running):
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)
+    out = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 130 and "Traceback" not in out, out[-3000:]
+    for job in ("0_torch_s0", "1_torch_s1"):
+        assert _summary(sweep / job)["status"] in ("aborted", "interrupted"), _summary(sweep / job)
+    assert _summary(sweep / "2_torch_s2")["message"].startswith("not started: the sweep was stopped")
+    assert "Continue the sweep with:" in out
 
 
 def _group_alive(pgid: int) -> bool:
