@@ -149,7 +149,9 @@ def closest(key: str, candidates: Iterable[str]) -> str | None:
         found = difflib.get_close_matches(key, pool, n=1, cutoff=0.75)
         if found:
             return found[0]
-    return None
+    leaf = key.rsplit(".", 1)[-1]  # a known key under another parent: train.seed for the top-level seed
+    elsewhere = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf]
+    return elsewhere[0] if len(elsewhere) == 1 else None
 
 
 @cache
