@@ -2,8 +2,9 @@
 
 Why by identity: a document goes to val when a stable hash of its identity (a file's relative path, a row's
 id, else its text) falls below ``data.val_fraction``. So membership does not depend on file order, on the
-``max_files``/``max_docs`` caps, or on the machine: a bigger corpus keeps the val documents of a smaller one,
-and no document is ever in both splits.
+``max_files``/``max_docs`` caps, or on the machine: before the cap below, a bigger corpus keeps the val documents
+of a smaller one (the cap may then move one to train), and no document is ever in both splits (a text repeated
+under another identity is, unless the source reads each text once: :func:`drop_repeated`).
 
 Why a cap: a val split is only a sample of the corpus when no document dominates it. The standard library's
 split by path put one English-prose file (``pydoc_data/topics.py``) at more than half of its val tokens, so
