@@ -6,9 +6,10 @@
 
 Each document becomes ``OUT_DIR/<package>/<path>.txt`` and ``OUT_DIR/manifest.json`` pins the corpus (each
 package and version read, each file's sha256, one fingerprint): train on it with ``data=text_files
-data.path=OUT_DIR``. ``data=code_corpus`` builds the same corpus straight into the token cache with no
-directory to prepare; this script is for reading the documents, or carrying them to a machine that lacks
-the packages. What is read and skipped: ``llm/data/sources/code_corpus.py``.
+data.path=OUT_DIR``. ``data=code_corpus`` builds the same documents straight into the token cache with no
+directory to prepare, but its val split differs (a document's identity there is ``<package>/<path>``, here its
+file's path); this script is for reading the documents, or carrying them to a machine that lacks the packages.
+What is read and skipped: ``llm/data/sources/code_corpus.py``.
 """
 
 from __future__ import annotations
