@@ -11,7 +11,8 @@ good ones) are still refused one by one, while the others run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -123,3 +124,21 @@ def continuation_change(config: DictConfig, earlier: DictConfig) -> str | None:
     if now == before:
         return None
     return "order" if sorted(map(sorted, now)) == sorted(map(sorted, before)) else "jobs"
+
+
+def swept_values(job: Sequence[str], sweep_dir: Path) -> str:
+    """This job's values of the keys its sweep varies, but rope and seed (a run's name says them already), e.g.
+    ``optim.lr=0.003``: a sweep over a learning rate would otherwise name every wandb run alike. Read from the
+    sweep dir's ``multirun.yaml`` (empty where it cannot be read)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        hydra = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml"), resolve=False).get("hydra") or {}
+        params = (hydra.get("sweeper") or {}).get("params") or {}
+        arguments = [f"{k}={v}" for k, v in params.items()] + list((hydra.get("overrides") or {}).get("task") or [])
+        swept = {o.key_or_group for o in OverridesParser.create().parse_overrides(arguments) if o.is_sweep_override()}
+    except Exception as e:  # noqa: BLE001 - a name without them, as before
+        log.debug("the sweep's varied keys could not be read: %s", e)
+        return ""
+    swept -= {"rope", "seed"}
+    return " ".join(o for o in job if o.lstrip("+~").split("=", 1)[0] in swept)

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from llm.config_check import check_config_keys, inert_rope_note, validate_config
 from llm.errors import ConfigError, RunDirInUseError, UserError
 from llm.fileio import DiskFullError, write_json_atomic
+from llm.sweep_jobs import swept_values
 from llm.training.checkpoint import find_resume_checkpoint
 from llm.training.distributed import cleanup, init_distributed
 from llm.training.init_from import apply_init_from, check_init_from, default_original_length
@@ -142,7 +143,8 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
                 record_command(run_dir, command_record, first=resume is None)
         init = source.load() if source is not None else None  # a damaged checkpoint fails before any work
         trainer = Trainer(cfg, run_dir, dist_info, resume=resume, group=group, resume_hint=resume_hint,
-                          job=run_dir.name if sweep_job else "")
+                          job=run_dir.name if sweep_job else "",
+                          swept=swept_values(overrides, run_dir.parent) if sweep_job else "")
         if init is not None:
             apply_init_from(trainer.model, *init)
             if dist_info.is_main:

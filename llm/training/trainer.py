@@ -186,9 +186,10 @@ class Trainer:
     """One training run of ``cfg`` in ``run_dir`` (rank ``dist_info.rank`` of ``world_size``)."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, dist_info: DistInfo, *, resume: tuple[Path, dict] | None = None,
-                 group: str = "single", resume_hint: str = "", job: str = "") -> None:
+                 group: str = "single", resume_hint: str = "", job: str = "", swept: str = "") -> None:
         self.cfg, self.tc, self.run_dir, self.dist = cfg, cfg.train, run_dir, dist_info
         self.job = job  # a sweep job's name, for its progress lines
+        self.swept = swept  # a sweep job's values of the keys its sweep varies (optim.lr=0.003), for its run's name
         self.ckpt_dir = run_dir / "checkpoints"
         self.resume_hint = resume_hint
         self.group = group  # the tracker group, saved with each checkpoint for a resume to keep
@@ -276,7 +277,8 @@ class Trainer:
         if not self.dist.is_main:
             return NullOutputs()
         clean_checkpoint_dir(self.ckpt_dir)
-        tracker = Tracker(self.cfg.logger, self.run_dir, name=f"{run_label(self.cfg)} s{self.cfg.seed}", group=group,
+        name = " ".join(filter(None, (f"{run_label(self.cfg)} s{self.cfg.seed}", self.swept)))
+        tracker = Tracker(self.cfg.logger, self.run_dir, name=name, group=group,
                           config=OmegaConf.to_container(self.cfg, resolve=True), resume_id=tracker_id)
         return RunOutputs(self.run_dir, tracker)
 

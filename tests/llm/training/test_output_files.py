@@ -71,3 +71,23 @@ def test_an_offline_tracker_run_takes_a_numeric_group_and_logs_its_mode(tmp_path
     finally:
         tracker.finish()
     assert "wandb: offline mode (from $WANDB_MODE), project p, group 2024" in [r.getMessage() for r in caplog.records]
+
+
+def test_a_sweep_over_other_keys_names_each_run_by_its_values(tmp_path, monkeypatch):
+    """optim.lr=0.001,0.003: each job's tracker run is named with its learning rate (the two were named alike);
+    rope and seed, which the name says already, are not repeated."""
+    import llm.training.trainer as trainer_module
+    from tests.helpers import run_command_inprocess
+
+    names = []
+    real = trainer_module.Tracker
+
+    def recording(*args, **kwargs):
+        names.append(kwargs["name"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "Tracker", recording)
+    sweep = tmp_path / "sweep"
+    assert run_command_inprocess(["optim.lr=0.001,0.003", "seed=1,2", "train.max_steps=1", "train.eval_every=1",
+                                  f"hydra.sweep.dir={sweep}"]) == 0
+    assert names == [f"torch (partial, float32) s{s} optim.lr={lr}" for lr in ("0.001", "0.003") for s in (1, 2)]
