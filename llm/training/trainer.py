@@ -416,6 +416,8 @@ class Trainer:
         rec = {"kind": "train", "step": self.step, "loss": result.loss, "lr": self.optimizers[0].param_groups[0]["lr"],
                "grad_norm": result.grad_norm, "train_time_s": self.totals.train_time_s,
                "wall_time_s": self.wall_time(), "tokens": self.step * self.tokens_per_step, "tokens_per_s": tok_s}
+        for opt in self.optimizers[1:]:  # muon's AdamW for the embeddings and head: its own learning rate
+            rec[f"lr_{type(opt).__name__.lower()}"] = opt.param_groups[0]["lr"]
         if self.peak:
             rec["mfu"] = self.mfu(tok_s)
         self.outputs.log_train(rec)

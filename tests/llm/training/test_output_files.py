@@ -91,3 +91,14 @@ def test_a_sweep_over_other_keys_names_each_run_by_its_values(tmp_path, monkeypa
     assert run_command_inprocess(["optim.lr=0.001,0.003", "seed=1,2", "train.max_steps=1", "train.eval_every=1",
                                   f"hydra.sweep.dir={sweep}"]) == 0
     assert names == [f"torch (partial, float32) s{s} optim.lr={lr}" for lr in ("0.001", "0.003") for s in (1, 2)]
+
+
+def test_muons_adamw_learning_rate_is_logged_beside_muons(tmp_path):
+    """optim=muon trains the block matrices with Muon and the rest with AdamW: each train line logs both rates (only
+    Muon's was, so AdamW's schedule could not be read from the metrics)."""
+    from tests.helpers import run_inprocess
+
+    run_inprocess(tmp_path, ["optim=muon", "train.max_steps=2", "train.log_every=1", "train.eval_every=2"])
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in lines if r["kind"] == "train"]
+    assert train and all(r["lr"] > 0 and r["lr_adamw"] > 0 and r["lr"] != r["lr_adamw"] for r in train), train
