@@ -71,6 +71,8 @@ def _failed_start(cfg: DictConfig, run_dir: Path, exc: Exception, lock: RunDirLo
     if not sweep_job:
         if user:
             lock.discard_if_unused()  # a new dir of this run, with nothing of its own in it
+        elif never_trained(run_dir):  # a crash before the first step: the dir says so (a report lists it as failed)
+            record_failed_start(cfg, run_dir, "failed", f"{type(exc).__name__}: {one_line(exc)}")
         return
     if never_trained(run_dir):  # the job's own dir, no run in it: its summary says why it did not start
         message = one_line(exc) if user else f"{type(exc).__name__}: {one_line(exc)}"

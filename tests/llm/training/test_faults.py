@@ -369,6 +369,22 @@ def test_nonfinite_stop_before_any_checkpoint_names_no_missing_dir(tmp_path, mon
     assert not (tmp_path / "checkpoints").exists()
 
 
+def test_a_single_run_that_crashes_before_its_first_step_records_it(tmp_path, monkeypatch):
+    """A crash while the model is built (a bug, not a user error: its traceback is kept) leaves the run dir with a
+    summary saying so, as a sweep job's does, so a report lists it as failed with the reason, not as a dir that
+    died without a word."""
+    from llm.training import trainer
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("model build broke")
+
+    monkeypatch.setattr(trainer, "build_model", broken)
+    with pytest.raises(RuntimeError, match="model build broke"):
+        run_inprocess(tmp_path, STEPS)
+    summary = _summary(tmp_path)
+    assert summary["status"] == "failed" and summary["message"] == "RuntimeError: model build broke", summary
+
+
 def test_redirected_log_gets_one_progress_line_per_interval(tmp_path, capsys):
     """The command through the entry point in this process, its output captured (no terminal, as in a log file)."""
     assert not sys.stderr.isatty() and not sys.stdout.isatty()
