@@ -483,12 +483,9 @@ def test_a_sweep_continued_with_other_jobs_is_refused_before_any(tmp_path, capsy
     assert sorted(p.name for p in sweep.iterdir()) == before and (sweep / "multirun.yaml").read_text() == saved
 
 
-def test_sigterm_stops_a_sweep_of_parallel_jobs_as_it_stops_a_run(tmp_path):
-    """hydra/launcher=gpus, two jobs at once (the CPU is one device of two slots) and a third waiting: a SIGTERM to
-    the sweep's process alone reaches the workers, each running job checkpoints and records itself interrupted,
-    the waiting one does not start, and the sweep ends with its continue command. (The launcher's own handling
-    killed the workers mid-step, with a traceback; a SIGTERM left them training, orphaned.)"""
-    sweep = tmp_path / "sweep"
+def _parallel_sweep_training(sweep) -> subprocess.Popen:
+    """A sweep of three long jobs on hydra/launcher=gpus (the CPU one device of two slots), in a session of its
+    own, returned once its first two jobs have each logged two lines."""
     proc = subprocess.Popen([sys.executable, "-m", "llm.train", "-m", *SMALL, "train.max_steps=100000",
                              "train.log_every=1", "seed=0,1,2", "hydra/launcher=gpus", "sweep.jobs_per_gpu=2",
                              f"hydra.sweep.dir={sweep}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -497,6 +494,16 @@ def test_sigterm_stops_a_sweep_of_parallel_jobs_as_it_stops_a_run(tmp_path):
     deadline = time.time() + 300
     while time.time() < deadline and not all(m.is_file() and m.read_text().count("\n") >= 2 for m in running):
         time.sleep(0.1)
+    return proc
+
+
+def test_sigterm_stops_a_sweep_of_parallel_jobs_as_it_stops_a_run(tmp_path):
+    """hydra/launcher=gpus, two jobs at once (the CPU is one device of two slots) and a third waiting: a SIGTERM to
+    the sweep's process alone reaches the workers, each running job checkpoints and records itself interrupted,
+    the waiting one does not start, and the sweep ends with its continue command. (The launcher's own handling
+    killed the workers mid-step, with a traceback; a SIGTERM left them training, orphaned.)"""
+    sweep = tmp_path / "sweep"
+    proc = _parallel_sweep_training(sweep)
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=120)[0].decode()
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]  # a signalled sweep ends as a signalled run does
@@ -518,14 +525,7 @@ def test_a_second_ctrl_c_aborts_a_sweep_of_parallel_jobs_as_it_aborts_a_run(tmp_
     continue command and exit code 130, without a traceback. (The second Ctrl-C raised out of the launcher's wait
     with 17 frames of traceback, and the jobs were torn down without a summary.)"""
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen([sys.executable, "-m", "llm.train", "-m", *SMALL, "train.max_steps=100000",
-                             "train.log_every=1", "seed=0,1,2", "hydra/launcher=gpus", "sweep.jobs_per_gpu=2",
-                             f"hydra.sweep.dir={sweep}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    running = [sweep / "0_torch_s0" / "metrics.jsonl", sweep / "1_torch_s1" / "metrics.jsonl"]
-    deadline = time.time() + 300
-    while time.time() < deadline and not all(m.is_file() and m.read_text().count("\n") >= 2 for m in running):
-        time.sleep(0.1)
+    proc = _parallel_sweep_training(sweep)
     os.killpg(proc.pid, signal.SIGINT)
     time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGINT)
