@@ -11,8 +11,9 @@ good ones) are still refused one by one, while the others run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -29,19 +30,35 @@ LOCAL_LAUNCHERS = ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", 
 PER_INVOCATION_ARGS = ("hydra.sweep.dir=", "train.resume=", "train.stop_at_step=")
 
 
-def job_overrides(config: DictConfig) -> Iterator[list[str]]:
-    """Each job's overrides in launch order, as Hydra's basic sweeper expands them: the sweeper's ``params`` (an
-    experiment's sweep) first, then the command's own overrides, every sweep (``seed=0,1``) crossed with the rest."""
+def sweep_arguments(hydra: Mapping) -> list[str]:
+    """The arguments a sweep expands, from its ``hydra`` config (a DictConfig, or a saved ``multirun.yaml``'s as a
+    dict): the sweeper's ``params`` (an experiment's sweep) first, then the command's own overrides."""
+    sweeper, overrides = hydra.get("sweeper") or {}, hydra.get("overrides") or {}
+    params = sweeper.get("params") or {}
+    return [f"{key}={value}" for key, value in params.items()] + list(overrides.get("task") or [])
+
+
+def expand(arguments: Sequence[str], config_loader: Any = None) -> list[list[str]]:
+    """Each job's overrides in launch order, as Hydra's basic sweeper expands ``arguments``: every sweep
+    (``seed=0,1``) crossed with the rest (``config_loader``: what a ``glob()`` sweep needs)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
-    arguments = [f"{key}={value}" for key, value in params.items()]
-    arguments += list(OmegaConf.select(config, "hydra.overrides.task") or [])
-    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())  # glob() needs it
-    for batch in BasicSweeper.split_arguments(parser.parse_overrides(arguments), None):
-        yield from batch
+    parsed = OverridesParser.create(config_loader=config_loader).parse_overrides(list(arguments))
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def saved_sweep(sweep_dir: Path) -> dict:
+    """The ``hydra`` section of the sweep dir's ``multirun.yaml`` as saved (interpolations unresolved: a job's dir
+    name refers to ``hydra.job.num``); raises OSError where there is none."""
+    return OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml"), resolve=False).get("hydra") or {}
+
+
+def job_overrides(config: DictConfig) -> Iterator[list[str]]:
+    """Each job's overrides in launch order, as Hydra's basic sweeper expands them (:func:`expand`)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    yield from expand(sweep_arguments(config.hydra), GlobalHydra.instance().config_loader())
 
 
 def every_job_refused(config: DictConfig) -> str | None:
@@ -133,9 +150,7 @@ def swept_values(job: Sequence[str], sweep_dir: Path) -> str:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
-        hydra = OmegaConf.to_container(OmegaConf.load(sweep_dir / "multirun.yaml"), resolve=False).get("hydra") or {}
-        params = (hydra.get("sweeper") or {}).get("params") or {}
-        arguments = [f"{k}={v}" for k, v in params.items()] + list((hydra.get("overrides") or {}).get("task") or [])
+        arguments = sweep_arguments(saved_sweep(sweep_dir))
         swept = {o.key_or_group for o in OverridesParser.create().parse_overrides(arguments) if o.is_sweep_override()}
     except Exception as e:  # noqa: BLE001 - a name without them, as before
         log.debug("the sweep's varied keys could not be read: %s", e)

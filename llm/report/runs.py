@@ -328,26 +328,18 @@ def never_started(sweep_dir: Path) -> list[Run]:
     :data:`NOT_STARTED` runs: a sweep killed midway leaves no trace of the jobs it had not reached, and a report
     over what is there would silently cover a subset. Only for Hydra's basic sweeper and numbered job dirs, whose
     expansion is known here; nothing where ``multirun.yaml`` cannot be read or expanded."""
-    saved = sweep_dir / "multirun.yaml"
-    if not saved.is_file():
+    from llm.sweep_jobs import BASIC_SWEEPER, expand, saved_sweep, sweep_arguments
+
+    if not (sweep_dir / "multirun.yaml").is_file():
         return []
     try:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-        from omegaconf import OmegaConf
-
-        from llm.sweep_jobs import BASIC_SWEEPER
-
-        hydra = OmegaConf.to_container(OmegaConf.load(saved), resolve=False).get("hydra") or {}  # as saved
+        hydra = saved_sweep(sweep_dir)
         numbered = str((hydra.get("sweep") or {}).get("subdir") or "").startswith(NUMBERED_SUBDIR)
         if not numbered or (hydra.get("sweeper") or {}).get("_target_") != BASIC_SWEEPER:
             return []
-        params = (hydra.get("sweeper") or {}).get("params") or {}
-        arguments = [f"{k}={v}" for k, v in params.items()] + list((hydra.get("overrides") or {}).get("task") or [])
-        jobs = [job for batch in BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(arguments), None)
-                for job in batch]
+        jobs = expand(sweep_arguments(hydra))
     except Exception as e:  # noqa: BLE001 - an old or hand-made multirun.yaml: the report covers what is there
-        log.debug("%s: the sweep's jobs could not be listed: %s", saved, e)
+        log.debug("%s: the sweep's jobs could not be listed: %s", sweep_dir, e)
         return []
     present = {d.name.split("_", 1)[0] for d in sweep_dir.iterdir() if d.is_dir()}
     shared = set.intersection(*(set(job) for job in jobs)) if jobs else set()
