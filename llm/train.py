@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -151,6 +152,10 @@ def main(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
+    if multirun and multiprocessing.parent_process() is not None:
+        # a launcher's worker ignores a Ctrl-C outside a job's training (whose own handler takes it): the terminal's
+        # second Ctrl-C, while the sweep's process stops the sweep, would otherwise kill the job just beginning
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     if multirun and stop_requested(Path(hc.sweep.dir)):  # the sweep was stopped before this job began
         return _not_started(cfg, Path(hc.runtime.output_dir))
     record = command_record(cfg, hc)  # the command's config, before a sweep job is given its device
