@@ -136,11 +136,14 @@ def _stop_logging_into(run_dir: Path) -> None:
             handler.close()
 
 
-def aborted_message(run_dir: Path, resume_hint: str) -> str:
-    """What a run aborted by a second Ctrl-C prints: which checkpoint is left, and how to go on from it."""
+def aborted_message(run_dir: Path, resume_hint: str, multirun: bool = False) -> str:
+    """What a run aborted by a second Ctrl-C prints: which checkpoint is left, and how to go on from it (a job
+    without one starts over only from an empty dir: a resume refuses a run that logged steps and saved nothing)."""
     saved = checkpoint_files(run_dir / "checkpoints")
     if not saved:
-        return f"Aborted by a second Ctrl-C, before the run saved a checkpoint (its metrics: {run_dir}/metrics.jsonl)"
+        again = f"; remove {run_dir} before continuing the sweep, to start this job over" if multirun else ""
+        return (f"Aborted by a second Ctrl-C, before the run saved a checkpoint (its metrics: {run_dir}/metrics.jsonl)"
+                f"{again}")
     return (f"Aborted by a second Ctrl-C: no checkpoint of the step it stopped; the newest is {saved[0]}. "
             f"Resume from it with:\n  {resume_hint}")
 
@@ -182,7 +185,7 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
         outcome = run_training(cfg, run_dir, overrides, group=group, resume_hint=hint, sweep_job=multirun,
                                command_record=record)
     except KeyboardInterrupt:  # the second Ctrl-C: at once, without a checkpoint or a traceback
-        print(aborted_message(run_dir, hint), file=sys.stderr)
+        print(aborted_message(run_dir, hint, multirun), file=sys.stderr)
         if multirun and multiprocessing.parent_process() is not None:
             return None  # a launcher's worker: the sweep's process ends the sweep (llm.sweep.StopParallelJobs)
         if multirun:

@@ -562,3 +562,15 @@ def test_sigterm_ends_a_sweep_whose_launcher_runs_one_job_at_a_time_in_its_own_p
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
     assert _summary(sweep / "0_torch_s0")["status"] == "interrupted" and not (sweep / "1_torch_s1").exists()
     assert "Continue the sweep with:" in out
+
+
+def test_an_abort_before_any_checkpoint_says_how_a_sweep_job_starts_over(tmp_path):
+    """A sweep job aborted before its first checkpoint cannot be resumed (it logged steps, saved nothing): the line
+    says to remove its dir before continuing the sweep, where the continue command alone would refuse it again."""
+    from llm.train import aborted_message
+
+    run = tmp_path / "0_torch_s0"
+    (run / "checkpoints").mkdir(parents=True)
+    assert aborted_message(run, "hint", multirun=True).endswith(
+        f"; remove {run} before continuing the sweep, to start this job over")
+    assert "remove" not in aborted_message(run, "hint")
