@@ -98,7 +98,17 @@ class Schema:
             needed = set.intersection(*({f"{key}.{k}" for k in o} for o in options)) if options else set()
             needed |= {k for k in own if k.startswith(key + ".")}
             required |= {k for k in needed if not covered(k, present) and not any(covered(p, [k]) for p in present)}
-        return out + [f"{k} is missing: a run reads it (was it removed with ~{k}?)" for k in sorted(required)]
+        return out + [self._missing(k, tree) for k in sorted(required)]
+
+    def _missing(self, key: str, tree: Mapping) -> str:
+        """The line for a key a run reads that the config lacks: removed with ``~``, or, under a group whose
+        ``name`` was set by itself (``logger.name=wandb`` with ``logger=none``), another option's key."""
+        group = key.split(".")[0]
+        name = (tree.get(group) or {}).get("name") if isinstance(tree.get(group), Mapping) else None
+        if group in self.groups and name is not None and key != f"{group}.name":
+            return (f"{key} is missing: a run reads it (was it removed with ~{key}, or {group}.name={name} set by "
+                    f"itself? choose the option whole with {group}={name})")
+        return f"{key} is missing: a run reads it (was it removed with ~{key}?)"
 
     def unknown_key(self, key: str, allowed: Iterable[str] | None = None, label: str | None = None) -> str:
         """The line refusing ``key``: the closest of ``allowed`` (default: every known key), or the options that

@@ -52,6 +52,9 @@ def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
     (["+optim.momentum=0.9"], f"optim.momentum is a key of optim=muon only, not of optim=adamw, so nothing would "
                               f"read it {LISTS}"),
     (["~train.max_steps"], "train.max_steps is missing: a run reads it (was it removed with ~train.max_steps?)"),
+    (["logger=none", "logger.name=wandb"], "logger.wandb.entity is missing: a run reads it (was it removed with "
+                                           "~logger.wandb.entity, or logger.name=wandb set by itself? choose the "
+                                           "option whole with logger=wandb)"),
     (["+train.max_steps=5"], "train.max_steps is already in the config: set it without the leading +"),
     (["seed=[1"], "cannot parse the override 'seed=[1': "),
     (["-m", "seed=0,1", "+train.max_step=5"], "train.max_step is not a known key"),  # the whole sweep, no job
