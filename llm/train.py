@@ -136,6 +136,11 @@ def _stop_logging_into(run_dir: Path) -> None:
             handler.close()
 
 
+def _in_launcher_worker() -> bool:
+    """Whether this job runs in a launcher's worker process (hydra/launcher=gpus, joblib), not the sweep's own."""
+    return multiprocessing.parent_process() is not None
+
+
 def aborted_message(run_dir: Path, resume_hint: str, multirun: bool = False) -> str:
     """What a run aborted by a second Ctrl-C prints: which checkpoint is left, and how to go on from it (a job
     without one starts over only from an empty dir: a resume refuses a run that logged steps and saved nothing)."""
@@ -155,7 +160,7 @@ def main(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
-    if multirun and multiprocessing.parent_process() is not None:
+    if multirun and _in_launcher_worker():
         # a launcher's worker ignores a Ctrl-C outside a job's training (whose own handler takes it): the terminal's
         # second Ctrl-C, while the sweep's process stops the sweep, would otherwise kill the job just beginning
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -186,7 +191,7 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
                                command_record=record)
     except KeyboardInterrupt:  # the second Ctrl-C: at once, without a checkpoint or a traceback
         print(aborted_message(run_dir, hint, multirun), file=sys.stderr)
-        if multirun and multiprocessing.parent_process() is not None:
+        if multirun and _in_launcher_worker():
             return None  # a launcher's worker: the sweep's process ends the sweep (llm.sweep.StopParallelJobs)
         if multirun:
             from llm.sweep import continue_sweep_message
@@ -217,7 +222,7 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
     signalled = outcome.exit_code > 128
     # in a launcher's worker process, returning lets the sweep's process stop the sweep (llm.sweep.StopParallelJobs);
     # a job run in the sweep's own process (one job at a time, joblib's n_jobs=1 too) ends the sweep here
-    if multirun and signalled and multiprocessing.parent_process() is not None:
+    if multirun and signalled and _in_launcher_worker():
         return None
     if multirun and signalled:  # a signal ends the whole sweep: say how to continue all of it
         from llm.sweep import continue_sweep_message

@@ -121,7 +121,8 @@ def _open_shards(cache_dir: Path, meta: dict) -> tuple[dict[str, np.ndarray] | N
     for split in SPLITS:
         path = cache_dir / f"{split}.bin"
         want = int(meta["shard_bytes"][split])
-        size = path.stat().st_size if path.exists() else None
+        stat = path.stat() if path.exists() else None
+        size = stat and stat.st_size
         if size != want:
             return None, f"{split}.bin has {size} bytes, meta.json says {want}"
         tokens = _open_shard(path, dtype, int(meta["n_tokens"][split]))
@@ -133,7 +134,7 @@ def _open_shards(cache_dir: Path, meta: dict) -> tuple[dict[str, np.ndarray] | N
             if int(tokens[-1]) != eot:
                 return None, f"{split}.bin does not end with the end-of-text token {eot} (the file was " \
                              "overwritten or is corrupt)"
-        if path.stat().st_mtime_ns != (meta.get("shard_mtime_ns") or {}).get(split) and \
+        if stat.st_mtime_ns != (meta.get("shard_mtime_ns") or {}).get(split) and \
                 hashlib.sha256(memoryview(tokens)).hexdigest() != meta["sha256"][split]:
             return None, f"{split}.bin is not the file that was built (its sha256 differs from meta.json's: it was " \
                          "overwritten or is corrupt)"

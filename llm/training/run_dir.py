@@ -41,6 +41,11 @@ def _same_file(fd: int, path: Path) -> bool:
     return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
 
 
+def _owner(fd: int) -> str:
+    """The pid a lock's holder wrote into its lock file (:meth:`RunDirLock.mark_owner`); empty while it starts."""
+    return os.pread(fd, 64, 0).decode(errors="replace").strip()
+
+
 def lock_holder(run_dir: Path, lock_name: str = LOCK_FILE) -> str | None:
     """The pid (or ``"starting"``) of the live process that holds ``run_dir``'s lock, else None: a report tells a
     job still running from one that died (both have no ``summary.json`` yet). Reads only; a shared lock taken and
@@ -52,7 +57,7 @@ def lock_holder(run_dir: Path, lock_name: str = LOCK_FILE) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return os.pread(fd, 64, 0).decode(errors="replace").strip() or "starting"
+        return _owner(fd) or "starting"
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
@@ -107,7 +112,7 @@ class RunDirLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                owner = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                owner = _owner(fd)
                 os.close(fd)
                 flag = "hydra.sweep.dir" if self.what == "sweep" else "hydra.run.dir"
                 held_by = f" (pid {owner})" if owner else " (starting)"
