@@ -72,17 +72,35 @@ def _cast(x, dtype: tl.constexpr, ROUND_BF16: tl.constexpr):
 
 
 @triton.jit
-def _dot(a, b, IEEE: tl.constexpr, F32: tl.constexpr):
-    """``tl.dot`` in float32 (``IEEE``: no TF32) or in the tiles' 16-bit type with float32 sums; ``F32`` takes
-    16-bit tiles through float32 (exact products, the same sums): the interpreter's bfloat16 dot is wrong.
-    (The kernels pass one flag, on under the interpreter with 16-bit inputs, as ``F32`` and ``ROUND_BF16``.)"""
+def _dot(a, b, acc, IEEE: tl.constexpr, F32: tl.constexpr):
+    """``acc + a @ b`` (``acc`` None: ``a @ b``) in float32 (``IEEE``: no TF32) or in the tiles' 16-bit type with
+    float32 sums; ``F32`` takes 16-bit tiles through float32 (exact products, the same sums): the interpreter's
+    bfloat16 dot is wrong. (The kernels pass one flag, on under the interpreter with 16-bit inputs, as ``F32`` and
+    ``ROUND_BF16``.)"""
     if F32:
-        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     elif IEEE:
-        c = tl.dot(a, b, input_precision="ieee")
+        c = tl.dot(a, b, acc, input_precision="ieee")
     else:
-        c = tl.dot(a, b)
+        c = tl.dot(a, b, acc)
     return c
+
+
+@triton.jit
+def _load_tile(ptrs, n_ok, d_ok, KEYS_FIRST: tl.constexpr, FULL: tl.constexpr, FULL_D: tl.constexpr):
+    """A key tile (``KEYS_FIRST`` False: (BLOCK_D, BLOCK_N), K transposed) or value tile ((BLOCK_N, BLOCK_D));
+    ``FULL``: every key of it exists, so only a padded head dim is masked (none where ``FULL_D``)."""
+    if FULL and FULL_D:
+        x = tl.load(ptrs)
+    elif FULL and KEYS_FIRST:
+        x = tl.load(ptrs, mask=d_ok[None, :], other=0.0)
+    elif FULL:
+        x = tl.load(ptrs, mask=d_ok[:, None], other=0.0)
+    elif KEYS_FIRST:
+        x = tl.load(ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+    else:
+        x = tl.load(ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+    return x
 
 
 @triton.jit(do_not_specialize=["pos_start"])
@@ -96,9 +114,11 @@ def attend_split_kernel(
     T, H_KV, cache_len, table_len, pos_start, keys_per_split, qk_scale, n_splits,
     G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, HALF: tl.constexpr, ROTARY: tl.constexpr,
     INTERLEAVED: tl.constexpr, ROTATE: tl.constexpr, HAS_POS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MANY_QUERIES: tl.constexpr, SPLIT: tl.constexpr,
+    IEEE: tl.constexpr, DOT_F32: tl.constexpr,
 ):
-    """Grid (query row blocks, B * H_KV, n_splits); ``SPLIT``: n_splits > 1 (partial results, combined after).
+    """Grid (query row blocks, B * H_KV, n_splits); ``SPLIT``: n_splits > 1 (partial results, combined after);
+    ``MANY_QUERIES``: T > 1, the rows' positions differ.
     Rows are ordered query-major (row r: query r // G, head kv_head * G + r % G), so a block's rows have
     neighbouring positions and the causal bound cuts its keys."""
     block = tl.program_id(0)
@@ -129,30 +149,47 @@ def attend_split_kernel(
     lo = split * keys_per_split
     hi = tl.minimum(lo + keys_per_split, tl.max(last_key, axis=0) + 1)
     keys = tl.arange(0, BLOCK_N)
-    # pointers to the split's first key tile (K transposed: (BLOCK_D, BLOCK_N)), moved one tile per step
-    k_ptrs = K + b * stride_kb + kv_head * stride_kh + lo.to(tl.int64) * stride_kn + (keys[None, :] * stride_kn
-                                                                                      + d[:, None])
-    v_ptrs = V + b * stride_vb + kv_head * stride_vh + lo.to(tl.int64) * stride_vn + (keys[:, None] * stride_vn
-                                                                                      + d[None, :])
+    # the key-value head's rows, and a tile's offsets from its first key (K transposed: (BLOCK_D, BLOCK_N))
+    k_head = K + b * stride_kb + kv_head * stride_kh
+    v_head = V + b * stride_vb + kv_head * stride_vh
+    k_offs = keys[None, :] * stride_kn + d[:, None]
+    v_offs = keys[:, None] * stride_vn + d[None, :]
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for start in range(lo, hi, BLOCK_N):
+    bulk_hi = lo
+    if MANY_QUERIES:
+        # Key tiles every row of the block sees whole (below the first key that a row with a position does not
+        # see) need neither the causal mask nor the key bound: a loop of their own. A decode step's rows share one
+        # position, so only its last tile is cut; there one loop holds fewer registers.
+        seen_by_all = tl.min(tl.where(pos_ok, last_key, 2147483646), axis=0) + 1
+        bulk_hi = lo + tl.maximum(tl.minimum(hi, seen_by_all) - lo, 0) // BLOCK_N * BLOCK_N
+        for start in range(lo, bulk_hi, BLOCK_N):
+            at = tl.cast(start, tl.int64)
+            k = _load_tile(k_head + at * stride_kn + k_offs, keys, d_ok, False, True, BLOCK_D == D)
+            s = _dot(q, k, None, IEEE, DOT_F32) * qk_scale
+            m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every row sees every key of the tile
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = _load_tile(v_head + at * stride_vn + v_offs, keys, d_ok, True, True, BLOCK_D == D)
+            acc = _dot(_cast(p, V.dtype.element_ty, DOT_F32), v, acc * alpha[:, None], IEEE, DOT_F32)
+            m_i = m_new
+    for start in range(bulk_hi, hi, BLOCK_N):  # tiles the causal diagonal or the split's end may cut
         n = start + keys
         n_ok = n < hi
-        k = tl.load(k_ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
-        s = _dot(q, k, IEEE, DOT_F32)
+        at = tl.cast(start, tl.int64)
+        k = _load_tile(k_head + at * stride_kn + k_offs, n_ok, d_ok, False, False, BLOCK_D == D)
+        s = _dot(q, k, None, IEEE, DOT_F32)
         s = tl.where(n_ok[None, :] & (n[None, :] <= last_key[:, None]), s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet stays at 0
         alpha = tl.math.exp2(m_i - m_use)
         p = tl.math.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
-        acc = acc * alpha[:, None] + _dot(_cast(p, V.dtype.element_ty, DOT_F32), v, IEEE, DOT_F32)
+        v = _load_tile(v_head + at * stride_vn + v_offs, n_ok, d_ok, True, False, BLOCK_D == D)
+        acc = _dot(_cast(p, V.dtype.element_ty, DOT_F32), v, acc * alpha[:, None], IEEE, DOT_F32)
         m_i = m_new
-        k_ptrs += BLOCK_N * stride_kn
-        v_ptrs += BLOCK_N * stride_vn
 
     store_mask = row_ok[:, None] & d_ok[None, :]
     if not SPLIT:
@@ -161,7 +198,7 @@ def attend_split_kernel(
         o_rows = OUT + b * stride_ob + t * stride_ot + head * stride_oh
         tl.store(o_rows[:, None] + d[None, :], _cast(out, OUT.dtype.element_ty, DOT_F32), mask=store_mask)
     else:
-        seen = l_i > 0
+        seen = (l_i > 0) & pos_ok  # a row without a valid position saw no key (the bulk loop ran it anyway)
         out = acc / tl.where(seen, l_i, 1.0)[:, None]
         lse = tl.where(seen, m_i + tl.math.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
         part = ((b * T + t) * (H_KV * G) + head) * n_splits + split

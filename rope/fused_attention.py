@@ -432,7 +432,7 @@ def _launch(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int
     pos_arg = positions if has_pos else cos  # without positions a placeholder no program reads (HAS_POS off)
     args = (q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse, *plan.ints, start, per_split, plan.scale_log2,
             splits, plan.G, D, plan.block_d, plan.half, plan.rotary_dim, plan.interleaved, plan.rotate, has_pos,
-            plan.block_m, plan.block_n, splits > 1, plan.ieee, plan.dot_f32)
+            plan.block_m, plan.block_n, T > 1, splits > 1, plan.ieee, plan.dot_f32)
     key = None
     if plan.direct:  # what Triton specialises a compiled kernel on beyond the plan: the pointers' alignment
         key = (has_pos, splits, per_split, q.data_ptr() % 16, k_cache.data_ptr() % 16, v_cache.data_ptr() % 16,
