@@ -167,10 +167,12 @@ def attend_split_kernel(
         for start in range(lo, bulk_hi, BLOCK_N):
             at = tl.cast(start, tl.int64)
             k = _load_tile(k_head + at * stride_kn + k_offs, keys, d_ok, False, True, BLOCK_D == D)
-            s = _dot(q, k, None, IEEE, DOT_F32) * qk_scale
-            m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: every row sees every key of the tile
+            s = _dot(q, k, None, IEEE, DOT_F32)
+            # finite: every row sees every key of the tile; the scale (> 0) goes on the row maxima, and on the
+            # scores inside the exponent, one multiply-add each
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
             alpha = tl.math.exp2(m_i - m_new)
-            p = tl.math.exp2(s - m_new[:, None])
+            p = tl.math.exp2(s * qk_scale - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
             v = _load_tile(v_head + at * stride_vn + v_offs, keys, d_ok, True, True, BLOCK_D == D)
             acc = _dot(_cast(p, V.dtype.element_ty, DOT_F32), v, acc * alpha[:, None], IEEE, DOT_F32)
