@@ -105,6 +105,35 @@ def test_cache_rows_past_the_last_position_never_reach_the_output(device, splits
     torch.testing.assert_close(out, want, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("T", [1, 5])
+def test_a_cache_viewed_from_a_wider_buffer_reads_only_its_head_dim(device, splits, T):
+    """Keys and values of head dim 48 as views of a buffer 64 wide whose other columns hold NaN (the kernel's tiles
+    are 64 wide): those columns never reach a score or an output, in the masked loop and the unmasked one."""
+    B, H, H_kv, L, D = 1, 4, 2, 120, 48
+    r = rope.build("torch", D, 256, variant="full").to(device)
+    k, v = rotated_cache(r, B, H_kv, L, D, torch.float32, device)
+    wide_k = torch.full((B, H_kv, L, 64), float("nan"), device=device)
+    wide_v = torch.full((B, H_kv, L, 64), float("nan"), device=device)
+    wide_k[..., :D], wide_v[..., :D] = k, v
+    q = torch.randn(B, T, H, D, device=device)
+    with fused_attention.tuning(splits=splits, block_n=16):
+        out = rope.attention_with_rope(q, wide_k[..., :D], wide_v[..., :D], L - T, r)
+    torch.testing.assert_close(out, reference(q, k, v, L - T, r), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("T", [1, 6])
+def test_large_scores_keep_the_softmax_right(device, T):
+    """Scores in the thousands (queries scaled up): the online softmax subtracts each row's scaled maximum, so no
+    weight underflows to zero or overflows; the answer stays SDPA's."""
+    r = rope.build("torch", 16, 256).to(device)
+    k_cache, v_cache = rotated_cache(r, 1, 2, 150, 16, torch.float32, device)
+    q = torch.randn(1, T, 4, 16, device=device) * 40
+    out = rope.attention_with_rope(q, k_cache, v_cache, 150 - T, r)
+    assert out.isfinite().all()
+    torch.testing.assert_close(out, reference(q, k_cache, v_cache, 150 - T, r), rtol=0, atol=1e-4)
+
+
 def test_queries_are_rotated_at_their_positions(device):
     """Rotating q at other positions (or not at all) changes the answer: the test above can tell."""
     r = rope.build("torch", 16, 256, variant="full").to(device)
