@@ -139,6 +139,17 @@ class Tracker:
             self.run = None
 
 
+def _val_names(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``val_loss`` -> ``val/loss``: the tracker's names of the val metrics (one panel group on a dashboard)."""
+    return {(f"val/{k.removeprefix('val_')}" if k.startswith("val_") else k): v for k, v in values.items()}
+
+
+def tracker_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's summary as the tracker keeps it: the final val metrics under the names they were logged by
+    (``val/loss``, not a second ``val_loss`` beside it), keys without a value left out."""
+    return _val_names({k: v for k, v in summary.items() if v is not None})
+
+
 class RunOutputs:
     """Rank 0's outputs of one run: the metrics file, the tracker, the summary and the resolved config."""
 
@@ -163,8 +174,7 @@ class RunOutputs:
 
     def log_val(self, record: dict) -> None:
         self.metrics.write(record)
-        values = {k: v for k, v in record.items() if k.startswith("val_")}
-        self.tracker.log({f"val/{k.removeprefix('val_')}": v for k, v in values.items()}, record["step"])
+        self.tracker.log(_val_names({k: v for k, v in record.items() if k.startswith("val_")}), record["step"])
 
     def write_eval_windows(self, step: int, seq_len: int, starts: Sequence[int], losses: Sequence[float]) -> None:
         """``eval_windows.json``: the eval at ``step``, each window's start in the val stream and mean token loss
@@ -188,7 +198,7 @@ class RunOutputs:
             write_json_atomic(self.run_dir / SUMMARY_FILE, summary, nonfinite=_clean)
         except DiskFullError as e:
             log.error(f"{e}; summary.json not updated (metrics.jsonl holds every measured line)")
-        self.tracker.summary({k: v for k, v in summary.items() if v is not None})
+        self.tracker.summary(tracker_summary(summary))
         self.tracker.finish(exit_code=exit_code)
         self.metrics.close()
         if self.samples is not None:

@@ -133,7 +133,8 @@ def test_wandb_offline_run_holds_metrics(tmp_path, monkeypatch):
     ours = json.loads((run_dir / "summary.json").read_text())
     assert run["group"] == "ci" and run["name"] == "torch (partial, float32) s0"
     assert run["summary"]["val/loss"] == pytest.approx(ours["val_loss"])
-    assert run["summary"]["val_acc"] == pytest.approx(ours["val_acc"]) and run["summary"]["status"] == "completed"
+    assert run["summary"]["val/acc"] == pytest.approx(ours["val_acc"]) and run["summary"]["status"] == "completed"
+    assert not [k for k in run["summary"] if k.startswith("val_")], "a val metric under two names"
     logged_train = [h["train/loss"] for h in run["history"] if "train/loss" in h]
     assert len(logged_train) == 3
     assert logged_train == pytest.approx([m["loss"] for m in read_metrics(run_dir) if m["kind"] == "train"])
