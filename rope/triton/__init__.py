@@ -46,4 +46,8 @@ def plan_for(rotary: TritonRotary, q: Tensor, k: Tensor | None = None, positions
     :func:`tuning`): its tiling, program sizes, warps and grid (``str(plan)`` says them in a line)."""
     from rope.triton import launch
 
+    if not isinstance(rotary, TritonRotary):
+        raise ValueError(f"plan_for: rotary must be a Triton entry (rope.build('triton_v4', ...)), got "
+                         f"{type(rotary).__name__}")
+    rotary._validate(q, k, positions)  # the call's own checks: no plan for a call that would be refused
     return launch.plan(q, k, rotary.cos, positions, rotary.rotation)

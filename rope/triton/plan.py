@@ -4,7 +4,8 @@
 Tilings (:mod:`rope.triton.kernels`): ``rows`` (the half padded to a power of two: where that keeps three quarters
 of the lanes busy, half layout; interleaved pads exact powers only), ``chunks`` (the largest power of two of pairs
 dividing the half, at most 16, 8 interleaved), ``flat`` (blocks of up to 8 elements of a token's heads, dividing the
-half and D where they can: a copied tail, odd halves; it needs each token's heads contiguous, else a pair tiling).
+half and D where they can: a copied tail, odd halves; it needs each token's heads contiguous and an even block to
+tile them, else a pair tiling).
 A benchmark forces settings through :func:`rope.triton.tuning`.
 """
 
@@ -33,6 +34,10 @@ class Overrides:
     maxnreg: int = 0  # a register cap for every program (the plan's own: fast memory, rows with padding or positions)
 
     def __post_init__(self) -> None:
+        for name in ("tile", "num_warps", "maxnreg"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"tuning: {name} must be an int (0: the plan's own), got {value!r}")
         if self.tiling not in (None, *TILINGS):
             raise ValueError(f"tuning: tiling must be one of {TILINGS} or None, got {self.tiling!r}")
         if self.tile and not (64 <= self.tile <= 16384 and _is_pow2(self.tile)):
@@ -140,7 +145,7 @@ def make_plan(geo: Geometry, over: Overrides = Overrides()) -> Plan:
     """The plan of a launch with this geometry (``over``: a benchmark's forced settings)."""
     flat = 2 * geo.rotary_pairs < geo.head_dim or geo.rotary_pairs % 2  # a copied tail, or an odd half
     tiling = over.tiling or ("flat" if flat else pair_tiling(geo.rotary_pairs, geo.interleaved))
-    if tiling == "flat" and not geo.heads_contiguous:
+    if tiling == "flat" and not (geo.heads_contiguous and _flat_blocks(geo)):
         tiling = pair_tiling(geo.rotary_pairs, geo.interleaved)
     if tiling == "flat":
         return _flat_plan(geo, over)
@@ -169,9 +174,16 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
                 tuple(constexprs.items()), maxnreg=over.maxnreg or (geo.register_cap if held else 0))
 
 
+def _flat_blocks(geo: Geometry) -> list[int]:
+    """Flat block widths that tile a token's heads of q and k whole (none where D and the head counts are odd: a
+    pair tiling then, which copies the tail a column at a time)."""
+    D = geo.head_dim
+    return [b for b in FLAT_BLOCKS if b <= D and (geo.q_heads * D) % b == 0 and (geo.k_heads * D) % b == 0]
+
+
 def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
     D = geo.head_dim
-    fits = [b for b in FLAT_BLOCKS if b <= D and (geo.q_heads * D) % b == 0 and (geo.k_heads * D) % b == 0]
+    fits = _flat_blocks(geo)
     aligned = [b for b in fits if b >= 4 and geo.rotary_pairs % b == 0 and D % b == 0 and not geo.interleaved]
     aligned = [b for b in aligned if b <= 4] if D % 64 == 32 else aligned  # D = 96, 160, 224: 8 measured slower
     vb = (aligned or fits)[0]  # the widest block dividing the half and D (one partner run), else the widest

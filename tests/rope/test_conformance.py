@@ -380,6 +380,31 @@ def test_layouts_and_rotary_dim(name, opts, case, device):
         assert torch.equal(yq[..., R:], q[..., R:].detach()) and torch.equal(dk[..., R:], gk[..., R:])
 
 
+# An odd head size rotating its first R elements: only the copied tail is odd (Gemma-style heads cut by a
+# rotary_dim); (D, R, variant, layout, memory, q heads, k heads): the Triton entries tile such heads by pairs.
+ODD_HEADS = [(9, 4, "partial", "half", "contiguous", 3, 1), (13, 6, "full", "interleaved", "transposed", 3, 3),
+             (7, 2, "full", "half", "gqa", 3, 1)]
+
+
+@pytest.mark.parametrize("name,opts,case", with_entries(ODD_HEADS, lambda c: torch.float32,
+                                                        [f"D{c[0]}-R{c[1]}-{c[2]}-{c[3]}-{c[4]}" for c in ODD_HEADS]))
+def test_odd_head_dims_with_rotary_dim(name, opts, case, device):
+    """An odd head_dim is accepted with an even rotary_dim: every entry that takes rotary_dim (and the layout)
+    rotates the first R elements and copies the odd tail, forward and backward, or refuses it at build."""
+    D, R, variant, layout, memory, HQ, HK = case
+    cls = rope.get(name)
+    if layout not in cls.layouts or not cls.supports_rotary_dim:
+        with pytest.raises(rope.RopeArgumentError):
+            rope.build(name, D, 12, variant=variant, layout=layout, rotary_dim=R, **opts)
+        return
+    reason = cls.unavailable_reason(device)
+    if reason is not None:
+        pytest.skip(reason)
+    r = rope.build(name, D, 12, variant=variant, layout=layout, rotary_dim=R, **opts).to(device)
+    r.poison_outputs = True
+    check_against_formula(r, memory, "bt", torch.float32, variant, 2, 5, HQ, HK, 12, device, layout, R)
+
+
 # -- packed sequences (cu_seqlens) ---------------------------------------------------------------------
 def _packed_rows(lengths: list[int], offsets: list[int]) -> torch.Tensor:
     """Each token's position, written out sequence by sequence (independent of rope.base)."""

@@ -248,9 +248,20 @@ def test_tuning_hook_sets_launches_inside_its_block_only(device):
     assert str(default).split(": ")[0] == default.tiling in rt.TILINGS, "the plan says its tiling first"
     for bad, match in (({"tiling": "diagonal"}, "tiling must be one of"), ({"tile": 100}, "tile must be a power"),
                        ({"num_warps": 3}, "num_warps must be"), ({"maxnreg": 8}, "maxnreg must be"),
-                       ({"warps": 4}, "unknown setting 'warps'")):
+                       ({"warps": 4}, "unknown setting 'warps'"), ({"tile": "1024"}, "tile must be an int"),
+                       ({"num_warps": 4.0}, "num_warps must be an int")):
         with pytest.raises(ValueError, match=match), rt.tuning(**bad):
             pytest.fail("the block ran")
+
+
+def test_plan_for_takes_a_triton_entry_and_a_call_it_would_accept(device):
+    """``plan_for`` answers for calls the module accepts: another entry, or inputs the call refuses, raise the
+    module's one-line error instead of a plan for a launch that never happens."""
+    q = torch.randn(1, 4, 2, 24, device=device)
+    with pytest.raises(ValueError, match="must be a Triton entry"):
+        rt.plan_for(rope.build("torch", 24, 8).to(device), q)
+    with pytest.raises(ValueError, match="head_dim=24"):
+        rt.plan_for(rope.build("triton_v4", 24, 8).to(device), q[..., :8])
 
 
 class SpillingKernel:
