@@ -43,17 +43,29 @@ class KVCache:
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store the new (B, T, H, D) rotated keys and values after the cached ones; return all of
-        them as (B, H, length, D) views."""
-        B, T, H, D = k.shape
+    def check(self, B: int, T: int, dtype: torch.dtype | None = None) -> None:
+        """Refuse ``T`` new positions of a batch of ``B`` (keys of ``dtype``; None: not checked) that this cache
+        cannot take, in one line saying what to do. Its buffers, once allocated, keep their batch size and dtype
+        (:meth:`reset` keeps them too): another batch or dtype needs a new cache, never a silent cast."""
         if self.length + T > self.max_len:
             raise ValueError(f"KV cache full: {self.length} cached + {T} new positions > max_len={self.max_len}")
         if self.keys is None:
+            return
+        if self.keys.shape[0] != B:
+            raise ValueError(f"the cache holds a batch of {self.keys.shape[0]} sequences, got {B}: a cache keeps its "
+                             "batch size (reset() too); make a new one with attn.new_cache()")
+        if dtype is not None and dtype != self.keys.dtype:
+            raise TypeError(f"the cache holds {self.keys.dtype} keys and values, got {dtype} (the layer's dtype "
+                            "changed?): a cache keeps its dtype; make a new one with attn.new_cache()")
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the new (B, T, H, D) rotated keys and values after the cached ones; return all of
+        them as (B, H, length, D) views. Checked (:meth:`check`) before anything is written."""
+        B, T, H, D = k.shape
+        self.check(B, T, k.dtype)
+        if self.keys is None:
             self.keys = k.new_empty((B, H, self.max_len, D))
             self.values = v.new_empty((B, H, self.max_len, D))
-        elif self.keys.shape[0] != B:
-            raise ValueError(f"the cache holds a batch of {self.keys.shape[0]} sequences, got {B}")
         end = self.length + T
         self.keys[:, :, self.length:end] = k.transpose(1, 2)
         self.values[:, :, self.length:end] = v.transpose(1, 2)
@@ -61,7 +73,7 @@ class KVCache:
         return self.keys[:, :, :end], self.values[:, :, :end]
 
     def reset(self) -> None:
-        """Start a new sequence (the buffers are kept)."""
+        """Start a new sequence (the buffers are kept, and with them the batch size and dtype)."""
         self.length = 0
 
 
@@ -124,9 +136,17 @@ class RoPEAttention(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be a (B, T, d_model={self.d_model}) tensor, "
                              f"got {tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+        B, T, _ = x.shape
+        start = 0 if cache is None else cache.length
+        # before any work, naming what the caller gave (x, the cache), not the rotation's q and positions
+        if cache is not None:  # the keys' dtype: the projection's, unless autocast picks it
+            cache.check(B, T, None if torch.is_autocast_enabled(x.device.type) else self.qkv.weight.dtype)
+        if start + T > self.rotary.max_seq_len:
+            cached = f" after {start} cached" if start else ""
+            raise ValueError(f"x has T={T} positions{cached} > max_seq_len={self.rotary.max_seq_len}, the rows of "
+                             "the layer's RoPE table (build the layer with a larger max_seq_len)")
         if cache is None:
             return self._attend(x, None, 0)
-        start = cache.length
         try:
             return self._attend(x, cache, start)
         except BaseException:

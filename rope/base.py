@@ -36,11 +36,13 @@ import inspect
 import math
 import numbers
 import weakref
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
 
 from rope.scaling import (
+    SCALING_TYPES,
     ScalingError,
     attention_factor,
     describe_scaling,
@@ -105,9 +107,14 @@ def rope_frequencies(rotary_dim: int, base: float, variant: str) -> Tensor:
     """The R/2 angular frequencies (float64) of R rotated dimensions, pair i first.
 
     ``rotary_dim`` is the rotated width (the head dim unless ``rotary_dim`` is set): models with
-    partial rotation compute their frequencies over the rotated width, not the head.
+    partial rotation compute their frequencies over the rotated width, not the head. Its arguments are
+    checked as a build checks them (a RopeArgumentError naming the argument): a public helper, and an odd
+    width or a base <= 0 would otherwise give too few frequencies or inf/NaN ones without a word.
     """
     check_variant(variant)
+    _positive_int("rotary_dim", rotary_dim)
+    check_rotary_dim(rotary_dim, None, variant)
+    check_base(base)
     if variant == "partial":
         quarter = rotary_dim // 4
         freq = (1.0 / base) ** torch.linspace(0, 1, quarter, dtype=torch.float64)
@@ -118,8 +125,25 @@ def rope_frequencies(rotary_dim: int, base: float, variant: str) -> Tensor:
 
 # -- argument checks: each written once, used by the constructors and by check_args -----------------
 def _positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise RopeArgumentError(name, f"{name} must be a positive int, got {value!r}")
+    """Refuse anything but a positive Python int. An integer of another type (``np.int64(8)``, ``torch.tensor(8)``)
+    is refused too, saying so and how to convert it: "must be a positive int, got np.int64(8)" would read as a
+    contradiction."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return
+    if _integer_of_another_type(value):
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        raise RopeArgumentError(name, f"{name} must be a positive Python int, got {value!r} of type {kind}: "
+                                      f"convert it with int()")
+    raise RopeArgumentError(name, f"{name} must be a positive int, got {value!r}")
+
+
+def _integer_of_another_type(value: object) -> bool:
+    """A NumPy integer (a ``numbers.Integral``) or a one-element integer tensor: an integer that is no Python int."""
+    if isinstance(value, (int, bool)):
+        return False
+    if isinstance(value, Tensor):
+        return value.numel() == 1 and not (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
+    return isinstance(value, numbers.Integral)
 
 
 def check_variant(variant: object) -> None:
@@ -144,21 +168,31 @@ def check_head_dim(head_dim: object, variant: str, rotary_dim: object = None) ->
         raise RopeArgumentError("head_dim", f"head_dim must be even (x is split into two halves), got {head_dim}")
 
 
-def check_rotary_dim(rotary_dim: object, head_dim: int, variant: str) -> None:
-    """Refuse a rotated width that is not an even int in [2, head_dim] (a multiple of 4 for partial)."""
+def check_rotary_dim(rotary_dim: object, head_dim: int | None, variant: str) -> None:
+    """Refuse a rotated width that is not an even int in [2, head_dim] (a multiple of 4 for partial);
+    ``head_dim`` None: no upper bound (:func:`rope_frequencies`, which knows no head)."""
     if rotary_dim is None:
         return
     _positive_int("rotary_dim", rotary_dim)
     step = 4 if variant == "partial" else 2
-    if rotary_dim % step or rotary_dim > head_dim:
+    if rotary_dim % step or (head_dim is not None and rotary_dim > head_dim):
         need = "a multiple of 4 (variant='partial': R/4 frequencies)" if step == 4 else "even"
-        raise RopeArgumentError(
-            "rotary_dim", f"rotary_dim must be {need} and at most head_dim={head_dim}, got {rotary_dim}"
-        )
+        bound = "" if head_dim is None else f" and at most head_dim={head_dim}"
+        raise RopeArgumentError("rotary_dim", f"rotary_dim must be {need}{bound}, got {rotary_dim}")
 
 
 def check_scaling(scaling: object) -> dict:
-    """The normalized scaling (see :mod:`rope.scaling`), or a RopeArgumentError naming the parameter."""
+    """The normalized scaling (see :mod:`rope.scaling`), or a RopeArgumentError naming the parameter.
+
+    A mapping that sets parameters but no ``type`` (or ``type: null``) is refused as a missing
+    ``scaling.type``: read as ``type=none`` it would be refused for having parameters, naming them, not the
+    forgotten key. (Every parameter null, a config listing them all, still means no scaling.)
+    """
+    if isinstance(scaling, Mapping) and scaling.get("type") is None:
+        given = [str(key) for key, value in scaling.items() if key != "type" and value is not None]
+        if given:
+            raise RopeArgumentError("scaling.type", f"scaling.type is missing (scaling sets {', '.join(given)}): "
+                                                    f"give one of {SCALING_TYPES}")
     try:
         return normalize_scaling(scaling)
     except ScalingError as exc:
@@ -280,8 +314,12 @@ class RotaryEmbedding(nn.Module):
         return (theta.cos() * scale).float(), (theta.sin() * scale).float()
 
     def _follow_length(self, q: Tensor, positions: Tensor | None) -> None:
-        """dynamic_ntk: rebuild the tables (in place) when the current length (T, or the largest
-        position + 1) changes the factor. Every entry point that rotates calls it."""
+        """dynamic_ntk: rebuild the tables when the current length (T, or the largest position + 1)
+        changes the factor. Every entry point that rotates calls it.
+
+        The new tables are new tensors assigned to the buffers (which keeps ``_cos_sin`` in step), never
+        written into the old ones: the graph of an earlier call (another length) still holds those for its
+        backward, so two calls of different lengths before one backward work and get their own gradients."""
         if self.scaling["type"] != "dynamic_ntk" or (positions is not None and positions.numel() == 0):
             return
         length = q.shape[1] if positions is None else int(positions.max()) + 1
@@ -291,8 +329,7 @@ class RotaryEmbedding(nn.Module):
         if self._table_length is None or dynamic_factor(self.scaling, key) != dynamic_factor(
                 self.scaling, self._table_length):
             cos, sin = self._tables(key)
-            self.cos.copy_(cos)
-            self.sin.copy_(sin)
+            self.cos, self.sin = cos.to(self.cos.device), sin.to(self.sin.device)
         self._table_length = key
 
     # -- build-time validation (no tables allocated) ----------------------------------------------
@@ -413,10 +450,18 @@ class RotaryEmbedding(nn.Module):
             raise ValueError("seqlen_offsets needs cu_seqlens (the packed-sequence format)")
         if positions is not None:
             raise ValueError("give positions or cu_seqlens, not both (cu_seqlens sets the positions)")
+        # the packed shapes checked here, before they are seen as (1, total_tokens, H, D): an error names what was given
         for name, x in (("q", q), ("k", k)):
-            if x is not None and (not isinstance(x, Tensor) or x.dim() != 3):
-                raise ValueError(f"with cu_seqlens, {name} must have shape (total_tokens, H, D), "
-                                 f"got {tuple(getattr(x, 'shape', ()))}")
+            if x is None and name == "k":
+                continue
+            if not isinstance(x, Tensor):
+                raise TypeError(f"with cu_seqlens, {name} must be a torch.Tensor of shape (total_tokens, H, D), "
+                                f"got {type(x).__name__}")
+            if x.dim() != 3:
+                raise ValueError(f"with cu_seqlens, {name} must have shape (total_tokens, H, D), got {tuple(x.shape)}")
+        if k is not None and (k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]):
+            raise ValueError(f"with cu_seqlens, q and k must agree in total_tokens and D, got q {tuple(q.shape)} "
+                             f"and k {tuple(k.shape)}")
         pos = packed_positions_once(cu_seqlens, q.shape[0], self.max_seq_len, seqlen_offsets, q.device)
         # squeeze, not [0]: the backward of an index zero-fills a tensor of the input's size and copies the gradient
         # into it (two more passes over it); that of squeeze is a view

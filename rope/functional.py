@@ -79,6 +79,10 @@ def apply(q: Tensor, k: Tensor | None, seq_len: int, theta: float = 10000.0, imp
     if not isinstance(q, Tensor) or q.dim() != 4:
         raise ValueError(f"q must be a (B, T, H, D) tensor, got {tuple(q.shape) if isinstance(q, Tensor) else q!r}")
     module = rotary_module(impl, q.shape[-1], seq_len, theta, variant, q.device)
+    # checked here, not by the module, whose message would name its max_seq_len: the caller passed seq_len
+    if positions is None and q.shape[1] > seq_len:
+        raise ValueError(f"q has T={q.shape[1]} > seq_len={seq_len}, the length of the cos/sin table: "
+                         f"pass seq_len >= T (or positions)")
     out = module(q, k, positions=positions)
     return (out, None) if k is None else out
 

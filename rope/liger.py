@@ -19,7 +19,11 @@ module translates to it:
   own forward and backward on fresh copies (of the rotated width of q and k, of the gradients), so
   the caller's tensors, strided views of a fused projection and ``grad_outputs`` included, are
   never written.
-* It needs a k: q alone goes with a one-head zero k (it cannot take zero heads).
+* It needs a k, and cannot take zero heads: q alone goes with a one-head zero k, a q or k of zero
+  heads is stood in for by one (no launch at all when neither has a head).
+* Its backward is the same Function run in the other direction (Liger's backward kernel, the inverse
+  rotation; and the forward kernel for that one's backward), so autograd can differentiate a gradient
+  again: double backward and Hessian-vector products are exact, as for every entry.
 * It rotates a whole head of the tensors it is given: ``rotary_dim`` < D hands it the first R
   elements and concatenates the D - R others, untouched.
 * Precision: the kernel loads q and k in their dtype, converts them to the dtype of cos/sin and
@@ -96,38 +100,66 @@ def _fresh(x: Tensor, width: int) -> Tensor:
 class _LigerRope(torch.autograd.Function):
     """(q, k) -> rotated (q, k) through Liger's ``LigerRopeFunction``, on copies.
 
-    Its forward and backward are Liger's own (run with this Function's ``ctx``, which holds what
-    Liger saves); around them this Function owns the buffers Liger rotates in place: copies of the
-    rotated width of q and k in the forward, and of the output gradients in the backward (they can
-    be the caller's tensors: ``grad_outputs`` of ``torch.autograd.grad``). The outputs are tensors
-    of this Function's own, so a caller may modify them in place, as it may the other entries'.
+    ``inverse`` False runs Liger's forward kernel, True its backward kernel (the rotation by the opposite
+    angle). Around them this Function owns the buffers Liger rotates in place: copies of the rotated width
+    of its inputs, which can be the caller's tensors (in the inverse direction the output gradients,
+    ``grad_outputs`` of ``torch.autograd.grad`` included). The outputs are tensors of this Function's own,
+    so a caller may modify them in place, as it may the other entries'.
+
+    The backward is this Function in the other direction, not a kernel run out of autograd's sight: the
+    rotation is linear, so the gradient of one direction is the other, and under ``create_graph=True``
+    autograd records it and differentiates it again (a double backward, a Hessian-vector product, gets
+    the same second derivative as every other entry, not the derivative of a copy).
     """
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor,
-                liger: type[torch.autograd.Function]) -> tuple[Tensor, Tensor | None]:
+                liger: type[torch.autograd.Function], inverse: bool) -> tuple[Tensor, Tensor | None]:
         R = cos.shape[-1]
-        ctx.liger, ctx.rotary_width, ctx.has_k = liger, R, k is not None
-        q_rot, k_rot = _fresh(q, R), _kv(q, k, R)
-        with on_device_of(q):  # Liger's Triton launch goes to the current device
-            yq, yk = liger.forward(ctx, q_rot.transpose(1, 2), k_rot.transpose(1, 2), cos, sin)
-        yq = _assemble(_owned(yq, q_rot), q, R)
-        return yq, None if k is None else _assemble(_owned(yk, k_rot), k, R)
+        ctx.save_for_backward(cos, sin)
+        ctx.liger, ctx.inverse, ctx.has_k = liger, inverse, k is not None
+        yq, yk = _run_liger(liger, inverse, _fresh(q, R), None if k is None else _fresh(k, R), cos, sin)
+        return _assemble(yq, q, R), None if k is None else _assemble(yk, k, R)
 
     @staticmethod
     def backward(ctx, gq: Tensor, gk: Tensor | None):
-        R, liger = ctx.rotary_width, ctx.liger
-        gk = gk if ctx.has_k else None
-        dq, dk = liger.backward(ctx, _fresh(gq, R).transpose(1, 2), _kv(gq, gk, R).transpose(1, 2))[:2]
-        dq = _assemble(dq.transpose(1, 2), gq, R)
-        dk = None if gk is None else _assemble(dk.transpose(1, 2), gk, R)
-        return dq, dk, None, None, None
+        cos, sin = ctx.saved_tensors
+        dq, dk = _LigerRope.apply(gq, gk if ctx.has_k else None, cos, sin, ctx.liger, not ctx.inverse)
+        return dq, dk, None, None, None, None
 
 
-def _kv(q: Tensor, k: Tensor | None, width: int) -> Tensor:
-    """k's copy for Liger, or a one-head zero k when there is none (Liger needs a k; zero heads fail)."""
-    B, T = q.shape[:2]
-    return q.new_zeros(B, T, 1, width) if k is None else _fresh(k, width)
+class _LigerContext:
+    """What Liger's ``forward`` and ``backward`` use of an autograd ctx: the tables it saves and reads back,
+    and the attributes it sets. Its kernels run on one of these, so that either direction can run as the
+    forward of :class:`_LigerRope` (Liger's backward reads tables its forward saved)."""
+
+    def __init__(self, cos: Tensor, sin: Tensor) -> None:
+        self.saved_tensors = (cos, sin)
+        self.rotary_dim = None  # the tables' width (Liger's default)
+
+    def save_for_backward(self, *tensors: Tensor) -> None:
+        self.saved_tensors = tensors
+
+
+def _run_liger(liger: type[torch.autograd.Function], inverse: bool, q: Tensor, k: Tensor | None, cos: Tensor,
+               sin: Tensor) -> tuple[Tensor, Tensor | None]:
+    """Liger's forward (``inverse``: backward) kernel on (B, T, H, R) buffers of our own, rotated in place.
+
+    The kernel needs a q and a k of at least one head each: a missing k, or a q or k of zero heads, is
+    stood in for by a one-head zero buffer, whose result is dropped; with no head at all nothing is
+    launched (the empty result every entry gives).
+    """
+    if q.shape[2] == 0 and (k is None or k.shape[2] == 0):
+        return q, k
+    xq, xk = (x if x is not None and x.shape[2] else q.new_zeros(*q.shape[:2], 1, q.shape[-1]) for x in (q, k))
+    tables = _LigerContext(cos, sin)
+    with on_device_of(q):  # Liger's Triton launch goes to the current device
+        if inverse:
+            yq, yk = liger.backward(tables, xq.transpose(1, 2), xk.transpose(1, 2))[:2]
+        else:
+            yq, yk = liger.forward(tables, xq.transpose(1, 2), xk.transpose(1, 2), cos, sin)
+    yq = _owned(yq, q) if xq is q else q  # a stand-in's result is dropped
+    return yq, None if k is None else (_owned(yk, k) if xk is k else k)
 
 
 def _owned(y: Tensor, buffer: Tensor) -> Tensor:
@@ -200,4 +232,4 @@ class LigerRotary(RotaryEmbedding):
 
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
         cos, sin = self._liger_tables(positions, q.shape[1])
-        return _LigerRope.apply(q, k, cos, sin, self._function)
+        return _LigerRope.apply(q, k, cos, sin, self._function, False)

@@ -21,13 +21,21 @@ T = TypeVar("T", bound=type[RotaryEmbedding])
 
 
 def register(name: str) -> Callable[[T], T]:
-    """Class decorator: make ``cls`` buildable as ``rope.build(name, ...)``."""
+    """Class decorator: make ``cls`` buildable as ``rope.build(name, ...)``.
+
+    ``name`` must be a non-empty str, refused at once otherwise (as :func:`check_args` refuses it): a name of
+    another type would break every later ``available()`` (it sorts the names) and every unknown-name error (which
+    lists them), far from the mistake. The class is checked before the name is looked up, so a non-class given a
+    taken name is told what it is, not that the name is taken.
+    """
+    if not isinstance(name, str) or not name:
+        raise RopeArgumentError("name", f"@register(name) needs a non-empty str name, got {name!r}")
 
     def wrap(cls: T) -> T:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"RoPE implementation {name!r} is already registered by {_REGISTRY[name].__name__}")
         if not (isinstance(cls, type) and issubclass(cls, RotaryEmbedding)):
             raise TypeError(f"@register({name!r}) expects a RotaryEmbedding subclass, got {cls!r}")
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"RoPE implementation {name!r} is already registered by {_REGISTRY[name].__name__}")
         _REGISTRY[name] = cls
         cls.registry_name = name
         return cls
