@@ -352,12 +352,10 @@ def _grid_id(case) -> str:
     return f"{layout}-rot_{rotated}-{variant}-{str(dtype).removeprefix('torch.')}-D{D}-{memory}-pos_{pos}"
 
 
-@pytest.mark.parametrize("name,opts,case", with_entries(GRID, lambda c: c[3], [_grid_id(c) for c in GRID]))
-def test_layouts_and_rotary_dim(name, opts, case, device):
-    """layout x rotary_dim x variant x dtype, forward and backward against formula64; an entry that
-    does not support a combination must refuse it at build time, naming the argument."""
-    layout, rotated, variant, dtype, D, memory, pos_kind = case
-    R = _rotary_dim(rotated, D)
+def _built_or_refused(name: str, opts: dict, D: int, variant: str, layout: str, R: int | None,
+                      device: torch.device) -> rope.RotaryEmbedding | None:
+    """The entry built for the case (poisoned outputs), or None once its build refused a combination it does not
+    support, naming the argument (the test skips where the entry cannot run on ``device``)."""
     cls = rope.get(name)
     if layout not in cls.layouts or (R is not None and not cls.supports_rotary_dim):
         with pytest.raises(rope.RopeArgumentError) as e:
@@ -365,12 +363,24 @@ def test_layouts_and_rotary_dim(name, opts, case, device):
         refused = {"layout"} if layout not in cls.layouts else set()
         refused |= {"rotary_dim"} if R is not None and not cls.supports_rotary_dim else set()
         assert e.value.argument in refused
-        return
+        return None
     reason = cls.unavailable_reason(device)
     if reason is not None:
         pytest.skip(reason)
     r = rope.build(name, D, 12, variant=variant, layout=layout, rotary_dim=R, **opts).to(device)
     r.poison_outputs = True
+    return r
+
+
+@pytest.mark.parametrize("name,opts,case", with_entries(GRID, lambda c: c[3], [_grid_id(c) for c in GRID]))
+def test_layouts_and_rotary_dim(name, opts, case, device):
+    """layout x rotary_dim x variant x dtype, forward and backward against formula64; an entry that
+    does not support a combination must refuse it at build time, naming the argument."""
+    layout, rotated, variant, dtype, D, memory, pos_kind = case
+    R = _rotary_dim(rotated, D)
+    r = _built_or_refused(name, opts, D, variant, layout, R, device)
+    if r is None:
+        return
     got = check_against_formula(r, memory, pos_kind, dtype, variant, 2, 5, 3, 2 if memory == "gqa" else 3, 12,
                                 device, layout, R)
     if got is None:
@@ -392,17 +402,9 @@ def test_odd_head_dims_with_rotary_dim(name, opts, case, device):
     """An odd head_dim is accepted with an even rotary_dim: every entry that takes rotary_dim (and the layout)
     rotates the first R elements and copies the odd tail, forward and backward, or refuses it at build."""
     D, R, variant, layout, memory, HQ, HK = case
-    cls = rope.get(name)
-    if layout not in cls.layouts or not cls.supports_rotary_dim:
-        with pytest.raises(rope.RopeArgumentError):
-            rope.build(name, D, 12, variant=variant, layout=layout, rotary_dim=R, **opts)
-        return
-    reason = cls.unavailable_reason(device)
-    if reason is not None:
-        pytest.skip(reason)
-    r = rope.build(name, D, 12, variant=variant, layout=layout, rotary_dim=R, **opts).to(device)
-    r.poison_outputs = True
-    check_against_formula(r, memory, "bt", torch.float32, variant, 2, 5, HQ, HK, 12, device, layout, R)
+    r = _built_or_refused(name, opts, D, variant, layout, R, device)
+    if r is not None:
+        check_against_formula(r, memory, "bt", torch.float32, variant, 2, 5, HQ, HK, 12, device, layout, R)
 
 
 # -- packed sequences (cu_seqlens) ---------------------------------------------------------------------
