@@ -38,8 +38,10 @@ def main(cfg: DictConfig) -> None:
             raise
         print(f"Error: {str(e).strip() or type(e).__name__}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:  # Ctrl-C: every length finished is already written (one file write per length)
-        print("Interrupted: the lengths evaluated so far are in the file named above", file=sys.stderr)
+    except KeyboardInterrupt as e:  # Ctrl-C: every length finished is already written (one file write per length)
+        path = getattr(e, "json_path", None)
+        print(f"Interrupted: the lengths evaluated so far are in {path}" if path else
+              "Interrupted before the first length finished: nothing was written", file=sys.stderr)
         sys.exit(130)
 
 

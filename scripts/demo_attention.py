@@ -89,8 +89,10 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--impl", default="torch", help=f"a RoPE implementation: {', '.join(rope.available())}")
-    p.add_argument("--device", default="auto", help="auto (cuda if present) | cpu | cuda")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto: cuda if present")
     args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA GPU here (this torch sees none); use --device cpu or auto")
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     torch.manual_seed(0)
     try:

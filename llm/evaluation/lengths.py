@@ -560,6 +560,15 @@ def eval_lengths_from_config(cfg: Mapping, emit: Emit = print) -> tuple[dict, Pa
     return result, json_path
 
 
+class LengthsInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an evaluation: ``json_path`` holds the lengths it finished, None where none had finished
+    (nothing written), so the command says which."""
+
+    def __init__(self, json_path: Path | None) -> None:
+        super().__init__()
+        self.json_path = json_path
+
+
 def evaluate_and_write(evaluator: LengthEvaluator, plan: EvalPlan, out_dir: Path,
                        emit: Emit = print) -> tuple[dict, Path, Path]:
     """Evaluate ``plan`` and write its record after every length (:func:`write_result`), so an evaluation cut
@@ -569,7 +578,10 @@ def evaluate_and_write(evaluator: LengthEvaluator, plan: EvalPlan, out_dir: Path
     def save(record: dict) -> None:
         paths[:] = write_result(record, out_dir, emit)
 
-    result = evaluator.evaluate(plan, save)
+    try:
+        result = evaluator.evaluate(plan, save)
+    except KeyboardInterrupt as e:
+        raise LengthsInterrupted(paths[0] if paths else None) from e
     if not paths:  # no length evaluated (every one skipped): the record still says why
         save(result)
     return result, *paths

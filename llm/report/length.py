@@ -539,6 +539,9 @@ def _comparison_sections(report: LengthReport) -> list[str]:
         lines += _comparison_table(report, scaled, "vs_none", "loss_within_train", lengths)
         lines += ["", f"Whole window (Δ mean loss over every position): {pair}", ""]
         lines += _comparison_table(report, scaled, "vs_none", "val_loss", lengths)
+    elif any(s != NO_SCALING for _, s in report.groups):  # evaluated, but never beside none at the same length
+        lines.append("(no scaling shares a length with an evaluation without scaling of the same variant: evaluate "
+                     "`scaling=none` at those lengths to compare them)")
     else:
         lines.append("(no scaling other than none was evaluated)")
     against = [(v, s) for v, s in report.groups if v != reference_for(v) and _has(report, v, s, "vs_reference")]

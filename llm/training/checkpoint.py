@@ -163,5 +163,6 @@ def find_resume_checkpoint(resume: str | None, ckpt_dir: Path,
                               "line printed it")
         raise ResumeError(f"train.resume=auto: no checkpoint in {ckpt_dir} to resume from (the run stopped before "
                           "its first checkpoint; train.ckpt_every=N saves one every N steps); start a new run "
-                          f"instead (or, for a sweep's job, remove {run_dir} and continue the sweep again)")
+                          f"in another hydra.run.dir, or remove {run_dir} and start it again there (for a sweep's "
+                          "job: remove it and continue the sweep)")
     return found

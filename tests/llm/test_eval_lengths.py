@@ -66,10 +66,14 @@ def test_an_evaluation_cut_short_keeps_the_lengths_it_finished(trained_run, tmp_
         return real(model, tokens, starts, L, *args)
 
     monkeypatch.setattr(lengths_module, "window_losses", interrupted_at_64)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as stop:
         run_eval(run, "lengths=[32,64]", "tokens=256", "label=cut")
     saved = json.loads((run / "eval_lengths" / "cut.json").read_text())
     assert [m["length"] for m in saved["lengths"]] == [32]
+    assert stop.value.json_path == run / "eval_lengths" / "cut.json"  # what the command's line names
+    with pytest.raises(KeyboardInterrupt) as stop:  # before the first length finished: nothing written, and said so
+        run_eval(run, "lengths=[64]", "tokens=256", "label=early")
+    assert stop.value.json_path is None and not (run / "eval_lengths" / "early.json").exists()
 
 
 def val_stream(run_dir) -> tuple[np.ndarray, int]:

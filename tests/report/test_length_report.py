@@ -331,3 +331,16 @@ def test_runs_on_other_data_are_refused_naming_them(sweep: Path):
     _evaluated_run(sweep / "10_s7", 7, data={**DATA, "id": "d" * 64})
     with pytest.raises(DataMismatchError, match="10_s7"):
         build_length_report([sweep])
+
+
+def test_scalings_that_share_no_length_with_none_are_said_to_be_evaluated(tmp_path: Path):
+    """A scaling evaluated only at lengths where none was not: the section says they share no length (it said no
+    scaling was evaluated, beside tables listing the scaled rows)."""
+    run = write_run(tmp_path / "0_s0", "torch", 0, 3.0)
+    (run / "eval_lengths").mkdir()
+    (run / "eval_lengths" / "none.json").write_text(json.dumps(eval_json(PARTIAL, "none", 0, {32: 9.0, 64: 9.0})))
+    (run / "eval_lengths" / "yarn.json").write_text(json.dumps(eval_json(PARTIAL, "yarn", 0, {128: 9.5})))
+    md = write_length_report(build_length_report([tmp_path]), tmp_path).read_text()
+    scaling = section(md, "Scaling − none, same variant and length")
+    assert "no scaling shares a length with an evaluation without scaling" in scaling, scaling
+    assert "no scaling other than none was evaluated" not in scaling

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from scripts.demo_attention import main
 
@@ -22,3 +23,14 @@ def test_demo_refuses_an_unknown_implementation_in_one_line(capsys):
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith("Error: impl='nope': unknown RoPE implementation")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("asked", [pytest.param("gpu", id="not-a-choice"), pytest.param("cuda", id="absent")])
+def test_demo_refuses_a_device_it_cannot_use_in_one_line(asked, capsys, monkeypatch):
+    """``--device gpu`` (not a choice) and ``--device cuda`` without a GPU: argparse's one line and exit 2, before
+    any work (they ended in a torch traceback)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--device", asked])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and "--device" in err[-1] and len(err) == 2, err  # usage line, then the error

@@ -51,7 +51,7 @@ def test_resume_auto_without_a_checkpoint_refuses_instead_of_restarting(tmp_path
     proc.send_signal(signal.SIGKILL)  # kill -9 once a step is logged: no checkpoint was written
     proc.wait(timeout=60)
     before = (run / "metrics.jsonl").read_text()
-    with pytest.raises(ResumeError, match="no checkpoint in .*checkpoints to resume from"):
+    with pytest.raises(ResumeError, match="no checkpoint in .*checkpoints to resume from.*in another hydra.run.dir"):
         run_inprocess(run, ["train.max_steps=100000", "train.log_every=1", "train.resume=auto"])
     assert (run / "metrics.jsonl").read_text() == before, "a refused resume must not touch the metrics"
     with pytest.raises(ResumeError, match=r"there is no run in .*nowhere to resume \(no step logged"):

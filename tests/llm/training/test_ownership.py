@@ -71,7 +71,14 @@ def test_a_refused_run_changes_nothing_in_a_dir_another_run_owns_or_a_finished_r
     assert run_command_inprocess(["train.max_steps=2", f"hydra.run.dir={run}"], multirun=False) == 2
     err = capsys.readouterr().err
     assert "already holds a run (metrics.jsonl, summary.json)" in err, err
+    # no checkpoint: a resume would be refused too, so the message names the ways that work, not resume=auto
+    assert "cannot be continued: choose another hydra.run.dir, or remove" in err and "resume" not in err, err
     assert snapshot(run) == before
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "step_0000002.pt").write_bytes(b"")
+    assert run_command_inprocess(["train.max_steps=2", f"hydra.run.dir={run}"], multirun=False) == 2
+    err = capsys.readouterr().err
+    assert "continue it with train.resume=auto, or choose another hydra.run.dir" in err, err
 
 
 def test_a_second_sweep_into_a_used_sweep_dir_is_refused_as_a_whole(tmp_path, capsys):
