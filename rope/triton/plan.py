@@ -176,7 +176,7 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
 
 def _flat_blocks(geo: Geometry) -> list[int]:
     """Flat block widths that tile a token's heads of q and k whole (none where D and the head counts are odd: a
-    pair tiling then, which copies the tail a column at a time)."""
+    pair tiling then, whose programs copy the tail in runs of the rotated width, masked at D)."""
     D = geo.head_dim
     return [b for b in FLAT_BLOCKS if b <= D and (geo.q_heads * D) % b == 0 and (geo.k_heads * D) % b == 0]
 
