@@ -78,5 +78,5 @@ def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Ite
                  if any(r.startswith("train.max_steps ") for r in refused) else "")
         raise ResumeError(f"resume cannot change {', '.join(refused)}: that would train a different model{steps}; "
                           "start a new run instead (keys a resume may change: "
-                          f"{', '.join(SAFE_TO_CHANGE)})")
+                          f"{', '.join(k for k in (*SAFE_TO_CHANGE, *PER_INVOCATION) if k != 'train.resume')})")
     return result

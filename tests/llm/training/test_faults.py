@@ -95,8 +95,10 @@ def test_resume_continues_the_saved_config_and_refuses_a_different_model(tmp_pat
     run = tmp_path / "run"
     run_inprocess(run, [*STEPS, "train.max_steps=4", "model.n_layer=2", "optim.lr=0.002", "train.stop_at_step=2"])
     config_before = (run / "config.yaml").read_text()
-    with pytest.raises(ResumeError, match=r"resume cannot change model.n_layer \(saved 2, asked 3\)"):
+    with pytest.raises(ResumeError, match=r"resume cannot change model.n_layer \(saved 2, asked 3\)") as refused:
         run_inprocess(run, ["train.resume=auto", "model.n_layer=3"])
+    may_change = str(refused.value).split("keys a resume may change: ")[1]  # every key a resume takes, listed
+    assert "train.stop_at_step" in may_change and "device" in may_change and "train.resume," not in may_change
     assert (run / "config.yaml").read_text() == config_before, "config.yaml is rewritten only after a resume worked"
     # more steps would stretch the learning rate's cosine: neither this run nor a fresh one of 5 steps
     with pytest.raises(ResumeError, match=r"train.max_steps \(saved 4, asked 5\).*train.stop_at_step=N stops"):
