@@ -119,7 +119,8 @@ class Schema:
         if elsewhere:
             chosen = label or f"the {key.partition('.')[0]} chosen"
             return f"{key} is a key of {', '.join(elsewhere)} only, not of {chosen}, so nothing would read it {lists}"
-        close = closest(key, allowed - {key})
+        # a top-level name is also checked against the groups (``modle=tiny`` means the group ``model``)
+        close = closest(key, (allowed | (set(self.groups) if "." not in key else set())) - {key})
         guess = f"; did you mean {close}?" if close else ""
         where = f"a key of {label}" if label else "a known key"
         return f"{key} is not {where}, so nothing would read it{guess} {lists}"

@@ -47,6 +47,7 @@ def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
     (["rope.max_seq_len=64"], f"rope.max_seq_len is not in this config: add it with +rope.max_seq_len=... {LISTS}"),
     (["data.max_doc=3"], "data.max_doc is not in this config; did you mean data.max_docs? "),
     (["train.seed=1"], f"train.seed is not a known key, so nothing would read it; did you mean seed? {LISTS}"),
+    (["modle=tiny"], f"modle is not a known key, so nothing would read it; did you mean model? {LISTS}"),
     (["rope=triton_v4", "rope.compute_dtype=bfloat16"], "rope.compute_dtype is a key of rope=torch, rope=torch_bf16, "
                                                         "rope=torch_full only, not of the rope chosen"),
     (["+optim.momentum=0.9"], f"optim.momentum is a key of optim=muon only, not of optim=adamw, so nothing would "
