@@ -58,7 +58,8 @@ DEFAULT_LAUNCH = CuteLaunchConfig()
 def package_missing() -> str | None:
     """Why the CuTeDSL package cannot be used here (one line), or None when ``cutlass`` imports."""
     if importlib.util.find_spec("cutlass") is None:
-        return f"rope=cutedsl needs the `{PACKAGE}` package (pip install -e '.[cutedsl]'); use rope=triton_v4"
+        return (f"rope=cutedsl needs the `{PACKAGE}` package (pip install -e '.[cutedsl]') and a CUDA GPU; on a GPU "
+                "without it, rope=triton_v4")
     return None
 
 
