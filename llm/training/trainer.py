@@ -440,7 +440,8 @@ class Trainer:
         if self.dist.is_main:
             se = v["val_loss_se"]  # NaN with one val window: no spread to take a standard error of
             se = "" if se is None or math.isnan(se) else f" ± {se:.4f}"
-            log.info(f"step {self.step:>6}/{self.tc.max_steps}  val_loss {v['val_loss']:.4f}{se}  "
+            job = f"{self.job}: " if self.job else ""  # jobs side by side share a console, as the step lines say
+            log.info(f"{job}step {self.step:>6}/{self.tc.max_steps}  val_loss {v['val_loss']:.4f}{se}  "
                      f"val_acc {v['val_acc']:.4f}  val_ppl {v['val_ppl']:.2f}  "
                      f"train_time {self.totals.train_time_s:.1f}s")
         return v

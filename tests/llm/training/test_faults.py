@@ -419,6 +419,8 @@ def test_a_sweep_jobs_progress_lines_name_the_job(tmp_path, capsys):
     assert code == 0, text[-2000:]
     progress = [ln for ln in text.splitlines() if "tok/s" in ln and "eta" in ln]
     assert [ln.split(" - ", 1)[1].split(":")[0] for ln in progress] == ["0_torch_s0", "1_none_s0"], progress
+    evals = [ln for ln in text.splitlines() if "val_loss" in ln and "step" in ln and "done:" not in ln]
+    assert [ln.split(" - ", 1)[1].split(":")[0] for ln in evals] == ["0_torch_s0", "1_none_s0"], evals
 
 
 def test_a_val_stream_shorter_than_a_window_stops_before_the_model_is_built(tmp_path, monkeypatch):
