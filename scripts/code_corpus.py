@@ -48,8 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--site-packages", action="append", default=None, metavar="DIR",
                     help="a directory searched for installed distributions (repeatable; default: sys.path)")
     ap.add_argument("--manifest", type=Path, default=None, help="rebuild the corpus a manifest.json pins")
-    ap.add_argument("--min-chars", type=int, default=MIN_CHARS)
-    ap.add_argument("--max-chars", type=int, default=MAX_CHARS)
+    ap.add_argument("--min-chars", type=int, default=MIN_CHARS,
+                    help=f"files shorter than this many characters are left out (default: {MIN_CHARS})")
+    ap.add_argument("--max-chars", type=int, default=MAX_CHARS,
+                    help=f"files longer than this many characters are left out (default: {MAX_CHARS})")
     return ap
 
 
@@ -71,8 +73,8 @@ def main(argv: list[str] | None = None) -> None:
             dists = select_packages(installed_distributions(args.site_packages), args.packages, args.exclude)
             corpus = read_corpus([f for name, d in dists.items() for f in package_files(name, d)],
                                  args.min_chars, args.max_chars)
-    except DataError as e:
-        _refuse(f"error: {e}")
+    except DataError as e:  # the data config's words for the flags: data.packages is --packages here
+        _refuse(f"error: {str(e).replace('data.packages:', '--packages:', 1)}")
     if len(corpus.ids) == 0:
         _refuse("no *.py files of the asked sizes in the installed packages")
     for doc_id, text in zip(corpus.ids, corpus.texts, strict=True):

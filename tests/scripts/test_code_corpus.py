@@ -63,3 +63,12 @@ def test_rebuilds_from_its_manifest_and_refuses_an_existing_dir(tmp_path, site, 
         code_corpus.main([str(tmp_path / "third"), "--site-packages", str(site), "--manifest", str(manifest)])
     assert exit_.value.code == 2
     assert re.search(r"error: --manifest .*pkg/pkg/a\.py .* differs from the manifest", capsys.readouterr().err)
+
+
+def test_a_package_not_installed_is_named_by_the_flag_that_asked_for_it(tmp_path, site, capsys):
+    """The data source says ``data.packages`` (its config key); this command's user wrote ``--packages``."""
+    with pytest.raises(SystemExit) as exit_:
+        code_corpus.main([str(tmp_path / "out"), "--site-packages", str(site), "--packages", "pkg,nopkg"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and err.startswith("error: --packages: nopkg not installed here"), err
+    assert not (tmp_path / "out").exists()
