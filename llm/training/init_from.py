@@ -123,6 +123,28 @@ def default_original_length(cfg: DictConfig, source: InitSource) -> str | None:
             f"train.init_from={source.run_dir} starts from")
 
 
+#: RoPE keys whose change under ``train.init_from`` is allowed (a study may switch the rotation when it fine-tunes)
+#: but said: generate and eval_lengths refuse them, as they evaluate the weights as trained.
+ROTATION_KEYS = ("variant", "layout", "rotary_dim", "base")
+
+
+def init_from_notes(cfg: DictConfig, source: InitSource) -> list[str]:
+    """Lines to log where the new run's RoPE rotates otherwise than the source's (the weights were trained with the
+    source's), and where ``rope.scaling.original_max_seq_len`` is not the source's training length (the scalings
+    stretch positions from that length): allowed, as a study may want either, but never silent."""
+    old_rope = source.config.get("rope") or {}
+    new_rope = OmegaConf.to_container(cfg.rope, resolve=True)
+    notes = [f"rope.{k}={new_rope.get(k)!r} differs from {old_rope.get(k)!r}, the rotation the weights of "
+             f"train.init_from={source.run_dir} were trained with" for k in ROTATION_KEYS
+             if k in old_rope and old_rope.get(k) != new_rope.get(k)]
+    length = (source.config.get("model") or {}).get("seq_len")
+    original = (new_rope.get("scaling") or {}).get("original_max_seq_len")
+    if isinstance(length, int) and original is not None and original != length:
+        notes.append(f"rope.scaling.original_max_seq_len={original} is not {length}, the model.seq_len the run "
+                     f"train.init_from={source.run_dir} was trained at")
+    return notes
+
+
 def apply_init_from(model: torch.nn.Module, path: Path, step: int, state: dict) -> None:
     """Copy the source's weights into ``model`` (parameters in place: optimizers built on them stay valid)."""
     try:

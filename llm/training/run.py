@@ -24,7 +24,7 @@ from llm.fileio import DiskFullError, write_json_atomic
 from llm.sweep_jobs import swept_values
 from llm.training.checkpoint import find_resume_checkpoint
 from llm.training.distributed import cleanup, init_distributed
-from llm.training.init_from import apply_init_from, check_init_from, default_original_length
+from llm.training.init_from import apply_init_from, check_init_from, default_original_length, init_from_notes
 from llm.training.outputs import SUMMARY_FILE
 from llm.training.resume import PER_INVOCATION, reconcile_resume_config, resumed_group
 from llm.training.run_dir import RunDirLock, claim_run_dir, never_trained, record_command, trained_twin
@@ -136,6 +136,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
             group = resumed_group(resume[1], group, overrides)
         source = check_init_from(cfg) if resume is None else None  # a resumed run holds its weights already
         note = default_original_length(cfg, source) if source is not None else None
+        notes = init_from_notes(cfg, source) if source is not None else []
         validate_config(cfg, world_size=dist_info.world_size)
         if dist_info.is_main and (inert := inert_rope_note(cfg)):
             log.info(inert)
@@ -150,8 +151,8 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
         if init is not None:
             apply_init_from(trainer.model, *init)
             if dist_info.is_main:
-                for line in (note, f"initialised the model from {init[0]} (step {init[1]}); optimizer and step "
-                                   "start afresh"):
+                for line in (note, *notes, f"initialised the model from {init[0]} (step {init[1]}); optimizer and "
+                                             "step start afresh"):
                     if line:
                         log.info(line)
         return trainer.fit()

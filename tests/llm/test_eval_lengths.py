@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import shutil
 import subprocess
@@ -455,3 +456,19 @@ def test_results_are_never_lost_to_a_later_evaluation(trained_run):
     (moved,) = (out / "superseded").glob("keep-*.json")
     assert [m["length"] for m in json.loads(moved.read_text())["lengths"]] == [32, 64, 128]
     assert any("held another evaluation (tokens=128 (this one: 64))" in line for line in lines)
+
+
+def test_init_from_says_when_the_rotation_or_the_original_length_differs(trained_run, tmp_path, monkeypatch, caplog):
+    """Switching the rotation, or an original_max_seq_len other than the source's training length, is allowed (a
+    study may want it) but logged: the weights were trained otherwise (generate and eval_lengths refuse both)."""
+    capture_fit(monkeypatch)
+    with caplog.at_level(logging.INFO):
+        run_inprocess(tmp_path / "ft", [f"train.init_from={trained_run}", "model.seq_len=64", "rope.variant=full",
+                                        "rope.scaling.type=yarn", "rope.scaling.factor=2",
+                                        "rope.scaling.original_max_seq_len=512"])
+    assert "rope.variant='full' differs from 'partial', the rotation the weights of train.init_from=" in caplog.text
+    assert f"rope.scaling.original_max_seq_len=512 is not {TRAIN_LEN}, the model.seq_len the run" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        run_inprocess(tmp_path / "ft2", [f"train.init_from={trained_run}", *FINETUNE])
+    assert "differs from" not in caplog.text and "is not" not in caplog.text  # the same rotation: no note
