@@ -21,6 +21,7 @@ from pathlib import Path
 from llm.config_keys import covered, flatten, load_run_config
 from llm.errors import RunDirInUseError
 from llm.fileio import TMP_MARK, remove_stale_temps, write_text_atomic
+from llm.training.checkpoint import checkpoint_files
 
 LOCK_FILE = ".run.lock"
 SWEEP_LOCK_FILE = ".sweep.lock"
@@ -170,18 +171,13 @@ def _already_holds_a_run(run_dir: Path) -> RunDirInUseError | None:
     taken = [name for name in RUN_FILES if (run_dir / name).exists()]
     if not taken:
         return None
-    if _has_checkpoint(run_dir):
+    if checkpoint_files(run_dir / "checkpoints"):  # what a resume would load
         return RunDirInUseError(f"run dir {run_dir} already holds a run ({', '.join(taken)}); continue it with "
                                 "train.resume=auto, or choose another hydra.run.dir")
     # no checkpoint: a resume would be refused too, so the way on is another dir, or this one cleared
     return RunDirInUseError(f"run dir {run_dir} already holds a run ({', '.join(taken)}) that stopped before its "
                             f"first checkpoint, so it cannot be continued: choose another hydra.run.dir, or remove "
                             f"{run_dir} to start again there")
-
-
-def _has_checkpoint(run_dir: Path) -> bool:
-    ckpts = run_dir / "checkpoints"
-    return ckpts.is_dir() and any(ckpts.glob("*.pt"))
 
 
 def claim_run_dir(run_dir: Path, resuming: bool) -> RunDirLock:
