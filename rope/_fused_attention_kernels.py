@@ -10,8 +10,9 @@ whatever the cache length):
 * :func:`attend_split_kernel`: one program per (block of query rows, batch row and key-value head, range of
   keys). A block's rows are the query heads that share the key-value head (grouped-query attention) times the
   queries, so each key and value row is read once for all of them. The program loads its queries, rotates them
-  in registers by their positions' rows of the RoPE tables, and runs an online softmax over its keys. With one
-  split it writes the output; with several it writes its normalised partial output and log-sum-exp.
+  in registers by their positions' rows of the RoPE tables (with several queries, passing them through its own
+  rows of the output, so that the score product reads them from shared memory), and runs an online softmax over
+  its keys. With one split it writes the output; with several it writes its normalised partial output and log-sum-exp.
 * :func:`combine_splits_kernel`: one program per (batch row, query, head) weighs the partial outputs by their
   log-sum-exps.
 
@@ -145,6 +146,14 @@ def attend_split_kernel(
     q = _load_rotated_queries(q_rows, row_ok, table_pos, COS, SIN, stride_cos, d, d_ok, HALF, ROTARY, INTERLEAVED,
                               ROTATE)
     q = _cast(q, K.dtype.element_ty, DOT_F32)  # rounded as the module rounds its rotated output
+    if MANY_QUERIES:
+        # A computed operand of the score product is reloaded from shared memory into registers for every key
+        # tile; a loaded one is read by the product from shared memory directly. So the block's rotated queries go
+        # through its own rows of OUT (written again at the end; splits write the same values) and come back.
+        staged = OUT + b * stride_ob + t * stride_ot + head * stride_oh
+        tl.store(staged[:, None] + d[None, :], q, mask=row_ok[:, None] & d_ok[None, :])
+        tl.debug_barrier()  # every thread's rows are written before any thread reads the block back
+        q = tl.load(staged[:, None] + d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
 
     lo = split * keys_per_split
     hi = tl.minimum(lo + keys_per_split, tl.max(last_key, axis=0) + 1)
