@@ -8,7 +8,9 @@ import csv
 import json
 import logging
 import math
+import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import CONF, ROOT, float32_entries, run_inprocess
+from helpers import CONF, ROOT, float32_entries, run_inprocess, run_module_main
 from hydra import compose, initialize_config_dir
 
 import llm.evaluation.lengths as lengths_mod
@@ -75,6 +77,54 @@ def test_an_evaluation_cut_short_keeps_the_lengths_it_finished(trained_run, tmp_
     with pytest.raises(KeyboardInterrupt) as stop:  # before the first length finished: nothing written, and said so
         run_eval(run, "lengths=[64]", "tokens=256", "label=early")
     assert stop.value.json_path is None and not (run / "eval_lengths" / "early.json").exists()
+
+
+@pytest.mark.parametrize("stop,code,done,none_yet", [
+    ("ctrl_c", 130, "Interrupted: the lengths evaluated so far are in ",
+     "Interrupted before the first length finished: nothing was written"),
+    ("sigterm", 128 + signal.SIGTERM, "Stopped by SIGTERM: the lengths evaluated so far are in ",
+     "Stopped by SIGTERM before the first length finished: nothing was written"),
+], ids=["ctrl_c", "sigterm"])
+def test_the_command_stopped_mid_evaluation_says_what_it_kept(trained_run, tmp_path, monkeypatch, capsys, stop, code,
+                                                               done, none_yet):
+    """The command's own __main__, stopped at the second length by Ctrl-C or by a SIGTERM (a job scheduler's stop,
+    `kill`): the first length stays written, one line names the file, exit 128 + the signal (as llm.train ends);
+    stopped before the first length finished, the line says nothing was written. (A SIGTERM ended it silently,
+    exit -15.)"""
+    import shutil
+
+    from llm.evaluation import lengths as lengths_module
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("eval_lengths"))
+    real = lengths_module.window_losses
+
+    def stopped_at_64(model, tokens, starts, L, *args):
+        if L == 64:
+            if stop == "ctrl_c":
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before the next bytecode of this frame
+        return real(model, tokens, starts, L, *args)
+
+    monkeypatch.setattr(lengths_module, "window_losses", stopped_at_64)
+
+    def unhandled(signum, frame):  # the command took no SIGTERM of its own (the default would end pytest here)
+        pytest.fail("the command left SIGTERM to the default handler, which ends the process without a word")
+
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        args = [f"run={run}", "device=cpu", "tokens=256"]
+        exit_code, lines = run_module_main(monkeypatch, capsys, "llm.eval_lengths",
+                                           [*args, "lengths=[32,64]", "label=cut"])
+        path = run / "eval_lengths" / "cut.json"
+        assert (exit_code, lines) == (code, [f"{done}{path}"])
+        assert [m["length"] for m in json.loads(path.read_text())["lengths"]] == [32]
+        exit_code, lines = run_module_main(monkeypatch, capsys, "llm.eval_lengths",
+                                           [*args, "lengths=[64]", "label=early"])
+        assert (exit_code, lines) == (code, [none_yet]) and not (run / "eval_lengths" / "early.json").exists()
+        assert signal.getsignal(signal.SIGTERM) is unhandled  # the command's own handler is gone once it ends
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def val_stream(run_dir) -> tuple[np.ndarray, int]:
