@@ -25,6 +25,13 @@ from llm.report import (
     default_out_dir,
     write_report,
 )
+from llm.report.runs import NOT_STARTED, RUNNING
+
+#: The statuses that are no failure (a run stopped on purpose, or not yet run) and comparison.md's word for each,
+#: counted apart so that "failed or crashed" counts only the runs that did fail (every other status).
+_NOT_FAILURES = {"interrupted": "interrupted", "aborted": "aborted", RUNNING: "still running",
+                 NOT_STARTED: "not started"}
+_FAILED = "failed or crashed"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,6 +83,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _left_out_line(failures: list, completed: int) -> str:
+    """The console's count of the runs left out of the statistics, by what happened to them: a run stopped by Ctrl-C
+    or SIGTERM is interrupted (comparison.md's status), and calling it failed or crashed would send its user looking
+    for a bug. E.g. ``1 run(s) interrupted; 2 failed or crashed; the statistics use the 6 completed run(s)``."""
+    counts = dict.fromkeys([*_NOT_FAILURES.values(), _FAILED], 0)
+    for run in failures:
+        counts[_NOT_FAILURES.get(run.status, _FAILED)] += 1
+    first, *rest = [f"{n} {what}" for what, n in counts.items() if n]
+    count, what = first.split(" ", 1)
+    return "; ".join([f"{count} run(s) {what}", *rest, f"the statistics use the {completed} completed run(s)"])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; 0 when the report was written (failed runs are listed, not fatal), 2 on bad input."""
     args = _parser().parse_args(argv)
@@ -96,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in report.failures:
         print(f"warning: {r.name}: {r.status}" + (f" - {r.message}" if r.message else ""), file=sys.stderr)
     if report.failures:
-        print(f"{len(report.failures)} run(s) failed or crashed; the statistics use the "
-              f"{len(report.runs) - len(report.failures)} completed run(s)", file=sys.stderr)
+        print(_left_out_line(report.failures, len(report.runs) - len(report.failures)), file=sys.stderr)
     print(f"report: {md} (+ comparison.csv, loss_curves.png, speed.png, paired_delta.png in {md.parent})")
     return 0
 

@@ -162,3 +162,25 @@ def test_cli_says_so_on_the_console(tmp_path: Path, capsys):
     assert f"warning: 13_killed: {CRASHED}" in err and "warning: 10_failed: failed" in err
     assert "6 run(s) failed or crashed" in err
     assert "## Failed or incomplete runs" in out
+
+
+def test_cli_counts_interrupted_runs_apart_from_failed_ones(tmp_path: Path, capsys):
+    """A run stopped by Ctrl-C or SIGTERM is what comparison.md calls it, interrupted (a second Ctrl-C: aborted), not
+    a failed or crashed run: the console's count says which is which. (It said "N run(s) failed or crashed" for
+    every run that did not complete.)"""
+    sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1, 2)), V4: planted(0.0003, seeds=(0, 1, 2))})
+    write_run(sweep / "10_stopped", "torch", 3, 9.9, status="interrupted",
+              message="stopped at step 40 (SIGTERM); checkpoint saved in ckpt")
+    assert compare_cli([str(sweep)]) == 0
+    out, err = capsys.readouterr()
+    assert "| interrupted |" in out and "warning: 10_stopped: interrupted - stopped at step 40 (SIGTERM)" in err
+    assert "1 run(s) interrupted; the statistics use the 6 completed run(s)" in err.splitlines()
+    assert "failed" not in err
+    write_run(sweep / "11_aborted", "triton_v4", 3, 9.9, status="aborted", message="aborted by a second Ctrl-C")
+    write_run(sweep / "12_failed", "triton_v4", 4, 9.9, status="failed", message="RuntimeError: boom")
+    (sweep / "13_killed" / ".hydra").mkdir(parents=True)  # killed before summary.json
+    (sweep / "13_killed" / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config_for("torch", 5)))
+    assert compare_cli([str(sweep)]) == 0
+    err = capsys.readouterr().err
+    assert "1 run(s) interrupted; 1 aborted; 2 failed or crashed; the statistics use the 6 completed run(s)" \
+        in err.splitlines(), err
