@@ -152,13 +152,15 @@ def check_variant(variant: object) -> None:
         raise RopeArgumentError("variant", f"variant must be one of {VARIANTS}, got {variant!r}")
 
 
-def check_head_dim(head_dim: object, variant: str, rotary_dim: object = None) -> None:
+def check_head_dim(head_dim: object, variant: str, rotary_dim: object = None, rotates: bool = True) -> None:
     """Refuse a head size (or rotated width) the rotation cannot split, and a bad variant, which
-    decides the split."""
+    decides the split. ``rotates`` False (the identity): no split is made, so any positive size passes."""
     check_variant(variant)
     _positive_int("head_dim", head_dim)
     if rotary_dim is not None:
-        check_rotary_dim(rotary_dim, head_dim, variant)
+        check_rotary_dim(rotary_dim, head_dim, variant, rotates)
+        return
+    if not rotates:
         return
     if variant == "partial" and head_dim % 4:
         raise RopeArgumentError(
@@ -168,17 +170,19 @@ def check_head_dim(head_dim: object, variant: str, rotary_dim: object = None) ->
         raise RopeArgumentError("head_dim", f"head_dim must be even (x is split into two halves), got {head_dim}")
 
 
-def check_rotary_dim(rotary_dim: object, head_dim: int | None, variant: str) -> None:
+def check_rotary_dim(rotary_dim: object, head_dim: int | None, variant: str, rotates: bool = True) -> None:
     """Refuse a rotated width that is not an even int in [2, head_dim] (a multiple of 4 for partial);
-    ``head_dim`` None: no upper bound (:func:`rope_frequencies`, which knows no head)."""
+    ``head_dim`` None: no upper bound (:func:`rope_frequencies`, which knows no head); ``rotates`` False (the
+    identity): any int in [1, head_dim], as no split is made."""
     if rotary_dim is None:
         return
     _positive_int("rotary_dim", rotary_dim)
-    step = 4 if variant == "partial" else 2
+    step = (4 if variant == "partial" else 2) if rotates else 1
     if rotary_dim % step or (head_dim is not None and rotary_dim > head_dim):
-        need = "a multiple of 4 (variant='partial': R/4 frequencies)" if step == 4 else "even"
-        bound = "" if head_dim is None else f" and at most head_dim={head_dim}"
-        raise RopeArgumentError("rotary_dim", f"rotary_dim must be {need}{bound}, got {rotary_dim}")
+        need = {4: "a multiple of 4 (variant='partial': R/4 frequencies)", 2: "even", 1: None}[step]
+        bound = None if head_dim is None else f"at most head_dim={head_dim}"
+        rule = " and ".join(r for r in (need, bound) if r)
+        raise RopeArgumentError("rotary_dim", f"rotary_dim must be {rule}, got {rotary_dim}")
 
 
 def check_scaling(scaling: object) -> dict:
@@ -217,10 +221,11 @@ def check_base(base: object) -> None:
 def check_common_args(head_dim: object, max_seq_len: object, base: object, variant: object,
                       layout: object = "half", rotary_dim: object = None,
                       layouts: tuple[str, ...] = LAYOUTS, name: str = "", rotary_dim_ok: bool = True,
-                      scaling: object = None) -> None:
-    """The checks every implementation shares: head_dim and rotary_dim for the variant, max_seq_len,
-    base, and the layout and rotary_dim among what the implementation supports."""
-    check_head_dim(head_dim, variant, rotary_dim)
+                      scaling: object = None, rotates: bool = True) -> None:
+    """The checks every implementation shares: head_dim and rotary_dim for the variant (any size for an
+    implementation that ``rotates`` nothing), max_seq_len, base, and the layout and rotary_dim among what the
+    implementation supports."""
+    check_head_dim(head_dim, variant, rotary_dim, rotates)
     kind = check_scaling(scaling)["type"]
     if kind in ("ntk", "dynamic_ntk", "yarn") and isinstance(base, numbers.Real) and base <= 1:
         raise RopeArgumentError("base", f"base must be > 1 for scaling.type={kind} (it takes log(base)), got {base!r}")
@@ -263,7 +268,7 @@ class RotaryEmbedding(nn.Module):
                  layout: str = "half", rotary_dim: int | None = None, scaling: dict | None = None) -> None:
         super().__init__()
         check_common_args(head_dim, max_seq_len, base, variant, layout, rotary_dim, self.layouts, self.registry_name,
-                          self.supports_rotary_dim, scaling)
+                          self.supports_rotary_dim, scaling, self.rotates())
         self.head_dim = head_dim
         self.max_seq_len = max_seq_len
         self.base = float(base)
@@ -307,6 +312,9 @@ class RotaryEmbedding(nn.Module):
     def _tables(self, length: int | None) -> tuple[Tensor, Tensor]:
         """float32 cos, sin (max_seq_len, R/2): computed in float64 from the (scaled) frequencies, with
         YaRN's attention factor folded in, and rounded once. ``length``: dynamic_ntk's current length."""
+        if not self.rotates():  # the identity turns by angle 0 at any width: no frequencies, which need a split
+            shape = (self.max_seq_len, self.rotary_dim // 2)
+            return torch.ones(shape), torch.zeros(shape)
         freqs = rope_frequencies(self.rotary_dim, self.base, self.variant)
         freqs = scaled_frequencies(freqs, self.base, self.rotary_dim, self.scaling, length)
         theta = torch.outer(torch.arange(self.max_seq_len, dtype=torch.float64), freqs)
@@ -333,6 +341,13 @@ class RotaryEmbedding(nn.Module):
         self._table_length = key
 
     # -- build-time validation (no tables allocated) ----------------------------------------------
+    @classmethod
+    def rotates(cls) -> bool:
+        """Whether this implementation rotates at all: the identity (``rope=none``, known by its registry name as
+        :func:`label` knows it) does not. Why it matters: a rotation splits the head (its size must be even, a
+        multiple of 4 for variant="partial"), and the identity, which splits nothing, takes any head_dim."""
+        return cls.registry_name != "none"
+
     @classmethod
     def option_defaults(cls) -> dict[str, object]:
         """The options of this implementation (constructor keywords beyond head_dim, max_seq_len and
@@ -364,7 +379,7 @@ class RotaryEmbedding(nn.Module):
             raise RopeArgumentError(missing[0], f"rope={cls.registry_name} needs the option {missing[0]!r}")
         check_common_args(head_dim, max_seq_len, base, merged.get("variant", "partial"),
                           merged.get("layout", "half"), merged.get("rotary_dim"), cls.layouts, cls.registry_name,
-                          cls.supports_rotary_dim, merged.get("scaling"))
+                          cls.supports_rotary_dim, merged.get("scaling"), cls.rotates())
         cls.check_options(merged)
 
     @classmethod

@@ -30,22 +30,29 @@ _MODULES: OrderedDict[tuple, RotaryEmbedding] = OrderedDict()
 def build_named(impl: str, head_dim: int, seq_len: int, theta: float, variant: str, *,
                 head_dim_name: str = "q.shape[-1]", seq_len_name: str = "seq_len") -> RotaryEmbedding:
     """``rope.build`` whose argument errors name the arguments as the standalone API spells them
-    (``impl``, ``theta``, ``seq_len``, ...), not as the registry does (``name``, ``base``, ...)."""
+    (``impl``, ``theta``, ``seq_len``, ...), not as the registry does (``name``, ``base``, ...): the caller
+    passed the former, and a message naming ``max_seq_len`` or ``base`` points at nothing they wrote."""
     given = {"name": impl, "head_dim": head_dim, "max_seq_len": seq_len, "base": theta, "variant": variant}
     try:
         return build(impl, head_dim, seq_len, theta, variant=variant)
     except RopeArgumentError as e:
         name = {"name": "impl", "head_dim": head_dim_name, "max_seq_len": seq_len_name, "base": "theta"}.get(
             e.argument, e.argument)
-        raise RopeArgumentError(name, f"{name}={given.get(e.argument)!r}: {e}") from None
+        text = str(e)
+        # a check's message starts with the registry's word for the argument: the caller's replaces it, as theirs
+        # is the only one their code holds (the rest of the message, the value given included, is kept as it is)
+        if text.startswith(f"{e.argument} "):
+            text = name + text[len(e.argument):]
+        raise RopeArgumentError(name, f"{name}={given.get(e.argument)!r}: {text}") from None
 
 
 def rotary_module(impl: str, head_dim: int, seq_len: int, theta: float = 10000.0, variant: str = "partial",
-                  device: torch.device | str = "cpu") -> RotaryEmbedding:
+                  device: torch.device | str = "cpu", *, head_dim_name: str = "head_dim") -> RotaryEmbedding:
     """The registry's module for these arguments, built on first use and then reused.
 
     A bad argument raises :class:`~rope.RopeArgumentError` naming it as this API does (``impl``,
-    ``seq_len``, ``theta``, ``variant``).
+    ``head_dim``, ``seq_len``, ``theta``, ``variant``); ``head_dim_name``: how the caller gave the head size
+    (:func:`apply` passes ``"q.shape[-1]"``, as its caller gave q, not a head_dim).
     """
     device = torch.device(device)
     key = (impl, head_dim, seq_len, theta, variant, device)
@@ -54,7 +61,7 @@ def rotary_module(impl: str, head_dim: int, seq_len: int, theta: float = 10000.0
     except TypeError:  # an unhashable argument: the build below names it
         module = None
     if module is None:
-        module = build_named(impl, head_dim, seq_len, theta, variant).to(device)
+        module = build_named(impl, head_dim, seq_len, theta, variant, head_dim_name=head_dim_name).to(device)
         if len(_MODULES) >= CACHE_SIZE:
             _MODULES.popitem(last=False)
     _MODULES[key] = module
@@ -78,13 +85,29 @@ def apply(q: Tensor, k: Tensor | None, seq_len: int, theta: float = 10000.0, imp
     """
     if not isinstance(q, Tensor) or q.dim() != 4:
         raise ValueError(f"q must be a (B, T, H, D) tensor, got {tuple(q.shape) if isinstance(q, Tensor) else q!r}")
-    module = rotary_module(impl, q.shape[-1], seq_len, theta, variant, q.device)
-    # checked here, not by the module, whose message would name its max_seq_len: the caller passed seq_len
+    module = rotary_module(impl, q.shape[-1], seq_len, theta, variant, q.device, head_dim_name="q.shape[-1]")
+    _check_against_table(q, k, seq_len, positions)
+    out = module(q, k, positions=positions)
+    return (out, None) if k is None else out
+
+
+def _check_against_table(q: Tensor, k: Tensor | None, seq_len: int, positions: Tensor | None) -> None:
+    """:func:`apply`'s checks of q, k and positions against the table, before the module's own: the module would
+    name its ``max_seq_len`` and ``head_dim``, and the caller of apply passed ``seq_len`` and q."""
+    # k is compared with q first: the module checks k alone, against the head_dim and max_seq_len it was built for
+    if isinstance(k, Tensor) and k.dim() == 4 and (k.shape[0], k.shape[1], k.shape[3]) != (
+            q.shape[0], q.shape[1], q.shape[3]):
+        raise ValueError(f"q and k must agree in B, T and D, got q {tuple(q.shape)} and k {tuple(k.shape)}")
     if positions is None and q.shape[1] > seq_len:
         raise ValueError(f"q has T={q.shape[1]} > seq_len={seq_len}, the length of the cos/sin table: "
                          f"pass seq_len >= T (or positions)")
-    out = module(q, k, positions=positions)
-    return (out, None) if k is None else out
+    # the range of host positions only, as the module checks it: on a device it would cost a synchronisation per call
+    if isinstance(positions, Tensor) and positions.is_cpu and positions.numel() and not (
+            positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool
+    ) and not torch.compiler.is_compiling():
+        lo, hi = int(positions.min()), int(positions.max())
+        if lo < 0 or hi >= seq_len:
+            raise ValueError(f"positions must lie in [0, seq_len={seq_len}), got range [{lo}, {hi}]")
 
 
 def rope_triton(q: Tensor, k: Tensor | None, seq_len: int, theta: float = 10000.0, *,

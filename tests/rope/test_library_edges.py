@@ -2,14 +2,15 @@
 
 Each test holds one fix: liger's double backward; ``register`` refusing a bad name, and a non-class
 before a taken name; dynamic_ntk's tables rebuilt out of place (two lengths, one backward);
-``rope_frequencies`` checking its arguments; messages naming what the caller passed; the KV cache's
-batch size and dtype; liger with zero heads. The Triton and Liger entries run under Triton's
-interpreter on a CPU (``tests/conftest.py``); where one cannot run, its tests are skipped with its reason.
+``rope_frequencies`` checking its arguments; the identity building for any head_dim; messages naming what the
+caller passed; the KV cache's batch size and dtype; liger with zero heads. The Triton and Liger entries run under
+Triton's interpreter on a CPU (``tests/conftest.py``); where one cannot run, its tests are skipped with its reason.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -121,12 +122,109 @@ def test_rope_frequencies_checks_its_arguments(args, argument, match):
     assert rope.rope_frequencies(12, 10000.0, "partial").shape == (6,)
 
 
+# -- the identity splits no head ------------------------------------------------------------------------
+@pytest.mark.parametrize("head_dim", [1, 5, 6, 7])
+@pytest.mark.parametrize("variant", ["partial", "full"])
+def test_the_identity_builds_for_any_head_dim(head_dim, variant):
+    """rope=none rotates nothing, so no head_dim is refused for a split it never makes (head_dim=6 was, under the
+    default variant='partial'); the rotations still refuse it, and the identity what makes no sense for it."""
+    rope.check_args("none", head_dim, 16, variant=variant)
+    r = rope.build("none", head_dim, 16, variant=variant)
+    q, k = torch.randn(2, 5, 3, head_dim), torch.randn(2, 5, 1, head_dim)
+    q2, k2 = r(q, k)
+    assert q2 is q and k2 is k and r.head_dim == head_dim
+    assert r(q, positions=torch.tensor([15, 0, 3, 2, 1])) is q
+    assert r.cos.shape == r.sin.shape == (16, head_dim // 2)
+    assert rope.build("none", head_dim, 16, variant=variant, rotary_dim=head_dim).rotary_dim == head_dim
+    if head_dim % (4 if variant == "partial" else 2):
+        with pytest.raises(rope.RopeArgumentError, match=r"^head_dim must be ") as e:
+            rope.build("torch", head_dim, 16, variant=variant)
+        assert e.value.argument == "head_dim"
+
+
+@pytest.mark.parametrize("args,options,argument,match", [
+    ((0, 16), {}, "head_dim", r"^head_dim must be a positive int, got 0$"),
+    ((-6, 16), {}, "head_dim", r"^head_dim must be a positive int, got -6$"),
+    ((6.0, 16), {}, "head_dim", r"^head_dim must be a positive int, got 6.0$"),
+    ((6, 0), {}, "max_seq_len", r"^max_seq_len must be a positive int, got 0$"),
+    ((6, 16), {"variant": "bogus"}, "variant", r"^variant must be one of \('partial', 'full'\), got 'bogus'$"),
+    ((6, 16), {"rotary_dim": 7}, "rotary_dim", r"^rotary_dim must be at most head_dim=6, got 7$"),
+    ((6, 16), {"rotary_dim": 0}, "rotary_dim", r"^rotary_dim must be a positive int, got 0$"),
+])
+def test_the_identity_still_refuses_what_makes_no_sense_for_it(args, options, argument, match):
+    for call in (rope.check_args, rope.build):
+        with pytest.raises(rope.RopeArgumentError, match=match) as e:
+            call("none", *args, **options)
+        assert e.value.argument == argument
+
+
 # -- messages naming what the caller passed ------------------------------------------------------------
 def test_apply_names_seq_len_when_q_is_longer():
     q = torch.randn(1, 6, 2, 8)
     with pytest.raises(ValueError, match=r"^q has T=6 > seq_len=4, the length of the cos/sin table") as e:
         rope.apply(q, q, seq_len=4)
     assert "max_seq_len" not in str(e.value)
+
+
+def _apply_call(case: str):
+    """A call of rope.apply with one bad argument (the others fine)."""
+    q = torch.randn(1, 4, 2, 8)
+    calls = {
+        "seq_len": lambda: rope.apply(q, q, 0),
+        "seq_len-numpy": lambda: rope.apply(q, q, pytest.importorskip("numpy").int64(16)),
+        "theta": lambda: rope.apply(q, q, 16, -1.0),
+        "head-partial": lambda: rope.apply(q[..., :6], q[..., :6], 16),
+        "head-full": lambda: rope.apply(q[..., :7], None, 16, variant="full"),
+        "head-empty": lambda: rope.apply(q[..., :0], None, 16),
+        "k-head": lambda: rope.apply(q, torch.randn(1, 4, 2, 16), 16),
+        "k-longer": lambda: rope.apply(q, torch.randn(1, 20, 2, 8), 16),
+        "positions": lambda: rope.apply(q, q, 16, positions=torch.tensor([0, 1, 2, 16])),
+    }
+    return calls[case]
+
+
+#: (the call of :func:`_apply_call`, the exception, the argument it names where it is a RopeArgumentError, the message)
+APPLY_ERRORS = [
+    ("seq_len", rope.RopeArgumentError, "seq_len", r"seq_len=0: seq_len must be a positive int, got 0"),
+    ("seq_len-numpy", rope.RopeArgumentError, "seq_len",
+     r"seq_len=.*16\): seq_len must be a positive Python int, got .* of type numpy.int64: convert it with int\(\)"),
+    ("theta", rope.RopeArgumentError, "theta", r"theta=-1.0: theta must be a finite number > 0, got -1.0"),
+    ("head-partial", rope.RopeArgumentError, "q.shape[-1]",
+     r"q.shape\[-1\]=6: q.shape\[-1\] must be a multiple of 4 for variant='partial' \(D/4 frequencies\), got 6"),
+    ("head-full", rope.RopeArgumentError, "q.shape[-1]",
+     r"q.shape\[-1\]=7: q.shape\[-1\] must be even \(x is split into two halves\), got 7"),
+    ("head-empty", rope.RopeArgumentError, "q.shape[-1]",
+     r"q.shape\[-1\]=0: q.shape\[-1\] must be a positive int, got 0"),
+    ("k-head", ValueError, None, r"q and k must agree in B, T and D, got q \(1, 4, 2, 8\) and k \(1, 4, 2, 16\)"),
+    ("k-longer", ValueError, None, r"q and k must agree in B, T and D, got q \(1, 4, 2, 8\) and k \(1, 20, 2, 8\)"),
+    ("positions", ValueError, None, r"positions must lie in \[0, seq_len=16\), got range \[0, 16\]"),
+]
+
+
+@pytest.mark.parametrize("case,exc,argument,message", APPLY_ERRORS, ids=[c[0] for c in APPLY_ERRORS])
+def test_apply_errors_name_only_what_its_caller_passed(case, exc, argument, message):
+    """rope.apply builds a module (head_dim from q, max_seq_len from seq_len, base from theta) and calls it: an error
+    of either names apply's own arguments, never the module's max_seq_len, head_dim or base, which its caller never
+    passed. (A build error read "seq_len=0: max_seq_len must be a positive int", a k longer than the table "k has
+    T=20 > max_seq_len=16", positions past it "positions must lie in [0, max_seq_len=16)".)"""
+    with pytest.raises(exc) as e:
+        _apply_call(case)()
+    text = str(e.value)
+    assert re.fullmatch(message, text), text
+    assert not re.search(r"\b(max_seq_len|head_dim|base)\b", text) and "\n" not in text
+    if argument is not None:
+        assert e.value.argument == argument
+
+
+def test_rotary_module_names_head_dim_which_its_caller_passed():
+    """rope.functional.rotary_module takes head_dim itself (apply passes q's): its errors say head_dim."""
+    from rope.functional import rotary_module
+
+    with pytest.raises(rope.RopeArgumentError, match=r"^head_dim=6: head_dim must be a multiple of 4 ") as e:
+        rotary_module("torch", 6, 16)
+    assert e.value.argument == "head_dim"
+    with pytest.raises(rope.RopeArgumentError, match=r"^seq_len=0: seq_len must be a positive int, got 0$"):
+        rotary_module("torch", 8, 0)
 
 
 def test_attention_names_x_when_it_is_longer_than_the_table():
