@@ -10,9 +10,10 @@ whatever the cache length):
 * :func:`attend_split_kernel`: one program per (block of query rows, batch row and key-value head, range of
   keys). A block's rows are the query heads that share the key-value head (grouped-query attention) times the
   queries, so each key and value row is read once for all of them. The program loads its queries, rotates them
-  in registers by their positions' rows of the RoPE tables (with several queries, passing them through its own
-  rows of the output, so that the score product reads them from shared memory), and runs an online softmax over
-  its keys. With one split it writes the output; with several it writes its normalised partial output and log-sum-exp.
+  in registers by their positions' rows of the RoPE tables (with several queries of grouped-query attention,
+  passing them through its own rows of the output, so that the score product reads them from shared memory), and
+  runs an online softmax over its keys. With one split it writes the output; with several it writes its
+  normalised partial output and log-sum-exp.
 * :func:`combine_splits_kernel`: one program per (batch row, query, head) weighs the partial outputs by their
   log-sum-exps.
 
@@ -146,10 +147,12 @@ def attend_split_kernel(
     q = _load_rotated_queries(q_rows, row_ok, table_pos, COS, SIN, stride_cos, d, d_ok, HALF, ROTARY, INTERLEAVED,
                               ROTATE)
     q = _cast(q, K.dtype.element_ty, DOT_F32)  # rounded as the module rounds its rotated output
-    if MANY_QUERIES:
+    if MANY_QUERIES and G > 1:
         # A computed operand of the score product is reloaded from shared memory into registers for every key
-        # tile; a loaded one is read by the product from shared memory directly. So the block's rotated queries go
-        # through its own rows of OUT (written again at the end; splits write the same values) and come back.
+        # tile; a loaded one is read by the product from shared memory directly. So where the products bound the
+        # loop (several query heads share each key tile) the block's rotated queries go through its own rows of
+        # OUT (written again at the end; splits write the same values) and come back; with one query head a key
+        # tile, the cache read bounds the loop and that round trip would only delay it.
         staged = OUT + b * stride_ob + t * stride_ot + head * stride_oh
         tl.store(staged[:, None] + d[None, :], q, mask=row_ok[:, None] & d_ok[None, :])
         tl.debug_barrier()  # every thread's rows are written before any thread reads the block back
