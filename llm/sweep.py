@@ -23,7 +23,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from llm.sweep_jobs import JOBLIB_LAUNCHER, PER_INVOCATION_ARGS
+from llm.sweep_jobs import PARALLEL_LAUNCHERS, PER_INVOCATION_ARGS
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class StopParallelJobs(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
         (self.sweep_dir / STOP_FILE).unlink(missing_ok=True)  # a stop of an earlier invocation: this one continues
-        if OmegaConf.select(config, "hydra.launcher._target_") != JOBLIB_LAUNCHER:
+        if OmegaConf.select(config, "hydra.launcher._target_") not in PARALLEL_LAUNCHERS:
             return  # jobs in this process: each job's own graceful stop, and the sweep ends with it
         self.stopping = self.aborting = False
         STOPPED_BY.clear()

@@ -21,11 +21,16 @@ log = logging.getLogger(__name__)
 
 #: The sweeper whose expansion :func:`job_overrides` reproduces (Hydra's default).
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
-#: The launcher of ``hydra/launcher=gpus`` and ``joblib``: its jobs run side by side in worker processes.
+#: The launcher of ``hydra/launcher=joblib``: its jobs run side by side in worker processes.
 JOBLIB_LAUNCHER = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
+#: The launcher of ``hydra/launcher=gpus``: joblib's, each worker process a pool of its own (llm/launcher.py).
+GPUS_LAUNCHER = "hydra_plugins.ropelab_launcher.gpus_launcher.GpusLauncher"
+#: Launchers whose jobs run side by side in worker processes of this host (or one after another in its own process,
+#: with one worker).
+PARALLEL_LAUNCHERS = (GPUS_LAUNCHER, JOBLIB_LAUNCHER)
 #: Launchers whose jobs run on this host (in this process, or in its joblib workers): only there does this host's
 #: check (its GPUs, its memory, its kernels) say what the jobs' would. A cluster's jobs run elsewhere.
-LOCAL_LAUNCHERS = ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", JOBLIB_LAUNCHER)
+LOCAL_LAUNCHERS = ("hydra._internal.core_plugins.basic_launcher.BasicLauncher", *PARALLEL_LAUNCHERS)
 #: Arguments a continuing command replaces (:func:`llm.sweep.continue_sweep_command`): no part of a job's identity.
 PER_INVOCATION_ARGS = ("hydra.sweep.dir=", "train.resume=", "train.stop_at_step=")
 

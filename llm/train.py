@@ -37,7 +37,7 @@ from llm.errors import ConfigError, RunDirInUseError
 from llm.gpu_slots import SLOTS_DIR, Slot
 from llm.gpu_slots import claim as claim_slot
 from llm.sweep import stop_requested
-from llm.sweep_jobs import JOBLIB_LAUNCHER
+from llm.sweep_jobs import PARALLEL_LAUNCHERS
 from llm.training.checkpoint import checkpoint_files
 from llm.training.run import UNRECORDED_STARTS, USER_ERRORS, one_line, record_failed_start, run_training
 from llm.training.run_dir import never_trained
@@ -74,7 +74,7 @@ def train(cfg: DictConfig, run_dir: Path, overrides: tuple[str, ...] = (), group
 def _local_parallel_jobs(hc) -> int:
     """How many jobs the sweep's launcher runs at once as processes of this machine: joblib's workers
     (hydra/launcher=gpus or joblib), else 0 (one job after another, or jobs that a cluster places, as SLURM's)."""
-    if hc.launcher.get("_target_") != JOBLIB_LAUNCHER:
+    if hc.launcher.get("_target_") not in PARALLEL_LAUNCHERS:
         return 0
     from joblib import effective_n_jobs
 

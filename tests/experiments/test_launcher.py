@@ -21,6 +21,7 @@ from omegaconf.errors import InterpolationResolutionError
 import llm.train  # noqa: F401  (registers the launcher's resolvers)
 from llm.gpu_slots import SLOTS_DIR, try_claim
 from llm.gpu_slots import claim as claim_slot
+from llm.sweep_jobs import GPUS_LAUNCHER
 
 
 def _launcher(overrides: list[str]):
@@ -32,7 +33,7 @@ def test_jobs_per_gpu_multiplies_the_visible_gpus(monkeypatch):
     FakeGpus(monkeypatch, count=4)
     assert _launcher([]).hydra.launcher.n_jobs == 4  # one per GPU by default
     cfg = _launcher(["++sweep.jobs_per_gpu=2"])
-    assert "Joblib" in cfg.hydra.launcher._target_ and cfg.hydra.launcher.n_jobs == 8
+    assert cfg.hydra.launcher._target_ == GPUS_LAUNCHER and cfg.hydra.launcher.n_jobs == 8
     with pytest.raises(InterpolationResolutionError, match="sweep.jobs_per_gpu=0 must be a positive integer"):
         _ = _launcher(["++sweep.jobs_per_gpu=0"]).hydra.launcher.n_jobs
 
