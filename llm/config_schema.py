@@ -24,6 +24,9 @@ from llm.config_keys import covered, flatten
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: Groups whose keys the module that builds them checks: GPTConfig's fields, rope.check_args, a data source's.
 SELF_CHECKED = ("model", "rope", "data")
+#: Self-checked groups whose every option is read by one reader (each model preset fills the same GPTConfig): a key
+#: one option sets is read whichever is chosen, so it is added with ``+``, not refused as another option's.
+SHARED_READER = ("model",)
 #: Groups of package ``_global_`` files whose keys count as known for the primary config (``+experiment=``).
 GLOBAL_GROUPS = {"config": ("experiment", "recipe")}
 
@@ -125,19 +128,21 @@ class Schema:
         where = f"a key of {label}" if label else "a known key"
         return f"{key} is not {where}, so nothing would read it{guess} {lists}"
 
-
     def absent_key(self, key: str, chosen: Collection[str] = ()) -> str:
         """The line for a key Hydra found absent from the composed config (``train.max_step=5``, no ``+``): a
         typo (the closest known key), a key of another option of its group, a key a config file sets elsewhere
         (an experiment's: add it with ``+``), or a setting a self-checking group reads beyond its file
-        (``rope.max_seq_len``: add it with ``+``; the group refuses one it does not read). ``chosen``: the groups
-        the command line chose (``rope=torch``), whose keys are then no group's left unchosen."""
+        (``rope.max_seq_len``, or ``model.d_ff`` that only model=seed004 sets, as GPTConfig reads every preset's
+        keys: add it with ``+``; the group refuses one it does not read). ``chosen``: the groups the command
+        line chose (``rope=torch``), whose keys are then no group's left unchosen."""
         group = key.partition(".")[0]
         unchosen = group in self.groups and group not in self.required_groups and group not in self.own
         if unchosen and group not in chosen:  # a group left unchosen, whose keys the command's file sets neither
             return (f"{key}: {self.command} chooses no {group} by default, and this command chose none "
                     f"({group}=<name> chooses one: {', '.join(sorted(self.groups[group]))})")
-        if self.options_with(key) or (key not in self.known_keys() and group not in SELF_CHECKED):
+        # another option's key is read by nothing unless every option has the same reader (any model preset's key)
+        elsewhere = bool(self.options_with(key)) and group not in SHARED_READER
+        if elsewhere or (key not in self.known_keys() and group not in SELF_CHECKED):
             return self.unknown_key(key)
         close = closest(key, self.known_keys() - {key})
         if key in self.known_keys() or not close:

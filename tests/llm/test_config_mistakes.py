@@ -46,6 +46,13 @@ def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
                             f"train.max_steps? {LISTS}"),
     (["rope.max_seq_len=64"], f"rope.max_seq_len is not in this config: add it with +rope.max_seq_len=... {LISTS}"),
     (["data.max_doc=3"], "data.max_doc is not in this config; did you mean data.max_docs? "),
+    # GPTConfig reads every model key whichever preset is chosen: one only model=seed004 sets is added with +
+    (["model.scale_embeddings=true"], "model.scale_embeddings is not in this config: add it with "
+                                      f"+model.scale_embeddings=... {LISTS}"),
+    (["model.d_ff=512"], f"model.d_ff is not in this config: add it with +model.d_ff=... {LISTS}"),
+    (["model.bias=true"], f"model.bias is not in this config: add it with +model.bias=... {LISTS}"),
+    (["data.max_docs=3"], "data.max_docs is a key of data=code_corpus, data=hf_dataset, data=text_files, "
+                          f"data=tinystories only, not of the data chosen, so nothing would read it {LISTS}"),
     (["train.seed=1"], f"train.seed is not a known key, so nothing would read it; did you mean seed? {LISTS}"),
     (["modle=tiny"], f"modle is not a known key, so nothing would read it; did you mean model? {LISTS}"),
     (["rope=triton_v4", "rope.compute_dtype=bfloat16"], "rope.compute_dtype is a key of rope=torch, rope=torch_bf16, "
@@ -61,6 +68,11 @@ def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
     (["-m", "seed=0,1", "+train.max_step=5"], "train.max_step is not a known key"),  # the whole sweep, no job
     (["-m", "rope=torch,nope"], "rope=nope is not an option of rope; allowed: "),
     (["-m", "hydra/launcher=gpus", "sweep.jobs_per_gpu=0"], "sweep.jobs_per_gpu=0 must be a positive integer"),
+    # Hydra's own refusals of its flags: one line naming what works instead
+    (["-m", "seed=0,1", "--cfg=job"], "-m (--multirun) and --cfg cannot be combined: drop -m and give each swept "
+                                      "key one value (seed=0) to print that job's config; "),
+    (["-m", "--info=config"], "-m (--multirun) and --info cannot be combined: Hydra takes one of "),
+    (["--resolve"], "--resolve only goes with --cfg or --help (it resolves the config they print): "),
 ])
 def test_a_hydra_level_mistake_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, line):
     code, err = run_main(monkeypatch, capsys, [*args, f"hydra.run.dir={tmp_path / 'day' / 'run'}",
@@ -230,7 +242,7 @@ BETAS = "must be a list of two numbers in [0, 1), e.g. optim.betas=[0.9,0.95]"
     (["cache_dir="], "cache_dir='' must be a directory path"),
 ])
 def test_a_bad_setting_is_one_line_and_exit_2_before_any_work(tmp_path, monkeypatch, capsys, args, line):
-    """Each was a traceback after the data and the model were built (walkthrough 71b, B1-B5, C2, C7, A4, A6), or
+    """Each was a traceback after the data and the model were built, or
     trained with a silently wrong setting: now one line naming the key and what is allowed, exit 2."""
     import llm.training.run as run
 

@@ -1,4 +1,4 @@
-"""What a run writes is valid JSON and its tracker runs in the mode it was asked for (walkthrough 71b, D1 and A5).
+"""What a run writes is valid JSON and its tracker runs in the mode it was asked for.
 
 summary.json held a bare ``NaN`` for ``val_loss_se`` with one val window (``Infinity`` for an infinite
 perplexity): not JSON, so a browser's or jq's parser refused the file. ``WANDB_MODE`` was ignored.
