@@ -4,8 +4,9 @@ Why: Hydra composes the config before any of our code runs and reports its own e
 option (``rope=nope``) as 18 lines, an unknown key (``train.max_step=5``) as 7 lines that suggest
 ``+train.max_step=5``, both with exit code 1. :func:`run_entry` asks Hydra to raise them instead (its documented
 switch, ``HYDRA_FULL_ERROR=1``) and prints each as one line naming the option or key and what is allowed, exit
-code 2, as the entry points print a :class:`llm.errors.UserError`. A user who sets ``HYDRA_FULL_ERROR=1`` still
-gets every traceback (:func:`full_error_requested`).
+code 2, as the entry points print a :class:`llm.errors.UserError`; so is Hydra's refusal of two of its flags at
+once (``-m --cfg job``: a 12-line traceback, exit code 1), with what works instead. A user who sets
+``HYDRA_FULL_ERROR=1`` still gets every traceback (:func:`full_error_requested`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Callable
 
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.main import get_args_parser
 from omegaconf.errors import InterpolationResolutionError
 
 from llm.config_schema import schema
@@ -26,6 +28,9 @@ from llm.fileio import DiskFullError
 USER_FULL_ERROR = "ROPELAB_USER_FULL_ERROR"
 #: Errors that are the user's to fix: one line, no traceback.
 ONE_LINE_ERRORS = (UserError, DiskFullError, ConfigCompositionException, OverrideParseException)
+#: Hydra's refusals of its own flags, raised as a plain ValueError before any config is composed.
+HYDRA_FLAG_ERRORS = ("Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified",
+                     "The --resolve flag can only be used in conjunction with --cfg or --help")
 
 
 def full_error_requested() -> bool:
@@ -67,6 +72,27 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
     return f"{text} ({cause})" if cause else text
 
 
+def hydra_flag_error_line(exc: BaseException, argv: list[str] | None = None) -> str | None:
+    """One line for Hydra's refusal of its flags (``-m --cfg job``), naming the flags and what works instead, or
+    None for any other error: Hydra raises these as a bare ValueError, which a run's own code raises too."""
+    text = str(exc)
+    if not isinstance(exc, ValueError) or text not in HYDRA_FLAG_ERRORS:
+        return None
+    if text == HYDRA_FLAG_ERRORS[1]:
+        return "--resolve only goes with --cfg or --help (it resolves the config they print): add --cfg job"
+    # Hydra's own parser, so that -mc job, --cfg=job and --info=config read as Hydra read them
+    args, _ = get_args_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    given = [flag for flag, on in (("--run", args.run), ("-m (--multirun)", args.multirun),
+                                   ("--cfg", args.cfg is not None), ("--info", args.info is not None),
+                                   ("--shell-completion", args.shell_completion)) if on]
+    if args.multirun and args.cfg is not None:  # Hydra prints one config: a job's, never a sweep's
+        return ("-m (--multirun) and --cfg cannot be combined: drop -m and give each swept key one value (seed=0) "
+                "to print that job's config; without -m, +experiment=<name> --cfg job prints the config its jobs "
+                "share and --cfg hydra its swept keys (hydra.sweeper.params)")
+    return (f"{' and '.join(given)} cannot be combined: Hydra takes one of --run, -m (--multirun), --cfg, --info "
+            "and --shell-completion at a time")
+
+
 def user_error_within(exc: BaseException) -> UserError | None:
     """The :class:`UserError` an exception wraps, if any: OmegaConf reports a resolver's own error (the launcher's
     ``ropelab_jobs`` refusing ``sweep.jobs_per_gpu=0``) as an InterpolationResolutionError raised while handling
@@ -75,8 +101,9 @@ def user_error_within(exc: BaseException) -> UserError | None:
 
 
 def run_entry(main: Callable[[], object], config_name: str = "config", command: str = "python -m llm.train") -> None:
-    """Call a ``@hydra.main`` function; Hydra's composition errors and the user errors that reach here (one
-    raised by a sweep callback, or re-raised by an entry point) become one line on stderr and exit code 2."""
+    """Call a ``@hydra.main`` function; Hydra's composition errors, its refusals of its flags and the user errors
+    that reach here (one raised by a sweep callback, or re-raised by an entry point) become one line on stderr and
+    exit code 2."""
     user_full = full_error_requested()
     os.environ[USER_FULL_ERROR] = "1" if user_full else "0"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises what it would print as a traceback and exit 1
@@ -91,4 +118,9 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
         if user_full:
             raise
         print(f"Error: {hydra_error_line(e, config_name, command)}", file=sys.stderr)
+        sys.exit(2)
+    except ValueError as e:
+        if user_full or (line := hydra_flag_error_line(e)) is None:
+            raise
+        print(f"Error: {line}", file=sys.stderr)
         sys.exit(2)

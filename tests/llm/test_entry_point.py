@@ -15,6 +15,7 @@ import pytest
 from helpers import CONF, ROOT, SMALL, read_metrics, run_cli, run_command_inprocess, run_inprocess
 
 from llm.errors import RunDirInUseError
+from llm.sweep_jobs import GPUS_LAUNCHER
 
 
 @pytest.mark.parametrize(
@@ -185,7 +186,7 @@ def test_the_gpu_launcher_preset_runs_one_job_per_gpu():
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["hydra/launcher=gpus"], return_hydra_config=True)
-    assert "Joblib" in cfg.hydra.launcher._target_ and cfg.hydra.launcher.n_jobs >= 1
+    assert cfg.hydra.launcher._target_ == GPUS_LAUNCHER and cfg.hydra.launcher.n_jobs >= 1
 
 
 def test_a_bad_value_every_job_shares_is_refused_once_before_any_job(tmp_path, capsys):
@@ -214,7 +215,7 @@ def test_a_misspelt_option_in_a_swept_list_is_refused_before_the_sweep_dir_is_ma
 @pytest.mark.parametrize("launcher,extra,refused", [
     ("basic", [], True),
     ("slurm", [], False),  # its jobs run on other hosts: this host's check does not speak for them
-    ("basic", ["train.init_from=/nowhere"], False),  # its run completes its config from the source first
+    # a job whose train.init_from holds a run: tests/experiments/test_finetune_sweep_source.py
 ])
 def test_the_up_front_sweep_check_speaks_only_for_what_this_host_can_check(launcher, extra, refused):
     from hydra import compose, initialize_config_dir
