@@ -70,14 +70,17 @@ def every_job_refused(config: DictConfig) -> str | None:
     """The one line refusing the sweep when each of its jobs fails the run's config check, else None.
 
     None also where the check cannot speak for the jobs: another sweeper, a launcher whose jobs run on other hosts,
-    a job that starts from a checkpoint (``train.resume``, ``train.init_from``: its run fills in settings from it
-    first, such as YaRN's original length), or an expansion or composition that fails otherwise. Then the jobs say
-    what they say, as before."""
+    a job that resumes (``train.resume``), a job whose ``train.init_from`` holds a run (its run fills in settings
+    from it first, such as YaRN's original length), or an expansion or composition that fails otherwise. Then the
+    jobs say what they say, as before. A ``train.init_from`` the job would refuse (not a run dir, no checkpoint, or
+    another architecture: :func:`llm.training.init_from.check_init_from`, the job's first check) is a refusal here:
+    a fine-tuning sweep pointed at a wrong source is refused once, not by each of its jobs."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
     from llm.config_check import validate_config
     from llm.errors import UserError
+    from llm.training.init_from import check_init_from
 
     if OmegaConf.select(config, "hydra.sweeper._target_") != BASIC_SWEEPER:
         return None
@@ -90,6 +93,7 @@ def every_job_refused(config: DictConfig) -> str | None:
     hydra_config = HydraConfig.instance()
     saved = hydra_config.cfg
     refusals: list[tuple[list[str], str]] = []
+    reasons: set[str] = set()  # the refusals less each job's own train.init_from
     try:
         loader = GlobalHydra.instance().config_loader()
         composed = []
@@ -99,13 +103,18 @@ def every_job_refused(config: DictConfig) -> str | None:
             except (ConfigCompositionException, OverrideParseException) as e:
                 return hydra_error_line(e)
         for overrides, job in composed:
-            if OmegaConf.select(job, "train.resume") or OmegaConf.select(job, "train.init_from"):
-                return None  # its run completes its config from a checkpoint before checking it
+            if OmegaConf.select(job, "train.resume"):
+                return None  # its run completes its config from its checkpoint before checking it
             hydra_config.set_config(job)  # the job's ${hydra:...} values, as its own process will see them
             try:
+                # the source run is checked first, as the job checks it; one that passes fills in settings the
+                # config check needs (YaRN's original length), so such a job is left to check itself
+                if check_init_from(job) is not None:
+                    return None
                 validate_config(job)
             except UserError as e:
                 refusals.append((overrides, str(e)))
+                reasons.add(_reason(job, str(e)))
                 continue
             return None
     except Exception as e:  # noqa: BLE001 - not a refusal of the config: the jobs report it themselves
@@ -123,8 +132,18 @@ def every_job_refused(config: DictConfig) -> str | None:
     first, message = refusals[0]
     shared = set.intersection(*(set(overrides) for overrides, _ in refusals))
     job = " ".join(o for o in first if o not in shared)  # what sets the first job apart: its swept values
-    return (f"every job of this sweep ({len(refusals)}) would be refused, for {len(messages)} reasons; the first "
+    if len(reasons) == 1:  # one reason, said of each job's own source (<source>/<rope>_<packing>_s<seed>)
+        return (f"every job of this sweep ({len(refusals)}) would be refused for the same reason; the first ({job}): "
+                f"{message}")
+    return (f"every job of this sweep ({len(refusals)}) would be refused, for {len(reasons)} reasons; the first "
             f"({job}): {message}")
+
+
+def _reason(job: DictConfig, message: str) -> str:
+    """A refusal without the job's own ``train.init_from`` (each job of a fine-tuning sweep has its source), read
+    while the job's Hydra config is set: two jobs refused alike for their own sources are refused for one reason."""
+    source = OmegaConf.select(job, "train.init_from", throw_on_resolution_failure=False)
+    return message.replace(f"train.init_from={source}", "train.init_from=<source>") if source else message
 
 
 def _jobs(config: DictConfig) -> list[frozenset[str]]:
