@@ -2,8 +2,10 @@
 
 DIR is a sweep dir, a run dir or any parent (searched for run dirs and their ``eval_lengths/*.json``, as
 written by ``python -m llm.eval_lengths``). Writes length_report.md, length_report.csv, length_curves.png and
-position_loss.png into OUTDIR (default: the single DIR given, else the DIRs' common parent). The logic is in
-:mod:`llm.report.length`; this is only the command line. A bad argument is one line and exit code 2.
+position_loss.png into OUTDIR (default: the single DIR given, else the DIRs' common parent). Only evaluations on the
+same targets (budget ``tokens``, T, baseline, val split) are averaged or compared: each set is a row of its own, and a
+comparison with no counterpart on its targets is n/a. The logic is in :mod:`llm.report.length`; this is only the
+command line. A bad argument is one line and exit code 2.
 """
 
 from __future__ import annotations

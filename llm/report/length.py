@@ -22,6 +22,13 @@ much one run varies), ``[lo, hi]`` the 95% Student-t confidence interval of the 
 the mean is known: about ``2.8 sd / sqrt(n)`` wide on each side for 5 seeds). Paired Δs are taken seed by
 seed (Welch's test where the seeds do not pair) with the 95% CI of the mean Δ.
 
+**Only evaluations on the same targets are averaged or compared.** What an evaluation predicts is set by its
+token budget (``tokens``), its T (``reference_len``), its sliding-window baseline (window and stride), the val
+split and the documents' order (:class:`Targets`); two evaluations that differ in any of them score other
+windows, and their difference would be the windows', not the scaling's or the variant's. So each set of targets
+is a row of its own (its differing keys after the scaling: ``none · tokens=2048``) and a row of plots of its own,
+and a comparison whose counterpart was evaluated only on other targets is ``n/a``, with a note saying so.
+
 Perplexity is averaged through the loss: the mean and CI are taken over the seeds' losses and exponentiated
 (the geometric mean of the seeds' perplexities), so one seed's exploding perplexity does not drown the rest.
 """
@@ -34,7 +41,7 @@ import logging
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,12 +97,50 @@ def _comparison_columns(prefix: str, metrics: Sequence[str]) -> list[str]:
     return [f"{prefix}_{m}_{s}" for m in metrics for s in ("delta", "ci_low", "ci_high", "p")]
 
 
-CSV_COLUMNS = ("variant", "scaling", "length", "n", "seeds", "reference_len", "tokens", "documents",
+CSV_COLUMNS = ("variant", "scaling", "length", "n", "seeds", "reference_len", "budget", "baseline_window",
+               "baseline_stride", "val_stream_tokens", "document_order_seed", "tokens", "documents",
                *(f"{m}_{s}" for m in SUMMARIZED for s in ("mean", "sd", "ci_low", "ci_high")),
                "val_ppl", "val_ppl_ci_low", "val_ppl_ci_high", "val_ppl_min", "val_ppl_max", "val_acc_mean",
                "vs_none_pairing", "vs_none_seeds", *_comparison_columns("vs_none", VS_NONE),
                "reference_variant", "vs_reference_pairing", *_comparison_columns("vs_reference", VS_VARIANT),
                "random_packing_variant", "vs_random_pairing", *_comparison_columns("vs_random", VS_VARIANT))
+
+
+def _int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What decides which tokens an evaluation predicts and how its numbers split them: two evaluations that differ
+    in any of these score other windows (or other positions as beyond T, or another baseline), so their numbers are
+    never averaged or compared (a Δ between them would measure the windows). None: not recorded."""
+
+    tokens: int | None  # the token budget per length: how many windows of the val documents are taken
+    reference_len: int | None  # T: positions >= T are beyond it
+    baseline_window: int | None
+    baseline_stride: int | None
+    val_stream_tokens: int | None  # the val split (its length: a cheap fingerprint of the stream windows are cut from)
+    document_order_seed: int | None  # the documents' order, which decides the windows a budget takes
+
+    #: How each field is shown where target sets differ: the command's key where it has one.
+    SHOWN = {"tokens": "tokens={}", "reference_len": "reference_len={}", "baseline_window": "baseline_window={}",
+             "baseline_stride": "baseline_stride={}", "val_stream_tokens": "val split of {} tokens",
+             "document_order_seed": "document order seed {}"}
+
+    @classmethod
+    def of(cls, data: dict) -> Targets:
+        base = data.get("baseline") if isinstance(data.get("baseline"), dict) else {}
+        t = data.get("reference_len", data.get("train_seq_len"))
+        return cls(_int(data.get("tokens")), _int(t), _int(base.get("window")), _int(base.get("stride")),
+                   _int(data.get("val_stream_tokens")), _int(data.get("document_order_seed")))
+
+    def sort_key(self) -> tuple:
+        return tuple((v is None, v or 0) for v in (getattr(self, f.name) for f in fields(self)))
+
+    def describe(self, keys: Sequence[str]) -> str:
+        """The values of ``keys`` (the fields that differ in a report), e.g. ``tokens=2048``; "" for none."""
+        return ", ".join(self.SHOWN[k].format("?" if (v := getattr(self, k)) is None else v) for k in keys)
 
 
 @dataclass
@@ -131,6 +176,10 @@ class LengthResult:
     def reference_len(self) -> int | None:
         t = self.data.get("reference_len", self.data.get("train_seq_len"))
         return t if isinstance(t, int) else None
+
+    @property
+    def targets(self) -> Targets:
+        return Targets.of(self.data)
 
     def at(self, length: int) -> dict | None:
         return next((m for m in self.data.get("lengths", []) if m.get("length") == length), None)
@@ -177,12 +226,15 @@ class Cell:
     scaling: str
     length: int
     values: dict[str, dict[int | None, float]]  # metric -> seed -> value
+    targets: Targets
     tokens: int | None = None
     documents: int | None = None
     vs_none: dict[str, Comparison] = field(default_factory=dict)  # against NO_SCALING, same variant and length
     none_seeds: list[int] = field(default_factory=list)
     vs_reference: dict[str, Comparison] = field(default_factory=dict)  # against reference_for(variant)
     vs_random: dict[str, Comparison] = field(default_factory=dict)  # documents packing against random
+    #: comparison (``vs_none``, ...) -> the targets its counterpart was evaluated on, none of them this cell's: n/a
+    other_targets: dict[str, list[Targets]] = field(default_factory=dict)
 
     @property
     def losses(self) -> dict[int | None, float]:
@@ -249,14 +301,35 @@ class LengthReport:
         return sorted({c.length for c in self.cells})
 
     @property
-    def groups(self) -> list[tuple[str, str]]:
-        """(variant, scaling) in table order: random-window variants, then document-aligned ones (each packing a
-        block of its own), variants by name, no scaling first within a variant."""
-        keys = {(c.variant, c.scaling) for c in self.cells}
-        return sorted(keys, key=lambda k: (packing_of(k[0]) == "documents", k[0], k[1] != NO_SCALING, k[1]))
+    def groups(self) -> list[tuple[str, str, Targets]]:
+        """(variant, scaling, targets) in table order: random-window variants, then document-aligned ones (each
+        packing a block of its own), variants by name, no scaling first within a variant, then its target sets."""
+        keys = {(c.variant, c.scaling, c.targets) for c in self.cells}
+        return sorted(keys, key=lambda k: (packing_of(k[0]) == "documents", k[0], k[1] != NO_SCALING, k[1],
+                                           k[2].sort_key()))
 
-    def cell(self, variant: str, scaling: str, length: int) -> Cell | None:
-        return next((c for c in self.cells if (c.variant, c.scaling, c.length) == (variant, scaling, length)), None)
+    def cell(self, variant: str, scaling: str, length: int, targets: Targets | None = None) -> Cell | None:
+        """The cell of (variant, scaling, length) on ``targets`` (None: on any; the report's first)."""
+        return next((c for c in self.cells if (c.variant, c.scaling, c.length) == (variant, scaling, length)
+                     and targets in (None, c.targets)), None)
+
+    @property
+    def target_sets(self) -> list[Targets]:
+        return sorted({c.targets for c in self.cells}, key=Targets.sort_key)
+
+    @property
+    def target_fields(self) -> list[str]:
+        """The :class:`Targets` fields whose values differ between the report's evaluations (none: one set)."""
+        sets = self.target_sets
+        return [f for f in Targets.SHOWN if len({getattr(t, f) for t in sets}) > 1]
+
+    def targets_text(self, targets: Targets) -> str:
+        return targets.describe(self.target_fields)
+
+    def row_label(self, scaling: str, targets: Targets) -> str:
+        """The Scaling column: the scaling, and where the report holds several target sets, this row's."""
+        shown = self.targets_text(targets)
+        return f"{scaling} · {shown}" if shown else scaling
 
     @property
     def unevaluated(self) -> list[Run]:
@@ -294,6 +367,30 @@ def load_length_results(runs: Sequence[Run]) -> tuple[list[LengthResult], list[s
     return results, unreadable
 
 
+def _same_windows(a: Cell, b: Cell) -> bool:
+    """Whether two cells of one length predict the same targets: the same :class:`Targets`, or budgets that took the
+    same windows there (the windows of a length are the first ``k`` of one fixed order, so equal token counts are
+    equal windows: a long length whose documents hold less than either budget takes all of them under both)."""
+    if a.length != b.length:
+        return False
+    return a.targets == b.targets or (replace(a.targets, tokens=None) == replace(b.targets, tokens=None)
+                                      and a.tokens is not None and a.tokens == b.tokens)
+
+
+def _counterpart(report: LengthReport, cell: Cell, attr: str, variant: str, scaling: str) -> Cell | None:
+    """The cell ``cell`` is compared with under ``attr``: ``variant`` x ``scaling`` at its length on the same targets
+    (its own, else any that took the same windows). Evaluated there only on other targets, there is none, and
+    ``cell.other_targets[attr]`` says on which (the table shows n/a rather than a Δ of two sets of windows)."""
+    ref = report.cell(variant, scaling, cell.length, cell.targets) or next(
+        (c for c in report.cells if (c.variant, c.scaling) == (variant, scaling) and _same_windows(c, cell)), None)
+    if ref is None:
+        here = (variant, scaling, cell.length)
+        others = [c.targets for c in report.cells if (c.variant, c.scaling, c.length) == here]
+        if others:
+            cell.other_targets[attr] = sorted(set(others), key=Targets.sort_key)
+    return ref
+
+
 def _selection(group: Sequence[LengthResult], length: int) -> tuple[int | None, int | None]:
     """Tokens and documents evaluated at ``length`` (the same for every run of one val split)."""
     for r in group:
@@ -303,12 +400,12 @@ def _selection(group: Sequence[LengthResult], length: int) -> tuple[int | None, 
     return None, None
 
 
-def _mixed_rows(by_group: dict[tuple[str, str], list[LengthResult]], runs: Sequence[Run]) -> list[str]:
+def _mixed_rows(by_group: dict[tuple[str, str, Targets], list[LengthResult]], runs: Sequence[Run]) -> list[str]:
     """A warning per row (variant x scaling) whose runs differ in config beyond the seed: their numbers are averaged
     as seeds of one model, so the report says which keys differ (as the comparison refuses such runs)."""
     by_path = {r.path.resolve(): r for r in runs}
     out = []
-    for (variant, scaling), group in by_group.items():
+    for (variant, scaling, _), group in by_group.items():
         paths = sorted({r.path.parent.parent.resolve() for r in group} & by_path.keys())
         diffs = config_differences([by_path[p] for p in paths])
         if diffs:
@@ -336,26 +433,28 @@ def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
                               f"that did not complete: {', '.join(left_out)} (finish them: train.resume=auto)")
         raise NoRunsError(f"no {EVAL_DIR}/*.json under: {', '.join(map(str, paths))} ({len(runs)} completed run "
                           "dir(s); python -m llm.eval_lengths run=<run dir> writes them)")
-    by_group: dict[tuple[str, str], list[LengthResult]] = {}
+    # One cell per set of targets: evaluations of other windows are never averaged as seeds of one number.
+    by_group: dict[tuple[str, str, Targets], list[LengthResult]] = {}
     for r in results:
-        by_group.setdefault((r.variant, r.scaling), []).append(r)
+        by_group.setdefault((r.variant, r.scaling, r.targets), []).append(r)
     cells = []
-    for (variant, scaling), group in by_group.items():
+    for (variant, scaling, targets), group in by_group.items():
         for length in sorted({L for r in group for L in r.lengths}):
             values = {m: v for m in METRICS if (v := _per_seed(group, length, m))}
             if values.get("val_loss"):
-                cells.append(Cell(variant, scaling, length, values, *_selection(group, length)))
+                cells.append(Cell(variant, scaling, length, values, targets, *_selection(group, length)))
     notes += _mixed_rows(by_group, runs)
     report = LengthReport([str(p) for p in paths], runs, results, cells, unreadable, notes)
-    for c in cells:
-        ref = report.cell(c.variant, NO_SCALING, c.length)
-        if c.scaling != NO_SCALING and ref is not None:
+    for c in cells:  # each against its counterpart on the same targets only (_counterpart)
+        ref = None if c.scaling == NO_SCALING else _counterpart(report, c, "vs_none", c.variant, NO_SCALING)
+        if ref is not None:
             c.vs_none, c.none_seeds = _compare(c, ref, VS_NONE)
-        ref = report.cell(reference_for(c.variant), c.scaling, c.length)
-        if c.variant != reference_for(c.variant) and ref is not None:
+        reference = reference_for(c.variant)
+        ref = None if c.variant == reference else _counterpart(report, c, "vs_reference", reference, c.scaling)
+        if ref is not None:
             c.vs_reference = _compare(c, ref, VS_VARIANT)[0]
         counterpart = random_counterpart(c.variant)
-        ref = None if counterpart is None else report.cell(counterpart, c.scaling, c.length)
+        ref = None if counterpart is None else _counterpart(report, c, "vs_random", counterpart, c.scaling)
         if ref is not None:
             c.vs_random = _compare(c, ref, VS_VARIANT)[0]
     return report
@@ -401,15 +500,13 @@ def _warnings(report: LengthReport) -> list[str]:
     """What makes numbers of the report not comparable: runs left out or averaged across configs, other budgets or
     reference lengths, one seed averaged."""
     out = list(report.notes)
-    budgets = report.distinct("tokens")
-    if len(budgets) > 1:
-        out.append(f"**Warning**: the evaluations used different token budgets ({', '.join(map(str, budgets))}); "
-                   "numbers from different budgets are not on the same targets.")
-    if len(report.reference_lens) > 1:
-        ts = ", ".join(map(str, report.reference_lens))
-        out.append(f"**Warning**: the evaluations split at different lengths T ({ts}); beyond-T numbers and "
-                   "degradations of different T are not on the same targets "
-                   "(`reference_len=` sets T).")
+    sets = report.target_sets
+    if len(sets) > 1:
+        out.append(f"**Note**: the evaluations were made on {len(sets)} different sets of targets "
+                   f"({'; '.join(map(report.targets_text, sets))}): numbers on other windows (or another T or "
+                   "baseline) differ by the windows, so each set is a row of its own (after the scaling) and a row of "
+                   "plots of its own, and only evaluations on the same targets are averaged or compared (n/a where "
+                   "a counterpart was evaluated only on others).")
     old = [r for r in report.results if r.lengths and "degradation" not in r.at(r.lengths[0])]
     if old:
         shown = ", ".join(f"`{r.path}`" for r in old[:3]) + (" ..." if len(old) > 3 else "")
@@ -417,7 +514,7 @@ def _warnings(report: LengthReport) -> list[str]:
                    f"evaluate them again): {shown}")
     seen: dict[tuple, int] = {}
     for r in report.results:
-        key = (r.variant, r.scaling, r.seed)
+        key = (r.variant, report.row_label(r.scaling, r.targets), r.seed)
         seen[key] = seen.get(key, 0) + 1
     dup = [f"{v} · {s} seed {seed}" for (v, s, seed), k in seen.items() if k > 1]
     if dup:
@@ -427,28 +524,35 @@ def _warnings(report: LengthReport) -> list[str]:
 
 def _metric_table(report: LengthReport, metric: str, lengths: Sequence[int]) -> list[str]:
     rows = []
-    for variant, scaling in report.groups:
-        cells = [report.cell(variant, scaling, L) for L in lengths]
+    for variant, scaling, targets in report.groups:
+        cells = [report.cell(variant, scaling, L, targets) for L in lengths]
         n = max((c.n for c in cells if c is not None), default=0)
-        rows.append([variant, scaling, str(n), *(_summary_text(c, metric) for c in cells)])
+        rows.append([variant, report.row_label(scaling, targets), str(n), *(_summary_text(c, metric) for c in cells)])
     return md_table(["Variant", "Scaling", "n", *map(str, lengths)], rows)
 
 
 def _data_section(report: LengthReport) -> list[str]:
     """Per length: the targets every run was evaluated on (whole documents of the val split)."""
     rows = []
-    for L in report.lengths:
-        r = next((r for r in report.results if r.at(L)), None)
-        m = r.at(L) if r else {}
-        rows.append([str(L), fmt(m.get("val_tokens"), 0), fmt(m.get("windows"), 0), fmt(m.get("documents"), 0),
-                     fmt(m.get("eligible_documents"), 0), fmt(m.get("eligible_tokens"), 0)])
+    several = len(report.target_sets) > 1
+    for targets in report.target_sets:
+        for L in report.lengths:
+            r = next((r for r in report.results if r.targets == targets and r.at(L)), None)
+            if r is None:
+                continue
+            m = r.at(L) or {}
+            rows.append([*([report.targets_text(targets)] if several else []), str(L), fmt(m.get("val_tokens"), 0),
+                         fmt(m.get("windows"), 0), fmt(m.get("documents"), 0), fmt(m.get("eligible_documents"), 0),
+                         fmt(m.get("eligible_tokens"), 0)])
     skipped = sorted({(s.get("length"), s.get("reason")) for r in report.results for s in r.data.get("skipped") or []},
                      key=str)
     lines = ["## Evaluation data", "",
              "Windows of length L are whole val documents at least L tokens long (one window per document first, "
              "then further non-overlapping windows of long ones), the same targets for every run and scaling at a "
-             "length. Eligible: the val documents that long and the tokens their windows hold.", ""]
-    lines += md_table(["Length", "tokens", "windows", "documents", "eligible documents", "eligible tokens"], rows)
+             "length and budget (`tokens`). Eligible: the val documents that long and the tokens their windows "
+             "hold.", ""]
+    lines += md_table([*(["Targets"] if several else []), "Length", "tokens", "windows", "documents",
+                       "eligible documents", "eligible tokens"], rows)
     lines += [f"- skipped: {reason}" for _, reason in skipped]
     return [*lines, ""]
 
@@ -470,7 +574,7 @@ def length_markdown(report: LengthReport) -> str:
         f"- target tokens per length (budget): {', '.join(map(str, report.distinct('tokens'))) or 'n/a'}",
         "- sliding-window baseline: " + ("; ".join(f"windows of {w} tokens, stride {s}" for w, s in sorted(baselines))
                                          or "n/a"),
-        f"- scalings: {', '.join(dict.fromkeys(s for _, s in report.groups))} "
+        f"- scalings: {', '.join(dict.fromkeys(s for _, s, _ in report.groups))} "
         "(`factor L/N`: the factor L/N at each length L, at least 1)",
         "",
         *_warnings(report),
@@ -498,8 +602,8 @@ def length_markdown(report: LengthReport) -> str:
               "exp(mean loss over every position of the window, inside and beyond T), the geometric mean over seeds "
               "[exp of the 95% CI of the mean loss]. It mixes what a scaling costs inside T with how it extends: read "
               "it beside the tables above. Lengths draw on different documents (the long ones are fewer).", ""]
-    rows = [[v, s, str(max((c.n for L in lengths if (c := report.cell(v, s, L))), default=0)),
-             *(_ppl_text(report.cell(v, s, L)) for L in lengths)] for v, s in report.groups]
+    rows = [[v, report.row_label(s, t), str(max((c.n for L in lengths if (c := report.cell(v, s, L, t))), default=0)),
+             *(_ppl_text(report.cell(v, s, L, t)) for L in lengths)] for v, s, t in report.groups]
     lines += md_table(["Variant", "Scaling", "n", *map(str, lengths)], rows)
     lines += _comparison_sections(report)
     missing = report.unevaluated
@@ -512,25 +616,45 @@ def length_markdown(report: LengthReport) -> str:
     return "\n".join(lines)
 
 
-def _comparison_table(report: LengthReport, rows: Sequence[tuple[str, str]], attr: str, metric: str,
+def _comparison_table(report: LengthReport, rows: Sequence[tuple[str, str, Targets]], attr: str, metric: str,
                       lengths: Sequence[int]) -> list[str]:
-    def text(v: str, s: str, L: int) -> str:
-        c = report.cell(v, s, L)
+    def text(v: str, s: str, t: Targets, L: int) -> str:
+        c = report.cell(v, s, L, t)
+        if c is not None and attr in c.other_targets and c.values.get(metric):
+            return "n/a"
         return _delta_text(None if c is None else getattr(c, attr).get(metric))
 
-    return md_table(["Variant", "Scaling", *map(str, lengths)], [[v, s, *(text(v, s, L) for L in lengths)]
-                                                               for v, s in rows])
+    return md_table(["Variant", "Scaling", *map(str, lengths)],
+                    [[v, report.row_label(s, t), *(text(v, s, t, L) for L in lengths)] for v, s, t in rows])
 
 
-def _has(report: LengthReport, v: str, s: str, attr: str) -> bool:
-    return any((c := report.cell(v, s, L)) is not None and getattr(c, attr) for L in report.lengths)
+def _has(report: LengthReport, v: str, s: str, t: Targets, attr: str) -> bool:
+    """Whether the row has a comparison under ``attr`` at some length, or one that is n/a for its targets."""
+    return any((c := report.cell(v, s, L, t)) is not None and (getattr(c, attr) or attr in c.other_targets)
+               for L in report.lengths)
+
+
+def _other_targets_note(report: LengthReport, rows: Sequence[tuple[str, str, Targets]], attr: str,
+                        counterpart: str) -> list[str]:
+    """The note under a comparison's tables: which rows are n/a, and on which targets their counterpart was."""
+    parts = []
+    for v, s, t in rows:
+        others = {o for L in report.lengths if (c := report.cell(v, s, L, t)) for o in c.other_targets.get(attr, [])}
+        if others:
+            shown = "; ".join(report.targets_text(o) for o in sorted(others, key=Targets.sort_key))
+            parts.append(f"{v} · {report.row_label(s, t)} (evaluated there only at {shown})")
+    if not parts:
+        return []
+    return ["", f"n/a: no evaluation {counterpart} on the same targets at that length, so no Δ (one on other windows "
+            f"would measure the windows): {'; '.join(parts)}. Evaluate both with the same `tokens=`, "
+            "`reference_len=` and baseline to compare them."]
 
 
 def _comparison_sections(report: LengthReport) -> list[str]:
     lengths, beyond = report.lengths, report.beyond_lengths
     pair = "paired by seed (nats; negative: lower loss); 95% CI of the mean Δ; `(Welch)` where the seeds do not pair."
     lines: list[str] = []
-    scaled = [(v, s) for v, s in report.groups if s != NO_SCALING and _has(report, v, s, "vs_none")]
+    scaled = [(v, s, t) for v, s, t in report.groups if s != NO_SCALING and _has(report, v, s, t, "vs_none")]
     lines += ["", "## Scaling − none, same variant and length", ""]
     if scaled:
         lines += [f"Beyond T (Δ loss at positions >= T, equal to Δ degradation: the baseline is the run's): {pair}", ""]
@@ -539,12 +663,14 @@ def _comparison_sections(report: LengthReport) -> list[str]:
         lines += _comparison_table(report, scaled, "vs_none", "loss_within_train", lengths)
         lines += ["", f"Whole window (Δ mean loss over every position): {pair}", ""]
         lines += _comparison_table(report, scaled, "vs_none", "val_loss", lengths)
-    elif any(s != NO_SCALING for _, s in report.groups):  # evaluated, but never beside none at the same length
+        lines += _other_targets_note(report, scaled, "vs_none", "without scaling of the same variant")
+    elif any(s != NO_SCALING for _, s, _ in report.groups):  # evaluated, but never beside none at the same length
         lines.append("(no scaling shares a length with an evaluation without scaling of the same variant: evaluate "
                      "`scaling=none` at those lengths to compare them)")
     else:
         lines.append("(no scaling other than none was evaluated)")
-    against = [(v, s) for v, s in report.groups if v != reference_for(v) and _has(report, v, s, "vs_reference")]
+    against = [(v, s, t) for v, s, t in report.groups
+               if v != reference_for(v) and _has(report, v, s, t, "vs_reference")]
     if against:
         lines += ["", f"## Variant − {REFERENCE_VARIANT}, same packing, scaling and length", "",
                   "Each variant against the reference rotation trained with the same packing (a variant named "
@@ -556,7 +682,8 @@ def _comparison_sections(report: LengthReport) -> list[str]:
         lines += _comparison_table(report, against, "vs_reference", "loss_beyond_train", beyond)
         lines += ["", f"Whole window: {pair}", ""]
         lines += _comparison_table(report, against, "vs_reference", "val_loss", lengths)
-    packed = [(v, s) for v, s in report.groups if _has(report, v, s, "vs_random")]
+        lines += _other_targets_note(report, against, "vs_reference", "of the reference variant with the same scaling")
+    packed = [(v, s, t) for v, s, t in report.groups if _has(report, v, s, t, "vs_random")]
     if packed:
         lines += ["", "## Document-aligned − random training windows, same rotation and scaling", "",
                   "Each run trained on windows laid out by document (positions restarting at each document, "
@@ -568,6 +695,7 @@ def _comparison_sections(report: LengthReport) -> list[str]:
         lines += _comparison_table(report, packed, "vs_random", "loss_beyond_train", beyond)
         lines += ["", f"Whole window: {pair}", ""]
         lines += _comparison_table(report, packed, "vs_random", "val_loss", lengths)
+        lines += _other_targets_note(report, packed, "vs_random", "of the same rotation on random windows")
     return lines
 
 
@@ -579,16 +707,18 @@ def _comparison_values(comparisons: dict[str, Comparison], metrics: Sequence[str
     return out
 
 
-def _pairing_text(comparisons: dict[str, Comparison]) -> str | None:
-    d = next(iter(comparisons.values()), None)
-    return None if d is None else ("unpaired (Welch)" if d.method == WELCH else "paired")
+def _pairing_text(cell: Cell, attr: str) -> str | None:
+    d = next(iter(getattr(cell, attr).values()), None)
+    if d is None:
+        return "n/a (evaluated only on other targets)" if attr in cell.other_targets else None
+    return "unpaired (Welch)" if d.method == WELCH else "paired"
 
 
 def _csv_rows(report: LengthReport) -> list[list[Any]]:
     rows = []
-    for variant, scaling in report.groups:
+    for variant, scaling, targets in report.groups:
         for L in report.lengths:
-            c = report.cell(variant, scaling, L)
+            c = report.cell(variant, scaling, L, targets)
             if c is None:
                 continue
             stats = []
@@ -596,16 +726,16 @@ def _csv_rows(report: LengthReport) -> list[list[Any]]:
                 s = c.summary(m)
                 stats += [s.mean, s.sd, *(s.ci if s.ci else (None, None))]
             ppl, plo, phi = c.ppl
-            ref_t = sorted({r.reference_len for r in report.results if (r.variant, r.scaling) == (variant, scaling)
-                            and r.reference_len is not None})
-            rows.append([variant, scaling, L, c.n, _seeds(c.losses), " ".join(map(str, ref_t)), c.tokens, c.documents,
+            t = targets
+            rows.append([variant, scaling, L, c.n, _seeds(c.losses), t.reference_len, t.tokens, t.baseline_window,
+                         t.baseline_stride, t.val_stream_tokens, t.document_order_seed, c.tokens, c.documents,
                          *stats, ppl, plo, phi, *c.ppl_range,
                          statistics.fmean(c.values["val_acc"].values()) if c.values.get("val_acc") else None,
-                         _pairing_text(c.vs_none), " ".join(map(str, c.none_seeds)),
+                         _pairing_text(c, "vs_none"), " ".join(map(str, c.none_seeds)),
                          *_comparison_values(c.vs_none, VS_NONE),
-                         reference_for(variant) if c.vs_reference else None, _pairing_text(c.vs_reference),
+                         reference_for(variant) if c.vs_reference else None, _pairing_text(c, "vs_reference"),
                          *_comparison_values(c.vs_reference, VS_VARIANT),
-                         random_counterpart(variant) if c.vs_random else None, _pairing_text(c.vs_random),
+                         random_counterpart(variant) if c.vs_random else None, _pairing_text(c, "vs_random"),
                          *_comparison_values(c.vs_random, VS_VARIANT)])
     return rows
 
@@ -621,18 +751,28 @@ def write_length_csv(report: LengthReport, path: Path) -> None:
 _STYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
 
 
-def _styles(report: LengthReport) -> dict[tuple[str, str], tuple[Any, Any]]:
+def _styles(report: LengthReport) -> dict[tuple[str, str, Targets], tuple[Any, Any]]:
     """A color per variant and a line style per scaling, so each family reads at a glance."""
-    variants = list(dict.fromkeys(v for v, _ in report.groups))
-    scalings = list(dict.fromkeys(s for _, s in sorted(report.groups, key=lambda g: (g[1] != NO_SCALING, g[1]))))
+    variants = list(dict.fromkeys(v for v, _, _ in report.groups))
+    scalings = list(dict.fromkeys(s for _, s, _ in sorted(report.groups, key=lambda g: (g[1] != NO_SCALING, g[1]))))
     colors = dict(zip(variants, _colors(len(variants)), strict=True))
-    return {(v, s): (colors[v], _STYLES[scalings.index(s) % len(_STYLES)]) for v, s in report.groups}
+    return {(v, s, t): (colors[v], _STYLES[scalings.index(s) % len(_STYLES)]) for v, s, t in report.groups}
 
 
-def _draw_metric(ax: Any, report: LengthReport, metric: str, lengths: Sequence[int], exp: bool = False) -> None:
-    """One line per variant × scaling: the mean over seeds, its 95% CI as a band (two seeds or more)."""
-    for (variant, scaling), (color, style) in _styles(report).items():
-        points = [(L, s) for L in lengths if (c := report.cell(variant, scaling, L)) is not None
+def _set_title(report: LengthReport, targets: Targets) -> str:
+    """What a row of panels adds to its titles: its targets, where the report holds several sets."""
+    shown = report.targets_text(targets)
+    return f" [{shown}]" if shown else ""
+
+
+def _draw_metric(ax: Any, report: LengthReport, targets: Targets, metric: str, lengths: Sequence[int],
+                 exp: bool = False) -> None:
+    """One line per variant × scaling on ``targets``: the mean over seeds, its 95% CI as a band (two seeds or
+    more)."""
+    for (variant, scaling, t), (color, style) in _styles(report).items():
+        if t != targets:
+            continue
+        points = [(L, s) for L in lengths if (c := report.cell(variant, scaling, L, t)) is not None
                   and (s := c.summary(metric)).mean is not None]
         if not points:
             continue
@@ -647,37 +787,47 @@ def _draw_metric(ax: Any, report: LengthReport, metric: str, lengths: Sequence[i
     ax.set_xscale("log", base=2)
     if lengths:
         ax.set_xticks(list(lengths), [str(L) for L in lengths])
+    else:
+        ax.text(0.5, 0.5, "no length evaluated here", transform=ax.transAxes, ha="center", color="gray")
     ax.grid(alpha=0.3, which="both")
 
 
 def plot_length_curves(report: LengthReport, path: Path) -> None:
-    """Degradation, loss beyond T and whole-window perplexity against length; bands: 95% CI of the mean."""
+    """Degradation, loss beyond T and whole-window perplexity against length; bands: 95% CI of the mean. One row of
+    panels per set of targets: lines on other windows never share axes, where their gap would be the windows'."""
     from matplotlib.ticker import FuncFormatter
 
-    fig = _new_figure((17, 5))
-    ax_deg, ax_beyond, ax_ppl = fig.subplots(1, 3)
-    beyond = report.beyond_lengths
-    _draw_metric(ax_deg, report, "degradation", beyond)
-    ax_deg.axhline(0, color="gray", linewidth=1)
-    ax_deg.set(xlabel="evaluation length L (tokens)", ylabel="degradation beyond T (nats)",
-               title="loss beyond T − the run's own sliding-window baseline")
-    _draw_metric(ax_beyond, report, "loss_beyond_train", beyond)
-    ax_beyond.set(xlabel="evaluation length L (tokens)", ylabel="loss at positions >= T (nats)",
-                  title="loss beyond the training length")
-    _draw_metric(ax_ppl, report, "val_loss", report.lengths, exp=True)
-    for t in report.reference_lens:
-        ax_ppl.axvline(t, color="gray", linestyle=":", linewidth=1)
-    ax_ppl.set_yscale("log")
+    sets = report.target_sets
+    height = 5 * len(sets)
+    fig = _new_figure((17, height))
+    axes = fig.subplots(len(sets), 3, squeeze=False)
     plain = FuncFormatter(lambda v, _: f"{v:,.4g}")  # 812 rather than 8.12x10^2
-    ax_ppl.yaxis.set_major_formatter(plain)
-    low, high = ax_ppl.get_ylim()
-    if 0 < low and high / low < 10:  # within a decade the minor ticks are the only ones: label them
-        ax_ppl.yaxis.set_minor_formatter(plain)
-    ax_ppl.set(xlabel="evaluation length L (tokens; dotted: T)", ylabel="whole-window perplexity",
-               title="whole window (inside and beyond T)")
-    ax_ppl.legend(fontsize=7)
-    fig.suptitle("mean over seeds; bands: 95% CI of the mean (not the seeds' spread)")
-    _save(fig, path)
+    for targets, (ax_deg, ax_beyond, ax_ppl) in zip(sets, axes, strict=True):
+        on = _set_title(report, targets)
+        t = targets.reference_len
+        lengths = sorted({c.length for c in report.cells if c.targets == targets})
+        beyond = [L for L in lengths if t is None or L > t]
+        _draw_metric(ax_deg, report, targets, "degradation", beyond)
+        ax_deg.axhline(0, color="gray", linewidth=1)
+        ax_deg.set(xlabel="evaluation length L (tokens)", ylabel="degradation beyond T (nats)",
+                   title="loss beyond T − the run's own sliding-window baseline" + on)
+        _draw_metric(ax_beyond, report, targets, "loss_beyond_train", beyond)
+        ax_beyond.set(xlabel="evaluation length L (tokens)", ylabel="loss at positions >= T (nats)",
+                      title="loss beyond the training length" + on)
+        _draw_metric(ax_ppl, report, targets, "val_loss", lengths, exp=True)
+        if t is not None:
+            ax_ppl.axvline(t, color="gray", linestyle=":", linewidth=1)
+        ax_ppl.set_yscale("log")
+        ax_ppl.yaxis.set_major_formatter(plain)
+        low, high = ax_ppl.get_ylim()
+        if 0 < low and high / low < 10:  # within a decade the minor ticks are the only ones: label them
+            ax_ppl.yaxis.set_minor_formatter(plain)
+        ax_ppl.set(xlabel="evaluation length L (tokens; dotted: T)", ylabel="whole-window perplexity",
+                   title="whole window (inside and beyond T)" + on)
+        ax_ppl.legend(fontsize=7)
+    fig.suptitle("mean over seeds; bands: 95% CI of the mean (not the seeds' spread)"
+                 + ("; one row per set of targets" if len(sets) > 1 else ""))
+    _save(fig, path, rect=(0, 0, 1, 1 - 0.4 / height))
 
 
 def _mean_buckets(results: Sequence[LengthResult], length: int, key: str) -> list[tuple[float, float]]:
@@ -694,32 +844,38 @@ def _mean_buckets(results: Sequence[LengthResult], length: int, key: str) -> lis
 
 def plot_position_loss(report: LengthReport, path: Path) -> None:
     """Mean loss against position at the longest length, each variant × scaling, and each variant's own
-    sliding-window baseline (thin dotted): where a scaling stops generalizing, and whether it beats the baseline."""
-    longest = max(report.lengths)
-    fig = _new_figure((9, 5))
-    ax = fig.subplots()
-    drawn, baselines = 0, set()
-    for (variant, scaling), (color, style) in _styles(report).items():
-        group = [r for r in report.results if (r.variant, r.scaling) == (variant, scaling)]
-        points = _mean_buckets(group, longest, "loss")
-        if not points:
-            continue
-        drawn += 1
-        n = len({r.seed for r in group if r.at(longest)})
-        ax.plot([p[0] for p in points], [p[1] for p in points], color=color, linestyle=style,
-                label=f"{variant} · {scaling} (n={n})")
-        base = _mean_buckets(group, longest, "baseline")
-        if base and variant not in baselines:
-            baselines.add(variant)
-            ax.plot([p[0] for p in base], [p[1] for p in base], color=color, linestyle=":", linewidth=0.8,
-                    label=f"{variant}: own sliding-window baseline")
-    for t in report.reference_lens:
-        ax.axvline(t, color="gray", linestyle=":", linewidth=1)
-    ax.set(xlabel="position (dotted: T)", ylabel="mean loss (nats)",
-           title=f"loss against position at length {longest} (mean over seeds)")
-    ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=7)
+    sliding-window baseline (thin dotted): where a scaling stops generalizing, and whether it beats the baseline.
+    One panel per set of targets, as in :func:`plot_length_curves`."""
+    sets = report.target_sets
+    fig = _new_figure((9, 5 * len(sets)))
+    axes = fig.subplots(len(sets), 1, squeeze=False)[:, 0]
+    styles = _styles(report)
+    for targets, ax in zip(sets, axes, strict=True):
+        longest = max(c.length for c in report.cells if c.targets == targets)
+        drawn, baselines = 0, set()
+        for (variant, scaling, t), (color, style) in styles.items():
+            if t != targets:
+                continue
+            group = [r for r in report.results if (r.variant, r.scaling, r.targets) == (variant, scaling, t)]
+            points = _mean_buckets(group, longest, "loss")
+            if not points:
+                continue
+            drawn += 1
+            n = len({r.seed for r in group if r.at(longest)})
+            ax.plot([p[0] for p in points], [p[1] for p in points], color=color, linestyle=style,
+                    label=f"{variant} · {scaling} (n={n})")
+            base = _mean_buckets(group, longest, "baseline")
+            if base and variant not in baselines:
+                baselines.add(variant)
+                ax.plot([p[0] for p in base], [p[1] for p in base], color=color, linestyle=":", linewidth=0.8,
+                        label=f"{variant}: own sliding-window baseline")
+        if targets.reference_len is not None:
+            ax.axvline(targets.reference_len, color="gray", linestyle=":", linewidth=1)
+        ax.set(xlabel="position (dotted: T)", ylabel="mean loss (nats)",
+               title=f"loss against position at length {longest} (mean over seeds){_set_title(report, targets)}")
+        ax.grid(alpha=0.3)
+        if drawn:
+            ax.legend(fontsize=7)
     _save(fig, path)
 
 

@@ -25,8 +25,10 @@ def _new_figure(figsize: tuple[float, float] = (10, 4)) -> Any:
     return fig
 
 
-def _save(fig: Any, path: Path) -> None:
-    fig.tight_layout()
+def _save(fig: Any, path: Path, rect: tuple[float, float, float, float] | None = None) -> None:
+    """Lay out (within ``rect``, figure fractions: room left for a suptitle that tight_layout misplaces over tall
+    grids) and write the PNG."""
+    fig.tight_layout(rect=rect)
     with atomic_open(path, "wb") as f:
         fig.savefig(f, format="png")
 

@@ -255,15 +255,15 @@ def test_a_fine_tuned_run_is_its_own_row_beside_the_zero_shot_ones(sweep):
     data.update(init_from="/runs/base", train_seq_len=64)
     (run / "eval_lengths" / "ft.json").write_text(json.dumps(data))
     report = build_length_report([sweep])
-    assert (PARTIAL, "yarn x2 · fine-tuned at 64") in report.groups
+    assert (PARTIAL, "yarn x2 · fine-tuned at 64") in [(v, s) for v, s, _ in report.groups]
     cell = report.cell(PARTIAL, "yarn x2 · fine-tuned at 64", 64)
     assert cell.summary("degradation").mean == pytest.approx(1.8 - LEVEL[PARTIAL][0])
 
 
 def test_rows_are_grouped_by_variant_then_no_scaling_first(sweep):
     report = build_length_report([sweep])
-    assert report.groups == [(FULL, "none"), (FULL, YARN), (PARTIAL, "none"), (PARTIAL, YARN), (FULL_DOCS, "none"),
-                             (PARTIAL_DOCS, "none")], "each packing a block of its own"
+    assert [(v, s) for v, s, _ in report.groups] == [(FULL, "none"), (FULL, YARN), (PARTIAL, "none"), (PARTIAL, YARN),
+                                                     (FULL_DOCS, "none"), (PARTIAL_DOCS, "none")], "packings apart"
     assert report.lengths == [32, 64] and report.beyond_lengths == [64]
 
 
@@ -344,3 +344,87 @@ def test_scalings_that_share_no_length_with_none_are_said_to_be_evaluated(tmp_pa
     scaling = section(md, "Scaling − none, same variant and length")
     assert "no scaling shares a length with an evaluation without scaling" in scaling, scaling
     assert "no scaling other than none was evaluated" not in scaling
+
+
+def _evaluation(run: Path, name: str, scaling: str, losses: dict[int, float], tokens: int, taken: int | None = None,
+                **extra) -> None:
+    """An evaluation with a budget of ``tokens`` that took ``taken`` target tokens at each length (default: all)."""
+    data = {**eval_json(PARTIAL, scaling, 0, losses), "tokens": tokens, **extra}
+    for m in data["lengths"]:
+        m["val_tokens"] = taken or tokens
+    (run / "eval_lengths").mkdir(exist_ok=True)
+    (run / "eval_lengths" / f"{name}.json").write_text(json.dumps(data))
+
+
+def test_a_scaling_is_not_compared_with_none_evaluated_on_other_targets(tmp_path: Path):
+    """none with tokens=4096 and yarn with tokens=256: other windows, so their Δ would be the targets' difference
+    (here +0.4 inside T, where a scaling changes nothing); the Δ is n/a, with a note naming the budgets."""
+    run = write_run(tmp_path / "0_s0", "torch", 0, 3.0)
+    _evaluation(run, "none", "none", {32: 2.0, 64: 2.5}, 4096)
+    _evaluation(run, "yarn", YARN, {32: 2.4, 64: 2.6}, 256)
+    report = build_length_report([tmp_path])
+    assert report.cell(PARTIAL, YARN, 32).vs_none == {}
+    md = write_length_report(report, tmp_path).read_text()
+    scaling = section(md, "Scaling − none, same variant and length")
+    assert f"| {PARTIAL} | {YARN} · tokens=256 | n/a |" in scaling, scaling
+    assert "+0.4000" not in scaling
+    assert "n/a: no evaluation without scaling of the same variant on the same targets" in scaling
+    assert "tokens=4096" in scaling
+    r = rows(tmp_path / CSV_FILE)[(PARTIAL, YARN, 32)]
+    assert (r["budget"], r["vs_none_loss_within_train_delta"]) == ("256", "")
+    assert r["vs_none_pairing"].startswith("n/a")
+
+
+def test_evaluations_of_one_seed_on_other_targets_are_neither_averaged_nor_crossed(tmp_path: Path):
+    """none at two budgets and yarn at one of them: two none rows (not one averaged cell), and yarn's Δ pairs with
+    the none of its own budget (0 inside T, where yarn equals none on the same windows)."""
+    run = write_run(tmp_path / "0_s0", "torch", 0, 3.0)
+    _evaluation(run, "none", "none", {32: 2.0, 64: 2.5}, 4096)
+    _evaluation(run, "none_small", "none", {32: 2.4, 64: 2.9}, 256)
+    _evaluation(run, "yarn", YARN, {32: 2.4, 64: 2.6}, 256)
+    report = build_length_report([tmp_path])
+    nones = sorted(c.summary("val_loss").mean for c in report.cells if c.scaling == "none" and c.length == 32)
+    assert nones == [2.0, 2.4]
+    assert report.cell(PARTIAL, YARN, 32).vs_none["val_loss"].delta == pytest.approx(0.0)
+    assert report.cell(PARTIAL, YARN, 64).vs_none["loss_beyond_train"].delta == pytest.approx(-0.3)
+    md = write_length_report(report, tmp_path).read_text()
+    assert "several evaluations of one seed were averaged" not in md
+    with open(tmp_path / CSV_FILE) as f:
+        table = {(r["scaling"], r["budget"], int(r["length"])): r for r in csv.DictReader(f)}
+    assert float(table[("none", "256", 32)]["val_loss_mean"]) == pytest.approx(2.4)
+    assert float(table[("none", "4096", 32)]["val_loss_mean"]) == pytest.approx(2.0)
+    assert table[(YARN, "256", 32)]["vs_none_val_loss_delta"] == "0.0"
+    assert f"| {PARTIAL} | none · tokens=256 | 1 |" in section(md, "Whole-window perplexity")
+
+
+def test_the_curves_draw_each_set_of_targets_on_axes_of_its_own(tmp_path: Path, monkeypatch):
+    """Lines on other windows share no axes, so the plot shows no gap the targets made."""
+    from llm.report import length
+
+    run = write_run(tmp_path / "0_s0", "torch", 0, 3.0)
+    _evaluation(run, "none", "none", {32: 2.0, 64: 2.5}, 4096)
+    _evaluation(run, "yarn", YARN, {32: 2.4, 64: 2.6}, 256)
+    figures = []
+    monkeypatch.setattr(length, "_save", lambda fig, path, **_: figures.append(fig))
+    report = build_length_report([tmp_path])
+    length.plot_length_curves(report, tmp_path / CURVES_FILE)
+    length.plot_position_loss(report, tmp_path / POSITION_FILE)
+    curves, positions = figures
+    assert len(curves.axes) == 6 and len(positions.axes) == 2
+    for ax in [*curves.axes, *positions.axes]:
+        assert len({line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")}) <= 2
+        assert len({line.get_linestyle() for line in ax.get_lines() if line.get_label().startswith(PARTIAL)
+                    and "baseline" not in line.get_label()}) <= 1
+
+
+def test_budgets_that_took_the_same_windows_at_a_length_are_compared_there(tmp_path: Path):
+    """At a length whose documents hold less than either budget, both take every window: the same targets, so the
+    Δ is given; at a length where the budgets took other windows, it is n/a."""
+    run = write_run(tmp_path / "0_s0", "torch", 0, 3.0)
+    _evaluation(run, "none", "none", {64: 2.5}, 4096, taken=640)
+    _evaluation(run, "yarn", YARN, {64: 2.4}, 8192, taken=640)
+    _evaluation(run, "none_short", "none", {32: 2.0}, 4096)
+    _evaluation(run, "yarn_short", YARN, {32: 2.1}, 8192)
+    report = build_length_report([tmp_path])
+    assert report.cell(PARTIAL, YARN, 64).vs_none["val_loss"].delta == pytest.approx(-0.1)
+    assert report.cell(PARTIAL, YARN, 32).vs_none == {} and "vs_none" in report.cell(PARTIAL, YARN, 32).other_targets
