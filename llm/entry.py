@@ -7,14 +7,20 @@ switch, ``HYDRA_FULL_ERROR=1``) and prints each as one line naming the option or
 code 2, as the entry points print a :class:`llm.errors.UserError`; so is Hydra's refusal of two of its flags at
 once (``-m --cfg job``: a 12-line traceback, exit code 1), with what works instead. A user who sets
 ``HYDRA_FULL_ERROR=1`` still gets every traceback (:func:`full_error_requested`).
+
+A stop is not a mistake either: the commands that work in one process (``llm.generate``, ``llm.eval_lengths``) take a
+SIGTERM as Ctrl-C (:func:`sigterm_stops_like_ctrl_c`) and end either with one line and the shell's exit code
+(:func:`stopped`), as ``llm.train`` does.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from hydra.main import get_args_parser
@@ -124,3 +130,37 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
             raise
         print(f"Error: {line}", file=sys.stderr)
         sys.exit(2)
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM, raised where the command is, as Ctrl-C raises KeyboardInterrupt: one path ends both, keeping what
+    was done and saying so (:func:`sigterm_stops_like_ctrl_c`)."""
+
+    signum = signal.SIGTERM
+
+
+@contextmanager
+def sigterm_stops_like_ctrl_c() -> Iterator[None]:
+    """While the command works, a SIGTERM raises :class:`Terminated`.
+
+    Why: the default handler ends the process at once, without a word and with exit code -15, where Ctrl-C says what
+    was kept; a job scheduler or ``kill`` stops a long command with SIGTERM. The previous handler comes back after.
+    """
+
+    def handle(signum, frame) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stopped(exc: BaseException) -> tuple[str, int]:
+    """How a command stopped by ``exc`` (Ctrl-C, or a SIGTERM as :class:`Terminated`) begins its one line, and its
+    exit code: 128 + the signal, the shell's convention, as ``llm.train`` ends a run stopped by a signal."""
+    terminated = in_chain(exc, Terminated)
+    if terminated is not None:
+        return "Stopped by SIGTERM", 128 + terminated.signum
+    return "Interrupted", 128 + signal.SIGINT

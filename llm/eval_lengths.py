@@ -13,17 +13,14 @@ code 2, before the weights are loaded; so is a Hydra-level mistake (an unknown o
 
 from __future__ import annotations
 
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import hydra
 from omegaconf import DictConfig
 
 from llm.config_check import check_config_keys
-from llm.entry import full_error_requested, run_entry
-from llm.errors import UserError, in_chain
+from llm.entry import full_error_requested, run_entry, sigterm_stops_like_ctrl_c, stopped
+from llm.errors import UserError
 from llm.evaluation.lengths import eval_lengths_from_config
 from llm.fileio import DiskFullError
 
@@ -32,35 +29,10 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
-class Terminated(KeyboardInterrupt):
-    """A SIGTERM, raised where the evaluation is, as Ctrl-C raises KeyboardInterrupt: the same path keeps the lengths
-    finished and names their file (:class:`llm.evaluation.lengths.LengthsInterrupted` wraps it)."""
-
-    signum = signal.SIGTERM
-
-
-@contextmanager
-def _sigterm_stops_like_ctrl_c() -> Iterator[None]:
-    """While the command works, a SIGTERM raises :class:`Terminated`.
-
-    Why: the default handler ends the process at once, without a word and with exit code -15, where Ctrl-C says what
-    was kept; a job scheduler or ``kill`` stops a long evaluation with SIGTERM. The previous handler comes back after.
-    """
-
-    def handle(signum, frame) -> None:
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, handle)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 @hydra.main(config_path="../conf", config_name="eval_lengths", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
-        with _sigterm_stops_like_ctrl_c():
+        with sigterm_stops_like_ctrl_c():  # a SIGTERM takes Ctrl-C's path: the lengths finished are kept
             check_config_keys(cfg, "eval_lengths", "python -m llm.eval_lengths")  # +tokenz=5: refused first
             eval_lengths_from_config(cfg, emit=_print)
     except (UserError, DiskFullError) as e:
@@ -70,12 +42,10 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: every length finished is already written (a write per length)
         path = getattr(e, "json_path", None)
-        terminated = in_chain(e, Terminated)
-        stopped = "Stopped by SIGTERM" if terminated else "Interrupted"
-        print(f"{stopped}: the lengths evaluated so far are in {path}" if path else
-              f"{stopped} before the first length finished: nothing was written", file=sys.stderr)
-        # exit 128 + the signal, the shell's convention, as llm.train ends a run stopped by a signal
-        sys.exit(128 + (terminated.signum if terminated else signal.SIGINT))
+        word, code = stopped(e)
+        print(f"{word}: the lengths evaluated so far are in {path}" if path else
+              f"{word} before the first length finished: nothing was written", file=sys.stderr)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

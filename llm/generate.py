@@ -4,7 +4,9 @@ The Hydra entry point (conf/generate.yaml holds every key); the work is in
 :mod:`llm.generation.command`. The run's config and newest checkpoint rebuild its model with its RoPE
 implementation (``rope=<name>`` swaps the kernel), and the continuation streams to stdout while it is
 decoded with a KV cache. A user error (a key nothing reads, no checkpoint, a prompt longer than the context,
-``top_k=0``, ...) is one line on stderr and exit code 2, before the weights are loaded.
+``top_k=0``, ...) is one line on stderr and exit code 2, before the weights are loaded. Ctrl-C, or a SIGTERM (a job
+scheduler's stop, ``kill``), keeps the text printed so far and ends with one line saying so, exit 130 or 143, as
+``llm.eval_lengths`` and ``llm.train`` end.
 
 ``prompt=`` and ``prompt_file=`` take the rest of their argument verbatim (``prompt=def main(`` needs no
 Hydra quoting): the entry point quotes them for Hydra's parser, unless they are quoted already.
@@ -19,9 +21,9 @@ import hydra
 from omegaconf import DictConfig
 
 from llm.config_check import check_config_keys
-from llm.entry import full_error_requested, run_entry
-from llm.errors import UserError
-from llm.generation.command import generate_from_config
+from llm.entry import full_error_requested, run_entry, sigterm_stops_like_ctrl_c, stopped
+from llm.errors import UserError, in_chain
+from llm.generation.command import GenerationInterrupted, generate_from_config
 from llm.generation.load import refuse_rope_keys_without_a_kernel
 
 #: Keys whose values are free text or paths, taken verbatim from the command line.
@@ -49,14 +51,22 @@ def verbatim_overrides(argv: list[str]) -> list[str]:
 @hydra.main(config_path="../conf", config_name="generate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
-        refuse_rope_keys_without_a_kernel(cfg.get("rope"))  # rope.variant=full: not a key of "the rope chosen"
-        check_config_keys(cfg, "generate", "python -m llm.generate")  # +top_kk=3: refused first
-        generate_from_config(cfg)
+        with sigterm_stops_like_ctrl_c():  # a SIGTERM takes Ctrl-C's path: one line, not a silent exit
+            refuse_rope_keys_without_a_kernel(cfg.get("rope"))  # rope.variant=full: not a key of "the rope chosen"
+            check_config_keys(cfg, "generate", "python -m llm.generate")  # +top_kk=3: refused first
+            generate_from_config(cfg)
     except UserError as e:
         if full_error_requested():
             raise
         print(f"Error: {str(e).strip() or type(e).__name__}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt as e:  # a stop asked for, not a crash: no traceback, the text printed so far stays
+        word, code = stopped(e)
+        where = in_chain(e, GenerationInterrupted)
+        sample = "" if where is None or where.of == 1 else f" in sample {where.sample} of {where.of}"
+        print(f"{word}{sample}: the text so far is above" if where else f"{word} before decoding began: nothing was "
+              "generated", file=sys.stderr)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from __future__ import annotations
 import csv
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ from llm.fileio import atomic_open, write_json_atomic
 from llm.generation.load import (
     FUNCTION_KEYS,
     OpenedRun,
+    command_line_rope_keys,
     load_run_model,
     open_run,
     refuse_rope_keys_without_a_kernel,
@@ -236,7 +237,7 @@ class LengthEvaluator:
     first use and then kept, so several scalings of one run cost one load (and one run's own baseline)."""
 
     def __init__(self, opened: OpenedRun, settings: EvalSettings, override: Mapping | None = None,
-                 emit: Emit = print) -> None:
+                 emit: Emit = print, explicit: Collection[str] = ()) -> None:
         self.opened, self.settings, self.emit = opened, settings, emit
         self.run_cfg = opened.config
         self.train_len = int(self.run_cfg.model.seq_len)
@@ -248,7 +249,10 @@ class LengthEvaluator:
                               "(baseline_window, default reference_len)")
         run_rope = OmegaConf.to_container(self.run_cfg.rope, resolve=True)
         self.run_rope = dict(run_rope)
-        self.base_rope = rope_for_generation(run_rope, override, settings.device, opened.context_len)
+        # explicit: the rope keys the command line set (rope_for_generation refuses another rotation asked for);
+        # rope.scaling.* is this command's own request, resolved by plan()
+        self.base_rope = rope_for_generation(run_rope, override, settings.device, opened.context_len,
+                                             frozenset(explicit) - {"scaling"})
         self.enc = run_tokenizer(opened)
         fields = GPTConfig.__dataclass_fields__
         model_kw = {k: v for k, v in OmegaConf.to_container(self.run_cfg.model, resolve=True).items() if k in fields}
@@ -542,6 +546,25 @@ def write_result(result: Mapping, out_dir: Path, emit: Emit = print) -> tuple[Pa
     return json_path, csv_path
 
 
+def unfinished_run_warning(run_dir: Path) -> str | None:
+    """One line when the run's ``summary.json`` says it did not complete (interrupted, nonfinite, ...), naming the
+    status and step; None for a completed run, or one without a summary (a checkpoint-only dir).
+
+    Why a warning, not a refusal: an interrupted run's checkpoint is a model worth measuring, but its numbers are
+    of a shorter training than the run asked for, and the length report leaves the run out until it completes."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    status = summary.get("status", "completed") if isinstance(summary, dict) else "completed"
+    if status == "completed":
+        return None
+    of = f" of {summary['max_steps']}" if summary.get("max_steps") is not None else ""
+    return (f"warning: {run_dir} did not complete: status {status} at step {summary.get('step', '?')}{of}; its "
+            "checkpoint is evaluated, and python -m scripts.length_report leaves the run out until it "
+            "completes (train.resume=auto)")
+
+
 def open_for_eval(run: str | None, checkpoint: str | None = None) -> OpenedRun:
     """The run dir checked (a config and a checkpoint present); raises :class:`ConfigError` naming ``run=``."""
     if run in (None, ""):
@@ -553,8 +576,10 @@ def eval_lengths_from_config(cfg: Mapping, emit: Emit = print) -> tuple[dict, Pa
     """``python -m llm.eval_lengths``: check everything, evaluate, write; returns the record and its JSON path."""
     settings = read_settings(cfg)
     opened = open_for_eval(cfg.get("run"), cfg.get("checkpoint"))
-    evaluator = LengthEvaluator(opened, settings, rope_override(cfg), emit)
+    evaluator = LengthEvaluator(opened, settings, rope_override(cfg), emit, command_line_rope_keys(cfg))
     plan = evaluator.plan(scaling_request(cfg))
+    if warning := unfinished_run_warning(opened.run_dir):  # said once, before the work it concerns
+        emit(warning)
     result, json_path, csv_path = evaluate_and_write(evaluator, plan, opened.run_dir / OUT_DIR, emit)
     emit(f"wrote {json_path} and {csv_path.name}")
     return result, json_path

@@ -24,8 +24,8 @@ import torch
 
 import rope
 from llm.errors import ConfigError
-from llm.generation.decode import Generated, cache_kind, generate
-from llm.generation.load import load_run_model, open_run, rope_for_generation, run_tokenizer
+from llm.generation.decode import Generated, cache_kind, fed_positions, generate
+from llm.generation.load import command_line_rope_keys, load_run_model, open_run, rope_for_generation, run_tokenizer
 from llm.generation.sampling import Sampling
 from llm.generation.static import StaticDecoder, cast_weights
 from llm.generation.text import TextStream, cut_at, encode_prompt
@@ -131,6 +131,15 @@ def read_settings(cfg: Mapping) -> Settings:
                     _positive_int(cfg, "num_samples"), cache, capture, attention, chunk, device, dtype)
 
 
+class GenerationInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or a SIGTERM, :class:`llm.entry.Terminated`) while sample ``sample`` of ``of`` was decoding: its text
+    so far is on stdout, so the command says which sample stopped (the interrupt is its ``__cause__``)."""
+
+    def __init__(self, sample: int, of: int) -> None:
+        super().__init__()
+        self.sample, self.of = sample, of
+
+
 def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> list[str]:
     """Stream ``num_samples`` continuations of the prompt to ``out`` (notes to ``err``); return them.
 
@@ -139,15 +148,16 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
     """
     s = read_settings(cfg)
     opened = open_run(cfg.get("run"), cfg.get("checkpoint"))
-    rope_cfg = rope_for_generation(opened.config.rope, cfg.get("rope"), s.device, opened.context_len)
+    rope_cfg = rope_for_generation(opened.config.rope, cfg.get("rope"), s.device, opened.context_len,
+                                   command_line_rope_keys(cfg))
     enc = run_tokenizer(opened)
     ids = encode_prompt(enc, s.prompt)
     context = rope_cache_len(opened.config.model, rope_cfg)
-    if len(ids) >= context:
-        raise ConfigError(f"prompt: {len(ids)} tokens (with the leading end-of-text token) leave no room in the "
-                          f"model's context of {context} positions (the run's RoPE cache, rope.max_seq_len); "
-                          "shorten the prompt")
-    n_new = min(s.max_new_tokens, context - len(ids))
+    if len(ids) > context:
+        raise ConfigError(f"prompt: {len(ids)} tokens (with the leading end-of-text token) exceed the model's context "
+                          f"of {context} positions (the run's RoPE cache, rope.max_seq_len); shorten the prompt")
+    # the last new token is only predicted, never fed back: a prompt filling the context still gets one
+    n_new = min(s.max_new_tokens, context - len(ids) + 1)
     loaded = load_run_model(opened, rope_cfg, s.device, enc)
     r = loaded.rope
     label = rope.label(r["name"], None if r["name"] == "none" else r.get("variant"), r.get("compute_dtype"))
@@ -156,43 +166,52 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
               f"{str(s.weights_dtype)[6:]} weights, context {context} positions\n")
     decoder = None
     if s.cache == "static":
-        decoder = StaticDecoder(model, len(ids) + n_new, capture=s.capture, attention=s.attention,
+        decoder = StaticDecoder(model, fed_positions(len(ids), n_new), capture=s.capture, attention=s.attention,
                                 prefill_chunk=s.prefill_chunk)
     generator = torch.Generator(device=s.device).manual_seed(s.seed)
     prompt = torch.tensor([ids], device=s.device)
-    texts = []
-    for i in range(s.num_samples):
-        if s.num_samples > 1:
-            out.write(f"--- sample {i + 1}/{s.num_samples} ---\n")
-        out.write(s.prompt)
-        out.flush()
-        stream = TextStream(enc)
+    texts: list[str] = []
+    try:
+        for i in range(s.num_samples):
+            if s.num_samples > 1:
+                out.write(f"--- sample {i + 1}/{s.num_samples} ---\n")
+            out.write(s.prompt)
+            out.flush()
+            stream = TextStream(enc)
 
-        def show(token: torch.Tensor, stream: TextStream = stream) -> None:
-            t = int(token[0])
-            if t != enc.eot_token:
-                out.write(stream.push(t))
-                out.flush()
+            def show(token: torch.Tensor, stream: TextStream = stream) -> None:
+                t = int(token[0])
+                if t != enc.eot_token:
+                    out.write(stream.push(t))
+                    out.flush()
 
-        capturing = decoder is not None and not decoder.captured and decoder.note is None
-        result = generate(model, prompt, n_new, s.sampling, generator=generator, use_cache=s.cache,
-                          decoder=decoder, attention=s.attention, stop_token=enc.eot_token, vocab_size=enc.n_vocab,
-                          on_token=show, timed=True)
-        out.write(stream.flush() + "\n")
+            capturing = decoder is not None and not decoder.captured and decoder.note is None
+            result = generate(model, prompt, n_new, s.sampling, generator=generator, use_cache=s.cache,
+                              decoder=decoder, attention=s.attention, stop_token=enc.eot_token, vocab_size=enc.n_vocab,
+                              on_token=show, timed=True)
+            out.write(stream.flush() + "\n")
+            out.flush()
+            if decoder is not None and decoder.note and capturing:
+                err.write(f"[{decoder.note}]\n")
+            err.write(_speed_line(result, capturing and decoder.captured))
+            tokens, ended = cut_at(result.tokens[0].tolist(), enc.eot_token)
+            texts.append(enc.decode(tokens))
+            if ended:
+                err.write(f"[end of text after {_tokens(len(tokens))}]\n")
+            elif n_new < s.max_new_tokens:
+                err.write(f"[stopped after {_tokens(n_new)}: the sequence reached the model's context of {context} "
+                          "positions (the run's RoPE cache, rope.max_seq_len)]\n")
+            else:
+                err.write(f"[stopped after max_new_tokens={n_new} tokens]\n")
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (llm.entry): the text so far stays, the command says so
+        out.write("\n")  # the stopped sample's line ends where it stopped; the command's line follows on stderr
         out.flush()
-        if decoder is not None and decoder.note and capturing:
-            err.write(f"[{decoder.note}]\n")
-        err.write(_speed_line(result, capturing and decoder.captured))
-        tokens, ended = cut_at(result.tokens[0].tolist(), enc.eot_token)
-        texts.append(enc.decode(tokens))
-        if ended:
-            err.write(f"[end of text after {len(tokens)} tokens]\n")
-        elif n_new < s.max_new_tokens:
-            err.write(f"[stopped after {n_new} tokens: the sequence reached the model's context of {context} "
-                      "positions (the run's RoPE cache, rope.max_seq_len)]\n")
-        else:
-            err.write(f"[stopped after max_new_tokens={n_new} tokens]\n")
+        raise GenerationInterrupted(len(texts) + 1, s.num_samples) from e
     return texts
+
+
+def _tokens(n: int) -> str:
+    return f"{n} token" + ("" if n == 1 else "s")
 
 
 def _speed_line(result: Generated, captured_now: bool) -> str:

@@ -47,6 +47,12 @@ class Generated:
         return self.tokens.shape[0] * steps / self.decode_s
 
 
+def fed_positions(prompt_len: int, max_new_tokens: int) -> int:
+    """The positions a decoding runs the model at: the prompt's and every new token's but the last (the loop stops
+    once it is drawn), which is what a cache must hold and the context must fit."""
+    return prompt_len + max(max_new_tokens - 1, 0)
+
+
 def cache_kind(cache: bool | str) -> str:
     """``cache`` as one of :data:`CACHES` (True: ``"dynamic"``, False: ``"none"``)."""
     kind = {True: "dynamic", False: "none"}.get(cache, cache) if isinstance(cache, bool) else cache
@@ -62,17 +68,18 @@ def generate(model: GPT, prompt: Tensor, max_new_tokens: int, sampling: Sampling
              decoder: StaticDecoder | None = None, attention: str = "sdpa", timed: bool = False) -> Generated:
     """Continue the (B, T) token ids ``prompt`` by up to ``max_new_tokens`` tokens.
 
-    ``prompt`` plus the new tokens must fit the model's context (:attr:`GPT.context_len`: the RoPE
-    cache); the caller shortens ``max_new_tokens`` first and says why. ``use_cache``: ``"static"``,
-    ``"dynamic"`` (``True``) or ``"none"`` (``False``), see the module docstring; ``decoder``: a
-    :class:`StaticDecoder` to decode with (reused across calls: its cache and captured step are kept), else
-    one is built for ``"static"``; ``attention`` (``"sdpa"`` / ``"fused_rope"``): how the caches built here
+    The positions fed must fit the model's context (:attr:`GPT.context_len`: the RoPE cache): the prompt and every
+    new token but the last, which is only predicted, never fed back (:func:`fed_positions`); so a prompt filling
+    the context still gets one new token. The caller shortens ``max_new_tokens`` first and says why.
+    ``use_cache``: ``"static"``, ``"dynamic"`` (``True``) or ``"none"`` (``False``), see the module docstring;
+    ``decoder``: a :class:`StaticDecoder` to decode with (reused across calls: its cache and captured step are
+    kept), else one is built for ``"static"``; ``attention`` (``"sdpa"`` / ``"fused_rope"``): how the caches built here
     attend. ``vocab_size`` masks the padded rows of the head (never a real token). ``on_token`` sees each
     step's (B,) tokens as they come (streaming). ``timed`` synchronises the device after the first token
     and at the end, to time them (:class:`Generated`). The model runs in eval mode and is put back as it was.
     """
     B, T0 = prompt.shape
-    if T0 == 0 or max_new_tokens < 0 or T0 + max_new_tokens > model.context_len:
+    if T0 == 0 or max_new_tokens < 0 or fed_positions(T0, max_new_tokens) > model.context_len:
         raise ValueError(f"a prompt of {T0} tokens plus {max_new_tokens} new ones must fit the model's context of "
                          f"{model.context_len} positions (and the prompt must not be empty)")
     kind = "static" if decoder is not None else cache_kind(use_cache)
@@ -118,17 +125,18 @@ def _steps(model: GPT, prompt: Tensor, max_new_tokens: int, kind: str, decoder: 
            attention: str) -> tuple[Callable[[], Tensor], Callable[[Tensor], Tensor]]:
     """(the prompt's next-token logits, one step's from the (B,) tokens fed) for a cache kind."""
     B, T0 = prompt.shape
+    fed = fed_positions(T0, max_new_tokens)  # the caches hold these: the last new token is never fed
     if kind == "static":
         if decoder is None:
-            decoder = StaticDecoder(model, T0 + max_new_tokens, attention=attention)
+            decoder = StaticDecoder(model, fed, attention=attention)
         elif decoder.model is not model:
             raise ValueError("decoder was built for another model")
-        elif T0 + max_new_tokens > decoder.max_len:
+        elif fed > decoder.max_len:
             raise ValueError(f"a prompt of {T0} tokens plus {max_new_tokens} new ones do not fit the decoder's "
-                             f"{decoder.max_len} positions")
+                             f"{decoder.max_len} positions (the last new token is not fed)")
         return lambda: decoder.prefill(prompt), decoder.step
     if kind == "dynamic":
-        cache = model.new_cache(T0 + max_new_tokens, attention=attention)
+        cache = model.new_cache(fed, attention=attention)
         return lambda: model.next_logits(prompt, cache), lambda token: model.next_logits(token[:, None], cache)
     seq = [prompt]
 

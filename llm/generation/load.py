@@ -5,14 +5,16 @@ and ``step_*.pt``). Opening it checks what can be checked without loading weight
 a run that never saved a checkpoint fails at once with one line. The model is rebuilt from the run's
 own ``model``, ``rope`` and ``tokenizer`` groups; only the RoPE *kernel* may be swapped
 (``rope=triton_v4``): the rotation it computes (variant, base) must be the run's, or the weights
-would meet positions they were never trained on.
+would meet positions they were never trained on. For the same reason a ``checkpoint=`` whose own stored
+config describes another model than the run's (another shape, tokenizer or rotation: another run's
+weights) is refused, naming the keys (:func:`check_checkpoint_model`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 import tiktoken
@@ -22,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 import rope
 from llm.data.tokenizer import get_tokenizer
 from llm.errors import ConfigError
-from llm.model import GPT, build_model, rope_cache_len
+from llm.model import GPT, GPTConfig, build_model, rope_cache_len
 from llm.training.checkpoint import checkpoint_files, load_checkpoint, load_newest_checkpoint
 from llm.training.outputs import CONFIG_FILE, holds_a_run
 
@@ -43,7 +45,60 @@ def _function_value(key: str, value: object) -> object:
     """``value`` of a FUNCTION_KEYS entry with the spellings of "no scaling" made one (None)."""
     if key == "scaling" and (value is None or (isinstance(value, Mapping) and value.get("type") in (None, "none"))):
         return None
+    if key == "scaling" and isinstance(value, Mapping):  # unset parameters spelled out or left out: the same scaling
+        return {k: v for k, v in value.items() if v is not None}
     return value
+
+
+#: ``model.*`` keys that leave what the weights compute unchanged: a preset's name, and dropout (off when decoding).
+MODEL_KEYS_WITHOUT_FUNCTION = ("name", "dropout", "vocab_size")
+
+
+def model_function(config: Mapping) -> dict[str, object]:
+    """What a config says the weights compute, as dotted keys: the model's shape (``model.*`` but
+    :data:`MODEL_KEYS_WITHOUT_FUNCTION`, a key left out as :class:`GPTConfig`'s default), the tokenizer, whether
+    positions are rotated (``rope=none`` or not: the kernel is free) and the rotation (:data:`FUNCTION_KEYS`,
+    a key left out as the kernel's default)."""
+    model, rope_group = _plain(config.get("model")), _plain(config.get("rope"))
+    out: dict[str, object] = {}
+    for f in fields(GPTConfig):
+        if f.name not in MODEL_KEYS_WITHOUT_FUNCTION:
+            out[f"model.{f.name}"] = model.get(f.name, None if f.default is MISSING else f.default)
+    out["tokenizer.name"] = _plain(config.get("tokenizer")).get("name")
+    name = rope_group.get("name")
+    out["rope (rotates)"] = name != "none"
+    if name != "none":
+        try:
+            defaults = {"base": 10000.0, **rope.get(name).option_defaults()}
+        except Exception:  # a kernel this install lacks: its keys as written
+            defaults = {"base": 10000.0}
+        for key in FUNCTION_KEYS:
+            out[f"rope.{key}"] = _function_value(key, rope_group.get(key, defaults.get(key)))
+    return out
+
+
+def check_checkpoint_model(opened: OpenedRun, checkpoint: str) -> None:
+    """Refuse (:class:`ConfigError`, one line naming the keys) a ``checkpoint=`` whose stored config describes
+    another model than the run's (:func:`model_function`).
+
+    Why refuse rather than take the checkpoint's config: the command builds the run's model and writes under the
+    run's name (``eval_lengths/<label>.json`` in the run dir, its rotation in the label), so another run's weights
+    would decode with the wrong rotation, or be recorded as this run's; a user who meant that run passes its dir as
+    ``run=``. A checkpoint that differs only in the kernel, the seed or the training keys loads: the same function.
+    A checkpoint that stores no config cannot be checked (loading it still checks the weights' shapes).
+    """
+    stored = (opened.state or {}).get("config")
+    if not isinstance(stored, Mapping):
+        return
+    mine, theirs = model_function(opened.config), model_function(stored)
+    differ = [k for k in mine if mine[k] != theirs.get(k)]
+    if not differ:
+        return
+    shown = ", ".join(f"{k}={theirs.get(k)!r} (the run: {mine[k]!r})" for k in differ)
+    source = Path(checkpoint).parent.parent
+    hint = f"run={source}" if (source / CONFIG_FILE).is_file() else "run=<the checkpoint's run dir>"
+    raise ConfigError(f"checkpoint={checkpoint} holds another model than run={opened.run_dir}: {shown}; its "
+                      f"weights would run as the run's model: give {hint}, or a checkpoint of this run")
 
 
 @dataclass
@@ -53,7 +108,7 @@ class OpenedRun:
     run_dir: Path
     config: DictConfig
     checkpoint: Path | None  # None: the newest of checkpoints/ that loads
-    state: dict | None = None  # the loaded checkpoint, when the config had to come from it
+    state: dict | None = None  # the loaded checkpoint: the config came from it, or checkpoint= named it
 
     @property
     def context_len(self) -> int:
@@ -91,7 +146,12 @@ def open_run(run: str | None, checkpoint: str | None = None) -> OpenedRun:
             raise ConfigError(f"run={run} has no checkpoint: {run_dir / 'checkpoints'} holds no last.pt or step_*.pt "
                               "(the run stopped before its first one; train.ckpt_every=N saves one every N steps)")
     if (run_dir / CONFIG_FILE).is_file():
-        return OpenedRun(run_dir, OmegaConf.load(run_dir / CONFIG_FILE), path)
+        if path is None:
+            return OpenedRun(run_dir, OmegaConf.load(run_dir / CONFIG_FILE), path)
+        # a checkpoint named by hand may be another run's: read now (kept for the load) to compare its config
+        opened = OpenedRun(run_dir, OmegaConf.load(run_dir / CONFIG_FILE), path, load_checkpoint(path))
+        check_checkpoint_model(opened, str(checkpoint))
+        return opened
     found_path, state = _load_state(run_dir, path)  # no config.yaml: the checkpoint carries the config too
     if "config" not in state:
         raise ConfigError(f"run={run} has no {CONFIG_FILE} and its checkpoint {found_path} holds no config")
@@ -122,16 +182,43 @@ def refuse_rope_keys_without_a_kernel(override: Mapping | None, command: str = "
                           f"rope=<name> override chooses (e.g. rope=torch rope.compute_dtype=bfloat16)")
 
 
+def command_line_rope_keys(cfg: Mapping) -> frozenset[str]:
+    """The ``rope`` keys the command line set itself (``rope.variant=partial`` -> ``variant``), from Hydra's task
+    overrides: those of the running command, else the ``hydra`` node a ``compose(..., return_hydra_config=True)``
+    holds; empty when neither is there.
+
+    Why: a composed ``rope`` group cannot tell a value the preset brought (``rope=torch``'s ``variant: partial``,
+    which defers to the run's rotation) from the same value typed on the command line, which asks for that rotation
+    and must be refused when the run's is another (:func:`rope_for_generation`)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        overrides = list(HydraConfig.get().overrides.task)
+    else:
+        node = cfg.get("hydra")
+        overrides = list(OmegaConf.select(node, "overrides.task") or []) if isinstance(node, DictConfig) else []
+    keys = set()
+    for item in overrides:
+        key = str(item).partition("=")[0]
+        if key.startswith("~"):  # a deletion asks for nothing: the kernel's default, deferring to the run's
+            continue
+        key = key.lstrip("+")
+        if key.startswith("rope."):
+            keys.add(key.split(".")[1])
+    return frozenset(keys)
+
+
 def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: torch.device,
-                        context: int | None = None) -> dict:
+                        context: int | None = None, explicit: Collection[str] = ()) -> dict:
     """The ``rope`` group to build: the run's, or ``override``'s implementation (and its own options,
     such as ``compute_dtype``) computing the run's rotation (variant, base, ...: always the run's).
     ``context``: the run's positions (its ``rope.max_seq_len`` or ``model.seq_len``), which an override may
-    restate.
+    restate; ``explicit``: the rope keys the command line set itself (:func:`command_line_rope_keys`).
 
-    Refuses, naming the key, an override that asks for another rotation than the run's and the
-    default one (``rope=triton_v4_full`` on a partial run), a switch to or from ``none``, and a
-    kernel that cannot run on ``device``."""
+    Refuses, naming the key, an override that asks for another rotation than the run's: a preset's value other
+    than the kernel's default (``rope=triton_v4_full`` on a partial run) or any value set explicitly
+    (``rope=torch rope.variant=partial`` on a full run: the default, yet asked for); a switch to or from ``none``;
+    and a kernel that cannot run on ``device``."""
     run_rope, override = _plain(run_rope), _plain(override)
     refuse_rope_keys_without_a_kernel(override)
     if not override:
@@ -148,7 +235,8 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
         for key in FUNCTION_KEYS:  # a preset's default rotation defers to the run's; another one is refused
             asked, trained, default = (_function_value(key, d.get(key, defaults.get(key)))
                                        for d in (override, run_rope, defaults))
-            if asked not in (trained, default):
+            # a key typed on the command line is asked for even at the default: never ignored silently
+            if asked != trained and (key in explicit or asked != default):
                 raise ConfigError(f"rope.{key}={asked!r}: the run was trained with rope.{key}={trained!r}; a RoPE "
                                   "override may change the kernel, not the rotation")
         asked_len = override.get("max_seq_len", run_rope.get("max_seq_len"))

@@ -45,12 +45,22 @@ class Sampling:
 GREEDY = Sampling()
 
 
+def _tempered(logits: Tensor, temperature: float) -> Tensor:
+    """``logits / temperature`` up to a constant per row (the distribution is the same), for any finite temperature
+    > 0. Why not the plain division: a tiny temperature (1e-40) or large logits overflow float32 to inf, and the
+    draw fails on inf/nan. Each row's maximum is subtracted first, so every value is <= 0 and the division can only
+    reach -inf (probability 0); the maxima stay 0 (never 0 / 0 where the temperature underflows float32), so a tiny
+    temperature is greedy, its ties shared."""
+    shifted = logits - logits.max(dim=-1, keepdim=True).values
+    return torch.where(shifted == 0, shifted, shifted / temperature)
+
+
 def pick_next(logits: Tensor, sampling: Sampling, generator: torch.Generator | None = None) -> Tensor:
     """The next token (B,) for logits (B, V): argmax when greedy, else a draw from the cut distribution
     (``generator`` makes the draws reproducible; it must live on the logits' device)."""
     if sampling.greedy:
         return logits.argmax(dim=-1)
-    logits = logits.float() / sampling.temperature
+    logits = _tempered(logits.float(), sampling.temperature)
     if sampling.top_k is not None and sampling.top_k < logits.shape[-1]:
         kth = torch.topk(logits, sampling.top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, -math.inf)

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from llm.generation.decode import generate
+from llm.generation.decode import fed_positions, generate
 from llm.generation.sampling import GREEDY
 from llm.generation.static import StaticDecoder
 from llm.model import GPT
@@ -66,7 +66,8 @@ def decode_speed(model: GPT, *, batch: int, prompt_len: int, new_tokens: int, mo
     for run in range(repeats + 1):
         decoder = None
         if mode in ("captured", "eager"):
-            decoder = StaticDecoder(model, prompt_len + new_tokens, capture=mode == "captured", attention=attention)
+            decoder = StaticDecoder(model, fed_positions(prompt_len, new_tokens), capture=mode == "captured",
+                                    attention=attention)
         cache = "none" if mode == "none" else "dynamic"
         result = generate(model, prompt, new_tokens, GREEDY, use_cache=cache, decoder=decoder, attention=attention,
                           vocab_size=model.cfg.vocab_size, timed=True)

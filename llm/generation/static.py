@@ -61,8 +61,8 @@ class StaticDecoder:
         (B, V) of the token after it. The first call also captures the decode step (its cost belongs to the
         first token's latency, not to the decoding)."""
         B, T = prompt.shape
-        if T + 1 > self.max_len:
-            raise ValueError(f"a prompt of {T} tokens leaves no room in the decoder's {self.max_len} positions")
+        if T > self.max_len:  # a prompt filling the cache still gives the logits of one new token (never fed)
+            raise ValueError(f"a prompt of {T} tokens does not fit the decoder's {self.max_len} positions")
         if B != self._batch:
             self.cache = self.model.new_cache(self.max_len, static=True, attention=self.attention)
             self.graph, self._logits, self._batch = None, None, B
@@ -71,8 +71,8 @@ class StaticDecoder:
         chunk = self.prefill_chunk or T
         for start in range(0, T, chunk):
             logits = self.model.next_logits(prompt[:, start:start + chunk], self.cache)
-        if self.graph is None and self.note is None and self.want_capture:
-            self._capture(prompt.device)
+        if self.graph is None and self.note is None and self.want_capture and T < self.max_len:
+            self._capture(prompt.device)  # (a full cache takes no step: nothing to capture, no room to capture it in)
         return logits
 
     @torch.no_grad()

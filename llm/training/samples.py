@@ -44,9 +44,9 @@ class TrainingSamples:
         self.max_new_tokens = max_new_tokens
         self.prompts = [(text, encode_prompt(self.enc, text)) for text in prompts]
         for i, (_, ids) in enumerate(self.prompts):
-            if len(ids) >= context_len:
+            if len(ids) > context_len:  # a prompt filling the context still gets one token (the last is never fed)
                 raise ConfigError(f"train.sample_prompts[{i}] is {len(ids)} tokens (with the leading end-of-text "
-                                  f"token): no room left in the model's context of {context_len} positions")
+                                  f"token): more than the model's context of {context_len} positions")
 
     @torch.no_grad()
     def generate(self, model: GPT, device: torch.device, autocast: AbstractContextManager) -> list[dict]:
@@ -54,7 +54,7 @@ class TrainingSamples:
         its token count and whether it ended with that token."""
         records = []
         for text, ids in self.prompts:
-            n = min(self.max_new_tokens, model.context_len - len(ids))
+            n = min(self.max_new_tokens, model.context_len - len(ids) + 1)  # the last new token is never fed back
             with autocast:
                 out = generate(model, torch.tensor([ids], device=device), n, GREEDY, stop_token=self.enc.eot_token,
                                vocab_size=self.enc.n_vocab)

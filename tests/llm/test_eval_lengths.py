@@ -522,3 +522,51 @@ def test_init_from_says_when_the_rotation_or_the_original_length_differs(trained
     with caplog.at_level(logging.INFO):
         run_inprocess(tmp_path / "ft2", [f"train.init_from={trained_run}", *FINETUNE])
     assert "differs from" not in caplog.text and "is not" not in caplog.text  # the same rotation: no note
+
+
+def test_a_checkpoint_of_another_model_is_refused_before_any_work(trained_run, tmp_path, monkeypatch):
+    """checkpoint= of a full-rotation run: its result would be recorded under this run's label; refused in one line,
+    before the weights load."""
+    state = torch.load(trained_run / "checkpoints" / "last.pt", weights_only=False)
+    state["config"]["rope"]["variant"] = "full"
+    path = tmp_path / "full.pt"
+    torch.save(state, path)
+    monkeypatch.setattr(lengths_mod, "load_run_model", lambda *a, **k: pytest.fail("the weights were loaded"))
+    with pytest.raises(ConfigError, match=r"holds another model than run=.*: rope.variant='full' \(the run: "
+                                          r"'partial'\)") as e:
+        run_eval(trained_run, f"checkpoint={path}", "lengths=[32]", "tokens=256")
+    assert "\n" not in str(e.value)
+
+
+def test_an_explicit_rotation_key_other_than_the_run_s_is_refused(trained_run, tmp_path, monkeypatch, capsys):
+    """``rope=torch rope.variant=full`` on a partial run is refused; ``rope.variant=partial`` on a full run, the
+    kernel's default, was ignored (evaluated full, labelled as asked): refused the same way, before any work."""
+    import yaml
+
+    run = tmp_path / "full"
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("eval_lengths"))
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["rope"]["variant"] = "full"
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    code, lines = run_module_main(monkeypatch, capsys, "llm.eval_lengths",
+                                  [f"run={run}", "device=cpu", "rope=torch", "rope.variant=partial"])
+    assert (code, lines) == (2, ["Error: rope.variant='partial': the run was trained with rope.variant='full'; a RoPE "
+                                 "override may change the kernel, not the rotation"]), lines
+    assert not (run / "eval_lengths").exists()
+
+
+def test_a_run_that_did_not_complete_is_evaluated_with_a_warning(trained_run, tmp_path):
+    """A run stopped by Ctrl-C (summary status interrupted): its checkpoint is evaluated, not refused, and one line
+    says the run did not complete, naming the status and step (it said nothing, and the length report then left the
+    run out)."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("eval_lengths"))
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "status": "interrupted", "step": 1}))
+    _, lines = run_eval(run, "lengths=[32]", "tokens=256")
+    warnings = [line for line in lines if "did not complete" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: {run} did not complete: status interrupted at "
+                                                         "step 1 of 2"), lines
+    (run / "summary.json").write_text(json.dumps(summary))  # completed: no warning
+    _, lines = run_eval(run, "lengths=[32]", "tokens=256", "label=done")
+    assert not any("did not complete" in line for line in lines)

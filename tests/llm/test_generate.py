@@ -7,6 +7,8 @@ GPU: ``test_generate_gpu.py``.)"""
 from __future__ import annotations
 
 import io
+import os
+import signal
 import subprocess
 import sys
 
@@ -159,8 +161,9 @@ def test_a_static_decoder_serves_many_sequences_and_batch_sizes():
                        generate(model, b, 6, GREEDY, use_cache=False, vocab_size=61).tokens)
     assert decoder.cache.keys is not buffers and decoder.cache.keys.shape[1] == 3
     assert torch.equal(generate(model, a, 6, GREEDY, decoder=decoder, vocab_size=61).tokens, first.tokens)
+    assert generate(model, a, 9, GREEDY, decoder=decoder).tokens.shape == (2, 9)  # the 9th is never fed: 12 fed
     with pytest.raises(ValueError, match="do not fit the decoder's 12 positions"):
-        generate(model, a, 9, GREEDY, decoder=decoder)
+        generate(model, a, 10, GREEDY, decoder=decoder)
     assert not decoder.captured and decoder.note is None  # the CPU: the eager step is the step
 
 
@@ -192,10 +195,27 @@ def test_generate_stops_at_the_stop_token_and_refuses_to_run_past_the_context():
     first = int(generate(model, prompt, 1, GREEDY).tokens[0, 0])
     out = generate(model, prompt, 10, GREEDY, stop_token=first)
     assert out.reason == "stop_token" and out.tokens.shape == (1, 1)
-    assert generate(model, prompt, 12, GREEDY).reason == "max_new_tokens"  # 4 + 12 = the context of 16
+    assert generate(model, prompt, 13, GREEDY).reason == "max_new_tokens"  # 4 + 13 - 1 fed = the context of 16
     with pytest.raises(ValueError, match="must fit the model's context of 16"):
-        generate(model, prompt, 13, GREEDY)
+        generate(model, prompt, 14, GREEDY)
     assert not model.training
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic", "none"])
+def test_the_last_new_token_fits_the_context_with_every_cache(cache):
+    """The last new token is never fed back, so a prompt of context - 1 tokens has room for 2 new ones and a prompt
+    filling the context for 1 (the model predicts it from the context's last position): with a static cache, a
+    dynamic one and none, the same tokens as the full forward's greedy choices."""
+    model = tiny_model("torch")
+    prompt = torch.randint(0, 61, (2, 15))
+    two = generate(model, prompt, 2, GREEDY, use_cache=cache).tokens
+    first = model(prompt)[0][:, -1].argmax(-1)  # logits (B, T, V) of the full forward
+    second = model(torch.cat([prompt, first[:, None]], dim=1))[0][:, -1].argmax(-1)
+    assert torch.equal(two, torch.stack([first, second], dim=1))
+    full = torch.cat([prompt, first[:, None]], dim=1)  # 16 tokens: the whole context
+    assert torch.equal(generate(model, full, 1, GREEDY, use_cache=cache).tokens[:, 0], second)
+    with pytest.raises(ValueError, match="must fit the model's context of 16"):
+        generate(model, prompt, 3, GREEDY, use_cache=cache)
 
 
 def test_pick_next_greedy_top_k_top_p_and_seed():
@@ -211,6 +231,19 @@ def test_pick_next_greedy_top_k_top_p_and_seed():
     assert abs(share - 0.5) < 0.04
     assert torch.equal(draw(Sampling(0.8), 3), draw(Sampling(0.8), 3))
     assert not torch.equal(draw(Sampling(0.8), 3), draw(Sampling(0.8), 4))
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 5e-324, 1e-10])
+def test_a_tiny_positive_temperature_picks_the_most_likely_tokens(temperature):
+    """Dividing the logits by 1e-40 overflowed float32 to inf, and the draw crashed (probability tensor contains
+    inf or nan): any finite temperature > 0 is legal, and a tiny one is greedy, its ties shared."""
+    logits = torch.tensor([[1.0, 3.0, 2.0, -1e30], [1e30, -1e30, 1e30 - 1e24, 0.0]])
+    for cut in ({}, {"top_k": 2}, {"top_p": 0.5}):
+        picked = pick_next(logits, Sampling(temperature, **cut), torch.Generator().manual_seed(0))
+        assert picked.tolist() == [1, 0], (temperature, cut)
+    ties = torch.tensor([[3.0, 3.0, 1.0]]).repeat(400, 1)
+    drawn = pick_next(ties, Sampling(temperature), torch.Generator().manual_seed(0))
+    assert set(drawn.tolist()) == {0, 1}
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -345,11 +378,29 @@ def test_generation_stops_at_the_end_of_the_context(trained_run, tmp_path):
 
     text = "x = 1\n" * 4  # from a file, verbatim
     (tmp_path / "prompt.txt").write_text(text)
-    room = 32 - len(encode_prompt(get_tokenizer("cl100k_base"), text))  # model.seq_len=32: the RoPE cache
+    # model.seq_len=32: the RoPE cache; the last new token is never fed back, so it may be the 33rd
+    room = 33 - len(encode_prompt(get_tokenizer("cl100k_base"), text))
     texts, out, err = run_generate(gen_cfg(trained_run, f"prompt_file={tmp_path / 'prompt.txt'}", "max_new_tokens=50",
                                            "temperature=0"))
     assert out.startswith(text) and 0 < room < 50
     assert f"[stopped after {room} tokens: the sequence reached the model's context of 32 positions" in err, err
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic", "false"])
+def test_a_prompt_filling_the_context_gets_one_token(trained_run, tmp_path, cache):
+    """A prompt of 32 tokens (the end-of-text token first) on a context of 32: one new token, predicted from the
+    last position (it was refused as leaving no room); 31 tokens: two (it stopped after one)."""
+    from llm.data import get_tokenizer
+
+    enc = get_tokenizer("cl100k_base")
+    text = next(t for n in range(10, 40) if len(encode_prompt(enc, t := "ab " * n)) == 32)
+    _, _, err = run_generate(gen_cfg(trained_run, f"prompt={text}", "max_new_tokens=5", "temperature=0",
+                                     f"cache={cache}", "device=cpu"))
+    assert "[stopped after 1 token: the sequence reached the model's context of 32 positions" in err, err
+    shorter = next(t for n in range(10, 40) if len(encode_prompt(enc, t := "ab " * n)) == 31)
+    _, _, err = run_generate(gen_cfg(trained_run, f"prompt={shorter}", "max_new_tokens=5", "temperature=0",
+                                     f"cache={cache}", "device=cpu"))
+    assert "[stopped after 2 tokens: the sequence reached" in err, err
 
 
 def test_generation_says_why_it_stopped_at_max_new_tokens(trained_run):
@@ -365,7 +416,7 @@ def test_generation_says_why_it_stopped_at_max_new_tokens(trained_run):
     (["temperature=-1"], "temperature=-1.0 must be a finite number >= 0"),
     (["max_new_tokens=0"], "max_new_tokens=0 must be a positive integer"),
     (["num_samples=-2"], "num_samples=-2 must be a positive integer"),
-    (["prompt=" + "word " * 40], "prompt: 42 tokens .* leave no room in the model's context of 32 positions"),
+    (["prompt=" + "word " * 40], "prompt: 42 tokens .* exceed the model's context of 32 positions"),
     (["prompt=a", "prompt_file=/x"], "prompt= and prompt_file= are both set"),
     (["prompt_file=/no/such/file"], "prompt_file=/no/such/file is not a file"),
     (["checkpoint=/no/such.pt"], "checkpoint=/no/such.pt is not a file"),
@@ -424,3 +475,97 @@ def test_rope_keys_without_a_kernel_say_what_rope_does_in_generation():
         rope_for_generation(run, {"variant": "full"}, torch.device("cpu"))
     with pytest.raises(ConfigError, match=r"rope.compute_dtype='bfloat16' without rope=<name>"):
         rope_for_generation(run, {"compute_dtype": "bfloat16"}, torch.device("cpu"))
+
+
+def other_runs_checkpoint(run_dir, tmp_path, **changes):
+    """The run's newest checkpoint as another run's would be: its stored config changed (``rope__variant="full"``:
+    ``config["rope"]["variant"]``), the weights of the same shapes."""
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    for dotted, value in changes.items():
+        group, key = dotted.split("__")
+        state["config"][group][key] = value
+    other = tmp_path / "other" / "checkpoints"
+    other.mkdir(parents=True)
+    torch.save(state, other / "last.pt")
+    return other / "last.pt"
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_the_keys(trained_run, tmp_path):
+    """checkpoint= of a full-rotation run given with a partial run: the weights would decode with the run's partial
+    rotation, silently; one line names what differs. A checkpoint that differs only in the kernel loads."""
+    path = other_runs_checkpoint(trained_run, tmp_path, rope__variant="full", model__n_head=4)
+    with pytest.raises(ConfigError) as e:
+        run_generate(gen_cfg(trained_run, "prompt=x", "max_new_tokens=2", f"checkpoint={path}"))
+    line = str(e.value)
+    assert line.startswith(f"checkpoint={path} holds another model than run={trained_run}: ") and "\n" not in line
+    assert "model.n_head=4 (the run: 2)" in line and "rope.variant='full' (the run: 'partial')" in line
+    kernel = other_runs_checkpoint(trained_run, tmp_path / "k", rope__name="triton_v4", rope__compute_dtype=None)
+    texts, _, _ = run_generate(gen_cfg(trained_run, "prompt=x", "max_new_tokens=2", "temperature=0",
+                                       f"checkpoint={kernel}"))
+    assert texts == run_generate(gen_cfg(trained_run, "prompt=x", "max_new_tokens=2", "temperature=0"))[0]
+
+
+@pytest.mark.parametrize("stop,code,word", [("ctrl_c", 130, "Interrupted"),
+                                            ("sigterm", 128 + signal.SIGTERM, "Stopped by SIGTERM")],
+                         ids=["ctrl_c", "sigterm"])
+def test_the_command_stopped_while_decoding_says_so_in_one_line(trained_run, monkeypatch, capsys, stop, code, word):
+    """The command's own __main__, stopped at the third new token by Ctrl-C or a SIGTERM (a job scheduler's stop,
+    `kill`): the text so far stays on stdout, one line says it was stopped, exit 128 + the signal, as llm.eval_lengths
+    and llm.train end (Ctrl-C printed a traceback; a SIGTERM ended it without a word)."""
+    from llm.generation import command
+
+    real = command.generate
+
+    def stopped_at_the_third_token(*args, on_token, **kwargs):
+        seen = []
+
+        def count(token):
+            seen.append(token)
+            if len(seen) == 3:
+                if stop == "ctrl_c":
+                    raise KeyboardInterrupt
+                os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before the next bytecode of this frame
+            on_token(token)
+
+        return real(*args, on_token=count, **kwargs)
+
+    monkeypatch.setattr(command, "generate", stopped_at_the_third_token)
+
+    def unhandled(signum, frame):  # the command took no SIGTERM of its own (the default would end pytest here)
+        pytest.fail("the command left SIGTERM to the default handler, which ends the process without a word")
+
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        exit_code, lines = run_module_main(monkeypatch, capsys, "llm.generate",
+                                           [f"run={trained_run}", "prompt=def main(", "max_new_tokens=8",
+                                            "num_samples=2", "device=cpu", "temperature=0"])
+        assert exit_code == code
+        assert lines[-1] == f"{word} in sample 1 of 2: the text so far is above", lines
+        assert not any("Traceback" in line for line in lines)
+        assert signal.getsignal(signal.SIGTERM) is unhandled  # the command's own handler is gone once it ends
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_an_explicit_rotation_key_other_than_the_run_s_is_refused_even_at_the_kernel_s_default(trained_run, tmp_path,
+                                                                                                 monkeypatch, capsys):
+    """``rope=torch rope.variant=partial`` on a full-rotation run: partial is torch's default, which defers to the
+    run's rotation when the preset brings it, so the explicit key was ignored and the run decoded full; asked on the
+    command line it is refused as any other rotation key is. ``rope=torch`` alone keeps the run's rotation."""
+    import shutil
+
+    import yaml
+
+    run = tmp_path / "full"
+    shutil.copytree(trained_run, run)
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["rope"]["variant"] = "full"
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    common = [f"run={run}", "prompt=x", "max_new_tokens=1", "device=cpu", "temperature=0"]
+    code, lines = run_module_main(monkeypatch, capsys, "llm.generate", [*common, "rope=torch", "rope.variant=partial"])
+    assert (code, lines) == (2, ["Error: rope.variant='partial': the run was trained with rope.variant='full'; a RoPE "
+                                 "override may change the kernel, not the rotation"]), lines
+    _, _, err = run_generate(gen_cfg(run, *common, "rope=torch"))
+    assert "rope=torch (full, float32)" in err
+    _, _, err = run_generate(gen_cfg(run, *common, "rope=torch", "rope.variant=full"))
+    assert "rope=torch (full, float32)" in err

@@ -100,6 +100,20 @@ def test_captured_float32_decoding_matches_decoding_without_a_cache(attention):
     assert torch.equal(captured.tokens, without.tokens)
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "fused_rope"])
+def test_a_prompt_filling_the_context_decodes_its_last_token_with_a_captured_step(attention):
+    """The last new token is never fed back: a prompt of context - 1 tokens gets 2 (the step captured in a cache of
+    exactly the context), a prompt of the whole context 1 (nothing to capture); both as without a cache."""
+    model = gpu_model("triton_v4")
+    for prompt_len, new in ((255, 2), (256, 1)):
+        prompt = torch.randint(0, 1000, (2, prompt_len), device=CUDA)
+        decoder = StaticDecoder(model, 256, attention=attention)
+        captured = generate(model, prompt, new, GREEDY, decoder=decoder, vocab_size=1000)
+        without = generate(model, prompt, new, GREEDY, use_cache=False, vocab_size=1000)
+        assert torch.equal(captured.tokens, without.tokens) and captured.tokens.shape == (2, new)
+        assert decoder.captured == (new > 1) and decoder.note is None, decoder.note
+
+
 def test_captured_logits_equal_the_eager_step_s():
     """Not only the argmax: a captured step's logits are the eager step's, bit for bit (same kernels, same shapes)."""
     model = cast_weights(gpu_model("triton_v4"), torch.bfloat16)
