@@ -72,9 +72,10 @@ def make_output_dir(path: Path, key: str) -> None:
     """Create the run's or sweep's dir, or raise a :class:`~llm.errors.ConfigError` naming ``key`` (a path under a
     file, a read-only place): Hydra would fail there with a traceback."""
     from llm.errors import ConfigError
+    from llm.training.run_dir import make_dirs
 
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        make_dirs(path)  # noted: a refused run removes only the folders it made
         writable = os.access(path, os.W_OK | os.X_OK)
     except OSError as e:
         raise ConfigError(f"{key}={path}: cannot create it ({e.strerror}); choose a writable directory") from None

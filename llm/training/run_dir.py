@@ -66,6 +66,18 @@ def lock_holder(run_dir: Path, lock_name: str = LOCK_FILE) -> str | None:
         os.close(fd)
 
 
+#: Directories this process created on the way to a run dir (:func:`make_dirs`): a discarded run dir takes its
+#: parent with it only when the parent is one of them, never a folder that was there before (a user's own).
+_MADE_HERE: set[str] = set()
+
+
+def make_dirs(path: Path) -> None:
+    """``path.mkdir(parents=True, exist_ok=True)``, noting the directories it creates (see :data:`_MADE_HERE`)."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    _MADE_HERE.update(os.path.abspath(p) for p in missing)
+
+
 class RunDirLock:
     """Exclusive ownership of a directory for the life of this process (or until :meth:`release`).
 
@@ -85,7 +97,7 @@ class RunDirLock:
 
     def _open(self) -> tuple[int, bool] | None:
         """(descriptor, created) of the lock file, or None when the directory vanished meanwhile (try again)."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.run_dir)
         path = self.run_dir / self.lock_name
         try:
             return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
@@ -146,7 +158,8 @@ class RunDirLock:
 
         Why a rename first: a process that arrives while the directory goes finds no directory (and starts a new
         one) or the old lock file, which it cannot take while this process holds it; never a half-removed
-        directory it could mistake for its own. An empty parent (the date folder) goes too.
+        directory it could mistake for its own. An empty parent (the date folder) goes too, when this process
+        created it.
         """
         d = self.run_dir
         if not self.held or not self.created or any(p.name not in DISCARDABLE for p in d.iterdir()):
@@ -160,10 +173,11 @@ class RunDirLock:
             return False
         shutil.rmtree(gone, ignore_errors=True)
         self.release()
-        try:
-            d.parent.rmdir()  # only when empty: another run's date folder stays
-        except OSError:
-            pass
+        if os.path.abspath(d.parent) in _MADE_HERE:
+            try:
+                d.parent.rmdir()  # only when empty: another run's date folder stays
+            except OSError:
+                pass
         return True
 
 

@@ -158,6 +158,16 @@ def test_a_dir_is_discarded_only_by_the_process_that_created_it(tmp_path):
     assert not lock.discard_if_unused() and (other / "notes.txt").exists()
 
 
+def test_a_discarded_run_dir_leaves_a_folder_it_found(tmp_path):
+    """The empty parent goes with a discarded run dir only when this process made it: a folder the user made for
+    the run (hydra.run.dir=<their folder>/run) stays, empty as it was."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    lock = RunDirLock(theirs / "run").acquire()
+    assert lock.created and lock.discard_if_unused()
+    assert not (theirs / "run").exists() and theirs.is_dir()
+
+
 def test_resumes_never_rewrite_the_run_s_record(tmp_path, monkeypatch):
     """The record of how a run was made (``.hydra/``) stays the run's: a refused resume changes nothing in it and
     adds nothing, an accepted one keeps its own overrides beside it in ``.hydra/resume_1/``."""
