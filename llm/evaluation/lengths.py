@@ -19,7 +19,8 @@ Why these choices:
   it uses the longer context) and the run as trained (``baseline_*``; ``degradation``: the cost of length L
   with this scaling against the run's own level, which removes the seed's level from comparisons).
 * **Memory.** Long windows shrink the batch (``batch_tokens`` tokens per forward, at least one window);
-  attention is SDPA (flash / memory-efficient kernels on a GPU under the training's bfloat16 autocast);
+  attention is SDPA (flash / memory-efficient kernels on a GPU under the training's bfloat16 autocast, a fused
+  flash-style kernel on the CPU: neither holds the L x L scores, ``attention=math`` does);
   the vocabulary head runs on a few hundred positions at a time, so the (tokens x vocab) logits are never
   held at once. A length whose single window cannot fit the device is refused before any work, naming
   ``lengths``.
@@ -59,6 +60,7 @@ from llm.generation.load import (
     FUNCTION_KEYS,
     OpenedRun,
     command_line_rope_keys,
+    command_line_rope_preset,
     load_run_model,
     open_run,
     refuse_rope_keys_without_a_kernel,
@@ -153,9 +155,10 @@ def read_settings(cfg: Mapping) -> EvalSettings:
 
 # -- memory -----------------------------------------------------------------------------------------------
 def eval_memory_bytes(cfg: GPTConfig, batch: int, length: int, dense_attention: bool) -> int:
-    """A lower bound of what one evaluation batch allocates: float32 weights, one layer's activations
-    (nothing is kept for backward), the T x T scores when attention is not a fused kernel, and one
-    chunk of float32 logits with its softmax."""
+    """An estimate of what one evaluation batch allocates, so that a length that cannot fit is refused before any
+    work: float32 weights, one layer's activations (nothing is kept for backward), the T x T scores only when
+    attention is not a fused kernel (``attention=math``; SDPA's causal kernels, the CPU's included, never hold
+    them), and one chunk of float32 logits with its softmax."""
     d, ff = cfg.n_embd, cfg.d_ff or 4 * cfg.n_embd
     qkv = (cfg.n_head + 2 * (cfg.n_kv_head or cfg.n_head)) * cfg.head_dim
     weights = 4 * cfg.param_count()
@@ -167,8 +170,11 @@ def eval_memory_bytes(cfg: GPTConfig, batch: int, length: int, dense_attention: 
 
 def batch_for_length(cfg: GPTConfig, length: int, batch_tokens: int, device: torch.device, attention: str) -> int:
     """Windows per forward at ``length``: ``batch_tokens // length`` (at least 1), halved until the batch fits
-    the device. Raises :class:`ConfigError` naming ``lengths`` when one window does not fit."""
-    dense = device.type == "cpu" or attention == "math"
+    the device. Raises :class:`ConfigError` naming ``lengths`` when one window does not fit: better refused at
+    once than killed for memory after the lengths before it ran."""
+    # only attention=math holds the (heads x L x L) scores: SDPA with is_causal and no mask runs a fused kernel on
+    # the CPU too, so counting the scores there refused lengths that fit
+    dense = attention == "math"
     have = device_memory_bytes(device)
     batch = max(1, batch_tokens // length)
     while batch > 1 and eval_memory_bytes(cfg, batch, length, dense) > have:
@@ -177,7 +183,8 @@ def batch_for_length(cfg: GPTConfig, length: int, batch_tokens: int, device: tor
     if need > have:
         raise ConfigError(f"lengths: {length} needs at least {need / 2**30:.1f} GiB for one window, more than the "
                           f"{have / 2**30:.1f} GiB of {device}; drop it from lengths"
-                          + (" (on a GPU, attention is a fused kernel: far less)" if dense else ""))
+                          + (" (attention=math holds the scores; attention=auto runs a fused kernel: far less)"
+                             if dense else ""))
     return batch
 
 
@@ -237,7 +244,7 @@ class LengthEvaluator:
     first use and then kept, so several scalings of one run cost one load (and one run's own baseline)."""
 
     def __init__(self, opened: OpenedRun, settings: EvalSettings, override: Mapping | None = None,
-                 emit: Emit = print, explicit: Collection[str] = ()) -> None:
+                 emit: Emit = print, explicit: Collection[str] = (), preset: str | None = None) -> None:
         self.opened, self.settings, self.emit = opened, settings, emit
         self.run_cfg = opened.config
         self.train_len = int(self.run_cfg.model.seq_len)
@@ -252,7 +259,7 @@ class LengthEvaluator:
         # explicit: the rope keys the command line set (rope_for_generation refuses another rotation asked for);
         # rope.scaling.* is this command's own request, resolved by plan()
         self.base_rope = rope_for_generation(run_rope, override, settings.device, opened.context_len,
-                                             frozenset(explicit) - {"scaling"})
+                                             frozenset(explicit) - {"scaling"}, preset)
         self.enc = run_tokenizer(opened)
         fields = GPTConfig.__dataclass_fields__
         model_kw = {k: v for k, v in OmegaConf.to_container(self.run_cfg.model, resolve=True).items() if k in fields}
@@ -457,11 +464,12 @@ def _fmt_opt(v: float | None, signed: bool = False) -> str:
 
 def _progress_line(m: dict, split: int) -> str:
     factor = "" if m["factor"] is None else f"  factor {m['factor']:g}"
+    se = "" if m["val_loss_se"] is None else f" ± {m['val_loss_se']:.4f}"  # one window: no spread to show
     beyond = "" if m["loss_beyond_train"] is None else (
         f"  beyond {split}: {m['loss_beyond_train']:.4f} (gain over sliding {_fmt_opt(m['gain_beyond_train'], True)},"
         f" degradation {_fmt_opt(m['degradation'], True)})")
     return (f"  L={m['length']:>6}{factor}  {m['windows']} window(s) from {m['documents']} document(s), batch "
-            f"{m['batch_size']}: val_loss {m['val_loss']:.4f} ± {m['val_loss_se']:.4f}  acc {m['val_acc']:.4f}  "
+            f"{m['batch_size']}: val_loss {m['val_loss']:.4f}{se}  acc {m['val_acc']:.4f}  "
             f"ppl {m['val_ppl']:.2f}{beyond}  {m['seconds']:.1f}s")
 
 
@@ -576,7 +584,8 @@ def eval_lengths_from_config(cfg: Mapping, emit: Emit = print) -> tuple[dict, Pa
     """``python -m llm.eval_lengths``: check everything, evaluate, write; returns the record and its JSON path."""
     settings = read_settings(cfg)
     opened = open_for_eval(cfg.get("run"), cfg.get("checkpoint"))
-    evaluator = LengthEvaluator(opened, settings, rope_override(cfg), emit, command_line_rope_keys(cfg))
+    evaluator = LengthEvaluator(opened, settings, rope_override(cfg), emit, command_line_rope_keys(cfg),
+                                command_line_rope_preset(cfg))
     plan = evaluator.plan(scaling_request(cfg))
     if warning := unfinished_run_warning(opened.run_dir):  # said once, before the work it concerns
         emit(warning)

@@ -58,7 +58,8 @@ def length_metrics(loss: np.ndarray, correct: np.ndarray, sliding: np.ndarray, b
                 "sliding": float(sliding[:, a:a + bucket].mean()), "baseline": float(baseline[:, a:a + bucket].mean())}
                for a in range(0, length, bucket)]
     return {
-        "val_loss": mean, "val_loss_se": _se(window_means) if windows > 1 else float("nan"),
+        # one window has no spread: None (as every SE here), so the JSON holds no NaN and the CSV cell is empty
+        "val_loss": mean, "val_loss_se": _se(window_means),
         "val_acc": float(correct.mean()), "val_ppl": math.exp(mean) if mean < 700 else float("inf"),
         "val_tokens": windows * length, "windows": windows,
         "loss_within_train": _mean(loss[:, :split]), "loss_beyond_train": _mean(loss[:, split:]),

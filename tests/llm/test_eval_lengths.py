@@ -570,3 +570,28 @@ def test_a_run_that_did_not_complete_is_evaluated_with_a_warning(trained_run, tm
     (run / "summary.json").write_text(json.dumps(summary))  # completed: no warning
     _, lines = run_eval(run, "lengths=[32]", "tokens=256", "label=done")
     assert not any("did not complete" in line for line in lines)
+
+
+def test_the_cpu_memory_check_counts_no_dense_scores_where_sdpa_is_fused(monkeypatch):
+    # measured on a CPU (torch 2.13): this model's forward at 32768 tokens peaked 0.6 GiB above its loaded RSS,
+    # where dense scores alone would be 32 GiB: CPU SDPA with is_causal runs a fused kernel
+    cfg = GPTConfig(vocab_size=100277, n_layer=4, n_head=4, n_embd=128, seq_len=128)
+    monkeypatch.setattr(lengths_mod, "device_memory_bytes", lambda device: 4 * 2**30)
+    assert lengths_mod.batch_for_length(cfg, 32768, 32768, CPU, "auto") == 1
+    with pytest.raises(ConfigError, match=r"^lengths: 32768 needs at least [\d.]+ GiB for one window, more than the "
+                                          r"4.0 GiB of cpu; drop it from lengths \(attention=math holds"):
+        lengths_mod.batch_for_length(cfg, 32768, 65536, CPU, "math")  # the math kernel does hold the scores
+    with pytest.raises(ConfigError, match=r"^lengths: 1048576 needs at least"):
+        lengths_mod.batch_for_length(cfg, 2**20, 65536, CPU, "auto")  # what cannot fit is still refused
+
+
+def test_one_window_has_no_standard_error_on_the_console_or_in_the_csv(tmp_path):
+    loss = np.full((1, 8), 2.0)
+    m = {"length": 8, "factor": None, **length_metrics(loss, loss > 0, loss, loss, 4, 4), "documents": 1,
+         "batch_size": 1, "seconds": 0.1}
+    assert m["val_loss_se"] is None  # not nan: one window has no spread
+    line = lengths_mod._progress_line(m, 4)
+    assert "val_loss 2.0000  acc" in line and "±" not in line and "nan" not in line
+    _, csv_path = lengths_mod.write_result({"label": "x", "lengths": [m]}, tmp_path)
+    row = next(csv.DictReader(csv_path.open()))
+    assert row["val_loss_se"] == "" and row["val_loss"] == "2.0"
