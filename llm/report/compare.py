@@ -33,7 +33,7 @@ from llm.report.analysis import (
     select_reference,
 )
 from llm.report.errors import NoRunsError
-from llm.report.mixed import check_not_mixed, check_same_data, config_differences
+from llm.report.mixed import check_not_mixed, check_same_data, code_note, config_differences
 from llm.report.runs import PathLike, Run, load_runs
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,9 @@ def build_report(
     groups = group_runs(runs)
     ref = select_reference(groups, reference)
     if reference is None and (note := reference_fallback_note(groups, ref)):
+        log.warning("%s", note.replace("**", ""))
+        data_notes.append(note)
+    if note := code_note(checked, ref.runs if ref else []):
         log.warning("%s", note.replace("**", ""))
         data_notes.append(note)
     comparisons = compare_groups(groups, ref, margin, acc_margin)

@@ -132,3 +132,27 @@ def check_same_data(runs: Sequence[Run], allow_mixed: bool = False) -> list[str]
         notes.append(f"{len(unknown)} run(s) recorded no data fingerprint (they predate it), so whether they "
                      f"trained on the same data cannot be checked: {_names(unknown)}.")
     return notes
+
+
+def code_note(runs: Sequence[Run], reference: Sequence[Run]) -> str | None:
+    """A warning where the runs were trained by different code (their ``code_fingerprint`` differ), naming how many
+    versions and the runs whose code is not the reference's; None where one code (or none recorded) trained them.
+
+    Why a warning, not a refusal: a change to the code may change no number (a report, a comment), but where it
+    touched a kernel or the training, a difference between implementations may be the code's, and the reader of
+    "Common config" must not take several fingerprints there for one."""
+    by_code: dict[str, list[str]] = {}
+    for r in runs:
+        if fp := r.summary.get("code_fingerprint"):
+            by_code.setdefault(str(fp), []).append(r.name)
+    if len(by_code) < 2:
+        return None
+    # the reference's code is its runs' most common fingerprint, so that the runs named are the ones to look at
+    # (the first run's where the reference recorded none)
+    ref_codes = [str(fp) for r in reference if (fp := r.summary.get("code_fingerprint"))]
+    ref_code = max(ref_codes, key=ref_codes.count) if ref_codes else next(iter(by_code))
+    others = [name for fp, names in by_code.items() if fp != ref_code for name in names]
+    verb = "differs" if len(others) == 1 else "differ"
+    return (f"**Different code**: the runs were trained by {len(by_code)} versions of the code ({len(by_code)} code "
+            f"fingerprints): {_names(others)} {verb} from the reference's ({ref_code}), so a difference may be the "
+            "code's rather than the implementation's.")
