@@ -25,7 +25,14 @@ import torch
 import rope
 from llm.errors import ConfigError
 from llm.generation.decode import Generated, cache_kind, fed_positions, generate
-from llm.generation.load import command_line_rope_keys, load_run_model, open_run, rope_for_generation, run_tokenizer
+from llm.generation.load import (
+    command_line_rope_keys,
+    command_line_rope_preset,
+    load_run_model,
+    open_run,
+    rope_for_generation,
+    run_tokenizer,
+)
 from llm.generation.sampling import Sampling
 from llm.generation.static import StaticDecoder, cast_weights
 from llm.generation.text import TextStream, cut_at, encode_prompt
@@ -57,6 +64,21 @@ class Settings:
         """The dtype decoding runs in: ``auto`` is bfloat16 on CUDA, float32 elsewhere."""
         bf16 = self.dtype == "bfloat16" or (self.dtype == "auto" and self.device.type == "cuda")
         return torch.bfloat16 if bf16 else torch.float32
+
+    def notes(self) -> list[str]:
+        """What greedy decoding makes of the other settings, one line each: not refusals (the command does what it
+        says), but a user who set them expects them to act, and must not read the output as their effect."""
+        if not self.sampling.greedy:
+            return []
+        notes = []
+        cut = [f"{k}={v:g}" for k, v in (("top_k", self.sampling.top_k), ("top_p", self.sampling.top_p))
+               if v is not None]
+        if cut:  # argmax takes the most likely token, which every top-k/top-p cut keeps: the cut changes nothing
+            notes.append(f"temperature=0 decodes greedily (argmax): {' and '.join(cut)} "
+                         + ("is ignored" if len(cut) == 1 else "are ignored"))
+        if self.num_samples > 1:  # argmax draws nothing from the seed's stream: every sample is the same text
+            notes.append(f"temperature=0 decodes greedily: the {self.num_samples} samples are identical")
+        return notes
 
     def describe_cache(self) -> str:
         if self.cache == "none":
@@ -149,7 +171,7 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
     s = read_settings(cfg)
     opened = open_run(cfg.get("run"), cfg.get("checkpoint"))
     rope_cfg = rope_for_generation(opened.config.rope, cfg.get("rope"), s.device, opened.context_len,
-                                   command_line_rope_keys(cfg))
+                                   command_line_rope_keys(cfg), command_line_rope_preset(cfg))
     enc = run_tokenizer(opened)
     ids = encode_prompt(enc, s.prompt)
     context = rope_cache_len(opened.config.model, rope_cfg)
@@ -164,6 +186,8 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
     model = cast_weights(loaded.model, s.weights_dtype)
     err.write(f"{opened.run_dir}: step {loaded.step}, rope={label}, {s.device}, {s.describe_cache()}, "
               f"{str(s.weights_dtype)[6:]} weights, context {context} positions\n")
+    for note in s.notes():
+        err.write(f"[note: {note}]\n")
     decoder = None
     if s.cache == "static":
         decoder = StaticDecoder(model, fed_positions(len(ids), n_new), capture=s.capture, attention=s.attention,

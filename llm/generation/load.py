@@ -182,6 +182,27 @@ def refuse_rope_keys_without_a_kernel(override: Mapping | None, command: str = "
                           f"rope=<name> override chooses (e.g. rope=torch rope.compute_dtype=bfloat16)")
 
 
+def _task_overrides(cfg: Mapping) -> list[str]:
+    """Hydra's task overrides: those of the running command, else the ``hydra`` node a
+    ``compose(..., return_hydra_config=True)`` holds; empty when neither is there."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return [str(o) for o in HydraConfig.get().overrides.task]
+    node = cfg.get("hydra")
+    return [str(o) for o in OmegaConf.select(node, "overrides.task") or []] if isinstance(node, DictConfig) else []
+
+
+def command_line_rope_preset(cfg: Mapping) -> str | None:
+    """The ``rope=<preset>`` the command line chose (``triton_v4_full``), None if none. Why: a preset names a kernel
+    and a rotation, and a message about the kernel must name what the user typed, not only the kernel's name."""
+    for item in _task_overrides(cfg):
+        key, _, value = item.partition("=")
+        if key.lstrip("+") == "rope" and value:
+            return value
+    return None
+
+
 def command_line_rope_keys(cfg: Mapping) -> frozenset[str]:
     """The ``rope`` keys the command line set itself (``rope.variant=partial`` -> ``variant``), from Hydra's task
     overrides: those of the running command, else the ``hydra`` node a ``compose(..., return_hydra_config=True)``
@@ -190,15 +211,8 @@ def command_line_rope_keys(cfg: Mapping) -> frozenset[str]:
     Why: a composed ``rope`` group cannot tell a value the preset brought (``rope=torch``'s ``variant: partial``,
     which defers to the run's rotation) from the same value typed on the command line, which asks for that rotation
     and must be refused when the run's is another (:func:`rope_for_generation`)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        overrides = list(HydraConfig.get().overrides.task)
-    else:
-        node = cfg.get("hydra")
-        overrides = list(OmegaConf.select(node, "overrides.task") or []) if isinstance(node, DictConfig) else []
     keys = set()
-    for item in overrides:
+    for item in _task_overrides(cfg):
         key = str(item).partition("=")[0]
         if key.startswith("~"):  # a deletion asks for nothing: the kernel's default, deferring to the run's
             continue
@@ -208,8 +222,16 @@ def command_line_rope_keys(cfg: Mapping) -> frozenset[str]:
     return frozenset(keys)
 
 
+def _shown(key: str, value: object) -> str:
+    """``rope.<key>`` at ``value`` as a user types it: a scaling as its ``rope.scaling.*`` keys (``none`` for no
+    scaling), so that a refusal can be copied to a command line rather than read as a Python dict."""
+    if key == "scaling" and isinstance(value, Mapping):
+        return " ".join(f"rope.scaling.{k}={v}" for k, v in value.items())
+    return f"rope.{key}={'none' if key == 'scaling' and value is None else repr(value)}"
+
+
 def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: torch.device,
-                        context: int | None = None, explicit: Collection[str] = ()) -> dict:
+                        context: int | None = None, explicit: Collection[str] = (), preset: str | None = None) -> dict:
     """The ``rope`` group to build: the run's, or ``override``'s implementation (and its own options,
     such as ``compute_dtype``) computing the run's rotation (variant, base, ...: always the run's).
     ``context``: the run's positions (its ``rope.max_seq_len`` or ``model.seq_len``), which an override may
@@ -218,7 +240,8 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
     Refuses, naming the key, an override that asks for another rotation than the run's: a preset's value other
     than the kernel's default (``rope=triton_v4_full`` on a partial run) or any value set explicitly
     (``rope=torch rope.variant=partial`` on a full run: the default, yet asked for); a switch to or from ``none``;
-    and a kernel that cannot run on ``device``."""
+    and a kernel that cannot run on ``device``, named by ``preset``, the ``rope=`` the command line typed
+    (:func:`command_line_rope_preset`), where that is not the kernel's own name."""
     run_rope, override = _plain(run_rope), _plain(override)
     refuse_rope_keys_without_a_kernel(override)
     if not override:
@@ -237,7 +260,7 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
                                        for d in (override, run_rope, defaults))
             # a key typed on the command line is asked for even at the default: never ignored silently
             if asked != trained and (key in explicit or asked != default):
-                raise ConfigError(f"rope.{key}={asked!r}: the run was trained with rope.{key}={trained!r}; a RoPE "
+                raise ConfigError(f"{_shown(key, asked)}: the run was trained with {_shown(key, trained)}; a RoPE "
                                   "override may change the kernel, not the rotation")
         asked_len = override.get("max_seq_len", run_rope.get("max_seq_len"))
         if asked_len not in (run_rope.get("max_seq_len"), context):  # it would be dropped: the context is the run's
@@ -249,6 +272,10 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
                   **{k: v for k, v in override.items() if k in options and k not in FUNCTION_KEYS}}
     reason = rope.get(chosen["name"]).unavailable_reason(device)
     if reason:
+        # the kernel's reason names the kernel; a preset of another name (triton_v4_full) is what the user typed
+        kernel = f"rope={chosen['name']}"
+        if preset and preset != chosen["name"] and reason.startswith(kernel):
+            reason = f"rope={preset} (kernel {chosen['name']}){reason[len(kernel):]}"
         raise ConfigError(reason)
     return chosen
 

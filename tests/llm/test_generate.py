@@ -368,7 +368,9 @@ def test_rope_override_takes_the_run_s_rotation_and_the_kernel_s_own_options(dev
     preset = {**preset_v4, "scaling": {"type": "none", "factor": None, "original_max_seq_len": None}}
     assert rope_for_generation(run, preset, device)["variant"] == "full"
     yarn = {"type": "yarn", "factor": 4.0, "original_max_seq_len": 16}
-    with pytest.raises(ConfigError, match="rope.scaling=.*yarn.*the run was trained with rope.scaling=None"):
+    with pytest.raises(ConfigError, match=r"^rope.scaling.type=yarn rope.scaling.factor=4.0 "
+                                          r"rope.scaling.original_max_seq_len=16: the run was trained with "
+                                          r"rope.scaling=none; a RoPE override"):  # as typed, not a dict
         rope_for_generation(run, {**preset_v4, "scaling": yarn}, device)
     assert rope_for_generation({**run, "scaling": yarn}, preset, device)["scaling"] == yarn  # the run's, kept
 
@@ -569,3 +571,43 @@ def test_an_explicit_rotation_key_other_than_the_run_s_is_refused_even_at_the_ke
     assert "rope=torch (full, float32)" in err
     _, _, err = run_generate(gen_cfg(run, *common, "rope=torch", "rope.variant=full"))
     assert "rope=torch (full, float32)" in err
+
+
+def test_greedy_decoding_says_top_k_top_p_are_ignored_and_samples_identical(trained_run):
+    _, _, err = run_generate(gen_cfg(trained_run, "prompt=def", "max_new_tokens=2", "temperature=0", "top_k=5",
+                                     "top_p=0.9", "num_samples=2", "cache=false"))
+    assert "[note: temperature=0 decodes greedily (argmax): top_k=5 and top_p=0.9 are ignored]" in err, err
+    assert "[note: temperature=0 decodes greedily: the 2 samples are identical]" in err, err
+    _, _, err = run_generate(gen_cfg(trained_run, "prompt=def", "max_new_tokens=2", "temperature=0.5", "top_k=5",
+                                     "num_samples=2", "cache=false"))
+    assert "note:" not in err, err  # sampling: top_k used, samples differ
+
+
+def test_a_scaling_refused_is_named_as_typed_and_none_for_a_run_without():
+    from llm.generation.load import rope_for_generation
+
+    run = {"name": "torch", "variant": "partial", "base": 10000.0, "scaling": {"type": "none", "factor": None}}
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_seq_len": None}
+    with pytest.raises(ConfigError, match=r"^rope.scaling.type=yarn rope.scaling.factor=4.0: the run was trained "
+                                          r"with rope.scaling=none; a RoPE"):
+        rope_for_generation(run, {"name": "torch", "scaling": yarn}, torch.device("cpu"))
+    with pytest.raises(ConfigError, match=r"^rope.scaling=none: the run was trained with rope.scaling.type=yarn "
+                                          r"rope.scaling.factor=4.0; a RoPE"):
+        rope_for_generation({**run, "scaling": yarn}, {"name": "torch", "scaling": None}, torch.device("cpu"),
+                            explicit={"scaling"})
+
+
+def test_a_kernel_that_cannot_run_here_is_named_by_the_preset_typed(monkeypatch):
+    from llm.generation.load import command_line_rope_preset, rope_for_generation
+
+    triton_kernel = rope.get("triton_v4")
+    monkeypatch.setattr(triton_kernel, "unavailable_reason",
+                        classmethod(lambda cls, device: "rope=triton_v4 runs on a CUDA GPU; use rope=torch here"))
+    run = {"name": "torch", "variant": "full", "base": 10000.0}
+    with pytest.raises(ConfigError, match=r"^rope=triton_v4_full \(kernel triton_v4\) runs on a CUDA GPU; use "):
+        rope_for_generation(run, {"name": "triton_v4", "variant": "full"}, torch.device("cpu"), preset="triton_v4_full")
+    with pytest.raises(ConfigError, match=r"^rope=triton_v4 runs on a CUDA GPU"):  # the preset of the kernel's name
+        rope_for_generation(run, {"name": "triton_v4", "variant": "full"}, torch.device("cpu"), preset="triton_v4")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("generate", overrides=["run=x", "rope=triton_v4_full"], return_hydra_config=True)
+    assert command_line_rope_preset(cfg) == "triton_v4_full"
