@@ -66,7 +66,24 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
         raise ConfigError(f"{key}={value}: {e}") from None
     reason = rope.get(r.name).unavailable_reason(device)
     if reason:
-        raise ConfigError(reason)
+        raise ConfigError(kernel_refusal_as_typed(reason, r.name, _chosen_option("rope")))
+
+
+def kernel_refusal_as_typed(reason: str, kernel: str, preset: str | None) -> str:
+    """A kernel's ``unavailable_reason`` (``rope=triton_v4 runs on a CUDA GPU; ...``) naming the ``rope=<preset>``
+    the user typed where that preset is not the kernel's own name (``rope=triton_v4_full``): the kernel's name
+    alone points at nothing on their command line."""
+    named = f"rope={kernel}"
+    if preset and preset != kernel and reason.startswith(named):
+        return f"rope={preset} (kernel {kernel}){reason[len(named):]}"
+    return reason
+
+
+def _chosen_option(group: str) -> str | None:
+    """The option Hydra composed for ``group`` (``rope=triton_v4_full``), None outside a Hydra command."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
 
 
 def inert_rope_note(cfg: DictConfig) -> str | None:

@@ -22,6 +22,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import rope
+from llm.config_check import kernel_refusal_as_typed
 from llm.data.tokenizer import get_tokenizer
 from llm.errors import ConfigError
 from llm.model import GPT, GPTConfig, build_model, rope_cache_len
@@ -272,11 +273,7 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
                   **{k: v for k, v in override.items() if k in options and k not in FUNCTION_KEYS}}
     reason = rope.get(chosen["name"]).unavailable_reason(device)
     if reason:
-        # the kernel's reason names the kernel; a preset of another name (triton_v4_full) is what the user typed
-        kernel = f"rope={chosen['name']}"
-        if preset and preset != chosen["name"] and reason.startswith(kernel):
-            reason = f"rope={preset} (kernel {chosen['name']}){reason[len(kernel):]}"
-        raise ConfigError(reason)
+        raise ConfigError(kernel_refusal_as_typed(reason, chosen["name"], preset))
     return chosen
 
 

@@ -353,3 +353,17 @@ def test_a_bad_wandb_mode_from_the_environment_says_so(monkeypatch):
     with pytest.raises(ConfigError, match=r"^logger.wandb.mode='bogus' \(from \$WANDB_MODE, its default\); allowed: "
                                           r"online, offline, disabled"):
         validate_config(compose_cfg(["logger=wandb"]))
+
+
+def test_a_kernel_that_cannot_run_here_is_named_by_the_preset_typed(monkeypatch, capsys):
+    """llm.train's refusal of a kernel this machine cannot run names the preset on the command line
+    (rope=triton_v4_full), not only the kernel behind it."""
+    import rope
+
+    monkeypatch.setattr(rope.get("triton_v4"), "unavailable_reason",
+                        classmethod(lambda cls, device: "rope=triton_v4 runs on a CUDA GPU; use rope=torch here"))
+    code, err = run_main(monkeypatch, capsys, ["rope=triton_v4_full"])
+    assert code == 2 and err == ["Error: rope=triton_v4_full (kernel triton_v4) runs on a CUDA GPU; use rope=torch "
+                                 "here"]
+    code, err = run_main(monkeypatch, capsys, ["rope=triton_v4"])
+    assert code == 2 and err == ["Error: rope=triton_v4 runs on a CUDA GPU; use rope=torch here"]
