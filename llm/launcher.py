@@ -140,12 +140,13 @@ def record_killed_job(cfg: Any, run_dir: Path, what: str, cause: str, started: f
     wrote itself after it ``started`` (its end, recorded before its process died) is kept, as is a completed run's."""
     from llm.fileio import read_jsonl, write_json_atomic
     from llm.training.checkpoint import checkpoint_files
+    from llm.training.outputs import SUMMARY_FILE
     from llm.training.run import record_failed_start
     from llm.training.run_dir import RunDirLock
 
     lock = RunDirLock(run_dir).acquire()
     try:
-        summary = run_dir / "summary.json"
+        summary = run_dir / SUMMARY_FILE
         ended = json.loads(summary.read_text()).get("status") if summary.is_file() else None
         # its own end, or a finished run it reopened (a continued sweep's; a resume of it trains no step): still true
         if ended is not None and (summary.stat().st_mtime >= started or ended == "completed"):

@@ -69,6 +69,7 @@ from llm.generation.load import (
 )
 from llm.model import GPT, GPTConfig, build_model
 from llm.training import runtime
+from llm.training.outputs import SUMMARY_FILE
 
 OUT_DIR = "eval_lengths"
 #: Default evaluation lengths, as multiples of the run's training ``model.seq_len``.
@@ -561,7 +562,7 @@ def unfinished_run_warning(run_dir: Path) -> str | None:
     Why a warning, not a refusal: an interrupted run's checkpoint is a model worth measuring, but its numbers are
     of a shorter training than the run asked for, and the length report leaves the run out until it completes."""
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
         return None
     status = summary.get("status", "completed") if isinstance(summary, dict) else "completed"

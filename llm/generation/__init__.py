@@ -10,10 +10,10 @@ dir opened: its config, newest checkpoint and model, with its RoPE or another ke
 trainer's checkpoint code, like an entry point.
 """
 
-from llm.generation.decode import Generated, generate
+from llm.generation.decode import Generated, generate, new_tokens_room
 from llm.generation.sampling import GREEDY, Sampling, pick_next
 from llm.generation.static import StaticDecoder
 from llm.generation.text import TextStream, cut_at, encode_prompt
 
 __all__ = ["GREEDY", "Generated", "Sampling", "StaticDecoder", "TextStream", "cut_at", "encode_prompt", "generate",
-           "pick_next"]
+           "new_tokens_room", "pick_next"]

@@ -24,7 +24,7 @@ import torch
 
 import rope
 from llm.errors import ConfigError
-from llm.generation.decode import Generated, cache_kind, fed_positions, generate
+from llm.generation.decode import Generated, cache_kind, fed_positions, generate, new_tokens_room
 from llm.generation.load import (
     command_line_rope_keys,
     command_line_rope_preset,
@@ -178,8 +178,7 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
     if len(ids) > context:
         raise ConfigError(f"prompt: {len(ids)} tokens (with the leading end-of-text token) exceed the model's context "
                           f"of {context} positions (the run's RoPE cache, rope.max_seq_len); shorten the prompt")
-    # the last new token is only predicted, never fed back: a prompt filling the context still gets one
-    n_new = min(s.max_new_tokens, context - len(ids) + 1)
+    n_new = min(s.max_new_tokens, new_tokens_room(len(ids), context))
     loaded = load_run_model(opened, rope_cfg, s.device, enc)
     r = loaded.rope
     label = rope.label(r["name"], None if r["name"] == "none" else r.get("variant"), r.get("compute_dtype"))

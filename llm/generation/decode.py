@@ -53,6 +53,12 @@ def fed_positions(prompt_len: int, max_new_tokens: int) -> int:
     return prompt_len + max(max_new_tokens - 1, 0)
 
 
+def new_tokens_room(prompt_len: int, context: int) -> int:
+    """How many new tokens a prompt of ``prompt_len`` leaves room for in ``context`` positions: the most
+    :func:`fed_positions` allows (the last new token is never fed, so a prompt filling the context gets one)."""
+    return context - prompt_len + 1
+
+
 def cache_kind(cache: bool | str) -> str:
     """``cache`` as one of :data:`CACHES` (True: ``"dynamic"``, False: ``"none"``)."""
     kind = {True: "dynamic", False: "none"}.get(cache, cache) if isinstance(cache, bool) else cache

@@ -206,8 +206,7 @@ def command_line_rope_preset(cfg: Mapping) -> str | None:
 
 def command_line_rope_keys(cfg: Mapping) -> frozenset[str]:
     """The ``rope`` keys the command line set itself (``rope.variant=partial`` -> ``variant``), from Hydra's task
-    overrides: those of the running command, else the ``hydra`` node a ``compose(..., return_hydra_config=True)``
-    holds; empty when neither is there.
+    overrides (:func:`_task_overrides`).
 
     Why: a composed ``rope`` group cannot tell a value the preset brought (``rope=torch``'s ``variant: partial``,
     which defers to the run's rotation) from the same value typed on the command line, which asks for that rotation

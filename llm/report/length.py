@@ -174,8 +174,7 @@ class LengthResult:
 
     @property
     def reference_len(self) -> int | None:
-        t = self.data.get("reference_len", self.data.get("train_seq_len"))
-        return t if isinstance(t, int) else None
+        return self.targets.reference_len
 
     @property
     def targets(self) -> Targets:

@@ -16,7 +16,7 @@ import torch
 
 from llm.data import get_tokenizer
 from llm.errors import ConfigError
-from llm.generation import GREEDY, cut_at, encode_prompt, generate
+from llm.generation import GREEDY, cut_at, encode_prompt, generate, new_tokens_room
 from llm.model import GPT
 
 
@@ -54,7 +54,7 @@ class TrainingSamples:
         its token count and whether it ended with that token."""
         records = []
         for text, ids in self.prompts:
-            n = min(self.max_new_tokens, model.context_len - len(ids) + 1)  # the last new token is never fed back
+            n = min(self.max_new_tokens, new_tokens_room(len(ids), model.context_len))
             with autocast:
                 out = generate(model, torch.tensor([ids], device=device), n, GREEDY, stop_token=self.enc.eot_token,
                                vocab_size=self.enc.n_vocab)
