@@ -262,8 +262,10 @@ def device_memory_bytes(device: torch.device) -> int:
 
 
 def _check_memory(cfg: DictConfig, model_cfg, device: torch.device, world_size: int) -> None:
-    """Refuse a step that cannot fit the device (e.g. model.seq_len=100000 would run, then fail to allocate)."""
-    dense = device.type == "cpu" or cfg.train.get("attention", "auto") == "math"
+    """Refuse a step that cannot fit the device (e.g. model.seq_len=100000 would run, then fail to allocate).
+    The T x T scores count where attention keeps them: SDPA's math kernel, which a CPU also takes for attention
+    dropout; its fused causal kernel (masked or not, with a backward) holds one row block at a time."""
+    dense = cfg.train.get("attention", "auto") == "math" or (device.type == "cpu" and model_cfg.dropout > 0)
     per_rank = cfg.train.batch_size // world_size
     need, have = model_cfg.training_memory_bytes(per_rank, dense), device_memory_bytes(device)
     if need > have:

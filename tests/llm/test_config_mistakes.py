@@ -367,3 +367,21 @@ def test_a_kernel_that_cannot_run_here_is_named_by_the_preset_typed(monkeypatch,
                                  "here"]
     code, err = run_main(monkeypatch, capsys, ["rope=triton_v4"])
     assert code == 2 and err == ["Error: rope=triton_v4 runs on a CUDA GPU; use rope=torch here"]
+
+
+def test_a_cpu_run_counts_the_scores_only_where_attention_keeps_them(monkeypatch):
+    """The step's memory check counts the T x T scores for SDPA's math kernel (train.attention=math, or attention
+    dropout on a CPU) and not for the fused causal kernel a CPU runs otherwise: it refused model.seq_len=8192 on
+    a CPU that trains it in a few hundred MiB."""
+    import llm.config_check as config_check
+    from llm.model import check_model_config
+
+    long = ["model.seq_len=8192", "train.batch_size=1"]
+    model = check_model_config(compose_cfg(long).model)
+    fused, dense = model.training_memory_bytes(1, False), model.training_memory_bytes(1, True)
+    monkeypatch.setattr(config_check, "device_memory_bytes", lambda device: (fused + dense) // 2)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    config_check.validate_config(compose_cfg([*long, "device=cpu"]))
+    for dense_attention in (["train.attention=math"], ["model.dropout=0.1"]):
+        with pytest.raises(ConfigError, match=r"^model.seq_len=8192 with train.batch_size=1 needs at least "):
+            config_check.validate_config(compose_cfg([*long, "device=cpu", *dense_attention]))

@@ -403,7 +403,12 @@ def test_redirected_log_gets_one_progress_line_per_interval(tmp_path, capsys):
 def test_an_eval_smaller_than_asked_says_so_once(tmp_path, capsys):
     """A val split holding fewer windows than train.eval_batches x train.batch_size: the eval uses what there is and
     the log says how much, once (only val_tokens showed it)."""
-    code = run_command_inprocess(["train.max_steps=4", "train.eval_every=2", "train.eval_batches=1000",
+    corpus = tmp_path / "corpus"  # a val split of a few dozen windows: a full pass over it takes no time
+    corpus.mkdir()
+    for i in range(30):
+        (corpus / f"{i:02d}.txt").write_text(" ".join(f"word{(i * j) % 97}" for j in range(120)))
+    code = run_command_inprocess(["data=text_files", f"data.path={corpus}", "data.val_fraction=0.3",
+                                  "train.max_steps=4", "train.eval_every=2", "train.eval_batches=1000",
                                   f"hydra.run.dir={tmp_path / 'run'}"], multirun=False)
     text = "".join(capsys.readouterr())
     assert code == 0, text[-2000:]
