@@ -93,9 +93,17 @@ class Group:
         acc: dict[int, list[float]] = {}
         for r in self.runs:
             v = r.value(metric)
-            if r.seed is not None and v is not None and not math.isnan(v):
+            if r.seed is not None and v is not None and math.isfinite(v):
                 acc.setdefault(r.seed, []).append(v)
         return dict(sorted(acc.items()))
+
+    def nonfinite_seeds(self, metric: str) -> list[int]:
+        """Seeds whose completed runs all ended at a nan or ±inf ``metric`` (an eval that diverged): no sample of
+        the statistics, and named apart from seeds that have no run to pair with."""
+        finite = self._seed_values(metric)
+        bad = {r.seed for r in self.runs if r.seed is not None and r.seed not in finite
+               and (v := r.value(metric)) is not None and not math.isfinite(v)}
+        return sorted(bad)
 
     def samples(self, metric: str) -> list[float | None]:
         """One value per seed (its runs averaged) and one per run without a seed: what mean ± std are over, so a
@@ -214,6 +222,18 @@ class WindowDelta:
     se: float | None  # None with a single window
 
 
+@dataclass(frozen=True)
+class SeedMatch:
+    """How one metric's seeds were matched against the reference's. Each metric has its own: a seed whose val loss
+    is nan pairs on its accuracy, so the val loss and accuracy tables may rest on different seeds."""
+
+    seeds: list[int] = field(default_factory=list)  # the paired seeds (empty when unpaired)
+    unmatched: list[int | None] = field(default_factory=list)  # the implementation's seeds without a reference value
+    reference_only: list[int | None] = field(default_factory=list)  # the reference's seeds left out of the pairing
+    nonfinite: list[int] = field(default_factory=list)  # the implementation's seeds whose value is nan/inf
+    reference_nonfinite: list[int] = field(default_factory=list)  # the reference's seeds whose value is nan/inf
+
+
 @dataclass
 class GroupComparison:
     """One implementation against the reference: per compared metric, plus how the seeds were matched."""
@@ -221,20 +241,34 @@ class GroupComparison:
     group: Group
     reference: Group
     metrics: dict[str, Comparison]  # keyed by summary key (val_loss, val_acc)
-    seeds: list[int]  # the paired seeds (empty when unpaired)
-    unmatched: list[int | None]  # the implementation's seeds without a reference run
+    matches: dict[str, SeedMatch]  # keyed as ``metrics``
     window: WindowDelta | None = None  # None when the runs saved no per-window losses (older runs) or unpaired
-    reference_only: list[int | None] = field(default_factory=list)  # the reference's seeds left out of the pairing
 
     @property
     def loss(self) -> Comparison:
         return self.metrics["val_loss"]
 
     @property
+    def seeds(self) -> list[int]:
+        """The seeds val loss was paired on (empty when unpaired)."""
+        return self.matches.get("val_loss", SeedMatch()).seeds
+
+    @property
+    def unmatched(self) -> list[int | None]:
+        """The implementation's seeds without a reference run's val loss."""
+        return self.matches.get("val_loss", SeedMatch()).unmatched
+
+    @property
+    def reference_only(self) -> list[int | None]:
+        """The reference's seeds left out of the val loss pairing."""
+        return self.matches.get("val_loss", SeedMatch()).reference_only
+
+    @property
     def seeds_for_margin(self) -> int | None:
-        """Paired seeds for the paired t-test to detect a Δ val loss of ±ε at 80% power (σ = paired std)."""
+        """Paired seeds for the better/worse verdict's t-test (at :attr:`Comparison.detect_alpha`, as the MDE) to
+        detect a Δ val loss of ±ε at 80% power (σ = paired std)."""
         c = self.loss
-        return None if c.sd is None else seeds_for_effect(c.sd, c.margin)
+        return None if c.sd is None else seeds_for_effect(c.sd, c.margin, alpha=c.detect_alpha)
 
     @property
     def seed_se(self) -> float | None:
@@ -282,7 +316,7 @@ def window_delta(group: Group, ref: Group, seeds: Sequence[int]) -> WindowDelta 
 
 
 def _finite(values: Sequence[float | None]) -> list[float]:
-    return [v for v in values if v is not None and not math.isnan(v)]
+    return [v for v in values if v is not None and math.isfinite(v)]
 
 
 def _distinct(seeds: Sequence[int | None]) -> list[int | None]:
@@ -290,28 +324,27 @@ def _distinct(seeds: Sequence[int | None]) -> list[int | None]:
 
 
 def compare_group(group: Group, ref: Group, margin: float, acc_margin: float) -> GroupComparison:
-    """Every :data:`COMPARED` metric of ``group`` against ``ref`` (paired by seed where possible)."""
+    """Every :data:`COMPARED` metric of ``group`` against ``ref`` (paired by seed where possible), and per metric how
+    the seeds were matched (:class:`SeedMatch`): seeds whose value is nan/inf are named as such, not as unmatched."""
     out: dict[str, Comparison] = {}
-    seeds: list[int] = []
-    unmatched: list[int | None] = []
-    reference_only: list[int | None] = []
+    matches: dict[str, SeedMatch] = {}
     for metric, lower_is_better in COMPARED:
         eps = margin if metric == "val_loss" else acc_margin
         mine, theirs = group.per_seed(metric), ref.per_seed(metric)
+        bad, ref_bad = group.nonfinite_seeds(metric), ref.nonfinite_seeds(metric)
         paired = _pairing(group, ref, metric)
         if paired is not None:
             out[metric] = compare_paired([mine[s] for s in paired], [theirs[s] for s in paired], eps, lower_is_better)
-            if metric == "val_loss":
-                seeds, unmatched = paired, [s for s in _distinct(group.seeds) if s not in paired]
-                reference_only = [s for s in _distinct(ref.seeds) if s not in paired]
+            left = {*paired, *bad, *ref_bad}  # a seed with a nan/inf on either side is named as that, not unmatched
+            matches[metric] = SeedMatch(paired, [s for s in _distinct(group.seeds) if s not in left],
+                                        [s for s in _distinct(ref.seeds) if s not in left], bad, ref_bad)
             continue
         values, ref_values = (_finite(g.samples(metric)) for g in (group, ref))  # a repeated seed is one sample
         if values and ref_values:
             out[metric] = compare_unpaired(values, ref_values, eps, lower_is_better)
-        if metric == "val_loss":
-            unmatched = _distinct(group.seeds)
-    return GroupComparison(group, ref, out, seeds, unmatched, window_delta(group, ref, seeds) if seeds else None,
-                           reference_only)
+        matches[metric] = SeedMatch([], [s for s in _distinct(group.seeds) if s not in bad], [], bad, ref_bad)
+    seeds = matches["val_loss"].seeds
+    return GroupComparison(group, ref, out, matches, window_delta(group, ref, seeds) if seeds else None)
 
 
 def compare_groups(groups: Sequence[Group], ref: Group | None, margin: float,

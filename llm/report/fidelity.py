@@ -20,17 +20,19 @@ def is_reference(r: Run) -> bool:
 def fidelity_rows(runs: Sequence[Run]) -> list[list[str]]:
     """Per run: ``[label, seed, evals, max |Δ val loss|, at step, final |Δ|]`` against its reference.
 
-    The first reference run (by name) of each (variant, seed) is the yardstick; every other completed
-    run with that key is measured against it, a repeated reference run included (the noise floor).
+    The first reference run (by name) of each (variant, packing, seed) is the yardstick; every other completed
+    run with that key is measured against it, a repeated reference run included (the noise floor). The packing is
+    part of the key because a run trained on document-aligned windows is another model (:attr:`Run.key`): against
+    the reference of the other packing its |Δ| would be the packing's, not the arithmetic's.
     """
     done = sorted((r for r in runs if r.completed), key=lambda r: r.name)
-    refs: dict[tuple, tuple[Run, dict[int, float]]] = {}  # (variant, seed) -> (run, step -> val loss)
+    refs: dict[tuple, tuple[Run, dict[int, float]]] = {}  # (variant, packing, seed) -> (run, step -> val loss)
     for r in done:
-        if is_reference(r) and (r.variant, r.seed) not in refs:
-            refs[(r.variant, r.seed)] = (r, {s: v for s, v, _ in r.val_curve()})
+        if is_reference(r) and (r.variant, r.packing, r.seed) not in refs:
+            refs[(r.variant, r.packing, r.seed)] = (r, {s: v for s, v, _ in r.val_curve()})
     rows = []
     for r in done:
-        ref, theirs = refs.get((r.variant, r.seed), (None, None))
+        ref, theirs = refs.get((r.variant, r.packing, r.seed), (None, None))
         if ref is None or ref is r or theirs is None:
             continue
         mine = {s: v for s, v, _ in r.val_curve()}

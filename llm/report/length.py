@@ -189,12 +189,13 @@ class LengthResult:
 
 
 def _per_seed(results: Sequence[LengthResult], length: int, key: str) -> dict[int | None, float]:
-    """Seed -> value of ``key`` at ``length``; several results of one seed are averaged."""
+    """Seed -> value of ``key`` at ``length``; several results of one seed are averaged. A nan/inf value (a loss that
+    overflowed) is no sample of a mean: it is left out here and named by :func:`_nonfinite_note`."""
     acc: dict[int | None, list[float]] = {}
     for r in results:
         m = r.at(length)
         v = as_float(m.get(key)) if m else None
-        if v is not None and not math.isnan(v):
+        if v is not None and math.isfinite(v):
             acc.setdefault(r.seed, []).append(v)
     return {s: statistics.fmean(v) for s, v in acc.items()}
 
@@ -399,6 +400,19 @@ def _selection(group: Sequence[LengthResult], length: int) -> tuple[int | None, 
     return None, None
 
 
+def _nonfinite_note(results: Sequence[LengthResult]) -> str | None:
+    """A note naming each evaluation's nan/inf values, which the statistics leave out (:func:`_per_seed`)."""
+    found = []
+    for r in results:
+        for m in r.data.get("lengths", []):
+            bad = [k for k in METRICS if (v := as_float(m.get(k))) is not None and not math.isfinite(v)]
+            if bad:
+                found.append(f"{r.variant} · {r.scaling} seed {r.seed} at {m.get('length')}: {', '.join(bad)}")
+    if not found:
+        return None
+    return f"**Note**: {len(found)} evaluation(s) have a nan/inf value, left out of the statistics: {'; '.join(found)}."
+
+
 def _mixed_rows(by_group: dict[tuple[str, str, Targets], list[LengthResult]], runs: Sequence[Run]) -> list[str]:
     """A warning per row (variant x scaling) whose runs differ in config beyond the seed: their numbers are averaged
     as seeds of one model, so the report says which keys differ (as the comparison refuses such runs)."""
@@ -443,6 +457,8 @@ def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
             if values.get("val_loss"):
                 cells.append(Cell(variant, scaling, length, values, targets, *_selection(group, length)))
     notes += _mixed_rows(by_group, runs)
+    if note := _nonfinite_note(results):
+        notes.append(note)
     report = LengthReport([str(p) for p in paths], runs, results, cells, unreadable, notes)
     for c in cells:  # each against its counterpart on the same targets only (_counterpart)
         ref = None if c.scaling == NO_SCALING else _counterpart(report, c, "vs_none", c.variant, NO_SCALING)

@@ -51,6 +51,14 @@ def fmt_pm(mean: float | None, std: float | None, decimals: int) -> str:
     return "n/a" if mean is None else f"{fmt(mean, decimals)} ± {fmt(std, decimals)}"
 
 
+def _stat_cell(g: Group, metric: str, decimals: int) -> str:
+    """``mean ± std`` of ``metric`` over the group's seeds, with its own ``(n=k)`` where fewer than the group's
+    n seeds have a finite value (a nan/inf or missing one is left out), so the n column is not read as its n."""
+    mean, std, count = g.stats[metric]
+    text = fmt_pm(mean, std, decimals)
+    return text if mean is None or count == g.n else f"{text} (n={count})"
+
+
 def signed(v: float | None, decimals: int = 4) -> str:
     """``+0.0003`` / ``−0.0021`` (a true minus sign, so columns of deltas line up and read as numbers)."""
     return "n/a" if v is None else f"{v:+.{decimals}f}".replace("-", MINUS)
@@ -77,12 +85,13 @@ def _ci(c: Comparison | tuple[float, float] | None, decimals: int = 4) -> str:
 
 def _needed(c: Comparison) -> str:
     """The seeds TOST would need at 80% power if the true Δ were 0: where that is no more than the seeds run, it
-    is the observed Δ, not the seed count, that keeps the interval from ±ε."""
-    if c.seeds_needed is None:
-        return f"more than {MAX_SEEDS:,} needed"
-    if c.seeds_needed <= c.n:
+    is the observed Δ, not the seed count, that keeps the interval from ±ε. The count is a plan for a true Δ of 0,
+    and says so: "about 3 needed" alone reads as "3 seeds settle it", which an observed Δ outside ±ε contradicts."""
+    if c.seeds_needed is not None and c.seeds_needed <= c.n:
         return f"enough for equivalence if the true Δ were 0: the observed Δ keeps it outside ±{c.margin:g}"
-    return f"about {c.seeds_needed} needed"
+    count = f"more than {MAX_SEEDS:,}" if c.seeds_needed is None else f"about {c.seeds_needed}"
+    outside = f"; the observed Δ is outside ±{c.margin:g}" if abs(c.delta) >= c.margin else ""
+    return f"{count} needed for equivalence if the true Δ were 0{outside}"
 
 
 def _holm_p(c: Comparison) -> str:
@@ -105,11 +114,23 @@ def verdict_text(c: Comparison, unit: str = "nats") -> str:
     return f"inconclusive ({c.n} seeds; {_needed(c)})"
 
 
+def margin_text(m: float) -> str:
+    """The tightest margin ``m`` to two significant digits, rounded up: TOST calls the pair equivalent at any margin
+    above ``m`` and at none below it, so a margin rounded down (0.0048 for 0.00482) would claim an equivalence the
+    data do not support."""
+    if m <= 0.0 or not math.isfinite(m):
+        return f"{m:.2g}"
+    shown = float(f"{m:.2g}")
+    if shown <= m:
+        shown += 10.0 ** (math.floor(math.log10(shown)) - 1)
+    return f"{shown:.2g}"
+
+
 def _supported(c: Comparison, unit: str = "nats") -> str:
-    """"the data support ±m" (the tightest margin, from the 90% CI), or "" when there is none."""
+    """"the data support ±m" (the tightest margin, from the 90% CI, rounded up), or "" when there is none."""
     if c.tightest_margin is None:
         return ""
-    return f"; the data support equivalence within ±{c.tightest_margin:.2g}{' ' + unit if unit else ''}"
+    return f"; the data support equivalence within ±{margin_text(c.tightest_margin)}{' ' + unit if unit else ''}"
 
 
 def _pairing_note(c: Comparison) -> str:
@@ -128,8 +149,13 @@ def verdict_line(gc: GroupComparison) -> str:
     numbers = f"{n}, Δ = {signed(c.delta)} {_ci(c)}"
     windows = ("" if gc.window is None or gc.window.se is None
                else f"; SE over {gc.window.windows} val windows {gc.window.se:.2g}")
+    m = gc.matches.get("val_loss")
+    if m is not None and (m.nonfinite or m.reference_nonfinite):  # a diverged eval is news, not a pairing detail
+        sides = [f"seed(s) {_seed_list(m.nonfinite)} of {me}"] * bool(m.nonfinite)
+        sides += [f"seed(s) {_seed_list(m.reference_nonfinite)} of {ref}"] * bool(m.reference_nonfinite)
+        windows += f"; left out, their val loss is nan/inf: {' and '.join(sides)}"
     if c.verdict == SINGLE:
-        return f"{me}: one seed only against {ref} ({n}, Δ = {signed(c.delta)}; no CI: add seeds)"
+        return f"{me}: one seed only against {ref} ({n}, Δ = {signed(c.delta)}{windows}; no CI: add seeds)"
     tail = _supported(c) + _pairing_note(c)
     if c.verdict in (BETTER, WORSE):
         within = f"; the difference is within {eps}" if c.p_tost is not None and c.p_tost < ALPHA else ""
@@ -243,11 +269,12 @@ def _summary_section(report: Report) -> list[str]:
         "## Summary",
         "",
         "Mean ± sample standard deviation (ddof=1) over seeds; `± n/a` when there is a single seed. "
-        "n = number of seeds (completed runs). Ordered by mean val loss, best first.",
+        "n = number of seeds (completed runs); a cell over fewer (a nan/inf value left out) says its own n. "
+        "Ordered by mean val loss, best first.",
         "",
     ]
     header = ["Implementation", *(title for _, title, _ in METRICS), "n"]
-    rows = [[g.label, *(fmt_pm(*g.stats[m][:2], d) for m, _, d in METRICS), str(g.n)] for g in report.groups if g.n]
+    rows = [[g.label, *(_stat_cell(g, m, d) for m, _, d in METRICS), str(g.n)] for g in report.groups if g.n]
     lines += md_table(header, rows)
     excluded = [r for g in report.groups for r in g.excluded]
     if excluded:
@@ -265,17 +292,35 @@ def _metric_cells(c: Comparison | None, unit: str) -> list[str]:
     if c is None:
         return ["n/a"] * 7
     holm = "n/a" if c.p_holm is None else fmt_p(c.p_holm) + (f" ({c.n_tests})" if c.n_tests > 1 else "")
-    tight = "n/a" if c.tightest_margin is None else f"±{c.tightest_margin:.2g}"
+    tight = "n/a" if c.tightest_margin is None else f"±{margin_text(c.tightest_margin)}"
     return [signed(c.delta), _ci(c), fmt_p(c.p), holm, fmt_p(c.p_tost), tight, verdict_text(c, unit)]
 
 
-def _pairing_cell(gc: GroupComparison) -> str:
-    pairing = f"paired (seeds {' '.join(map(str, gc.seeds))})" if gc.loss.method != WELCH else WELCH
-    if gc.unmatched and gc.loss.method != WELCH:
-        pairing += f"; unmatched: {' '.join(map(str, gc.unmatched))}"
-    if gc.reference_only and gc.loss.method != WELCH:
-        pairing += f"; reference only: {' '.join(map(str, gc.reference_only))}"
-    return pairing
+def _seed_list(seeds: Iterable[Any]) -> str:
+    return " ".join(map(str, seeds))
+
+
+def _nonfinite_text(gc: GroupComparison, metric: str) -> str:
+    """``non-finite: 2; reference non-finite: 3``: the seeds whose final ``metric`` is nan/inf, left out; "" if none."""
+    m = gc.matches.get(metric)
+    if m is None:
+        return ""
+    parts = [f"non-finite: {_seed_list(m.nonfinite)}"] * bool(m.nonfinite)
+    parts += [f"reference non-finite: {_seed_list(m.reference_nonfinite)}"] * bool(m.reference_nonfinite)
+    return "; ".join(parts)
+
+
+def _pairing_cell(gc: GroupComparison, metric: str = "val_loss") -> str:
+    """How ``metric``'s seeds were matched: each metric its own (a seed whose val loss is nan still pairs on its
+    accuracy), with the seeds left out for a nan/inf value named apart from those without a counterpart."""
+    c, m = gc.metrics[metric], gc.matches[metric]
+    pairing = f"paired (seeds {_seed_list(m.seeds)})" if c.method != WELCH else WELCH
+    if m.unmatched and c.method != WELCH:
+        pairing += f"; unmatched: {_seed_list(m.unmatched)}"
+    if m.reference_only and c.method != WELCH:
+        pairing += f"; reference only: {_seed_list(m.reference_only)}"
+    bad = _nonfinite_text(gc, metric)
+    return pairing + (f"; {bad}" if bad else "")
 
 
 def _paired_row(gc: GroupComparison, metric: str, unit: str) -> list[str]:
@@ -284,7 +329,7 @@ def _paired_row(gc: GroupComparison, metric: str, unit: str) -> list[str]:
     if c is None:
         return [gc.group.label, f"n/a (no final {metric})", "n/a", *["n/a"] * 7]
     n = f"{c.n}" if c.method != WELCH else f"{c.n} vs {c.n_ref}"
-    return [gc.group.label, _pairing_cell(gc), n, *_metric_cells(c, unit)]
+    return [gc.group.label, _pairing_cell(gc, metric), n, *_metric_cells(c, unit)]
 
 
 def _paired_section(report: Report) -> list[str]:
@@ -362,7 +407,8 @@ def _budget_row(report: Report, g: Group, with_eval: bool) -> list[str]:
                  "n/a" if window is None else str(window.windows)]
     else:
         cells = ["n/a (unpaired)" if c is not None and c.method == WELCH else "n/a", *["n/a"] * 8]
-    row = [g.label, str(g.n), fmt(g.std("val_loss"), 4), *cells]
+    n = str(g.n) if c is None or c.method == WELCH or c.n == g.n else f"{g.n} ({c.n} paired)"  # the MDE's n
+    row = [g.label, n, fmt(g.std("val_loss"), 4), *cells]
     if with_eval:
         row += [fmt(g.summary_mean("val_loss_se"), 4), _distinct(r.summary.get("val_tokens") for r in g.runs)]
     return row
@@ -372,6 +418,11 @@ def _budget_section(report: Report) -> list[str]:
     done = [g for g in report.groups if g.n]
     with_eval = _has(report.runs, "val_loss_se") or _has(report.runs, "val_tokens")
     eps = f"{report.margin:g}"
+    tested = [gc.loss for gc in report.comparisons if "val_loss" in gc.metrics and gc.loss.p is not None]
+    alpha = tested[0].detect_alpha if tested else ALPHA_DIFFERENCE  # one Holm family: the same for every row
+    family = (f"α = {ALPHA_DIFFERENCE:g} / {tested[0].n_tests} implementations = {alpha:g}, Holm's first step: a p "
+              "below it is called better/worse whatever the others' p" if tested and tested[0].n_tests > 1
+              else f"α = {alpha:g}")
     lines = [
         "",
         "## Variance budget",
@@ -379,8 +430,9 @@ def _budget_section(report: Report) -> list[str]:
         "Seed std: sample std of the final val loss over seeds. Paired std: std over seeds of Δ (same seed; "
         "pairing cancels what a seed does to both runs), and its one-sided 95% upper confidence bound "
         "(chi-square; 4.4× the estimate with 3 seeds, since a std from few seeds is itself uncertain). MDE "
-        "(t-test): the smallest true Δ the paired t-test (two-sided, α = 0.05) detects with 80% power with "
-        "these seeds, at the paired std and at its upper bound (what the sweep can promise). Seeds for MDE ≤ ε "
+        "(t-test): the smallest true Δ the better/worse verdict detects with 80% power with these seeds: its "
+        f"paired t-test, two-sided, at {family}; at the paired std and at its upper bound (what the sweep can "
+        "promise). Seeds for MDE ≤ ε "
         "(t-test): paired seeds for that test to detect a Δ of ε. Seeds for equivalence (TOST): paired seeds "
         "for TOST at ±ε to reach 80% power if the true Δ were 0: the two answer different questions (find a "
         f"difference of ε = {eps}, or show there is none larger). SE of Δ over seeds: paired std / √n, what "
@@ -390,7 +442,7 @@ def _budget_section(report: Report) -> list[str]:
         "(train.eval_batches) matters as much as more seeds.",
     ]
     header = ["Implementation", "n", "Seed std (val loss)", "Paired std of Δ", "Paired std, 95% upper bound",
-              "MDE (t-test, 80%, α=0.05)", "MDE at the upper bound", f"Seeds for MDE ≤ {eps} (t-test)",
+              f"MDE (t-test, 80%, α={alpha:g})", "MDE at the upper bound", f"Seeds for MDE ≤ {eps} (t-test)",
               f"Seeds for equivalence at ±{eps} (TOST, 80%)", "SE of Δ over seeds", "SE of Δ over val windows",
               "Val windows"]
     if with_eval:
@@ -405,7 +457,7 @@ def _short_section(report: Report) -> list[str]:
     lines = ["", "## Results (short format)", ""]
     return lines + md_table(
         ["Implementation", *(t for _, t, _ in short)],
-        [[g.label, *(fmt_pm(*g.stats[m][:2], d) for m, _, d in short)] for g in report.groups if g.n],
+        [[g.label, *(_stat_cell(g, m, d) for m, _, d in short)] for g in report.groups if g.n],
     )
 
 
@@ -417,8 +469,8 @@ def _fidelity_section(report: Report) -> list[str]:
         "",
         "## Fidelity: same seed against the float32 reference",
         "",
-        "Absolute difference in val loss between each run and the `torch` (float32) run with the same seed "
-        "and variant, over the evals both logged. Implementations of the same function stay close (with "
+        "Absolute difference in val loss between each run and the `torch` (float32) run with the same seed, "
+        "variant and packing, over the evals both logged. Implementations of the same function stay close (with "
         "`train.deterministic=true` a second `torch` run is at exactly 0); the bfloat16 reference shows "
         "what a lower compute precision does.",
         "",

@@ -13,7 +13,8 @@ std (ddof=1):
   equal_var=False)``, and TOST with the same two shifted one-sided Welch tests.
 * Power: the paired t statistic with true mean δ has a noncentral t distribution with ``n-1`` degrees
   of freedom and noncentrality ``δ√n/σ`` (``stats.nct``); see :func:`tost_power`,
-  :func:`minimum_detectable_effect`.
+  :func:`minimum_detectable_effect`. The MDE a report gives is that of its own better/worse verdict: the
+  two-sided test at :data:`ALPHA_DIFFERENCE` / k over k implementations (:attr:`Comparison.detect_alpha`).
 
 * Verdicts: **better/worse** when the two-sided p, Holm-adjusted over the implementations of the sweep
   (:func:`holm`, ``statsmodels.stats.multitest``), is below :data:`ALPHA_DIFFERENCE` (0.01): a sweep of five
@@ -80,8 +81,11 @@ multitest = _OnFirstUse("statsmodels.stats.multitest")  # 0.7 s to import: only 
 
 
 def mean_std(values: Iterable[float | None]) -> tuple[float | None, float | None, int]:
-    """Mean, sample std (ddof=1; None for fewer than 2 values) and count of the non-missing values."""
-    vals = [v for v in values if v is not None and not math.isnan(v)]
+    """Mean, sample std (ddof=1; None for fewer than 2 values) and count of the finite values.
+
+    A missing value and a non-finite one (nan or ±inf: an eval that diverged) are left out alike: an inf is no
+    sample of a mean, and ``statistics.stdev`` fails on it."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
         return None, None, 0
     mean = statistics.fmean(vals)
@@ -123,7 +127,7 @@ class Comparison:
     margin: float
     verdict: str  # BETTER, WORSE, EQUIVALENT, INCONCLUSIVE or SINGLE
     seeds_needed: int | None  # for INCONCLUSIVE: paired seeds for TOST at 80% power (None: more than MAX_SEEDS)
-    mde: float | None  # minimum detectable |Δ|, paired t at 80% power, α=0.05, with these seeds
+    mde: float | None  # minimum detectable |Δ|, paired t at 80% power, α = detect_alpha, with these seeds
     lower_is_better: bool = True
     p_holm: float | None = None  # p adjusted by Holm over the sweep's implementations (set by :func:`holm`)
     n_tests: int = 1  # the size of the family the Holm adjustment ran over
@@ -131,6 +135,14 @@ class Comparison:
     sd_upper: float | None = None  # one-sided 95% upper confidence bound of ``sd`` (PAIRED)
     mde_upper: float | None = None  # the MDE at ``sd_upper``
     pairing: PairingCheck | None = None  # PAIRED with >= 2 seeds
+
+    @property
+    def detect_alpha(self) -> float:
+        """The two-sided level below which a p is called better/worse whatever the other implementations' p:
+        :data:`ALPHA_DIFFERENCE` over the ``n_tests`` of the Holm family (Holm's first step; a p below it is
+        rejected at every step). The MDE is given at this level, not at :data:`ALPHA`: an effect the t-test finds
+        at α = 0.05 with 80% power, the verdict would call with far less."""
+        return ALPHA_DIFFERENCE / max(1, self.n_tests)
 
 
 def _verdict(delta: float, p: float, p_tost: float, lower_is_better: bool) -> str:
@@ -168,6 +180,8 @@ def welch_test(a: Sequence[float], b: Sequence[float], margin: float) -> tuple[t
     """(95% CI of mean(a) − mean(b), Welch two-sided p, Welch TOST p at ±margin); both samples n >= 2."""
     diff = float(np.mean(a) - np.mean(b))
     if _no_spread(a) and _no_spread(b):
+        # equal values average to means that may differ in the last bit (three 0.4s against five): no difference
+        diff = 0.0 if _no_spread([float(np.mean(a)), float(np.mean(b))]) else diff
         return (diff, diff), (1.0 if diff == 0.0 else 0.0), (0.0 if abs(diff) < margin else 1.0)
     a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     res = stats.ttest_ind(a_, b_, equal_var=False)
@@ -280,35 +294,40 @@ def seeds_for_equivalence(sd: float, margin: float, power: float = POWER) -> int
     return _smallest_n(lambda n: tost_power(n, sd, margin) >= power)
 
 
-def seeds_for_effect(sd: float, effect: float, power: float = POWER) -> int | None:
-    """Paired seeds for the two-sided paired t-test to detect ``effect`` with ``power`` (σ = ``sd``)."""
-    return _smallest_n(lambda n: t_test_power(n, sd, effect) >= power)
+def seeds_for_effect(sd: float, effect: float, power: float = POWER, alpha: float = ALPHA) -> int | None:
+    """Paired seeds for the two-sided paired t-test at ``alpha`` to detect ``effect`` with ``power`` (σ = ``sd``)."""
+    return _smallest_n(lambda n: t_test_power(n, sd, effect, alpha) >= power)
 
 
-def minimum_detectable_effect(sd: float | None, n: int, power: float = POWER) -> float | None:
-    """Smallest true |Δ| the two-sided paired t-test (α=0.05) detects with ``power`` using ``n`` seeds.
+def minimum_detectable_effect(sd: float | None, n: int, power: float = POWER, alpha: float = ALPHA) -> float | None:
+    """Smallest true |Δ| the two-sided paired t-test at ``alpha`` detects with ``power`` using ``n`` seeds.
 
-    Solves :func:`t_test_power` ``(n, sd, δ) = power`` for δ with ``scipy.optimize.brentq``; None for n < 2.
+    Solves :func:`t_test_power` ``(n, sd, δ, alpha) = power`` for δ with ``scipy.optimize.brentq``; None for n < 2.
     """
     if n < 2 or sd is None or math.isnan(sd):
         return None
     if sd <= 0.0:
         return 0.0
     hi = sd
-    while t_test_power(n, sd, hi) < power:
+    while t_test_power(n, sd, hi, alpha) < power:
         hi *= 2
-    return float(optimize.brentq(lambda e: t_test_power(n, sd, e) - power, 0.0, hi, xtol=sd * 1e-9))
+    return float(optimize.brentq(lambda e: t_test_power(n, sd, e, alpha) - power, 0.0, hi, xtol=sd * 1e-9))
 
 
 def decide(c: Comparison, p_holm: float | None = None, n_tests: int = 1) -> Comparison:
-    """``c`` with its verdict taken at ``p_holm`` (default: its own p, a family of one), and the TOST seeds
-    needed when that verdict is inconclusive."""
+    """``c`` with its verdict taken at ``p_holm`` (default: its own p, a family of one), the TOST seeds
+    needed when that verdict is inconclusive, and (paired) the MDE of that verdict among ``n_tests``
+    (:attr:`Comparison.detect_alpha`)."""
     if c.p is None or c.p_tost is None:
         return c
     p = c.p if p_holm is None else p_holm
     verdict = _verdict(c.delta, p, c.p_tost, c.lower_is_better)
     needed = seeds_for_equivalence(c.sd, c.margin) if verdict == INCONCLUSIVE and c.sd is not None else None
-    return replace(c, p_holm=p, n_tests=n_tests, verdict=verdict, seeds_needed=needed)
+    c = replace(c, p_holm=p, n_tests=n_tests, verdict=verdict, seeds_needed=needed)
+    if c.method == PAIRED:
+        c = replace(c, mde=minimum_detectable_effect(c.sd, c.n, alpha=c.detect_alpha),
+                    mde_upper=minimum_detectable_effect(c.sd_upper, c.n, alpha=c.detect_alpha))
+    return c
 
 
 def holm(comparisons: Sequence[Comparison]) -> list[Comparison]:
@@ -340,11 +359,9 @@ def compare_paired(impl: Sequence[float], ref: Sequence[float], margin: float, l
     sd = float(np.std(d, ddof=1))
     ci, p, p_tost = paired_test(d, margin)
     sd_upper = sd_upper_bound(sd, n)
-    c = Comparison(PAIRED, n, n, mean, sd, ci, p, p_tost, margin, INCONCLUSIVE, None,
-                   minimum_detectable_effect(sd, n), lower_is_better, tightest_margin=tightest_margin(d),
-                   sd_upper=sd_upper, mde_upper=minimum_detectable_effect(sd_upper, n),
-                   pairing=pairing_check(impl, ref, margin))
-    return decide(c)
+    c = Comparison(PAIRED, n, n, mean, sd, ci, p, p_tost, margin, INCONCLUSIVE, None, None, lower_is_better,
+                   tightest_margin=tightest_margin(d), sd_upper=sd_upper, pairing=pairing_check(impl, ref, margin))
+    return decide(c)  # the MDE too: it depends on the family the verdict is taken in
 
 
 def compare_unpaired(impl: Sequence[float], ref: Sequence[float], margin: float,

@@ -9,7 +9,8 @@ Columns (one row per implementation, ordered as the Markdown summary):
 * ``val_loss_se``, ``val_tokens``: eval noise and size, from summary.json (empty for old runs);
 * ``reference``, ``pairing`` (``paired``/``unpaired (Welch)``/``reference``), ``paired_seeds``,
   ``unmatched_seeds`` (the implementation's seeds without a reference run), ``reference_only_seeds`` (the
-  reference's seeds without a run of the implementation);
+  reference's seeds without a run of the implementation), ``nonfinite_seeds`` and ``reference_nonfinite_seeds``
+  (seeds whose final val loss is nan/inf: left out of the statistics);
 * per compared metric ``m`` in (val_loss, val_acc): ``m_delta`` (mean Δ = impl − reference),
   ``m_delta_ci_low``/``m_delta_ci_high`` (95%, t-test), ``m_delta_p`` (t-test, two-sided),
   ``m_delta_p_holm`` (that p, Holm-adjusted over the sweep's implementations; ``m_holm_tests`` of them),
@@ -17,8 +18,9 @@ Columns (one row per implementation, ordered as the Markdown summary):
   (better/worse at Holm p < 0.01, equivalent at TOST p < 0.05, inconclusive, single seed),
   ``m_tost_seeds_needed`` (inconclusive only: paired seeds for TOST at 80% power);
 * val loss, paired only: ``val_loss_delta_std`` (paired std of Δ), ``val_loss_delta_std_upper95`` (its one-sided
-  95% upper bound), ``val_loss_mde`` and ``val_loss_mde_upper95`` (t-test, 80% power, α=0.05, at each),
-  ``val_loss_ttest_seeds_for_margin`` (paired seeds for the t-test to detect ε),
+  95% upper bound), ``val_loss_mde`` and ``val_loss_mde_upper95`` (t-test, 80% power, at each), at
+  ``val_loss_mde_alpha`` (the better/worse verdict's level: 0.01 over the Holm family's size),
+  ``val_loss_ttest_seeds_for_margin`` (paired seeds for that t-test to detect ε),
   ``val_loss_tost_seeds_for_margin`` (paired seeds for TOST at ±ε, 80% power, true Δ 0),
   ``val_loss_pairing_corr``, ``val_loss_pairing_var_ratio`` (var(paired)/var(unpaired)),
   ``val_loss_welch_ci_low``/``_high`` (the same runs unpaired), ``val_loss_seed_se`` (paired std / √n),
@@ -46,7 +48,7 @@ def _columns() -> list[str]:
     for m, _, _ in METRICS:
         cols += [f"{m}_mean", f"{m}_std"]
     cols += ["n_excluded", "excluded", "val_loss_se", "val_tokens", "reference", "pairing", "paired_seeds",
-             "unmatched_seeds", "reference_only_seeds"]
+             "unmatched_seeds", "reference_only_seeds", "nonfinite_seeds", "reference_nonfinite_seeds"]
     for m, _ in COMPARED:
         cols += [f"{m}_delta", f"{m}_delta_ci_low", f"{m}_delta_ci_high", f"{m}_delta_p", f"{m}_delta_p_holm",
                  f"{m}_holm_tests", f"{m}_tost_p", f"{m}_margin", f"{m}_tightest_margin", f"{m}_verdict",
@@ -55,6 +57,7 @@ def _columns() -> list[str]:
 
 
 _PAIRED_LOSS_COLUMNS = ("val_loss_delta_std", "val_loss_delta_std_upper95", "val_loss_mde", "val_loss_mde_upper95",
+                        "val_loss_mde_alpha",
                         "val_loss_ttest_seeds_for_margin", "val_loss_tost_seeds_for_margin", "val_loss_pairing_corr",
                         "val_loss_pairing_var_ratio", "val_loss_welch_ci_low", "val_loss_welch_ci_high",
                         "val_loss_seed_se", "val_loss_window_se", "val_windows")
@@ -67,13 +70,15 @@ def _seeds(seeds: list[Any]) -> str:
 def _pairing_cells(report: Report, g: Group, gc: GroupComparison | None) -> Row:
     ref = report.reference
     if ref is None or not g.n:
-        return ["", "", "", "", ""]
+        return ["", "", "", "", "", "", ""]
     if g is ref:
-        return [ref.label, "reference", "", "", ""]
+        return [ref.label, "reference", "", "", "", "", ""]
     if gc is None or "val_loss" not in gc.metrics:
-        return [ref.label, "", "", "", ""]
+        return [ref.label, "", "", "", "", "", ""]
     pairing = WELCH if gc.loss.method == WELCH else "paired"
-    return [ref.label, pairing, _seeds(gc.seeds), _seeds(gc.unmatched), _seeds(gc.reference_only)]
+    m = gc.matches["val_loss"]
+    return [ref.label, pairing, _seeds(gc.seeds), _seeds(gc.unmatched), _seeds(gc.reference_only),
+            _seeds(m.nonfinite), _seeds(m.reference_nonfinite)]
 
 
 def _paired_loss_cells(gc: GroupComparison | None) -> Row:
@@ -82,7 +87,8 @@ def _paired_loss_cells(gc: GroupComparison | None) -> Row:
         return [None] * len(_PAIRED_LOSS_COLUMNS)
     pc, window = c.pairing, gc.window
     welch = pc.welch_ci if pc is not None and pc.welch_ci is not None else (None, None)
-    return [c.sd, c.sd_upper, c.mde, c.mde_upper, gc.seeds_for_margin, seeds_for_equivalence(c.sd, c.margin),
+    return [c.sd, c.sd_upper, c.mde, c.mde_upper, c.detect_alpha, gc.seeds_for_margin,
+            seeds_for_equivalence(c.sd, c.margin),
             None if pc is None else pc.corr, None if pc is None else pc.var_ratio, *welch, gc.seed_se,
             None if window is None else window.se, None if window is None else window.windows]
 

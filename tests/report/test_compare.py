@@ -444,3 +444,53 @@ def test_runs_that_shared_a_host_s_cpu_are_flagged(tmp_path: Path):
     text = compare_runs([sweep], sweep).read_text()
     assert "**Shared CPU**: 2 run(s) trained while other runs used the same CPU (up to 2 at once" in text
     assert "| Runs on its CPU at once | Run |" in text[text.index("## Per-seed runs"):]
+
+
+def _documents_packing(run_dir: Path) -> None:
+    """Mark a synthetic run as trained on document-aligned windows (``data.packing=documents``)."""
+    for path in (run_dir / "config.yaml", run_dir / ".hydra" / "config.yaml"):
+        cfg = yaml.safe_load(path.read_text())
+        cfg["data"]["packing"] = "documents"
+        path.write_text(yaml.safe_dump(cfg))
+
+
+def test_fidelity_yardstick_is_the_reference_of_the_same_packing(tmp_path: Path):
+    """torch on document-aligned windows (named first) and on random ones, triton_v4 on random ones: triton_v4 is
+    0.001 from the random-window torch run of its seed; the documents run (0.5 away: another model) is no
+    yardstick for it, nor is the random-window torch run measured against the documents one."""
+    for s in (0, 1):
+        _documents_packing(write_run(tmp_path / f"a_docs_s{s}", "torch", s, SEED_LOSS[s] + 0.5))
+        write_run(tmp_path / f"b_torch_s{s}", "torch", s, SEED_LOSS[s])
+        write_run(tmp_path / f"c_v4_s{s}", "triton_v4", s, SEED_LOSS[s] + 0.001)
+    text = compare_runs([tmp_path], tmp_path).read_text()
+    section = text[text.index("## Fidelity"):text.index("## Per-seed runs")]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and "Implementation" not in ln]
+    assert rows == [f"| triton_v4 (partial, float32) | {s} | 2 | 0.00100 | 50 | 0.00100 |" for s in (0, 1)]
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_a_nonfinite_val_loss_is_left_out_and_named(tmp_path: Path, bad: float):
+    """A completed run whose final val loss is inf or nan (an eval that diverged): no traceback (inf broke
+    ``statistics.stdev``), no sample of the mean, and named as non-finite, not as a seed without a reference run.
+    Its accuracy is finite, so the accuracy table pairs all 5 seeds and must say so."""
+    impl = planted(0.003)
+    impl[2] = (bad, impl[2][1])
+    ref = reference()
+    ref[3] = (bad, ref[3][1])
+    sweep = write_sweep(tmp_path / "s", {REF: ref, V4: impl})
+    (gc,) = build_report([sweep]).comparisons
+    assert (gc.seeds, gc.unmatched, gc.reference_only) == ([0, 1, 4], [], [])
+    m = gc.matches["val_loss"]
+    assert (m.nonfinite, m.reference_nonfinite) == ([2], [3])
+    assert gc.loss.n == 3 and gc.metrics["val_acc"].n == 5 and gc.matches["val_acc"].seeds == [0, 1, 2, 3, 4]
+    assert gc.group.stats["val_loss"] == pytest.approx(mean_std([impl[s][0] for s in (0, 1, 3, 4)]))
+    text = compare_runs([sweep], sweep).read_text()
+    assert ("left out, their val loss is nan/inf: seed(s) 2 of triton_v4 (partial, float32) and seed(s) 3 of "
+            "torch (partial, float32)") in text
+    assert "| paired (seeds 0 1 4); non-finite: 2; reference non-finite: 3 | 3 |" in text
+    assert "| paired (seeds 0 1 2 3 4) | 5 |" in text  # the accuracy row: its own seeds
+    summary = text[text.index("## Summary"):text.index("## Paired statistics")]
+    assert f"{statistics.fmean(impl[s][0] for s in (0, 1, 3, 4)):.4f}" in summary and "(n=4)" in summary
+    with (sweep / CSV_FILE).open() as f:
+        row = next(r for r in csv.DictReader(f) if r["implementation"].startswith("triton_v4"))
+    assert (row["unmatched_seeds"], row["nonfinite_seeds"], row["reference_nonfinite_seeds"]) == ("", "2", "3")

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from llm.report.length import CSV_FILE, CURVES_FILE, MD_FILE, POSITION_FILE, build_length_report, write_length_report
+from llm.report.length import (
+    CSV_FILE,
+    CURVES_FILE,
+    MD_FILE,
+    POSITION_FILE,
+    build_length_report,
+    length_markdown,
+    write_length_report,
+)
 
 from .synthetic import write_run
 
@@ -428,3 +436,22 @@ def test_budgets_that_took_the_same_windows_at_a_length_are_compared_there(tmp_p
     report = build_length_report([tmp_path])
     assert report.cell(PARTIAL, YARN, 64).vs_none["val_loss"].delta == pytest.approx(-0.1)
     assert report.cell(PARTIAL, YARN, 32).vs_none == {} and "vs_none" in report.cell(PARTIAL, YARN, 32).other_targets
+
+
+def test_a_nonfinite_evaluation_is_left_out_and_named(tmp_path: Path):
+    """One seed's loss at 64 is inf (an overflow): the report is written (inf broke ``statistics.stdev``), that cell
+    is over the two finite seeds, and a note names the value left out."""
+    sweep = planted_sweep(tmp_path)
+    path = next(p for p in sweep.rglob("eval_lengths/yarn.json")
+                if json.loads(p.read_text())["seed"] == 1 and json.loads(p.read_text())["rope_label"] == PARTIAL)
+    data = json.loads(path.read_text())
+    for m in data["lengths"]:
+        if m["length"] == 64:
+            m.update(val_loss="inf", loss_beyond_train="inf", degradation="inf")
+    path.write_text(json.dumps(data))
+    report = build_length_report([sweep])
+    cell = report.cell(PARTIAL, YARN, 64)
+    assert cell.n == 2 and cell.summary("val_loss").mean == pytest.approx(statistics.fmean([1.9, 2.1]))
+    text = length_markdown(report)
+    assert (f"1 evaluation(s) have a nan/inf value, left out of the statistics: {PARTIAL} · {YARN} seed 1 at 64: "
+            "val_loss, loss_beyond_train, degradation") in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -131,8 +132,19 @@ def test_tightest_margin_is_the_largest_end_of_the_90_percent_ci(tmp_path: Path)
     assert build_report([sweep], margin=m * 1.01).comparisons[0].loss.verdict == EQUIVALENT
     assert build_report([sweep], margin=m * 0.99).comparisons[0].loss.verdict == INCONCLUSIVE
     text = compare_runs([sweep], sweep).read_text()
-    assert f"the data support equivalence within ±{m:.2g} nats" in text
+    assert 0.0048 < m < 0.0049 and "the data support equivalence within ±0.0049 nats" in text  # rounded up
     assert float(_csv(sweep / "comparison.csv")[V4_LABEL]["val_loss_tightest_margin"]) == pytest.approx(m)
+
+
+def test_the_tightest_margin_shown_is_one_the_data_support(tmp_path: Path):
+    """The margin the report prints (two digits) must itself be one TOST calls equivalent: rounded up, never down
+    (m = 0.00482 printed as ±0.0048 claimed an equivalence that ``--margin 0.0048`` calls inconclusive)."""
+    sweep = write_sweep(tmp_path / "s", {REF: reference(), V4: planted(0.0003, jitter=3.0)})
+    text = compare_runs([sweep], sweep).read_text()
+    shown = re.findall(r"the data support equivalence within ±([0-9.e-]+) nats", text)
+    cell = re.findall(r"\| ±([0-9.e-]+) \| equivalent", _section(text, "## Paired statistics"))
+    assert shown and cell[0] == shown[0]  # the verdict line and the val loss table's cell
+    assert build_report([sweep], margin=float(shown[0])).comparisons[0].loss.verdict == EQUIVALENT
 
 
 def test_mde_at_the_upper_confidence_bound_of_the_paired_std(tmp_path: Path):
@@ -142,7 +154,7 @@ def test_mde_at_the_upper_confidence_bound_of_the_paired_std(tmp_path: Path):
     c = build_report([sweep]).comparisons[0].loss
     assert c.sd_upper / c.sd == pytest.approx(math.sqrt(2 / stats.chi2.ppf(0.05, 2)))
     assert c.sd_upper / c.sd == pytest.approx(4.415, abs=1e-3)
-    assert c.mde_upper == pytest.approx(minimum_detectable_effect(c.sd_upper, 3))
+    assert c.mde_upper == pytest.approx(minimum_detectable_effect(c.sd_upper, 3, alpha=0.01))  # the verdict's α
     assert c.mde_upper == pytest.approx(c.mde * c.sd_upper / c.sd)  # the MDE scales with σ at fixed n
     compare_runs([sweep], sweep)
     row = _csv(sweep / "comparison.csv")[V4_LABEL]

@@ -9,18 +9,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats
+from statsmodels.stats.power import TTestPower
 
 from llm.report import DELTA_FILE, MD_FILE, build_report, compare_runs
 from llm.report.analysis import paired_delta_curve
+from llm.report.markdown import render_markdown
 from llm.report.stats import (
     EQUIVALENT,
     INCONCLUSIVE,
     SINGLE,
     WELCH,
+    WORSE,
     compare_paired,
+    compare_unpaired,
     median_ratio_interval,
     minimum_detectable_effect,
     seeds_for_equivalence,
+    t_test_power,
     tost_power,
 )
 
@@ -28,6 +33,7 @@ from .synthetic import SEED_LOSS, planted, reference, write_run, write_sweep
 
 REF = ("torch", "float32")
 V4 = ("triton_v4", "float32")
+V2 = ("triton_v2", "float32")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -134,7 +140,7 @@ def test_small_sample_inconclusive_with_seeds_needed(tmp_path: Path):
     assert c.verdict == INCONCLUSIVE
     assert c.seeds_needed == seeds_for_equivalence(d.std(ddof=1), 0.01) and c.seeds_needed > 3
     text = compare_runs([sweep], sweep).read_text()
-    assert f"inconclusive (3 seeds; about {c.seeds_needed} needed)" in text
+    assert f"inconclusive (3 seeds; about {c.seeds_needed} needed for equivalence if the true Δ were 0)" in text
     rows = _csv(sweep / "comparison.csv")
     assert rows["triton_v4 (partial, float32)"]["val_loss_tost_seeds_needed"] == str(c.seeds_needed)
     # a wider margin turns the same data into equivalence
@@ -186,10 +192,12 @@ def test_variance_budget_and_eval_noise(tmp_path: Path):
     text = compare_runs([sweep], sweep).read_text()
     d = _paired_deltas(impl, reference())
     budget = text[text.index("## Variance budget"):text.index("## Results (short format)")]
-    mde = minimum_detectable_effect(d.std(ddof=1), 5)
+    # the MDE of the better/worse verdict: its t-test at α = 0.01 (a family of one), statsmodels' solver
+    effect = TTestPower().solve_power(nobs=5, alpha=0.01, power=0.8)
+    mde = effect * d.std(ddof=1)
     upper = d.std(ddof=1) * math.sqrt(4 / stats.chi2.ppf(0.05, 4))
     row = (f"| triton_v4 (partial, float32) | 5 | {np.std([v[0] for v in impl.values()], ddof=1):.4f} | "
-           f"{d.std(ddof=1):.4f} | {upper:.4f} | {mde:.4f} | {minimum_detectable_effect(upper, 5):.4f} |")
+           f"{d.std(ddof=1):.4f} | {upper:.4f} | {mde:.4f} | {effect * upper:.4f} |")
     assert row in budget
     assert "Final val loss SE" in budget and "| 0.0040 | 65536 |" in budget
     assert "| Val loss SE | Val tokens |" in text  # per-seed table
@@ -375,3 +383,47 @@ def test_inconclusive_with_seeds_enough_at_zero_says_the_observed_delta_is_the_d
     assert c.verdict == INCONCLUSIVE and c.seeds_needed is not None and c.seeds_needed <= c.n
     assert verdict_text(c) == ("inconclusive (5 seeds; enough for equivalence if the true Δ were 0: the observed Δ "
                                "keeps it outside ±0.01)")
+
+
+def test_equal_values_unpaired_are_no_difference():
+    """Three runs at 0.4 against five at 0.4 (no seed in common): the means differ in the last bit (5.6e-17), which
+    is rounding, not a Δ: p = 1 and equivalent, not "better" at p = 0."""
+    c = compare_unpaired([0.4] * 3, [0.4] * 5, 0.005, lower_is_better=False)
+    assert float(np.mean([0.4] * 3)) != float(np.mean([0.4] * 5))  # the planted rounding
+    assert c.p == 1.0 and c.ci == (0.0, 0.0) and c.verdict == EQUIVALENT
+    assert compare_unpaired([0.4] * 3, [0.41] * 5, 0.005, lower_is_better=False).verdict == WORSE  # a real Δ still is
+
+
+def test_mde_is_at_the_level_of_the_better_worse_verdict(tmp_path: Path):
+    """The verdict calls a Δ better/worse at Holm p < 0.01, so the MDE (the effect it detects with 80% power) is
+    at α = 0.01 for one implementation and 0.01 / 3 for three (Holm's first step), not at 0.05: an effect at the
+    α = 0.05 MDE would be called worse by this report only about 40% of the time with 5 seeds."""
+    impl = planted(0.0, jitter=5.0)
+    d = _paired_deltas(impl, reference())
+    sd = d.std(ddof=1)
+    one = _loss(build_report([write_sweep(tmp_path / "one", {REF: reference(), V4: impl})]))
+    assert one.detect_alpha == 0.01
+    assert one.mde == pytest.approx(TTestPower().solve_power(nobs=5, alpha=0.01, power=0.8) * sd, rel=1e-6)
+    three = build_report([write_sweep(tmp_path / "three", {REF: reference(), V4: impl, V2: impl,
+                                                            ("torch", "bfloat16"): impl})])
+    c = _loss(three)
+    assert c.n_tests == 3 and c.detect_alpha == pytest.approx(0.01 / 3)
+    sims = np.random.default_rng(0).normal(c.mde, sd, size=(8000, 5))  # power at the MDE, by simulation
+    assert float(np.mean(stats.ttest_1samp(sims, 0.0, axis=1).pvalue < 0.01 / 3)) == pytest.approx(0.8, abs=0.02)
+    gc = next(g for g in three.comparisons if g.group.key[0] == "triton_v4")
+    assert t_test_power(gc.seeds_for_margin, sd, 0.01, 0.01 / 3) >= 0.8 > t_test_power(gc.seeds_for_margin - 1, sd,
+                                                                                          0.01, 0.01 / 3)
+    text = render_markdown(three)
+    assert "| MDE (t-test, 80%, α=0.00333333) |" in text and "at α = 0.01 / 3 implementations" in text
+
+
+def test_seeds_needed_is_stated_for_a_true_delta_of_zero(tmp_path: Path):
+    """Two seeds, observed Δ +0.0105 outside ±0.01: the TOST seed count assumes a true Δ of 0, and the verdict must
+    say so (and that the observed Δ is outside the margin) rather than read as "3 seeds settle it"."""
+    impl = {0: (SEED_LOSS[0] + 0.012, 0.4), 1: (SEED_LOSS[1] + 0.009, 0.4)}
+    sweep = write_sweep(tmp_path / "s", {REF: reference((0, 1)), V4: impl})
+    c = _loss(build_report([sweep]))
+    assert c.verdict == INCONCLUSIVE and c.delta > 0.01 and c.seeds_needed > 2
+    text = compare_runs([sweep], sweep).read_text()
+    assert (f"inconclusive (2 seeds; about {c.seeds_needed} needed for equivalence if the true Δ were 0; the observed "
+            "Δ is outside ±0.01) against") in text
