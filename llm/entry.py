@@ -5,7 +5,8 @@ option (``rope=nope``) as 18 lines, an unknown key (``train.max_step=5``) as 7 l
 ``+train.max_step=5``, both with exit code 1. :func:`run_entry` asks Hydra to raise them instead (its documented
 switch, ``HYDRA_FULL_ERROR=1``) and prints each as one line naming the option or key and what is allowed, exit
 code 2, as the entry points print a :class:`llm.errors.UserError`; so is Hydra's refusal of two of its flags at
-once (``-m --cfg job``: a 12-line traceback, exit code 1), with what works instead. A user who sets
+once (``-m --cfg job``: a 12-line traceback, exit code 1), with what works instead. Under torchrun the line is
+printed once, by rank 0 (:func:`print_refusal`). A user who sets
 ``HYDRA_FULL_ERROR=1`` still gets every traceback (:func:`full_error_requested`).
 
 A stop is not a mistake either: the commands that work in one process (``llm.generate``, ``llm.eval_lengths``) take a
@@ -19,6 +20,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -37,6 +39,26 @@ ONE_LINE_ERRORS = (UserError, DiskFullError, ConfigCompositionException, Overrid
 #: Hydra's refusals of its own flags, raised as a plain ValueError before any config is composed.
 HYDRA_FLAG_ERRORS = ("Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified",
                      "The --resolve flag can only be used in conjunction with --cfg or --help")
+
+
+#: How long a torchrun process other than rank 0 waits before printing a refusal of its own (:func:`print_refusal`).
+RANK0_GRACE_S = 5.0
+
+
+def print_refusal(line: str) -> None:
+    """Print a refusal's one line (``Error: <line>``) on stderr, once for a command however many processes run it.
+
+    Why: under torchrun every process composes and checks the same command, so each would print the same line; and
+    the first process to exit makes torchrun SIGTERM the others (it looks every 0.1 s), which can cut rank 0 short
+    before it printed its line or removed the run dir it created. So a process other than rank 0 waits
+    :data:`RANK0_GRACE_S` first, for torchrun to end it once rank 0 has refused; a refusal that rank 0 does not
+    share is printed after that wait, naming the rank.
+    """
+    rank = int(os.environ.get("RANK", "0"))
+    if rank > 0 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        time.sleep(RANK0_GRACE_S)
+        line = f"rank {rank}: {line}"
+    print(f"Error: {line}", file=sys.stderr)
 
 
 def full_error_requested() -> bool:
@@ -118,17 +140,17 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
     except InterpolationResolutionError as e:
         if user_full or (cause := user_error_within(e)) is None:
             raise
-        print(f"Error: {cause}", file=sys.stderr)
+        print_refusal(str(cause))
         sys.exit(2)
     except ONE_LINE_ERRORS as e:
         if user_full:
             raise
-        print(f"Error: {hydra_error_line(e, config_name, command)}", file=sys.stderr)
+        print_refusal(hydra_error_line(e, config_name, command))
         sys.exit(2)
     except ValueError as e:
         if user_full or (line := hydra_flag_error_line(e)) is None:
             raise
-        print(f"Error: {line}", file=sys.stderr)
+        print_refusal(line)
         sys.exit(2)
 
 

@@ -30,9 +30,10 @@ from pathlib import Path
 
 import hydra
 import torch
+from hydra.main import get_args_parser
 from omegaconf import DictConfig, OmegaConf
 
-from llm.entry import full_error_requested, run_entry
+from llm.entry import full_error_requested, print_refusal, run_entry
 from llm.errors import ConfigError, RunDirInUseError
 from llm.gpu_slots import SLOTS_DIR, Slot
 from llm.gpu_slots import claim as claim_slot
@@ -185,7 +186,7 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
     run_dir = Path(hc.runtime.output_dir)
     group = f"{cfg.sweep.name}-{Path(hc.sweep.dir).name}" if multirun else cfg.sweep.name
     overrides = tuple(hc.overrides.task)
-    hint = f"python -m llm.train hydra.run.dir={run_dir} train.resume=auto"
+    hint = resume_command(run_dir)
     try:
         outcome = run_training(cfg, run_dir, overrides, group=group, resume_hint=hint, sweep_job=multirun,
                                command_record=record)
@@ -202,7 +203,7 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
         if full_error_requested():
             raise
         if not multirun:
-            print(f"Error: {one_line(e)}", file=sys.stderr)
+            print_refusal(one_line(e))
             sys.exit(2)
         if isinstance(e, RunDirInUseError) or any(d == run_dir for d, _ in UNRECORDED_STARTS):
             _stop_logging_into(run_dir)  # not this job's dir to write, its log included
@@ -233,6 +234,36 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
     return outcome.summary.get("val_loss")
 
 
+def resume_command(run_dir: Path) -> str:
+    """The command that resumes the run in ``run_dir``, printed when it stops: under torchrun, torchrun with as
+    many processes per node (and nodes).
+
+    Why: the resumed run takes the whole global batch on however many processes resume it; ``python -m
+    llm.train`` alone would put all of it on one process (one GPU: N times the memory of a step, N times slower).
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    launcher = "python"
+    if world > 1:
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        nodes = f"--nnodes={world // per_node} " if world != per_node else ""
+        launcher = f"torchrun {nodes}--nproc_per_node={per_node}"
+    return f"{launcher} -m llm.train hydra.run.dir={run_dir} train.resume=auto"
+
+
+def check_launch(argv: list[str]) -> None:
+    """Refuse, before Hydra starts, a multirun (``-m``) under torchrun.
+
+    Why: every torchrun process would run the whole sweep on its own, each taking the sweep dir's lock: rank 0 would
+    be refused as "in use by another sweep" (its own rank 1), after the sweep dir and a job dir are made."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    args, _ = get_args_parser().parse_known_args(argv[1:])
+    if args.multirun:
+        raise ConfigError("-m (--multirun) does not run under torchrun (each process would run the whole sweep): "
+                          "run each job with torchrun and no -m, or the sweep without torchrun (hydra/launcher=gpus "
+                          "runs its jobs side by side on the GPUs)")
+
+
 def _quiet_non_main_rank(argv: list[str]) -> list[str]:
     """Under torchrun only rank 0 owns a run dir: other ranks get no Hydra output dir or log file."""
     if int(os.environ.get("RANK", "0")) == 0:
@@ -242,6 +273,11 @@ def _quiet_non_main_rank(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
+    try:
+        check_launch(sys.argv)
+    except ConfigError as e:
+        print_refusal(str(e))
+        sys.exit(2)
     sys.argv = _quiet_non_main_rank(sys.argv)
     try:
         run_entry(main)

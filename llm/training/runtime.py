@@ -132,11 +132,15 @@ def device_identity(device: torch.device) -> dict[str, str | None]:
 
 
 class GracefulStop:
-    """First Ctrl-C/SIGTERM asks the loop to checkpoint and stop; a second Ctrl-C aborts at once."""
+    """First Ctrl-C/SIGTERM asks the loop to checkpoint and stop; a second Ctrl-C aborts at once.
 
-    def __init__(self) -> None:
+    ``announce``: whether to say so on the console; under torchrun only rank 0 does (torchrun passes the signal
+    on to every process, and each would print the same line)."""
+
+    def __init__(self, announce: bool = True) -> None:
         self.signum: int | None = None
         self.aborting = False
+        self.announce = announce
         self._old: dict = {}
 
     def _handle(self, signum, frame) -> None:
@@ -146,8 +150,9 @@ class GracefulStop:
             self.aborting = True
             raise KeyboardInterrupt
         self.signum = signum
-        tqdm.write(f"\n{signal.Signals(signum).name} received: finishing this step, then checkpointing "
-                   "(press Ctrl-C again to abort without a checkpoint)")
+        if self.announce:
+            tqdm.write(f"\n{signal.Signals(signum).name} received: finishing this step, then checkpointing "
+                       "(press Ctrl-C again to abort without a checkpoint)")
 
     def __enter__(self) -> GracefulStop:
         for s in (signal.SIGINT, signal.SIGTERM):

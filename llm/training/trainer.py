@@ -220,7 +220,7 @@ class Trainer:
         self.warmup_steps = int(round(self.tc.warmup_frac * self.tc.max_steps))
         self.peak = runtime.peak_tflops(self.tc.peak_tflops, self.device)
         self.flops_per_token = self.model.flops_per_token()
-        self.stopper = runtime.GracefulStop()
+        self.stopper = runtime.GracefulStop(announce=dist_info.is_main)
         self.summary = self._initial_summary()
 
     # -- set-up -----------------------------------------------------------------------------------

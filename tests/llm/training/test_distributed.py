@@ -1,0 +1,109 @@
+"""Training under torchrun: what a stop and a refusal print (once, from rank 0), and what torchrun cannot run.
+
+The two multi-process tests launch ``torchrun --standalone`` (gloo on the CPU); the others run the entry point in
+this process with the environment torchrun gives a process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from helpers import ROOT, SMALL, read_metrics, run_cli, run_module_main
+
+from llm import entry
+from llm.train import resume_command
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "llm.train"]
+#: torchrun sets 1 per process itself, saying so in a warning; set here, the two ranks share the 2 cores quietly
+ENV = {"OMP_NUM_THREADS": "1"}
+
+
+def _processes_naming(text: str) -> list[str]:
+    """The command lines of the live processes that contain ``text``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # ended meanwhile
+            continue
+        if text in line:
+            found.append(line)
+    return found
+
+
+def test_sigterm_to_torchrun_checkpoints_and_prints_the_torchrun_resume_once(tmp_path):
+    """torchrun passes a SIGTERM on to each process: the step ends on every rank, rank 0 checkpoints, and the run says
+    so once, with a resume command that resumes on as many processes (not ``python -m``: one process taking the
+    whole global batch); no process is left behind."""
+    run_dir = tmp_path / "run"
+    cmd = [*TORCHRUN, *SMALL, "train.max_steps=100000", "train.log_every=1", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **ENV, "WANDB_MODE": "offline"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert out.count("SIGTERM received") == 1, out[-3000:]
+    assert out.count("Resume with:") == 1, out[-3000:]
+    command = out.split("Resume with:")[1].strip().splitlines()[0]
+    assert command == f"torchrun --nproc_per_node=2 -m llm.train hydra.run.dir={run_dir} train.resume=auto"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["world_size"] == 2
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    assert state["step"] == summary["step"] >= 2
+    assert [m["step"] for m in read_metrics(run_dir) if m["kind"] == "train"] == list(range(1, summary["step"] + 1))
+    assert not _processes_naming(f"hydra.run.dir={run_dir}"), "a torchrun worker outlived torchrun"
+
+
+def test_a_refusal_under_torchrun_is_one_line_from_rank_0(tmp_path):
+    """Every rank refuses the same config: one line is printed (then torchrun's own report of the failed processes),
+    and rank 0 is not cut short by torchrun before it removed the run dir it made."""
+    run_dir = tmp_path / "run"
+    done = run_cli(["train.batch_size=5", f"hydra.run.dir={run_dir}"], module=TORCHRUN[2:], extra_env=ENV,
+                   timeout=300)
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("Error:")]
+    assert errors == ["Error: train.batch_size=5 (global) must be divisible by the 2 processes of torchrun"], \
+        done.stderr[-3000:]
+    assert done.returncode != 0
+    assert not run_dir.exists()
+
+
+def test_multirun_under_torchrun_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """Each torchrun process would run the whole sweep (rank 0 refused by its own rank 1's lock on the sweep dir,
+    after the dirs are made): refused before Hydra starts, saying what to run instead."""
+    for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    sweep = tmp_path / "sweep"
+    args = ["-m", *SMALL, "seed=0,1", f"hydra.sweep.dir={sweep}"]
+    code, err = run_module_main(monkeypatch, capsys, "llm.train", args)
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("Error: -m (--multirun) does not run under torchrun"), err
+    assert not sweep.exists()
+
+
+def test_a_rank_other_than_0_leaves_the_refusal_to_rank_0(monkeypatch, capsys):
+    """Rank 1 waits for torchrun to end it once rank 0 has refused; a refusal of its own alone, it names the rank."""
+    for name, value in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    waits = []
+    monkeypatch.setattr(entry.time, "sleep", waits.append)
+    code, err = run_module_main(monkeypatch, capsys, "llm.train", ["model=nope"])
+    assert code == 2 and waits == [entry.RANK0_GRACE_S]
+    assert len(err) == 1 and err[0].startswith("Error: rank 1: model=nope is not an option of model"), err
+
+
+def test_the_resume_command_keeps_the_processes_and_nodes(monkeypatch, tmp_path):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert resume_command(tmp_path) == f"python -m llm.train hydra.run.dir={tmp_path} train.resume=auto"
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert resume_command(tmp_path).startswith("torchrun --nnodes=2 --nproc_per_node=4 -m llm.train hydra.run.dir=")
