@@ -48,6 +48,16 @@ def rng_state() -> dict[str, Any]:
     return state
 
 
+def rank_rng_state(state: dict[str, Any], rank: int, world_size: int) -> dict[str, Any] | None:
+    """The RNG state a checkpoint saved for this rank: its own where it holds one per rank of as many processes
+    (``rng_ranks``), rank 0's (``rng``) for rank 0; None for another rank of another process count (or of a
+    checkpoint saved by one process), whose stream then starts again (:func:`llm.training.runtime.rank_seed`)."""
+    ranks = state.get("rng_ranks")
+    if ranks is not None and len(ranks) == world_size:
+        return ranks[rank]
+    return state["rng"] if rank == 0 else None
+
+
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])

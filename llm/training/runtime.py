@@ -74,6 +74,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def rank_seed(seed: int, rank: int, step: int = 0) -> int:
+    """The torch seed of torchrun's rank ``rank`` > 0 from ``step`` on: each rank draws its own dropout masks (seeded
+    alike, every rank masked its rows the same way), and rank 0 keeps the run's own stream, so that a one-process
+    run's draws do not change. ``step``: where a resume on another process count starts the rank's stream again."""
+    return int(np.random.SeedSequence([seed, rank, step]).generate_state(1, np.uint64)[0] >> 1)
+
+
 def attention_backend(name: str) -> AbstractContextManager:
     """Context restricting scaled_dot_product_attention to one kernel (``train.attention``); auto: no limit."""
     if name == "auto":

@@ -34,7 +34,15 @@ from llm.fileio import DiskFullError
 from llm.model import GPT, build_model, compile_model, rope_cache_len
 from llm.optim import build_optimizers, lr_multiplier, set_lr
 from llm.training import runtime
-from llm.training.checkpoint import LAST, TrainTotals, clean_checkpoint_dir, save_checkpoint, set_rng_state
+from llm.training.checkpoint import (
+    LAST,
+    TrainTotals,
+    clean_checkpoint_dir,
+    rank_rng_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from llm.training.distributed import DistInfo, all_reduce_mean, any_rank
 from llm.training.evaluate import evaluate
 from llm.training.outputs import METRICS_FILE, SAMPLES_FILE, NullOutputs, RunOutputs, Tracker, truncate_metrics
@@ -201,6 +209,8 @@ class Trainer:
         self.data = self._load_data()
         check_streams(self.data.train, self.data.val, cfg.model.seq_len)  # a short val stream: now, not at the 1st eval
         self.model: GPT = build_model(cfg.model, cfg.rope, self.data.vocab_size).to(self.device)
+        if dist_info.rank > 0:  # the weights are drawn alike on every rank; the dropout masks each its own
+            torch.manual_seed(runtime.rank_seed(cfg.seed, dist_info.rank))
         self.optimizers = build_optimizers(self.model, cfg.optim, self.device)
         self.autocast = runtime.autocast_context(self.tc.dtype, self.device)
         self.step, self.totals, tracker_id = 0, TrainTotals(), None
@@ -249,6 +259,11 @@ class Trainer:
             opt.load_state_dict(opt_state)
         set_rng_state(state["rng"])
         self.step, self.totals = state["step"], TrainTotals.from_state(state.get("totals"))
+        own = rank_rng_state(state, self.dist.rank, self.dist.world_size)
+        if own is not None:
+            set_rng_state(own)
+        else:  # a rank the checkpoint has no stream of: its own from this step
+            torch.manual_seed(runtime.rank_seed(self.cfg.seed, self.dist.rank, self.step))
         saved_val = state.get("last_val") or {}
         if saved_val.get("step") == self.step:  # evaluated at this step: a resume at the end need not eval again
             self.last_val = {k: v for k, v in saved_val.items() if k != "step"}
@@ -457,13 +472,19 @@ class Trainer:
             log.info(f"step {self.step:>6} sample: {r['prompt']!r} -> {r['text'][:80]!r}")
 
     def checkpoint(self) -> None:
-        """Save the state at the current step (rank 0), with the run's config and running totals."""
+        """Save the state at the current step (rank 0), with the run's config and running totals, and under torchrun
+        every rank's RNG state (each draws its own dropout masks: a resume on as many processes goes on bitwise)."""
+        ranks = None
+        if self.dist.enabled:  # every rank checkpoints at the same steps (a stop is agreed by all of them)
+            ranks = [None] * self.dist.world_size
+            torch.distributed.all_gather_object(ranks, rng_state())
         if not self.dist.is_main:
             return
         self.totals.wall_time_s, self.wall_start = self.wall_time(), time.perf_counter()
         extra = {"config": OmegaConf.to_container(self.cfg, resolve=True), "wandb_id": self.outputs.tracker_id,
                  "wandb_group": self.group, "data": {"seed": self.cfg.seed, "next_step": self.step},
-                 "last_val": {"step": self.last_val_step, **self.last_val} if self.last_val else None}
+                 "last_val": {"step": self.last_val_step, **self.last_val} if self.last_val else None,
+                 **({"rng_ranks": ranks} if ranks else {})}
         save_checkpoint(self.ckpt_dir, self.step, self.model, self.optimizers, self.totals, extra,
                         keep=self.tc.get("keep_checkpoints", 2))
 

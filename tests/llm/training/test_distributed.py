@@ -39,11 +39,13 @@ def _processes_naming(text: str) -> list[str]:
 
 
 def test_sigterm_to_torchrun_checkpoints_and_prints_the_torchrun_resume_once(tmp_path):
-    """torchrun passes a SIGTERM on to each process: the step ends on every rank, rank 0 checkpoints, and the run says
-    so once, with a resume command that resumes on as many processes (not ``python -m``: one process taking the
-    whole global batch); no process is left behind."""
+    """torchrun passes a SIGTERM on to each process: the step ends on every rank, rank 0 checkpoints (every rank's
+    RNG state with it: each rank draws dropout masks of its own), and the run says so once, with a resume command
+    that resumes on as many processes (not ``python -m``: one process taking the whole global batch); no process
+    is left behind."""
     run_dir = tmp_path / "run"
-    cmd = [*TORCHRUN, *SMALL, "train.max_steps=100000", "train.log_every=1", f"hydra.run.dir={run_dir}"]
+    cmd = [*TORCHRUN, *SMALL, "train.max_steps=100000", "train.log_every=1", "model.dropout=0.1",
+           f"hydra.run.dir={run_dir}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **ENV, "WANDB_MODE": "offline"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     metrics = run_dir / "metrics.jsonl"
@@ -60,6 +62,10 @@ def test_sigterm_to_torchrun_checkpoints_and_prints_the_torchrun_resume_once(tmp
     assert summary["status"] == "interrupted" and summary["world_size"] == 2
     state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
     assert state["step"] == summary["step"] >= 2
+    # each rank its own dropout stream (seeded alike, every rank masked its rows the same way), each saved
+    ranks = state["rng_ranks"]
+    assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])
+    assert torch.equal(ranks[0]["torch"], state["rng"]["torch"])
     assert [m["step"] for m in read_metrics(run_dir) if m["kind"] == "train"] == list(range(1, summary["step"] + 1))
     assert not _processes_naming(f"hydra.run.dir={run_dir}"), "a torchrun worker outlived torchrun"
 
@@ -107,3 +113,17 @@ def test_the_resume_command_keeps_the_processes_and_nodes(monkeypatch, tmp_path)
     monkeypatch.setenv("WORLD_SIZE", "8")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert resume_command(tmp_path).startswith("torchrun --nnodes=2 --nproc_per_node=4 -m llm.train hydra.run.dir=")
+
+
+def test_a_resume_restores_each_rank_s_own_stream_or_starts_one_for_a_rank_it_has_none_of():
+    """On as many processes each rank takes its own saved RNG state (the run goes on bitwise); on another count, or
+    from a one-process checkpoint, rank 0 takes the run's and the other ranks start streams of their own."""
+    from llm.training.checkpoint import rank_rng_state
+    from llm.training.runtime import rank_seed
+
+    state = {"rng": "rank 0's", "rng_ranks": ["rank 0's", "rank 1's"]}
+    assert [rank_rng_state(state, r, 2) for r in (0, 1)] == ["rank 0's", "rank 1's"]
+    assert [rank_rng_state(state, r, 4) for r in (0, 3)] == ["rank 0's", None]
+    assert rank_rng_state({"rng": "one process"}, 1, 2) is None
+    seeds = {rank_seed(0, rank, step) for rank in (1, 2) for step in (0, 100)} | {rank_seed(1, 1, 0)}
+    assert len(seeds) == 5 and all(0 <= s < 2**63 for s in seeds)
