@@ -102,8 +102,10 @@ CSV_COLUMNS = ("variant", "scaling", "length", "n", "seeds", "reference_len", "b
                *(f"{m}_{s}" for m in SUMMARIZED for s in ("mean", "sd", "ci_low", "ci_high")),
                "val_ppl", "val_ppl_ci_low", "val_ppl_ci_high", "val_ppl_min", "val_ppl_max", "val_acc_mean",
                "vs_none_pairing", "vs_none_seeds", *_comparison_columns("vs_none", VS_NONE),
-               "reference_variant", "vs_reference_pairing", *_comparison_columns("vs_reference", VS_VARIANT),
-               "random_packing_variant", "vs_random_pairing", *_comparison_columns("vs_random", VS_VARIANT))
+               "reference_variant", "vs_reference_pairing", "vs_reference_seeds",
+               *_comparison_columns("vs_reference", VS_VARIANT),
+               "random_packing_variant", "vs_random_pairing", "vs_random_seeds",
+               *_comparison_columns("vs_random", VS_VARIANT))
 
 
 def _int(v: object) -> int | None:
@@ -232,7 +234,9 @@ class Cell:
     vs_none: dict[str, Comparison] = field(default_factory=dict)  # against NO_SCALING, same variant and length
     none_seeds: list[int] = field(default_factory=list)
     vs_reference: dict[str, Comparison] = field(default_factory=dict)  # against reference_for(variant)
+    reference_seeds: list[int] = field(default_factory=list)
     vs_random: dict[str, Comparison] = field(default_factory=dict)  # documents packing against random
+    random_seeds: list[int] = field(default_factory=list)
     #: comparison (``vs_none``, ...) -> the targets its counterpart was evaluated on, none of them this cell's: n/a
     other_targets: dict[str, list[Targets]] = field(default_factory=dict)
 
@@ -467,11 +471,11 @@ def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
         reference = reference_for(c.variant)
         ref = None if c.variant == reference else _counterpart(report, c, "vs_reference", reference, c.scaling)
         if ref is not None:
-            c.vs_reference = _compare(c, ref, VS_VARIANT)[0]
+            c.vs_reference, c.reference_seeds = _compare(c, ref, VS_VARIANT)
         counterpart = random_counterpart(c.variant)
         ref = None if counterpart is None else _counterpart(report, c, "vs_random", counterpart, c.scaling)
         if ref is not None:
-            c.vs_random = _compare(c, ref, VS_VARIANT)[0]
+            c.vs_random, c.random_seeds = _compare(c, ref, VS_VARIANT)
     return report
 
 
@@ -500,11 +504,15 @@ def _summary_text(c: Cell | None, metric: str) -> str:
     return f"{num(s.mean)}{sd}{ci}"
 
 
-def _delta_text(d: Comparison | None) -> str:
+def _delta_text(d: Comparison | None, n: int | None = None) -> str:
+    """``+0.0123 [lo, hi]``; ``(Welch)`` unpaired; ``(2 of 3 seeds paired)`` where the pairing used fewer seeds than
+    the cell holds (the counterpart lacks some), so a Δ is never read as over all of the cell's seeds."""
     if d is None:
         return "-"
     ci = "n=1" if d.ci is None else f"[{signed(d.ci[0])}, {signed(d.ci[1])}]"
-    return f"{signed(d.delta)} {ci}" + (" (Welch)" if d.method == WELCH else "")
+    fewer = d.method != WELCH and n is not None and d.n < n
+    return (f"{signed(d.delta)} {ci}" + (" (Welch)" if d.method == WELCH else "")
+            + (f" ({d.n} of {n} seeds paired)" if fewer else ""))
 
 
 def _seeds(values: dict) -> str:
@@ -637,7 +645,7 @@ def _comparison_table(report: LengthReport, rows: Sequence[tuple[str, str, Targe
         c = report.cell(v, s, L, t)
         if c is not None and attr in c.other_targets and c.values.get(metric):
             return "n/a"
-        return _delta_text(None if c is None else getattr(c, attr).get(metric))
+        return _delta_text(None if c is None else getattr(c, attr).get(metric), None if c is None else c.n)
 
     return md_table(["Variant", "Scaling", *map(str, lengths)],
                     [[v, report.row_label(s, t), *(text(v, s, t, L) for L in lengths)] for v, s, t in rows])
@@ -749,9 +757,9 @@ def _csv_rows(report: LengthReport) -> list[list[Any]]:
                          _pairing_text(c, "vs_none"), " ".join(map(str, c.none_seeds)),
                          *_comparison_values(c.vs_none, VS_NONE),
                          reference_for(variant) if c.vs_reference else None, _pairing_text(c, "vs_reference"),
-                         *_comparison_values(c.vs_reference, VS_VARIANT),
+                         " ".join(map(str, c.reference_seeds)), *_comparison_values(c.vs_reference, VS_VARIANT),
                          random_counterpart(variant) if c.vs_random else None, _pairing_text(c, "vs_random"),
-                         *_comparison_values(c.vs_random, VS_VARIANT)])
+                         " ".join(map(str, c.random_seeds)), *_comparison_values(c.vs_random, VS_VARIANT)])
     return rows
 
 

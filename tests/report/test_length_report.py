@@ -455,3 +455,20 @@ def test_a_nonfinite_evaluation_is_left_out_and_named(tmp_path: Path):
     text = length_markdown(report)
     assert (f"1 evaluation(s) have a nan/inf value, left out of the statistics: {PARTIAL} · {YARN} seed 1 at 64: "
             "val_loss, loss_beyond_train, degradation") in text
+
+
+def test_a_comparison_paired_on_fewer_seeds_than_its_cell_says_how_many(tmp_path: Path):
+    """The reference lacks seed 2's evaluation without scaling: the full rotation (seeds 0-2) pairs with it on seeds
+    0 and 1, and its Δ says so (it read as a Δ over the row's three seeds); the CSV names the seeds paired."""
+    sweep = planted_sweep(tmp_path)
+    path = next(p for p in sweep.rglob("eval_lengths/none.json")
+                if (d := json.loads(p.read_text()))["seed"] == 2 and d["rope_label"] == PARTIAL
+                and d["packing"] == "random")
+    path.unlink()
+    report = build_length_report([sweep])
+    write_length_report(report, sweep)
+    table = section(length_markdown(report), f"Variant {MINUS} {PARTIAL}, same packing, scaling and length")
+    row = next(ln for ln in table.splitlines() if ln.startswith(f"| {FULL} | none |"))
+    assert row.count("(2 of 3 seeds paired)") == 1, row  # at 64, the one length beyond T
+    r = rows(sweep / CSV_FILE)[(FULL, "none", 64)]
+    assert (r["n"], r["vs_reference_pairing"], r["vs_reference_seeds"]) == ("3", "paired", "0 1")
