@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rope.base import on_device_of
+
 # dtype -> (explicit mantissa bits, smallest positive subnormal)
 _GRIDS = {
     torch.bfloat16: (7, 2.0**-133),
@@ -31,6 +33,9 @@ def ulp(x: Tensor, dtype: torch.dtype) -> Tensor:
         mant, tiny = _GRIDS[dtype]
     except KeyError:
         raise ValueError(f"ulp: no number grid for {dtype}; known: {', '.join(map(str, _GRIDS))}") from None
-    _, e = torch.frexp(x.detach().double().abs())
-    spacing = torch.ldexp(torch.ones_like(e, dtype=torch.float64), e - 1 - mant)
-    return torch.where(x.detach() == 0, tiny, torch.clamp(spacing, min=tiny))
+    # on x's GPU made current: torch.ldexp (torch 2.11) runs on the current device whatever its tensors' device, so
+    # on cuda:1 while cuda:0 is current it read out of bounds (an illegal memory access)
+    with on_device_of(x):
+        _, e = torch.frexp(x.detach().double().abs())
+        spacing = torch.ldexp(torch.ones_like(e, dtype=torch.float64), e - 1 - mant)
+        return torch.where(x.detach() == 0, tiny, torch.clamp(spacing, min=tiny))
