@@ -17,7 +17,8 @@ entry) and ``liger`` (Liger-Kernel's kernels called natively, where it computes 
 
 Forward: the module call. Backward: the autograd backward of that call's graph, kept for the repetitions (what a
 training step runs); Liger: its backward kernel. Bytes: q and k read once and written once. Every output is
-checked against the float32 ``torch`` reference (``max_err``; above 0.25 the row is flagged WRONG in the log).
+checked against the float32 ``torch`` reference (``max_err``; above 0.25, or an output of another dtype or shape
+than the reference's, which makes ``max_err`` inf, the row is flagged WRONG in the log).
 One row per (configuration, implementation, direction) is appended to ``bench/results/kernel.csv`` as soon as its
 configuration is measured, so a run cut short keeps what it measured. ``--jobs N`` compiles every configuration in
 N processes first (Triton's and Inductor's on-disk caches), then times them one after another in this one.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import multiprocessing
 import sys
 from collections.abc import Callable
@@ -184,7 +186,22 @@ def applies(name: str, cfg: Config) -> bool:
     return name != LIGER or cfg.case == "plain"
 
 
+def mismatch(got: tuple, want: tuple) -> str:
+    """How the outputs (q, k, dq, dk) differ from the reference's in shape or dtype, in a few words; '' when they
+    agree. Why apart from :func:`max_err`: a float32 output of bf16 inputs is exact in value, yet it writes twice the
+    bytes the row counts and is no rotation in the inputs' dtype; and a wrong shape may broadcast against the
+    reference's."""
+    for name, a, b in zip(("q", "k", "dq", "dk"), got, want, strict=True):
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return f"{name}: {str(a.dtype).removeprefix('torch.')} {tuple(a.shape)}, " \
+                   f"expected {str(b.dtype).removeprefix('torch.')} {tuple(b.shape)}"
+    return ""
+
+
 def max_err(got: tuple, want: tuple) -> float:
+    """The largest absolute difference from the reference's outputs; inf where their shapes or dtypes differ."""
+    if mismatch(got, want):
+        return math.inf
     return max((a.float() - b.float()).abs().max().item() for a, b in zip(got, want, strict=True))
 
 
@@ -202,7 +219,8 @@ def measure_config(cfg: Config, impls: list[str], args: argparse.Namespace, time
         try:
             with harness.tuning(args.tuning):
                 run = build_runner(name, cfg, x, args.compile_backend)
-                err = max_err(run.outputs(), want)
+                got = run.outputs()
+                wrong, err = mismatch(got, want), max_err(got, want)
                 times = {"forward": timer(run.forward), "backward": timer(run.backward)}
                 plan = run.plan()
         except Exception as exc:  # one implementation failing (a shape it cannot compile) must not lose the others
@@ -216,7 +234,7 @@ def measure_config(cfg: Config, impls: list[str], args: argparse.Namespace, time
                          "elements": x.q.numel(), "time_us": us, "gbps": gbps, "copy_gbps": copy_gbps,
                          "pct_copy_bw": 100 * gbps / copy_gbps, "max_err": err, "tuning": args.tuning_text,
                          "plan": plan})
-        flag = "" if err <= MAX_ERR else f" WRONG (max_err {err:.3g})"
+        flag = f" WRONG ({wrong})" if wrong else "" if err <= MAX_ERR else f" WRONG (max_err {err:.3g})"
         summary.append(f"{name} {rows[-2]['pct_copy_bw']:.1f}/{rows[-1]['pct_copy_bw']:.1f}{flag}")
     log(f"{cfg} {x.shape}: fwd/bwd % of copy  " + "  ".join(summary))
     if COMPILED in impls:

@@ -55,7 +55,9 @@ def rotary_module(impl: str, head_dim: int, seq_len: int, theta: float = 10000.0
     (:func:`apply` passes ``"q.shape[-1]"``, as its caller gave q, not a head_dim).
     """
     device = torch.device(device)
-    key = (impl, head_dim, seq_len, theta, variant, device)
+    # the types too: 16.0, np.int64(16) and True hash and compare equal to the ints 16 and 1, so without them a value
+    # the build refuses would be handed the module built for the int, and be refused or not by what ran before
+    key = (impl, head_dim, seq_len, theta, variant, device, tuple(map(type, (impl, head_dim, seq_len, theta, variant))))
     try:
         module = _MODULES.pop(key, None)  # popped and put back last: the most recently used
     except TypeError:  # an unhashable argument: the build below names it

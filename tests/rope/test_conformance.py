@@ -6,7 +6,8 @@ Each is checked against ``formula64``, an independent float64 transcription of d
 "Reference semantics" (nothing imported from ``rope``): forward and backward (against the formula's
 autograd), both variants, positions None / (T,) / (B, T), strided views (a fused qkv projection,
 a transposed layout, a stride-2 head dim), k with fewer heads, ``rotate_qkv``, q alone, odd sizes,
-outputs poisoned with NaN (``poison_outputs``), and the errors of bad builds and bad calls. An entry that runs
+outputs poisoned with NaN (``poison_outputs``), inputs left unwritten, the module under ``torch.compile``
+(forward and backward), and the errors of bad builds and bad calls. An entry that runs
 another's code on some input dtype (``SAME_CODE``) is tested on that dtype as the other.
 
 An entry declares its arithmetic through ``describe()["compute_dtype"]``, and that picks its bound:
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 
 import pytest
 import torch
@@ -155,12 +157,27 @@ def build(name: str, opts: dict, D: int, max_seq_len: int, device: torch.device,
 
 
 def arithmetic(r: rope.RotaryEmbedding, dtype: torch.dtype) -> torch.dtype | None:
-    """The dtype ``r`` effectively computes in on ``dtype`` inputs (the coarser of the two); None = identity."""
+    """The arithmetic ``r`` is held to on ``dtype`` inputs (it picks the bound); None = identity.
+
+    A float32 (or float64) computation is held to its own dtype whatever the input's: it rounds once into a bf16 or
+    fp16 output, so it must land within one ulp of the exact result, not within the low-precision bound (taking the
+    coarser of the two here would give every float32 entry on bf16 inputs the bound of bf16 arithmetic, and an entry
+    declaring float32 while computing in bf16 would pass). A low-precision computation is held to the coarser of it
+    and the input (torch computing in float16 still rounds a bf16 output to bf16).
+    """
     declared = r.describe()["compute_dtype"]
     if declared == "none":
         return None
     compute = dtype if declared == "input" else getattr(torch, declared)
+    if torch.finfo(compute).eps <= torch.finfo(torch.float32).eps:
+        return compute
     return compute if torch.finfo(compute).eps > torch.finfo(dtype).eps else dtype
+
+
+def coarser(arith: torch.dtype, dtype: torch.dtype) -> bool:
+    """Whether arithmetic ``arith`` is coarser than the input ``dtype``: then even a zero-frequency pair comes out
+    rounded, not bit for bit."""
+    return torch.finfo(arith).eps > torch.finfo(dtype).eps
 
 
 def assert_conforms(out: torch.Tensor, ref64: torch.Tensor, scale: torch.Tensor, arith: torch.dtype,
@@ -179,9 +196,12 @@ def assert_conforms(out: torch.Tensor, ref64: torch.Tensor, scale: torch.Tensor,
         err = (out.double() - rounded.double()).abs()
         bound = ulp(rounded, dtype) + FLOAT32_EVAL * scale
     bad = err > bound
+    # a float32 bound missed on low-precision inputs only: most likely arithmetic in the input dtype, undeclared
+    hint = ("; an implementation computing in the input's precision declares it: describe()['compute_dtype'] = "
+            "'input'" if arith in (torch.float32, torch.float64) and dtype != torch.float32 else "")
     assert not bad.any(), (
         f"{what} ({dtype}, {arith} arithmetic): {int(bad.sum())} of {bad.numel()} elements beyond the bound, "
-        f"worst {(err / bound).max().item():.3g}x the bound (max abs error {err.max().item():.3g})"
+        f"worst {(err / bound).max().item():.3g}x the bound (max abs error {err.max().item():.3g}){hint}"
     )
 
 
@@ -190,6 +210,15 @@ def assert_passes_through(y: torch.Tensor, x: torch.Tensor) -> None:
     quarter = x.shape[-1] // 4
     assert torch.equal(y[..., quarter : 2 * quarter], x[..., quarter : 2 * quarter].detach())
     assert torch.equal(y[..., 3 * quarter :], x[..., 3 * quarter :].detach())
+
+
+def assert_inputs_unchanged(names: tuple[str, ...], inputs: tuple[torch.Tensor, ...],
+                            before: list[torch.Tensor]) -> None:
+    """The call left its inputs as they were: an implementation that writes its result into q or k (or into the
+    projection they are views of) corrupts v and the caller's tensors, and would otherwise show as a wrong forward,
+    the formula being evaluated on the overwritten input."""
+    for name, x, was in zip(names, inputs, before, strict=True):
+        assert torch.equal(x.detach(), was), f"{name}: the call wrote into its input (outputs must be new tensors)"
 
 
 def _leaf64(x: torch.Tensor) -> torch.Tensor:
@@ -204,7 +233,9 @@ def check_against_formula(r: rope.RotaryEmbedding, memory: str, pos_kind: str, d
     or None for the identity (after checking it returned its inputs)."""
     q, k = make_inputs(memory, B, T, HQ, HK, r.head_dim, dtype, device)
     pos = make_positions(pos_kind, B, T, max_seq_len, device)
+    before = [x.detach().clone() for x in (q, k)]
     yq, yk = r(q, k, positions=pos)
+    assert_inputs_unchanged(("q", "k"), (q, k), before)
     arith = arithmetic(r, dtype)
     if arith is None:
         assert yq is q and yk is k
@@ -245,7 +276,7 @@ def test_forward_and_backward_match_formula(name, opts, case, device):
     if got is None:
         return
     (yq, yk, dq, dk), (q, k, gq, gk), pos, arith = got
-    if variant == "partial" and arith == dtype:
+    if variant == "partial" and not coarser(arith, dtype):
         assert_passes_through(yq, q)
         assert_passes_through(yk, k)
     if layout == "gqa":  # k's rotation does not depend on q (or its head count)
@@ -276,8 +307,38 @@ def test_head_dims(name, opts, variant, D, device):
     assert_conforms(y, ref, pair_scale(x), arith, x.dtype, "forward")
     if variant == "partial":  # the first quarter does rotate (beyond position 0), the rest passes
         assert not torch.allclose(y[:, 1:, :, : D // 4], x[:, 1:, :, : D // 4])
-        if arith == x.dtype:
+        if not coarser(arith, x.dtype):
             assert_passes_through(y, x)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name,opts", [e for e in ENTRIES if not _runs_as_another(e, torch.float32)])
+def test_the_base_and_the_scaling_built_are_the_ones_rotated_by(name, opts, variant, device):
+    """Every other test builds with the default base 10000: an implementation computing its own frequencies with
+    that base, rather than reading the tables the module was built with, would pass them all and train
+    ``rope.base=500000`` (or a scaled context) with the wrong rotation. Built with base 500 (and, where the entry
+    takes ``scaling``, linear scaling by 4: positions divided by 4), against formula64 of the same."""
+    check_base_and_scaling(lambda **extra: build(name, {**opts, **extra}, 16, 12, device, variant), variant, device)
+
+
+def check_base_and_scaling(make, variant: str, device: torch.device) -> None:
+    """``make(base=..., scaling=...)`` (a head_dim 16, max_seq_len 12 module) rotates by the tables of that base and
+    scaling, or refuses ``scaling`` by name and rotates by that base."""
+    D, T, max_seq_len, base = 16, 7, 12, 500.0
+    try:
+        r, factor = make(base=base, scaling={"type": "linear", "factor": 4.0}), 4.0
+    except rope.RopeArgumentError as e:  # an entry without the option refuses it by name
+        assert e.argument == "scaling", e
+        r, factor = make(base=base), 1.0
+    x = torch.randn(2, T, 3, D, device=device)
+    pos = torch.randint(0, max_seq_len, (2, T), device=device)
+    y = r(x, positions=pos)
+    arith = arithmetic(r, x.dtype)
+    if arith is None:
+        assert y is x
+        return
+    ref = formula64(x, pos.double() / factor, base, variant)
+    assert_conforms(y, ref, pair_scale(x), arith, x.dtype, f"forward with base={base:g}, linear scaling x{factor:g}")
 
 
 @pytest.mark.parametrize("name,opts", ENTRIES)
@@ -329,6 +390,115 @@ def test_q_alone(name, opts, dtype, device):
     (dq64,) = torch.autograd.grad(y64, q64, g.double())
     assert_conforms(y, y64, pair_scale(q), arith, dtype, "forward")
     assert_conforms(dq, dq64, pair_scale(g), arith, dtype, "backward")
+
+
+#: Entries that ``torch.compile`` cannot trace under Triton's interpreter (on the CPU): their kernels launch from
+#: Python, not through custom ops, and the interpreter's launch is not traceable.
+NOT_TRACEABLE_INTERPRETED = {"liger": "Liger's kernel launches from Python, and Triton's interpreter cannot be traced"}
+
+
+@pytest.mark.parametrize("name,opts", [e for e in ENTRIES if not _runs_as_another(e, torch.float32)])
+def test_compiled_matches_formula(name, opts, device):
+    """``torch.compile(r)`` (the trainer compiles the model, ``train.compile``) rotates as the formula says, forward
+    and backward: an implementation that fails to trace, or whose traced graph computes something else than its eager
+    code (a branch on ``torch.compiler.is_compiling()``, state read at trace time), is caught here. AOT-autograd
+    without Inductor's code generation: the graph is what is checked, and on a CPU it builds no C++."""
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1" and name in NOT_TRACEABLE_INTERPRETED:
+        pytest.skip(NOT_TRACEABLE_INTERPRETED[name])
+    check_compiled(build(name, opts, 16, 12, device), device)
+
+
+def check_compiled(r: rope.RotaryEmbedding, device: torch.device) -> None:
+    """``torch.compile(r, backend="aot_eager")`` of q, k (GQA) at (B, T) positions, forward and backward against
+    formula64 (``r`` built for head_dim 16, max_seq_len 12)."""
+    name, (B, T, D, max_seq_len) = r.registry_name, (2, 5, r.head_dim, r.max_seq_len)
+    q = torch.randn(B, T, 3, D, device=device, requires_grad=True)
+    k = torch.randn(B, T, 1, D, device=device, requires_grad=True)
+    pos = torch.randint(0, max_seq_len, (B, T), device=device)
+    torch._dynamo.reset()
+    try:
+        yq, yk = torch.compile(r, backend="aot_eager")(q, k, positions=pos)
+    except Exception as e:  # noqa: BLE001 - any failure to trace is the finding, named in one line
+        pytest.fail(f"rope={name} fails under torch.compile: {type(e).__name__}: {str(e).splitlines()[0]}")
+    arith = arithmetic(r, torch.float32)
+    if arith is None:
+        return
+    gq, gk = torch.randn_like(yq), torch.randn_like(yk)
+    dq, dk = torch.autograd.grad((yq, yk), (q, k), (gq, gk))
+    q64, k64 = _leaf64(q), _leaf64(k)
+    rq, rk = (formula64(x, pos, r.base, "partial") for x in (q64, k64))
+    rdq, rdk = torch.autograd.grad((rq, rk), (q64, k64), (gq.double(), gk.double()))
+    for what, out, ref, like in (("compiled q forward", yq, rq, q), ("compiled k forward", yk, rk, k),
+                                 ("compiled q backward", dq, rdq, gq), ("compiled k backward", dk, rdk, gk)):
+        assert_conforms(out, ref, pair_scale(like), arith, torch.float32, what)
+
+
+class _Rotation(rope.RotaryEmbedding):
+    """Wrong implementations the checks above must catch (never registered): the reference rotation, computed in
+    ``self.arith``, written into the input when ``self.in_place``, otherwise than eagerly under torch.compile
+    when ``self.compiled_differs``, and with tables of its own (base 10000, no scaling) when ``self.own_tables``."""
+
+    arith, in_place, compiled_differs, own_tables = torch.float32, False, False, False
+
+    def rotate(self, q, k, positions):
+        from rope.reference import gather_tables, rotate_half_split
+
+        cos, sin = self.cos, self.sin
+        if self.own_tables:  # frequencies of its own, with the default base, instead of the tables built
+            theta = torch.outer(torch.arange(self.max_seq_len, dtype=torch.float64),
+                                rope.rope_frequencies(self.head_dim, 10000.0, self.variant))
+            cos, sin = theta.cos().float().to(q.device), theta.sin().float().to(q.device)
+        cos, sin = gather_tables(positions, q.shape[1], cos, sin)
+        if self.compiled_differs and torch.compiler.is_compiling():
+            cos, sin = sin, cos
+
+        def one(x):
+            y = rotate_half_split(x.to(self.arith), cos.to(self.arith), sin.to(self.arith)).to(x.dtype)
+            return x.detach().copy_(y) if self.in_place else y
+
+        return one(q), None if k is None else one(k)
+
+
+def _wrong(D: int, max_seq_len: int, device: torch.device, build: dict | None = None,
+           **flags: object) -> rope.RotaryEmbedding:
+    r = _Rotation(D, max_seq_len, **(build or {})).to(device)
+    for key, value in flags.items():
+        setattr(r, key, value)
+    return r
+
+
+def test_a_float32_entry_computing_in_bf16_is_caught(device):
+    """An entry declaring float32 arithmetic (the default ``describe()``) is held to one ulp on bf16 inputs, as the
+    docs say: one computing in bf16 is caught, though it passes the bound of bf16 arithmetic."""
+    torch.manual_seed(0)
+    r = _wrong(48, 12, device, arith=torch.bfloat16)
+    with pytest.raises(AssertionError, match=r"q forward \(torch.bfloat16, torch.float32 arithmetic\)"):
+        check_against_formula(r, "contiguous", "bt", torch.bfloat16, "partial", 4, 7, 3, 3, 12, device)
+    check_against_formula(_wrong(48, 12, device), "contiguous", "bt", torch.bfloat16, "partial", 4, 7, 3, 3, 12,
+                          device)
+
+
+def test_a_write_into_the_input_is_named(device):
+    """An entry that writes its result into q is told so, not that its forward is wrong."""
+    r = _wrong(16, 12, device, in_place=True)
+    with pytest.raises(AssertionError, match="q: the call wrote into its input"):
+        check_against_formula(r, "contiguous", "t", torch.float32, "partial", 2, 5, 3, 3, 12, device)
+
+
+def test_a_compiled_graph_computing_otherwise_is_caught(device):
+    """An entry whose traced graph differs from its eager code passes every eager check, and is caught here."""
+    check_compiled(_wrong(16, 12, device), device)
+    with pytest.raises(AssertionError, match="compiled q forward"):
+        check_compiled(_wrong(16, 12, device, compiled_differs=True), device)
+
+
+def test_a_kernel_with_tables_of_its_own_is_caught(device):
+    """An entry computing its frequencies with the default base, not reading the tables it was built with, passes
+    every test built with that base, and is caught by the one built with another base and a scaling."""
+    check_base_and_scaling(lambda **extra: _wrong(16, 12, device, {"variant": "full", **extra}), "full", device)
+    with pytest.raises(AssertionError, match="forward with base=500, linear scaling x4"):
+        check_base_and_scaling(lambda **extra: _wrong(16, 12, device, {"variant": "full", **extra}, own_tables=True),
+                               "full", device)
 
 
 # -- layouts and partial rotation ------------------------------------------------------------------------
@@ -386,7 +556,7 @@ def test_layouts_and_rotary_dim(name, opts, case, device):
     if got is None:
         return
     (yq, yk, dq, dk), (q, k, gq, gk), _, arith = got
-    if R is not None and arith == dtype:  # the elements beyond rotary_dim come out bit for bit
+    if R is not None and not coarser(arith, dtype):  # the elements beyond rotary_dim come out bit for bit
         assert torch.equal(yq[..., R:], q[..., R:].detach()) and torch.equal(dk[..., R:], gk[..., R:])
 
 
@@ -549,9 +719,16 @@ def test_out_of_range_positions_give_nan_rows(name, opts, device):
         return
     x = torch.randn(1, 4, 2, 32, device=device)
     pos = torch.tensor([0, 16, 5, -1], device=device)
-    y, _ = r.rotate(x, None, pos)
+    how = "rope.reference.gather_cos_sin(self.cos, positions, T) reads the rows so"
+    try:
+        y, _ = r.rotate(x, None, pos)
+    except (IndexError, RuntimeError) as e:
+        pytest.fail(f"rope={name}: positions 16 and -1, outside its table of 16 rows, raised {type(e).__name__} "
+                    f"({str(e).splitlines()[0]}); they must give NaN rows ({how})")
     rotated = y[..., :8]  # the first quarter has nonzero frequencies
-    assert rotated[:, [1, 3]].isnan().all() and not y[:, [0, 2]].isnan().any()
+    assert rotated[:, [1, 3]].isnan().all(), (f"rope={name}: positions 16 and -1, outside its table of 16 rows, must "
+                                              f"give NaN rows, not another row's rotation ({how})")
+    assert not y[:, [0, 2]].isnan().any(), f"rope={name}: NaN in the rows of positions 0 and 5, inside the table"
 
 
 @pytest.mark.parametrize("name,opts", ENTRIES)

@@ -111,3 +111,34 @@ def test_trains_through_hydra(plugin):
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-4000:])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["rope"] == "throwaway", summary
+
+
+
+def test_the_kernel_benchmark_flags_an_output_of_another_dtype(monkeypatch):
+    """``bench.kernel`` times an implementation of one's own (``--impls <name>``) and checks its outputs: one that
+    returns float32 for bf16 inputs is exact in value, yet writes twice the bytes its row counts; its row is flagged
+    WRONG, naming the dtype, and its ``max_err`` is inf."""
+    import argparse
+
+    import torch
+
+    import rope
+    from bench import kernel
+    from rope.reference import gather_tables, rotate_half_split
+
+    class Float32Out(rope.RotaryEmbedding):
+        def rotate(self, q, k, positions):
+            cos, sin = gather_tables(positions, q.shape[1], self.cos, self.sin)
+            return rotate_half_split(q.float(), cos, sin), rotate_half_split(k.float(), cos, sin)
+
+    monkeypatch.setitem(rope.registry._REGISTRY, "float32_out", Float32Out)
+    monkeypatch.setattr(Float32Out, "registry_name", "float32_out")
+    args = argparse.Namespace(elements=256, seq_len=8, heads=(2, 2), dtype=torch.bfloat16, device=torch.device("cpu"),
+                              tuning={}, tuning_text="", compile_backend="aot_eager")
+    lines: list[str] = []
+    rows = kernel.measure_config(kernel.Config(16, "partial", "plain"), ["torch", "float32_out"], args,
+                                 lambda fn: fn() and 1.0, 100.0, {}, lines.append)
+    errors = {row["implementation"]: row["max_err"] for row in rows}
+    assert errors["float32_out"] == float("inf") and errors["torch"] == 0, errors
+    assert lines[-1].endswith("torch 2.0/2.0  float32_out 2.0/2.0 WRONG (q: float32 (1, 8, 2, 16), expected bfloat16 "
+                              "(1, 8, 2, 16))"), lines

@@ -76,6 +76,20 @@ def test_bad_arguments_name_the_argument(kwargs, argument, message):
         rope.apply(q[0], q[0], 16)
 
 
+@pytest.mark.parametrize("seq_len,given", [(16, 16.0), (16, "np.int64(16)"), (1, True)])
+def test_a_refused_argument_stays_refused_after_a_call_with_its_int(seq_len, given):
+    """16.0, np.int64(16) and True compare and hash equal to the ints 16 and 1: a module built for the int must not be
+    handed to them. They are refused with or without an earlier call, not accepted by what ran before."""
+    import numpy as np
+
+    given = np.int64(16) if given == "np.int64(16)" else given
+    q = torch.randn(1, 1, 2, 8)
+    rope.apply(q, None, seq_len)
+    with pytest.raises(rope.RopeArgumentError, match="seq_len must be a positive") as e:
+        rope.apply(q, None, given)
+    assert e.value.argument == "seq_len"
+
+
 def test_the_module_cache_stays_small():
     q = torch.randn(1, 2, 1, 8)
     for length in range(4, 4 + functional.CACHE_SIZE + 5):
