@@ -17,7 +17,7 @@ whose name does not start with an underscore, and an implementation registers it
 """
 
 from rope.base import RopeArgumentError, RotaryEmbedding, label, rope_frequencies
-from rope.registry import available, build, check_args, discover, get, register
+from rope.registry import available, build, check_args, discover, get, load_plugins, register
 
 discover(__name__, __path__)
 
@@ -44,3 +44,6 @@ __all__ = [
     "rope_frequencies",
     "rope_triton",
 ]
+
+# last: a plugin module may use any of the above (``import rope; @rope.register(...)``)
+load_plugins()  # implementations installed packages declare (entry points "ropelab.rope")

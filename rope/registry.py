@@ -2,13 +2,15 @@
 
 Adding an implementation is one file under ``rope/`` with one ``@register("name")`` decorator:
 importing ``rope`` imports every module of the package (:func:`discover`), so there is no list to
-edit. The training application only ever goes through :func:`build` / :func:`check_args`, so it
+edit; a package of its own declares its module under the ``ropelab.rope`` entry points
+(:func:`load_plugins`). The training application only ever goes through :func:`build` / :func:`check_args`, so it
 never imports a kernel directly.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import pkgutil
 from collections.abc import Callable, Iterable
 from typing import TypeVar
@@ -57,6 +59,30 @@ def discover(package: str, path: Iterable[str]) -> list[str]:
     for name in names:
         importlib.import_module(f"{package}.{name}")
     return names
+
+
+#: The entry-point group through which an installed package adds implementations, in its pyproject.toml:
+#: ``[project.entry-points."ropelab.rope"]`` ``my_rope = "my_package.my_rope"`` (the module uses ``@register``).
+PLUGIN_GROUP = "ropelab.rope"
+
+
+def load_plugins(group: str = PLUGIN_GROUP) -> list[str]:
+    """Import what installed packages declare under the ``group`` entry points; returns their names.
+
+    Why: an implementation kept in a package of its own (not a file in this checkout's ``rope/``) registers as one
+    here does, when its module is imported; the entry point is how ``import rope`` finds it, as pytest and Hydra
+    find their plugins. A plugin that fails to import is an error naming it and its package, not a silently
+    missing entry (as for :func:`discover`)."""
+    loaded = []
+    for ep in sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name):
+        try:
+            ep.load()
+        except Exception as e:
+            dist = f" (package {ep.dist.name})" if getattr(ep, "dist", None) is not None else ""
+            detail = " ".join(f"{type(e).__name__}: {e}".split())
+            raise ImportError(f"RoPE plugin {ep.name!r} = {ep.value!r}{dist} failed to import: {detail}") from e
+        loaded.append(ep.name)
+    return loaded
 
 
 def available() -> list[str]:

@@ -97,3 +97,47 @@ def test_ulp(dtype, values, spacing):
     assert ulp(x.double(), dtype).tolist() == spacing  # the grid is the dtype's, not the tensor's
     with pytest.raises(ValueError, match="no number grid"):
         ulp(x, torch.int32)
+
+
+def _plugin_package(root: Path, body: str) -> None:
+    """An installed distribution ``ropeplug`` on ``root`` (a sys.path entry): its module and a dist-info whose entry
+    point ``ropelab.rope`` names it, as ``pip install`` of a package declaring it in pyproject.toml leaves them."""
+    (root / "ropeplug.py").write_text(body)
+    info = root / "ropeplug-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ropeplug\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[ropelab.rope]\nplug_rope = ropeplug\n")
+
+
+PLUGIN = """
+from rope.reference import TorchRotary
+from rope.registry import register
+
+@register("plug_rope")
+class PlugRope(TorchRotary):
+    pass
+"""
+
+
+def test_an_installed_package_adds_an_implementation_through_its_entry_point(tmp_path):
+    """A package of its own, not a file in this checkout: ``import rope`` imports what it declares under the
+    ``ropelab.rope`` entry points, so its name is listed and builds (here in a fresh process)."""
+    import subprocess
+
+    _plugin_package(tmp_path, PLUGIN)
+    code = "import rope; print(rope.available()); print(type(rope.build('plug_rope', 16, 8)).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    listed, built = out.stdout.splitlines()[-2:]
+    assert "'plug_rope'" in listed and built == "PlugRope"
+
+
+def test_a_plugin_that_fails_to_import_is_named(tmp_path, monkeypatch):
+    from rope import registry
+
+    _plugin_package(tmp_path, "raise RuntimeError('no GPU library here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ImportError, match=r"^RoPE plugin 'plug_rope' = 'ropeplug' \(package ropeplug\) failed to "
+                                          r"import: RuntimeError: no GPU library here$"):
+        registry.load_plugins()
