@@ -113,7 +113,6 @@ def test_trains_through_hydra(plugin):
     assert summary["rope"] == "throwaway", summary
 
 
-
 def test_the_kernel_benchmark_flags_an_output_of_another_dtype(monkeypatch):
     """``bench.kernel`` times an implementation of one's own (``--impls <name>``) and checks its outputs: one that
     returns float32 for bf16 inputs is exact in value, yet writes twice the bytes its row counts; its row is flagged
