@@ -257,12 +257,10 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         for opt, opt_state in zip(self.optimizers, state["optimizers"], strict=True):
             opt.load_state_dict(opt_state)
-        set_rng_state(state["rng"])
         self.step, self.totals = state["step"], TrainTotals.from_state(state.get("totals"))
         own = rank_rng_state(state, self.dist.rank, self.dist.world_size)
-        if own is not None:
-            set_rng_state(own)
-        else:  # a rank the checkpoint has no stream of: its own from this step
+        set_rng_state(state["rng"] if own is None else own)
+        if own is None:  # a rank the checkpoint has no stream of: its own from this step
             torch.manual_seed(runtime.rank_seed(self.cfg.seed, self.dist.rank, self.step))
         saved_val = state.get("last_val") or {}
         if saved_val.get("step") == self.step:  # evaluated at this step: a resume at the end need not eval again
