@@ -15,6 +15,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -104,6 +105,23 @@ def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO[Any]]:
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_open(path) as f:
         f.write(text)
+
+
+def write_files_whole(write: Callable[[Path], Path], out: Path) -> Path:
+    """``write(dir)`` (which writes a set of files, such as a report's Markdown, CSV and plots, and returns one of
+    them) into a temporary dir beside ``out``, then the files moved into ``out``; returns the moved path of the one
+    ``write`` returned. Why: Ctrl-C or a failure midway leaves ``out`` as it was, never a new Markdown file beside an
+    earlier report's plots and CSV."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial", dir=out.parent))
+    try:
+        named = write(tmp)
+        out.mkdir(exist_ok=True)
+        for f in sorted(tmp.iterdir()):
+            os.replace(f, out / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out / named.name
 
 
 def _no_nonfinite(value: float) -> None:

@@ -15,6 +15,9 @@ What is read and skipped: ``llm/data/sources/code_corpus.py``.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -61,10 +64,56 @@ def _refuse(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def _check_sizes_and_dirs(args: argparse.Namespace) -> None:
+    """Refuse, naming the flag, what would otherwise read every package to end in an empty corpus (sizes that no
+    file can meet, no package) or blame the installed packages (a --site-packages that is no directory)."""
+    if args.packages == []:  # --packages "" or ",": no distribution asked for, not all of them
+        _refuse("error: argument --packages: give at least one distribution name (leave it out for all)")
+    if args.min_chars < 0:
+        _refuse(f"error: argument --min-chars: must be >= 0, got {args.min_chars}")
+    if args.max_chars < max(args.min_chars, 1):
+        _refuse(f"error: argument --max-chars: must be >= 1 and >= --min-chars={args.min_chars}, got {args.max_chars}")
+    for d in args.site_packages or []:
+        if not Path(d).is_dir():
+            _refuse(f"error: argument --site-packages: {d} is not a directory")
+
+
+def _new_dir(out: Path) -> Path:
+    """A temporary directory beside ``out`` to write into, made before any work so that an unwritable place is
+    one line; renamed to ``out`` once the manifest is written, so that ``out`` never holds part of a corpus
+    (Ctrl-C or a failure midway leaves nothing for ``data=text_files`` to train on, nor to refuse the next try)."""
+    tmp = out.parent / f".{out.name}.partial{os.getpid()}"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as e:
+        _refuse(f"error: argument out: cannot create {out}: {e.strerror or e}")
+    return tmp
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.out.exists():
         _refuse(f"{args.out} exists: give a new directory")
+    _check_sizes_and_dirs(args)
+    tmp = _new_dir(args.out)
+    try:
+        _write(args, tmp)
+        tmp.rename(args.out)
+    except KeyboardInterrupt:
+        print(f"interrupted: nothing written to {args.out}", file=sys.stderr)
+        raise SystemExit(130) from None
+    except OSError as e:
+        _refuse(f"error: argument out: cannot write {args.out}: {e}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    m = json.loads((args.out / MANIFEST_NAME).read_text())
+    print(f"{m['documents']} files of {len(m['packages'])} packages, {m['characters'] / 1e6:.1f} MB of text, "
+          f"fingerprint {m['fingerprint'][:16]} -> {args.out} (data=text_files data.path={args.out})")
+
+
+def _write(args: argparse.Namespace, tmp: Path) -> None:
+    """Read the corpus and write its documents and manifest into ``tmp``."""
     try:
         if args.manifest is not None:
             corpus = rebuild_from_manifest(load_manifest(args.manifest), args.site_packages,
@@ -74,17 +123,15 @@ def main(argv: list[str] | None = None) -> None:
             corpus = read_corpus([f for name, d in dists.items() for f in package_files(name, d)],
                                  args.min_chars, args.max_chars)
     except DataError as e:  # the data config's words for the flags: data.packages is --packages here
-        _refuse(f"error: {str(e).replace('data.packages:', '--packages:', 1)}")
+        _refuse("error: " + str(e).replace("data.packages:", "--packages:", 1)
+                .replace("data.manifest=", "--manifest ").replace("data.manifest", "--manifest"))
     if len(corpus.ids) == 0:
         _refuse("no *.py files of the asked sizes in the installed packages")
     for doc_id, text in zip(corpus.ids, corpus.texts, strict=True):
-        path = args.out / f"{doc_id}.txt"
+        path = tmp / f"{doc_id}.txt"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, text)
-    write_json_atomic(args.out / MANIFEST_NAME, corpus.manifest)
-    m = corpus.manifest
-    print(f"{m['documents']} files of {len(m['packages'])} packages, {m['characters'] / 1e6:.1f} MB of text, "
-          f"fingerprint {m['fingerprint'][:16]} -> {args.out} (data=text_files data.path={args.out})")
+    write_json_atomic(tmp / MANIFEST_NAME, corpus.manifest)
 
 
 if __name__ == "__main__":

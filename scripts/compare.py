@@ -14,8 +14,10 @@ import argparse
 import logging
 import math
 import sys
+from pathlib import Path
 from typing import NoReturn
 
+from llm.fileio import write_files_whole
 from llm.report import (
     DEFAULT_ACC_MARGIN,
     DEFAULT_MARGIN,
@@ -95,10 +97,12 @@ def _left_out_line(failures: list, completed: int) -> str:
     return "; ".join([f"{count} run(s) {what}", *rest, f"the statistics use the {completed} completed run(s)"])
 
 
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; 0 when the report was written (failed runs are listed, not fatal), 2 on bad input."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("llm.report.write").setLevel(logging.WARNING)  # its "wrote ... in" names the temporary dir
     try:
         report = build_report(args.dirs, allow_mixed=args.allow_mixed, reference=args.reference,
                               margin=args.margin, acc_margin=args.acc_margin)
@@ -107,10 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         print(cli_error_line(e), file=sys.stderr)
         return 2
     try:
-        md = write_report(report, out)
+        md = write_files_whole(lambda d: write_report(report, d), Path(out))
     except OSError as e:
         print(f"error: argument --out: cannot write the report to {out}: {e.strerror or e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: {out} left as it was", file=sys.stderr)
+        return 130
     print(md.read_text())
     for r in report.failures:
         print(f"warning: {r.name}: {r.status}" + (f" - {r.message}" if r.message else ""), file=sys.stderr)

@@ -16,6 +16,9 @@ known=" tests suite bench step mfu small presets "
 for part in "${parts[@]}"; do  # every part checked before any work
   [[ $known == *" $part "* ]] || { echo "gpu_check.sh: unknown part '$part'; the parts are:${known% }" >&2; exit 2; }
 done
+# Without a GPU every part but the tests fails (and they skip the GPU tests), after minutes, with exit 0: refuse first.
+python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null || {
+  echo "gpu_check.sh: no CUDA GPU here (torch sees none): run it on a CUDA machine" >&2; exit 2; }
 mkdir -p "$dest"
 report="$dest/report.md"
 echo "# GPU check $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" > "$report"

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import NoReturn
 
+from llm.fileio import write_files_whole
 from llm.report import CompareError, cli_error_line, default_out_dir
 from llm.report.length import CSV_FILE, CURVES_FILE, POSITION_FILE, build_length_report, write_length_report
 
@@ -23,6 +25,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,10 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         print(cli_error_line(e), file=sys.stderr)
         return 2
     try:
-        md = write_length_report(report, out)
+        md = write_files_whole(lambda d: write_length_report(report, d), Path(out))
     except OSError as e:
         print(f"error: argument --out: cannot write the report to {out}: {e.strerror or e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: {out} left as it was", file=sys.stderr)
+        return 130
     print(md.read_text())
     print(f"report: {md} (+ {CSV_FILE}, {CURVES_FILE}, {POSITION_FILE} in {md.parent})")
     return 0

@@ -105,3 +105,23 @@ def test_a_file_is_refused_unless_it_is_a_runs_own(sweep: Path, capsys):
     assert err.count("\n") == 1 and err.startswith(f"error: argument DIR: {stray} is a file, not a run dir"), err
     run = next(p for p in sorted(sweep.iterdir()) if (p / "summary.json").is_file())
     assert main([str(run / "summary.json"), "--out", str(sweep.parent / "one")]) == 0
+
+
+def test_ctrl_c_while_writing_leaves_the_earlier_report_whole(sweep: Path, tmp_path: Path, capsys, monkeypatch):
+    """Ctrl-C while the plots were drawn left a new comparison.md beside the earlier report's .csv and plots (and a
+    traceback); the report is now written beside OUTDIR and moved in whole, and an interrupt leaves OUTDIR as it
+    was, in one line."""
+    cli, out = _load_cli(), tmp_path / "out"
+    assert cli.main([str(sweep), "--out", str(out)]) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+
+    def interrupted(report, out_dir):
+        (Path(out_dir) / "comparison.md").write_text("half of a new report")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "write_report", interrupted)
+    capsys.readouterr()
+    assert cli.main([str(sweep), "--out", str(out), "--margin", "0.05"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"interrupted: {out} left as it was"
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "sweep"]  # no temporary left

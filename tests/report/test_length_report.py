@@ -302,6 +302,26 @@ def test_script_rebuilds_the_report_and_refuses_bad_input_in_one_line(sweep, tmp
     assert capsys.readouterr().err.strip().startswith("error: no completed run under: ")
 
 
+
+def test_ctrl_c_while_writing_leaves_the_earlier_report_whole(sweep, tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the plots were drawn left a new length_report.md beside the earlier report's .csv and plots (and
+    a traceback); the report is now written beside OUTDIR and moved in whole, and an interrupt leaves OUTDIR as it
+    was, in one line."""
+    main, out = _load_cli(), tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+
+    def interrupted(report, out_dir):
+        (Path(out_dir) / MD_FILE).write_text("half of a new report")
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(main.__globals__, "write_length_report", interrupted)
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out)]) == 130
+    assert capsys.readouterr().err.strip() == f"interrupted: {out} left as it was"
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]  # no temporary left
+
 def _evaluated_run(path: Path, seed: int, **kwargs) -> Path:
     run = write_run(path, "torch", seed, 3.0, **kwargs)
     (run / "eval_lengths").mkdir()

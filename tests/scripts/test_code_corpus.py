@@ -72,3 +72,58 @@ def test_a_package_not_installed_is_named_by_the_flag_that_asked_for_it(tmp_path
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2 and err.startswith("error: --packages: nopkg not installed here"), err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--packages", ","], "--packages"),  # no name: read nothing, then blamed the installed packages
+        (["--min-chars", "-5"], "--min-chars"),
+        (["--min-chars", "100", "--max-chars", "10"], "--max-chars"),  # no file can be both: an empty corpus
+        (["--site-packages", "nosuchdir"], "--site-packages"),  # was blamed on the installed packages
+    ],
+)
+def test_bad_sizes_and_site_dirs_are_one_line_naming_the_flag(tmp_path, site, capsys, args, names):
+    args = [a.replace("nosuchdir", str(tmp_path / "nosuchdir")) for a in args]
+    with pytest.raises(SystemExit) as exit_:
+        code_corpus.main([str(tmp_path / "out"), "--site-packages", str(site), *args])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(f"error: argument {names}:") and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_manifest_is_named_by_its_flag(tmp_path, site, capsys):
+    """The data source says ``data.manifest=`` (its config key); this command's user wrote ``--manifest``."""
+    with pytest.raises(SystemExit) as exit_:
+        code_corpus.main([str(tmp_path / "out"), "--site-packages", str(site), "--manifest", str(tmp_path / "no.json")])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and err.startswith(f"error: --manifest {tmp_path / 'no.json'} is not a code"), err
+
+
+def test_an_unwritable_out_is_one_line(tmp_path, site, capsys):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as exit_:
+        code_corpus.main([str(tmp_path / "file" / "out"), "--site-packages", str(site)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("error: argument out: cannot create") and err.count("\n") == 1
+
+
+def test_an_interrupted_write_leaves_no_partial_corpus(tmp_path, site, capsys, monkeypatch):
+    """Ctrl-C midway left OUT with some documents and no manifest: ``data=text_files`` would train on part of the
+    corpus, and the next try was refused as "exists". Nothing is left now, and the next try writes it all."""
+    real, calls = code_corpus.write_text_atomic, []
+
+    def interrupted(path, text):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(path, text)
+
+    monkeypatch.setattr(code_corpus, "write_text_atomic", interrupted)
+    with pytest.raises(SystemExit) as exit_:
+        code_corpus.main([str(tmp_path / "out"), "--site-packages", str(site)])
+    assert exit_.value.code == 130 and "interrupted: nothing written" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+    monkeypatch.setattr(code_corpus, "write_text_atomic", real)
+    code_corpus.main([str(tmp_path / "out"), "--site-packages", str(site)])
+    assert len(list((tmp_path / "out").rglob("*.txt"))) == len(KEEP) and (tmp_path / "out" / MANIFEST_NAME).exists()
