@@ -14,10 +14,8 @@ import argparse
 import logging
 import math
 import sys
-from pathlib import Path
 from typing import NoReturn
 
-from llm.fileio import write_files_whole
 from llm.report import (
     DEFAULT_ACC_MARGIN,
     DEFAULT_MARGIN,
@@ -102,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     """Run the comparison; 0 when the report was written (failed runs are listed, not fatal), 2 on bad input."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("llm.report.write").setLevel(logging.WARNING)  # its "wrote ... in" names the temporary dir
     try:
         report = build_report(args.dirs, allow_mixed=args.allow_mixed, reference=args.reference,
                               margin=args.margin, acc_margin=args.acc_margin)
@@ -111,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(cli_error_line(e), file=sys.stderr)
         return 2
     try:
-        md = write_files_whole(lambda d: write_report(report, d), Path(out))
+        md = write_report(report, out)
     except OSError as e:
         print(f"error: argument --out: cannot write the report to {out}: {e.strerror or e}", file=sys.stderr)
         return 2

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import NoReturn
 
-from llm.fileio import write_files_whole
 from llm.report import CompareError, cli_error_line, default_out_dir
 from llm.report.length import CSV_FILE, CURVES_FILE, POSITION_FILE, build_length_report, write_length_report
 
@@ -43,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         print(cli_error_line(e), file=sys.stderr)
         return 2
     try:
-        md = write_files_whole(lambda d: write_length_report(report, d), Path(out))
+        md = write_length_report(report, out)
     except OSError as e:
         print(f"error: argument --out: cannot write the report to {out}: {e.strerror or e}", file=sys.stderr)
         return 2

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from llm.fileio import atomic_open, write_text_atomic
+from llm.fileio import atomic_open, write_files_whole, write_text_atomic
 from llm.report.analysis import DEFAULT_MARGIN
 from llm.report.errors import NoRunsError
 from llm.report.markdown import fmt, md_table, signed
@@ -903,9 +903,13 @@ def plot_position_loss(report: LengthReport, path: Path) -> None:
 
 
 def write_length_report(report: LengthReport, out_dir: PathLike) -> Path:
-    """Write the Markdown, CSV and both plots into ``out_dir``; returns the Markdown's path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """Write the Markdown, CSV and both plots into ``out_dir``, whole (:func:`llm.fileio.write_files_whole`: an
+    interrupt or a failure while plotting leaves ``out_dir`` as it was, never a new Markdown beside an earlier
+    report's plots); returns the Markdown's path."""
+    return write_files_whole(lambda tmp: _write_length_files(report, tmp), Path(out_dir))
+
+
+def _write_length_files(report: LengthReport, out: Path) -> Path:
     md = out / MD_FILE
     write_text_atomic(md, length_markdown(report))
     write_length_csv(report, out / CSV_FILE)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from llm.fileio import write_files_whole
 from llm.report.analysis import DEFAULT_ACC_MARGIN, DEFAULT_MARGIN
 from llm.report.compare import (
     CSV_FILE,
@@ -33,18 +34,22 @@ log = logging.getLogger(__name__)
 
 
 def write_report(report: Report, out_dir: PathLike) -> Path:
-    """Write comparison.md/.csv and the plots into ``out_dir`` (each file atomically); returns the .md path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """Write comparison.md/.csv and the plots into ``out_dir``, whole (:func:`llm.fileio.write_files_whole`: an
+    interrupt or a failure while plotting leaves ``out_dir`` as it was, never a new comparison.md beside an earlier
+    report's plots and CSV); returns the .md path."""
+    md = write_files_whole(lambda tmp: _write_files(report, tmp), Path(out_dir))
+    log.info("wrote %s, %s, %s, %s, %s in %s", MD_FILE, CSV_FILE, CURVES_FILE, SPEED_FILE, DELTA_FILE, md.parent)
+    return md
+
+
+def _write_files(report: Report, out: Path) -> Path:
     md = out / MD_FILE
     write_markdown(md, report)
     write_csv(out / CSV_FILE, report)
     plot_loss_curves(out / CURVES_FILE, report.groups)
     plot_speed(out / SPEED_FILE, report.groups)
     plot_paired_delta(out / DELTA_FILE, report)
-    log.info("wrote %s, %s, %s, %s, %s in %s", MD_FILE, CSV_FILE, CURVES_FILE, SPEED_FILE, DELTA_FILE, out)
     return md
-
 
 
 def compare_runs(

@@ -113,15 +113,14 @@ def test_ctrl_c_while_writing_leaves_the_earlier_report_whole(sweep: Path, tmp_p
     was, in one line."""
     cli, out = _load_cli(), tmp_path / "out"
     assert cli.main([str(sweep), "--out", str(out)]) == 0
-    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    before = {f.name: (f.read_bytes(), f.stat().st_mtime_ns) for f in out.iterdir()}  # untouched, not rewritten
 
-    def interrupted(report, out_dir):
-        (Path(out_dir) / "comparison.md").write_text("half of a new report")
+    def interrupted(path, report):  # Ctrl-C while the last plot is drawn: the new .md and .csv are written
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "write_report", interrupted)
+    monkeypatch.setattr("llm.report.write.plot_paired_delta", interrupted)
     capsys.readouterr()
     assert cli.main([str(sweep), "--out", str(out), "--margin", "0.05"]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"interrupted: {out} left as it was"
-    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    assert {f.name: (f.read_bytes(), f.stat().st_mtime_ns) for f in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "sweep"]  # no temporary left

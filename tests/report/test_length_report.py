@@ -309,18 +309,18 @@ def test_ctrl_c_while_writing_leaves_the_earlier_report_whole(sweep, tmp_path, c
     was, in one line."""
     main, out = _load_cli(), tmp_path / "out"
     assert main([str(sweep), "--out", str(out)]) == 0
-    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    before = {f.name: (f.read_bytes(), f.stat().st_mtime_ns) for f in out.iterdir()}  # untouched, not rewritten
 
-    def interrupted(report, out_dir):
-        (Path(out_dir) / MD_FILE).write_text("half of a new report")
+    def interrupted(report, path):  # Ctrl-C while the last plot is drawn: the new Markdown and CSV are written
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(main.__globals__, "write_length_report", interrupted)
+    monkeypatch.setattr("llm.report.length.plot_position_loss", interrupted)
     capsys.readouterr()
     assert main([str(sweep), "--out", str(out)]) == 130
     assert capsys.readouterr().err.strip() == f"interrupted: {out} left as it was"
-    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    assert {f.name: (f.read_bytes(), f.stat().st_mtime_ns) for f in out.iterdir()} == before
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]  # no temporary left
+
 
 def _evaluated_run(path: Path, seed: int, **kwargs) -> Path:
     run = write_run(path, "torch", seed, 3.0, **kwargs)
