@@ -26,28 +26,35 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 python3 -c "import torch, triton; print(f'torch {torch.__version__}, triton {triton.__version__}')" >> "$report"
 workers=(); python3 -c "import xdist" 2>/dev/null && workers=(-n auto)  # tests: a worker per core
 section() { printf '\n## %s\n\n' "$1" >> "$report"; }
+failed=()  # the parts that did not pass: named at the end, and the exit status 1
+fail() { failed+=("$1"); printf '\n**%s did not pass** (see %s)\n' "$1" "$2" >> "$report"; }
 
 for part in "${parts[@]}"; do
   case "$part" in
     tests)
       # the kernels' tests (the whole suite, `suite`, takes twice as long)
       section "GPU tests"
-      python3 -m pytest -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} tests/rope 2>&1 | tee "$dest/pytest_gpu.log" | tail -n 15 >> "$report" ;;
+      python3 -m pytest -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} tests/rope 2>&1 | tee "$dest/pytest_gpu.log" | tail -n 15 >> "$report"
+      [ "${PIPESTATUS[0]}" = 0 ] || fail tests "$dest/pytest_gpu.log" ;;
     suite)
       # every test: on a GPU machine the GPU tests run and the interpreter-only CPU dry runs skip
       section "The whole test suite on this GPU machine"
-      python3 -m pytest -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} 2>&1 | tee "$dest/pytest_suite.log" | tail -n 15 >> "$report" ;;
+      python3 -m pytest -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} 2>&1 | tee "$dest/pytest_suite.log" | tail -n 15 >> "$report"
+      [ "${PIPESTATUS[0]}" = 0 ] || fail suite "$dest/pytest_suite.log" ;;
     bench)
       section "Kernel benchmark (python -m bench.kernel)"
-      python3 -m bench.kernel --out "$dest/kernel.csv" > "$dest/bench_kernel.log" 2>&1 || tail -n 20 "$dest/bench_kernel.log" >> "$report" ;;
+      python3 -m bench.kernel --out "$dest/kernel.csv" > "$dest/bench_kernel.log" 2>&1 ||
+        { tail -n 20 "$dest/bench_kernel.log" >> "$report"; fail bench "$dest/bench_kernel.log"; } ;;
     step)
       section "Training step (python -m bench.step)"
-      python3 -m bench.step --out "$dest/step.csv" > "$dest/bench_step.log" 2>&1 || tail -n 20 "$dest/bench_step.log" >> "$report" ;;
+      python3 -m bench.step --out "$dest/step.csv" > "$dest/bench_step.log" 2>&1 ||
+        { tail -n 20 "$dest/bench_step.log" >> "$report"; fail step "$dest/bench_step.log"; } ;;
     mfu)
       section "MFU: python -m llm.train model=gpt2_small train.compile=true (B=32, T=1024, bf16)"
       python3 -m llm.train model=gpt2_small train.compile=true train.batch_size=32 train.max_steps=300 \
         train.eval_every=100 train.eval_batches=20 train.log_every=25 optim.lr=6e-4 logger=none \
         hydra.run.dir="$dest/mfu_run" 2>&1 | tee "$dest/mfu.log" | grep -v "it/s" | tail -n 8 >> "$report"
+      [ "${PIPESTATUS[0]}" = 0 ] && [ -f "$dest/mfu_run/summary.json" ] || { fail mfu "$dest/mfu.log"; continue; }
       python3 - "$dest/mfu_run" >> "$report" <<'PY'
 import json, sys
 s = json.load(open(f"{sys.argv[1]}/summary.json"))
@@ -60,7 +67,9 @@ PY
       section "Training throughput of model=small per RoPE implementation, eager, 200 steps"
       for r in $(python3 -c "import rope; print(' '.join(n for n in rope.available() if n != 'none'))"); do
         python3 -m llm.train model=small rope=$r train.batch_size=32 train.max_steps=200 train.eval_every=100 \
-          train.eval_batches=20 logger=none hydra.run.dir="$dest/small_$r" 2>&1 | grep -v "it/s" | tail -n 2 >> "$report"
+          train.eval_batches=20 logger=none hydra.run.dir="$dest/small_$r" > "$dest/small_$r.log" 2>&1 ||
+          fail "small rope=$r" "$dest/small_$r.log"
+        grep -v "it/s" "$dest/small_$r.log" | tail -n 2 >> "$report"
       done ;;
     presets)
       # the comparison presets end to end at a small size (100 steps, 2 seeds or 1, 2 lengths), through the
@@ -72,7 +81,9 @@ PY
       run() {  # name, then the llm.train arguments
         local name=$1; shift
         python3 -m llm.train -m "$@" hydra.sweep.dir="$dest/presets/$name" > "$dest/presets_$name.log" 2>&1
-        echo "- $name: exit $?, $(grep -c 'done: val_loss' "$dest/presets_$name.log") run(s) done" >> "$report"
+        local code=$?
+        echo "- $name: exit $code, $(grep -c 'done: val_loss' "$dest/presets_$name.log") run(s) done" >> "$report"
+        [ "$code" = 0 ] || fail "presets $name" "$dest/presets_$name.log"
       }
       run rope_variant +experiment=rope_variant hydra/launcher=gpus 'seed=range(2)' "${few[@]}"
       run rope_quality +experiment=rope_quality hydra/launcher=gpus 'seed=range(2)' "${few[@]}"
@@ -82,7 +93,9 @@ PY
         train.max_steps=20 train.eval_every=10 logger=none "${lengths[@]}"
       python3 -m scripts.length_report "$dest/presets/length" "$dest/presets/finetune" \
         --out "$dest/presets/length_report" > "$dest/presets_length_report.log" 2>&1
-      echo "- length_report: exit $?" >> "$report" ;;
+      code=$?
+      echo "- length_report: exit $code" >> "$report"
+      [ "$code" = 0 ] || fail "presets length_report" "$dest/presets_length_report.log" ;;
     *) echo "unknown part $part" >&2; exit 2 ;;
   esac
 done
@@ -94,4 +107,8 @@ cat "$report"
 if [ -n "${OUT:-}" ]; then
   cp "$report" "$OUT/report.md"
   tar --exclude='*.pt' --exclude='wandb' -czf "$OUT/gpu_check.tar.gz" -C outputs gpu_check
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "gpu_check.sh: did not pass: $(IFS=,; echo "${failed[*]}") (report: $report)" >&2
+  exit 1
 fi

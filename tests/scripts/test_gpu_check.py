@@ -31,3 +31,26 @@ def test_no_gpu_is_one_line_before_any_work(tmp_path):
     assert proc.returncode == 2, stderr
     assert stderr.strip() == "gpu_check.sh: no CUDA GPU here (torch sees none): run it on a CUDA machine"
     assert stdout == "" and not list(tmp_path.iterdir())
+
+
+def test_a_part_that_fails_makes_the_check_fail_and_says_which(tmp_path):
+    """A part that fails (here the training-step benchmark, on a machine whose GPU check is stubbed to pass, so that
+    bench.step meets no GPU) is named in the report and at the end, and the script exits 1: it exited 0 whatever
+    failed, so a broken benchmark or training looked like a pass."""
+    import sys
+
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "python3").write_text(f'#!/usr/bin/env bash\nif [ "$1" = -c ] && [[ "$2" == *cuda.is_available* ]]; '
+                                   f'then exit 0; fi\nexec {sys.executable} "$@"\n')
+    (stubs / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'a stubbed GPU'\n")
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "ROPELAB_CACHE": str(tmp_path / "c")}
+    env.pop("OUT", None)
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "step"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == ("gpu_check.sh: did not pass: step "
+                                                    "(report: outputs/gpu_check/report.md)")
+    assert "**step did not pass** (see outputs/gpu_check/bench_step.log)" in proc.stdout
