@@ -48,7 +48,7 @@ from typing import Any
 from llm.fileio import atomic_open, write_files_whole, write_text_atomic
 from llm.report.analysis import DEFAULT_MARGIN
 from llm.report.errors import NoRunsError
-from llm.report.markdown import fmt, md_table, signed
+from llm.report.markdown import fmt, md_table, seed_list, signed
 from llm.report.mixed import check_same_data, config_differences, describe_differences
 from llm.report.plots import _colors, _new_figure, _save
 from llm.report.runs import DEFAULT_PACKING, PathLike, Run, as_float, load_all_runs, with_packing
@@ -754,12 +754,12 @@ def _csv_rows(report: LengthReport) -> list[list[Any]]:
                          t.baseline_stride, t.val_stream_tokens, t.document_order_seed, c.tokens, c.documents,
                          *stats, ppl, plo, phi, *c.ppl_range,
                          statistics.fmean(c.values["val_acc"].values()) if c.values.get("val_acc") else None,
-                         _pairing_text(c, "vs_none"), " ".join(map(str, c.none_seeds)),
+                         _pairing_text(c, "vs_none"), seed_list(c.none_seeds),
                          *_comparison_values(c.vs_none, VS_NONE),
                          reference_for(variant) if c.vs_reference else None, _pairing_text(c, "vs_reference"),
-                         " ".join(map(str, c.reference_seeds)), *_comparison_values(c.vs_reference, VS_VARIANT),
+                         seed_list(c.reference_seeds), *_comparison_values(c.vs_reference, VS_VARIANT),
                          random_counterpart(variant) if c.vs_random else None, _pairing_text(c, "vs_random"),
-                         " ".join(map(str, c.random_seeds)), *_comparison_values(c.vs_random, VS_VARIANT)])
+                         seed_list(c.random_seeds), *_comparison_values(c.vs_random, VS_VARIANT)])
     return rows
 
 

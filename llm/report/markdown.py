@@ -151,8 +151,8 @@ def verdict_line(gc: GroupComparison) -> str:
                else f"; SE over {gc.window.windows} val windows {gc.window.se:.2g}")
     m = gc.matches.get("val_loss")
     if m is not None and (m.nonfinite or m.reference_nonfinite):  # a diverged eval is news, not a pairing detail
-        sides = [f"seed(s) {_seed_list(m.nonfinite)} of {me}"] * bool(m.nonfinite)
-        sides += [f"seed(s) {_seed_list(m.reference_nonfinite)} of {ref}"] * bool(m.reference_nonfinite)
+        sides = [f"seed(s) {seed_list(m.nonfinite)} of {me}"] * bool(m.nonfinite)
+        sides += [f"seed(s) {seed_list(m.reference_nonfinite)} of {ref}"] * bool(m.reference_nonfinite)
         windows += f"; left out, their val loss is nan/inf: {' and '.join(sides)}"
     if c.verdict == SINGLE:
         return f"{me}: one seed only against {ref} ({n}, Δ = {signed(c.delta)}{windows}; no CI: add seeds)"
@@ -296,7 +296,8 @@ def _metric_cells(c: Comparison | None, unit: str) -> list[str]:
     return [signed(c.delta), _ci(c), fmt_p(c.p), holm, fmt_p(c.p_tost), tight, verdict_text(c, unit)]
 
 
-def _seed_list(seeds: Iterable[Any]) -> str:
+def seed_list(seeds: Iterable[Any]) -> str:
+    """Seeds as the reports print them: ``0 1 4``."""
     return " ".join(map(str, seeds))
 
 
@@ -305,8 +306,8 @@ def _nonfinite_text(gc: GroupComparison, metric: str) -> str:
     m = gc.matches.get(metric)
     if m is None:
         return ""
-    parts = [f"non-finite: {_seed_list(m.nonfinite)}"] * bool(m.nonfinite)
-    parts += [f"reference non-finite: {_seed_list(m.reference_nonfinite)}"] * bool(m.reference_nonfinite)
+    parts = [f"non-finite: {seed_list(m.nonfinite)}"] * bool(m.nonfinite)
+    parts += [f"reference non-finite: {seed_list(m.reference_nonfinite)}"] * bool(m.reference_nonfinite)
     return "; ".join(parts)
 
 
@@ -314,11 +315,11 @@ def _pairing_cell(gc: GroupComparison, metric: str = "val_loss") -> str:
     """How ``metric``'s seeds were matched: each metric its own (a seed whose val loss is nan still pairs on its
     accuracy), with the seeds left out for a nan/inf value named apart from those without a counterpart."""
     c, m = gc.metrics[metric], gc.matches[metric]
-    pairing = f"paired (seeds {_seed_list(m.seeds)})" if c.method != WELCH else WELCH
+    pairing = f"paired (seeds {seed_list(m.seeds)})" if c.method != WELCH else WELCH
     if m.unmatched and c.method != WELCH:
-        pairing += f"; unmatched: {_seed_list(m.unmatched)}"
+        pairing += f"; unmatched: {seed_list(m.unmatched)}"
     if m.reference_only and c.method != WELCH:
-        pairing += f"; reference only: {_seed_list(m.reference_only)}"
+        pairing += f"; reference only: {seed_list(m.reference_only)}"
     bad = _nonfinite_text(gc, metric)
     return pairing + (f"; {bad}" if bad else "")
 

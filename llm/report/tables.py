@@ -38,6 +38,7 @@ from typing import Any
 from llm.fileio import atomic_open
 from llm.report.analysis import COMPARED, METRICS, Group, GroupComparison
 from llm.report.compare import Report
+from llm.report.markdown import seed_list
 from llm.report.stats import WELCH, seeds_for_equivalence
 
 Row = list[Any]
@@ -63,10 +64,6 @@ _PAIRED_LOSS_COLUMNS = ("val_loss_delta_std", "val_loss_delta_std_upper95", "val
                         "val_loss_seed_se", "val_loss_window_se", "val_windows")
 
 
-def _seeds(seeds: list[Any]) -> str:
-    return " ".join(str(s) for s in seeds)
-
-
 def _pairing_cells(report: Report, g: Group, gc: GroupComparison | None) -> Row:
     ref = report.reference
     if ref is None or not g.n:
@@ -77,8 +74,8 @@ def _pairing_cells(report: Report, g: Group, gc: GroupComparison | None) -> Row:
         return [ref.label, "", "", "", "", "", ""]
     pairing = WELCH if gc.loss.method == WELCH else "paired"
     m = gc.matches["val_loss"]
-    return [ref.label, pairing, _seeds(gc.seeds), _seeds(gc.unmatched), _seeds(gc.reference_only),
-            _seeds(m.nonfinite), _seeds(m.reference_nonfinite)]
+    return [ref.label, pairing, seed_list(gc.seeds), seed_list(gc.unmatched), seed_list(gc.reference_only),
+            seed_list(m.nonfinite), seed_list(m.reference_nonfinite)]
 
 
 def _paired_loss_cells(gc: GroupComparison | None) -> Row:
@@ -108,12 +105,12 @@ def _comparison_cells(gc: GroupComparison | None) -> Row:
 
 def _row(report: Report, g: Group) -> Row:
     gc = report.comparison(g)
-    row: Row = [g.label, g.key[0], g.key[1] or "", g.key[2] or "", g.n, _seeds(g.seeds)]
+    row: Row = [g.label, g.key[0], g.key[1] or "", g.key[2] or "", g.n, seed_list(g.seeds)]
     for m, _, _ in METRICS:
         row += list(g.stats[m][:2])
     tokens = sorted({int(v) for r in g.runs if (v := r.value("val_tokens")) is not None})
     row += [len(g.excluded), "; ".join(r.status for r in g.excluded), g.summary_mean("val_loss_se"),
-            _seeds(tokens)]
+            " ".join(map(str, tokens))]
     return row + _pairing_cells(report, g, gc) + _comparison_cells(gc)
 
 
