@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     import rope
 
     if not hasattr(rope, "attention_with_rope"):
-        raise SystemExit("bench.attention: the rope code imported has no attention_with_rope")
+        harness._refuse("bench.attention: the rope code imported has no attention_with_rope")
     results = harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root, args.commit)
     timer = harness.make_timer(args.reps, args.device, flush="read")  # a decode step's L2: no other kernel's writes

@@ -16,6 +16,7 @@ Only reads the CSVs; exit 0 whatever it finds (the flags are for a reader).
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from pathlib import Path
 
@@ -123,14 +124,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernel-csv", type=Path, default=harness.RESULTS / "kernel.csv")
     p.add_argument("--step-csv", type=Path, default=harness.RESULTS / "step.csv")
     args = p.parse_args(argv)
+    from bench.kernel import COLUMNS as KERNEL_COLUMNS
+    from bench.step import COLUMNS as STEP_COLUMNS
+
+    # a file that is not there, or of another benchmark, is a wrong option: said before reading it, not a traceback
+    # or an empty comparison
+    for option, path, columns in (("--kernel-csv", args.kernel_csv, KERNEL_COLUMNS),
+                                  ("--step-csv", args.step_csv, STEP_COLUMNS)):
+        if not path.is_file():
+            p.error(f"{option} {path}: no such file")
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+        if header and header != list(columns):
+            p.error(f"{option} {path}: its columns are not bench.{option[2:-4]}'s")
+    for option, commit in (("--base", args.base), ("--head", args.head)):
+        if commit is not None and not commit.strip():
+            p.error(f"{option} takes a commit (a prefix of the commit column), got an empty one")
     kernel_rows, step_rows = harness.read_rows(args.kernel_csv), harness.read_rows(args.step_csv)
     kernel_rows = [{**r, "heads": harness.heads_of(r)} for r in kernel_rows]
     if not kernel_rows and not step_rows:
         p.error(f"no rows in {args.kernel_csv} or {args.step_csv}")
-    gpu = args.gpu or max(kernel_rows + step_rows, key=lambda r: r["date"])["gpu"]
+    measured = [r for r in kernel_rows + step_rows if r["gpu"] != harness.SMOKE_GPU] or kernel_rows + step_rows
+    gpu = args.gpu or max(measured, key=lambda r: r["date"])["gpu"]
     head = args.head or pick_head(kernel_rows + step_rows, args.base, gpu)
     if head is None or not commit_rows(kernel_rows + step_rows, args.base, gpu):
         p.error(f"{gpu} has no rows of both --base {args.base} and another commit")
+    if not commit_rows(kernel_rows + step_rows, head, gpu):
+        p.error(f"--head {head}: {gpu} has no rows of that commit")
     print("\n".join([*kernel_lines(kernel_rows, args.base, head, gpu, args.points, args.flags_only), "",
                      *([] if args.flags_only else candidate_lines(kernel_rows, args.base, head, gpu)),
                      *step_lines(step_rows, args.base, head, gpu)]))

@@ -100,6 +100,10 @@ case "${1:-}" in
     fi
     ;;
   summary)
+    # without prepare's two names the comparison would run on empty commits: one line, exit 2
+    [ -f "$dir/.commit" ] && [ -f "$dir/head.commit" ] || {
+      echo "compare_commits.sh summary: no $dir/.commit: run 'bash bench/compare_commits.sh prepare' first" >&2
+      exit 2; }
     python -m bench.compare --base "$(cat "$dir/.commit")" --head "$(cat "$dir/head.commit")"
     ;;
   *)

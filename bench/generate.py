@@ -91,8 +91,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.repeats < 1 or args.vocab < 2:
         p.error("--repeats must be at least 1 and --vocab at least 2")
     args.model_cfgs = {name: harness.model_config(name, p) for name in args.models}
-    if smoke:  # one small layer: seconds on a CPU
-        args.model_cfgs["tiny"].update(n_layer=1, n_embd=32, n_head=2)
+    if smoke:  # one small layer for whichever presets are asked for: seconds on a CPU
+        for model_cfg in args.model_cfgs.values():
+            model_cfg.update(n_layer=1, n_embd=32, n_head=2)
     args.parser = p
     return args
 

@@ -16,6 +16,7 @@ import csv
 import datetime
 import importlib
 import importlib.metadata
+import io
 import math
 import os
 import statistics
@@ -52,12 +53,12 @@ def import_rope(rope_path: str | Path | None) -> Path:
     if rope_path is not None:
         root = Path(rope_path).resolve()
         if not (root / "rope" / "__init__.py").is_file():
-            raise SystemExit(f"--rope-path {rope_path}: no rope/__init__.py there (make one with `git archive "
-                             f"<commit> rope | tar -x -C {rope_path}`)")
+            _refuse(f"--rope-path {rope_path}: no rope/__init__.py there (make one with `git archive "
+                    f"<commit> rope | tar -x -C {rope_path}`)")
         loaded = sys.modules.get("rope")
         if loaded is not None and Path(loaded.__file__).resolve().parent.parent != root:
-            raise SystemExit(f"--rope-path {rope_path}: this process has already imported rope from "
-                             f"{Path(loaded.__file__).parent}")
+            _refuse(f"--rope-path {rope_path}: this process has already imported rope from "
+                    f"{Path(loaded.__file__).parent}")
         sys.path.insert(0, str(root))
     rope = importlib.import_module("rope")
     return Path(rope.__file__).resolve().parent.parent
@@ -83,8 +84,12 @@ def code_commit(root: Path) -> str:
         return "unknown"
 
 
+#: The ``gpu`` column of a ``--smoke`` row: the reports leave such rows out, their times meaning nothing.
+SMOKE_GPU = "cpu (smoke)"
+
+
 def device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (smoke)"
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else SMOKE_GPU
 
 
 def environment(device: torch.device, rope_root: Path, commit: str | None = None) -> dict[str, str]:
@@ -182,7 +187,7 @@ def tuning(spec: dict[str, object]) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
     package = triton_package()
     if package is None or not hasattr(package, "tuning"):
-        raise SystemExit("--tuning: the rope code imported has no rope.triton.tuning hook")
+        _refuse("--tuning: the rope code imported has no rope.triton.tuning hook")
     return package.tuning(**spec)
 
 
@@ -324,17 +329,30 @@ class ResultsCsv:
                 _refuse(f"{self.path}: its columns are not the ones this benchmark writes "
                         f"({','.join(self.columns)}); append to another file with --out")
 
+    def line_ending(self) -> str:
+        """The line ending of the file's header (``\n`` or ``\r\n``; a new file: the csv module's ``\r\n``):
+        appends keep the file's own style, so that no file mixes the two."""
+        if not (self.path.is_file() and self.path.stat().st_size):
+            return "\r\n"
+        with open(self.path, "rb") as f:
+            first = f.readline()
+        return "\r\n" if first.endswith(b"\r\n") else "\n"
+
     def append(self, rows: Iterable[dict]) -> None:
+        """Append ``rows`` whole or not at all: they are formatted first and written in one call, so that an
+        interrupt (Ctrl-C) never leaves part of a row, or part of one measurement's rows, in the file."""
         rows = list(rows)
         if not rows:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not (self.path.is_file() and self.path.stat().st_size)
-        with open(self.path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="raise")
-            if new:
-                writer.writeheader()
-            writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=self.columns, extrasaction="raise", lineterminator=self.line_ending())
+        if new:
+            writer.writeheader()
+        writer.writerows([{k: _cell(v) for k, v in row.items()} for row in rows])
+        with open(self.path, "ab") as f:
+            f.write(text.getvalue().encode())
 
 
 def _refuse(message: str) -> NoReturn:

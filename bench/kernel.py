@@ -272,12 +272,18 @@ def warm_configs(args: argparse.Namespace, configs: list[Config], impls: list[st
 
 def warm_in_workers(args: argparse.Namespace, configs: list[Config], impls: list[str],
                     log: Callable[[str], None]) -> None:
-    chunks = [configs[i::args.jobs] for i in range(args.jobs)]
+    # one task per configuration, each logged as it ends: a compile of many minutes shows where it is
+    done = 0
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        done = 0
-        for n in pool.starmap(warm_configs, [(args, chunk, impls) for chunk in chunks if chunk]):
+        for n in pool.imap_unordered(_warm_one, [(args, cfg, impls) for cfg in configs]):
             done += n
+            log(f"compiled {done}/{len(configs)} configurations")
     log(f"compiled {done} configurations in {args.jobs} processes")
+
+
+def _warm_one(task: tuple) -> int:
+    args, cfg, impls = task
+    return warm_configs(args, [cfg], impls)
 
 
 def default_impls(device: torch.device) -> list[str]:
@@ -372,7 +378,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.smoke:  # the fewest calls that still take every path: the interpreter runs a launch in tens of ms
         args.impls = args.impls or SMOKE_IMPLS
         args.head_dims, args.variants = args.head_dims or "16", args.variants or "partial"
-        args.reps = args.reps or 1
+        args.reps = 1 if args.reps is None else args.reps
     try:
         args.head_dims = parse_head_dims(args.head_dims or "common")
         args.elements = parse_count("256" if args.smoke and args.elements == "32M" else args.elements)
@@ -384,10 +390,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     bad = [v for v in args.variants if v not in ("partial", "full")] + [c for c in args.cases if c not in CASES]
     if bad or not args.variants or not args.cases:
         p.error(f"--variants takes partial/full and --cases {', '.join(CASES)}; got {', '.join(bad) or 'none'}")
-    args.reps = args.reps or 15
+    # a value given is checked, never replaced: only an option left out takes its default
+    args.reps = 15 if args.reps is None else args.reps
     if args.jobs < 1 or args.reps < 1:
         p.error("--jobs and --reps must be at least 1")
-    args.seq_len = args.seq_len or (8 if args.smoke else 2048)
+    args.seq_len = (8 if args.smoke else 2048) if args.seq_len is None else args.seq_len
+    if args.seq_len < 1:
+        p.error(f"--seq-len takes a positive number of tokens, got {args.seq_len}")
     try:
         args.heads = parse_heads(args.heads or ("2" if args.smoke else "16"))
     except ValueError as exc:
@@ -444,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1:
         warm_in_workers(args, configs, impls, log)
     elif args.warm_only:
-        warm_configs(args, configs, impls)
+        for i, cfg in enumerate(configs, 1):
+            warm_configs(args, [cfg], impls)
+            log(f"compiled {i}/{len(configs)} configurations")
     if args.warm_only:
         return 0
     timer = harness.make_timer(args.reps, args.device, flush="zero")  # a training step: each kernel writes as it reads

@@ -186,6 +186,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.impls, args.dtypes = ["torch"], ["float32"]
     if args.out.exists() and not args.out.is_dir():
         p.error(f"argument --out: {str(args.out)!r} exists and is not a directory")
+    # a folder under a file cannot be made: said now, not as a traceback once the measurements are done
+    above = next((d for d in args.out.parents if d.exists()), None)
+    if above is not None and not above.is_dir():
+        p.error(f"argument --out: {str(above)!r} is a file, not a directory")
     for variant in args.variants:
         try:
             rope.check_args("torch", args.head_dim, 8, base=args.bases[0], variant=variant)

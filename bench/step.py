@@ -273,11 +273,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.modes = harness.split_list(args.modes or ("eager" if smoke else "eager,compile"))
     args.impls = args.impls or ("none,torch,triton_v4" if smoke else None)
     args.warmup = 1 if smoke and args.warmup is None else 5 if args.warmup is None else args.warmup
-    args.rounds = args.rounds or (2 if smoke else 10)
-    args.steps = args.steps or (1 if smoke else 4)
+    # a value given is checked, never replaced: only an option left out takes its default
+    args.rounds = (2 if smoke else 10) if args.rounds is None else args.rounds
+    args.steps = (1 if smoke else 4) if args.steps is None else args.steps
     args.doc_tokens = args.doc_tokens if args.doc_tokens is not None else (4 if smoke else DEFAULT_DOC_TOKENS)
     if smoke:
-        args.batch, args.vocab = args.batch or 2, args.vocab or 256
+        args.batch = 2 if args.batch is None else args.batch
+        args.vocab = 256 if args.vocab is None else args.vocab
+    if args.batch is not None and args.batch < 1 or args.vocab is not None and args.vocab < 2:
+        p.error(f"--batch must be at least 1 and --vocab at least 2, got {args.batch} and {args.vocab}")
     bad = [m for m in args.modes if m not in MODES]
     if bad or not args.modes:
         p.error(f"--modes takes {', '.join(MODES)} (comma-separated), got {', '.join(bad) or 'none'}")

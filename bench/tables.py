@@ -283,12 +283,15 @@ def attention_section(rows: list[dict]) -> list[str]:
     return out
 
 
+SECTIONS = (("kernel", kernel_section), ("step", step_section), ("user_model", user_model_section),
+            ("attention", attention_section), ("generate", generate_section), ("profile", profile_section))
+
+
 def render(results: Path) -> str:
-    sections = (("kernel", kernel_section), ("step", step_section), ("user_model", user_model_section),
-                ("attention", attention_section), ("generate", generate_section), ("profile", profile_section))
     out = [BEGIN, "", "<!-- written by `python -m bench.tables` from bench/results/*.csv: edit those, not this -->"]
-    for name, fn in sections:
-        rows = harness.read_rows(results / f"{name}.csv")
+    for name, fn in SECTIONS:
+        # a --smoke row (the CPU, tiny shapes) that was appended here is no measurement: never a table's number
+        rows = [r for r in harness.read_rows(results / f"{name}.csv") if r.get("gpu") != harness.SMOKE_GPU]
         if rows:
             out += ["", *fn(rows)]
     return "\n".join([*out, "", END]) + "\n"
@@ -301,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--doc", type=Path, default=DOC, help="the Markdown file whose marked part is rewritten")
     p.add_argument("--print", action="store_true", help="print the tables, write nothing")
     args = p.parse_args(argv)
+    # a folder without the CSVs (a typo) would render no tables and wipe the page's: refused before any work
+    if not any((args.results / f"{name}.csv").is_file() for name, _ in SECTIONS):
+        p.error(f"--results {args.results}: no results CSV there ({', '.join(f'{n}.csv' for n, _ in SECTIONS)})")
     tables = render(args.results)
     if args.print:
         print(tables, end="")

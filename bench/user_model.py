@@ -151,25 +151,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--head-dims", default=None, help="comma-separated head dims (default 48,64,128; --smoke 8)")
     p.add_argument("--impls", default="none,torch,triton_v4", help="registry names, and none (no RoPE)")
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--batch", type=int, default=24)
-    p.add_argument("--seq", type=int, default=512)
-    p.add_argument("--vocab", type=int, default=50304)
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps after the compile")
-    p.add_argument("--rounds", type=int, default=6, help="rounds of interleaved timing")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per round and entry")
+    #: each sized option's (default, --smoke default): a value given is kept, with --smoke too
+    sizes = {"heads": (8, 2), "layers": (6, 1), "batch": (24, 2), "seq": (512, 8), "vocab": (50304, 64),
+             "warmup": (3, 1), "rounds": (6, 2), "steps": (5, 1)}
+    helps = {"heads": "attention heads", "layers": "blocks", "batch": "batch size", "seq": "tokens per sequence",
+             "vocab": "vocabulary", "warmup": "untimed steps after the compile",
+             "rounds": "rounds of interleaved timing", "steps": "timed steps per round and entry"}
+    for name, (default, smoke) in sizes.items():
+        p.add_argument(f"--{name}", type=int, default=None,
+                       help=f"{helps.get(name, name)} (default {default}; --smoke {smoke})")
     p.add_argument("--profile", action="store_true", help="print each entry's GPU kernels by time")
     harness.add_common_args(p, NAME, rope_path=False)
     args = p.parse_args(argv)
-    args.head_dims = [int(d) for d in harness.split_list(args.head_dims or ("8" if args.smoke else "48,64,128"))]
-    if args.smoke:
-        args.heads, args.layers, args.batch, args.seq, args.vocab = 2, 1, 2, 8, 64
-        args.warmup, args.rounds, args.steps = 1, 2, 1
-    if any(d <= 0 or d % 2 for d in args.head_dims):
-        p.error(f"--head-dims takes positive even numbers, got {args.head_dims}")
+    head_dims_text = args.head_dims or ("8" if args.smoke else "48,64,128")
+    try:
+        args.head_dims = [int(d) for d in harness.split_list(head_dims_text)]
+    except ValueError:
+        args.head_dims = []
+    for name, (default, smoke) in sizes.items():
+        if getattr(args, name) is None:
+            setattr(args, name, smoke if args.smoke else default)
+    if not args.head_dims or any(d <= 0 or d % 2 for d in args.head_dims):
+        p.error(f"--head-dims takes positive even numbers, comma-separated, got {head_dims_text!r}")
     if min(args.rounds, args.steps) < 1 or args.warmup < 0:
         p.error("--rounds and --steps must be at least 1, --warmup at least 0")
+    if min(args.heads, args.layers, args.batch, args.seq) < 1 or args.vocab < 2:
+        p.error("--heads, --layers, --batch and --seq must be at least 1, --vocab at least 2")
+    if not harness.split_list(args.impls):
+        p.error(f"--impls takes comma-separated registry names and none, got {args.impls!r}")
     args.parser = p
     return args
 
@@ -182,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     names = harness.split_list(args.impls)
     kept = harness.registered([n for n in names if n != "none"], args.device, args.parser, log)
     names = [n for n in names if n == "none" or n in kept]
+    if not names:
+        args.parser.error(f"--impls {args.impls}: none of them runs on {args.device.type} here")
     results = harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root)
     log(f"{env['gpu']}, rope code {env['commit']}: head dims {args.head_dims} x {', '.join(names)}")

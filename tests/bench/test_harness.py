@@ -53,7 +53,7 @@ def test_tuning_fields_are_parsed_with_their_types():
         harness.parse_tuning("rows")
 
 
-def test_an_older_rope_without_the_triton_package_gets_no_hook(tmp_path, monkeypatch):
+def test_an_older_rope_without_the_triton_package_gets_no_hook(tmp_path, monkeypatch, capsys):
     """A --rope-path tree without rope/triton/ must not reach this checkout's (an editable install's import hook
     would find it there): no plan, and --tuning refused."""
     import rope
@@ -63,5 +63,42 @@ def test_an_older_rope_without_the_triton_package_gets_no_hook(tmp_path, monkeyp
     monkeypatch.setattr(rope, "__file__", str(tmp_path / "rope" / "__init__.py"))
     assert harness.triton_package() is None
     assert harness.plan_label(rope.build("torch", 16, 8), None, None, None) == ""
-    with pytest.raises(SystemExit, match="no rope.triton.tuning hook"):
+    with pytest.raises(SystemExit) as exc:  # a user error: one line, exit 2
         harness.tuning({"tiling": "rows"})
+    assert exc.value.code == 2 and "no rope.triton.tuning hook" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n"])
+def test_appends_keep_the_files_own_line_endings(tmp_path, ending):
+    """attention.csv ends its lines with LF, kernel.csv with CRLF: a row appended to either must match the file."""
+    path = tmp_path / "x.csv"
+    path.write_bytes(f"a,b{ending}1,2{ending}".encode())
+    harness.ResultsCsv(path, ("a", "b")).append([{"a": 3, "b": 4}, {"a": 5}])
+    assert path.read_bytes() == f"a,b{ending}1,2{ending}3,4{ending}5,{ending}".encode()
+
+
+def test_an_interrupt_mid_append_writes_none_of_its_rows(tmp_path, monkeypatch):
+    """Ctrl-C while one measurement's rows are written leaves the file as it was, never a part of them."""
+    path = tmp_path / "x.csv"
+    results = harness.ResultsCsv(path, ("a", "b"))
+    results.append([{"a": 1, "b": 2}])
+    before = path.read_bytes()
+    cells = iter(range(100))
+
+    def interrupted(value):
+        if next(cells) == 3:  # the second row's second cell
+            raise KeyboardInterrupt
+        return value
+
+    monkeypatch.setattr(harness, "_cell", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        results.append([{"a": 3, "b": 4}, {"a": 5, "b": 6}])
+    assert path.read_bytes() == before
+
+
+def test_a_rope_path_that_cannot_be_imported_exits_2_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        harness.import_rope(tmp_path)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--rope-path" in err and "no rope/__init__.py there" in err
+    assert err.count("\n") == 1

@@ -71,6 +71,9 @@ def test_tuning_reaches_the_triton_launch_and_is_recorded(tmp_path):
     (["--elements", "0"], "--elements takes a positive count"),
     (["--heads", "8/3"], "--heads takes H or HQ/HK"),
     (["--cases", "plain,diagonal"], "got diagonal"),
+    (["--reps", "0"], "--reps must be at least 1"),  # given values are checked, not replaced by the default
+    (["--seq-len", "0"], "--seq-len takes a positive number"),
+    (["--seq-len", "-3"], "--seq-len takes a positive number"),
 ])
 def test_bad_arguments_are_one_line_before_any_work(tmp_path, capsys, argv, message):
     out = tmp_path / "kernel.csv"
@@ -94,6 +97,7 @@ def test_rope_path_times_another_copy_of_the_code_and_names_its_commit(tmp_path)
     assert {r["commit"] for r in harness.read_rows(out)} == {"abc1234"}
 
 
-def test_a_rope_path_without_rope_is_refused(tmp_path):
-    with pytest.raises(SystemExit, match="no rope/__init__.py there"):
+def test_a_rope_path_without_rope_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
         harness.import_rope(tmp_path)
+    assert exc.value.code == 2 and "no rope/__init__.py there" in capsys.readouterr().err

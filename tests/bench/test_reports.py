@@ -193,3 +193,43 @@ def test_tables_keep_grouped_query_rows_apart(results):
     assert "| 64 | full | 90.5 / - | 89.0 / - |" in text
     section = text.split("elements per tensor, 32/8 heads")[1]
     assert "| 64 | full | 70.0 / - |" in section
+
+
+def test_tables_leave_smoke_rows_out(results):
+    """A --smoke row appended to the results (the CPU, tiny shapes) is no measurement: no table shows it."""
+    harness.ResultsCsv(results / "kernel.csv", kernel.COLUMNS).append(
+        [kernel_row("ccc3333", "triton_v4", 16, 0.1, date="2026-01-09T00:00Z", gpu="cpu (smoke)")])
+    text = tables.render(results)
+    assert "### GPU X" in text and "cpu (smoke)" not in text and "ccc3333" not in text
+
+
+def test_tables_refuse_a_results_folder_without_csvs(tmp_path, capsys):
+    """A mistyped --results must not rewrite the page with no tables at all."""
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"{tables.BEGIN}\nkept\n{tables.END}\n")
+    with pytest.raises(SystemExit) as exc:
+        tables.main(["--results", str(tmp_path / "typo"), "--doc", str(doc)])
+    assert exc.value.code == 2 and "--results" in capsys.readouterr().err
+    assert "kept" in doc.read_text()
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--head", "zzz9999"], "--head zzz9999: GPU X has no rows of that commit"),
+    (["--kernel-csv", "step.csv"], "--kernel-csv"),  # another benchmark's file: not a KeyError
+    (["--kernel-csv", "absent.csv"], "no such file"),
+    (["--base", ""], "--base takes a commit"),
+])
+def test_compare_refuses_what_it_cannot_compare(results, capsys, extra, message):
+    argv = ["--base", "aaa1111", "--kernel-csv", str(results / "kernel.csv"), "--step-csv", str(results / "step.csv")]
+    argv += [str(results / x) if x.endswith(".csv") else x for x in extra]  # a file: one of the results folder's
+    with pytest.raises(SystemExit) as exc:
+        compare.main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_summary_without_prepare_says_so_in_one_line(tmp_path):
+    (tmp_path / "bench").mkdir()
+    shutil.copy(ROOT / "bench" / "compare_commits.sh", tmp_path / "bench")
+    proc = subprocess.run(["bash", "bench/compare_commits.sh", "summary"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 2 and "prepare" in proc.stderr and proc.stderr.count("\n") == 1

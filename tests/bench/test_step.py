@@ -102,3 +102,19 @@ def test_generate_refuses_bad_options_in_one_line(argv, message, tmp_path, capsy
     err = capsys.readouterr().err
     assert exc.value.code == 2 and message in err.splitlines()[-1]
     assert not (tmp_path / "generate.csv").exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["--rounds", "0"], "--rounds and --steps must be at least 1"),
+                                               (["--steps", "0"], "--rounds and --steps must be at least 1"),
+                                               (["--batch", "-1"], "--batch must be at least 1"),
+                                               (["--vocab", "1"], "--vocab at least 2")])
+def test_step_refuses_sizes_it_cannot_time_before_any_work(argv, message, capsys):
+    """A size given is checked, never silently replaced by the default nor left to fail every model later."""
+    with pytest.raises(SystemExit) as exc:
+        step.parse_args(["--smoke", *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_generate_smoke_shrinks_whichever_preset_is_asked_for():
+    args = generate.parse_args(["--smoke", "--model", "small,seed004"])
+    assert [(c.n_layer, c.n_embd, c.n_head) for c in args.model_cfgs.values()] == [(1, 32, 2), (1, 32, 2)]

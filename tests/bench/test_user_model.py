@@ -47,3 +47,19 @@ def test_tables_show_the_user_model_against_torch(tmp_path):
     assert "| 48 | B24xT512 8x48 L6 vocab 50304 | triton_v4 | 10.100 | +1.0% | -1.0% [-1.4, -0.6] | 300 | ccc3333 |" \
         in text
     assert text.index("| triton_v4 | 10.100") < text.index("| torch | 10.200") < text.index("| none | 10.000")
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["--head-dims", "abc"], "--head-dims takes positive even numbers"),
+                                               (["--impls", ","], "--impls takes"),
+                                               (["--heads", "0"], "--heads, --layers, --batch and --seq must be"),
+                                               (["--vocab", "1"], "--vocab at least 2")])
+def test_user_model_refuses_bad_options_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        user_model.parse_args(["--smoke", *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_user_model_smoke_keeps_the_sizes_given():
+    """--smoke makes the defaults tiny; a size given on the command line still stands, as --help says."""
+    args = user_model.parse_args(["--smoke", "--rounds", "5", "--heads", "4"])
+    assert (args.rounds, args.heads, args.layers, args.seq) == (5, 4, 1, 8)
