@@ -5,27 +5,36 @@ DIR is a run dir, a Hydra multirun dir or any parent (searched recursively for s
 that crashed without one are listed too). Writes comparison.md, comparison.csv, loss_curves.png,
 speed.png and paired_delta.png into OUTDIR (default: the single DIR given, else the common parent of
 the DIRs). The logic lives in :mod:`llm.report`; this is only the command line. A bad argument gets a
-one-line error naming it and exit code 2.
+one-line error naming it and exit code 2; Ctrl-C, from the first import on, one line and exit code 130.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
-import math
 import sys
-from typing import NoReturn
 
-from llm.report import (
-    DEFAULT_ACC_MARGIN,
-    DEFAULT_MARGIN,
-    CompareError,
-    build_report,
-    cli_error_line,
-    default_out_dir,
-    write_report,
-)
-from llm.report.runs import NOT_STARTED, RUNNING
+#: The exit code of a Ctrl-C, as a shell reports a command a SIGINT ended (128 + 2).
+INTERRUPTED = 130
+
+# A Ctrl-C while the report's modules load ends as one later does: one line and INTERRUPTED, no traceback.
+try:
+    import argparse
+    import logging
+    import math
+    from typing import NoReturn
+
+    from llm.report import (
+        DEFAULT_ACC_MARGIN,
+        DEFAULT_MARGIN,
+        CompareError,
+        build_report,
+        cli_error_line,
+        default_out_dir,
+        write_report,
+    )
+    from llm.report.runs import NOT_STARTED, RUNNING
+except KeyboardInterrupt:
+    print("interrupted: no report written", file=sys.stderr)
+    sys.exit(INTERRUPTED)
 
 #: The statuses that are no failure (a run stopped on purpose, or not yet run) and comparison.md's word for each,
 #: counted apart so that "failed or crashed" counts only the runs that did fail (every other status).
@@ -107,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CompareError, FileNotFoundError) as e:
         print(cli_error_line(e), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # while the runs load or scipy and statsmodels import (on first use): nothing written
+        print("interrupted: no report written", file=sys.stderr)
+        return INTERRUPTED
     try:
         md = write_report(report, out)
     except OSError as e:
@@ -114,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print(f"interrupted: {out} left as it was", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     print(md.read_text())
     for r in report.failures:
         print(f"warning: {r.name}: {r.status}" + (f" - {r.message}" if r.message else ""), file=sys.stderr)

@@ -229,9 +229,10 @@ class SeedMatch:
 
     seeds: list[int] = field(default_factory=list)  # the paired seeds (empty when unpaired)
     unmatched: list[int | None] = field(default_factory=list)  # the implementation's seeds without a reference value
-    reference_only: list[int | None] = field(default_factory=list)  # the reference's seeds left out of the pairing
+    reference_only: list[int | None] = field(default_factory=list)  # the reference's seeds without an impl value
     nonfinite: list[int] = field(default_factory=list)  # the implementation's seeds whose value is nan/inf
     reference_nonfinite: list[int] = field(default_factory=list)  # the reference's seeds whose value is nan/inf
+    common: list[int] = field(default_factory=list)  # seeds both have a value of: ``seeds``, or (unpaired) too few
 
 
 @dataclass
@@ -260,7 +261,7 @@ class GroupComparison:
 
     @property
     def reference_only(self) -> list[int | None]:
-        """The reference's seeds left out of the val loss pairing."""
+        """The reference's seeds without a val loss of the implementation (left out of a pairing)."""
         return self.matches.get("val_loss", SeedMatch()).reference_only
 
     @property
@@ -278,8 +279,9 @@ class GroupComparison:
 
 
 def _pairing(group: Group, ref: Group, metric: str) -> list[int] | None:
-    """The seeds to pair on, or None to fall back to Welch (:func:`llm.report.stats.pairing_seeds`)."""
-    return pairing_seeds(group.per_seed(metric), ref.per_seed(metric))
+    """The seeds to pair on, or None for Welch on all finite runs (:func:`llm.report.stats.pairing_seeds`)."""
+    runs = (len(_finite(group.samples(metric))), len(_finite(ref.samples(metric))))
+    return pairing_seeds(group.per_seed(metric), ref.per_seed(metric), runs)
 
 
 def _windows_by_seed(group: Group) -> dict[int, dict]:
@@ -324,8 +326,9 @@ def _distinct(seeds: Sequence[int | None]) -> list[int | None]:
 
 
 def compare_group(group: Group, ref: Group, margin: float, acc_margin: float) -> GroupComparison:
-    """Every :data:`COMPARED` metric of ``group`` against ``ref`` (paired by seed where possible), and per metric how
-    the seeds were matched (:class:`SeedMatch`): seeds whose value is nan/inf are named as such, not as unmatched."""
+    """Every :data:`COMPARED` metric of ``group`` against ``ref`` (paired by seed where enough seeds match, else Welch
+    on all finite runs: :func:`llm.report.stats.pairing_seeds`), and per metric how the seeds were matched
+    (:class:`SeedMatch`): seeds whose value is nan/inf are named as such, not as unmatched."""
     out: dict[str, Comparison] = {}
     matches: dict[str, SeedMatch] = {}
     for metric, lower_is_better in COMPARED:
@@ -333,16 +336,18 @@ def compare_group(group: Group, ref: Group, margin: float, acc_margin: float) ->
         mine, theirs = group.per_seed(metric), ref.per_seed(metric)
         bad, ref_bad = group.nonfinite_seeds(metric), ref.nonfinite_seeds(metric)
         paired = _pairing(group, ref, metric)
+        common = sorted(mine.keys() & theirs.keys())
+        left = {*common, *bad, *ref_bad}  # a seed with a nan/inf on either side is named as that, not unmatched
+        unmatched = [s for s in _distinct(group.seeds) if s not in left]
+        reference_only = [s for s in _distinct(ref.seeds) if s not in left]
         if paired is not None:
             out[metric] = compare_paired([mine[s] for s in paired], [theirs[s] for s in paired], eps, lower_is_better)
-            left = {*paired, *bad, *ref_bad}  # a seed with a nan/inf on either side is named as that, not unmatched
-            matches[metric] = SeedMatch(paired, [s for s in _distinct(group.seeds) if s not in left],
-                                        [s for s in _distinct(ref.seeds) if s not in left], bad, ref_bad)
+            matches[metric] = SeedMatch(paired, unmatched, reference_only, bad, ref_bad, common)
             continue
         values, ref_values = (_finite(g.samples(metric)) for g in (group, ref))  # a repeated seed is one sample
         if values and ref_values:
             out[metric] = compare_unpaired(values, ref_values, eps, lower_is_better)
-        matches[metric] = SeedMatch([], [s for s in _distinct(group.seeds) if s not in bad], [], bad, ref_bad)
+        matches[metric] = SeedMatch([], unmatched, reference_only, bad, ref_bad, common)
     seeds = matches["val_loss"].seeds
     return GroupComparison(group, ref, out, matches, window_delta(group, ref, seeds) if seeds else None)
 

@@ -20,7 +20,8 @@ Reads what ``python -m llm.eval_lengths`` wrote into run dirs (``eval_lengths/<l
 **Spread and CI are two things**, and the report names each: ``± sd`` is the seeds' standard deviation (how
 much one run varies), ``[lo, hi]`` the 95% Student-t confidence interval of the mean over seeds (how well
 the mean is known: about ``2.8 sd / sqrt(n)`` wide on each side for 5 seeds). Paired Δs are taken seed by
-seed (Welch's test where the seeds do not pair) with the 95% CI of the mean Δ.
+seed (Welch's test on all runs where too few seeds pair: :func:`llm.report.stats.pairing_seeds`) with the 95%
+CI of the mean Δ.
 
 **Only evaluations on the same targets are averaged or compared.** What an evaluation predicts is set by its
 token budget (``tokens``), its T (``reference_len``), its sliding-window baseline (window and stride), the val
@@ -268,7 +269,7 @@ def _exp(v: float) -> float:
 
 
 def _pairing(a: dict, b: dict) -> list | None:
-    """Seeds to pair on, else None (Welch): :func:`llm.report.stats.pairing_seeds`."""
+    """Seeds to pair on, else None (Welch on all runs): :func:`llm.report.stats.pairing_seeds`."""
     return pairing_seeds(a, b)
 
 
@@ -675,7 +676,8 @@ def _other_targets_note(report: LengthReport, rows: Sequence[tuple[str, str, Tar
 
 def _comparison_sections(report: LengthReport) -> list[str]:
     lengths, beyond = report.lengths, report.beyond_lengths
-    pair = "paired by seed (nats; negative: lower loss); 95% CI of the mean Δ; `(Welch)` where the seeds do not pair."
+    pair = ("paired by seed (nats; negative: lower loss); 95% CI of the mean Δ; `(Welch)`: all runs unpaired, where "
+            "too few seeds pair.")
     lines: list[str] = []
     scaled = [(v, s, t) for v, s, t in report.groups if s != NO_SCALING and _has(report, v, s, t, "vs_none")]
     lines += ["", "## Scaling − none, same variant and length", ""]

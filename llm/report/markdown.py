@@ -14,7 +14,7 @@ from typing import Any
 
 from llm.config_keys import flatten
 from llm.fileio import write_text_atomic
-from llm.report.analysis import METRICS, SHORT_METRICS, Group, GroupComparison
+from llm.report.analysis import METRICS, SHORT_METRICS, Group, GroupComparison, SeedMatch
 from llm.report.compare import CURVES_FILE, DELTA_FILE, SPEED_FILE, Report
 from llm.report.fidelity import fidelity_rows
 from llm.report.mixed import MISSING, describe_data, describe_differences, fmt_value
@@ -27,6 +27,7 @@ from llm.report.stats import (
     EQUIVALENT,
     INCONCLUSIVE,
     MAX_SEEDS,
+    MIN_PARTIAL_PAIRS,
     SINGLE,
     WELCH,
     WORSE,
@@ -35,6 +36,11 @@ from llm.report.stats import (
 )
 
 MINUS = "\u2212"
+
+#: When the report pairs by seed and when it runs Welch's test instead (:func:`llm.report.stats.pairing_seeds`).
+PAIRING_RULE = (f"paired t-test on the seeds both have where they are all the runs of one side, or at least "
+                f"{MIN_PARTIAL_PAIRS} seeds and most of each side's runs; otherwise Welch's unequal-variance test "
+                "on all the finite runs of both (pairing would leave out runs that Welch can use)")
 
 
 def fmt(v: float | None, decimals: int) -> str:
@@ -101,6 +107,11 @@ def _holm_p(c: Comparison) -> str:
     return f"p {p}" if c.n_tests <= 1 else f"Holm p {p} ({c.n_tests} tests)"
 
 
+def _samples(c: Comparison) -> str:
+    """What the test ran on: ``3 seeds`` (paired) or ``5 vs 4 runs`` (Welch)."""
+    return f"{c.n} vs {c.n_ref} runs" if c.method == WELCH else f"{c.n} seeds"
+
+
 def verdict_text(c: Comparison, unit: str = "nats") -> str:
     """The verdict cell: ``better``, ``worse``, ``equivalent within ±ε``, ``inconclusive (n seeds; about N needed)``."""
     eps = f"±{c.margin:g}{' ' + unit if unit else ''}"
@@ -111,7 +122,7 @@ def verdict_text(c: Comparison, unit: str = "nats") -> str:
     if c.verdict == EQUIVALENT:
         return f"equivalent within {eps}"
     assert c.verdict == INCONCLUSIVE
-    return f"inconclusive ({c.n} seeds; {_needed(c)})"
+    return f"inconclusive ({_samples(c)}; {_needed(c)})"
 
 
 def margin_text(m: float) -> str:
@@ -145,7 +156,7 @@ def verdict_line(gc: GroupComparison) -> str:
     """One plain-language line per implementation, on val loss (the quality measure the sweep is for)."""
     c, me, ref = gc.loss, gc.group.label, gc.reference.label
     eps = f"±{c.margin:g} nats"
-    n = f"unpaired (Welch), n={c.n} vs {c.n_ref}" if c.method == WELCH else f"n={c.n}"
+    n = _test_n(c, gc.matches.get("val_loss"))
     numbers = f"{n}, Δ = {signed(c.delta)} {_ci(c)}"
     windows = ("" if gc.window is None or gc.window.se is None
                else f"; SE over {gc.window.windows} val windows {gc.window.se:.2g}")
@@ -162,7 +173,17 @@ def verdict_line(gc: GroupComparison) -> str:
         return f"{me}: {c.verdict} than {ref} ({numbers}, {_holm_p(c)}{windows}){within}{_pairing_note(c)}"
     if c.verdict == EQUIVALENT:
         return f"{me}: equivalent to {ref} within {eps} ({numbers}{windows}){tail}"
-    return f"{me}: inconclusive ({c.n} seeds; {_needed(c)}) against {ref} at {eps} ({numbers}{windows}){tail}"
+    return f"{me}: inconclusive ({_samples(c)}; {_needed(c)}) against {ref} at {eps} ({numbers}{windows}){tail}"
+
+
+def _test_n(c: Comparison, m: SeedMatch | None) -> str:
+    """The test and what it ran on: ``n=5`` (every run paired), ``n=3 paired, 2 run(s) without a counterpart left
+    out``, ``unpaired (Welch), n=5 vs 5`` with the seeds in common named where there were too few to pair on."""
+    if c.method == WELCH:
+        shared = f" (seeds {seed_list(m.common)} in common: too few to pair)" if m is not None and m.common else ""
+        return f"unpaired (Welch), n={c.n} vs {c.n_ref}{shared}"
+    left = 0 if m is None else len(m.unmatched) + len(m.reference_only)
+    return f"n={c.n} paired, {left} run(s) without a counterpart left out" if left else f"n={c.n}"
 
 
 def _verdict_section(report: Report) -> list[str]:
@@ -316,6 +337,8 @@ def _pairing_cell(gc: GroupComparison, metric: str = "val_loss") -> str:
     accuracy), with the seeds left out for a nan/inf value named apart from those without a counterpart."""
     c, m = gc.metrics[metric], gc.matches[metric]
     pairing = f"paired (seeds {seed_list(m.seeds)})" if c.method != WELCH else WELCH
+    if m.common and c.method == WELCH:
+        pairing += f"; seeds in common: {seed_list(m.common)} (too few to pair)"
     if m.unmatched and c.method != WELCH:
         pairing += f"; unmatched: {seed_list(m.unmatched)}"
     if m.reference_only and c.method != WELCH:
@@ -342,13 +365,13 @@ def _paired_section(report: Report) -> list[str]:
         f"## Paired statistics against {ref.label}",
         "",
         f"Δ = implementation − {ref.label} (n={ref.n}), per seed, then averaged. Each column names its test. "
-        "95% CI and p: the paired t-test over the paired seeds (Welch's unequal-variance test on the unpaired "
-        "values when the seeds do not match). Holm p: that p adjusted by Holm's method over the implementations "
+        f"95% CI and p: the {PAIRING_RULE}; the Pairing and n columns say which ran, on how many seeds or runs. "
+        "Holm p: that p adjusted by Holm's method over the implementations "
         f"of the sweep (how many in brackets); **better/worse** when it is below {ALPHA_DIFFERENCE:g} (lower loss, "
         f"higher accuracy is better). TOST p: two one-sided t-tests at ±ε; **equivalent** when it is below "
         f"{ALPHA:g} (the 90% CI inside ±ε). Tightest margin: the largest |end| of the 90% CI, the smallest ε "
         "the same data would call equivalent. inconclusive: seeds TOST would need at 80% power if the true Δ "
-        "were 0, at the observed paired std.",
+        "were 0, at the observed paired std (unpaired: at √(s_impl² + s_ref²), no gain from pairing assumed).",
         "",
     ]
     header = ["Implementation", "Pairing", "n", "Δ {m}", "95% CI (t-test)", "p (t-test)", "Holm p (t-test)",
@@ -406,9 +429,14 @@ def _budget_row(report: Report, g: Group, with_eval: bool) -> list[str]:
         cells = [fmt(c.sd, 4), fmt(c.sd_upper, 4), fmt(c.mde, 4), fmt(c.mde_upper, 4), _seeds(gc.seeds_for_margin),
                  _seeds(tost), fmt(gc.seed_se, 4), "n/a" if window is None else fmt(window.se, 4),
                  "n/a" if window is None else str(window.windows)]
+    elif c is not None and c.method == WELCH:  # the MDE of the Welch test the verdict ran; nothing paired to show
+        cells = ["n/a (unpaired)", "n/a", fmt(c.mde, 4), *["n/a"] * 6]
     else:
-        cells = ["n/a (unpaired)" if c is not None and c.method == WELCH else "n/a", *["n/a"] * 8]
-    n = str(g.n) if c is None or c.method == WELCH or c.n == g.n else f"{g.n} ({c.n} paired)"  # the MDE's n
+        cells = ["n/a", *["n/a"] * 8]
+    if c is not None and c.method == WELCH:  # the MDE's n: what its test ran on
+        n = f"{c.n} vs {c.n_ref} runs (unpaired)"
+    else:
+        n = str(g.n) if c is None or c.n == g.n else f"{g.n} ({c.n} paired)"
     row = [g.label, n, fmt(g.std("val_loss"), 4), *cells]
     if with_eval:
         row += [fmt(g.summary_mean("val_loss_se"), 4), _distinct(r.summary.get("val_tokens") for r in g.runs)]
@@ -432,8 +460,8 @@ def _budget_section(report: Report) -> list[str]:
         "pairing cancels what a seed does to both runs), and its one-sided 95% upper confidence bound "
         "(chi-square; 4.4× the estimate with 3 seeds, since a std from few seeds is itself uncertain). MDE "
         "(t-test): the smallest true Δ the better/worse verdict detects with 80% power with these seeds: its "
-        f"paired t-test, two-sided, at {family}; at the paired std and at its upper bound (what the sweep can "
-        "promise). Seeds for MDE ≤ ε "
+        f"paired t-test (Welch's test on the n runs for a row marked unpaired), two-sided, at {family}; at the "
+        "paired std and at its upper bound (what the sweep can promise). Seeds for MDE ≤ ε "
         "(t-test): paired seeds for that test to detect a Δ of ε. Seeds for equivalence (TOST): paired seeds "
         "for TOST at ±ε to reach 80% power if the true Δ were 0: the two answer different questions (find a "
         f"difference of ε = {eps}, or show there is none larger). SE of Δ over seeds: paired std / √n, what "

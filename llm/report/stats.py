@@ -9,12 +9,16 @@ std (ddof=1):
 * Equivalence (TOST at margin ε): two one-sided one-sample t-tests on ``d``,
   ``stats.ttest_1samp(d, -ε, alternative="greater")`` and ``stats.ttest_1samp(d, +ε, alternative="less")``;
   ``p_TOST`` is the larger p. ``p_TOST < α`` is the same as the 90% CI lying inside ``(-ε, +ε)``.
-* Unpaired fallback (seeds do not match): Welch's unequal-variance test, ``stats.ttest_ind(...,
-  equal_var=False)``, and TOST with the same two shifted one-sided Welch tests.
+* Unpaired (Welch): where too few seeds match to pair on (:func:`pairing_seeds`: pairing needs the matched seeds
+  to be all of one side's runs, or at least :data:`MIN_PARTIAL_PAIRS` and most of each side's), all the finite
+  runs of both sides are compared by Welch's unequal-variance test, ``stats.ttest_ind(..., equal_var=False)``,
+  and TOST with the same two shifted one-sided Welch tests.
 * Power: the paired t statistic with true mean δ has a noncentral t distribution with ``n-1`` degrees
   of freedom and noncentrality ``δ√n/σ`` (``stats.nct``); see :func:`tost_power`,
-  :func:`minimum_detectable_effect`. The MDE a report gives is that of its own better/worse verdict: the
-  two-sided test at :data:`ALPHA_DIFFERENCE` / k over k implementations (:attr:`Comparison.detect_alpha`).
+  :func:`minimum_detectable_effect`; Welch's with the Welch–Satterthwaite degrees of freedom and noncentrality
+  ``δ/√(s_impl²/n_impl + s_ref²/n_ref)`` (:func:`welch_power`). The MDE a report gives is that of its own
+  better/worse verdict, of the test it ran: two-sided at :data:`ALPHA_DIFFERENCE` / k over k implementations
+  (:attr:`Comparison.detect_alpha`).
 
 * Verdicts: **better/worse** when the two-sided p, Holm-adjusted over the implementations of the sweep
   (:func:`holm`, ``statsmodels.stats.multitest``), is below :data:`ALPHA_DIFFERENCE` (0.01): a sweep of five
@@ -43,6 +47,7 @@ import statistics
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from types import ModuleType
 
 import numpy as np
@@ -73,6 +78,9 @@ POWER = 0.8
 SD_BOUND_CONFIDENCE = 0.95
 #: Seeds beyond which "about N needed" is reported as "more than" this.
 MAX_SEEDS = 100_000
+#: Fewest matched seeds a paired test runs on when both sides have runs without a counterpart (fewer: Welch on all
+#: runs), since Welch then gains degrees of freedom from both sides while a paired t on two pairs has only one.
+MIN_PARTIAL_PAIRS = 3
 
 BETTER, WORSE, EQUIVALENT, INCONCLUSIVE, SINGLE = "better", "worse", "equivalent", "inconclusive", "single seed"
 PAIRED, WELCH = "paired", "unpaired (Welch)"
@@ -116,7 +124,7 @@ class PairingCheck:
 class Comparison:
     """One metric of one implementation against the reference (Δ = impl − reference)."""
 
-    method: str  # PAIRED or WELCH
+    method: str  # PAIRED or WELCH: the test every number below comes from
     n: int  # paired seeds (PAIRED) or the implementation's runs (WELCH)
     n_ref: int  # paired seeds (PAIRED) or the reference's runs (WELCH)
     delta: float  # mean paired Δ, or difference of the means
@@ -127,14 +135,14 @@ class Comparison:
     margin: float
     verdict: str  # BETTER, WORSE, EQUIVALENT, INCONCLUSIVE or SINGLE
     seeds_needed: int | None  # for INCONCLUSIVE: paired seeds for TOST at 80% power (None: more than MAX_SEEDS)
-    mde: float | None  # minimum detectable |Δ|, paired t at 80% power, α = detect_alpha, with these seeds
     lower_is_better: bool = True
     p_holm: float | None = None  # p adjusted by Holm over the sweep's implementations (set by :func:`holm`)
     n_tests: int = 1  # the size of the family the Holm adjustment ran over
     tightest_margin: float | None = None  # the largest |end| of the 90% CI: "equivalent within ±this"
     sd_upper: float | None = None  # one-sided 95% upper confidence bound of ``sd`` (PAIRED)
-    mde_upper: float | None = None  # the MDE at ``sd_upper``
     pairing: PairingCheck | None = None  # PAIRED with >= 2 seeds
+    se: float | None = None  # standard error of Δ in the t-test: sd/√n (PAIRED), √(s_impl²/n + s_ref²/n_ref) (WELCH)
+    df: float | None = None  # the t-test's degrees of freedom: n − 1 (PAIRED), Welch–Satterthwaite (WELCH)
 
     @property
     def detect_alpha(self) -> float:
@@ -143,6 +151,25 @@ class Comparison:
         rejected at every step). The MDE is given at this level, not at :data:`ALPHA`: an effect the t-test finds
         at α = 0.05 with 80% power, the verdict would call with far less."""
         return ALPHA_DIFFERENCE / max(1, self.n_tests)
+
+    # The MDEs are computed when first read, at this comparison's own detect_alpha: a comparison is decided alone and
+    # then again in its Holm family (a new object each time), so only the level that is reported is ever solved for.
+    @cached_property
+    def mde(self) -> float | None:
+        """Minimum detectable |Δ| of this comparison's own better/worse test at 80% power and :attr:`detect_alpha`:
+        the paired t-test with these seeds (PAIRED), or Welch's test with these runs (WELCH); None with one seed."""
+        if self.p is None or self.sd is None:
+            return None
+        if self.method == PAIRED:
+            return minimum_detectable_effect(self.sd, self.n, alpha=self.detect_alpha)
+        return welch_minimum_detectable_effect(self.se, self.df, alpha=self.detect_alpha)
+
+    @cached_property
+    def mde_upper(self) -> float | None:
+        """The paired MDE at ``sd_upper`` (what the sweep can promise); None unpaired, where no bound is computed."""
+        if self.p is None or self.method != PAIRED:
+            return None
+        return minimum_detectable_effect(self.sd_upper, self.n, alpha=self.detect_alpha)
 
 
 def _verdict(delta: float, p: float, p_tost: float, lower_is_better: bool) -> str:
@@ -153,13 +180,25 @@ def _verdict(delta: float, p: float, p_tost: float, lower_is_better: bool) -> st
     return EQUIVALENT if p_tost < ALPHA else INCONCLUSIVE
 
 
-def pairing_seeds(mine: Iterable, theirs: Iterable) -> list | None:
-    """The seeds two groups are compared on, paired, or None to compare them unpaired (Welch): the seeds both
-    have, when they share at least two, or share one and Welch could not run (a group of a single seed) or they
-    have no other; seeds of one group alone are then left out (reported as unmatched)."""
+def pairing_seeds(mine: Iterable, theirs: Iterable, runs: tuple[int, int] | None = None) -> list | None:
+    """The seeds two groups are compared on, paired, or None to compare all their runs unpaired (Welch).
+
+    ``mine`` and ``theirs``: each group's seeds with a finite value; ``runs``: each group's count of finite runs,
+    runs without a seed included (default: its seeds). Paired on the seeds both have when they are all the runs of
+    one group (or of both); else, where both groups have runs without a counterpart, when at least
+    :data:`MIN_PARTIAL_PAIRS` seeds match and they are most (more than half) of each group's runs; else Welch on
+    all the runs of both. A pairing leaves the runs without a counterpart out of the test (reported as unmatched),
+    so it is chosen only where Welch on all the runs could not gain much from them.
+    """
     mine, theirs = {s for s in mine if s is not None}, {s for s in theirs if s is not None}
+    n_mine, n_theirs = runs if runs is not None else (len(mine), len(theirs))
     common = sorted(mine & theirs)
-    if len(common) >= 2 or (common and (mine == theirs or min(len(mine), len(theirs)) < 2)):
+    k = len(common)
+    # where all of one group's runs pair, Welch's standard error and degrees of freedom are bounded by that group, so
+    # the other group's extra runs cannot make up for the pairing given up (a group of one run cannot run Welch at all)
+    if common and k == min(n_mine, n_theirs):
+        return common
+    if k >= MIN_PARTIAL_PAIRS and 2 * k > max(n_mine, n_theirs):
         return common
     return None
 
@@ -299,6 +338,27 @@ def seeds_for_effect(sd: float, effect: float, power: float = POWER, alpha: floa
     return _smallest_n(lambda n: t_test_power(n, sd, effect, alpha) >= power)
 
 
+def welch_power(se: float, df: float, effect: float, alpha: float = ALPHA) -> float:
+    """Power of the two-sided Welch test to detect a true Δ of ``effect`` where Δ's standard error is ``se`` with
+    ``df`` (Welch–Satterthwaite) degrees of freedom: ``P(|T| > t(1-α/2, df))`` for ``T ~ stats.nct(df, effect/se)``,
+    the two variances taken as known (the usual approximation; with equal runs and stds on both sides it is
+    ``statsmodels``' ``TTestIndPower``)."""
+    if se <= 0.0:
+        return 1.0 if effect != 0.0 else 0.0
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    nc = effect / se
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc))
+
+
+def _smallest_effect(power_at: Callable[[float], float], scale: float, power: float) -> float:
+    """The δ > 0 with ``power_at(δ) = power`` (increasing in δ), by ``scipy.optimize.brentq`` from ``[0, scale]``
+    widened by doubling."""
+    hi = scale
+    while power_at(hi) < power:
+        hi *= 2
+    return float(optimize.brentq(lambda e: power_at(e) - power, 0.0, hi, xtol=scale * 1e-9))
+
+
 def minimum_detectable_effect(sd: float | None, n: int, power: float = POWER, alpha: float = ALPHA) -> float | None:
     """Smallest true |Δ| the two-sided paired t-test at ``alpha`` detects with ``power`` using ``n`` seeds.
 
@@ -308,26 +368,28 @@ def minimum_detectable_effect(sd: float | None, n: int, power: float = POWER, al
         return None
     if sd <= 0.0:
         return 0.0
-    hi = sd
-    while t_test_power(n, sd, hi, alpha) < power:
-        hi *= 2
-    return float(optimize.brentq(lambda e: t_test_power(n, sd, e, alpha) - power, 0.0, hi, xtol=sd * 1e-9))
+    return _smallest_effect(lambda e: t_test_power(n, sd, e, alpha), sd, power)
+
+
+def welch_minimum_detectable_effect(se: float | None, df: float | None, power: float = POWER,
+                                    alpha: float = ALPHA) -> float | None:
+    """Smallest true |Δ| the two-sided Welch test at ``alpha`` detects with ``power`` (:func:`welch_power`)."""
+    if se is None or df is None or math.isnan(se) or not df > 0:
+        return None
+    if se <= 0.0:
+        return 0.0
+    return _smallest_effect(lambda e: welch_power(se, df, e, alpha), se, power)
 
 
 def decide(c: Comparison, p_holm: float | None = None, n_tests: int = 1) -> Comparison:
-    """``c`` with its verdict taken at ``p_holm`` (default: its own p, a family of one), the TOST seeds
-    needed when that verdict is inconclusive, and (paired) the MDE of that verdict among ``n_tests``
-    (:attr:`Comparison.detect_alpha`)."""
+    """``c`` with its verdict taken at ``p_holm`` (default: its own p, a family of one) among ``n_tests``, and the
+    TOST seeds needed when that verdict is inconclusive (its MDE follows from ``n_tests``: :attr:`Comparison.mde`)."""
     if c.p is None or c.p_tost is None:
         return c
     p = c.p if p_holm is None else p_holm
     verdict = _verdict(c.delta, p, c.p_tost, c.lower_is_better)
     needed = seeds_for_equivalence(c.sd, c.margin) if verdict == INCONCLUSIVE and c.sd is not None else None
-    c = replace(c, p_holm=p, n_tests=n_tests, verdict=verdict, seeds_needed=needed)
-    if c.method == PAIRED:
-        c = replace(c, mde=minimum_detectable_effect(c.sd, c.n, alpha=c.detect_alpha),
-                    mde_upper=minimum_detectable_effect(c.sd_upper, c.n, alpha=c.detect_alpha))
-    return c
+    return replace(c, p_holm=p, n_tests=n_tests, verdict=verdict, seeds_needed=needed)
 
 
 def holm(comparisons: Sequence[Comparison]) -> list[Comparison]:
@@ -355,13 +417,14 @@ def compare_paired(impl: Sequence[float], ref: Sequence[float], margin: float, l
     d = [a - b for a, b in zip(impl, ref, strict=True)]
     n, mean = len(d), float(np.mean(d))
     if n < 2:
-        return Comparison(PAIRED, n, n, mean, None, None, None, None, margin, SINGLE, None, None, lower_is_better)
+        return Comparison(PAIRED, n, n, mean, None, None, None, None, margin, SINGLE, None, lower_is_better)
     sd = float(np.std(d, ddof=1))
     ci, p, p_tost = paired_test(d, margin)
     sd_upper = sd_upper_bound(sd, n)
-    c = Comparison(PAIRED, n, n, mean, sd, ci, p, p_tost, margin, INCONCLUSIVE, None, None, lower_is_better,
-                   tightest_margin=tightest_margin(d), sd_upper=sd_upper, pairing=pairing_check(impl, ref, margin))
-    return decide(c)  # the MDE too: it depends on the family the verdict is taken in
+    c = Comparison(PAIRED, n, n, mean, sd, ci, p, p_tost, margin, INCONCLUSIVE, None, lower_is_better,
+                   tightest_margin=tightest_margin(d), sd_upper=sd_upper, pairing=pairing_check(impl, ref, margin),
+                   se=sd / math.sqrt(n), df=n - 1)
+    return decide(c)
 
 
 def compare_unpaired(impl: Sequence[float], ref: Sequence[float], margin: float,
@@ -373,13 +436,17 @@ def compare_unpaired(impl: Sequence[float], ref: Sequence[float], margin: float,
     from pairing assumed).
     """
     delta = float(np.mean(impl) - np.mean(ref))
-    if len(impl) < 2 or len(ref) < 2:
-        return Comparison(WELCH, len(impl), len(ref), delta, None, None, None, None, margin, SINGLE, None, None,
-                          lower_is_better)
-    sd = math.hypot(float(np.std(impl, ddof=1)), float(np.std(ref, ddof=1)))
+    n1, n2 = len(impl), len(ref)
+    if n1 < 2 or n2 < 2:
+        return Comparison(WELCH, n1, n2, delta, None, None, None, None, margin, SINGLE, None, lower_is_better)
+    s1, s2 = float(np.std(impl, ddof=1)), float(np.std(ref, ddof=1))
+    sd = math.hypot(s1, s2)
     ci, p, p_tost = welch_test(impl, ref, margin)
-    c = Comparison(WELCH, len(impl), len(ref), delta, sd, ci, p, p_tost, margin, INCONCLUSIVE, None, None,
-                   lower_is_better, tightest_margin=tightest_margin(a=impl, b=ref))
+    v1, v2 = s1**2 / n1, s2**2 / n2
+    # Welch–Satterthwaite; where neither side has spread it is undefined and unused (the MDE is then 0)
+    df = (v1 + v2) ** 2 / (v1**2 / (n1 - 1) + v2**2 / (n2 - 1)) if v1 + v2 > 0 else float(n1 + n2 - 2)
+    c = Comparison(WELCH, n1, n2, delta, sd, ci, p, p_tost, margin, INCONCLUSIVE, None, lower_is_better,
+                   tightest_margin=tightest_margin(a=impl, b=ref), se=math.sqrt(v1 + v2), df=df)
     return decide(c)
 
 

@@ -7,19 +7,22 @@ Columns (one row per implementation, ordered as the Markdown summary):
   seed), ``n_excluded`` (runs of this implementation that did not complete) and ``excluded`` (their
   statuses);
 * ``val_loss_se``, ``val_tokens``: eval noise and size, from summary.json (empty for old runs);
-* ``reference``, ``pairing`` (``paired``/``unpaired (Welch)``/``reference``), ``paired_seeds``,
-  ``unmatched_seeds`` (the implementation's seeds without a reference run), ``reference_only_seeds`` (the
-  reference's seeds without a run of the implementation), ``nonfinite_seeds`` and ``reference_nonfinite_seeds``
-  (seeds whose final val loss is nan/inf: left out of the statistics);
-* per compared metric ``m`` in (val_loss, val_acc): ``m_delta`` (mean Δ = impl − reference),
+* ``reference``, ``pairing`` (``paired``/``unpaired (Welch)``/``reference``: val loss's test), ``paired_seeds``
+  (empty when unpaired), ``unmatched_seeds`` (the implementation's seeds without a reference run),
+  ``reference_only_seeds`` (the reference's seeds without a run of the implementation), ``nonfinite_seeds`` and
+  ``reference_nonfinite_seeds`` (seeds whose final val loss is nan/inf: left out of the statistics);
+* per compared metric ``m`` in (val_loss, val_acc): ``m_test`` (``paired``/``unpaired (Welch)``, each metric its
+  own), ``m_test_n``/``m_test_n_ref`` (what it ran on: the paired seeds twice, or each side's runs for Welch),
+  ``m_delta`` (mean Δ = impl − reference),
   ``m_delta_ci_low``/``m_delta_ci_high`` (95%, t-test), ``m_delta_p`` (t-test, two-sided),
   ``m_delta_p_holm`` (that p, Holm-adjusted over the sweep's implementations; ``m_holm_tests`` of them),
   ``m_tost_p``, ``m_margin``, ``m_tightest_margin`` (largest |end| of the 90% CI), ``m_verdict``
   (better/worse at Holm p < 0.01, equivalent at TOST p < 0.05, inconclusive, single seed),
   ``m_tost_seeds_needed`` (inconclusive only: paired seeds for TOST at 80% power);
-* val loss, paired only: ``val_loss_delta_std`` (paired std of Δ), ``val_loss_delta_std_upper95`` (its one-sided
-  95% upper bound), ``val_loss_mde`` and ``val_loss_mde_upper95`` (t-test, 80% power, at each), at
-  ``val_loss_mde_alpha`` (the better/worse verdict's level: 0.01 over the Holm family's size),
+* val loss: ``val_loss_mde`` (the smallest Δ the better/worse verdict's own test, paired or Welch's, detects at 80%
+  power) at ``val_loss_mde_alpha`` (that verdict's level: 0.01 over the Holm family's size); paired only:
+  ``val_loss_delta_std`` (paired std of Δ), ``val_loss_delta_std_upper95`` (its one-sided 95% upper bound),
+  ``val_loss_mde_upper95`` (the MDE at that bound),
   ``val_loss_ttest_seeds_for_margin`` (paired seeds for that t-test to detect ε),
   ``val_loss_tost_seeds_for_margin`` (paired seeds for TOST at ±ε, 80% power, true Δ 0),
   ``val_loss_pairing_corr``, ``val_loss_pairing_var_ratio`` (var(paired)/var(unpaired)),
@@ -51,9 +54,9 @@ def _columns() -> list[str]:
     cols += ["n_excluded", "excluded", "val_loss_se", "val_tokens", "reference", "pairing", "paired_seeds",
              "unmatched_seeds", "reference_only_seeds", "nonfinite_seeds", "reference_nonfinite_seeds"]
     for m, _ in COMPARED:
-        cols += [f"{m}_delta", f"{m}_delta_ci_low", f"{m}_delta_ci_high", f"{m}_delta_p", f"{m}_delta_p_holm",
-                 f"{m}_holm_tests", f"{m}_tost_p", f"{m}_margin", f"{m}_tightest_margin", f"{m}_verdict",
-                 f"{m}_tost_seeds_needed"]
+        cols += [f"{m}_test", f"{m}_test_n", f"{m}_test_n_ref", f"{m}_delta", f"{m}_delta_ci_low",
+                 f"{m}_delta_ci_high", f"{m}_delta_p", f"{m}_delta_p_holm", f"{m}_holm_tests", f"{m}_tost_p",
+                 f"{m}_margin", f"{m}_tightest_margin", f"{m}_verdict", f"{m}_tost_seeds_needed"]
     return [*cols, *_PAIRED_LOSS_COLUMNS]
 
 
@@ -80,8 +83,13 @@ def _pairing_cells(report: Report, g: Group, gc: GroupComparison | None) -> Row:
 
 def _paired_loss_cells(gc: GroupComparison | None) -> Row:
     c = None if gc is None else gc.metrics.get("val_loss")
-    if gc is None or c is None or c.method == WELCH or c.sd is None:
+    if gc is None or c is None or c.sd is None:
         return [None] * len(_PAIRED_LOSS_COLUMNS)
+    if c.method == WELCH:  # the MDE of the Welch test the verdict ran; the paired columns stay empty
+        cells: Row = [None] * len(_PAIRED_LOSS_COLUMNS)
+        cells[_PAIRED_LOSS_COLUMNS.index("val_loss_mde")] = c.mde
+        cells[_PAIRED_LOSS_COLUMNS.index("val_loss_mde_alpha")] = c.detect_alpha
+        return cells
     pc, window = c.pairing, gc.window
     welch = pc.welch_ci if pc is not None and pc.welch_ci is not None else (None, None)
     return [c.sd, c.sd_upper, c.mde, c.mde_upper, c.detect_alpha, gc.seeds_for_margin,
@@ -95,11 +103,12 @@ def _comparison_cells(gc: GroupComparison | None) -> Row:
     for m, _ in COMPARED:
         c = None if gc is None else gc.metrics.get(m)
         if c is None:
-            cells += [None] * 11
+            cells += [None] * 14
             continue
         lo, hi = c.ci if c.ci is not None else (None, None)
-        cells += [c.delta, lo, hi, c.p, c.p_holm, c.n_tests if c.p_holm is not None else None, c.p_tost, c.margin,
-                  c.tightest_margin, c.verdict, c.seeds_needed]
+        cells += [WELCH if c.method == WELCH else "paired", c.n, c.n_ref, c.delta, lo, hi, c.p, c.p_holm,
+                  c.n_tests if c.p_holm is not None else None, c.p_tost, c.margin, c.tightest_margin, c.verdict,
+                  c.seeds_needed]
     return cells + _paired_loss_cells(gc)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,42 @@ def test_ctrl_c_while_writing_leaves_the_earlier_report_whole(sweep: Path, tmp_p
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"interrupted: {out} left as it was"
     assert {f.name: (f.read_bytes(), f.stat().st_mtime_ns) for f in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "sweep"]  # no temporary left
+
+
+def test_ctrl_c_while_loading_the_runs_is_one_line(sweep: Path, tmp_path: Path, capsys, monkeypatch):
+    """Ctrl-C while the runs load (or scipy imports on first use) writes nothing and ends in one line, exit 130."""
+    cli = _load_cli()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_report", interrupted)
+    try:
+        code = cli.main([str(sweep), "--out", str(tmp_path / "out")])
+    except KeyboardInterrupt:  # a failure of this test, not an end of the whole test run
+        pytest.fail("Ctrl-C while loading the runs escaped main: a traceback")
+    assert code == 130
+    assert capsys.readouterr().err == "interrupted: no report written\n"
+    assert not (tmp_path / "out").exists()
+
+
+# The child sends itself a SIGINT as scripts.compare starts importing llm.report: a real Ctrl-C during the imports.
+_CTRL_C_WHILE_IMPORTING = """
+import builtins, os, runpy, signal, sys
+real_import = builtins.__import__
+def importing(name, *args, **kwargs):
+    if name == "llm.report":
+        builtins.__import__ = real_import
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = importing
+sys.argv = ["scripts.compare", sys.argv[1]]
+runpy.run_module("scripts.compare", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_while_importing_is_one_line_and_exit_130(tmp_path: Path):
+    """Ctrl-C before the modules finished loading printed a traceback of the import; now one line and exit 130."""
+    child = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_IMPORTING, str(tmp_path)], cwd=REPO,
+                           capture_output=True, text=True, timeout=60)
+    assert (child.returncode, child.stderr, child.stdout) == (130, "interrupted: no report written\n", "")

@@ -401,16 +401,18 @@ def test_a_repeated_seed_is_one_sample_in_welch_too(tmp_path: Path):
 
 
 def test_seeds_of_either_side_alone_are_listed(tmp_path: Path):
-    """Paired on the seeds both have: the implementation's seed 3 and the reference's seed 2 are named in the report
-    and the CSV, not left out unseen."""
-    sweep = write_sweep(tmp_path / "s", {REF: reference((0, 1, 2)), V4: planted(0.003, seeds=(0, 1, 3))})
+    """Paired on the seeds both have (three of each side's four): the implementation's seed 4 and the reference's
+    seed 3 are named in the report and the CSV, not left out unseen."""
+    sweep = write_sweep(tmp_path / "s", {REF: reference((0, 1, 2, 3)), V4: planted(0.003, seeds=(0, 1, 2, 4))})
     (c,) = build_report([sweep]).comparisons
-    assert (c.seeds, c.unmatched, c.reference_only) == ([0, 1], [3], [2])
+    assert (c.seeds, c.unmatched, c.reference_only) == ([0, 1, 2], [4], [3])
     text = compare_runs([sweep], sweep).read_text()
-    assert "paired (seeds 0 1); unmatched: 3; reference only: 2" in text
+    assert "paired (seeds 0 1 2); unmatched: 4; reference only: 3" in text
+    assert "(n=3 paired, 2 run(s) without a counterpart left out, Δ = " in text
     with (sweep / "comparison.csv").open() as f:
         row = next(r for r in csv.DictReader(f) if r["implementation"].startswith("triton_v4"))
-    assert (row["unmatched_seeds"], row["reference_only_seeds"]) == ("3", "2")
+    assert (row["unmatched_seeds"], row["reference_only_seeds"]) == ("4", "3")
+    assert (row["val_loss_test"], row["val_loss_test_n"], row["val_loss_test_n_ref"]) == ("paired", "3", "3")
 
 
 def test_one_shared_seed_is_paired_where_welch_cannot_run(tmp_path: Path):
