@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import math
 import numbers
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -55,10 +56,12 @@ class Tuning:
     block_n: int | None = None
     num_warps: int | None = None
     num_stages: int | None = None
+    warp_specialized: bool | None = None
 
     def label(self) -> str:
         """The set fields in a line, e.g. ``splits=16,bn=64,w=4``: what a benchmark row names its candidate by."""
-        short = {"splits": "splits", "block_m": "bm", "block_n": "bn", "num_warps": "w", "num_stages": "s"}
+        short = {"splits": "splits", "block_m": "bm", "block_n": "bn", "num_warps": "w", "num_stages": "s",
+                 "warp_specialized": "ws"}
         return ",".join(f"{short[f.name]}={getattr(self, f.name)}" for f in dataclasses.fields(self)
                         if getattr(self, f.name) is not None)
 
@@ -79,7 +82,9 @@ def tuning(**fields: object) -> Iterator[Tuning]:
 
     ``splits``: programs the keys are split over, 1 to 128 (1: no split; fewer where the keys have fewer tiles);
     ``block_m``: query rows a program holds (a power of two, 16 to 128); ``block_n``: keys per tile (a power of
-    two, 16 to 256); ``num_warps`` (a power of two up to 16); ``num_stages`` (1 to 6: key tiles in flight). Fields
+    two, 16 to 256); ``num_warps`` (a power of two up to 16); ``num_stages`` (1 to 6: key tiles in flight);
+    ``warp_specialized``: False keeps a chunk of queries on the ``tl`` kernel where the launch rule takes the Hopper
+    kernel (True, like None, leaves it to the rule; a tile setting above implies False). Fields
     not given keep the enclosing block's value (None outside any: the launch rule's choice). A call captured in a
     CUDA graph keeps the settings it was captured with. A bad field or value raises ValueError naming it, before
     the block runs.
@@ -92,6 +97,10 @@ def tuning(**fields: object) -> Iterator[Tuning]:
         if name not in names:
             raise ValueError(f"tuning: unknown setting {name!r}; the settings are {', '.join(sorted(names))}")
         if value is None:
+            continue
+        if name == "warp_specialized":
+            if not isinstance(value, bool):
+                raise ValueError(f"tuning: warp_specialized must be True or False, got {value!r}")
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"tuning: {name} must be an int, got {value!r}")
@@ -171,7 +180,7 @@ class _Plan:
 
     __slots__ = ("B", "T", "H", "H_kv", "D", "G", "L", "rotate", "half", "rotary_dim", "interleaved", "scale_log2",
                  "block_m", "block_n", "block_d", "warps", "stages", "ieee", "dot_f32", "sms", "n_blocks", "ints",
-                 "direct", "compiled", "tuning")
+                 "direct", "compiled", "tuning", "ws", "tl_plan")
 
     def __init__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int, rotary: RotaryEmbedding,
                  scale: float, tuning: Tuning) -> None:
@@ -190,6 +199,11 @@ class _Plan:
         tiles = _tiles(self.T * self.G, self.block_d, q.element_size(), self.L, self.B * self.H_kv >= 4 * self.sms)
         self.tuning = tuning
         forced = (tuning.block_m, tuning.block_n, tuning.num_warps, tuning.num_stages)
+        self.ws = _hopper_kernel_applies(q, k_cache, v_cache, self.G, self.sms) \
+            and tuning.warp_specialized is not False and tuning.splits is None and all(f is None for f in forced)
+        if self.ws:
+            block_n, stages = _HOPPER_TILES[self.D]
+            tiles = (2 * _HOPPER_BLOCK_M, block_n, 4, stages)
         self.block_m, self.block_n, self.warps, self.stages = (t if f is None else f
                                                                for t, f in zip(tiles, forced, strict=True))
         self.n_blocks = -(-(self.T * self.G) // self.block_m)
@@ -200,15 +214,25 @@ class _Plan:
         cos = rotary._cos_sin[0]
         # the split kernel's integers from its q strides to its table length, in its order (the output is
         # contiguous (B, T, H, D), allocated per call)
-        self.ints = (*q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3],
-                     self.T * self.H * self.D, self.H * self.D, self.D, *pos_strides, cos.stride(0),
-                     self.T, self.H_kv, self.L, cos.shape[0])
+        if self.ws:  # the Hopper kernel's: the caches go by TMA descriptor
+            self.ints = (*q.stride()[:3], self.T * self.H * self.D, self.H * self.D, self.D, *pos_strides,
+                         cos.stride(0), self.T, self.H_kv, self.L, cos.shape[0])
+        else:
+            self.ints = (*q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3],
+                         self.T * self.H * self.D, self.H * self.D, self.D, *pos_strides, cos.stride(0),
+                         self.T, self.H_kv, self.L, cos.shape[0])
         # Triton's compiled kernels, launched directly once known (see _run)
         self.direct = q.is_cuda and not interpreting() and _direct_launch_supported()
         self.compiled: dict[tuple, object] = {}
+        self.tl_plan: _Plan | None = None  # the tl kernel's, for a Hopper plan's call with an unaligned cache
 
     def programs(self) -> int:
         return self.n_blocks * self.B * self.H_kv
+
+    def wave(self) -> int:
+        """Programs that run at once: two per SM for the ``tl`` kernel, one for the Hopper kernel (its shared
+        memory and registers)."""
+        return self.sms if self.ws else 2 * self.sms
 
 
 #: Signatures already checked, and their plans. Bounded: shapes that never repeat do not grow it forever.
@@ -364,18 +388,49 @@ def _tiles(rows: int, block_d: int, itemsize: int, cache_len: int, many_waves: b
     return block_m, block_n, 4, 2 if wide else 3
 
 
-def _splits(programs: int, cache_len: int, block_n: int, sms: int, forced: int | None = None) -> tuple[int, int]:
-    """(number of key splits, keys per split): as many splits as fill two programs per SM in one wave (a second,
+#: The Hopper kernel's query rows per warpgroup (a program holds two), and its (key tile, stages) per head dim:
+#: at D 128 two 64-key tiles cost no more registers than one of 128 and keep four in flight; at D 64 a 128-key
+#: tile three deep (``bench.attention``).
+_HOPPER_BLOCK_M = 64
+_HOPPER_TILES = {64: (128, 3), 128: (64, 4)}
+
+
+def _hopper_kernel_applies(q: Tensor, k_cache: Tensor, v_cache: Tensor, G: int, sms: int) -> bool:
+    """Whether a call goes to the warp-specialised Hopper kernel (:mod:`rope._fused_attention_hopper`): a chunk of
+    queries whose grouped rows fill its two warpgroups (G x T >= 128, where the loop is bound by the products, not
+    by the cache read) and whose programs, one per SM, fill at least half the GPU without splitting the keys (with
+    fewer, the ``tl`` kernel's splits keep more SMs busy); 16-bit, head dim 64 or 128, on a GPU of compute
+    capability 9.x (its wgmma and TMA), with caches a TMA descriptor can address as (B * H_kv, L, D) (16-byte
+    aligned rows; batch and heads one stride), and a Triton with Gluon. The ``tl`` kernel takes every other call."""
+    if not q.is_cuda or interpreting() or q.dtype == torch.float32 or q.shape[3] not in _HOPPER_TILES:
+        return False
+    B, T = q.shape[:2]
+    rows = T * G
+    if T < 2 or rows < 2 * _HOPPER_BLOCK_M or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return False
+    if 2 * -(-rows // (2 * _HOPPER_BLOCK_M)) * B * k_cache.shape[1] < sms:
+        return False
+    for cache in (k_cache, v_cache):
+        strides = cache.stride()
+        if strides[0] != cache.shape[1] * strides[1] and cache.shape[0] > 1:
+            return False
+        if any(s * cache.element_size() % 16 for s in strides[1:3]):
+            return False
+    return _hopper_kernels() is not None
+
+
+def _splits(programs: int, cache_len: int, block_n: int, wave: int, forced: int | None = None) -> tuple[int, int]:
+    """(number of key splits, keys per split): as many splits as fill one wave of ``wave`` programs (a second,
     partly filled wave would leave SMs idle for as long as the first), each over at least two key tiles; none
-    when the batch and heads fill the GPU already. ``forced`` (:func:`tuning`) asks for a number of splits
+    when the batch and heads fill half a wave already. ``forced`` (:func:`tuning`) asks for a number of splits
     instead (fewer where the keys have fewer tiles)."""
     tiles = -(-cache_len // block_n)
     if forced is not None:
         splits = min(forced, tiles)
-    elif programs >= sms or tiles < 4:
+    elif 2 * programs >= wave or tiles < 4:
         return 1, tiles * block_n
     else:
-        splits = min(2 * sms // programs, tiles // 2, _MAX_SPLITS)
+        splits = min(wave // programs, tiles // 2, _MAX_SPLITS)
     per_split = -(-tiles // splits) * block_n
     return -(-cache_len // per_split), per_split
 
@@ -388,18 +443,22 @@ def _visible_keys(plan: _Plan, positions: Tensor | int, start: int) -> int:
 def launch_settings(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int,
                     rotary: RotaryEmbedding, *, scale: float | None = None) -> dict[str, object]:
     """What :func:`attention_with_rope` launches for these arguments (under the current :func:`tuning`), without
-    launching: the grid, programs, tiles, warps, stages, splits, keys per split, and the combine (``"kernel"``:
-    a second launch combines the splits; ``"none"`` with one split). Its ``"line"`` says it in one line, for a
-    benchmark's rows. The arguments are checked as the call checks them."""
+    launching: the kernel (``"hopper"``, the warp-specialised one, or ``"tl"``), the grid, programs, tiles, warps,
+    stages, splits, keys per split, and the combine (``"kernel"``: a second launch combines the splits; ``"none"``
+    with one split). Its ``"line"`` says it in one line, for a benchmark's rows. The arguments are checked as the
+    call checks them."""
     start, plan = _check(q, k_cache, v_cache, positions, rotary, scale)
-    splits, per_split = _splits(plan.programs(), _visible_keys(plan, positions, start), plan.block_n, plan.sms,
+    if plan.ws and not _takes_hopper(k_cache, v_cache):
+        plan = _tl_plan(plan, q, k_cache, v_cache, positions, rotary)
+    splits, per_split = _splits(plan.programs(), _visible_keys(plan, positions, start), plan.block_n, plan.wave(),
                                 plan.tuning.splits)
     grid = (plan.n_blocks, plan.B * plan.H_kv, splits)
-    out = {"grid": grid, "programs": math.prod(grid), "block_m": plan.block_m, "block_n": plan.block_n,
-           "num_warps": plan.warps, "num_stages": plan.stages, "splits": splits, "keys_per_split": per_split,
-           "combine": "kernel" if splits > 1 else "none"}
-    out["line"] = (f"grid={'x'.join(map(str, grid))} bm={plan.block_m} bn={plan.block_n} w={plan.warps} "
-                   f"s={plan.stages} keys/split={per_split} combine={out['combine']}")
+    out = {"kernel": "hopper" if plan.ws else "tl", "grid": grid, "programs": math.prod(grid),
+           "block_m": plan.block_m, "block_n": plan.block_n, "num_warps": plan.warps, "num_stages": plan.stages,
+           "splits": splits, "keys_per_split": per_split, "combine": "kernel" if splits > 1 else "none"}
+    warps = "4+4+1" if plan.ws else plan.warps
+    out["line"] = (f"{out['kernel']} grid={'x'.join(map(str, grid))} bm={plan.block_m} bn={plan.block_n} "
+                   f"w={warps} s={plan.stages} keys/split={per_split} combine={out['combine']}")
     return out
 
 
@@ -415,12 +474,62 @@ def _kernels():
 
 def _launch(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int, start: int,
             rotary: RotaryEmbedding, plan: _Plan) -> Tensor:
-    kernels = _kernels()
     has_pos = isinstance(positions, Tensor)
     if rotary.scaling["type"] == "dynamic_ntk":  # the tables for the current length, as the module's own call
         rotary._follow_length(q, positions if has_pos else torch.tensor([start + plan.T - 1]))
+    if plan.ws:
+        if _takes_hopper(k_cache, v_cache):
+            out = _launch_hopper(q, k_cache, v_cache, positions, start, rotary, plan)
+            if out is not None:
+                return out
+        plan = _tl_plan(plan, q, k_cache, v_cache, positions, rotary)
+    return _launch_tl(q, k_cache, v_cache, positions, start, rotary, plan)
+
+
+def _takes_hopper(k_cache: Tensor, v_cache: Tensor) -> bool:
+    """Whether a call whose plan took the Hopper kernel launches it: not with a cache at an unaligned address (TMA
+    reads 16-byte aligned bases), nor once the kernel failed to compile in this process; the tl kernel then."""
+    return k_cache.data_ptr() % 16 == 0 and v_cache.data_ptr() % 16 == 0 and not _HOPPER_FAILED
+
+
+#: Set (to the error) once the Hopper kernel failed to compile in this process: every call takes the tl kernel.
+_HOPPER_FAILED: list[str] = []
+
+
+def _launch_hopper(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int, start: int,
+                   rotary: RotaryEmbedding, plan: _Plan) -> Tensor | None:
+    """The warp-specialised Hopper kernel's launch (one, no splits); None where it does not compile here (said in
+    one warning, once)."""
+    hopper = _hopper_kernels()
+    has_pos = isinstance(positions, Tensor)
+    cos, sin = rotary._cos_sin
+    pos_arg = positions if has_pos else cos
+    out = q.new_empty((plan.B, plan.T, plan.H, plan.D))
+    descs = [hopper.cache_descriptor(c, plan.block_n) for c in (k_cache, v_cache)]
+    args = (q, cos, sin, pos_arg, out, *descs, *plan.ints, start, plan.scale_log2, plan.G, plan.D, plan.half,
+            plan.rotary_dim, plan.interleaved, plan.rotate, has_pos, plan.block_n, plan.stages)
+    key = None
+    if plan.direct:
+        key = ("hopper", has_pos, q.data_ptr() % 16, cos.data_ptr() % 16, sin.data_ptr() % 16,
+               pos_arg.data_ptr() % 16)
+    try:
+        with on_device_of(q):
+            _run(hopper.attend_ws_kernel, (plan.n_blocks, plan.B * plan.H_kv, 1), args,
+                 {"num_warps": 4, "maxnreg": hopper.MAX_REGS}, plan, key)
+    except hopper.COMPILE_ERRORS as exc:
+        _HOPPER_FAILED.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc) else ''}")
+        warnings.warn(f"attention_with_rope: the Hopper kernel does not compile with this Triton "
+                      f"({_HOPPER_FAILED[0]}); the tl kernel takes every call", RuntimeWarning, stacklevel=4)
+        return None
+    return out
+
+
+def _launch_tl(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int, start: int,
+               rotary: RotaryEmbedding, plan: _Plan) -> Tensor:
+    kernels = _kernels()
+    has_pos = isinstance(positions, Tensor)
     B, T, H, D = plan.B, plan.T, plan.H, plan.D
-    splits, per_split = _splits(plan.programs(), _visible_keys(plan, positions, start), plan.block_n, plan.sms,
+    splits, per_split = _splits(plan.programs(), _visible_keys(plan, positions, start), plan.block_n, plan.wave(),
                                 plan.tuning.splits)
     out = q.new_empty((B, T, H, D))
     if splits > 1:
@@ -430,26 +539,36 @@ def _launch(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int
         part = lse = out  # never read or written with one split
     cos, sin = rotary._cos_sin
     pos_arg = positions if has_pos else cos  # without positions a placeholder no program reads (HAS_POS off)
-    args = (q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse, *plan.ints, start, per_split, plan.scale_log2,
-            splits, plan.G, D, plan.block_d, plan.half, plan.rotary_dim, plan.interleaved, plan.rotate, has_pos,
-            plan.block_m, plan.block_n, T > 1, splits > 1, plan.ieee, plan.dot_f32)
     key = None
     if plan.direct:  # what Triton specialises a compiled kernel on beyond the plan: the pointers' alignment
         key = (has_pos, splits, per_split, q.data_ptr() % 16, k_cache.data_ptr() % 16, v_cache.data_ptr() % 16,
                cos.data_ptr() % 16, sin.data_ptr() % 16, pos_arg.data_ptr() % 16)
+    args = (q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse, *plan.ints, start, per_split, plan.scale_log2,
+            splits, plan.G, D, plan.block_d, plan.half, plan.rotary_dim, plan.interleaved, plan.rotate, has_pos,
+            plan.block_m, plan.block_n, T > 1, splits > 1, plan.ieee, plan.dot_f32)
     with on_device_of(q):
-        _run(kernels.attend_split_kernel, (plan.n_blocks, B * plan.H_kv, splits), args, plan.warps, plan.stages,
-             plan, key)
+        _run(kernels.attend_split_kernel, (plan.n_blocks, B * plan.H_kv, splits), args,
+             {"num_warps": plan.warps, "num_stages": plan.stages}, plan, key)
         if splits > 1:
             _run(kernels.combine_splits_kernel, (B * T * H, 1, 1),
                  (part, lse, out, T * H * D, H * D, D, T, H, splits, D, plan.block_d, _next_pow2(splits),
-                  plan.dot_f32), 4, 3, plan, None if key is None else ("combine", *key))
+                  plan.dot_f32), {"num_warps": 4, "num_stages": 3}, plan, None if key is None else ("combine", *key))
     return out
 
 
-def _run(kernel, grid: tuple[int, int, int], args: tuple, warps: int, stages: int, plan: _Plan,
+def _tl_plan(plan: _Plan, q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int,
+             rotary: RotaryEmbedding) -> _Plan:
+    """The ``tl`` kernel's plan for a signature whose plan took the Hopper kernel (kept on the plan once made)."""
+    if plan.tl_plan is None:
+        plan.tl_plan = _Plan(q, k_cache, v_cache, positions, rotary, plan.scale_log2 / math.log2(math.e),
+                             dataclasses.replace(plan.tuning, warp_specialized=False))
+    return plan.tl_plan
+
+
+def _run(kernel, grid: tuple[int, int, int], args: tuple, options: dict[str, int], plan: _Plan,
          key: tuple | None) -> None:
-    """Launch ``kernel`` on ``grid`` with ``args`` (every parameter, constexprs included, in its order).
+    """Launch ``kernel`` on ``grid`` with ``args`` (every parameter, constexprs included, in its order) and the
+    launch ``options`` (warps, stages, registers).
 
     Why not always ``kernel[grid](...)``: Triton's launch binds and specialises every argument again on each call,
     host time that on a slow host exceeds what a decode step's attention takes on the GPU. The
@@ -467,9 +586,20 @@ def _run(kernel, grid: tuple[int, int, int], args: tuple, warps: int, stages: in
             plan.direct = False
             plan.compiled.clear()
             key = None
-    compiled = kernel[grid](*args, num_warps=warps, num_stages=stages)
+    compiled = kernel[grid](*args, **options)
     if key is not None and hasattr(compiled, "packed_metadata") and hasattr(compiled, "function"):
         plan.compiled[key] = compiled
+
+
+@functools.cache
+def _hopper_kernels():
+    """The Hopper kernel's module, or None where this Triton has no Gluon (or another Gluon than it is written
+    for): then the ``tl`` kernel takes every call."""
+    try:
+        from rope import _fused_attention_hopper
+    except (ImportError, AttributeError):
+        return None
+    return _fused_attention_hopper
 
 
 @functools.cache

@@ -166,3 +166,127 @@ def test_offsets_past_2_31_elements():
     qr = r(q, positions=torch.tensor([L - 1], device=CUDA)).transpose(1, 2)
     ref = F.scaled_dot_product_attention(qr.float(), caches[0].float(), caches[1].float(), enable_gqa=True)
     assert (out.float() - ref.transpose(1, 2)).abs().max() < 2e-2
+
+
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+# Chunks of several queries whose grouped rows fill the Hopper kernel's two warpgroups, in batches whose programs
+# fill at least half of an H200 (66 of 132 SMs): (dtype, D, H, H_kv, B, cached, T, per-row positions, options)
+HOPPER_CASES = {
+    "bf16-d128-gqa": (torch.bfloat16, 128, 32, 8, 5, 4096, 64, False, {}),
+    "bf16-d128-partial": (torch.bfloat16, 128, 32, 8, 5, 1000, 64, False, {"variant": "partial"}),
+    "fp16-d64-partial-block-interleaved-yarn": (
+        torch.float16, 64, 16, 4, 9, 3000, 37, True, {"variant": "full", "layout": "interleaved", "rotary_dim": 32,
+                                                     "scaling": {"type": "yarn", "factor": 4.0,
+                                                                 "original_max_seq_len": 1024}}),
+    "bf16-d64-mha-t256-short-cache": (torch.bfloat16, 64, 16, 16, 3, 40, 256, False, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(HOPPER_CASES))
+def test_the_hopper_kernel_within_twice_sdpa_s_own_error(case):
+    """The warp-specialised kernel (on a Hopper GPU; the tl kernel elsewhere) at chunks whose rows do and do not
+    fill its blocks, per-row positions, every layout and a cache shorter than a key tile."""
+    dtype, D, H, H_kv, B, cached, T, per_row, options = HOPPER_CASES[case]
+    L = cached + T
+    r = rope.build("triton_v4", D, L + 16, **options).to(CUDA)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, dtype, CUDA)
+    q = torch.randn(B, T, H, D, device=CUDA).to(dtype)
+    positions = torch.arange(cached, L, device=CUDA)
+    if per_row:  # each batch row's queries end at another length of the cache
+        positions = torch.stack([positions - 7 * b for b in range(B)])
+    if _hopper():
+        assert fused_attention.launch_settings(q, k_cache, v_cache, positions, r)["kernel"] == "hopper"
+    exact = reference(q, k_cache, v_cache, positions, r, dtype=torch.float64)
+    sdpa_err = (sdpa_16_bit(q, k_cache, v_cache, positions, r).double() - exact).abs().max().item()
+    out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    err = (out.double() - exact).abs().max().item()
+    assert out.dtype == dtype and 0 < sdpa_err and err <= 2 * sdpa_err, (err, sdpa_err)
+
+
+def test_the_hopper_kernel_reads_no_key_past_the_cache_s_end():
+    """A slice of a longer buffer (a static cache) whose keys and values past L are NaN: tiles that run past L
+    read zeros (TMA's bounds), not the buffer's NaNs; a position past L gives a NaN row, the others stay right;
+    an unaligned cache base goes to the tl kernel with the same answer."""
+    B, H, H_kv, D, L, L_max, T = 5, 32, 8, 128, 1000, 1500, 64
+    r = rope.build("triton_v4", D, L_max).to(CUDA)
+    k, v = rotated_cache(r, B, H_kv, L, D, torch.bfloat16, CUDA)
+    buffers = [torch.full((B, H_kv, L_max, D), float("nan"), device=CUDA, dtype=torch.bfloat16) for _ in range(2)]
+    for buf, x in zip(buffers, (k, v), strict=True):
+        buf[:, :, :L] = x
+    k_cache, v_cache = (buf[:, :, :L] for buf in buffers)
+    q = torch.randn(B, T, H, D, device=CUDA).to(torch.bfloat16)
+    positions = torch.arange(L - T, L, device=CUDA).repeat(B, 1)
+    out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    torch.testing.assert_close(out, rope.attention_with_rope(q, k, v, positions, r), rtol=0, atol=0)
+    exact = reference(q, k, v, positions, r, dtype=torch.float64)
+    assert (out.double() - exact).abs().max() <= 2 * (sdpa_16_bit(q, k, v, positions, r).double() - exact).abs().max()
+    positions[1, 5] = L
+    nan_row = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    assert nan_row[1, 5].isnan().all() and not nan_row[1, 6:].isnan().any() and not nan_row[0].isnan().any()
+    store = [torch.empty(B * H_kv * L * D + 1, device=CUDA, dtype=torch.bfloat16) for _ in range(2)]
+    shifted = [s[1:].view(B, H_kv, L, D).copy_(x) for s, x in zip(store, (k, v), strict=True)]
+    positions[1, 5] = L - T + 5
+    assert fused_attention.launch_settings(q, *shifted, positions, r)["kernel"] == "tl"
+    torch.testing.assert_close(rope.attention_with_rope(q, *shifted, positions, r), out, rtol=0, atol=2e-2)
+
+
+def test_the_hopper_kernel_against_the_tl_kernel_and_in_a_graph():
+    """The same call on both kernels agrees within rounding; captured in a CUDA graph it follows its position
+    buffer."""
+    B, H, H_kv, D, L, T = 8, 32, 8, 128, 4096, 64
+    r = rope.build("triton_v4", D, L).to(CUDA)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.bfloat16, CUDA)
+    q = torch.randn(B, T, H, D, device=CUDA).to(torch.bfloat16)
+    positions = torch.arange(L - T, L, device=CUDA)
+    out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    with fused_attention.tuning(warp_specialized=False):
+        assert fused_attention.launch_settings(q, k_cache, v_cache, positions, r)["kernel"] == "tl"
+        tl_out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    torch.testing.assert_close(out, tl_out, rtol=0, atol=2e-2)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    for end in (1000, L):
+        positions.copy_(torch.arange(end - T, end, device=CUDA))
+        graph.replay()
+        torch.testing.assert_close(captured, rope.attention_with_rope(q, k_cache, v_cache, positions.clone(), r),
+                                   rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not _hopper(), reason="the Hopper kernel runs on compute capability 9.x")
+def test_a_triton_that_cannot_compile_the_hopper_kernel_falls_back_to_tl(monkeypatch):
+    """Gluon is experimental: where this Triton's Gluon fails to compile the kernel, one warning says so and the
+    tl kernel answers, then and for every later call."""
+    import types
+
+    B, H, H_kv, D, L, T = 8, 32, 8, 128, 2048, 64
+    r = rope.build("triton_v4", D, L).to(CUDA)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.bfloat16, CUDA)
+    q = torch.randn(B, T, H, D, device=CUDA).to(torch.bfloat16)
+    with fused_attention.tuning(warp_specialized=False):
+        expected = rope.attention_with_rope(q, k_cache, v_cache, L - T, r)
+    real = fused_attention._hopper_kernels()
+
+    class Uncompilable:
+        def __getitem__(self, grid):
+            def launch(*args, **options):
+                raise AttributeError("module 'gluon' has no attribute 'warp_specialize'")
+            return launch
+
+    broken = types.SimpleNamespace(attend_ws_kernel=Uncompilable(), cache_descriptor=real.cache_descriptor,
+                                   MAX_REGS=real.MAX_REGS, COMPILE_ERRORS=real.COMPILE_ERRORS)
+    monkeypatch.setattr(fused_attention, "_hopper_kernels", lambda: broken)
+    monkeypatch.setattr(fused_attention, "_PLANS", {})
+    monkeypatch.setattr(fused_attention, "_HOPPER_FAILED", [])
+    with pytest.warns(RuntimeWarning, match="the Hopper kernel does not compile"):
+        out = rope.attention_with_rope(q, k_cache, v_cache, L - T, r)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert fused_attention.launch_settings(q, k_cache, v_cache, L - T, r)["kernel"] == "tl"
