@@ -206,6 +206,24 @@ def test_the_hopper_kernel_within_twice_sdpa_s_own_error(case):
     assert out.dtype == dtype and 0 < sdpa_err and err <= 2 * sdpa_err, (err, sdpa_err)
 
 
+def test_the_hopper_kernel_with_queries_at_the_start_of_a_long_cache():
+    """Queries at positions 0..63 of a 4k cache see one key tile; the loader issues the ring's first tiles before
+    it knows that, and the program must still end right (the tiles no row sees landed, none of them read)."""
+    B, H, H_kv, D, L, T = 8, 32, 8, 128, 4096, 64
+    r = rope.build("triton_v4", D, L).to(CUDA)
+    k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.bfloat16, CUDA)
+    q = torch.randn(B, T, H, D, device=CUDA).to(torch.bfloat16)
+    positions = torch.arange(T, device=CUDA)
+    if _hopper():
+        assert fused_attention.launch_settings(q, k_cache, v_cache, positions, r)["kernel"] == "hopper"
+    exact = reference(q, k_cache, v_cache, positions, r, dtype=torch.float64)
+    sdpa_err = (sdpa_16_bit(q, k_cache, v_cache, positions, r).double() - exact).abs().max().item()
+    for _ in range(3):
+        out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+        assert (out.double() - exact).abs().max().item() <= 2 * sdpa_err
+    torch.cuda.synchronize()
+
+
 def test_the_hopper_kernel_reads_no_key_past_the_cache_s_end():
     """A slice of a longer buffer (a static cache) whose keys and values past L are NaN: tiles that run past L
     read zeros (TMA's bounds), not the buffer's NaNs; a position past L gives a NaN row, the others stay right;
