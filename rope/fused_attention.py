@@ -10,7 +10,9 @@ the module computes, and ``rope=none`` rotates nothing.
 
 The kernels (:mod:`rope._fused_attention_kernels`, imported on first use) split the keys over several programs
 when the batch and heads alone would leave the GPU idle (flash-decoding), and combine the partial results in a
-second launch. :func:`tuning` forces the launch settings (splits, tiles, warps, stages) for the calls inside a
+second launch. On a Hopper GPU, chunks of grouped queries whose batch fills the GPU go to a warp-specialised
+kernel instead (:mod:`rope._fused_attention_hopper`, in Gluon; :func:`_hopper_kernel_applies` says when).
+:func:`tuning` forces the launch settings (splits, tiles, warps, stages) for the calls inside a
 block, for benchmarks that look for a better rule; :func:`launch_settings` says what a call launches. Every
 argument is checked before any launch; a bad one raises :class:`RopeArgumentError` naming it. Positions given as
 an int or a CPU tensor are range-checked; positions in GPU memory are not (that check would wait for the GPU, and
@@ -411,10 +413,12 @@ def _hopper_kernel_applies(q: Tensor, k_cache: Tensor, v_cache: Tensor, G: int, 
     if 2 * -(-rows // (2 * _HOPPER_BLOCK_M)) * B * k_cache.shape[1] < sms:
         return False
     for cache in (k_cache, v_cache):
-        strides = cache.stride()
-        if strides[0] != cache.shape[1] * strides[1] and cache.shape[0] > 1:
+        strides, (_, H_kv, L, D) = cache.stride(), cache.shape
+        if strides[0] != H_kv * strides[1] and cache.shape[0] > 1:  # batch and heads: one TMA dimension
             return False
         if any(s * cache.element_size() % 16 for s in strides[1:3]):
+            return False
+        if strides[2] < D or (H_kv > 1 and strides[1] < L * strides[2]):  # rows that overlap: not a TMA box
             return False
     return _hopper_kernels() is not None
 
