@@ -34,6 +34,20 @@ CASES = {
 }
 
 
+def captured(call):
+    """``call`` captured in a CUDA graph after a warm-up on a side stream (PyTorch's recipe): the graph and the
+    output tensor its replays write."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    return graph, out
+
+
 def sdpa_16_bit(q, k_cache, v_cache, positions, r):
     """The separate path as a GPU runs it with a mask: the module's rotation, then SDPA's memory-efficient kernel
     (the one that takes a mask) on the 16-bit inputs, the key-value heads repeated for it."""
@@ -102,14 +116,7 @@ def test_a_captured_call_replays_at_the_positions_in_its_buffer():
     k_cache, v_cache = rotated_cache(r, B, H_kv, L, D, torch.bfloat16, CUDA)
     q = torch.randn(B, 1, H, D, device=CUDA).to(torch.bfloat16)
     positions = torch.tensor([100], device=CUDA)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        rope.attention_with_rope(q, k_cache, v_cache, positions, r)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    graph, out = captured(lambda: rope.attention_with_rope(q, k_cache, v_cache, positions, r))
     for p in (100, 1500, L - 1):
         positions.fill_(p)
         graph.replay()
@@ -264,18 +271,11 @@ def test_the_hopper_kernel_against_the_tl_kernel_and_in_a_graph():
         assert fused_attention.launch_settings(q, k_cache, v_cache, positions, r)["kernel"] == "tl"
         tl_out = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
     torch.testing.assert_close(out, tl_out, rtol=0, atol=2e-2)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        rope.attention_with_rope(q, k_cache, v_cache, positions, r)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = rope.attention_with_rope(q, k_cache, v_cache, positions, r)
+    graph, replayed = captured(lambda: rope.attention_with_rope(q, k_cache, v_cache, positions, r))
     for end in (1000, L):
         positions.copy_(torch.arange(end - T, end, device=CUDA))
         graph.replay()
-        torch.testing.assert_close(captured, rope.attention_with_rope(q, k_cache, v_cache, positions.clone(), r),
+        torch.testing.assert_close(replayed, rope.attention_with_rope(q, k_cache, v_cache, positions.clone(), r),
                                    rtol=0, atol=0)
 
 
