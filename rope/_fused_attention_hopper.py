@@ -34,6 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.errors import OutOfResources
 
 #: Query rows per consumer warpgroup: one wgmma row block of four warps. A program holds two.
 BLOCK_M = gl.constexpr(64)
@@ -43,9 +44,10 @@ CONSUMER_REGS = gl.constexpr(232)
 MAX_REGS = 168
 
 
-#: What a Triton whose Gluon differs from the one this kernel is written for raises when it compiles it: the
-#: caller then takes the tl kernel.
-COMPILE_ERRORS = (CompilationError, AttributeError, TypeError)
+#: What a Triton whose Gluon differs from the one this kernel is written for raises when it compiles or loads it
+#: (a frontend error, an API it lacks, more shared memory or registers than it grants): the caller then takes the
+#: tl kernel.
+COMPILE_ERRORS = (CompilationError, AttributeError, TypeError, OutOfResources)
 
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
