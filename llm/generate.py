@@ -6,7 +6,8 @@ implementation (``rope=<name>`` swaps the kernel), and the continuation streams 
 decoded with a KV cache. A user error (a key nothing reads, no checkpoint, a prompt longer than the context,
 ``top_k=0``, ...) is one line on stderr and exit code 2, before the weights are loaded. Ctrl-C, or a SIGTERM (a job
 scheduler's stop, ``kill``), keeps the text printed so far and ends with one line saying so, exit 130 or 143, as
-``llm.eval_lengths`` and ``llm.train`` end.
+``llm.eval_lengths`` and ``llm.train`` end. A reader of stdout that goes away (``| head``) ends it quietly, exit
+141 (128 + SIGPIPE), as a shell pipeline's commands end.
 
 ``prompt=`` and ``prompt_file=`` take the rest of their argument verbatim (``prompt=def main(`` needs no
 Hydra quoting): the entry point quotes them for Hydra's parser, unless they are quoted already.
@@ -14,17 +15,16 @@ Hydra quoting): the entry point quotes them for Hydra's parser, unless they are 
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
-from llm.config_check import check_config_keys
 from llm.entry import full_error_requested, run_entry, sigterm_stops_like_ctrl_c, stopped
 from llm.errors import UserError, in_chain
-from llm.generation.command import GenerationInterrupted, generate_from_config
-from llm.generation.load import refuse_rope_keys_without_a_kernel
 
 #: Keys whose values are free text or paths, taken verbatim from the command line.
 VERBATIM_KEYS = ("prompt", "prompt_file")
@@ -52,6 +52,13 @@ def verbatim_overrides(argv: list[str]) -> list[str]:
 def main(cfg: DictConfig) -> None:
     try:
         with sigterm_stops_like_ctrl_c():  # a SIGTERM takes Ctrl-C's path: one line, not a silent exit
+            # imported here, not at the top: torch loads for seconds, and a Ctrl-C meanwhile ends with the line below
+            import numpy  # noqa: F401  (before torch: torch's C init imports numpy and drops its errors, Ctrl-C too)
+
+            from llm.config_check import check_config_keys
+            from llm.generation.command import generate_from_config
+            from llm.generation.load import refuse_rope_keys_without_a_kernel
+
             refuse_rope_keys_without_a_kernel(cfg.get("rope"))  # rope.variant=full: not a key of "the rope chosen"
             check_config_keys(cfg, "generate", "python -m llm.generate")  # +top_kk=3: refused first
             generate_from_config(cfg)
@@ -60,9 +67,14 @@ def main(cfg: DictConfig) -> None:
             raise
         print(f"Error: {str(e).strip() or type(e).__name__}", file=sys.stderr)
         sys.exit(2)
+    except BrokenPipeError:  # the reader of stdout is gone (`| head`): end quietly as a SIGPIPE would, no traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush of stdout must not fail again
+        sys.exit(128 + signal.SIGPIPE)
     except KeyboardInterrupt as e:  # a stop asked for, not a crash: no traceback, the text printed so far stays
         word, code = stopped(e)
-        where = in_chain(e, GenerationInterrupted)
+        command = sys.modules.get("llm.generation.command")  # not imported yet: stopped before decoding
+        where = in_chain(e, command.GenerationInterrupted) if command else None
         sample = "" if where is None or where.of == 1 else f" in sample {where.sample} of {where.of}"
         print(f"{word}{sample}: the text so far is above" if where else f"{word} before decoding began: nothing was "
               "generated", file=sys.stderr)
@@ -71,4 +83,8 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     sys.argv = verbatim_overrides(sys.argv)
-    run_entry(main, "generate", "python -m llm.generate")
+    try:
+        run_entry(main, "generate", "python -m llm.generate")
+    except KeyboardInterrupt:  # Ctrl-C while Hydra composes the config, before main's own handler: the same one line
+        print("Interrupted before decoding began: nothing was generated", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)

@@ -200,7 +200,8 @@ class StaticKVCache:
             positions = self.step_position
         else:
             positions = torch.arange(self.length, self.length + T, device=device)
-        if self.attention == "sdpa" and self._key_index is not None and self.length > 0:
+        if self._key_index is not None and self.length > 0 and not self.fused(T):
+            # every SDPA step after the prompt needs the mask (fused_rope's chunks longer than its kernel takes too);
             # additive, in the cache's dtype: SDPA would convert a boolean mask in every layer
             hidden = self._key_index[None, :] > positions[:, None]
             self.mask = torch.zeros(hidden.shape, dtype=self.keys.dtype, device=device).masked_fill_(hidden, -math.inf)

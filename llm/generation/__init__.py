@@ -13,7 +13,7 @@ trainer's checkpoint code, like an entry point.
 from llm.generation.decode import Generated, generate, new_tokens_room
 from llm.generation.sampling import GREEDY, Sampling, pick_next
 from llm.generation.static import StaticDecoder
-from llm.generation.text import TextStream, cut_at, encode_prompt
+from llm.generation.text import TextStream, cut_at, encode_prompt, never_written
 
 __all__ = ["GREEDY", "Generated", "Sampling", "StaticDecoder", "TextStream", "cut_at", "encode_prompt", "generate",
-           "new_tokens_room", "pick_next"]
+           "never_written", "new_tokens_room", "pick_next"]

@@ -35,7 +35,7 @@ from llm.generation.load import (
 )
 from llm.generation.sampling import Sampling
 from llm.generation.static import StaticDecoder, cast_weights
-from llm.generation.text import TextStream, cut_at, encode_prompt
+from llm.generation.text import TextStream, cut_at, encode_prompt, never_written
 from llm.kv_cache import ATTENTIONS
 from llm.model import rope_cache_len
 from llm.training.runtime import resolve_device
@@ -121,8 +121,10 @@ def read_settings(cfg: Mapping) -> Settings:
     """Every setting of conf/generate.yaml checked, before the run is opened."""
     sampling = Sampling(_number(cfg.get("temperature", 0.0)), cfg.get("top_k"), _number(cfg.get("top_p")))
     seed = cfg.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError(f"seed={seed!r} must be an integer")
+    # torch seeds with an unsigned 64-bit integer: a larger one failed after the weights loaded, and a negative one
+    # wrapped around to the same stream as seed + 2**64
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**64 - 1]")
     cache = cfg.get("cache", "static")
     try:
         cache = "static" if cache is True else cache_kind(cache)
@@ -192,6 +194,7 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
         decoder = StaticDecoder(model, fed_positions(len(ids), n_new), capture=s.capture, attention=s.attention,
                                 prefill_chunk=s.prefill_chunk)
     generator = torch.Generator(device=s.device).manual_seed(s.seed)
+    never = never_written(enc)
     prompt = torch.tensor([ids], device=s.device)
     texts: list[str] = []
     try:
@@ -211,7 +214,7 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
             capturing = decoder is not None and not decoder.captured and decoder.note is None
             result = generate(model, prompt, n_new, s.sampling, generator=generator, use_cache=s.cache,
                               decoder=decoder, attention=s.attention, stop_token=enc.eot_token, vocab_size=enc.n_vocab,
-                              on_token=show, timed=True)
+                              never=never, on_token=show, timed=True)
             out.write(stream.flush() + "\n")
             out.flush()
             if decoder is not None and decoder.note and capturing:

@@ -11,8 +11,9 @@ reproduce, and the baseline of the speed benchmark.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -71,7 +72,8 @@ def cache_kind(cache: bool | str) -> str:
 def generate(model: GPT, prompt: Tensor, max_new_tokens: int, sampling: Sampling, *,
              generator: torch.Generator | None = None, use_cache: bool | str = True, stop_token: int | None = None,
              vocab_size: int | None = None, on_token: Callable[[Tensor], None] | None = None,
-             decoder: StaticDecoder | None = None, attention: str = "sdpa", timed: bool = False) -> Generated:
+             decoder: StaticDecoder | None = None, attention: str = "sdpa", timed: bool = False,
+             never: Sequence[int] = ()) -> Generated:
     """Continue the (B, T) token ids ``prompt`` by up to ``max_new_tokens`` tokens.
 
     The positions fed must fit the model's context (:attr:`GPT.context_len`: the RoPE cache): the prompt and every
@@ -80,7 +82,8 @@ def generate(model: GPT, prompt: Tensor, max_new_tokens: int, sampling: Sampling
     ``use_cache``: ``"static"``, ``"dynamic"`` (``True``) or ``"none"`` (``False``), see the module docstring;
     ``decoder``: a :class:`StaticDecoder` to decode with (reused across calls: its cache and captured step are
     kept), else one is built for ``"static"``; ``attention`` (``"sdpa"`` / ``"fused_rope"``): how the caches built here
-    attend. ``vocab_size`` masks the padded rows of the head (never a real token). ``on_token`` sees each
+    attend. ``vocab_size`` masks the padded rows of the head (never a real token), ``never`` the ids below it that
+    are no token to write (:func:`llm.generation.text.never_written`). ``on_token`` sees each
     step's (B,) tokens as they come (streaming). ``timed`` synchronises the device after the first token
     and at the end, to time them (:class:`Generated`). The model runs in eval mode and is put back as it was.
     """
@@ -96,6 +99,7 @@ def generate(model: GPT, prompt: Tensor, max_new_tokens: int, sampling: Sampling
         sync()
         t0 = time.perf_counter()
         first, step = _steps(model, prompt, max_new_tokens, kind, decoder, attention)
+        banned = torch.tensor(sorted(set(never)), dtype=torch.long, device=prompt.device) if never else None
         logits = first()
         out, t1 = [], None
         done = torch.zeros(B, dtype=torch.bool, device=prompt.device)
@@ -103,6 +107,8 @@ def generate(model: GPT, prompt: Tensor, max_new_tokens: int, sampling: Sampling
         for i in range(max_new_tokens):
             if vocab_size is not None:
                 logits = logits[:, :vocab_size]
+            if banned is not None:  # a copy: a captured step's logits buffer stays the graph's
+                logits = logits.index_fill(-1, banned, -math.inf)
             token = pick_next(logits, sampling, generator)
             out.append(token)
             if timed and i == 0:

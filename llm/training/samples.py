@@ -16,7 +16,7 @@ import torch
 
 from llm.data import get_tokenizer
 from llm.errors import ConfigError
-from llm.generation import GREEDY, cut_at, encode_prompt, generate, new_tokens_room
+from llm.generation import GREEDY, cut_at, encode_prompt, generate, never_written, new_tokens_room
 from llm.model import GPT
 
 
@@ -43,6 +43,7 @@ class TrainingSamples:
         self.enc = get_tokenizer(tokenizer_name)
         self.max_new_tokens = max_new_tokens
         self.prompts = [(text, encode_prompt(self.enc, text)) for text in prompts]
+        self.never = never_written(self.enc)  # ids no document holds: tiktoken cannot decode some of them
         for i, (_, ids) in enumerate(self.prompts):
             if len(ids) > context_len:  # a prompt filling the context still gets one token (the last is never fed)
                 raise ConfigError(f"train.sample_prompts[{i}] is {len(ids)} tokens (with the leading end-of-text "
@@ -57,7 +58,7 @@ class TrainingSamples:
             n = min(self.max_new_tokens, new_tokens_room(len(ids), model.context_len))
             with autocast:
                 out = generate(model, torch.tensor([ids], device=device), n, GREEDY, stop_token=self.enc.eot_token,
-                               vocab_size=self.enc.n_vocab)
+                               vocab_size=self.enc.n_vocab, never=self.never)
             tokens, ended = cut_at(out.tokens[0].tolist(), self.enc.eot_token)
             records.append({"prompt": text, "text": self.enc.decode(tokens), "tokens": len(tokens),
                             "end_of_text": ended})

@@ -611,3 +611,105 @@ def test_a_kernel_that_cannot_run_here_is_named_by_the_preset_typed(monkeypatch)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("generate", overrides=["run=x", "rope=triton_v4_full"], return_hydra_config=True)
     assert command_line_rope_preset(cfg) == "triton_v4_full"
+
+
+# -- decoding mistakes found by using the command -------------------------------------------------------
+def test_ids_below_n_vocab_that_are_no_token_are_never_drawn(trained_run, monkeypatch):
+    """cl100k_base has ids below n_vocab that are no token (tiktoken cannot decode them) and special tokens that
+    training never writes: a model favouring a gap ended the command with tiktoken's KeyError, a special token
+    printed its spelling; both are masked, the next most likely token is drawn."""
+    from llm.data.tokenizer import get_tokenizer
+    from llm.generation.text import never_written
+
+    enc = get_tokenizer("cl100k_base")
+    never = never_written(enc)
+    assert {100256, 100261, 100275, enc.encode_single_token("<|fim_prefix|>")} <= set(never)
+    assert enc.eot_token not in never and max(never) < enc.n_vocab
+    real = GPT.next_logits
+
+    def favouring_what_is_no_token(self, idx, cache=None):
+        logits = real(self, idx, cache)
+        logits[:, 100261] += 1e4  # a gap: no token
+        logits[:, enc.encode_single_token("<|fim_prefix|>")] += 5e3
+        return logits
+
+    monkeypatch.setattr(GPT, "next_logits", favouring_what_is_no_token)
+    for sampling in ("temperature=0", "temperature=1"):
+        texts, out, _ = run_generate(gen_cfg(trained_run, "prompt=x", "max_new_tokens=3", sampling, "device=cpu"))
+        assert len(texts) == 1 and "<|fim" not in out
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64])
+def test_a_seed_torch_cannot_take_is_refused_before_any_work(seed, tmp_path):
+    """torch seeds with an unsigned 64-bit integer: 2**64 failed with a traceback after the weights loaded, -1
+    silently drew seed 2**64 - 1's stream. Refused first (the run dir here holds nothing)."""
+    with pytest.raises(ConfigError, match=rf"^seed={seed} must be an integer in \[0, 2\*\*64 - 1\]$"):
+        run_generate(gen_cfg(tmp_path, f"seed={seed}"))
+
+
+def test_a_reader_of_stdout_that_goes_away_ends_the_command_quietly(trained_run):
+    """`python -m llm.generate ... | head -c 20`: the write after the reader closed the pipe raised BrokenPipeError,
+    a traceback and exit 1; now no traceback, exit 128 + SIGPIPE, as a pipeline's commands end."""
+    cmd = [sys.executable, "-m", "llm.generate", f"run={trained_run}", "prompt=def main(", "max_new_tokens=20",
+           "temperature=0", "num_samples=3", "device=cpu"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(5)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 128 + signal.SIGPIPE, err[-2000:]
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err[-2000:]
+
+
+@pytest.mark.interpreter
+def test_fused_prefill_chunks_longer_than_the_kernel_takes_match_the_full_forward():
+    """attention=fused_rope with prefill_chunk above the fused kernel's query limit: a later chunk that long went to
+    SDPA, which the static cache under fused_rope gave no mask, so it attended to its own later tokens and the empty
+    slots; the decoder now splits it to what the kernel takes."""
+    from llm.kv_cache import FUSED_MAX_QUERIES
+
+    torch.manual_seed(0)
+    T = 2 * FUSED_MAX_QUERIES + 20
+    cfg = GPTConfig(vocab_size=61, seq_len=T + 8, n_layer=1, n_head=2, n_embd=16, vocab_multiple=8)
+    model = GPT(cfg, rope.build("torch", cfg.head_dim, cfg.seq_len)).eval()
+    idx = torch.randint(0, 61, (1, T))
+    with torch.no_grad():
+        full, _ = model(idx)
+    decoder = StaticDecoder(model, T + 2, attention="fused_rope", prefill_chunk=FUSED_MAX_QUERIES + 10)
+    torch.testing.assert_close(decoder.prefill(idx), full[:, -1], rtol=0, atol=1e-5)
+    assert decoder.cache.length == T
+
+
+def test_ctrl_c_while_torch_loads_is_one_line(trained_run, monkeypatch, capsys):
+    """A Ctrl-C in the seconds torch takes to import (the command's module imported it at its top) printed an
+    import traceback; the command's imports now run under its own handler: one line, exit 130."""
+    import types
+
+    class Interrupting(types.ModuleType):
+        def __getattr__(self, name):  # what the command imports from it; a module's own dunders (repr) stay
+            if name.startswith("__"):
+                raise AttributeError(name)
+            raise KeyboardInterrupt
+
+    monkeypatch.setitem(sys.modules, "llm.config_check", Interrupting("llm.config_check"))
+    try:
+        code, lines = run_module_main(monkeypatch, capsys, "llm.generate", [f"run={trained_run}", "prompt=x"])
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C escaped the command as a traceback")
+    assert code == 130 and lines == ["Interrupted before decoding began: nothing was generated"], lines
+
+
+def test_a_static_cache_masks_every_sdpa_step_under_fused_rope():
+    """Under ``attention=fused_rope`` a step longer than the fused kernel takes attends through SDPA over the whole
+    buffer: it needs the mask (its own later tokens and the empty slots hidden) as an ``sdpa`` cache's step does."""
+    from llm.kv_cache import FUSED_MAX_QUERIES, StaticKVCache
+
+    cache = StaticKVCache(n_layer=1, max_len=1024, attention="fused_rope")
+    cache.allocate(1, 2, 16, torch.float32, torch.device("cpu"))
+    cache.length = 10
+    T = FUSED_MAX_QUERIES + 1
+    assert not cache.fused(T)
+    positions = cache.positions(T, torch.device("cpu"))
+    assert cache.mask is not None and cache.mask.shape == (T, cache.capacity)
+    hidden = torch.isinf(cache.mask)
+    assert hidden[0, 11:].all() and not hidden[0, :11].any()  # the first new token sees the cache and itself
+    assert positions[0] == 10 and not hidden[-1, :10 + T].any()
