@@ -116,6 +116,10 @@ def _check_cache_dir(cfg: DictConfig) -> None:
     value = cfg.get("cache_dir")
     # The data cache takes cache_dir as given (null would build into a folder named "None"), so only a path passes.
     if not isinstance(value, str) or not value.strip():
+        # an empty $ROPELAB_CACHE reaches here as the default: name the variable, since the user typed no cache_dir
+        if "ROPELAB_CACHE" in os.environ and value == os.environ["ROPELAB_CACHE"]:
+            raise ConfigError(f"cache_dir={value!r} (from $ROPELAB_CACHE, its default) must be a directory path; set "
+                              "ROPELAB_CACHE to a directory, or unset it for ~/.cache/ropelab")
         raise ConfigError(f"cache_dir={value!r} must be a directory path; leave cache_dir out for the default "
                           "($ROPELAB_CACHE, else ~/.cache/ropelab)")
     path = os.path.expanduser(value)
@@ -274,12 +278,23 @@ def _check_memory(cfg: DictConfig, model_cfg, device: torch.device, world_size: 
                           f"{have / 2**30:.1f} GiB of {device}; lower model.seq_len or train.batch_size")
 
 
+def _command_choices(cfg: DictConfig) -> Mapping | None:
+    """The config groups the command chose (Hydra's ``runtime.choices``): from a sweep's config, else from the
+    running Hydra job; None outside a Hydra command (then every experiment's and recipe's keys count as known)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
+    if choices is None and HydraConfig.initialized():
+        choices = HydraConfig.get().runtime.choices
+    return None if choices is None else OmegaConf.to_container(choices) if isinstance(choices, DictConfig) else choices
+
+
 def check_config_keys(cfg: DictConfig, config_name: str = "config", command: str = "python -m llm.train") -> None:
     """Refuse a key no config file defines (added with ``+``, nothing would read it) or one a run reads that was
     removed (``~``), naming it and the closest known key. Checks the command's composed config against the keys of
     its primary config (``config_name``: llm.train's, ``generate``, ``eval_lengths``): a resumed run's saved config
     may hold keys of an older version, which it keeps."""
-    problems = schema(config_name, command).problems(cfg)
+    problems = schema(config_name, command).problems(cfg, _command_choices(cfg))
     if problems:
         raise ConfigError(problems[0])
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,16 @@ SELF_CHECKED = ("model", "rope", "data")
 SHARED_READER = ("model",)
 #: Groups of package ``_global_`` files whose keys count as known for the primary config (``+experiment=``).
 GLOBAL_GROUPS = {"config": ("experiment", "recipe")}
+
+
+def _global_includes(path: Path, groups: Iterable[str]) -> tuple[str, ...]:
+    """The ``_global_`` files a ``_global_`` file includes from its defaults (``- /recipe/comparison``), as
+    ``group/option``; group overrides (``- override /data: code_corpus``) are choices, not files."""
+    out = []
+    for entry in OmegaConf.to_container(OmegaConf.load(path)).get("defaults", []) or []:
+        if isinstance(entry, str) and entry.strip("/").partition("/")[0] in groups:
+            out.append(entry.strip("/"))
+    return tuple(out)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -59,6 +69,30 @@ class Schema:
     required_groups: frozenset[str]  # the groups chosen by default (a composed config always holds them)
     global_keys: frozenset[str]  # flattened keys the _global_ files set (experiments, recipes), hydra's excluded
     command: str  # how the user runs it, for the hint
+    global_files: dict[str, frozenset[str]] = field(default_factory=dict)  # "recipe/seed004" -> the keys it sets
+    global_includes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "experiment/x" -> files it includes
+
+    def chosen_global_keys(self, choices: Mapping | None) -> dict[str, list[str]]:
+        """Each key the ``_global_`` files of ``choices`` (Hydra's ``runtime.choices``: ``experiment: fidelity``)
+        set, and the choices that set it (``+experiment=fidelity``); ``choices`` None: every file's, as a command
+        whose choices are unknown may have chosen any."""
+        groups = {f.partition("/")[0] for f in self.global_files}
+        if choices is None:
+            roots = list(self.global_files)
+        else:
+            roots = [f"{g}/{choices[g]}" for g in sorted(groups) if choices.get(g)]
+        out: dict[str, list[str]] = {}
+        for root in roots:
+            seen, todo = set(), [root]
+            while todo:
+                f = todo.pop()
+                if f in seen or f not in self.global_files:
+                    continue
+                seen.add(f)
+                todo += self.global_includes.get(f, ())
+                for k in self.global_files[f]:
+                    out.setdefault(k, []).append("+" + root.replace("/", "=", 1))
+        return {k: sorted(set(v)) for k, v in out.items()}
 
     def known_keys(self) -> set[str]:
         """Every dotted key some config file defines (for "did you mean")."""
@@ -68,9 +102,15 @@ class Schema:
         return keys
 
     def options_with(self, key: str) -> list[str]:
-        """The ``group=option`` choices whose file defines ``key`` (``rope.compute_dtype``: rope=torch, ...)."""
+        """The ``group=option`` choices whose file defines ``key`` (``rope.compute_dtype``: rope=torch, ...); for a key
+        of no group nor of the primary config, the ``_global_`` files that set it (``finetune.source``:
+        +experiment=length_finetune)."""
         group, _, rest = key.partition(".")
-        return [f"{group}={name}" for name, keys in self.groups.get(group, {}).items() if rest in keys]
+        if group in self.groups:
+            return [f"{group}={name}" for name, keys in self.groups[group].items() if rest in keys]
+        if key in flatten(self.own):
+            return []
+        return [f"+{f.replace('/', '=', 1)}" for f, keys in sorted(self.global_files.items()) if key in keys]
 
     def _options(self, group: str, cfg_group: Any) -> list[dict[str, Any]]:
         """The options of ``group`` the composed node can stand for: those of its ``name``, else all."""
@@ -79,25 +119,36 @@ class Schema:
         named = [o for o in options if name is not None and o.get("name") == name]
         return named or options
 
-    def problems(self, cfg: Mapping) -> list[str]:
+    def problems(self, cfg: Mapping, choices: Mapping | None = None) -> list[str]:
         """One line per key of ``cfg`` no config file defines (nothing would read it) and per key that every option
-        of its group defines but ``cfg`` lacks (removed with ``~``); ``model``, ``rope``, ``data`` (checked by the
-        modules that build them) and ``hydra`` are left out."""
+        of its group defines but ``cfg`` lacks (removed with ``~``). ``model``, ``rope`` and ``data`` (their keys
+        checked by the modules that build them) are checked for removed keys only, and ``hydra`` not at all.
+        ``choices``: the groups the command chose (Hydra's ``runtime.choices``), so that only the experiment and
+        recipe chosen count as setting their keys; None counts every one's."""
         tree = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
         tree.pop("hydra", None)
         own = flatten(self.own)
-        top = set(self.own) | set(self.groups) | {k.split(".")[0] for k in self.global_keys}
+        chosen = self.chosen_global_keys(choices)
+        top = set(self.own) | set(self.groups) | {k.split(".")[0] for k in chosen}
         out = [self.unknown_key(_first_key(key, tree[key]), top) for key in tree if key not in top]
         required = {k for k in own if k.split(".")[0] not in tree} | {g for g in self.required_groups if g not in tree}
         for key, value in tree.items():
-            if key in SELF_CHECKED or key not in top or not isinstance(value, Mapping):
+            if key not in top or not isinstance(value, Mapping):
                 continue
             options = self._options(key, value)
-            allowed = {f"{key}.{k}" for o in options for k in o}
-            allowed |= {k for k in (*own, *self.global_keys) if k.startswith(key + ".")}
             present = {f"{key}.{k}" for k in flatten(value)}
-            label = f"{key}={value['name']}" if key in self.groups and "name" in value else None
-            out += [self.unknown_key(k, allowed, label) for k in sorted(present) if not covered(k, allowed)]
+            if key not in SELF_CHECKED:
+                allowed = {f"{key}.{k}" for o in options for k in o}
+                # a recipe's key under a group (optim.muon_lr) is read only where the chosen option defines it
+                allowed |= {k for k in (*own, *(() if key in self.groups else chosen)) if k.startswith(key + ".")}
+                label = f"{key}={value['name']}" if key in self.groups and "name" in value else None
+                out += [self.unknown_key(k, allowed, label) + (_set_by(k, chosen) if choices is not None else "")
+                        for k in sorted(present) if not covered(k, allowed)]
+            elif key not in self.required_groups and "name" not in value:
+                continue  # a group this command leaves unchosen (generate.yaml's rope): the run's keys apply
+            elif "name" in value and not any(o.get("name") == value["name"] for o in options):
+                continue  # an option from another config dir (a plugin's rope): what it leaves out is its default
+            # a key every option of the group defines is read: without it the reader's own default would apply
             needed = set.intersection(*({f"{key}.{k}" for k in o} for o in options)) if options else set()
             needed |= {k for k in own if k.startswith(key + ".")}
             required |= {k for k in needed if not covered(k, present) and not any(covered(p, [k]) for p in present)}
@@ -120,7 +171,8 @@ class Schema:
         lists = f"({self.command} --cfg job lists the keys)"
         elsewhere = [o for o in self.options_with(key) if o != label]
         if elsewhere:
-            chosen = label or f"the {key.partition('.')[0]} chosen"
+            chosen = label or (f"the {key.partition('.')[0]} chosen" if key.partition(".")[0] in self.groups
+                               else "this command")
             return f"{key} is a key of {', '.join(elsewhere)} only, not of {chosen}, so nothing would read it {lists}"
         # a top-level name is also checked against the groups (``modle=tiny`` means the group ``model``)
         close = closest(key, (allowed | (set(self.groups) if "." not in key else set())) - {key})
@@ -151,6 +203,13 @@ class Schema:
                 f"leaves out is added with +{key}=...; {self.command} --cfg job lists the keys)")
 
 
+def _set_by(key: str, chosen: Mapping[str, list[str]]) -> str:
+    """Where a refused key came from when the command did not type it: the experiment or recipe that sets it."""
+    if key not in chosen:
+        return ""
+    return f"; {', '.join(chosen[key])} sets it: remove it with ~{key}, or choose the option that reads it"
+
+
 def _first_key(key: str, value: Any) -> str:
     """The dotted key as the user wrote it: ``foo.bar`` for ``+foo.bar=1`` (whose top-level ``foo`` is unknown)."""
     leaves = list(flatten(value)) if isinstance(value, Mapping) and value else []
@@ -178,9 +237,10 @@ def schema(config_name: str = "config", command: str = "python -m llm.train", co
     own.pop("hydra", None)
     chosen = _defaults_groups(primary)
     groups = {g: {p.stem: flatten(_load(p)) for p in sorted((conf_dir / g).glob("*.yaml"))} for g in chosen}
-    global_keys: set[str] = set()
-    for g in GLOBAL_GROUPS.get(config_name, ()):
-        for p in sorted((conf_dir / g).glob("*.yaml")):
-            global_keys |= {k for k in flatten(_load(p)) if not k.startswith("hydra.") and k != "hydra"}
+    global_groups = GLOBAL_GROUPS.get(config_name, ())
+    files = {f"{g}/{p.stem}": p for g in global_groups for p in sorted((conf_dir / g).glob("*.yaml"))}
+    global_files = {name: frozenset(k for k in flatten(_load(p)) if not k.startswith("hydra.") and k != "hydra")
+                    for name, p in files.items()}
     return Schema(own=own, groups=groups, required_groups=frozenset(g for g, o in chosen.items() if o is not None),
-                  global_keys=frozenset(global_keys), command=command)
+                  global_keys=frozenset().union(*global_files.values()), command=command, global_files=global_files,
+                  global_includes={name: _global_includes(p, global_groups) for name, p in files.items()})

@@ -16,6 +16,8 @@ SIGTERM as Ctrl-C (:func:`sigterm_stops_like_ctrl_c`) and end either with one li
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import signal
@@ -121,6 +123,24 @@ def hydra_flag_error_line(exc: BaseException, argv: list[str] | None = None) -> 
             "and --shell-completion at a time")
 
 
+def misplaced_flag_line(argv: list[str], command: str = "python -m llm.train") -> str | None:
+    """One line for overrides both before and after a flag (``rope=torch -m seed=0,1``), or None.
+
+    Why: Hydra's parser takes overrides only before its first flag or after its last one, and refuses the rest with
+    its 8-line usage text and "unrecognized arguments", which does not say that the order is the mistake."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # Hydra's own parse, after this one, prints its usage once
+            args, extra = get_args_parser().parse_known_args(argv)
+    except SystemExit:  # a flag Hydra cannot parse (--cfg without a value): Hydra's own message says which
+        return None
+    stray = [a for a in extra if not a.startswith("-")]
+    if not stray or not args.overrides:
+        return None
+    flags = [a for a in argv if a not in args.overrides and a not in stray]
+    return (f"{stray[0]} comes after a flag that follows other overrides ({args.overrides[0]}): give the flags first, "
+            f"then every override: {command} {' '.join(flags)} {' '.join(args.overrides + stray)}")
+
+
 def user_error_within(exc: BaseException) -> UserError | None:
     """The :class:`UserError` an exception wraps, if any: OmegaConf reports a resolver's own error (the launcher's
     ``ropelab_jobs`` refusing ``sweep.jobs_per_gpu=0``) as an InterpolationResolutionError raised while handling
@@ -133,6 +153,9 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
     that reach here (one raised by a sweep callback, or re-raised by an entry point) become one line on stderr and
     exit code 2."""
     user_full = full_error_requested()
+    if not user_full and (line := misplaced_flag_line(sys.argv[1:], command)) is not None:
+        print_refusal(line)
+        sys.exit(2)
     os.environ[USER_FULL_ERROR] = "1" if user_full else "0"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises what it would print as a traceback and exit 1
     try:

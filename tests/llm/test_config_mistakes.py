@@ -64,6 +64,17 @@ def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
                                            "~logger.wandb.entity, or logger.name=wandb set by itself? choose the "
                                            "option whole with logger=wandb)"),
     (["+train.max_steps=5"], "train.max_steps is already in the config: set it without the leading +"),
+    # a removed key of a group its module checks: the module's own default would silently replace the preset's
+    (["rope=torch_full", "~rope.variant"], "rope.variant is missing: a run reads it (was it removed with "
+                                           "~rope.variant, "),
+    (["~model.name"], "model.name is missing: a run reads it (was it removed with ~model.name?)"),
+    # a key only another option, or an experiment not chosen, reads
+    (["+optim.muon_lr=0.1"], f"optim.muon_lr is a key of optim=muon only, not of optim=adamw, so nothing would read "
+                             f"it {LISTS}"),
+    (["+finetune.source=x"], "finetune.source is a key of +experiment=length_finetune only, not of this command, "),
+    (["+experiment=seed004", "optim=adamw"], "optim.adamw_lr is a key of optim=muon only, not of optim=adamw, so "
+                                             f"nothing would read it {LISTS}; +experiment=seed004 sets it: remove it "
+                                             "with ~optim.adamw_lr"),
     (["seed=[1"], "cannot parse the override 'seed=[1': "),
     (["-m", "seed=0,1", "+train.max_step=5"], "train.max_step is not a known key"),  # the whole sweep, no job
     (["-m", "rope=torch,nope"], "rope=nope is not an option of rope; allowed: "),
@@ -385,3 +396,31 @@ def test_a_cpu_run_counts_the_scores_only_where_attention_keeps_them(monkeypatch
     for dense_attention in (["train.attention=math"], ["model.dropout=0.1"]):
         with pytest.raises(ConfigError, match=r"^model.seq_len=8192 with train.batch_size=1 needs at least "):
             config_check.validate_config(compose_cfg([*long, "device=cpu", *dense_attention]))
+
+
+@pytest.mark.parametrize("args,line", [
+    (["seed=1", "-m", "rope=torch,none"], "rope=torch,none comes after a flag that follows other overrides (seed=1): "
+                                          "give the flags first, then every override: python -m llm.train -m seed=1 "
+                                          "rope=torch,none"),
+    (["seed=1", "--cfg", "job", "rope=none"], "rope=none comes after a flag that follows other overrides (seed=1): "),
+])
+def test_a_flag_between_overrides_is_one_line_naming_the_order(monkeypatch, capsys, args, line):
+    """Hydra's parser refuses overrides on both sides of a flag with its usage text; the order is the mistake."""
+    for name in ("HYDRA_FULL_ERROR", "ROPELAB_USER_FULL_ERROR"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.delitem(sys.modules, "llm.train", raising=False)
+    monkeypatch.setattr(sys, "argv", ["llm.train", *args])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("llm.train", run_name="__main__")
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert done.value.code == 2 and len(err) == 1 and err[0].startswith(f"Error: {line}"), err
+
+
+def test_flags_before_or_after_all_overrides_are_not_a_misplaced_flag():
+    from llm.entry import misplaced_flag_line
+
+    assert misplaced_flag_line(["-m", "seed=0,1", "rope=torch"]) is None
+    assert misplaced_flag_line(["seed=0", "--cfg", "job"]) is None
+    assert misplaced_flag_line(["--cfg"]) is None  # Hydra's own line for a flag without its value
