@@ -231,11 +231,6 @@ class _Plan:
     def programs(self) -> int:
         return self.n_blocks * self.B * self.H_kv
 
-    def wave(self) -> int:
-        """Programs that run at once: two per SM for the ``tl`` kernel, one for the Hopper kernel (its shared
-        memory and registers)."""
-        return self.sms if self.ws else 2 * self.sms
-
 
 #: Signatures already checked, and their plans. Bounded: shapes that never repeat do not grow it forever.
 _PLANS: dict[tuple, _Plan] = {}
@@ -423,18 +418,18 @@ def _hopper_kernel_applies(q: Tensor, k_cache: Tensor, v_cache: Tensor, G: int, 
     return _hopper_kernels() is not None
 
 
-def _splits(programs: int, cache_len: int, block_n: int, wave: int, forced: int | None = None) -> tuple[int, int]:
-    """(number of key splits, keys per split): as many splits as fill one wave of ``wave`` programs (a second,
+def _splits(programs: int, cache_len: int, block_n: int, sms: int, forced: int | None = None) -> tuple[int, int]:
+    """(number of key splits, keys per split): as many splits as fill two programs per SM in one wave (a second,
     partly filled wave would leave SMs idle for as long as the first), each over at least two key tiles; none
-    when the batch and heads fill half a wave already. ``forced`` (:func:`tuning`) asks for a number of splits
+    when the batch and heads fill the GPU already. ``forced`` (:func:`tuning`) asks for a number of splits
     instead (fewer where the keys have fewer tiles)."""
     tiles = -(-cache_len // block_n)
     if forced is not None:
         splits = min(forced, tiles)
-    elif 2 * programs >= wave or tiles < 4:
+    elif programs >= sms or tiles < 4:
         return 1, tiles * block_n
     else:
-        splits = min(wave // programs, tiles // 2, _MAX_SPLITS)
+        splits = min(2 * sms // programs, tiles // 2, _MAX_SPLITS)
     per_split = -(-tiles // splits) * block_n
     return -(-cache_len // per_split), per_split
 
@@ -454,8 +449,11 @@ def launch_settings(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tens
     start, plan = _check(q, k_cache, v_cache, positions, rotary, scale)
     if plan.ws and not _takes_hopper(k_cache, v_cache):
         plan = _tl_plan(plan, q, k_cache, v_cache, positions, rotary)
-    splits, per_split = _splits(plan.programs(), _visible_keys(plan, positions, start), plan.block_n, plan.wave(),
-                                plan.tuning.splits)
+    visible = _visible_keys(plan, positions, start)
+    if plan.ws:  # one launch over every key (taken only where the programs fill the GPU unsplit)
+        splits, per_split = 1, -(-visible // plan.block_n) * plan.block_n
+    else:
+        splits, per_split = _splits(plan.programs(), visible, plan.block_n, plan.sms, plan.tuning.splits)
     grid = (plan.n_blocks, plan.B * plan.H_kv, splits)
     out = {"kernel": "hopper" if plan.ws else "tl", "grid": grid, "programs": math.prod(grid),
            "block_m": plan.block_m, "block_n": plan.block_n, "num_warps": plan.warps, "num_stages": plan.stages,
@@ -533,7 +531,7 @@ def _launch_tl(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | 
     kernels = _kernels()
     has_pos = isinstance(positions, Tensor)
     B, T, H, D = plan.B, plan.T, plan.H, plan.D
-    splits, per_split = _splits(plan.programs(), _visible_keys(plan, positions, start), plan.block_n, plan.wave(),
+    splits, per_split = _splits(plan.programs(), _visible_keys(plan, positions, start), plan.block_n, plan.sms,
                                 plan.tuning.splits)
     out = q.new_empty((B, T, H, D))
     if splits > 1:
