@@ -191,18 +191,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=None, help="default: the preset's (bench.step)")
     p.add_argument("--vocab", type=int, default=None, help="default: the preset's (bench.step)")
     p.add_argument("--optim", default="adamw", help="a conf/optim preset")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=10, help="timed rounds (the order rotating)")
-    p.add_argument("--steps", type=int, default=4, help="timed steps per round and implementation")
-    p.add_argument("--profiled", type=int, default=5, help="profiled steps per implementation")
+    #: each counted option's (default, --smoke default): a value given is kept, with --smoke too
+    counts = {"warmup": (5, 1), "rounds": (10, 2), "steps": (4, 1), "profiled": (5, 1)}
+    helps = {"warmup": "untimed steps first", "rounds": "timed rounds (the order rotating)",
+             "steps": "timed steps per round and implementation", "profiled": "profiled steps per implementation"}
+    for name, (default, smoke) in counts.items():
+        p.add_argument(f"--{name}", type=int, default=None, help=f"{helps[name]} (default {default}; --smoke {smoke})")
     p.add_argument("--top", type=int, default=12, help="lines per listing")
     harness.add_common_args(p, NAME)
     args = p.parse_args(argv)
     args.model = args.model or ("tiny" if args.smoke else "seed004")
     args.mode = args.mode or ("eager" if args.smoke else "compile")
+    for name, (default, smoke) in counts.items():
+        if getattr(args, name) is None:
+            setattr(args, name, smoke if args.smoke else default)
     if args.smoke:
         args.batch, args.vocab = args.batch or 2, args.vocab or 256
-        args.warmup, args.rounds, args.steps, args.profiled = 1, 2, 1, 1
     if min(args.rounds, args.steps, args.profiled, args.top) < 1 or args.warmup < 0:
         p.error("--rounds, --steps, --profiled and --top must be at least 1, --warmup at least 0")
     harness.model_config(args.model, p)

@@ -118,3 +118,10 @@ def test_step_refuses_sizes_it_cannot_time_before_any_work(argv, message, capsys
 def test_generate_smoke_shrinks_whichever_preset_is_asked_for():
     args = generate.parse_args(["--smoke", "--model", "small,seed004"])
     assert [(c.n_layer, c.n_embd, c.n_head) for c in args.model_cfgs.values()] == [(1, 32, 2), (1, 32, 2)]
+
+
+def test_profile_smoke_keeps_the_counts_given():
+    """--smoke makes the defaults tiny; a count given on the command line still stands, as --help says."""
+    args = profile.parse_args(["--smoke", "--rounds", "3", "--profiled", "2"])
+    assert (args.rounds, args.profiled, args.warmup, args.steps) == (3, 2, 1, 1)
+    assert profile.parse_args([]).rounds == 10
