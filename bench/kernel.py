@@ -443,9 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     impls = select_impls(args.impls, args.device, parser, log)
     keep_compiled_graphs(impls)
     configs = make_configs(args, log)
-    if not impls or not configs:
-        log("nothing to measure")
-        return 1
+    if not impls or not configs:  # every implementation or shape asked for was left out, each said why above
+        what = "--impls" if not impls else "--head-dims/--variants/--cases"
+        harness._refuse(f"bench.kernel: nothing to measure: every choice of {what} was left out (the lines above "
+                        "say why)")
     results = None if args.warm_only else harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root, args.commit)
     log(f"{env['gpu']}, rope code {env['commit']} ({rope_root}), torch {env['torch']}, triton {env['triton']}: "

@@ -74,6 +74,7 @@ def test_tuning_reaches_the_triton_launch_and_is_recorded(tmp_path):
     (["--reps", "0"], "--reps must be at least 1"),  # given values are checked, not replaced by the default
     (["--seq-len", "0"], "--seq-len takes a positive number"),
     (["--seq-len", "-3"], "--seq-len takes a positive number"),
+    (["--head-dims", "17", "--variants", "partial"], "nothing to measure: every choice of --head-dims"),
 ])
 def test_bad_arguments_are_one_line_before_any_work(tmp_path, capsys, argv, message):
     out = tmp_path / "kernel.csv"
