@@ -506,13 +506,13 @@ def _summary_text(c: Cell | None, metric: str) -> str:
 
 
 def _delta_text(d: Comparison | None, n: int | None = None) -> str:
-    """``+0.0123 [lo, hi]``; ``(Welch)`` unpaired; ``(2 of 3 seeds paired)`` where the pairing used fewer seeds than
-    the cell holds (the counterpart lacks some), so a Δ is never read as over all of the cell's seeds."""
+    """``+0.0123 [lo, hi]``; ``(Welch, 3 vs 5 runs)`` unpaired; ``(2 of 3 seeds paired)`` where the pairing used fewer
+    seeds than the cell holds (the counterpart lacks some), so a Δ is never read as over all of the cell's seeds."""
     if d is None:
         return "-"
     ci = "n=1" if d.ci is None else f"[{signed(d.ci[0])}, {signed(d.ci[1])}]"
     fewer = d.method != WELCH and n is not None and d.n < n
-    return (f"{signed(d.delta)} {ci}" + (" (Welch)" if d.method == WELCH else "")
+    return (f"{signed(d.delta)} {ci}" + (f" (Welch, {d.n} vs {d.n_ref} runs)" if d.method == WELCH else "")
             + (f" ({d.n} of {n} seeds paired)" if fewer else ""))
 
 
@@ -676,8 +676,8 @@ def _other_targets_note(report: LengthReport, rows: Sequence[tuple[str, str, Tar
 
 def _comparison_sections(report: LengthReport) -> list[str]:
     lengths, beyond = report.lengths, report.beyond_lengths
-    pair = ("paired by seed (nats; negative: lower loss); 95% CI of the mean Δ; `(Welch)`: all runs unpaired, where "
-            "too few seeds pair.")
+    pair = ("paired by seed (nats; negative: lower loss); 95% CI of the mean Δ; `(Welch, n vs n_ref runs)`: all runs "
+            "unpaired, where too few seeds pair.")
     lines: list[str] = []
     scaled = [(v, s, t) for v, s, t in report.groups if s != NO_SCALING and _has(report, v, s, t, "vs_none")]
     lines += ["", "## Scaling − none, same variant and length", ""]

@@ -195,7 +195,7 @@ def test_a_scaling_is_compared_with_none_beyond_and_inside_the_training_length(w
     delta = f"{MINUS}0.1333 [{MINUS}0.2768, +0.0101]"
     assert f"| {PARTIAL} | {YARN} | {delta} |" in beyond_part
     assert f"| {PARTIAL} | {YARN} | +0.0000 [+0.0000, +0.0000] | {delta} |" in inside_part
-    assert "(Welch)" in beyond_part
+    assert "(Welch, 2 vs 3 runs)" in beyond_part  # an unpaired Δ says on how many runs of each side
 
 
 def test_each_variant_is_compared_with_the_partial_reference_on_its_degradation(written):
@@ -215,7 +215,7 @@ def test_each_variant_is_compared_with_the_partial_reference_on_its_degradation(
     md = (sweep / MD_FILE).read_text()
     against = section(md, f"Variant − {PARTIAL}").split("Loss beyond T")[0]
     assert f"| {FULL} | none | {signed(d_mean)} [{signed(d_lo)}, {signed(d_hi)}] |" in against
-    assert f"| {FULL} | {YARN} | " in against and "(Welch)" in against and f"| {PARTIAL} |" not in against
+    assert f"| {FULL} | {YARN} | " in against and "(Welch, 2 vs 3 runs)" in against and f"| {PARTIAL} |" not in against
 
 
 def test_document_aligned_training_is_compared_with_random_windows_of_the_same_rotation(written):
