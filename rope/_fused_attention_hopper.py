@@ -13,9 +13,9 @@ from it, each issuing the next tile's score product asynchronously before the cu
 warp gives its registers to the two warpgroups (``setmaxnreg``), so a warpgroup holds its scores, output and
 probabilities without spilling.
 
-A program holds 128 rows (two warpgroups) of one key-value head over all its keys: the kernel is taken where the
-batch and heads alone give every SM a program (one per SM: its shared memory and registers), so it never splits
-the keys.
+A program holds 128 rows (two warpgroups) of one key-value head over all its keys, one program per SM (its shared
+memory and registers): the kernel is taken where the batch and heads alone give at least half the SMs a program,
+so it never splits the keys.
 """
 
 from __future__ import annotations
