@@ -111,6 +111,16 @@ def _check_fused_loss(cfg: DictConfig, device: torch.device) -> None:
                           f"CPU with TRITON_INTERPRET=1 set (slow); not on {device}")
 
 
+def _check_stop_at_step(cfg: DictConfig) -> None:
+    """``train.stop_at_step`` must come before ``train.max_steps``: a run ends at max_steps first, so the stop would
+    never happen and the run would not end where the user asked."""
+    stop, steps = cfg.train.get("stop_at_step"), cfg.train.max_steps
+    if stop is not None and stop >= steps:
+        raise ConfigError(f"train.stop_at_step={stop} must be below train.max_steps={steps}: it stops a run early "
+                          "(with a checkpoint) so that it can be resumed to train.max_steps; leave it out to train "
+                          f"all {steps} steps")
+
+
 def _check_cache_dir(cfg: DictConfig) -> None:
     """The tokenized-data cache must be a directory this process can create and write (it is built there)."""
     value = cfg.get("cache_dir")
@@ -307,6 +317,7 @@ def validate_config(cfg: DictConfig, world_size: int = 1) -> None:
     device = resolve_device(str(cfg.get("device", "auto")))
     model_cfg = _as_config_error(check_model_config, cfg.model)
     _as_config_error(check_train_config, cfg.train, world_size, cfg.data)
+    _check_stop_at_step(cfg)
     _check_fused_loss(cfg, device)
     _as_config_error(check_peak_tflops, cfg.train.get("peak_tflops", "auto"))
     _check_cache_dir(cfg)

@@ -11,7 +11,9 @@ printed once, by rank 0 (:func:`print_refusal`). A user who sets
 
 A stop is not a mistake either: the commands that work in one process (``llm.generate``, ``llm.eval_lengths``) take a
 SIGTERM as Ctrl-C (:func:`sigterm_stops_like_ctrl_c`) and end either with one line and the shell's exit code
-(:func:`stopped`), as ``llm.train`` does.
+(:func:`stopped`), as ``llm.train`` does. So does a stop while any of them still starts (importing torch, Hydra
+composing the config): :func:`stop_quietly_while_starting` holds both signals until the command's own handling
+begins (:func:`started`).
 """
 
 from __future__ import annotations
@@ -26,18 +28,22 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from hydra.main import get_args_parser
-from omegaconf.errors import InterpolationResolutionError
-
-from llm.config_schema import schema
 from llm.errors import UserError, in_chain
-from llm.fileio import DiskFullError
+
+# Hydra, OmegaConf and the config schema are imported inside the functions that use them: an entry point imports
+# this module before Hydra, to install :func:`stop_quietly_while_starting` first.
 
 #: The user's own HYDRA_FULL_ERROR, kept while :func:`run_entry` sets Hydra's to 1 (job processes inherit both).
 USER_FULL_ERROR = "ROPELAB_USER_FULL_ERROR"
-#: Errors that are the user's to fix: one line, no traceback.
-ONE_LINE_ERRORS = (UserError, DiskFullError, ConfigCompositionException, OverrideParseException)
+
+
+def one_line_errors() -> tuple[type[BaseException], ...]:
+    """Errors that are the user's to fix: one line, no traceback."""
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+
+    from llm.fileio import DiskFullError
+
+    return UserError, DiskFullError, ConfigCompositionException, OverrideParseException
 #: Hydra's refusals of its own flags, raised as a plain ValueError before any config is composed.
 HYDRA_FLAG_ERRORS = ("Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified",
                      "The --resolve flag can only be used in conjunction with --cfg or --help")
@@ -83,6 +89,10 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
                      argv: list[str] | None = None) -> str:
     """One line for an error of Hydra's composition (or any one-line error), naming what to fix; ``argv``: the
     command line's arguments (default ``sys.argv[1:]``), for the groups it chose."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+
+    from llm.config_schema import schema
+
     if isinstance(exc, MissingConfigException) and exc.options and "/" in str(exc.missing_cfg_file or ""):
         group, _, option = str(exc.missing_cfg_file).rpartition("/")
         return f"{group}={option} is not an option of {group}; allowed: {', '.join(exc.options)}"
@@ -105,6 +115,8 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
 def hydra_flag_error_line(exc: BaseException, argv: list[str] | None = None) -> str | None:
     """One line for Hydra's refusal of its flags (``-m --cfg job``), naming the flags and what works instead, or
     None for any other error: Hydra raises these as a bare ValueError, which a run's own code raises too."""
+    from hydra.main import get_args_parser
+
     text = str(exc)
     if not isinstance(exc, ValueError) or text not in HYDRA_FLAG_ERRORS:
         return None
@@ -128,6 +140,8 @@ def misplaced_flag_line(argv: list[str], command: str = "python -m llm.train") -
 
     Why: Hydra's parser takes overrides only before its first flag or after its last one, and refuses the rest with
     its 8-line usage text and "unrecognized arguments", which does not say that the order is the mistake."""
+    from hydra.main import get_args_parser
+
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # Hydra's own parse, after this one, prints its usage once
             args, extra = get_args_parser().parse_known_args(argv)
@@ -152,6 +166,8 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
     """Call a ``@hydra.main`` function; Hydra's composition errors, its refusals of its flags and the user errors
     that reach here (one raised by a sweep callback, or re-raised by an entry point) become one line on stderr and
     exit code 2."""
+    from omegaconf.errors import InterpolationResolutionError
+
     user_full = full_error_requested()
     if not user_full and (line := misplaced_flag_line(sys.argv[1:], command)) is not None:
         print_refusal(line)
@@ -165,7 +181,7 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
             raise
         print_refusal(str(cause))
         sys.exit(2)
-    except ONE_LINE_ERRORS as e:
+    except one_line_errors() as e:
         if user_full:
             raise
         print_refusal(hydra_error_line(e, config_name, command))
@@ -175,6 +191,8 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
             raise
         print_refusal(line)
         sys.exit(2)
+    finally:
+        started()  # a command that ends before its task began (a refusal, a sweep's process) ends the startup too
 
 
 class Terminated(KeyboardInterrupt):
@@ -209,3 +227,47 @@ def stopped(exc: BaseException) -> tuple[str, int]:
     if terminated is not None:
         return "Stopped by SIGTERM", 128 + terminated.signum
     return "Interrupted", 128 + signal.SIGINT
+
+
+#: The line :func:`stop_quietly_while_starting` prints after its first word, while the command starts; empty once
+#: :func:`started` (or outside a command).
+_STARTING: list[str] = []
+#: The handlers :func:`stop_quietly_while_starting` replaced, which :func:`started` puts back.
+_BEFORE: dict[int, object] = {}
+
+
+def _stop_while_starting(signum: int, frame: object) -> None:
+    if not _STARTING:  # started() already, and something restored this handler it had saved: the defaults' way
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+    word = "Stopped by SIGTERM" if signum == signal.SIGTERM else "Interrupted"
+    try:
+        print(f"{word} {_STARTING[0]}", file=sys.stderr, flush=True)
+    finally:
+        os._exit(128 + signum)
+
+
+def stop_quietly_while_starting(what: str) -> None:
+    """From here until :func:`started`, a Ctrl-C or SIGTERM ends the command at once with one line, ``Interrupted
+    <what>`` (``Stopped by SIGTERM <what>``), and exit code 128 + the signal; an entry point calls it in its
+    ``__main__`` block before it imports Hydra.
+
+    Why: the interpreter's KeyboardInterrupt cuts an import or Hydra's composition with a traceback, a SIGTERM ends
+    the process without a word, and torch's C init drops an exception raised while it imports numpy, so the Ctrl-C
+    is lost and the command goes on; the handler itself ends the process, as nothing of the command's exists yet.
+    """
+    _STARTING[:] = [what]
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.signal(signum, _stop_while_starting)
+        _BEFORE.setdefault(signum, previous)
+
+
+def started() -> None:
+    """The command's own handling of a stop begins (the first line of its Hydra task, or the end of
+    :func:`run_entry`): the handlers from before :func:`stop_quietly_while_starting` come back (a Ctrl-C raises
+    KeyboardInterrupt, a SIGTERM takes its default), each until the command installs its own. Nothing changes where
+    it was not called."""
+    _STARTING.clear()
+    for signum, previous in list(_BEFORE.items()):
+        if signal.getsignal(signum) is _stop_while_starting:
+            signal.signal(signum, previous)
+        del _BEFORE[signum]

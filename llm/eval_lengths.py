@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import sys
 
-import hydra
-from omegaconf import DictConfig
+if __name__ == "__main__":  # before Hydra and torch import: a stop from here on is one line, not a traceback
+    from llm.entry import stop_quietly_while_starting
 
-from llm.config_check import check_config_keys
-from llm.entry import full_error_requested, run_entry, sigterm_stops_like_ctrl_c, stopped
-from llm.errors import UserError
-from llm.evaluation.lengths import eval_lengths_from_config
-from llm.fileio import DiskFullError
+    stop_quietly_while_starting("before the first length finished: nothing was written")
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from llm.config_check import check_config_keys  # noqa: E402
+from llm.entry import full_error_requested, run_entry, sigterm_stops_like_ctrl_c, started, stopped  # noqa: E402
+from llm.errors import UserError  # noqa: E402
+from llm.evaluation.lengths import eval_lengths_from_config  # noqa: E402
+from llm.fileio import DiskFullError  # noqa: E402
 
 
 def _print(line: str) -> None:
@@ -32,6 +37,7 @@ def _print(line: str) -> None:
 @hydra.main(config_path="../conf", config_name="eval_lengths", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
+        started()  # this handler takes the stops from here on
         with sigterm_stops_like_ctrl_c():  # a SIGTERM takes Ctrl-C's path: the lengths finished are kept
             check_config_keys(cfg, "eval_lengths", "python -m llm.eval_lengths")  # +tokenz=5: refused first
             eval_lengths_from_config(cfg, emit=_print)

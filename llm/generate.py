@@ -20,11 +20,16 @@ import re
 import signal
 import sys
 
-import hydra
-from omegaconf import DictConfig
+if __name__ == "__main__":  # before Hydra imports: a stop from here on is one line, not an import's traceback
+    from llm.entry import stop_quietly_while_starting
 
-from llm.entry import full_error_requested, run_entry, sigterm_stops_like_ctrl_c, stopped
-from llm.errors import UserError, in_chain
+    stop_quietly_while_starting("before decoding began: nothing was generated")
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from llm.entry import full_error_requested, run_entry, sigterm_stops_like_ctrl_c, started, stopped  # noqa: E402
+from llm.errors import UserError, in_chain  # noqa: E402
 
 #: Keys whose values are free text or paths, taken verbatim from the command line.
 VERBATIM_KEYS = ("prompt", "prompt_file")
@@ -51,6 +56,7 @@ def verbatim_overrides(argv: list[str]) -> list[str]:
 @hydra.main(config_path="../conf", config_name="generate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     try:
+        started()  # this handler takes the stops from here on
         with sigterm_stops_like_ctrl_c():  # a SIGTERM takes Ctrl-C's path: one line, not a silent exit
             # imported here, not at the top: torch loads for seconds, and a Ctrl-C meanwhile ends with the line below
             import numpy  # noqa: F401  (before torch: torch's C init imports numpy and drops its errors, Ctrl-C too)

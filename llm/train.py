@@ -28,21 +28,43 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-import hydra
-import torch
-from hydra.main import get_args_parser
-from omegaconf import DictConfig, OmegaConf
+#: What a command stopped while it starts says after "Interrupted" (or "Stopped by SIGTERM").
+NOT_STARTED = "before training began: no step was trained"
 
-from llm.entry import full_error_requested, print_refusal, run_entry
-from llm.errors import ConfigError, RunDirInUseError
-from llm.gpu_slots import SLOTS_DIR, Slot
-from llm.gpu_slots import claim as claim_slot
-from llm.sweep import stop_requested
-from llm.sweep_jobs import PARALLEL_LAUNCHERS
-from llm.training.checkpoint import checkpoint_files
-from llm.training.run import UNRECORDED_STARTS, USER_ERRORS, one_line, record_failed_start, run_training
-from llm.training.run_dir import never_trained
-from llm.training.trainer import TrainOutcome
+if __name__ == "__main__":  # before Hydra and torch import: a stop from here on is one line, not a traceback
+    from llm.entry import stop_quietly_while_starting
+
+    stop_quietly_while_starting(NOT_STARTED)
+
+import hydra  # noqa: E402
+import torch  # noqa: E402
+from hydra.main import get_args_parser  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from llm.entry import (  # noqa: E402
+    full_error_requested,
+    print_refusal,
+    run_entry,
+    sigterm_stops_like_ctrl_c,
+    started,
+    stopped,
+)
+from llm.errors import ConfigError, RunDirInUseError  # noqa: E402
+from llm.gpu_slots import SLOTS_DIR, Slot  # noqa: E402
+from llm.gpu_slots import claim as claim_slot  # noqa: E402
+from llm.sweep import stop_requested  # noqa: E402
+from llm.sweep_jobs import PARALLEL_LAUNCHERS  # noqa: E402
+from llm.training.checkpoint import checkpoint_files  # noqa: E402
+from llm.training.run import (  # noqa: E402
+    UNRECORDED_STARTS,
+    USER_ERRORS,
+    StartInterrupted,
+    one_line,
+    record_failed_start,
+    run_training,
+)
+from llm.training.run_dir import never_trained  # noqa: E402
+from llm.training.trainer import TrainOutcome  # noqa: E402
 
 log = logging.getLogger("llm.train")
 
@@ -142,15 +164,16 @@ def _in_launcher_worker() -> bool:
     return multiprocessing.parent_process() is not None
 
 
-def aborted_message(run_dir: Path, resume_hint: str, multirun: bool = False) -> str:
-    """What a run aborted by a second Ctrl-C prints: which checkpoint is left, and how to go on from it (a job
-    without one starts over only from an empty dir: a resume refuses a run that logged steps and saved nothing)."""
+def aborted_message(run_dir: Path, resume_hint: str, multirun: bool = False, cause: str = "a second Ctrl-C") -> str:
+    """What a run aborted by a second Ctrl-C (``cause``: or a SIGTERM outside the trainer's own handling) prints:
+    which checkpoint is left, and how to go on from it (a job without one starts over only from an empty dir: a
+    resume refuses a run that logged steps and saved nothing)."""
     saved = checkpoint_files(run_dir / "checkpoints")
     if not saved:
         again = f"; remove {run_dir} before continuing the sweep, to start this job over" if multirun else ""
-        return (f"Aborted by a second Ctrl-C, before the run saved a checkpoint (its metrics: {run_dir}/metrics.jsonl)"
+        return (f"Aborted by {cause}, before the run saved a checkpoint (its metrics: {run_dir}/metrics.jsonl)"
                 f"{again}")
-    return (f"Aborted by a second Ctrl-C: no checkpoint of the step it stopped; the newest is {saved[0]}. "
+    return (f"Aborted by {cause}: no checkpoint of the step it stopped; the newest is {saved[0]}. "
             f"Resume from it with:\n  {resume_hint}")
 
 
@@ -159,6 +182,7 @@ def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    started()  # this process's own handlers take the stops from here on (_run's and the trainer's)
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     if multirun and _in_launcher_worker():
@@ -188,17 +212,30 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
     overrides = tuple(hc.overrides.task)
     hint = resume_command(run_dir)
     try:
-        outcome = run_training(cfg, run_dir, overrides, group=group, resume_hint=hint, sweep_job=multirun,
-                               command_record=record)
-    except KeyboardInterrupt:  # the second Ctrl-C: at once, without a checkpoint or a traceback
-        print(aborted_message(run_dir, hint, multirun), file=sys.stderr)
+        with sigterm_stops_like_ctrl_c():  # a SIGTERM before the trainer takes it: one line, not a silent end
+            outcome = run_training(cfg, run_dir, overrides, group=group, resume_hint=hint, sweep_job=multirun,
+                                   command_record=record)
+    except StartInterrupted as e:  # a first stop, before the first step: one line, exit 128 + the signal
+        word, code = stopped(e)
+        print(f"{word} {NOT_STARTED}", file=sys.stderr)
         if multirun and _in_launcher_worker():
             return None  # a launcher's worker: the sweep's process ends the sweep (llm.sweep.StopParallelJobs)
         if multirun:
             from llm.sweep import continue_sweep_message
 
             print(continue_sweep_message(Path(hc.sweep.dir)), file=sys.stderr)
-        sys.exit(ABORTED)
+        sys.exit(code)
+    except KeyboardInterrupt as e:  # the second Ctrl-C: at once, without a checkpoint or a traceback
+        _, code = stopped(e)  # a SIGTERM outside the trainer's own handling (after fit()) says so, exit 143
+        print(aborted_message(run_dir, hint, multirun, "a second Ctrl-C" if code == ABORTED else "SIGTERM"),
+              file=sys.stderr)
+        if multirun and _in_launcher_worker():
+            return None  # a launcher's worker: the sweep's process ends the sweep (llm.sweep.StopParallelJobs)
+        if multirun:
+            from llm.sweep import continue_sweep_message
+
+            print(continue_sweep_message(Path(hc.sweep.dir)), file=sys.stderr)
+        sys.exit(code)
     except USER_ERRORS as e:
         if full_error_requested():
             raise

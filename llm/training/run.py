@@ -38,6 +38,12 @@ USER_ERRORS = (UserError, DiskFullError)
 UNRECORDED_STARTS: list[tuple[Path, str]] = []
 
 
+class StartInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM (its :class:`llm.entry.Terminated` the cause) before the run's first step: a first stop,
+    not the second Ctrl-C that aborts a training; the dir is left as a refused start leaves it
+    (:func:`_interrupted_start`)."""
+
+
 def _shared_run_dir(run_dir: Path, dist_info) -> Path:
     """Every rank works in rank 0's run dir (the checkpoints it resumes from live there)."""
     if not dist_info.enabled:
@@ -81,6 +87,15 @@ def _failed_start(cfg: DictConfig, run_dir: Path, exc: Exception, lock: RunDirLo
         UNRECORDED_STARTS.append((run_dir, one_line(exc)))
 
 
+def _interrupted_start(cfg: DictConfig, run_dir: Path, lock: RunDirLock, sweep_job: bool) -> None:
+    """What a start stopped before its first step leaves: a new run's dir goes as a refused one's does, and a sweep's
+    job that never trained records itself as interrupted, so that the command continuing the sweep starts it."""
+    if not sweep_job:
+        lock.discard_if_unused()
+    elif never_trained(run_dir):
+        record_failed_start(cfg, run_dir, "interrupted", "interrupted (Ctrl-C or SIGTERM) before its first step")
+
+
 def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), group: str = "single",
                  resume_hint: str = "", sweep_job: bool = False,
                  command_record: Mapping[str, str] | None = None) -> TrainOutcome:
@@ -110,7 +125,11 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
                 UNRECORDED_STARTS.append((run_dir, one_line(e)))
             cleanup(dist_info)
             raise
+        except KeyboardInterrupt as e:  # no lock held: the dir stays as the claim left it
+            cleanup(dist_info)
+            raise StartInterrupted from e
     trainer = None
+    fitting = False  # a stop before fit() is a first one: fit() takes its own stops (a second Ctrl-C aborts)
     try:
         check_config_keys(cfg)
         asked = cfg.train.get("resume")
@@ -155,7 +174,14 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
                                              "step start afresh"):
                     if line:
                         log.info(line)
+        fitting = True
         return trainer.fit()
+    except KeyboardInterrupt as e:
+        if fitting:
+            raise
+        if lock is not None:
+            _interrupted_start(cfg, run_dir, lock, sweep_job)
+        raise StartInterrupted from e
     except Exception as e:
         if lock is not None:
             _failed_start(cfg, run_dir, e, lock, sweep_job)

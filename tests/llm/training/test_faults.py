@@ -583,3 +583,5 @@ def test_an_abort_before_any_checkpoint_says_how_a_sweep_job_starts_over(tmp_pat
     assert aborted_message(run, "hint", multirun=True).endswith(
         f"; remove {run} before continuing the sweep, to start this job over")
     assert "remove" not in aborted_message(run, "hint")
+    # a SIGTERM outside the trainer's own handling (after fit()) is named as such, not as a second Ctrl-C
+    assert aborted_message(run, "hint", cause="SIGTERM").startswith("Aborted by SIGTERM, before the run saved")

@@ -1,0 +1,64 @@
+"""A Ctrl-C or SIGTERM while a command still starts (Hydra importing, torch importing, Hydra composing the config,
+a run claiming its dir) ends it with one line and exit 128 + the signal: no traceback, and never ignored.
+
+Each case is the real command in a process of its own, sent the real signal by itself at a fixed point of its start:
+an audit hook (``sys.addaudithook``) sends it when the command first imports a module or opens a file, so the
+point does not depend on how fast the machine is.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT
+
+#: Runs ``python -m <module> <args>`` in this process after a hook that signals the process once, at the first
+#: ``import`` of a module named exactly so, or the first ``open`` of a path ending so.
+SIGNALLING_RUN = """
+import os, runpy, signal, sys
+module, event, target, signame, *args = sys.argv[1:]
+sent = []
+def hook(name, hook_args):
+    if sent or name != event or not isinstance(hook_args[0], str):
+        return
+    if hook_args[0] == target if event == "import" else hook_args[0].endswith(target):
+        sent.append(True)
+        os.kill(os.getpid(), getattr(signal, signame))
+sys.addaudithook(hook)
+sys.argv = [module, *args]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+#: Where a start is cut: Hydra's own import, numpy's import inside torch's C init (which drops what it raises),
+#: Hydra opening the primary config, and (llm.train) the run's key check, its dir claimed (it reads every model option).
+POINTS = {"hydra": ("import", "hydra"), "numpy": ("import", "numpy"), "compose": ("open", "conf/{config}.yaml"),
+          "check": ("open", "conf/model/gpt2_small.yaml")}
+COMMANDS = {
+    "llm.train": ("config", "before training began: no step was trained",
+                  ["model=tiny", "train.max_steps=2", "logger=none", "data.max_files=20"]),
+    "llm.eval_lengths": ("eval_lengths", "before the first length finished: nothing was written", ["device=cpu"]),
+    "llm.generate": ("generate", "before decoding began: nothing was generated", ["prompt=x", "device=cpu"]),
+}
+CASES = [(m, p, s) for m in COMMANDS for p in POINTS if p != "check" or m == "llm.train"
+         for s in ("SIGINT", "SIGTERM")]
+
+
+@pytest.mark.parametrize("module,point,signame", CASES, ids=[f"{m[4:]}-{p}-{s}" for m, p, s in CASES])
+def test_a_stop_while_the_command_starts_is_one_line(tmp_path, module, point, signame):
+    config, what, args = COMMANDS[module]
+    event, target = POINTS[point]
+    run_dir = tmp_path / "run"
+    if module != "llm.train":
+        args = [*args, f"run={tmp_path / 'no_run'}"]  # a stop before the run is read: it need not exist
+    cmd = [sys.executable, "-c", SIGNALLING_RUN, module, event, target.format(config=config), signame, *args,
+           f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    word = "Interrupted" if signame == "SIGINT" else "Stopped by SIGTERM"
+    assert proc.returncode == 128 + getattr(signal, signame), (proc.returncode, proc.stderr[-3000:])
+    assert lines == [f"{word} {what}"], proc.stderr[-3000:]
+    if point == "check":
+        assert not run_dir.exists(), "a new run stopped before its first step leaves no dir, as a refused one"
