@@ -53,6 +53,15 @@ HYDRA_FLAG_ERRORS = ("Only one of --run, --multirun, --cfg, --info and --shell_c
 RANK0_GRACE_S = 5.0
 
 
+#: Hydra's flags that print something and run nothing (the config, the help, the run's info).
+PRINTING_FLAGS = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help")
+
+
+def _other_rank() -> bool:
+    """Whether this is a process of torchrun's other than rank 0."""
+    return int(os.environ.get("RANK", "0")) > 0 and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def print_refusal(line: str) -> None:
     """Print a refusal's one line (``Error: <line>``) on stderr, once for a command however many processes run it.
 
@@ -63,7 +72,7 @@ def print_refusal(line: str) -> None:
     share is printed after that wait, naming the rank.
     """
     rank = int(os.environ.get("RANK", "0"))
-    if rank > 0 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if _other_rank():
         time.sleep(RANK0_GRACE_S)
         line = f"rank {rank}: {line}"
     print(f"Error: {line}", file=sys.stderr)
@@ -174,6 +183,9 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
         sys.exit(2)
     os.environ[USER_FULL_ERROR] = "1" if user_full else "0"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises what it would print as a traceback and exit 1
+    if _other_rank() and any(a in PRINTING_FLAGS or a.startswith("--cfg=") for a in sys.argv[1:]):
+        # under torchrun every process would print the same config or help: rank 0 prints it once
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the process ends after Hydra prints)
     try:
         main()
     except InterpolationResolutionError as e:
@@ -241,7 +253,8 @@ def _stop_while_starting(signum: int, frame: object) -> None:
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
     word = "Stopped by SIGTERM" if signum == signal.SIGTERM else "Interrupted"
     try:
-        print(f"{word} {_STARTING[0]}", file=sys.stderr, flush=True)
+        if not _other_rank():  # torchrun passes the signal to every process: rank 0 says it once
+            print(f"{word} {_STARTING[0]}", file=sys.stderr, flush=True)
     finally:
         os._exit(128 + signum)
 

@@ -240,3 +240,13 @@ def test_help_lists_the_command_s_own_keys_not_every_group_of_conf(command):
                          timeout=120).stdout
     assert out.startswith(f"python -m {command} run=<run dir>") and "\nrun: null\n" in out
     assert "model: gpt2_small" not in out and "== Configuration groups ==" not in out
+
+
+def test_under_torchrun_only_rank_0_prints_the_config(tmp_path):
+    """``torchrun ... -m llm.train --cfg job`` runs the command in every process: rank 0 prints the config, the
+    others nothing, so it reads once."""
+    ranks = {rank: run_cli(["--cfg=job", f"hydra.run.dir={tmp_path / 'run'}"],
+                           extra_env={"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)})
+             for rank in (0, 1)}
+    assert all(p.returncode == 0 for p in ranks.values()), {r: p.stderr[-2000:] for r, p in ranks.items()}
+    assert "rope:" in ranks[0].stdout and ranks[1].stdout == ""
