@@ -236,9 +236,12 @@ def stopped(exc: BaseException) -> tuple[str, int]:
     """How a command stopped by ``exc`` (Ctrl-C, or a SIGTERM as :class:`Terminated`) begins its one line, and its
     exit code: 128 + the signal, the shell's convention, as ``llm.train`` ends a run stopped by a signal."""
     terminated = in_chain(exc, Terminated)
-    if terminated is not None:
-        return "Stopped by SIGTERM", 128 + terminated.signum
-    return "Interrupted", 128 + signal.SIGINT
+    return _stop_word(signal.SIGINT if terminated is None else terminated.signum)
+
+
+def _stop_word(signum: int) -> tuple[str, int]:
+    """The first words of a stop's line for ``signum``, and the exit code 128 + it."""
+    return ("Stopped by SIGTERM" if signum == signal.SIGTERM else "Interrupted"), 128 + signum
 
 
 #: The line :func:`stop_quietly_while_starting` prints after its first word, while the command starts; empty once
@@ -251,12 +254,12 @@ _BEFORE: dict[int, object] = {}
 def _stop_while_starting(signum: int, frame: object) -> None:
     if not _STARTING:  # started() already, and something restored this handler it had saved: the defaults' way
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
-    word = "Stopped by SIGTERM" if signum == signal.SIGTERM else "Interrupted"
+    word, code = _stop_word(signum)
     try:
         if not _other_rank():  # torchrun passes the signal to every process: rank 0 says it once
             print(f"{word} {_STARTING[0]}", file=sys.stderr, flush=True)
     finally:
-        os._exit(128 + signum)
+        os._exit(code)
 
 
 def stop_quietly_while_starting(what: str) -> None:

@@ -89,8 +89,4 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     sys.argv = verbatim_overrides(sys.argv)
-    try:
-        run_entry(main, "generate", "python -m llm.generate")
-    except KeyboardInterrupt:  # Ctrl-C while Hydra composes the config, before main's own handler: the same one line
-        print("Interrupted before decoding began: nothing was generated", file=sys.stderr)
-        sys.exit(128 + signal.SIGINT)
+    run_entry(main, "generate", "python -m llm.generate")  # a stop while Hydra composes: the guard above
