@@ -13,7 +13,8 @@ whatever the cache length):
   in registers by their positions' rows of the RoPE tables (with several queries of grouped-query attention,
   passing them through its own rows of the output, so that the score product reads them from shared memory), and
   runs an online softmax over its keys. With one split it writes the output; with several it writes its
-  normalised partial output and log-sum-exp.
+  normalised partial output and log-sum-exp into one float32 buffer (every partial output, then every
+  log-sum-exp: one allocation, and no views of it to make, per call).
 * :func:`combine_splits_kernel`: one program per (batch row, query, head) weighs the partial outputs by their
   log-sum-exps.
 
@@ -107,7 +108,7 @@ def _load_tile(ptrs, n_ok, d_ok, KEYS_FIRST: tl.constexpr, FULL: tl.constexpr, F
 
 @triton.jit(do_not_specialize=["pos_start"])
 def attend_split_kernel(
-    Q, K, V, COS, SIN, POS, OUT, PART, LSE,
+    Q, K, V, COS, SIN, POS, OUT, PART,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
@@ -217,12 +218,13 @@ def attend_split_kernel(
         lse = tl.where(seen, m_i + tl.math.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
         part = ((b * T + t) * (H_KV * G) + head) * n_splits + split
         tl.store(PART + part[:, None] * D + d[None, :], out, mask=store_mask)
-        tl.store(LSE + part, lse, mask=row_ok)
+        n_parts = (tl.num_programs(1) // H_KV).to(tl.int64) * T * (H_KV * G) * n_splits  # B T H n_splits
+        tl.store(PART + n_parts * D + part, lse, mask=row_ok)
 
 
 @triton.jit
 def combine_splits_kernel(
-    PART, LSE, OUT,
+    PART, OUT,
     stride_ob, stride_ot, stride_oh,
     T, H, n_splits,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, ROUND_BF16: tl.constexpr,
@@ -238,7 +240,8 @@ def combine_splits_kernel(
     s_ok = s < n_splits
     d = tl.arange(0, BLOCK_D)
     d_ok = d < D
-    lse = tl.load(LSE + row * n_splits + s, mask=s_ok, other=float("-inf"))
+    lse_at = PART + tl.num_programs(0).to(tl.int64) * n_splits * D  # after the B T H n_splits partial outputs
+    lse = tl.load(lse_at + row * n_splits + s, mask=s_ok, other=float("-inf"))
     weight = tl.math.exp2(lse - tl.max(lse, axis=0))
     weight = tl.where(s_ok, weight, 0.0)
     part = tl.load(PART + (row * n_splits + s)[:, None] * D + d[None, :], mask=s_ok[:, None] & d_ok[None, :],

@@ -181,8 +181,8 @@ class _Plan:
     the tile sizes and warps, the kernels' integer arguments, and the compiled kernels of its launches."""
 
     __slots__ = ("B", "T", "H", "H_kv", "D", "G", "L", "rotate", "half", "rotary_dim", "interleaved", "scale_log2",
-                 "block_m", "block_n", "block_d", "warps", "stages", "ieee", "dot_f32", "sms", "n_blocks", "ints",
-                 "direct", "compiled", "tuning", "ws", "tl_plan")
+                 "block_m", "block_n", "block_d", "warps", "stages", "ieee", "dot_f32", "sms", "n_blocks", "per_sm",
+                 "ints", "direct", "compiled", "tuning", "ws", "tl_plan")
 
     def __init__(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int, rotary: RotaryEmbedding,
                  scale: float, tuning: Tuning) -> None:
@@ -209,6 +209,15 @@ class _Plan:
         self.block_m, self.block_n, self.warps, self.stages = (t if f is None else f
                                                                for t, f in zip(tiles, forced, strict=True))
         self.n_blocks = -(-(self.T * self.G) // self.block_m)
+        # Splits aim at two programs per SM; at one where each key-value head's rows fit one block and its 16-bit
+        # key rows are 128 elements or more, a decode block then keeping a fourth key tile in flight: such
+        # programs stream their keys faster alone on an SM (bench.attention). Several row blocks of one head read
+        # its keys together (in L2) and keep two.
+        self.per_sm = 2
+        if self.n_blocks == 1 and q.element_size() == 2 and self.block_d >= 128 and not self.ws:
+            self.per_sm = 1
+            if self.block_m == 16 and tuning.num_stages is None and self.programs() < self.sms:
+                self.stages = 4
         if isinstance(positions, Tensor):
             pos_strides = positions.stride() if positions.dim() == 2 else (0, positions.stride(0))
         else:
@@ -368,10 +377,11 @@ def _tiles(rows: int, block_d: int, itemsize: int, cache_len: int, many_waves: b
     The rule: a block holds the rows that share a key-value head, up to 64: a chunk of many rows runs as
     64-row blocks of four warps, which keep more blocks per SM than 128-row blocks of eight (the second block of
     a head finds its keys in L2); a decode block (16 rows, the smallest ``tl.dot`` takes) streams 16 KB key
-    tiles, three in flight, to keep the memory busy, or, where the batch and key-value heads alone give every SM
-    four programs or more (``many_waves``: several waves, nothing to split) over 4k keys or more, 128-key tiles
-    two deep, which streamed such waves faster (``bench.attention``; over 1k keys they were slower at D 128). A
-    key tile is at most a quarter of a short cache, so that it still splits.
+    tiles, three in flight (four where its programs have an SM each: :class:`_Plan`), to keep the memory busy,
+    or, where the batch and key-value heads alone give every SM four programs or more (``many_waves``: several
+    waves, nothing to split) over 4k keys or more, 128-key tiles two deep, which streamed such waves faster
+    (``bench.attention``; over 1k keys they were slower at D 128). A key tile is at most a quarter of a short
+    cache, so that it still splits.
     """
     wide = block_d * itemsize > 256  # float32 at D 128, or D 256 in 16 bits: halve what the tiles hold
     block_m = min(max(16, _next_pow2(rows)), 64)
@@ -418,10 +428,11 @@ def _hopper_kernel_applies(q: Tensor, k_cache: Tensor, v_cache: Tensor, G: int, 
     return _hopper_kernels() is not None
 
 
-def _splits(programs: int, cache_len: int, block_n: int, sms: int, forced: int | None = None) -> tuple[int, int]:
-    """(number of key splits, keys per split): as many splits as fill two programs per SM in one wave (a second,
-    partly filled wave would leave SMs idle for as long as the first), each over at least two key tiles; none
-    when the batch and heads fill the GPU already. ``forced`` (:func:`tuning`) asks for a number of splits
+def _splits(programs: int, cache_len: int, block_n: int, sms: int, forced: int | None = None,
+            per_sm: int = 2) -> tuple[int, int]:
+    """(number of key splits, keys per split): as many splits as fill ``per_sm`` programs per SM in one wave (a
+    second, partly filled wave would leave SMs idle for as long as the first), each over at least two key tiles;
+    none when the batch and heads fill the GPU already. ``forced`` (:func:`tuning`) asks for a number of splits
     instead (fewer where the keys have fewer tiles)."""
     tiles = -(-cache_len // block_n)
     if forced is not None:
@@ -429,7 +440,7 @@ def _splits(programs: int, cache_len: int, block_n: int, sms: int, forced: int |
     elif programs >= sms or tiles < 4:
         return 1, tiles * block_n
     else:
-        splits = min(2 * sms // programs, tiles // 2, _MAX_SPLITS)
+        splits = min(per_sm * sms // programs, tiles // 2, _MAX_SPLITS)
     per_split = -(-tiles // splits) * block_n
     return -(-cache_len // per_split), per_split
 
@@ -453,7 +464,8 @@ def launch_settings(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tens
     if plan.ws:  # one launch over every key (taken only where the programs fill the GPU unsplit)
         splits, per_split = 1, -(-visible // plan.block_n) * plan.block_n
     else:
-        splits, per_split = _splits(plan.programs(), visible, plan.block_n, plan.sms, plan.tuning.splits)
+        splits, per_split = _splits(plan.programs(), visible, plan.block_n, plan.sms, plan.tuning.splits,
+                                    plan.per_sm)
     grid = (plan.n_blocks, plan.B * plan.H_kv, splits)
     out = {"kernel": "hopper" if plan.ws else "tl", "grid": grid, "programs": math.prod(grid),
            "block_m": plan.block_m, "block_n": plan.block_n, "num_warps": plan.warps, "num_stages": plan.stages,
@@ -516,8 +528,8 @@ def _launch_hopper(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tenso
                pos_arg.data_ptr() % 16)
     try:
         with on_device_of(q):
-            _run(hopper.attend_ws_kernel, (plan.n_blocks, plan.B * plan.H_kv, 1), args,
-                 {"num_warps": 4, "maxnreg": hopper.MAX_REGS}, plan, key)
+            _run(plan, (hopper.attend_ws_kernel, (plan.n_blocks, plan.B * plan.H_kv, 1), args,
+                        {"num_warps": 4, "maxnreg": hopper.MAX_REGS}, key))
     except hopper.COMPILE_ERRORS as exc:
         _HOPPER_FAILED.append(f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc) else ''}")
         warnings.warn(f"attention_with_rope: the Hopper kernel does not compile with this Triton "
@@ -532,29 +544,28 @@ def _launch_tl(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | 
     has_pos = isinstance(positions, Tensor)
     B, T, H, D = plan.B, plan.T, plan.H, plan.D
     splits, per_split = _splits(plan.programs(), _visible_keys(plan, positions, start), plan.block_n, plan.sms,
-                                plan.tuning.splits)
+                                plan.tuning.splits, plan.per_sm)
     out = q.new_empty((B, T, H, D))
-    if splits > 1:
-        part = q.new_empty(B * T * H * splits * (D + 1), dtype=torch.float32)
-        part, lse = part[:B * T * H * splits * D], part[B * T * H * splits * D:]
-    else:
-        part = lse = out  # never read or written with one split
+    # with splits: one float32 buffer, every partial output and then every log-sum-exp (the kernels find the
+    # second part from their grid); with one, a placeholder never read or written
+    part = q.new_empty(B * T * H * splits * (D + 1), dtype=torch.float32) if splits > 1 else out
     cos, sin = rotary._cos_sin
     pos_arg = positions if has_pos else cos  # without positions a placeholder no program reads (HAS_POS off)
     key = None
     if plan.direct:  # what Triton specialises a compiled kernel on beyond the plan: the pointers' alignment
         key = (has_pos, splits, per_split, q.data_ptr() % 16, k_cache.data_ptr() % 16, v_cache.data_ptr() % 16,
                cos.data_ptr() % 16, sin.data_ptr() % 16, pos_arg.data_ptr() % 16)
-    args = (q, k_cache, v_cache, cos, sin, pos_arg, out, part, lse, *plan.ints, start, per_split, plan.scale_log2,
+    args = (q, k_cache, v_cache, cos, sin, pos_arg, out, part, *plan.ints, start, per_split, plan.scale_log2,
             splits, plan.G, D, plan.block_d, plan.half, plan.rotary_dim, plan.interleaved, plan.rotate, has_pos,
             plan.block_m, plan.block_n, T > 1, splits > 1, plan.ieee, plan.dot_f32)
+    launches = [(kernels.attend_split_kernel, (plan.n_blocks, B * plan.H_kv, splits), args,
+                 {"num_warps": plan.warps, "num_stages": plan.stages}, key)]
+    if splits > 1:
+        launches.append((kernels.combine_splits_kernel, (B * T * H, 1, 1),
+                         (part, out, T * H * D, H * D, D, T, H, splits, D, plan.block_d, _next_pow2(splits),
+                          plan.dot_f32), {"num_warps": 4, "num_stages": 3}, None if key is None else ("combine", *key)))
     with on_device_of(q):
-        _run(kernels.attend_split_kernel, (plan.n_blocks, B * plan.H_kv, splits), args,
-             {"num_warps": plan.warps, "num_stages": plan.stages}, plan, key)
-        if splits > 1:
-            _run(kernels.combine_splits_kernel, (B * T * H, 1, 1),
-                 (part, lse, out, T * H * D, H * D, D, T, H, splits, D, plan.block_d, _next_pow2(splits),
-                  plan.dot_f32), {"num_warps": 4, "num_stages": 3}, plan, None if key is None else ("combine", *key))
+        _run(plan, *launches)
     return out
 
 
@@ -567,30 +578,35 @@ def _tl_plan(plan: _Plan, q: Tensor, k_cache: Tensor, v_cache: Tensor, positions
     return plan.tl_plan
 
 
-def _run(kernel, grid: tuple[int, int, int], args: tuple, options: dict[str, int], plan: _Plan,
-         key: tuple | None) -> None:
-    """Launch ``kernel`` on ``grid`` with ``args`` (every parameter, constexprs included, in its order) and the
-    launch ``options`` (warps, stages, registers).
+def _run(plan: _Plan, *launches: tuple) -> None:
+    """Launch each ``(kernel, grid, args, options, key)`` in order: ``args`` every parameter, constexprs included,
+    in its order; ``options`` the launch's warps, stages, registers; ``key`` None, or what identifies its compiled
+    kernel on the plan (:attr:`_Plan.compiled`).
 
     Why not always ``kernel[grid](...)``: Triton's launch binds and specialises every argument again on each call,
-    host time that on a slow host exceeds what a decode step's attention takes on the GPU. The
-    first launch of a ``key`` goes through it and returns the compiled kernel; later ones hand the same arguments to
-    that kernel's launcher (the call Triton's own launch ends with). The specialisation is the same by construction:
-    the plan fixes every integer argument but the start position (``do_not_specialize``) and the ones in the key,
-    which also holds the pointers' alignment. Triton's launch stays where a launch hook is set (a profiler)."""
-    compiled = plan.compiled.get(key) if key is not None else None
-    if compiled is not None and launch_hooks_unset():
-        try:
-            compiled.run(*grid, _driver().get_current_stream(torch.cuda.current_device()), compiled.function,
-                         compiled.packed_metadata, None, None, None, *args)
-            return
-        except TypeError:  # a Triton whose launcher takes other arguments: its own launch from now on
-            plan.direct = False
-            plan.compiled.clear()
-            key = None
-    compiled = kernel[grid](*args, **options)
-    if key is not None and hasattr(compiled, "packed_metadata") and hasattr(compiled, "function"):
-        plan.compiled[key] = compiled
+    host time that on a slow host exceeds what a decode step's attention takes on the GPU. The first launch of a
+    ``key`` goes through it and returns the compiled kernel; later ones hand the same arguments to that kernel's
+    launcher (the call Triton's own launch ends with), on a stream looked up once for the call's launches. The
+    specialisation is the same by construction: the plan fixes every integer argument but the start position
+    (``do_not_specialize``) and the ones in the key, which also holds the pointers' alignment. Triton's launch
+    stays where a launch hook is set (a profiler)."""
+    stream = None
+    for kernel, grid, args, options, key in launches:
+        compiled = plan.compiled.get(key) if key is not None else None
+        if compiled is not None:
+            if stream is None:
+                stream = (_driver().get_current_stream(torch.cuda.current_device()) if launch_hooks_unset()
+                          else False)
+            if stream is not False:
+                try:
+                    compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
+                    continue
+                except TypeError:  # a Triton whose launcher takes other arguments: its own launch from now on
+                    plan.direct = False
+                    plan.compiled.clear()
+        compiled = kernel[grid](*args, **options)
+        if key is not None and plan.direct and hasattr(compiled, "packed_metadata") and hasattr(compiled, "function"):
+            plan.compiled[key] = compiled
 
 
 @functools.cache

@@ -167,10 +167,12 @@ LAUNCH_CASES = {
     "decode-gqa-d64-1k": (64, 32, 8, 1, 1025, 1, torch.bfloat16, "tensor"),
     "decode-gqa-d64-int": (64, 32, 8, 1, 4097, 1, torch.bfloat16, 2048),
     "decode-mha-d128-32k": (128, 32, 32, 1, 32769, 1, torch.bfloat16, "tensor"),
+    "decode-gqa-d128-b8": (128, 32, 8, 8, 4097, 1, torch.bfloat16, "tensor"),
     "decode-gqa-d64-b32": (64, 32, 8, 32, 1025, 1, torch.bfloat16, "tensor"),
     "decode-mha-d128-b32-16k": (128, 32, 32, 32, 16385, 1, torch.bfloat16, "tensor"),  # many waves, no split
     "decode-mha-d64-b32-int": (64, 32, 32, 32, 8193, 1, torch.float16, 5000),
     "chunk-gqa-d128-4k": (128, 32, 8, 1, 4160, 64, torch.bfloat16, "tensor"),
+    "chunk-mha-d128-4k": (128, 32, 32, 1, 4160, 64, torch.bfloat16, "tensor"),
     "chunk-mha-d128-fp32": (128, 32, 32, 1, 1088, 64, torch.float32, "tensor"),
     "chunk-gqa-d64-256": (64, 32, 8, 8, 16640, 256, torch.float16, "tensor"),
 }
