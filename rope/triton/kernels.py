@@ -1,9 +1,9 @@
 """The Triton kernels of the ``triton_v4`` / ``triton_v2`` entries (importing this module imports triton).
 
-A launch takes q and k together: the grid's first axis walks the programs of a batch element, q's, then k's, then
-those of v (copied into d qkv by the fused backward), each tensor's as many as its own heads need; its second axis
-the batch. Head counts are constexpr, so no program divides by a runtime value (where memory outruns instruction
-issue, index arithmetic sets the pace).
+A launch takes q, k and v's copy (into d qkv, by the fused backward) together, each tensor's programs as many as
+its own heads need (:func:`_tensor_program` maps the grid to tensors and batch elements). Head counts are
+constexpr, so no program divides by a runtime value (where memory outruns instruction issue, index arithmetic sets
+the pace).
 ``rope_pairs_kernel``: NCH chunks of V consecutive pairs of head rows a program (*rows*: V the half rounded up to
 a power of two; *chunks*: V a power of two dividing it); a tail (``rotary_dim`` < D) is copied 2 R2 columns at a
 time. ``rope_flat_kernel``: a token's heads as blocks of VB elements, each element rotated against its partner
