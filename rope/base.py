@@ -52,6 +52,9 @@ from rope.scaling import (
 )
 
 VARIANTS = ("partial", "full")
+#: The dtypes positions may have: torch's uint16/32/64 lack the reductions (min, max) that the range checks and
+#: dynamic_ntk read positions with, so they are refused in one line rather than failing inside torch.
+POSITION_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 LAYOUTS = ("half", "interleaved")
 
 #: Constructor parameters every implementation has; everything else a constructor takes is an option.
@@ -279,35 +282,45 @@ class RotaryEmbedding(nn.Module):
         cos, sin = self._tables(self.scaling.get("original_max_seq_len"))
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
-        self._sync_tables()
         self._table_length: int | None = None  # dynamic_ntk: the length the tables are for
         # Input signatures (shapes, dtypes, devices) already validated: the checks run once each.
         self._validated: set[tuple] = set()
 
-    def _sync_tables(self) -> None:
-        """``self._cos_sin``: plain references to the cos/sin buffers for the per-call hot path (eager
-        only), where reading a buffer through ``nn.Module.__getattr__`` costs host time and a small call is
-        host-bound. Kept in step by ``_apply`` (``.to()``, ``.cuda()``, ...) and by assigning the buffers."""
-        buffers = self.__dict__.get("_buffers", {})
-        if "cos" in buffers and "sin" in buffers:
-            self.__dict__["_cos_sin"] = (buffers["cos"], buffers["sin"])
+    @property
+    def _cos_sin(self) -> tuple[Tensor, Tensor]:
+        """The cos/sin buffers for the per-call hot path (eager only), read from ``_buffers`` itself: cheaper than
+        ``nn.Module.__getattr__``, and never stale, as ``torch.func.functional_call``, ``register_buffer`` and
+        ``torch.nn.utils.stateless`` swap a buffer by writing ``_buffers`` directly, past any ``__setattr__``."""
+        buffers = self._buffers
+        return buffers["cos"], buffers["sin"]
 
     def _apply(self, fn, recurse=True):
-        """``.to()``, ``.cuda()``, ``.half()``, ...: the tables follow a move to another device but stay float32
-        through a dtype cast (every entry reads float32 tables; a model cast to bf16 must not round them)."""
+        """``.to()``, ``.cuda()``, ``.half()``, ``.to_empty()``, ...: the tables follow a move to another device but
+        stay float32 through a dtype cast (every entry reads float32 tables; a model cast to bf16 must not round
+        them), and are computed again when they leave the meta device, as meta tensors hold no values and
+        ``to_empty`` after a meta-device build would otherwise leave uninitialised memory in them (they are not in
+        the state_dict, so no checkpoint load fills them either)."""
         tables = {name: self._buffers.get(name) for name in ("cos", "sin")}
         module = super()._apply(fn, recurse)
+        fresh = None
         for name, before in tables.items():
             after = self._buffers.get(name)
-            if before is not None and after is not None and after.dtype != before.dtype:
+            if before is None or after is None:
+                continue
+            if before.is_meta and not after.is_meta:
+                if fresh is None:
+                    fresh = dict(zip(("cos", "sin"), self._fresh_tables(), strict=True))
+                self._buffers[name] = fresh[name].to(after.device)
+            elif after.dtype != before.dtype:
                 self._buffers[name] = before.to(after.device)
-        self._sync_tables()
         return module
 
-    def __setattr__(self, name: str, value) -> None:
-        super().__setattr__(name, value)
-        if name in ("cos", "sin"):
-            self._sync_tables()
+    def _fresh_tables(self) -> tuple[Tensor, Tensor]:
+        """The tables for the current length, computed on the CPU as a build computes them (whatever the default
+        device), so a module materialised from the meta device holds the bits a build would."""
+        length = getattr(self, "_table_length", None)
+        with torch.device("cpu"):
+            return self._tables(self.scaling.get("original_max_seq_len") if length is None else length)
 
     def _tables(self, length: int | None) -> tuple[Tensor, Tensor]:
         """float32 cos, sin (max_seq_len, R/2): computed in float64 from the (scaled) frequencies, with
@@ -325,7 +338,7 @@ class RotaryEmbedding(nn.Module):
         """dynamic_ntk: rebuild the tables when the current length (T, or the largest position + 1)
         changes the factor. Every entry point that rotates calls it.
 
-        The new tables are new tensors assigned to the buffers (which keeps ``_cos_sin`` in step), never
+        The new tables are new tensors assigned to the buffers (which ``_cos_sin`` reads), never
         written into the old ones: the graph of an earlier call (another length) still holds those for its
         backward, so two calls of different lengths before one backward work and get their own gradients."""
         if self.scaling["type"] != "dynamic_ntk" or (positions is not None and positions.numel() == 0):
@@ -424,9 +437,9 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"{name} has T={x.shape[1]} > max_seq_len={self.max_seq_len} of the cos/sin cache")
 
     def _check_positions(self, positions: Tensor, B: int, T: int) -> None:
-        if not isinstance(positions, Tensor) or positions.is_floating_point() or positions.is_complex() \
-                or positions.dtype == torch.bool:
-            raise TypeError(f"positions must be an integer tensor, got {getattr(positions, 'dtype', type(positions))}")
+        if not isinstance(positions, Tensor) or positions.dtype not in POSITION_DTYPES:
+            raise TypeError(f"positions must be an integer tensor of dtype {' / '.join(map(str, POSITION_DTYPES))}, "
+                            f"got {getattr(positions, 'dtype', type(positions))}")
         if positions.shape not in ((T,), (B, T)):
             raise ValueError(f"positions must have shape (T,)=({T},) or (B, T)=({B}, {T}), "
                              f"got {tuple(positions.shape)}")

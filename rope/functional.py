@@ -18,7 +18,7 @@ from collections import OrderedDict
 import torch
 from torch import Tensor
 
-from rope.base import RopeArgumentError, RotaryEmbedding
+from rope.base import POSITION_DTYPES, RopeArgumentError, RotaryEmbedding
 from rope.registry import build
 
 #: How many built modules (one cos/sin table each) are kept.
@@ -104,9 +104,9 @@ def _check_against_table(q: Tensor, k: Tensor | None, seq_len: int, positions: T
         raise ValueError(f"q has T={q.shape[1]} > seq_len={seq_len}, the length of the cos/sin table: "
                          f"pass seq_len >= T (or positions)")
     # the range of host positions only, as the module checks it: on a device it would cost a synchronisation per call
-    if isinstance(positions, Tensor) and positions.is_cpu and positions.numel() and not (
-            positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool
-    ) and not torch.compiler.is_compiling():
+    # (another dtype is refused by the module's own check, which names the dtypes allowed)
+    if isinstance(positions, Tensor) and positions.is_cpu and positions.numel() and positions.dtype in POSITION_DTYPES \
+            and not torch.compiler.is_compiling():
         lo, hi = int(positions.min()), int(positions.max())
         if lo < 0 or hi >= seq_len:
             raise ValueError(f"positions must lie in [0, seq_len={seq_len}), got range [{lo}, {hi}]")

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from rope._launch import interpreting, launch_hooks_unset
-from rope.base import RopeArgumentError, RotaryEmbedding, on_device_of
+from rope.base import POSITION_DTYPES, RopeArgumentError, RotaryEmbedding, on_device_of
 
 #: The longest query chunk the kernel takes: decode steps and chunked prefill. A longer prompt is a
 #: full-length prefill, for which SDPA over the rotated q and k is the faster path.
@@ -312,8 +312,9 @@ def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Ten
         raise RopeArgumentError("v_cache", f"v_cache has shape {tuple(v_cache.shape)}, k_cache "
                                            f"{tuple(k_cache.shape)}: they must match")
     if isinstance(positions, Tensor):
-        if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-            raise RopeArgumentError("positions", f"positions must be an integer tensor, got {positions.dtype}")
+        if positions.dtype not in POSITION_DTYPES:
+            raise RopeArgumentError("positions", f"positions must be an integer tensor of dtype "
+                                                 f"{' / '.join(map(str, POSITION_DTYPES))}, got {positions.dtype}")
         if positions.shape not in ((T,), (B, T)):
             raise RopeArgumentError("positions", f"positions must have shape (T,)=({T},) or (B, T)=({B}, {T}), got "
                                                  f"{tuple(positions.shape)}")

@@ -72,10 +72,11 @@ def normalize_scaling(scaling: Mapping | None) -> dict:
         raise ScalingError("scaling", f"scaling must be a mapping with a 'type', got {scaling!r}")
     given = {k: v for k, v in scaling.items() if v is not None}
     kind = given.pop("type", "none")
-    if kind not in SCALING_PARAMS:
+    # a str first: ``in`` hashes the value, and an unhashable one (a list from a config) would raise a bare TypeError
+    if not isinstance(kind, str) or kind not in SCALING_PARAMS:
         raise ScalingError("scaling.type", f"scaling.type must be one of {SCALING_TYPES}, got {kind!r}")
     params = SCALING_PARAMS[kind]
-    unknown = sorted(set(given) - set(params))
+    unknown = sorted(set(given) - set(params), key=str)  # by text: keys of mixed types do not compare
     if unknown:
         raise ScalingError(f"scaling.{unknown[0]}", f"scaling.type={kind} has no parameter {unknown[0]!r} "
                                                     f"(its parameters: {', '.join(params) or 'none'})")
@@ -118,6 +119,22 @@ def _check_values(s: dict) -> None:
                                                        f"exceed scaling.low_freq_factor={s['low_freq_factor']}")
     if "truncate" in s and not isinstance(s["truncate"], bool):
         raise ScalingError("scaling.truncate", f"scaling.truncate must be true or false, got {s['truncate']!r}")
+    if s["type"] == "yarn":
+        _check_attention_factor(s)
+
+
+def _check_attention_factor(s: dict) -> None:
+    """Refuse a YaRN attention factor that the float32 tables cannot hold: it multiplies cos and sin, so one that
+    overflows float32 (a huge ``mscale`` or ``attention_factor``) makes every output inf or NaN, and one below the
+    smallest normal float32 (a huge ``mscale_all_dim``) makes every rotated output 0, without a word."""
+    factor = attention_factor(s)
+    info = torch.finfo(torch.float32)
+    if not (math.isfinite(factor) and info.tiny <= factor <= info.max):
+        given = ("attention_factor" if s.get("attention_factor") is not None
+                 else "mscale" if factor > 1 else "mscale_all_dim")  # the parameter that pushed it out of range
+        raise ScalingError(f"scaling.{given}", f"scaling.type=yarn gives an attention factor of {factor:g} "
+                                               f"(scaling.{given}={s[given]!r}), which float32 cos/sin tables cannot "
+                                               f"hold: it must lie in [{info.tiny:g}, {info.max:g}]")
 
 
 def _exponents(freqs: Tensor, base: float) -> Tensor:

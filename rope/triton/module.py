@@ -65,7 +65,7 @@ class TritonRotary(RotaryEmbedding):
         if q.dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"{self.registry_name} supports float32, bfloat16 and float16 inputs, got {q.dtype}")
         for name, x in (("q", q), ("k", k), ("positions", positions)):
-            if x is not None and not (x.is_cuda or launch.INTERPRETING):
+            if x is not None and (x.is_meta or not (x.is_cuda or launch.INTERPRETING)):
                 raise ValueError(f"{name} is on {x.device}: the Triton RoPE kernels need CUDA tensors "
                                  "(or TRITON_INTERPRET=1 set before triton is imported, to run them on the CPU "
                                  "interpreter)")

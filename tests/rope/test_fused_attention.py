@@ -357,6 +357,8 @@ BAD = {
                                      r"must lie in \[0, 12\) \(rotary's max_seq_len=12\)"),
     "positions shape": ({"positions": torch.arange(4)}, "positions", r"positions must have shape \(T,\)=\(3,\)"),
     "positions dtype": ({"positions": torch.arange(3.0)}, "positions", "positions must be an integer tensor"),
+    "positions uint32": ({"positions": torch.zeros(3, dtype=torch.uint32)}, "positions",
+                         "positions must be an integer tensor of dtype torch.int64"),
     "positions type": ({"positions": 2.5}, "positions", "positions must be an int"),
     "q requires grad": ({"q": lambda d: torch.zeros(2, 3, 4, 16, device=d, requires_grad=True)}, "q",
                         "q requires grad, but attention_with_rope has no backward"),

@@ -591,6 +591,16 @@ def test_cpu_tensor_without_interpreter(impl, monkeypatch, no_launch):
     assert rope.get(impl).unavailable_reason(torch.device("cuda")) is None
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_meta_tensor_is_refused_in_one_line(impl, no_launch):
+    """A meta tensor (shape inference, a model built on the meta device) is refused like any non-CUDA tensor, under
+    the interpreter too: the kernels have no data to read."""
+    r = build_poisoned(impl, 32, 8, "cpu").to("meta")
+    x = torch.randn(1, 4, 2, 32, device="meta")
+    with pytest.raises(ValueError, match=r"q is on meta.*CUDA"):
+        r(x, x)
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.float64])
 def test_unsupported_dtype(dtype, device, no_launch):
     r = build_poisoned("triton_v4", 32, 8, device)
