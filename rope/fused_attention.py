@@ -216,7 +216,9 @@ class _Plan:
         self.per_sm = 2
         if self.n_blocks == 1 and q.element_size() == 2 and self.block_d >= 128 and not self.ws:
             self.per_sm = 1
-            if self.block_m == 16 and tuning.num_stages is None and self.programs() < self.sms:
+            stage_bytes = 2 * self.block_n * self.block_d * q.element_size()  # a key and a value tile
+            if self.block_m == 16 and tuning.num_stages is None and self.programs() < self.sms \
+                    and 5 * stage_bytes <= _shared_memory(q.device):  # four, and a fifth's room for the rest
                 self.stages = 4
         if isinstance(positions, Tensor):
             pos_strides = positions.stride() if positions.dim() == 2 else (0, positions.stride(0))
@@ -370,6 +372,14 @@ def _sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return _INTERPRETER_SMS
+
+
+@functools.cache
+def _shared_memory(device: torch.device) -> int:
+    """Bytes of shared memory a program may take on ``device`` (unknown: 0); under the interpreter a Hopper's."""
+    if device.type == "cuda":
+        return getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", 0)
+    return 227 * 1024
 
 
 def _tiles(rows: int, block_d: int, itemsize: int, cache_len: int, many_waves: bool) -> tuple[int, int, int, int]:

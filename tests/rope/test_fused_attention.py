@@ -203,6 +203,20 @@ def test_an_untuned_launch_covers_every_row_and_visible_key_once(device, monkeyp
     assert s["splits"] == splits and s["combine"] == ("kernel" if splits > 1 else "none")
 
 
+def test_a_decode_launch_fits_a_gpu_of_less_shared_memory(device, monkeypatch):
+    """On a GPU whose programs get 99 KB of shared memory (an RTX 4090's), the key and value tiles a decode launch
+    keeps in flight fit it (where an H200's 227 KB take a fourth pair: such a launch would not compile there)."""
+    monkeypatch.setattr(fused_attention, "_sm_count", lambda device: 128)
+    monkeypatch.setattr(fused_attention, "_shared_memory", lambda device: 99 * 1024)
+    monkeypatch.setattr(fused_attention, "_PLANS", {})
+    D, L = 128, 4097
+    r = rope.build("torch", D, L).to(device)
+    cache = torch.zeros(1, 8, 1, D, dtype=torch.bfloat16, device=device).expand(1, 8, L, D)
+    q = torch.zeros(1, 1, 32, D, dtype=torch.bfloat16, device=device)
+    s = fused_attention.launch_settings(q, cache, cache, L - 1, r)
+    assert s["splits"] > 1 and s["num_stages"] * 2 * s["block_n"] * D * 2 <= 99 * 1024, s["line"]
+
+
 @pytest.mark.parametrize("forced", [
     {"block_m": 16, "block_n": 16, "splits": 3, "num_warps": 2, "num_stages": 1},  # 160 rows in 10 blocks
     {"block_m": 32, "block_n": 32, "splits": 2},
