@@ -14,6 +14,7 @@ import logging
 import multiprocessing
 import os
 import shlex
+import shutil
 import signal
 import sys
 from collections.abc import Sequence
@@ -223,6 +224,10 @@ class ClaimSweepDir(Callback):
         UNRECORDED_STARTS.clear()
         check_config_keys(config)  # the sweep's own keys: one refusal, not one per job
         OmegaConf.select(config, "hydra.launcher.n_jobs")  # the launcher's resolvers refuse before any write
+        launcher = str(OmegaConf.select(config, "hydra.launcher._target_") or "")
+        if launcher.endswith("SlurmLauncher") and shutil.which("srun") is None:  # submitit's own check, too late
+            raise ConfigError("hydra/launcher=slurm submits the jobs to SLURM, and this machine has no `srun` (not a "
+                              "SLURM node): run the sweep on the cluster, or use hydra/launcher=gpus here")
         if (refused := every_job_refused(config)) is not None:  # a bad value every job shares: one refusal too
             raise ConfigError(refused)
         sweep_dir = Path(str(config.hydra.sweep.dir))

@@ -212,6 +212,19 @@ def test_a_misspelt_option_in_a_swept_list_is_refused_before_the_sweep_dir_is_ma
     assert not sweep.exists()
 
 
+def test_a_slurm_sweep_off_a_slurm_node_is_refused_in_one_line_before_the_sweep_dir_is_made(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """hydra/launcher=slurm where no ``srun`` exists: submitit's own check came after the sweep dir was claimed and
+    ended in a traceback, leaving multirun.yaml and the sweep's lock."""
+    monkeypatch.setattr("shutil.which", lambda name, *a, **k: None)
+    sweep = tmp_path / "sweep"
+    assert run_command_inprocess(["seed=0,1", "hydra/launcher=slurm", f"hydra.sweep.dir={sweep}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "Error: hydra/launcher=slurm submits the jobs to SLURM, and this machine has no `srun` (not a SLURM node): "
+        "run the sweep on the cluster, or use hydra/launcher=gpus here")
+    assert not sweep.exists()
+
+
 @pytest.mark.parametrize("launcher,extra,refused", [
     ("basic", [], True),
     ("slurm", [], False),  # its jobs run on other hosts: this host's check does not speak for them
