@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm.errors import CheckpointNotFoundError, ResumeError, in_chain
+from llm.errors import CheckpointNotFoundError, ConfigError, ResumeError, in_chain
 from llm.fileio import atomic_open, remove_stale_temps
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,10 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: torch.nn.Module, optimizer
     link_tmp.unlink(missing_ok=True)
     link_tmp.symlink_to(path.name)
     link_tmp.replace(ckpt_dir / LAST)
-    for old in sorted(ckpt_dir.glob("step_*.pt"))[:-keep] if keep > 0 else []:
+    # the file just written stays whatever else is there: a step file newer than it (left by the steps after the
+    # checkpoint a resume went back to) would otherwise count among the newest and last.pt would point at nothing
+    others = sorted(p for p in ckpt_dir.glob("step_*.pt") if p != path)
+    for old in others[:max(0, len(others) - (keep - 1))] if keep > 0 else []:
         old.unlink()
     return path
 
@@ -155,6 +158,10 @@ def find_resume_checkpoint(resume: str | None, ckpt_dir: Path,
     """
     if resume in (None, "", "none", "null"):
         return None
+    # a YAML true, false or number would reach Path() as a non-string and fail there with a traceback
+    if not isinstance(resume, str):
+        raise ConfigError(f"train.resume={str(resume).lower()} must be null (a new run), auto (the run dir's newest "
+                          "checkpoint that loads) or a path to a checkpoint .pt file")
     if resume != "auto":
         path = Path(resume)
         if not path.is_file():

@@ -191,6 +191,11 @@ class RunOutputs:
         self.sample_rows += [[step, r["prompt"], r["text"]] for r in records]
         self.tracker.log_table("samples", SAMPLE_COLUMNS, self.sample_rows, step)
 
+    def begin(self) -> None:
+        """Remove the ``summary.json`` of an earlier command (a resumed run's last stop): a run that trains has none
+        until it ends, so a kill -9 from here on leaves no record of an end it did not reach at the step it reached."""
+        (self.run_dir / SUMMARY_FILE).unlink(missing_ok=True)
+
     def finish(self, summary: dict, exit_code: int) -> None:
         """Write ``summary.json`` and close everything; a full disk is logged, not raised (metrics stay)."""
         try:
@@ -211,6 +216,8 @@ class NullOutputs:
     tracker_id = None
 
     def write_config(self, yaml_text: str) -> None: ...
+
+    def begin(self) -> None: ...
 
     def log_train(self, record: dict) -> None: ...
 

@@ -50,6 +50,15 @@ def resumed_group(state: Mapping, group: str, overrides: Iterable[str]) -> str:
     return group if saved is None or asked else saved
 
 
+def _other_option(key: str, old: Mapping, new: Mapping) -> bool:
+    """Whether ``key`` belongs to a config group whose option (its ``name``) the run chose otherwise than the resume
+    command composed: the composed option's keys are not the run's (``data.max_files`` is no setting of
+    ``data=text_files``, ``optim.lr`` none of ``optim=muon``) and would make the resumed config one no run has."""
+    group = key.split(".", 1)[0]
+    name = f"{group}.name"
+    return group != key and name in old and name in new and old[name] != new[name]
+
+
 def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Iterable[str]) -> DictConfig:
     """The config a resumed run continues with: ``saved``, plus the safe keys the command line asked for.
 
@@ -62,6 +71,8 @@ def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Ite
     result = OmegaConf.create(dict(saved))
     refused = []
     for key in sorted(set(new) | set(old)):
+        if key not in old and not covered(key, (*PER_INVOCATION, *requested)) and _other_option(key, old, new):
+            continue  # a setting of the default option, not of the one the run chose (data=text_files, optim=muon)
         if covered(key, PER_INVOCATION) or key not in old:  # per invocation, or a key newer than the run
             value = new.get(key)
         elif new.get(key) == old.get(key) or not covered(key, requested):

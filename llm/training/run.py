@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from llm.config_check import check_config_keys, inert_rope_note, validate_config
-from llm.errors import ConfigError, RunDirInUseError, UserError
+from llm.errors import ConfigError, ResumeError, RunDirInUseError, UserError
 from llm.fileio import DiskFullError, write_json_atomic
 from llm.sweep_jobs import swept_values
 from llm.training.checkpoint import find_resume_checkpoint
@@ -96,6 +97,21 @@ def _interrupted_start(cfg: DictConfig, run_dir: Path, lock: RunDirLock, sweep_j
         record_failed_start(cfg, run_dir, "interrupted", "interrupted (Ctrl-C or SIGTERM) before its first step")
 
 
+def _refuse_another_run_s_checkpoint(asked: object, run_dir: Path) -> None:
+    """Refuse ``train.resume=<path>`` to a checkpoint outside ``run_dir`` when ``run_dir`` holds a run of its own.
+
+    Why: the resume takes the checkpoint's config, cuts the dir's ``metrics.jsonl`` at the checkpoint's step and
+    appends to it, so one dir would hold the first steps of one run, the rest of another and the second's summary.
+    """
+    if not isinstance(asked, str) or asked in ("auto", "", "none", "null") or never_trained(run_dir):
+        return
+    own = (run_dir / "checkpoints").resolve()
+    if Path(asked).resolve().parent == own:
+        return
+    raise ResumeError(f"train.resume={asked} is not a checkpoint of the run in {run_dir}, which holds a run of its "
+                      "own: resume it with hydra.run.dir=<the checkpoint's run dir>, or into a new hydra.run.dir")
+
+
 def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), group: str = "single",
                  resume_hint: str = "", sweep_job: bool = False,
                  command_record: Mapping[str, str] | None = None) -> TrainOutcome:
@@ -129,6 +145,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
             cleanup(dist_info)
             raise StartInterrupted from e
     trainer = None
+    recorded: Path | None = None  # the record of this command, once written
     fitting = False  # a stop before fit() is a first one: fit() takes its own stops (a second Ctrl-C aborts)
     try:
         check_config_keys(cfg)
@@ -144,6 +161,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
             if dist_info.is_main:
                 (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a failed start's record, replaced by this run's
             asked = None
+        _refuse_another_run_s_checkpoint(asked, run_dir)
         resume = find_resume_checkpoint(asked, run_dir / "checkpoints")
         if resume is not None and "config" in resume[1]:
             cfg = reconcile_resume_config(resume[1]["config"], cfg, overrides)
@@ -162,7 +180,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
         if lock is not None:
             lock.mark_owner()  # the command is accepted: the run is this process's now
             if command_record:
-                record_command(run_dir, command_record, first=resume is None)
+                recorded = record_command(run_dir, command_record, first=resume is None)
         init = source.load() if source is not None else None  # a damaged checkpoint fails before any work
         trainer = Trainer(cfg, run_dir, dist_info, resume=resume, group=group, resume_hint=resume_hint,
                           job=run_dir.name if sweep_job else "",
@@ -183,6 +201,8 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
             _interrupted_start(cfg, run_dir, lock, sweep_job)
         raise StartInterrupted from e
     except Exception as e:
+        if recorded is not None and recorded.name.startswith("resume_") and isinstance(e, USER_ERRORS):
+            shutil.rmtree(recorded, ignore_errors=True)  # a resume refused once its data is read keeps no record
         if lock is not None:
             _failed_start(cfg, run_dir, e, lock, sweep_job)
         raise

@@ -153,8 +153,9 @@ class RunDirLock:
             self._fd = None
 
     def discard_if_unused(self) -> bool:
-        """Remove the directory this process created and still holds, when it holds only :data:`DISCARDABLE`
-        entries (a run refused before its first own file); True if removed. The lock is released either way.
+        """Remove the directory this process created (:func:`make_dirs`) and still holds, when it holds only
+        :data:`DISCARDABLE` entries (a run refused before its first own file); True if removed. The lock is released
+        either way; a directory that was there before keeps everything but the lock file this process created.
 
         Why a rename first: a process that arrives while the directory goes finds no directory (and starts a new
         one) or the old lock file, which it cannot take while this process holds it; never a half-removed
@@ -163,6 +164,10 @@ class RunDirLock:
         """
         d = self.run_dir
         if not self.held or not self.created or any(p.name not in DISCARDABLE for p in d.iterdir()):
+            self.release()
+            return False
+        if os.path.abspath(d) not in _MADE_HERE:  # a folder that was there before (the user's) stays, as it was
+            (d / self.lock_name).unlink(missing_ok=True)
             self.release()
             return False
         gone = d.with_name(f".{d.name}{TMP_MARK}{os.getpid()}")

@@ -29,7 +29,7 @@ from llm.data import TokenData, check_streams, data_fingerprint, prepare_data, s
 from llm.data.config import packing
 from llm.data.packing import document_batch
 from llm.doc_attention import DocumentMask, takes_dense
-from llm.errors import ConfigError
+from llm.errors import ConfigError, ResumeError
 from llm.fileio import DiskFullError
 from llm.model import GPT, build_model, compile_model, rope_cache_len
 from llm.optim import build_optimizers, lr_multiplier, set_lr
@@ -52,6 +52,10 @@ from llm.training.samples import TrainingSamples, check_sample_config
 log = logging.getLogger("llm.train")
 
 LIGER_MISSING = "train.fused_linear_ce=true needs Liger-Kernel: pip install -e '.[liger]'"
+#: Summary keys that say which code, where and when the run trained: each checkpoint holds them, and a resume that
+#: trains nothing (a finished run resumed) keeps them, since that command only read the run.
+TRAINED_BY = ("git_commit", "code_fingerprint", "device", "device_id", "host", "device_uuid", "torch_threads",
+              "world_size", "started_at", "ended_at", "peak_mem_gb")
 
 
 @dataclass
@@ -217,6 +221,8 @@ class Trainer:
         self.last_val: dict[str, float] = {}  # the newest eval's metrics, and the step it ran at
         self._eval_size_said = False  # a val split smaller than the eval asks for, said once
         self.last_val_step: int | None = None
+        self.saved: tuple[int, int | None] | None = None  # (step, eval step) of the checkpoint on disk, if any
+        self.trained_by: dict[str, Any] = {}  # the resumed checkpoint's TRAINED_BY record
         if resume is not None:
             tracker_id = self._restore(*resume)
         self.train_model = self._wrap(self.model)
@@ -254,6 +260,11 @@ class Trainer:
 
     def _restore(self, path: Path, state: dict) -> str | None:
         """Load model, optimizers, RNG, step and totals from a checkpoint; returns the tracker id."""
+        trained_on, now = (state.get("data") or {}).get("id"), data_fingerprint(self.data.meta)["id"]
+        if trained_on and now and trained_on != now:  # equal config, other tokens: the source's files changed
+            raise ResumeError(f"the data of {self.cfg.data.name} is not what this run trained on (data id "
+                              f"{trained_on[:12]}, now {now[:12]}): its source changed since the checkpoint, and the "
+                              "steps after it would train on other tokens; restore the source, or start a new run")
         self.model.load_state_dict(state["model"])
         for opt, opt_state in zip(self.optimizers, state["optimizers"], strict=True):
             opt.load_state_dict(opt_state)
@@ -266,6 +277,8 @@ class Trainer:
         if saved_val.get("step") == self.step:  # evaluated at this step: a resume at the end need not eval again
             self.last_val = {k: v for k, v in saved_val.items() if k != "step"}
             self.last_val_step = self.step
+        if path.resolve() == (self.ckpt_dir / LAST).resolve():  # the run's newest: what a resume=auto would load
+            self.saved, self.trained_by = (self.step, self.last_val_step), dict(state.get("trained_by") or {})
         if self.dist.is_main:
             log.info(f"resumed from {path} at step {self.step}")
             truncate_metrics(self.run_dir / METRICS_FILE, self.step)
@@ -416,13 +429,16 @@ class Trainer:
             return
         self.totals.skipped_steps += 1
         tolerated = self.tc.skip_nonfinite
+        # name the value that is not finite: a diverging run often has a huge but finite loss and an inf grad norm
+        what = (f"non-finite {'loss' if not math.isfinite(result.loss) else 'grad norm'} (loss {result.loss}, "
+                f"grad norm {result.grad_norm})")
         if self.totals.skipped_steps > tolerated:
+            self.log_train(result)  # the step that stops the run is the last line of metrics.jsonl, logged or not
             kept = (f"last good checkpoint kept in {self.ckpt_dir}" if (self.ckpt_dir / LAST).exists()
                     else "no checkpoint was saved before it (train.ckpt_every=N saves one every N steps)")
-            raise StopTraining("nonfinite", f"non-finite loss ({result.loss}) or grad norm at step {self.step}; "
+            raise StopTraining("nonfinite", f"{what} at step {self.step}; "
                                f"stopped (train.skip_nonfinite={tolerated} tolerated); {kept}", exit_code=1)
-        log.warning(f"step {self.step}: non-finite loss/grad, step skipped "
-                    f"({self.totals.skipped_steps}/{tolerated} tolerated)")
+        log.warning(f"step {self.step}: {what}, step skipped ({self.totals.skipped_steps}/{tolerated} tolerated)")
 
     def log_train(self, result: StepResult) -> None:
         tok_s = self.tokens_per_s()
@@ -472,6 +488,9 @@ class Trainer:
     def checkpoint(self) -> None:
         """Save the state at the current step (rank 0), with the run's config and running totals, and under torchrun
         every rank's RNG state (each draws its own dropout masks: a resume on as many processes goes on bitwise)."""
+        if self.saved == (self.step, self.last_val_step):  # a stop right after a periodic save, or a resume at its end
+            return
+        self.saved, self.trained_by = (self.step, self.last_val_step), {}
         ranks = None
         if self.dist.enabled:  # every rank checkpoints at the same steps (a stop is agreed by all of them)
             ranks = [None] * self.dist.world_size
@@ -479,8 +498,10 @@ class Trainer:
         if not self.dist.is_main:
             return
         self.totals.wall_time_s, self.wall_start = self.wall_time(), time.perf_counter()
+        data = {"seed": self.cfg.seed, "next_step": self.step, "id": self.summary["data_fingerprint"]["id"]}
         extra = {"config": OmegaConf.to_container(self.cfg, resolve=True), "wandb_id": self.outputs.tracker_id,
-                 "wandb_group": self.group, "data": {"seed": self.cfg.seed, "next_step": self.step},
+                 "trained_by": {**{k: self.summary.get(k) for k in TRAINED_BY}, **self._ended()},
+                 "wandb_group": self.group, "data": data,
                  "last_val": {"step": self.last_val_step, **self.last_val} if self.last_val else None,
                  **({"rng_ranks": ranks} if ranks else {})}
         save_checkpoint(self.ckpt_dir, self.step, self.model, self.optimizers, self.totals, extra,
@@ -526,6 +547,8 @@ class Trainer:
         status, exit_code, message = "completed", 0, ""
         interrupt: KeyboardInterrupt | None = None
         progress = Progress(self.tc.max_steps, self.step, self.tc.log_every, enabled=self.dist.is_main, job=self.job)
+        if self.step < self.tc.max_steps:  # a finished run reopened keeps its summary until it writes it again
+            self.outputs.begin()
         self.train_model.train()
         try:
             with self.stopper, logging_redirect_tqdm(), runtime.attention_backend(self.tc.get("attention", "auto")):
@@ -549,19 +572,30 @@ class Trainer:
             raise interrupt
         return outcome
 
+    def _ended(self) -> dict[str, float]:
+        """When the run's newest work ended, and the device memory it took (CUDA): the summary's, and each
+        checkpoint's (:data:`TRAINED_BY`)."""
+        ended = {"ended_at": time.time()}
+        if self.device.type == "cuda":
+            ended["peak_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        return ended
+
     def _finish(self, status: str, exit_code: int, message: str) -> TrainOutcome:
         tok_s = self.tokens_per_s()
         v, t = self.last_val, self.totals
+        # a command that saved nothing new (a finished run resumed) only read the run: its record stays the training's
+        unchanged = bool(self.trained_by) and self.saved == (self.step, self.last_val_step)
         self.summary.update({
             "status": status, "step": self.step, "train_time_s": t.train_time_s, "compile_warmup_s": t.compile_warmup_s,
-            "wall_time_s": self.wall_time(), "tokens_per_s": None if math.isnan(tok_s) else tok_s,
-            "ended_at": time.time(),
+            "wall_time_s": t.wall_time_s if unchanged else self.wall_time(),
+            "tokens_per_s": None if math.isnan(tok_s) else tok_s,
             "skipped_steps": t.skipped_steps, "val_loss": v.get("val_loss"), "val_loss_se": v.get("val_loss_se"),
             "val_acc": v.get("val_acc"), "val_ppl": v.get("val_ppl"), "val_tokens": v.get("val_tokens"),
+            **self._ended(),
         })
         self.summary["mfu"] = self.mfu(self.summary["tokens_per_s"])
-        if self.device.type == "cuda":
-            self.summary["peak_mem_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        if unchanged:
+            self.summary.update({key: value for key, value in self.trained_by.items() if key in TRAINED_BY})
         if message:
             self.summary["message"] = message
         self.outputs.finish(self.summary, exit_code)

@@ -7,6 +7,7 @@ fails on the code before its fix.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import signal
@@ -20,6 +21,7 @@ import torch
 from helpers import (
     ROOT,
     SMALL,
+    compose_cfg,
     read_metrics,
     read_wandb_run,
     run_command_inprocess,
@@ -27,7 +29,9 @@ from helpers import (
     train_losses,
 )
 
-from llm.errors import ResumeError
+from llm.errors import ConfigError, ResumeError
+from llm.training.run import run_training
+from llm.training.run_dir import RunDirLock
 
 #: A run long enough to stop, checkpoint and resume between two evals, and no longer: training steps are most of
 #: this file's time.
@@ -585,3 +589,182 @@ def test_an_abort_before_any_checkpoint_says_how_a_sweep_job_starts_over(tmp_pat
     assert "remove" not in aborted_message(run, "hint")
     # a SIGTERM outside the trainer's own handling (after fit()) is named as such, not as a second Ctrl-C
     assert aborted_message(run, "hint", cause="SIGTERM").startswith("Aborted by SIGTERM, before the run saved")
+
+# -- interrupted and resumed runs: summary.json and metrics.jsonl say what happened, a resume never splices two
+# runs into one dir, and a refused command leaves a folder it found as it was
+
+#: Two steps: the shortest run that a stop (train.stop_at_step=1) and a resume split in two.
+TWO_STEPS = ["train.max_steps=2", "train.eval_every=2", "train.log_every=1"]
+
+
+@pytest.mark.parametrize("value", ["true", "false", "123"])
+def test_a_resume_value_that_is_no_path_is_one_line_naming_the_key(tmp_path, value):
+    with pytest.raises(ConfigError, match=f"train.resume={value} must be null .*auto .*path"):
+        run_inprocess(tmp_path / "run", ["train.max_steps=2", f"train.resume={value}"])
+    assert not (tmp_path / "run").exists(), "a refused new run leaves no dir"
+
+
+def test_a_finished_run_resumed_keeps_the_record_of_the_code_and_time_that_trained_it(tmp_path, monkeypatch):
+    """A sweep continued with train.resume=auto resumes its finished jobs, which end at once: their summary must
+    still name the code that trained them and when (the report's "Different code" and "Shared GPU" notes read it)."""
+    done = run_inprocess(tmp_path / "done", TWO_STEPS)
+    run_inprocess(tmp_path / "split", [*TWO_STEPS, "train.stop_at_step=1"])  # trained by this code up to step 1
+    last = tmp_path / "done" / "checkpoints" / "last.pt"
+    saved_at = last.resolve().stat().st_mtime_ns
+    monkeypatch.setattr("llm.training.trainer.code_version",
+                        lambda: {"git_commit": "newer", "code_fingerprint": "newer"})
+    again = run_inprocess(tmp_path / "done", [*TWO_STEPS, "train.resume=auto"])
+    assert again["status"] == "completed" and again["val_loss"] == done["val_loss"]
+    for key in ("git_commit", "code_fingerprint", "started_at", "host", "torch_threads"):
+        assert again[key] == done[key], key
+    assert again["ended_at"] <= done["ended_at"] and again["wall_time_s"] <= done["wall_time_s"]
+    assert last.resolve().stat().st_mtime_ns == saved_at, "nothing new to save: the checkpoint is not rewritten"
+    # a resume that trains steps is recorded as the code that trained the newest of them
+    assert run_inprocess(tmp_path / "split", [*TWO_STEPS, "train.resume=auto"])["code_fingerprint"] == "newer"
+
+
+def test_a_checkpoint_of_another_run_is_refused_in_a_dir_holding_a_run(tmp_path):
+    """train.resume=<path> into a dir holding another run would cut that run's metrics at the checkpoint's step and
+    go on with the other run's config: one dir, two runs, no word of it."""
+    run_inprocess(tmp_path / "a", [*TWO_STEPS, "optim.lr=0.002"])
+    run_inprocess(tmp_path / "b", [*TWO_STEPS, "train.stop_at_step=1"])
+    before = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir() if p.is_file()}
+    other = tmp_path / "b" / "checkpoints" / "last.pt"
+    with pytest.raises(ResumeError, match=f"train.resume={other} is not a checkpoint of the run in"):
+        run_inprocess(tmp_path / "a", [*TWO_STEPS, f"train.resume={other}"])
+    assert {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir() if p.is_file()} == before
+    # its own checkpoint, named by path, still resumes it; and another run's starts a new dir from it
+    own = tmp_path / "b" / "checkpoints" / "step_0000001.pt"
+    assert run_inprocess(tmp_path / "b", [*TWO_STEPS, f"train.resume={own}"])["status"] == "completed"
+    assert run_inprocess(tmp_path / "branch", [*TWO_STEPS, f"train.resume={own}"])["step"] == 2
+
+
+def test_a_refused_run_leaves_a_folder_it_found_as_it_was(tmp_path):
+    """A refused new run removes only a dir it created: an empty folder the user made for it stays, without the
+    lock file the refused run put there."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    with pytest.raises(ConfigError, match="model.n_head"):
+        run_inprocess(theirs, ["model.n_head=0"])
+    assert theirs.is_dir() and not list(theirs.iterdir())
+    lock = RunDirLock(theirs).acquire()
+    assert lock.created and not lock.discard_if_unused() and theirs.is_dir() and not list(theirs.iterdir())
+
+
+def test_a_diverging_run_names_the_value_that_is_not_finite_and_logs_its_last_step(tmp_path, monkeypatch):
+    """A loss of 1e12 with an infinite gradient norm was reported as "non-finite loss (1e12)", and the step that
+    stopped the run was missing from metrics.jsonl."""
+    real, calls = torch.nn.utils.clip_grad_norm_, {"n": 0}
+
+    def clip(params, max_norm, *args, **kwargs):
+        calls["n"] += 1
+        norm = real(params, max_norm, *args, **kwargs)
+        return norm * math.inf if calls["n"] == 2 else norm
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+    with pytest.raises(SystemExit):
+        run_inprocess(tmp_path, ["train.max_steps=6", "train.log_every=5"])
+    summary = _summary(tmp_path)
+    assert summary["status"] == "nonfinite" and summary["message"].startswith("non-finite grad norm (loss ")
+    last = [m for m in read_metrics(tmp_path) if m["kind"] == "train"][-1]
+    assert last["step"] == 2 and last["grad_norm"] == "inf" and math.isfinite(last["loss"])
+
+
+def test_a_resumed_run_has_no_summary_of_its_earlier_stop_while_it_trains(tmp_path, monkeypatch):
+    """Killed (kill -9) while it trains, a resumed run left the summary of its earlier stop ("interrupted at step 1")
+    beside metrics and checkpoints of later steps: the report took that for the run's end."""
+    run_inprocess(tmp_path, [*TWO_STEPS, "train.stop_at_step=1"])
+    assert _summary(tmp_path)["status"] == "interrupted"
+    from llm.training.trainer import Trainer
+
+    seen, step = [], Trainer.train_step
+
+    def train_step(self):
+        seen.append((tmp_path / "summary.json").exists())
+        return step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    assert run_inprocess(tmp_path, [*TWO_STEPS, "train.resume=auto"])["status"] == "completed"
+    assert seen == [False]
+
+
+def test_a_stop_right_after_a_checkpoint_does_not_save_the_step_twice(tmp_path, monkeypatch):
+    """The stop's checkpoint of a step just saved wrote the same file again: for a large model, a second full save
+    while torchrun's shutdown timeout runs."""
+    import llm.training.trainer as trainer
+
+    saves, save = [], trainer.save_checkpoint
+
+    def counted(ckpt_dir, step, *args, **kwargs):
+        saves.append(step)
+        return save(ckpt_dir, step, *args, **kwargs)
+
+    monkeypatch.setattr(trainer, "save_checkpoint", counted)
+    four = ["train.max_steps=4", "train.ckpt_every=2"]
+    summary = run_inprocess(tmp_path, [*four, "train.stop_at_step=2"])
+    assert summary["status"] == "interrupted" and saves == [2]
+    # a resume from an older checkpoint than the newest, stopped at once, saves it again: it is the newest now
+    run_inprocess(tmp_path, [*four, "train.resume=auto"])
+    older = tmp_path / "checkpoints" / "step_0000002.pt"
+    run_inprocess(tmp_path, [*four, "train.stop_at_step=2", f"train.resume={older}"])
+    assert (tmp_path / "checkpoints" / "last.pt").resolve() == older.resolve()
+
+
+def _corpus(root: Path, seed: int = 0) -> Path:
+    """A few text files, enough for train and val windows of the SMALL model."""
+    import random
+
+    words = ["alpha", "beta", "gamma", "delta", "the", "cat", "sat", "on", "mat"]
+    root.mkdir(exist_ok=True)
+    for i in range(6):
+        rng = random.Random(seed * 100 + i)
+        (root / f"f{i}.txt").write_text(" ".join(rng.choice(words) for _ in range(2000)))
+    return root
+
+
+def test_a_run_of_another_option_than_the_default_resumes_by_the_printed_command(tmp_path):
+    """The printed resume command names no group: the default options' keys (data=pystdlib's data.max_files,
+    optim=adamw's optim.lr) were added to the run's config, so a data=text_files run could not be resumed at all
+    and an optim=muon run went on with a config no run has."""
+    corpus = _corpus(tmp_path / "corpus")
+    text = ["data=text_files", f"data.path={corpus}", "data.val_fraction=0.2"]
+    for run, options in (("text", text), ("muon", ["optim=muon"])):
+        run_inprocess(tmp_path / run, [*TWO_STEPS, *options, "train.stop_at_step=1"])
+        assert run_inprocess(tmp_path / run, ["train.resume=auto"])["status"] == "completed"
+    muon, text = (torch.load(tmp_path / run / "checkpoints" / "last.pt", weights_only=False)["config"]
+                  for run in ("muon", "text"))
+    assert "lr" not in muon["optim"] and "max_files" not in text["data"]
+    assert "wandb" not in muon["logger"], "a logger=none run keeps no wandb settings"
+
+
+def test_a_resume_on_changed_data_is_refused_naming_it(tmp_path):
+    """Same config, other tokens (a file of data.path edited since the stop): the resume went on silently and
+    its curve was no longer the run's."""
+    corpus = _corpus(tmp_path / "corpus")
+    args = [*TWO_STEPS, "data=text_files", f"data.path={corpus}", "data.val_fraction=0.2"]
+    run_inprocess(tmp_path / "run", [*args, "train.stop_at_step=1"])
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()}
+    kept = (corpus / "f0.txt").read_text()
+    (corpus / "f0.txt").write_text("an edited file " * 500)
+    resume = ["train.resume=auto"]
+    with pytest.raises(ResumeError, match="the data of text_files is not what this run trained on"):
+        # with the command's record, as the entry point passes it: a refused resume writes none
+        run_training(compose_cfg(resume), tmp_path / "run", resume, command_record={"overrides.yaml": "- x\n"})
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir() if p.is_file()} == before
+    assert not list((tmp_path / "run" / ".hydra").glob("resume_*"))
+    (corpus / "f0.txt").write_text(kept)
+    assert run_inprocess(tmp_path / "run", ["train.resume=auto"])["status"] == "completed"
+
+
+def test_the_checkpoint_just_saved_is_never_pruned(tmp_path):
+    """A resume from an older checkpoint of the run (train.resume=<its path>, or the fallback past a damaged newest
+    one) saves below a newer step file; with train.keep_checkpoints=1 the pruning removed the new file itself and
+    left last.pt pointing at nothing."""
+    from llm.training.checkpoint import TrainTotals, save_checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    ckpt = tmp_path / "checkpoints"
+    save_checkpoint(ckpt, 9, model, [], TrainTotals(), {}, keep=2)
+    new = save_checkpoint(ckpt, 3, model, [], TrainTotals(), {}, keep=1)
+    assert new.exists() and (ckpt / "last.pt").resolve() == new.resolve()
+    assert sorted(p.name for p in ckpt.glob("step_*.pt")) == ["step_0000003.pt"]
