@@ -40,7 +40,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         raise ConfigError(f"device={name!r}; allowed: auto, cpu, cuda, cuda:N") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError("device=cuda but no CUDA GPU is visible; use device=cpu or device=auto")
+            raise ConfigError(f"device={name} but no CUDA GPU is visible; use device=cpu or device=auto")
         if device.index is None:
             device = torch.device("cuda", local_rank)
         if device.index >= torch.cuda.device_count():

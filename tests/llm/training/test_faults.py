@@ -768,3 +768,23 @@ def test_the_checkpoint_just_saved_is_never_pruned(tmp_path):
     new = save_checkpoint(ckpt, 3, model, [], TrainTotals(), {}, keep=1)
     assert new.exists() and (ckpt / "last.pt").resolve() == new.resolve()
     assert sorted(p.name for p in ckpt.glob("step_*.pt")) == ["step_0000003.pt"]
+
+
+def test_checkpoints_are_ordered_by_step_past_ten_million_steps(tmp_path):
+    """Step files are named with seven digits: by name, step 10,000,000 would sort before 9,999,999, and a resume
+    would take the older one (and pruning delete the newer)."""
+    from llm.training.checkpoint import checkpoint_files
+
+    for step in (9_999_999, 10_000_000, 123):
+        (tmp_path / f"step_{step:07d}.pt").write_bytes(b"")
+    assert [p.name for p in checkpoint_files(tmp_path)] == ["step_10000000.pt", "step_9999999.pt", "step_0000123.pt"]
+
+
+def test_a_gpu_device_on_a_machine_without_one_is_refused_as_typed(monkeypatch):
+    """device=cuda:1 where no GPU is visible: the refusal quotes what was typed (it said device=cuda)."""
+    from llm.errors import ConfigError
+    from llm.training.runtime import resolve_device
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"^device=cuda:1 but no CUDA GPU is visible; use device=cpu or device=auto$"):
+        resolve_device("cuda:1")
