@@ -28,13 +28,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-#: What a command stopped while it starts says after "Interrupted" (or "Stopped by SIGTERM").
+#: What a command stopped while it starts says after "Interrupted" (or "Stopped by SIGTERM"): a new run's, and a
+#: resume's (whose run has trained steps: "no step was trained" would read as if they were lost).
 NOT_STARTED = "before training began: no step was trained"
+RESUME_NOT_STARTED = "before this command trained a step: the run and its checkpoints are as they were"
+
+
+def not_started(resume: object) -> str:
+    """The words of a stop while the command starts, for its ``train.resume`` value (None: a new run)."""
+    return NOT_STARTED if str(resume).lower() in ("none", "", "null") else RESUME_NOT_STARTED
+
 
 if __name__ == "__main__":  # before Hydra and torch import: a stop from here on is one line, not a traceback
     from llm.entry import stop_quietly_while_starting
 
-    stop_quietly_while_starting(NOT_STARTED)
+    stop_quietly_while_starting(not_started(next((a.split("=", 1)[1] for a in reversed(sys.argv[1:])
+                                                  if a.startswith("train.resume=")), None)))
 
 import hydra  # noqa: E402
 import torch  # noqa: E402
@@ -217,7 +226,7 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
                                    command_record=record)
     except StartInterrupted as e:  # a first stop, before the first step: one line, exit 128 + the signal
         word, code = stopped(e)
-        print(f"{word} {NOT_STARTED}", file=sys.stderr)
+        print(f"{word} {not_started(cfg.train.get('resume'))}", file=sys.stderr)
         if multirun and _in_launcher_worker():
             return None  # a launcher's worker: the sweep's process ends the sweep (llm.sweep.StopParallelJobs)
         if multirun:

@@ -62,3 +62,18 @@ def test_a_stop_while_the_command_starts_is_one_line(tmp_path, module, point, si
     assert lines == [f"{word} {what}"], proc.stderr[-3000:]
     if point == "check":
         assert not run_dir.exists(), "a new run stopped before its first step leaves no dir, as a refused one"
+
+
+@pytest.mark.parametrize("point,signame", [("hydra", "SIGINT"), ("check", "SIGTERM")])
+def test_a_resume_stopped_while_it_starts_says_its_run_is_as_it_was(tmp_path, point, signame):
+    """A resume's run has trained steps: "no step was trained" read as if they were lost. Said as soon as the
+    command starts (before Hydra has read the arguments) and once its config is composed."""
+    config, _, args = COMMANDS["llm.train"]
+    event, target = POINTS[point]
+    cmd = [sys.executable, "-c", SIGNALLING_RUN, "llm.train", event, target.format(config=config), signame, *args,
+           "train.resume=auto", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    word = "Interrupted" if signame == "SIGINT" else "Stopped by SIGTERM"
+    assert proc.returncode == 128 + getattr(signal, signame), (proc.returncode, proc.stderr[-3000:])
+    assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [
+        f"{word} before this command trained a step: the run and its checkpoints are as they were"], proc.stderr[-3000:]
