@@ -22,6 +22,9 @@ from llm.fileio import atomic_open, remove_stale_temps
 
 log = logging.getLogger(__name__)
 
+#: ``train.resume`` values that ask for a new run.
+NO_RESUME = (None, "", "none", "null")
+
 LAST = "last.pt"
 
 
@@ -163,7 +166,7 @@ def find_resume_checkpoint(resume: str | None, ckpt_dir: Path,
     skipped; with none there it raises (a silent restart at step 0 would log steps twice). A path
     must exist and load.
     """
-    if resume in (None, "", "none", "null"):
+    if resume in NO_RESUME:
         return None
     # a YAML true, false or number would reach Path() as a non-string and fail there with a traceback
     if not isinstance(resume, str):

@@ -23,7 +23,7 @@ from llm.config_check import check_config_keys, inert_rope_note, validate_config
 from llm.errors import ConfigError, ResumeError, RunDirInUseError, UserError
 from llm.fileio import DiskFullError, write_json_atomic
 from llm.sweep_jobs import swept_values
-from llm.training.checkpoint import find_resume_checkpoint
+from llm.training.checkpoint import NO_RESUME, find_resume_checkpoint
 from llm.training.distributed import cleanup, init_distributed
 from llm.training.init_from import apply_init_from, check_init_from, default_original_length, init_from_notes
 from llm.training.outputs import SUMMARY_FILE
@@ -103,7 +103,7 @@ def _refuse_another_run_s_checkpoint(asked: object, run_dir: Path) -> None:
     Why: the resume takes the checkpoint's config, cuts the dir's ``metrics.jsonl`` at the checkpoint's step and
     appends to it, so one dir would hold the first steps of one run, the rest of another and the second's summary.
     """
-    if not isinstance(asked, str) or asked in ("auto", "", "none", "null") or never_trained(run_dir):
+    if not isinstance(asked, str) or asked in (*NO_RESUME, "auto") or never_trained(run_dir):
         return
     own = (run_dir / "checkpoints").resolve()
     if Path(asked).resolve().parent == own:
