@@ -20,6 +20,7 @@ from helpers import ROOT
 SIGNALLING_RUN = """
 import os, runpy, signal, sys
 module, event, target, signame, *args = sys.argv[1:]
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal starts it (a background job ignores Ctrl-C)
 sent = []
 def hook(name, hook_args):
     if sent or name != event or not isinstance(hook_args[0], str):
@@ -77,3 +78,15 @@ def test_a_resume_stopped_while_it_starts_says_its_run_is_as_it_was(tmp_path, po
     assert proc.returncode == 128 + getattr(signal, signame), (proc.returncode, proc.stderr[-3000:])
     assert [ln for ln in proc.stderr.splitlines() if ln.strip()] == [
         f"{word} before this command trained a step: the run and its checkpoints are as they were"], proc.stderr[-3000:]
+
+
+def test_a_command_started_ignoring_ctrl_c_keeps_ignoring_it(tmp_path):
+    """A shell's background job (``cmd &``) starts ignoring Ctrl-C; the start's guard must not take it back, so the
+    Ctrl-C sent while Hydra imports is ignored and the command goes on to its own end (here: its refusal)."""
+    ignoring = SIGNALLING_RUN.replace("signal.default_int_handler)", "signal.SIG_IGN)")
+    assert ignoring != SIGNALLING_RUN
+    cmd = [sys.executable, "-c", ignoring, "llm.generate", "import", "hydra", "SIGINT", "prompt=x", "device=cpu",
+           f"run={tmp_path / 'no_run'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    assert "no_run is not a directory" in proc.stderr

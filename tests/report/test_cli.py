@@ -148,6 +148,7 @@ def test_ctrl_c_while_loading_the_runs_is_one_line(sweep: Path, tmp_path: Path, 
 # The child sends itself a SIGINT as scripts.compare starts importing llm.report: a real Ctrl-C during the imports.
 _CTRL_C_WHILE_IMPORTING = """
 import builtins, os, runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal starts it (a background job ignores Ctrl-C)
 real_import = builtins.__import__
 def importing(name, *args, **kwargs):
     if name == "llm.report":
