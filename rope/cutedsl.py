@@ -317,13 +317,6 @@ class CuteDSLRotary(RotaryEmbedding):
             return launch(q, k, *args, False, interleaved=interleaved, poison=poison, config=cfg)
         return _CuteRopeFunction.apply(q, k, *args, False, interleaved, poison, cfg)
 
-    def rotate_transposed(self, gq: Tensor, gk: Tensor | None,
-                          positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        """The backward kernel alone (no autograd), for the benchmark. Inputs are not validated."""
-        return launch(gq, gk, self.cos, self.sin, positions, self._partial_shortcut, True,
-                      interleaved=self.layout == "interleaved", poison=bool(self.poison_outputs),
-                      config=self.launch_config)
-
     def check_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
         if q.dtype not in _SUPPORTED:
             raise TypeError(f"rope=cutedsl supports float32, bfloat16 and float16 inputs, got {q.dtype}")

@@ -100,12 +100,6 @@ class TritonRotary(RotaryEmbedding):
             yq, yk = launch.rotate(q, k, cos, sin, positions, self.rotation, poison=poison)
         return yq, yk, v
 
-    def rotate_transposed(self, gq: Tensor, gk: Tensor | None,
-                          positions: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        """The backward's kernel alone (no autograd, no checks): for a benchmark timing it apart."""
-        return launch.rotate(gq, gk, self.cos, self.sin, positions, self.rotation, inverse=True,
-                             poison=bool(self.poison_outputs))
-
 
 @register("triton_v4")
 class TritonRotaryV4(TritonRotary):

@@ -34,18 +34,19 @@ class Overrides:
     maxnreg: int = 0  # a register cap for every program (the plan's own: fast memory, rows with padding or positions)
 
     def __post_init__(self) -> None:
-        for name in ("tile", "num_warps", "maxnreg"):
+        if self.tiling not in (None, *TILINGS):
+            raise ValueError(f"tuning: tiling must be one of {TILINGS} or None, got {self.tiling!r}")
+        for name, (lo, hi, pow2) in _RANGES.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"tuning: {name} must be an int (0: the plan's own), got {value!r}")
-        if self.tiling not in (None, *TILINGS):
-            raise ValueError(f"tuning: tiling must be one of {TILINGS} or None, got {self.tiling!r}")
-        if self.tile and not (64 <= self.tile <= 16384 and _is_pow2(self.tile)):
-            raise ValueError(f"tuning: tile must be a power of two from 64 to 16384 (or 0), got {self.tile!r}")
-        if self.num_warps and not (self.num_warps <= 32 and _is_pow2(self.num_warps)):
-            raise ValueError(f"tuning: num_warps must be 1, 2, 4, 8, 16 or 32 (or 0), got {self.num_warps!r}")
-        if self.maxnreg and not (isinstance(self.maxnreg, int) and 16 <= self.maxnreg <= 255):
-            raise ValueError(f"tuning: maxnreg must be a register count from 16 to 255 (or 0), got {self.maxnreg!r}")
+            if value and not (lo <= value <= hi and not (pow2 and value & (value - 1))):
+                what = "a power of two" if pow2 else "an int"
+                raise ValueError(f"tuning: {name} must be {what} from {lo} to {hi} (or 0), got {value!r}")
+
+
+#: Each numeric setting's range, and whether it must be a power of two.
+_RANGES = {"tile": (64, 16384, True), "num_warps": (1, 32, True), "maxnreg": (16, 255, False)}
 
 
 #: What eager launches take now (:func:`rope.triton.tuning` sets it): the process's, not a context variable's, as
@@ -198,6 +199,3 @@ def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
 def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
-
-def _is_pow2(n: object) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool) and n > 0 and n & (n - 1) == 0
