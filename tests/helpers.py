@@ -22,8 +22,8 @@ SMALL = [
     "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.seq_len=32",
     "train.batch_size=4", "train.eval_batches=1", "train.log_every=5", "train.eval_every=10",
     # a fifth of the files in val, not the default twentieth: of 40 files that leaves 2 to 7 of them in val
-    # in Python 3.10 to 3.13, where the default's one fallback document is 25 tokens in Python 3.12 and 3.13
-    # (the stdlib's __phello__/spam.py), too short for one window
+    # in Python 3.10 to 3.13, where the default's one fallback document can be a file of 25 tokens, too short for
+    # one window
     "data.max_files=40", "data.val_fraction=0.2", "logger=none",
 ]
 

@@ -85,7 +85,22 @@ def _jsonl_row(line: bytes, file: str, n: int, where: str, text_field: str, id_f
     if text is not None and not isinstance(text, str):  # null reads as an empty document, as in Parquet
         raise DataError(f"data.text_field={text_field} in {file} line {n} is a JSON {_json_type(text)}, "
                         "not a string")
-    return {"text": text, "key": f"id:{obj[id_field]}" if id_field is not None else None}
+    key = f"id:{obj[id_field]}" if id_field is not None else None
+    for setting, name, value in (("text_field", text_field, text), ("id_field", id_field, key)):
+        bad = _lone_surrogate(value)
+        if bad is not None:  # a \ud800-style JSON escape: Arrow cannot store it, so refuse it here, by line
+            raise DataError(f"data.{setting}={name} in {file} line {n} holds the lone UTF-16 surrogate "
+                            f"\\u{ord(bad):04x} (a JSON escape), which is not text; {_READS}")
+    return {"text": text, "key": key}
+
+
+def _lone_surrogate(text: str | None) -> str | None:
+    """The first lone surrogate in ``text`` (what a JSON escape such as ``\\ud800`` decodes to), else None."""
+    try:
+        (text or "").encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return str(text)[exc.start]
+    return None
 
 
 def _jsonl_rows(files: list[str], where: str, text_field: str, id_field: str | None) -> Iterator[dict]:
@@ -129,16 +144,23 @@ def read_jsonl(files: list[str], where: str, text_field: str, id_field: str | No
 
 def _check_parquet(file: str, where: str, text_field: str, id_field: str | None) -> None:
     """Read ``file``'s footer (cheap): a DataError when it is not Parquet or lacks a configured column."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        names = pq.ParquetFile(file).schema_arrow.names
+        schema = pq.ParquetFile(file).schema_arrow
+        names = schema.names
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for a damaged or foreign file
         msg = str(exc).splitlines()[0][:200] if str(exc) else ""
         raise DataError(f"{where}: {file} is not a readable Parquet file ({type(exc).__name__}: {msg})") from None
     for key, name in (("text_field", text_field), ("id_field", id_field)):
         if name is not None and name not in names:
             raise DataError(f"data.{key}={name} is not a column of {file} (columns: {', '.join(names)})")
+    kind = schema.field(text_field).type
+    # The split hashes each text as a string: a number or list column would end the build in a traceback.
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+        raise DataError(f"data.text_field={text_field}: column {text_field} of {file} holds {kind} values, not "
+                        "strings (the documents' text); name the text column")
 
 
 def read_parquet(files: list[str], where: str, text_field: str, id_field: str | None, scratch: Path) -> Group:

@@ -24,7 +24,7 @@ from typing import Any
 from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field, val_fraction
 from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
 from llm.data.sources.tinystories import OFFLINE_DATA, hub_reachable
-from llm.data.split import split_documents
+from llm.data.split import drop_repeated, split_documents
 from llm.data.tokenizer import NetworkUnavailableError, is_network_error
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,10 @@ def _one_split(hf_path: str, split: str, opts: dict, field: str, id_field: str |
     import datasets
 
     path, extra = _load_args(hf_path)
+    if _local(hf_path) is not None:
+        # datasets' own cache knows a local file by its mtime alone: a file replaced with its mtime kept (cp -p,
+        # rsync -t) would be read as the old copy, so a local dataset is converted under the build's scratch dir.
+        extra["cache_dir"] = str(scratch / "hf")
     try:
         ds = datasets.load_dataset(path, split=split, streaming=streaming, **opts, **extra)
     except Exception as exc:
@@ -156,6 +160,14 @@ def _one_split(hf_path: str, split: str, opts: dict, field: str, id_field: str |
         if isinstance(exc, (ValueError, KeyError)) and "split" in str(exc).lower():
             raise DataError(f"data.split/val_split: {hf_path} has no split {split!r} ({str(exc).splitlines()[0]})") \
                 from None
+        if isinstance(exc, datasets.data_files.EmptyDatasetError):  # a local dir without a file datasets reads
+            raise DataError(f"data.hf_path={hf_path} holds no data files datasets can load (use one of "
+                            f"{'/'.join(FILE_BUILDERS)})") from None
+        if isinstance(exc, datasets.exceptions.DatasetGenerationError):  # a file that is not what its suffix says
+            cause = exc.__cause__ or exc
+            msg = str(cause).splitlines()[0][:200] if str(cause) else ""
+            raise DataError(f"data.hf_path={hf_path}: reading split {split!r} failed ({type(cause).__name__}: "
+                            f"{msg})") from None
         raise
     columns = _columns(ds)
     for key, name in (("text_field", field), ("id_field", id_field)):
@@ -191,7 +203,12 @@ def _load(hf_path: str, opts: dict, split: str, val_split: str | None, field: st
     train = _one_split(hf_path, split, opts, field, id_field, max_docs, streaming, scratch)
     where = f"data.hf_path={hf_path}"
     if val_split is None:
-        return split_documents([train], fraction, where)
+        # Rows split by data.id_field: a text repeated under two ids would otherwise sit on both sides.
+        groups, dropped = drop_repeated([train])
+        if dropped:
+            log.info(f"{where}: {dropped} document(s) repeat an earlier one's text exactly and are left out (a copy "
+                     "on each side of the split would put val text in train)")
+        return split_documents(groups, fraction, where)
     val = _one_split(hf_path, val_split, opts, field, id_field, max_docs, streaming, scratch)
     return {"train": [train], "val": [val]}
 
@@ -208,7 +225,8 @@ def build(cfg: Mapping) -> Source:
     # streaming is left out: it changes how rows are read, not which
     h = fingerprint_hash(source="hf_dataset", hf_path=str(local.resolve()) if local else hf_path, revision=revision,
                          config_name=config_name, split=split, val_split=val_split, text_field=field,
-                         id_field=id_field, val_fraction=None if val_split else fraction, max_docs=max_docs)
+                         id_field=id_field, val_fraction=None if val_split else fraction, max_docs=max_docs,
+                         distinct_texts=val_split is None)
     if local is not None:
         rels = [local.name] if local.is_file() else sorted(
             p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file() and not p.name.startswith("."))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from llm.data.config import DataError, positive_int_or_none, val_fraction
 from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
-from llm.data.split import split_documents
+from llm.data.split import drop_repeated, split_documents
 
 KEYS = ("val_fraction", "max_files")
 
@@ -48,7 +48,7 @@ def build(cfg: Mapping) -> Source:
     if not rels:
         raise DataError(f"data=pystdlib found no *.py files under the interpreter's stdlib {root}")
     h = fingerprint_hash(source="pystdlib", python=sys.version, impl=sys.implementation.name,
-                         val_fraction=fraction, max_files=max_files)
+                         val_fraction=fraction, max_files=max_files, distinct_texts=True)
     add_file_stats(h, root, rels)
 
     def load(scratch: Path) -> dict[str, list]:
@@ -61,8 +61,10 @@ def build(cfg: Mapping) -> Source:
             if text:
                 texts.append(text)
                 paths.append(rel)
-        ds = datasets.Dataset.from_dict({"text": texts})
-        return split_documents([(ds, paths)], fraction, "data=pystdlib (raise data.max_files)")
+        # The stdlib holds identical files under several paths (test packages' __main__.py): the split goes by
+        # path, so each text is kept once, or a copy would sit on each side of it.
+        groups, _ = drop_repeated([(datasets.Dataset.from_dict({"text": texts}), paths)])
+        return split_documents(groups, fraction, "data=pystdlib (raise data.max_files)")
 
     info = {"root": str(root), "n_files": len(rels), "python": sys.version.split()[0], "max_files": max_files,
             "val_fraction": fraction}

@@ -141,9 +141,13 @@ def build(cfg: Mapping) -> Source:
     fraction = val_fraction(cfg)
     h = fingerprint_hash(source="text_files", path=str(path.resolve()), text_field=field, id_field=id_field,
                          max_docs=max_docs, val_fraction=fraction, distinct_texts=True)
-    add_file_stats(h, root, rels)
     where = f"data.path={setting(cfg, 'path')}"
-    check_txt_heads(root, rels, where)
+    try:
+        add_file_stats(h, root, rels)
+        check_txt_heads(root, rels, where)
+    except OSError as exc:  # a broken link or an unreadable file: the user's to fix, so one line naming it
+        raise DataError(f"{where}: {exc.filename} cannot be read ({exc.strerror or type(exc).__name__}); "
+                        "remove it or make it readable") from None
     info = {"path": str(path.resolve()), "n_files": len(rels), "text_field": field, "id_field": id_field,
             "max_docs": max_docs, "val_fraction": fraction}
     return Source("text_files", h.hexdigest(), info, partial(_load, root, rels, where, field, id_field, max_docs,

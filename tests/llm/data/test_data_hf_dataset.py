@@ -114,3 +114,51 @@ def test_validating_on_the_training_split_is_refused(dataset_dir):
                                             r"its training documents; name another split, or data.val_split=null"):
             check_data_config(cfg, "cl100k_base")
     check_data_config(_cfg(dataset_dir, val_split="validation"), "cl100k_base")
+
+
+def test_a_text_repeated_under_two_ids_is_one_document(tmp_path, docs):
+    """Split by data.id_field, a text stored under several ids landed on both sides: val text was train text."""
+    import json
+
+    enc = get_tokenizer("cl100k_base")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": i, "text": f"story {i % 10} once upon a time"}) + "\n"
+                            for i in range(40)))
+    d = prepare_data({"name": "hf_dataset", "hf_path": str(rows), "id_field": "id", "val_fraction": 0.3},
+                     "cl100k_base", tmp_path / "cache")
+    train, val = docs(d.train, enc), docs(d.val, enc)
+    assert sorted(train + val) == sorted(f"story {i} once upon a time" for i in range(10))
+    assert not set(train) & set(val)
+
+
+def test_local_data_datasets_cannot_read_is_one_line(tmp_path):
+    """An empty local dir (EmptyDatasetError) or a .jsonl that is not JSON (DatasetGenerationError) ended the
+    build in a traceback."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match=r"^data.hf_path=.*empty holds no data files datasets can load"):
+        prepare_data({"name": "hf_dataset", "hf_path": str(empty)}, "cl100k_base", tmp_path / "cache")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"hello \xff\xfe world\n")
+    with pytest.raises(DataError, match=r"^data.hf_path=.*bad.jsonl: reading split 'train' failed"):
+        prepare_data({"name": "hf_dataset", "hf_path": str(bad)}, "cl100k_base", tmp_path / "cache")
+
+
+def test_a_local_file_replaced_with_its_mtime_kept_is_read_anew(tmp_path, docs):
+    """datasets' own cache knows a local file by its mtime: a file replaced with its mtime kept (cp -p, rsync -t)
+    changed the fingerprint (its size) yet the new cache held the old file's tokens."""
+    import os
+
+    enc = get_tokenizer("cl100k_base")
+    root = tmp_path / "local"
+    root.mkdir()
+    data = root / "train.parquet"
+    pq.write_table(pa.table({"text": [f"old document {i} " * 5 for i in range(30)]}), data)
+    st = os.stat(data)
+    cfg = {"name": "hf_dataset", "hf_path": str(root), "val_fraction": 0.2}
+    prepare_data(cfg, "cl100k_base", tmp_path / "cache")
+    new = [f"the replacement text number {i} " * 5 for i in range(30)]
+    pq.write_table(pa.table({"text": new}), data)
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
+    d = prepare_data(cfg, "cl100k_base", tmp_path / "cache")
+    assert sorted(docs(d.train, enc) + docs(d.val, enc)) == sorted(new)

@@ -53,8 +53,12 @@ def test_pystdlib_small(tmp_path, build_counter, docs):
     assert len(rels) == 20 and rels == sorted(rels)
     assert not any("site-packages" in r or "dist-packages" in r for r in pystdlib.stdlib_files(root, None))
     texts = {r: (root / r).read_bytes().decode("utf-8", errors="replace") for r in rels}
-    texts = {r: t for r, t in texts.items() if t}
-    # split by path (the stdlib has files with identical contents, e.g. __hello__.py in two places)
+    # split by path, each text once: the stdlib has files with identical contents (__phello__/__init__.py and
+    # __phello__/spam.py), which the first path keeps
+    firsts: dict[str, str] = {}
+    for r, t in texts.items():
+        firsts.setdefault(t, r)
+    texts = {r: t for r, t in texts.items() if t and firsts[t] == r}
     val_paths = [r for r in texts if val_score(r) < 0.05] or [min(texts, key=val_score)]
     train_paths = [r for r in texts if r not in val_paths]
     assert Counter(docs(d.val, enc)) == Counter(texts[r] for r in val_paths)
@@ -158,3 +162,20 @@ def test_tinystories_cache_works_offline(tmp_path, monkeypatch, build_counter, d
     d2 = prepare_data({"name": "tinystories", "max_docs": 10}, "cl100k_base", tmp_path)
     assert len(build_counter) == 1
     np.testing.assert_array_equal(d.train, d2.train)
+
+
+def test_pystdlib_identical_files_are_one_document(tmp_path, monkeypatch, docs):
+    """Two stdlib files with one text (the stdlib's __phello__/__init__.py and __phello__/spam.py) are one
+    document, so the split by path cannot put that text in both train and val."""
+    enc = get_tokenizer("cl100k_base")
+    fake = tmp_path / "stdlib"
+    fake.mkdir()
+    for i in range(30):
+        (fake / f"mod{i:02d}.py").write_text(f"x = {i}\n" * 20)
+    for i in range(30):
+        (fake / f"copy{i:02d}.py").write_text(f"x = {i}\n" * 20)
+    monkeypatch.setattr(pystdlib, "stdlib_root", lambda: fake)
+    d = prepare_data({"name": "pystdlib", "val_fraction": 0.3}, "cl100k_base", tmp_path / "cache")
+    train, val = docs(d.train, enc), docs(d.val, enc)
+    assert sorted(train + val) == sorted(f"x = {i}\n" * 20 for i in range(30))
+    assert not set(train) & set(val)

@@ -180,3 +180,39 @@ def test_unreadable_parquet_is_named(tmp_path, text_cfg):
     pq.write_table(pa.table({"body": ["x", "y"]}), corpus / "other.parquet")
     msg = _refused(tmp_path, text_cfg(corpus))
     assert msg == f"data.text_field=text is not a column of {corpus / 'other.parquet'} (columns: body)"
+
+
+def test_a_parquet_text_column_of_numbers_is_refused(tmp_path, text_cfg):
+    """A .parquet text column of ints ended the build in an AttributeError from the split's hashing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    corpus = tmp_path / "nums"
+    corpus.mkdir()
+    pq.write_table(pa.table({"text": list(range(20))}), corpus / "rows.parquet")
+    with pytest.raises(DataError, match=r"^data.text_field=text: column text of .*rows.parquet holds int64 values, "
+                                        "not strings"):
+        prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
+
+
+@pytest.mark.parametrize("field", ["text", "id"])
+def test_a_jsonl_lone_surrogate_escape_is_refused_by_line(tmp_path, text_cfg, field):
+    """A JSON escape such as \\ud800 decodes to a lone surrogate Arrow cannot store: it ended the build in a
+    DatasetGenerationError naming neither file nor line."""
+    corpus = tmp_path / "esc"
+    corpus.mkdir()
+    rows = [json.dumps({"text": f"row {i} of some text", "id": f"r{i}"}) for i in range(10)]
+    rows.insert(4, '{"text": "bad \\ud800 row", "id": "x"}' if field == "text" else
+                '{"text": "a fine row", "id": "bad \\udc80"}')
+    (corpus / "rows.jsonl").write_text("\n".join(rows) + "\n")
+    key = "text_field=text" if field == "text" else "id_field=id"
+    with pytest.raises(DataError, match=rf"^data.{key} in .*rows.jsonl line 5 holds the lone UTF-16 surrogate"):
+        prepare_data(text_cfg(corpus, id_field="id"), "cl100k_base", tmp_path / "cache")
+
+
+def test_a_broken_link_is_refused_naming_it(tmp_path, make_corpus, text_cfg):
+    """A .txt link whose target is gone ended make_source in a FileNotFoundError traceback."""
+    corpus = make_corpus(tmp_path / "corpus", n_txt=5)
+    (corpus / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
+    with pytest.raises(DataError, match=r"^data.path=.*: .*gone.txt cannot be read \(No such file or directory\)"):
+        prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
