@@ -37,6 +37,15 @@ MIN_VAL_DOCS = math.ceil(1 / VAL_DOC_CAP)
 Group = tuple[Any, Sequence[str | None] | None]
 
 
+def id_key(value: object, id_field: str, at: str) -> str:
+    """The split identity of a row whose ``data.id_field`` holds ``value`` (``at``: where the row is, for the
+    refusal). A null id is refused: rows of one id stay on one side, so every null-id row would land together."""
+    if value is None:
+        raise DataError(f"data.id_field={id_field} is null in {at}: every row needs an id (or leave data.id_field "
+                        "unset to split by text)")
+    return f"id:{value}"
+
+
 def val_score(key: str) -> float:
     """A stable number in [0, 1) from a document's identity."""
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llm.data.config import DataError
-from llm.data.split import Group
+from llm.data.split import Group, id_key
 
 if TYPE_CHECKING:  # datasets is imported when a build reads files, not when llm.data is imported
     import datasets
@@ -85,7 +85,7 @@ def _jsonl_row(line: bytes, file: str, n: int, where: str, text_field: str, id_f
     if text is not None and not isinstance(text, str):  # null reads as an empty document, as in Parquet
         raise DataError(f"data.text_field={text_field} in {file} line {n} is a JSON {_json_type(text)}, "
                         "not a string")
-    key = f"id:{obj[id_field]}" if id_field is not None else None
+    key = id_key(obj[id_field], id_field, f"{file} line {n}") if id_field is not None else None
     for setting, name, value in (("text_field", text_field, text), ("id_field", id_field, key)):
         bad = _lone_surrogate(value)
         if bad is not None:  # a \ud800-style JSON escape: Arrow cannot store it, so refuse it here, by line
@@ -175,7 +175,8 @@ def read_parquet(files: list[str], where: str, text_field: str, id_field: str | 
         cause = exc.__cause__ or exc
         msg = str(cause).splitlines()[0][:200] if str(cause) else ""
         raise DataError(f"{where}: reading its .parquet files failed ({type(cause).__name__}: {msg})") from None
-    keys = [f"id:{v}" for v in ds[id_field]] if id_field is not None else None
+    keys = None if id_field is None else [
+        id_key(v, id_field, f"row {i} of {where}'s .parquet files") for i, v in enumerate(ds[id_field])]
     ds = ds.select_columns([text_field])
     if text_field != "text":
         ds = ds.rename_column(text_field, "text")

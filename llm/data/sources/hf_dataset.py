@@ -24,7 +24,7 @@ from typing import Any
 from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field, val_fraction
 from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
 from llm.data.sources.tinystories import OFFLINE_DATA, hub_reachable
-from llm.data.split import drop_repeated, split_documents
+from llm.data.split import drop_repeated, id_key, split_documents
 from llm.data.tokenizer import NetworkUnavailableError, is_network_error
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,8 @@ def _rows(ds: Any, field: str, id_field: str | None, max_docs: int | None, hf_pa
         text = row[field]
         if text is not None and not isinstance(text, str):  # null reads as an empty document, as in Parquet
             raise _not_text(field, hf_path, f"{type(text).__name__} values (row {i})")
-        yield {"text": text, "key": None if id_field is None else f"id:{row[id_field]}"}
+        key = None if id_field is None else id_key(row[id_field], id_field, f"row {i} of {hf_path}")
+        yield {"text": text, "key": key}
 
 
 def _check_text_column(ds: Any, field: str, hf_path: str) -> None:
@@ -186,7 +187,8 @@ def _one_split(hf_path: str, split: str, opts: dict, field: str, id_field: str |
         return out.select_columns(["text"]), keys
     if max_docs is not None and len(ds) > max_docs:
         ds = ds.select(range(max_docs))
-    keys = [f"id:{v}" for v in ds[id_field]] if id_field is not None else None
+    keys = None if id_field is None else [
+        id_key(v, id_field, f"row {i} of {hf_path}") for i, v in enumerate(ds[id_field])]
     ds = ds.select_columns([field])
     return (ds.rename_column(field, "text") if field != "text" else ds), keys
 

@@ -52,7 +52,10 @@ def _walk(path: Path) -> Iterator[tuple[str, bool]]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         rel_dir = Path(dirpath).relative_to(path)
         for f in sorted(filenames):
-            if not f.startswith("."):
+            full = Path(dirpath) / f
+            # a named pipe or device under a text name would block the build's first read forever; a broken link
+            # stays listed, to be refused by name
+            if not f.startswith(".") and (full.is_file() or not full.exists()):
                 yield (rel_dir / f).as_posix(), Path(f).suffix.lower() in SUFFIXES
 
 

@@ -216,3 +216,38 @@ def test_a_broken_link_is_refused_naming_it(tmp_path, make_corpus, text_cfg):
     (corpus / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
     with pytest.raises(DataError, match=r"^data.path=.*: .*gone.txt cannot be read \(No such file or directory\)"):
         prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
+
+
+def test_a_named_pipe_under_a_text_name_is_not_a_document(tmp_path, make_corpus, text_cfg):
+    """A FIFO named like a .txt file was listed, and the build's first read of it blocked forever."""
+    import os
+
+    from llm.data.sources.text_files import text_files_at
+
+    corpus = make_corpus(tmp_path / "corpus", n_txt=5)
+    os.mkfifo(corpus / "pipe.txt")
+    _, rels = text_files_at(text_cfg(corpus))
+    assert "pipe.txt" not in rels and len(rels) == 5
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_a_row_without_an_id_is_refused_naming_it(tmp_path, text_cfg, kind):
+    """Rows of one id stay on one side of the split: every row whose id was null got the one key 'id:None', so
+    all of them landed on the same side, silently."""
+    corpus = tmp_path / "rows"
+    corpus.mkdir()
+    ids = [f"r{i}" for i in range(10)]
+    ids[3] = None
+    texts = [f"row {i} of some text" for i in range(10)]
+    if kind == "jsonl":
+        (corpus / "rows.jsonl").write_text("".join(json.dumps({"text": t, "id": i}) + "\n"
+                                                   for t, i in zip(texts, ids, strict=True)))
+        at = r"rows.jsonl line 4"
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"text": texts, "id": ids}), corpus / "rows.parquet")
+        at = r"row 3 of data.path=.*'s .parquet files"
+    with pytest.raises(DataError, match=rf"^data.id_field=id is null in .*{at}: every row needs an id"):
+        prepare_data(text_cfg(corpus, id_field="id"), "cl100k_base", tmp_path / "cache")
