@@ -173,6 +173,27 @@ def _check_wandb_fields(wcfg: Mapping) -> None:
         shown = list(tags) if isinstance(tags, Sequence) else tags
         raise ConfigError(f"logger.wandb.tags={shown!r} must be a list of non-empty strings, e.g. "
                           "logger.wandb.tags=[baseline]")
+    if wcfg.get("mode", "offline") != "disabled":  # wandb's own limits, where wandb.init is called
+        _check_wandb_names(wcfg.get("project"), tags)
+
+
+#: Characters wandb refuses in a project name, and its longest project name and tag.
+WANDB_PROJECT_FORBIDDEN, WANDB_PROJECT_MAX, WANDB_TAG_MAX = "/\\#?%:", 128, 64
+
+
+def _check_wandb_names(project: object, tags: object) -> None:
+    """A project name or tag wandb.init refuses (after the data and the model are built, with a traceback)."""
+    if isinstance(project, str):
+        bad = "".join(c for c in WANDB_PROJECT_FORBIDDEN if c in project)
+        if len(project) > WANDB_PROJECT_MAX or bad:
+            shown = project if len(project) <= 60 else project[:40] + "..."
+            raise ConfigError(f"logger.wandb.project={shown!r}: wandb allows at most {WANDB_PROJECT_MAX} characters, "
+                              f"none of {' '.join(WANDB_PROJECT_FORBIDDEN)}"
+                              + (f" (found {' '.join(bad)})" if bad else f" (it has {len(project)})"))
+    for tag in tags if isinstance(tags, Sequence) and not isinstance(tags, str) else ():
+        if isinstance(tag, str) and len(tag) > WANDB_TAG_MAX:
+            raise ConfigError(f"logger.wandb.tags: {tag[:20]!r}... is {len(tag)} characters; wandb allows tags of "
+                              f"1 to {WANDB_TAG_MAX}")
 
 
 def _import_wandb() -> ModuleType:

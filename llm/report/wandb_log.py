@@ -46,7 +46,8 @@ def sweep_group(report: Report, sweep_dir: Path, wcfg: Mapping[str, Any], config
     name = get_dotted(dict(config or {}), "sweep.name")
     if name is None:
         name = next((get_dotted(r.config, "sweep.name") for r in report.runs if r.config), None)
-    return f"{name or 'default'}-{sweep_dir.name}"
+    # only a missing name falls back: sweep.name=0 is a name, and llm.train groups its runs under "0-<dir>"
+    return f"{'default' if name is None else name}-{sweep_dir.name}"
 
 
 def _to_plain(config: Mapping[str, Any] | None) -> dict[str, Any] | None:

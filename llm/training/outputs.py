@@ -87,11 +87,16 @@ class Tracker:
 
     The mode is ``logger.wandb.mode``, whose default (conf/logger/wandb.yaml) is ``$WANDB_MODE``, else offline:
     wandb's own switch is honoured, and a mode named on the command line wins over it. The mode used is logged.
+
+    Best effort once the config was accepted: wandb is a copy of what ``metrics.jsonl`` and ``summary.json`` hold,
+    so a wandb that cannot start its run (its dir not writable, no network) or fails mid-run (its service process
+    gone) is said in one warning line and the run trains on without it, instead of failing with a traceback.
     """
 
     def __init__(self, logger_cfg: Mapping, run_dir: Path, name: str, group: str, config: dict,
                  resume_id: str | None = None) -> None:
         self.run = None
+        self._id = resume_id  # kept when wandb fails: the checkpoint saves it, so a resume continues that wandb run
         wcfg = logger_cfg.get("wandb") if logger_cfg.get("name") == "wandb" else None
         if not wcfg:
             return
@@ -106,36 +111,65 @@ class Tracker:
 
         os.environ.setdefault("WANDB_SILENT", "true")
         group = str(wcfg.get("group") or group)  # sweep.name may be a number; wandb takes a string only
-        self.run = wandb.init(
-            project=wcfg.get("project", "ropelab"), entity=wcfg.get("entity"), group=group, name=name, config=config,
-            dir=str(run_dir), mode=mode,
-            tags=list(wcfg.get("tags") or []), id=resume_id, resume="allow" if resume_id else None,
-            settings=wandb.Settings(console="off"),
-        )
+        try:
+            self.run = wandb.init(
+                project=wcfg.get("project", "ropelab"), entity=wcfg.get("entity"), group=group, name=name,
+                config=config, dir=str(run_dir), mode=mode,
+                tags=list(wcfg.get("tags") or []), id=resume_id, resume="allow" if resume_id else None,
+                settings=wandb.Settings(console="off"),
+            )
+        except Exception as e:  # noqa: BLE001 - the run's own files do not need wandb
+            self._give_up("could not start its run", e)
+            return
+        self._id = self.run.id
         log.info(f"wandb: {mode} mode ({source}), project {wcfg.get('project', 'ropelab')}, group {group}")
+
+    def _give_up(self, what: str, error: BaseException) -> None:
+        """Say once that wandb failed, and log nothing more to it in this run."""
+        lines = str(error).strip().splitlines()
+        log.warning(f"wandb: {what} ({type(error).__name__}{': ' + lines[0] if lines else ''}); the run goes on "
+                    "without wandb, metrics.jsonl and summary.json hold everything it measures")
+        if self.run is not None:  # its service may be gone: wandb's exit hook would then print a traceback at exit
+            import wandb
+
+            try:
+                wandb.teardown()
+            except (Exception, SystemExit):  # noqa: BLE001 - the failure was said above; nothing more to do
+                pass
+        self.run = None
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+        """``fn(*args, **kwargs)`` on the live wandb run; a failure turns wandb off (:meth:`_give_up`)."""
+        if self.run is None:
+            return
+        try:
+            fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - a tracker failure must not end the training
+            self._give_up(what, e)
 
     @property
     def run_id(self) -> str | None:
-        return self.run.id if self.run is not None else None
+        return self._id
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         if self.run is not None:
-            self.run.log(dict(metrics), step=step)
+            self._call(f"logging step {step} failed", self.run.log, dict(metrics), step=step)
 
     def log_table(self, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], step: int) -> None:
         """A table under ``key`` at ``step``; the latest one logged is the one a dashboard shows."""
         if self.run is not None:
             import wandb
 
-            self.run.log({key: wandb.Table(columns=list(columns), data=[list(r) for r in rows])}, step=step)
+            table = wandb.Table(columns=list(columns), data=[list(r) for r in rows])
+            self._call(f"logging the {key} table at step {step} failed", self.run.log, {key: table}, step=step)
 
     def summary(self, metrics: Mapping[str, Any]) -> None:
         if self.run is not None:
-            self.run.summary.update(dict(metrics))
+            self._call("updating the summary failed", self.run.summary.update, dict(metrics))
 
     def finish(self, exit_code: int = 0) -> None:
         if self.run is not None:
-            self.run.finish(exit_code=exit_code)
+            self._call("finishing the run failed", self.run.finish, exit_code=exit_code)
             self.run = None
 
 

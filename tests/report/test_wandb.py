@@ -105,3 +105,14 @@ def test_wandb_failure_never_fails_the_sweep(tmp_path: Path, offline, monkeypatc
         cb.on_multirun_end(_cfg(sweep))
     assert cb.last_report == sweep / MD_FILE and cb.last_wandb_dir is None
     assert "could not log the comparison to wandb" in caplog.text and "no network" in caplog.text
+
+
+def test_the_report_joins_the_group_of_a_sweep_named_0(tmp_path: Path, offline):
+    """``sweep.name=0`` (a name Hydra reads as a number): llm.train groups the runs under ``0-<sweep dir>``; the report
+    went to ``default-<sweep dir>``, a group of its own beside them."""
+    sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))}, logger=WANDB)
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "sweep": {"name": 0}})
+    cb = CompareOnMultirunEnd()
+    cb.on_multirun_end(cfg)
+    assert cb.last_wandb_dir is not None
+    assert read_wandb_run(next(cb.last_wandb_dir.glob("run-*.wandb")))["group"] == f"0-{sweep.name}"

@@ -1,0 +1,156 @@
+"""A wandb failure costs the run its wandb copy, never its training or its own files; a wandb name wandb would refuse
+is refused before any work.
+
+A run dir whose ``wandb`` could not be created (a file in its place) ended in a traceback from wandb.init after the
+data and the model were built; a wandb service gone mid-run (``ConnectionResetError`` from ``run.log``) ended the
+training there, with ``status: failed`` and a traceback; ``logger.wandb.project=a/b`` was refused by wandb.init
+only after the data and model work, with a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from llm.errors import ConfigError
+from llm.training.outputs import Tracker
+
+CONF = Path(__file__).resolve().parents[3] / "conf"
+#: A model and data a 2-core CPU trains in a second (the test suite's usual small settings).
+TINY = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.seq_len=32", "train.batch_size=4",
+        "train.eval_batches=1", "data.max_files=40", "data.val_fraction=0.2"]
+WANDB = ["logger=wandb", "logger.wandb.mode=offline", "train.max_steps=3", "train.eval_every=3", "train.log_every=1"]
+
+
+def _compose(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=[*TINY, *overrides])
+
+
+def _train(run_dir: Path, overrides: list[str]) -> dict:
+    """Train in this process through the entry point's ``train``; its summary."""
+    from llm.train import train
+
+    return train(_compose(overrides), run_dir, overrides=tuple(overrides))
+
+
+def _train_steps(run_dir: Path) -> list[int]:
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [m["step"] for m in lines if m["kind"] == "train"]
+
+
+@pytest.fixture
+def offline(tmp_path: Path, monkeypatch):
+    """wandb offline, its settings and caches under ``tmp_path`` (nothing written to the home dir)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for var in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
+
+
+def _warnings(caplog) -> list[str]:
+    """The warnings the tracker gave about wandb."""
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    return [m for m in said if m.startswith("wandb")]
+
+
+def test_a_tracker_that_cannot_start_keeps_its_resume_id_and_says_so(tmp_path: Path, offline, caplog):
+    (tmp_path / "wandb").write_text("not a dir")  # where wandb writes its offline run
+    with caplog.at_level(logging.WARNING, logger="llm.training.outputs"):
+        tracker = Tracker({"name": "wandb", "wandb": {"mode": "offline", "project": "p"}}, tmp_path, name="r",
+                          group="g", config={}, resume_id="abc123")
+    assert tracker.run is None and tracker.run_id == "abc123"  # a later resume continues the same wandb run
+    said = _warnings(caplog)
+    assert len(said) == 1 and said[0].startswith("wandb: could not start its run (NotADirectoryError"), said
+    tracker.log({"a": 1.0}, 1)  # a no-op now, not an error
+    tracker.finish()
+
+
+def test_a_run_whose_wandb_cannot_start_trains_and_records_everything(tmp_path: Path, offline, caplog):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "wandb").write_text("not a dir")
+    with caplog.at_level(logging.WARNING, logger="llm.training.outputs"):
+        summary = _train(run_dir, WANDB)
+    assert summary["status"] == "completed" and summary["step"] == 3
+    assert _train_steps(run_dir) == [1, 2, 3]
+    assert len(_warnings(caplog)) == 1
+
+
+def test_a_wandb_failure_mid_run_does_not_end_the_training(tmp_path: Path, offline, monkeypatch, caplog):
+    """wandb's service gone at step 2: one warning, the run trains to its end, its files complete, and its
+    checkpoint keeps the wandb run's id (a resume continues that wandb run)."""
+    import wandb
+
+    real_init, ids = wandb.init, []
+
+    def init(**kwargs):
+        run = real_init(**kwargs)
+        ids.append(run.id)
+        real_log = run.log
+
+        def log(data, step=None, **kw):
+            if step == 2:
+                raise ConnectionResetError("Connection lost")
+            return real_log(data, step=step, **kw)
+
+        monkeypatch.setattr(run, "log", log)
+        return run
+
+    monkeypatch.setattr(wandb, "init", init)
+    with caplog.at_level(logging.WARNING, logger="llm.training.outputs"):
+        summary = _train(tmp_path, WANDB)
+    assert summary["status"] == "completed" and summary["step"] == 3
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["status"] == "completed" and saved["val_loss"] == summary["val_loss"]
+    assert _train_steps(tmp_path) == [1, 2, 3]
+    said = _warnings(caplog)
+    assert len(said) == 1 and said[0].startswith("wandb: logging step 2 failed (ConnectionResetError: Connection lost)")
+    state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False, map_location="cpu")
+    assert ids and state["wandb_id"] == ids[0]
+
+
+@pytest.mark.parametrize("override,said", [
+    ("logger.wandb.project=a/b", "logger.wandb.project='a/b': wandb allows at most 128 characters, none of "
+                                 "/ \\ # ? % : (found /)"),
+    ("logger.wandb.project=" + "p" * 129, "logger.wandb.project='" + "p" * 40 + "...': wandb allows at most 128 "
+                                          "characters, none of / \\ # ? % : (it has 129)"),
+    ("logger.wandb.tags=[ok," + "t" * 65 + "]", "logger.wandb.tags: '" + "t" * 20 + "'... is 65 characters; "
+                                                "wandb allows tags of 1 to 64"),
+])
+def test_a_wandb_name_wandb_refuses_is_refused_before_any_work(override, said):
+    """The refusal is a ConfigError of the run's up-front checks (one line, no traceback, before the data)."""
+    from llm.config_check import validate_config
+
+    with pytest.raises(ConfigError) as refused:
+        validate_config(_compose(["logger=wandb", "logger.wandb.mode=offline", override]))
+    assert str(refused.value) == said
+
+
+def test_a_bad_project_name_leaves_no_run_dir(tmp_path: Path):
+    """The command's own answer: one line on stderr, exit 2, no run dir made."""
+    import os
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    done = subprocess.run([sys.executable, "-m", "llm.train", *TINY, "logger=wandb", "logger.wandb.project=a/b",
+                           f"hydra.run.dir={run_dir}"], cwd=CONF.parent, env=env, capture_output=True, text=True,
+                          timeout=300)
+    err = [line for line in done.stderr.splitlines() if line.strip()]
+    assert (done.returncode, err) == (2, ["Error: logger.wandb.project='a/b': wandb allows at most 128 characters, "
+                                          "none of / \\ # ? % : (found /)"])
+    assert not run_dir.exists()
+
+
+def test_a_disabled_tracker_takes_any_project_name():
+    """mode=disabled never calls wandb.init: its project is not wandb's to refuse."""
+    from llm.config_check import validate_config
+
+    validate_config(_compose(["logger=wandb", "logger.wandb.mode=disabled", "logger.wandb.project=a/b"]))
