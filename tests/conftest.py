@@ -77,3 +77,12 @@ def no_tf32():
     torch.backends.cuda.matmul.allow_tf32 = False
     yield
     torch.backends.cuda.matmul.allow_tf32 = before
+
+
+@pytest.fixture
+def wandb_offline(tmp_path: Path, monkeypatch):
+    """wandb offline, its settings and caches under ``tmp_path`` (nothing written to the home dir)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for var in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb_home"))

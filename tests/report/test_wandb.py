@@ -20,19 +20,11 @@ WANDB = {"name": "wandb", "wandb": {"mode": "offline", "project": "ropelab-test"
                                     "tags": []}}
 
 
-@pytest.fixture
-def offline(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    for var in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
-
-
 def _cfg(sweep: Path) -> object:
     return OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "sweep": {"name": "synth"}})
 
 
-def test_report_table_logged_offline(tmp_path: Path, offline, monkeypatch):
+def test_report_table_logged_offline(tmp_path: Path, wandb_offline, monkeypatch):
     import wandb
 
     sweep = write_sweep(tmp_path / "2024-01-01_sweep", {REF: reference((0, 1, 2)), V4: planted(0.02, seeds=(0, 1, 2))},
@@ -61,7 +53,7 @@ def test_report_table_logged_offline(tmp_path: Path, offline, monkeypatch):
     assert sweep_failures(sweep) == []  # the report's own wandb dir is not a crashed job
 
 
-def test_the_wandb_log_is_read_once_it_is_complete(tmp_path: Path, offline):
+def test_the_wandb_log_is_read_once_it_is_complete(tmp_path: Path, wandb_offline):
     """The tests' log reader waits for a log still being written (its header alone, then half a record, then the whole
     log), as wandb's service process may leave it when ``run.finish()`` returns."""
     import threading
@@ -84,7 +76,7 @@ def test_the_wandb_log_is_read_once_it_is_complete(tmp_path: Path, offline):
     assert logged["group"] == f"synth-{sweep.name}" and logged["config"]["reference"] == "torch (partial, float32)"
 
 
-def test_no_wandb_when_the_runs_did_not_use_it(tmp_path: Path, offline):
+def test_no_wandb_when_the_runs_did_not_use_it(tmp_path: Path, wandb_offline):
     sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))})
     cb = CompareOnMultirunEnd()
     cb.on_multirun_end(_cfg(sweep))
@@ -92,7 +84,7 @@ def test_no_wandb_when_the_runs_did_not_use_it(tmp_path: Path, offline):
     assert not (sweep / "wandb").exists()
 
 
-def test_wandb_failure_never_fails_the_sweep(tmp_path: Path, offline, monkeypatch, caplog):
+def test_wandb_failure_never_fails_the_sweep(tmp_path: Path, wandb_offline, monkeypatch, caplog):
     import wandb
 
     def broken(**kw):
@@ -107,7 +99,7 @@ def test_wandb_failure_never_fails_the_sweep(tmp_path: Path, offline, monkeypatc
     assert "could not log the comparison to wandb" in caplog.text and "no network" in caplog.text
 
 
-def test_the_report_joins_the_group_of_a_sweep_named_0(tmp_path: Path, offline):
+def test_the_report_joins_the_group_of_a_sweep_named_0(tmp_path: Path, wandb_offline):
     """``sweep.name=0`` (a name Hydra reads as a number): llm.train groups the runs under ``0-<sweep dir>``; the report
     went to ``default-<sweep dir>``, a group of its own beside them."""
     sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))}, logger=WANDB)

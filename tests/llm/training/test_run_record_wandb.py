@@ -44,22 +44,13 @@ def _train_steps(run_dir: Path) -> list[int]:
     return [m["step"] for m in lines if m["kind"] == "train"]
 
 
-@pytest.fixture
-def offline(tmp_path: Path, monkeypatch):
-    """wandb offline, its settings and caches under ``tmp_path`` (nothing written to the home dir)."""
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    for var in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / "wandb_home"))
-
-
 def _warnings(caplog) -> list[str]:
     """The warnings the tracker gave about wandb."""
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     return [m for m in said if m.startswith("wandb")]
 
 
-def test_a_tracker_that_cannot_start_keeps_its_resume_id_and_says_so(tmp_path: Path, offline, caplog):
+def test_a_tracker_that_cannot_start_keeps_its_resume_id_and_says_so(tmp_path: Path, wandb_offline, caplog):
     (tmp_path / "wandb").write_text("not a dir")  # where wandb writes its offline run
     with caplog.at_level(logging.WARNING, logger="llm.training.outputs"):
         tracker = Tracker({"name": "wandb", "wandb": {"mode": "offline", "project": "p"}}, tmp_path, name="r",
@@ -71,7 +62,7 @@ def test_a_tracker_that_cannot_start_keeps_its_resume_id_and_says_so(tmp_path: P
     tracker.finish()
 
 
-def test_a_run_whose_wandb_cannot_start_trains_and_records_everything(tmp_path: Path, offline, caplog):
+def test_a_run_whose_wandb_cannot_start_trains_and_records_everything(tmp_path: Path, wandb_offline, caplog):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "wandb").write_text("not a dir")
@@ -82,7 +73,7 @@ def test_a_run_whose_wandb_cannot_start_trains_and_records_everything(tmp_path: 
     assert len(_warnings(caplog)) == 1
 
 
-def test_a_wandb_failure_mid_run_does_not_end_the_training(tmp_path: Path, offline, monkeypatch, caplog):
+def test_a_wandb_failure_mid_run_does_not_end_the_training(tmp_path: Path, wandb_offline, monkeypatch, caplog):
     """wandb's service gone at step 2: one warning, the run trains to its end, its files complete, and its
     checkpoint keeps the wandb run's id (a resume continues that wandb run)."""
     import wandb
