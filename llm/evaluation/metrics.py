@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from llm.training.evaluate import perplexity
+
 
 def _mean(a: np.ndarray) -> float | None:
     return float(a.mean()) if a.size else None
@@ -60,7 +62,7 @@ def length_metrics(loss: np.ndarray, correct: np.ndarray, sliding: np.ndarray, b
     return {
         # one window has no spread: None (as every SE here), so the JSON holds no NaN and the CSV cell is empty
         "val_loss": mean, "val_loss_se": _se(window_means),
-        "val_acc": float(correct.mean()), "val_ppl": math.exp(mean) if mean < 700 else float("inf"),
+        "val_acc": float(correct.mean()), "val_ppl": perplexity(mean),
         "val_tokens": windows * length, "windows": windows,
         "loss_within_train": _mean(loss[:, :split]), "loss_beyond_train": _mean(loss[:, split:]),
         "sliding_loss": float(sliding.mean()), "sliding_beyond_train": _mean(sliding[:, split:]),

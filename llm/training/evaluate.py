@@ -79,5 +79,11 @@ def evaluate(model: torch.nn.Module, val_tokens: np.ndarray, batch_size: int, se
     mean_loss = loss_sum / tokens
     var = max(0.0, (w_sq - w_sum**2 / windows) / (windows - 1)) if windows > 1 else float("nan")
     metrics = {"val_loss": mean_loss, "val_loss_se": math.sqrt(var / windows), "val_acc": correct / tokens,
-               "val_ppl": math.exp(mean_loss) if mean_loss < 700 else float("inf"), "val_tokens": int(tokens)}
+               "val_ppl": perplexity(mean_loss), "val_tokens": int(tokens)}
     return EvalResult(metrics, [int(s) for s in starts], per_window.tolist())
+
+
+def perplexity(mean_loss: float) -> float:
+    """exp of a mean loss in nats: inf past float64's range, and NaN for a NaN loss (a comparison ``< 700`` sent a
+    NaN loss to inf, a number a reader would take for a diverged but finite evaluation)."""
+    return float("inf") if mean_loss >= 700 else math.exp(mean_loss)

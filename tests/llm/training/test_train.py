@@ -6,6 +6,7 @@ import json
 import math
 import socket
 
+import numpy as np
 import pytest
 import torch
 from helpers import (
@@ -145,3 +146,15 @@ def test_cli_overrides_any_key(tmp_path):
     cfg = compose_cfg(["rope=none", "model.n_layer=2", "train.max_steps=7", "optim.lr=0.01"])
     assert cfg.rope.name == "none" and cfg.model.n_layer == 2 and cfg.train.max_steps == 7
     assert cfg.optim.lr == 0.01
+
+
+def test_perplexity_of_a_nan_loss_is_nan_and_past_float_range_is_inf():
+    """A NaN val loss was recorded with val_ppl inf: a reader takes that for a diverged but finite evaluation."""
+    from llm.evaluation.metrics import length_metrics
+    from llm.training.evaluate import perplexity
+
+    assert math.isnan(perplexity(float("nan")))
+    assert perplexity(800.0) == float("inf") and perplexity(math.log(7.5)) == pytest.approx(7.5)
+    loss = np.full((2, 4), np.nan)
+    got = length_metrics(loss, np.zeros((2, 4)), loss, loss, split=2, bucket=2)
+    assert math.isnan(got["val_ppl"])
