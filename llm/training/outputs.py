@@ -180,8 +180,10 @@ def _val_names(values: Mapping[str, Any]) -> dict[str, Any]:
 
 def tracker_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The run's summary as the tracker keeps it: the final val metrics under the names they were logged by
-    (``val/loss``, not a second ``val_loss`` beside it), keys without a value left out."""
-    return _val_names({k: v for k, v in summary.items() if v is not None})
+    (``val/loss``, not a second ``val_loss`` beside it), keys without a value left out, but for ``message``, sent
+    empty: wandb merges a resumed run's summary into the earlier one's, whose "stopped at step N" would stay."""
+    kept = {k: v for k, v in summary.items() if v is not None}
+    return _val_names({**kept, "message": kept.get("message", "")} if "message" in summary else kept)
 
 
 class RunOutputs:

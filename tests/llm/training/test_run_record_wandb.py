@@ -145,3 +145,13 @@ def test_a_disabled_tracker_takes_any_project_name():
     from llm.config_check import validate_config
 
     validate_config(_compose(["logger=wandb", "logger.wandb.mode=disabled", "logger.wandb.project=a/b"]))
+
+
+def test_a_completed_resume_clears_the_stop_message_on_the_dashboard():
+    """wandb merges a resumed run's summary into the earlier one's: a completed resume left its message out, so the
+    dashboard kept "stopped at step N" of the run's first part."""
+    from llm.training.outputs import tracker_summary
+
+    sent = tracker_summary({"status": "completed", "message": None, "val_loss": 1.5, "mfu": None})
+    assert sent["message"] == "" and sent["status"] == "completed" and "mfu" not in sent
+    assert tracker_summary({"status": "interrupted", "message": "stopped at step 3"})["message"] == "stopped at step 3"
