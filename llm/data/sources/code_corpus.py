@@ -236,11 +236,16 @@ def rebuild_from_manifest(manifest: Mapping[str, Any], search: Sequence[str] | N
 
 
 def check(cfg: Mapping) -> None:
-    _string_list(cfg, "packages", None)
-    _string_list(cfg, "exclude", DEFAULT_EXCLUDE)
+    packages = _string_list(cfg, "packages", None)
+    exclude = _string_list(cfg, "exclude", DEFAULT_EXCLUDE)
     _string_list(cfg, "site_packages", None)
-    _manifest_path(cfg)
-    _chars(cfg)
+    chars = _chars(cfg)
+    if _manifest_path(cfg) is not None:  # the manifest pins every file: a selection beside it would be ignored
+        for key, given, default in (("packages", packages, None), ("exclude", exclude, list(DEFAULT_EXCLUDE)),
+                                    ("min_chars", chars[0], MIN_CHARS), ("max_chars", chars[1], MAX_CHARS)):
+            if given != default:
+                raise DataError(f"data.{key}={given} has no effect with data.manifest, which names every file of "
+                                "the corpus; leave it at its default")
     val_fraction(cfg)
     positive_int_or_none(cfg, "max_docs")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm.data import DataError, data_fingerprint, prepare_data
+from llm.data import DataError, check_data_config, data_fingerprint, prepare_data
 from llm.data.sources.code_corpus import MANIFEST_NAME, corpus_fingerprint, installed_distributions
 
 
@@ -111,3 +111,14 @@ def test_packages_and_settings(tmp_path, site):
         with pytest.raises(DataError, match=match):
             prepare_data(_cfg(site, **bad), "cl100k_base", tmp_path / "c3")
     assert "alpha" in installed_distributions([str(site)]) and "beta-pkg" in installed_distributions([str(site)])
+
+
+@pytest.mark.parametrize("key,value", [("packages", ["alpha"]), ("exclude", []), ("min_chars", 10),
+                                       ("max_chars", 1000)])
+def test_a_selection_beside_a_manifest_is_refused(tmp_path, site, key, value):
+    """The manifest names every file: a package list, exclusion or size bound beside it was silently ignored."""
+    d = prepare_data(_cfg(site), "cl100k_base", tmp_path / "cache")
+    pinned = Path(d.meta["cache_dir"]) / MANIFEST_NAME
+    with pytest.raises(DataError, match=rf"^data.{key}=.* has no effect with data.manifest"):
+        check_data_config(_cfg(site, manifest=str(pinned), **{key: value}), "cl100k_base")
+    check_data_config(_cfg(site, manifest=str(pinned)), "cl100k_base")  # the defaults beside it are fine
