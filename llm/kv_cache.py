@@ -33,6 +33,20 @@ ATTENTIONS = ("sdpa", "fused_rope")
 FUSED_MAX_QUERIES = 256
 
 
+def _check_step(buffers: Tensor | None, k: Tensor) -> None:
+    """Refuse new keys that the cache's buffers cannot hold, in one line before anything is written: a batch of
+    another size (broadcast into the buffers, it would overwrite other rows' keys before failing in attention) or
+    another dtype (autocast on for some steps, off for others: cast silently, or a torch error inside the step)."""
+    if buffers is None:
+        return
+    if k.shape[0] != buffers.shape[1]:
+        raise ValueError(f"KV cache holds a batch of {buffers.shape[1]} rows; this step has {k.shape[0]}: a cache "
+                         "serves one batch (start a new cache for another)")
+    if k.dtype != buffers.dtype:
+        raise ValueError(f"KV cache holds {buffers.dtype} keys; this step's are {k.dtype}: run every step of a cache "
+                         "in one dtype (autocast on for all of them or for none)")
+
+
 def _check_cache_args(n_layer: int, max_len: int, attention: str) -> None:
     for name, value in (("n_layer", n_layer), ("max_len", max_len)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -70,8 +84,9 @@ class KVCache:
 
     def fused(self, T: int) -> bool:
         """Whether a step of ``T`` new tokens attends through ``rope.attention_with_rope``: with
-        ``attention="fused_rope"``, after cached tokens, up to the kernel's chunk length."""
-        return self.attention == "fused_rope" and self.length > 0 and T <= FUSED_MAX_QUERIES
+        ``attention="fused_rope"``, after cached tokens, 1 to the kernel's chunk length (an empty step is SDPA's,
+        which returns an empty output where the kernel takes no empty query chunk)."""
+        return self.attention == "fused_rope" and self.length > 0 and 0 < T <= FUSED_MAX_QUERIES
 
     def layer(self, index: int) -> LayerKV:
         return LayerKV(self, index)
@@ -80,6 +95,7 @@ class KVCache:
         """Store layer ``index``'s new (B, T, H_kv, D) keys and values after the cached ones; return
         every cached key and value of the layer so far, (B, H_kv, length + T, D) views."""
         B, T, H, D = k.shape
+        _check_step(self.keys, k)
         if self.keys is None:
             shape = (self.n_layer, B, H, self.max_len, D)
             self.keys = k.new_empty(shape)
@@ -183,7 +199,7 @@ class StaticKVCache:
             raise ValueError(f"KV cache full: {self.length} cached + {T} new positions > max_len={self.max_len}")
 
     def fused(self, T: int) -> bool:
-        return self.attention == "fused_rope" and self.length > 0 and T <= FUSED_MAX_QUERIES
+        return self.attention == "fused_rope" and self.length > 0 and 0 < T <= FUSED_MAX_QUERIES
 
     def prepare_step(self) -> None:
         """Write the next one-token step's position into ``step_position`` (before a captured step's replay)."""
@@ -223,6 +239,7 @@ class StaticLayerKV(_LayerHandle):
         """Store the new (B, T, H_kv, D) keys and values at ``positions`` (the step's, from
         :meth:`StaticKVCache.positions`); return the layer's whole buffers, (B, H_kv, capacity, D)."""
         cache = self.cache
+        _check_step(cache.keys, k)
         if cache.keys is None:
             B, _, H, D = k.shape
             cache.allocate(B, H, D, k.dtype, k.device)

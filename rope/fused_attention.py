@@ -6,7 +6,9 @@ rotating the keys inside attention would redo it for every query block. The hybr
 cheapest: keys are rotated once, by the RoPE module, as they enter the cache; queries are rotated in registers
 by the attention kernel from the same module's cos/sin tables, so every variant, layout (``half`` /
 ``interleaved``), ``rotary_dim`` and scaling (YaRN's attention factor is folded into the tables) computes what
-the module computes, and ``rope=none`` rotates nothing.
+the module computes, and ``rope=none`` rotates nothing. The queries' arithmetic is float32 whatever the module's
+``compute_dtype`` (``rope=torch_bf16`` rotates the keys in bfloat16, the kernel the queries in float32, as a
+kernel swap would).
 
 The kernels (:mod:`rope._fused_attention_kernels`, imported on first use) split the keys over several programs
 when the batch and heads alone would leave the GPU idle (flash-decoding), and combine the partial results in a

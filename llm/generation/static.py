@@ -63,6 +63,8 @@ class StaticDecoder:
         (B, V) of the token after it. The first call also captures the decode step (its cost belongs to the
         first token's latency, not to the decoding)."""
         B, T = prompt.shape
+        if T == 0:  # no token to run: no logits to return (the chunk loop below would run nothing)
+            raise ValueError("prompt must hold at least one token, got shape (B, 0)")
         if T > self.max_len:  # a prompt filling the cache still gives the logits of one new token (never fed)
             raise ValueError(f"a prompt of {T} tokens does not fit the decoder's {self.max_len} positions")
         if B != self._batch:
@@ -87,6 +89,12 @@ class StaticDecoder:
     def step(self, token: Tensor) -> Tensor:
         """Feed the (B,) tokens at the next position; the logits (B, V) of the token after them. A captured
         step's logits live in the graph's buffer: read them before the next step."""
+        if self._tokens is None or self.cache.length == 0:
+            raise ValueError("step() before prefill(): start the sequences with prefill(prompt) first")
+        if not isinstance(token, Tensor) or token.shape != (self._batch,):
+            # copy_ would broadcast a (1,) token to every row, or fail on another shape inside torch
+            shape = tuple(token.shape) if isinstance(token, Tensor) else type(token).__name__
+            raise ValueError(f"token must be a ({self._batch},) tensor, one per row of the prompt, got {shape}")
         self.cache.check_room(1)
         self._tokens.copy_(token[:, None])
         if self.graph is None:
