@@ -270,8 +270,8 @@ def stop_quietly_while_starting(what: str) -> None:
     Why: the interpreter's KeyboardInterrupt cuts an import or Hydra's composition with a traceback, a SIGTERM ends
     the process without a word, and torch's C init drops an exception raised while it imports numpy, so the Ctrl-C
     is lost and the command goes on; the handler itself ends the process, as nothing of the command's exists yet.
-    A signal the command was started ignoring (a shell's background job ignores Ctrl-C, ``nohup`` SIGHUP) stays
-    ignored, as Python itself leaves it.
+    A signal the command was started ignoring (a shell's background job ignores Ctrl-C) stays ignored, as Python
+    itself leaves it.
     """
     _STARTING[:] = [what]
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -22,6 +22,8 @@ TILINGS = ("rows", "chunks", "flat")
 TILE, FEW_WARPS, MANY_WARPS, FLAT_BLOCKS = 1024, 4, 8, (8, 4, 2)
 #: Chunk/block ids within a batch element, and program ids, are int32.
 INT32_LIMIT = 2**31
+#: Each numeric tuning setting's range, and whether it must be a power of two.
+_RANGES = {"tile": (64, 16384, True), "num_warps": (1, 32, True), "maxnreg": (16, 255, False)}
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,6 @@ class Overrides:
             if value and not (lo <= value <= hi and not (pow2 and value & (value - 1))):
                 what = "a power of two" if pow2 else "an int"
                 raise ValueError(f"tuning: {name} must be {what} from {lo} to {hi} (or 0), got {value!r}")
-
-
-#: Each numeric setting's range, and whether it must be a power of two.
-_RANGES = {"tile": (64, 16384, True), "num_warps": (1, 32, True), "maxnreg": (16, 255, False)}
 
 
 #: What eager launches take now (:func:`rope.triton.tuning` sets it): the process's, not a context variable's, as
