@@ -60,6 +60,10 @@ class GPTConfig:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"model.{key}={value!r} must be a positive integer")
+        # vocab_multiple divides the vocabulary's padding: 0 divides by zero, a negative one pads below vocab_size
+        value = self.vocab_multiple
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"model.vocab_multiple={value!r} must be a positive integer")
         for key in ("n_kv_head", "d_ff"):
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
@@ -76,6 +80,10 @@ class GPTConfig:
             raise ValueError(f"model.mlp must be one of gelu, silu; got {self.mlp!r}")
         if not (isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1):
             raise ValueError(f"model.dropout={self.dropout!r} must be in [0, 1)")
+        # RMSNorm adds eps under a square root: a negative or non-finite one turns activations into NaN
+        eps = self.norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:
+            raise ValueError(f"model.norm_eps={eps!r} must be a finite number >= 0")
 
     def param_count(self) -> int:
         """Parameter count without building the model (a tied head counts once), for the memory check."""
@@ -97,9 +105,17 @@ class GPTConfig:
         return weights + logits + activations + scores
 
 
+def _refuse_vocab_size(model_cfg: Mapping) -> None:
+    # vocab_size is the tokenizer's, never the model group's: given there it would be passed to GPTConfig twice
+    if "vocab_size" in model_cfg:
+        raise ValueError("model.vocab_size is not a model setting: the tokenizer's vocabulary sets it "
+                         "(model.vocab_multiple pads it)")
+
+
 def check_model_config(model_cfg: Mapping) -> GPTConfig:
     """Validate a ``model`` config group before any work (vocab not yet known: a placeholder is used)."""
     fields = GPTConfig.__dataclass_fields__
+    _refuse_vocab_size(model_cfg)
     unknown = sorted(k for k in model_cfg if k not in fields and k != "name")
     if unknown:
         raise ValueError(f"model.{unknown[0]} is not a model setting; allowed: "
@@ -206,6 +222,8 @@ class GPT(nn.Module):
         self.head = nn.Linear(cfg.n_embd, cfg.padded_vocab, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.embed.weight
+            self.register_load_state_dict_pre_hook(_refuse_untied_state)
+            self.register_load_state_dict_post_hook(_retie_head)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):  # GPT-2 scaled init of residual projections
@@ -252,20 +270,42 @@ class GPT(nn.Module):
             if T > self.context_len:
                 raise ValueError(f"sequence length {T} > the model's context of {self.context_len} positions "
                                  "(the RoPE cache: rope.max_seq_len, default model.seq_len)")
+            if doc_mask is not None and tuple(doc_mask.doc_ids.shape) != tuple(idx.shape):
+                # a mask of other rows would broadcast (one row's documents imposed on every row) or fail inside SDPA
+                raise ValueError(f"doc_mask.doc_ids has shape {tuple(doc_mask.doc_ids.shape)}; the tokens' is "
+                                 f"{tuple(idx.shape)}: a document mask must be built from the same (B, T) window")
         elif positions is not None or doc_mask is not None:
             raise ValueError("positions and doc_mask are for whole windows, not for decoding with a KV cache")
         else:
             cache.check_room(T)
-            positions = cache.positions(T, idx.device)
-        x = self.embed(idx)
-        if self.cfg.scale_embeddings:
-            x = x * math.sqrt(self.cfg.n_embd)
-        x = self.drop(x)
-        for i, block in enumerate(self.blocks):
-            x = block(x, None if cache is None else cache.layer(i), positions, doc_mask)
+        # A fused_rope cache's step that needs what only SDPA gives (gradients: rope.attention_with_rope has no
+        # backward; attention dropout: the kernel has none) runs with the cache switched to sdpa for the step, as the
+        # cache's fused(T) decides both a layer's path and how a static cache lays the step out.
+        as_sdpa = cache is not None and cache.attention == "fused_rope" and self._step_needs_sdpa()
+        if as_sdpa:
+            cache.attention = "sdpa"
+        try:
+            if cache is not None:
+                positions = cache.positions(T, idx.device)
+            x = self.embed(idx)
+            if self.cfg.scale_embeddings:
+                x = x * math.sqrt(self.cfg.n_embd)
+            x = self.drop(x)
+            for i, block in enumerate(self.blocks):
+                x = block(x, None if cache is None else cache.layer(i), positions, doc_mask)
+        finally:
+            if as_sdpa:
+                cache.attention = "fused_rope"
         if cache is not None:
             cache.advance(T)
         return self.norm(x)
+
+    def _step_needs_sdpa(self) -> bool:
+        """Whether a cached step must attend by SDPA: attention dropout is on, or the queries will ask for
+        gradients (grad mode on and a parameter that takes them)."""
+        if self.training and self.cfg.dropout > 0:
+            return True
+        return torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, cache: KVCache | StaticKVCache | None = None,
                 positions: Tensor | None = None, doc_mask: DocumentMask | None = None) -> tuple[Tensor, Tensor | None]:
@@ -287,6 +327,26 @@ class GPT(nn.Module):
         """PaLM estimate of training FLOPs per token: 6N + 12·L·d·T (attention scores)."""
         c = self.cfg
         return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.seq_len
+
+
+def _refuse_untied_state(model: GPT, state_dict: Mapping[str, Tensor], prefix: str, *args: object) -> None:
+    """Refuse, in one line, a state whose head differs from its embedding when ``model`` ties them (a
+    ``tie_embeddings=false`` model's weights): loading both into the one shared tensor would keep the head's and
+    silently lose the embedding."""
+    embed, head = state_dict.get(prefix + "embed.weight"), state_dict.get(prefix + "head.weight")
+    if embed is None or head is None or embed.shape != head.shape or embed.is_meta or head.is_meta:
+        return  # a missing key or a size mismatch: load_state_dict's own error names it
+    shared = embed.device == head.device and embed.data_ptr() == head.data_ptr() and embed.stride() == head.stride()
+    if not shared and not torch.equal(embed, head.to(embed.device)):
+        raise RuntimeError(f"{prefix}head.weight differs from {prefix}embed.weight, but this model ties them "
+                           "(model.tie_embeddings=true): these are a model.tie_embeddings=false model's weights")
+
+
+def _retie_head(model: GPT, incompatible_keys: object) -> None:
+    """Tie the head to the embedding again after ``load_state_dict(..., assign=True)``, which assigns each key its
+    own tensor: the model would otherwise go on as an untied one (two tensors trained apart)."""
+    if model.head.weight is not model.embed.weight:
+        model.head.weight = model.embed.weight
 
 
 def rope_cache_len(model_cfg: Mapping, rope_cfg: Mapping) -> int:
@@ -344,6 +404,7 @@ def compile_model(model: GPT, mode: str | None = None, **kwargs: object) -> nn.M
 
 def build_model(model_cfg: Mapping, rope_cfg: Mapping, vocab_size: int) -> GPT:
     """Build the GPT of a ``model`` config group with the RoPE of a ``rope`` config group."""
+    _refuse_vocab_size(model_cfg)
     fields = GPTConfig.__dataclass_fields__
     kwargs = {k: v for k, v in dict(model_cfg).items() if k in fields}
     cfg = GPTConfig(vocab_size=vocab_size, **kwargs)

@@ -220,3 +220,26 @@ def test_document_attention_on_the_gpu_compiled_flex_and_sdpa_agree_forward_and_
     want = torch.autograd.grad(dense.square().sum(), (q, k, v))
     assert torch.allclose(flex, dense, atol=2e-3)
     assert all(torch.allclose(g, w, atol=2e-3, rtol=1e-3) for g, w in zip(grads, want, strict=True))
+
+
+@pytest.mark.parametrize("n_kv_head", [None, 1], ids=["mha", "gqa"])
+def test_the_gpt_on_packed_documents_equals_the_gpt_on_each_document_alone(n_kv_head):
+    """The real model, not a stand-in: every document of a window (one-token documents, a row of end-of-text
+    tokens only, a row that is one document) gives the logits it gives alone at the start of a window."""
+    from llm.model import GPT, GPTConfig
+
+    torch.manual_seed(9)
+    cfg = GPTConfig(vocab_size=VOCAB, seq_len=16, n_layer=2, n_head=3, n_kv_head=n_kv_head, n_embd=24,
+                    vocab_multiple=8)
+    model = GPT(cfg, rope.build("torch", cfg.head_dim, 16, variant="full")).eval()
+    x = torch.tensor([[5, 7, EOT, 3, 4, 9, EOT, EOT, 1, 2, 3, 4, 5, 6, 7, EOT],
+                      [EOT] * 16,
+                      list(range(16))])
+    positions, doc_ids = document_layout(x, EOT)
+    with torch.no_grad():
+        packed = model(x, positions=positions, doc_mask=DocumentMask.build(doc_ids))[0]
+        for b in range(len(x)):
+            for d in doc_ids[b].unique():
+                idx = torch.nonzero(doc_ids[b] == d).flatten()
+                alone = model(x[b:b + 1, idx])[0][0]
+                assert torch.allclose(packed[b, idx], alone, atol=1e-5, rtol=0), (b, idx.tolist())
