@@ -10,12 +10,14 @@ run already holds its weights, so ``init_from`` is then ignored.
 The weights must fit: the model must be the source run's in every architecture key; ``model.seq_len``
 (what fine-tuning changes) and ``model.dropout`` (a training setting with no weights) may differ.
 The tokenizer must be the source's (its ids index the embedding). A RoPE scaling that needs
-``original_max_seq_len`` and is not given one takes the source run's ``model.seq_len``, logged, and
-is written into the new run's config.
+``original_max_seq_len`` and is not given one takes the source run's ``model.seq_len`` (its own
+``original_max_seq_len`` when the source was itself trained with a scaling), logged, and is written into the
+new run's config.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from llm.errors import ConfigError, ResumeError
 from llm.model import GPTConfig
 from llm.training.checkpoint import checkpoint_files, load_newest_checkpoint
-from llm.training.outputs import CONFIG_FILE, holds_a_run
+from llm.training.outputs import CONFIG_FILE, SUMMARY_FILE, holds_a_run
 
 #: Model keys that may differ from the source run's: they carry no weights.
 FREE_MODEL_KEYS = ("name", "seq_len", "dropout")
@@ -49,6 +51,17 @@ class InitSource:
         if found is None:  # removed since the check
             raise ConfigError(f"{self.key}={self.run_dir} has no checkpoint in {self.run_dir / 'checkpoints'}")
         path, state = found
+        if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+            raise ConfigError(f"{self.key}={self.run_dir}: {path} holds no model weights (not a checkpoint of a run)")
+        saved = state.get("config")
+        if isinstance(saved, dict):  # an older checkpoint may hold no config: its weights are then checked as loaded
+            # The run's config was checked against this run; a checkpoint of another model (copied in) must be
+            # refused here too, before the data and model work, not when its weights fail to load.
+            found_key = _first_difference(self.config, saved)
+            if found_key is not None:
+                k, theirs, ours = found_key
+                raise ConfigError(f"{self.key}={self.run_dir}: checkpoint {path} holds another model than the run's "
+                                  f"{CONFIG_FILE}: {k}={theirs!r} ({CONFIG_FILE}: {ours!r})")
         return path, int(state.get("step", 0)), state["model"]
 
 
@@ -67,12 +80,39 @@ def _architecture(model_cfg: dict) -> dict:
 
 
 def _source_config(run_dir: Path, key: str) -> dict:
-    if (run_dir / CONFIG_FILE).is_file():
-        return OmegaConf.to_container(OmegaConf.load(run_dir / CONFIG_FILE), resolve=True)
-    found = load_newest_checkpoint(run_dir / "checkpoints")
-    if found is None or "config" not in found[1]:
+    """The source run's config: its ``config.yaml``, else its newest checkpoint's. A file that does not read as a
+    config is refused in one line naming the key: it is the user's source, not a fault of this program."""
+    path = run_dir / CONFIG_FILE
+    if path.is_file():
+        try:
+            config = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        except Exception as e:  # YAML's parser, OmegaConf's interpolation: any failure means unreadable
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ConfigError(f"{key}={run_dir}: {path} is damaged or unreadable ({first})") from None
+        if not isinstance(config, dict):
+            raise ConfigError(f"{key}={run_dir}: {path} holds no config (a mapping of groups)")
+        return config
+    try:
+        found = load_newest_checkpoint(run_dir / "checkpoints")
+    except ResumeError as e:
+        raise ConfigError(f"{key}={run_dir}: {e}") from None
+    if found is None or not isinstance(found[1], dict) or not isinstance(found[1].get("config"), dict):
         raise ConfigError(f"{key}={run_dir} has no {CONFIG_FILE} and its checkpoint holds no config")
     return dict(found[1]["config"])
+
+
+def _first_difference(old: dict, new: dict) -> tuple[str, object, object] | None:
+    """(key, value in ``new``, value in ``old``) of the first architecture key or tokenizer in which two configs
+    differ, None when the weights of one fit the other; keys set before keys derived from them (d_ff: n_embd), so
+    the key named is the one the user set."""
+    a, b = _architecture(old.get("model") or {}), _architecture(new.get("model") or {})
+    for k in sorted(a, key=lambda k: (k in _DERIVED, k)):
+        if a[k] != b[k]:
+            return f"model.{k}", b[k], a[k]
+    old_tok, new_tok = (old.get("tokenizer") or {}).get("name"), (new.get("tokenizer") or {}).get("name")
+    if old_tok is not None and new_tok is not None and old_tok != new_tok:
+        return "tokenizer.name", new_tok, old_tok
+    return None
 
 
 def check_init_from(cfg: DictConfig) -> InitSource | None:
@@ -106,8 +146,9 @@ def check_init_from(cfg: DictConfig) -> InitSource | None:
 
 
 def default_original_length(cfg: DictConfig, source: InitSource) -> str | None:
-    """Fill ``rope.scaling.original_max_seq_len`` with the source's ``model.seq_len`` when the scaling needs it
-    and it is unset; returns the note to log (None when nothing was filled)."""
+    """Fill ``rope.scaling.original_max_seq_len`` with the length the source's weights stretch positions from (its
+    ``model.seq_len``, or its own ``original_max_seq_len`` if it was trained with a scaling) when the scaling needs
+    it and it is unset; returns the note to log (None when nothing was filled)."""
     from rope.scaling import SCALING_PARAMS
 
     scaling = cfg.rope.get("scaling")
@@ -115,12 +156,23 @@ def default_original_length(cfg: DictConfig, source: InitSource) -> str | None:
         return None
     if "original_max_seq_len" not in SCALING_PARAMS.get(scaling.get("type"), {}):
         return None
-    length = (source.config.get("model") or {}).get("seq_len")
-    if not isinstance(length, int):
+    length, what = _original_length(source)
+    if length is None:
         return None
     OmegaConf.update(cfg, "rope.scaling.original_max_seq_len", length, force_add=True)
-    return (f"rope.scaling.original_max_seq_len not given: {length}, the model.seq_len of the run "
+    return (f"rope.scaling.original_max_seq_len not given: {length}, the {what} of the run "
             f"train.init_from={source.run_dir} starts from")
+
+
+def _original_length(source: InitSource) -> tuple[int | None, str]:
+    """(length, the key it comes from) the source's weights stretch positions from: its own
+    ``rope.scaling.original_max_seq_len`` when it was trained with a scaling, as ``llm.eval_lengths`` takes it (a
+    fine-tuned run's ``model.seq_len`` is already the stretched length), else its ``model.seq_len``."""
+    scaling = _scaling(source.config.get("rope") or {}) or {}
+    if isinstance(scaling.get("original_max_seq_len"), int):
+        return scaling["original_max_seq_len"], "rope.scaling.original_max_seq_len"
+    length = (source.config.get("model") or {}).get("seq_len")
+    return (length, "model.seq_len") if isinstance(length, int) else (None, "model.seq_len")
 
 
 #: RoPE keys whose change under ``train.init_from`` is allowed (a study may switch the rotation when it fine-tunes)
@@ -130,19 +182,57 @@ ROTATION_KEYS = ("variant", "layout", "rotary_dim", "base")
 
 def init_from_notes(cfg: DictConfig, source: InitSource) -> list[str]:
     """Lines to log where the new run's RoPE rotates otherwise than the source's (the weights were trained with the
-    source's), and where ``rope.scaling.original_max_seq_len`` is not the source's training length (the scalings
-    stretch positions from that length): allowed, as a study may want either, but never silent."""
+    source's: a rotation added or removed, another rotation key, the source's own scaling dropped or changed), where
+    ``rope.scaling.original_max_seq_len`` is not the source's training length (the scalings stretch positions from
+    that length), and where the source run did not complete: allowed, as a study may want any, but never silent."""
     old_rope = source.config.get("rope") or {}
     new_rope = OmegaConf.to_container(cfg.rope, resolve=True)
-    notes = [f"rope.{k}={new_rope.get(k)!r} differs from {old_rope.get(k)!r}, the rotation the weights of "
-             f"train.init_from={source.run_dir} were trained with" for k in ROTATION_KEYS
-             if k in old_rope and old_rope.get(k) != new_rope.get(k)]
-    length = (source.config.get("model") or {}).get("seq_len")
+    notes = _unfinished_note(source)
+    rotates_old, rotates_new = old_rope.get("name") != "none", new_rope.get("name") != "none"
+    if "name" in old_rope and rotates_old != rotates_new:
+        # rope=none and a rotating rope share every rotation key, so only the names tell a rotation added or removed
+        notes.append(f"rope.name={new_rope.get('name')!r} {'rotates' if rotates_new else 'rotates nothing'}, while "
+                     f"the weights of train.init_from={source.run_dir} were trained with rope.name="
+                     f"{old_rope.get('name')!r}, which {'rotates' if rotates_old else 'rotates nothing'}")
+    elif rotates_new:
+        notes += [f"rope.{k}={new_rope.get(k)!r} differs from {old_rope.get(k)!r}, the rotation the weights of "
+                  f"train.init_from={source.run_dir} were trained with" for k in ROTATION_KEYS
+                  if k in old_rope and old_rope.get(k) != new_rope.get(k)]
+        old_scaling, new_scaling = _scaling(old_rope), _scaling(new_rope)
+        if old_scaling is not None and old_scaling != new_scaling:
+            notes.append(f"rope.scaling={new_scaling or 'none'} differs from {old_scaling}, the scaling the weights "
+                         f"of train.init_from={source.run_dir} were trained with")
+    length, what = _original_length(source)
     original = (new_rope.get("scaling") or {}).get("original_max_seq_len")
-    if isinstance(length, int) and original is not None and original != length:
-        notes.append(f"rope.scaling.original_max_seq_len={original} is not {length}, the model.seq_len the run "
+    if length is not None and original is not None and original != length:
+        notes.append(f"rope.scaling.original_max_seq_len={original} is not {length}, the {what} the run "
                      f"train.init_from={source.run_dir} was trained at")
     return notes
+
+
+def _scaling(rope_cfg: dict) -> dict | None:
+    """A RoPE config's scaling as its set keys (None for no scaling): what the rotation of trained weights included."""
+    scaling = rope_cfg.get("scaling") or {}
+    if scaling.get("type") in (None, "none"):
+        return None
+    return {k: v for k, v in scaling.items() if v is not None}
+
+
+def _unfinished_note(source: InitSource) -> list[str]:
+    """A line when the source run did not complete (its ``summary.json``'s status): its newest checkpoint is then
+    a model part-way through its schedule, or one a run still training may replace, which a start must not hide."""
+    try:
+        summary = json.loads((source.run_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return [f"train.init_from={source.run_dir} has no readable {SUMMARY_FILE}: whether that run completed is "
+                "unknown; its newest checkpoint is taken"]
+    status = summary.get("status") if isinstance(summary, dict) else None
+    if status == "completed":
+        return []
+    step, total = (summary.get("step"), summary.get("max_steps")) if isinstance(summary, dict) else (None, None)
+    at = f", step {step} of {total}" if step is not None and total is not None else ""
+    return [f"train.init_from={source.run_dir} did not complete (status {status!r}{at}): its newest checkpoint is "
+            "taken as it is"]
 
 
 def apply_init_from(model: torch.nn.Module, path: Path, step: int, state: dict) -> None:
@@ -150,5 +240,7 @@ def apply_init_from(model: torch.nn.Module, path: Path, step: int, state: dict) 
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        # torch's first line only says that loading failed; the next names the tensor that does not fit
+        lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+        first = next((line for line in lines if not line.startswith("Error(s) in loading")), type(e).__name__)
         raise ConfigError(f"train.init_from: checkpoint {path} does not fit this model ({first})") from None

@@ -187,9 +187,11 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
                           swept=swept_values(overrides, run_dir.parent) if sweep_job else "")
         if init is not None:
             apply_init_from(trainer.model, *init)
-            if dist_info.is_main:
-                for line in (note, *notes, f"initialised the model from {init[0]} (step {init[1]}); optimizer and "
-                                             "step start afresh"):
+            if dist_info.is_main:  # what differs from the source's training is a warning; the rest is information
+                for line in notes:
+                    log.warning(line)
+                for line in (note, f"initialised the model from {init[0]} (step {init[1]}); optimizer and step start "
+                                   "afresh"):
                     if line:
                         log.info(line)
         fitting = True
