@@ -218,18 +218,37 @@ def _scaling(rope_cfg: dict) -> dict | None:
     return {k: v for k, v in scaling.items() if v is not None}
 
 
-def _unfinished_note(source: InitSource) -> list[str]:
-    """A line when the source run did not complete (its ``summary.json``'s status): its newest checkpoint is then
-    a model part-way through its schedule, or one a run still training may replace, which a start must not hide."""
+def _source_summary(source: InitSource) -> dict | None:
+    """The source run's ``summary.json``, None where it has none that reads as a summary."""
     try:
         summary = json.loads((source.run_dir / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def init_record(source: InitSource, path: Path, step: int) -> dict:
+    """What a run started from another's weights records of its source (in its summary, and in its checkpoints for
+    a resume): the source's run dir and checkpoint as absolute paths (``train.init_from`` as typed depends on the
+    working directory), the checkpoint's step, and the source's data id and code version where its summary says."""
+    summary = _source_summary(source) or {}
+    data = summary.get("data_fingerprint")
+    return {"run": str(source.run_dir.resolve()), "checkpoint": str(Path(path).resolve()), "step": step,
+            "data_id": data.get("id") if isinstance(data, dict) else None, "git_commit": summary.get("git_commit"),
+            "code_fingerprint": summary.get("code_fingerprint")}
+
+
+def _unfinished_note(source: InitSource) -> list[str]:
+    """A line when the source run did not complete (its ``summary.json``'s status): its newest checkpoint is then
+    a model part-way through its schedule, or one a run still training may replace, which a start must not hide."""
+    summary = _source_summary(source)
+    if summary is None:
         return [f"train.init_from={source.run_dir} has no readable {SUMMARY_FILE}: whether that run completed is "
                 "unknown; its newest checkpoint is taken"]
-    status = summary.get("status") if isinstance(summary, dict) else None
+    status = summary.get("status")
     if status == "completed":
         return []
-    step, total = (summary.get("step"), summary.get("max_steps")) if isinstance(summary, dict) else (None, None)
+    step, total = summary.get("step"), summary.get("max_steps")
     at = f", step {step} of {total}" if step is not None and total is not None else ""
     return [f"train.init_from={source.run_dir} did not complete (status {status!r}{at}): its newest checkpoint is "
             "taken as it is"]

@@ -25,7 +25,13 @@ from llm.fileio import DiskFullError, write_json_atomic
 from llm.sweep_jobs import swept_values
 from llm.training.checkpoint import NO_RESUME, find_resume_checkpoint
 from llm.training.distributed import cleanup, init_distributed
-from llm.training.init_from import apply_init_from, check_init_from, default_original_length, init_from_notes
+from llm.training.init_from import (
+    apply_init_from,
+    check_init_from,
+    default_original_length,
+    init_from_notes,
+    init_record,
+)
 from llm.training.outputs import SUMMARY_FILE
 from llm.training.resume import PER_INVOCATION, reconcile_resume_config, resumed_group
 from llm.training.run_dir import RunDirLock, claim_run_dir, never_trained, record_command, trained_twin
@@ -187,6 +193,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
                           swept=swept_values(overrides, run_dir.parent) if sweep_job else "")
         if init is not None:
             apply_init_from(trainer.model, *init)
+            trainer.summary["init_from"] = init_record(source, init[0], init[1])  # kept by its checkpoints
             if dist_info.is_main:  # what differs from the source's training is a warning; the rest is information
                 for line in notes:
                     log.warning(line)

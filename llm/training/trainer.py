@@ -223,6 +223,7 @@ class Trainer:
         self.last_val_step: int | None = None
         self.saved: tuple[int, int | None] | None = None  # (step, eval step) of the checkpoint on disk, if any
         self.trained_by: dict[str, Any] = {}  # the resumed checkpoint's TRAINED_BY record
+        self.init_from: dict | None = None  # where a run started from another's weights came from (its checkpoints')
         if resume is not None:
             tracker_id = self._restore(*resume)
         self.train_model = self._wrap(self.model)
@@ -273,6 +274,7 @@ class Trainer:
         set_rng_state(state["rng"] if own is None else own)
         if own is None:  # a rank the checkpoint has no stream of: its own from this step
             torch.manual_seed(runtime.rank_seed(self.cfg.seed, self.dist.rank, self.step))
+        self.init_from = state.get("init_from")
         saved_val = state.get("last_val") or {}
         if saved_val.get("step") == self.step:  # evaluated at this step: a resume at the end need not eval again
             self.last_val = {k: v for k, v in saved_val.items() if k != "step"}
@@ -321,7 +323,7 @@ class Trainer:
             "tokens_per_step": self.tokens_per_step, "train_passes": self.train_passes(),
             "compile": bool(tc.compile), "fused_linear_ce": bool(tc.get("fused_linear_ce")),
             **code_version(), "run_dir": str(self.run_dir), "status": "running",
-            "started_at": time.time(),
+            "started_at": time.time(), **({"init_from": self.init_from} if self.init_from else {}),
         }
         if self.dist.is_main:
             log.info(f"model {cfg.model.name}: {summary['params'] / 1e6:.2f}M params, rope={summary['rope_label']}, "
@@ -501,7 +503,7 @@ class Trainer:
         data = {"seed": self.cfg.seed, "next_step": self.step, "id": self.summary["data_fingerprint"]["id"]}
         extra = {"config": OmegaConf.to_container(self.cfg, resolve=True), "wandb_id": self.outputs.tracker_id,
                  "trained_by": {**{k: self.summary.get(k) for k in TRAINED_BY}, **self._ended()},
-                 "wandb_group": self.group, "data": data,
+                 "wandb_group": self.group, "data": data, "init_from": self.summary.get("init_from"),
                  "last_val": {"step": self.last_val_step, **self.last_val} if self.last_val else None,
                  **({"rng_ranks": ranks} if ranks else {})}
         save_checkpoint(self.ckpt_dir, self.step, self.model, self.optimizers, self.totals, extra,

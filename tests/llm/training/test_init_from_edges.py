@@ -164,3 +164,24 @@ def test_a_scaled_source_lends_its_own_original_length(tmp_path):
     assert cfg.rope.scaling.original_max_seq_len == 32
     assert note is not None and "32, the rope.scaling.original_max_seq_len of the run" in note
     assert not any("original_max_seq_len=32 is not" in n for n in init_from_notes(cfg, found))
+
+
+def test_a_fine_tune_records_its_source_and_keeps_it_through_a_resume(tmp_path, monkeypatch):
+    """The run's only record of its source was train.init_from as typed, which a relative path leaves to the working
+    directory: its summary names the source's dir and checkpoint absolutely, the step and the source's data and
+    code, and its checkpoints carry that into a resumed run's summary."""
+    from helpers import run_inprocess as train_small
+
+    monkeypatch.chdir(tmp_path)
+    source = train_small(tmp_path / "source", ["train.max_steps=2", "train.eval_every=2"])
+    tune = ["train.init_from=source", "train.max_steps=2", "train.eval_every=2"]
+    train_small(tmp_path / "tune", [*tune, "train.stop_at_step=1"])
+    want = {"run": str((tmp_path / "source").resolve()),
+            "checkpoint": str((tmp_path / "source" / "checkpoints" / "last.pt").resolve()), "step": 2,
+            "data_id": source["data_fingerprint"]["id"], "git_commit": source["git_commit"],
+            "code_fingerprint": source["code_fingerprint"]}
+    first = json.loads((tmp_path / "tune" / "summary.json").read_text())
+    assert first["status"] == "interrupted" and first["init_from"] == want
+    done = train_small(tmp_path / "tune", [*tune, "train.resume=auto"])
+    assert done["status"] == "completed" and done["init_from"] == want
+    assert json.loads((tmp_path / "tune" / "summary.json").read_text())["init_from"] == want
