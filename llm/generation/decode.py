@@ -21,6 +21,7 @@ from torch import Tensor
 
 from llm.generation.sampling import Sampling, pick_next
 from llm.generation.static import StaticDecoder
+from llm.kv_cache import ATTENTIONS
 from llm.model import GPT
 
 #: The ``cache`` choices of :func:`generate` (True and False are "dynamic" and "none").
@@ -92,6 +93,8 @@ def generate(model: GPT, prompt: Tensor, max_new_tokens: int, sampling: Sampling
         raise ValueError(f"a prompt of {T0} tokens plus {max_new_tokens} new ones must fit the model's context of "
                          f"{model.context_len} positions (and the prompt must not be empty)")
     kind = "static" if decoder is not None else cache_kind(use_cache)
+    if attention not in ATTENTIONS:  # checked here as well: without a cache nothing else would read it
+        raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
     was_training = model.training
     model.eval()
     try:

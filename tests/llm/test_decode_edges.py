@@ -74,3 +74,13 @@ def test_a_static_decoder_refuses_an_empty_prompt_an_early_step_and_a_token_of_a
             decoder.step(token)
     assert decoder.cache.length == 3
     assert decoder.step(logits.argmax(-1)).shape == logits.shape
+
+
+@pytest.mark.parametrize("use_cache", [False, True, "static"])
+def test_generate_refuses_an_attention_it_does_not_have_with_or_without_a_cache(use_cache):
+    """Without a cache, ``generate`` read ``attention`` nowhere: a typo ("flash") passed silently."""
+    from llm.generation import Sampling, generate
+
+    with pytest.raises(ValueError, match=r"^attention must be one of sdpa, fused_rope, got 'flash'$"):
+        generate(tiny_model(), torch.zeros(1, 3, dtype=torch.long), 2, Sampling(), use_cache=use_cache,
+                 attention="flash")
