@@ -2,7 +2,8 @@
 
 ``optim=adamw`` (default): one AdamW, no weight decay on norms/biases/embeddings.
 ``optim=muon``: ``torch.optim.Muon`` for the 2-D weight matrices inside the transformer blocks and
-AdamW for everything else (embeddings, norms, the tied head), each with its own learning rate.
+AdamW for everything else (embeddings, norms, the tied head), each with its own learning rate; ``weight_decay`` is
+Muon's, ``adamw_weight_decay`` AdamW's, on its matrices (embeddings, an untied head) only, never on norms or biases.
 Both are driven by the same warmup + cosine schedule (a multiplier on each group's base lr).
 """
 
@@ -27,6 +28,8 @@ def _bad_number(value: object, low: float, high: float = math.inf, low_inclusive
 
 #: Muon's settings and the defaults :func:`build_optimizers` passes when a config leaves them out.
 MUON_DEFAULTS = {"momentum": 0.95, "nesterov": True, "ns_steps": 5}
+#: torch.optim.Muon's bound on ``ns_steps`` (exclusive), which it checks only when it steps.
+MUON_MAX_NS_STEPS = 100
 
 
 def check_optim_config(cfg: Mapping) -> None:
@@ -55,14 +58,16 @@ def check_optim_config(cfg: Mapping) -> None:
 
 def _check_muon(cfg: Mapping) -> None:
     """torch.optim.Muon checks only momentum >= 0, after the model is built: momentum 1 or more never forgets
-    (and diverges), ns_steps 0 skips the orthogonalization that makes it Muon, and any nesterov value counts as
-    true or false."""
+    (and diverges), ns_steps 0 skips the orthogonalization that makes it Muon (and 100 or more fails in its first
+    step, a traceback after the model and data were built), and any nesterov value counts as true or false."""
     momentum = cfg.get("momentum", MUON_DEFAULTS["momentum"])
     if _bad_number(momentum, 0.0, 1.0, low_inclusive=True):
         raise ValueError(f"optim.momentum={momentum!r} must be a number in [0, 1)")
     steps = cfg.get("ns_steps", MUON_DEFAULTS["ns_steps"])
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"optim.ns_steps={steps!r} must be an integer >= 1 (Newton-Schulz iterations)")
+    # torch.optim.Muon refuses 100 or more only inside its first step, after the data and model work
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps < MUON_MAX_NS_STEPS:
+        raise ValueError(f"optim.ns_steps={steps!r} must be an integer >= 1 (Newton-Schulz iterations) and "
+                         f"< {MUON_MAX_NS_STEPS} (torch.optim.Muon's limit)")
     nesterov = cfg.get("nesterov", MUON_DEFAULTS["nesterov"])
     if not isinstance(nesterov, bool):
         raise ValueError(f"optim.nesterov={nesterov!r} must be true or false")
@@ -99,8 +104,14 @@ def build_optimizers(model: nn.Module, cfg: Mapping, device: torch.device) -> li
     rest = [p for p in params.values() if id(p) not in muon_ids]
     opt_muon = torch.optim.Muon(muon, lr=cfg["muon_lr"], weight_decay=wd,
                                 **{k: cfg.get(k, default) for k, default in MUON_DEFAULTS.items()})
-    opt_adamw = _adamw([{"params": rest, "weight_decay": cfg.get("adamw_weight_decay", 0.0)}], cfg,
-                       cfg["adamw_lr"], device)
+    adamw_wd = cfg.get("adamw_weight_decay", 0.0)
+    groups = [{"params": rest, "weight_decay": adamw_wd}]
+    # norm gains and biases (1-D) are never decayed, as under optim=adamw: decay would pull the gains towards 0;
+    # without decay the one group stays, so such a run and its checkpoints' optimizer state are as they were
+    if adamw_wd:
+        groups = [g for g in ({"params": [p for p in rest if p.dim() >= 2], "weight_decay": adamw_wd},
+                              {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}) if g["params"]]
+    opt_adamw = _adamw(groups, cfg, cfg["adamw_lr"], device)
     return [opt_muon, opt_adamw]
 
 
