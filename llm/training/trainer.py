@@ -268,7 +268,15 @@ class Trainer:
                               "steps after it would train on other tokens; restore the source, or start a new run")
         self.model.load_state_dict(state["model"])
         for opt, opt_state in zip(self.optimizers, state["optimizers"], strict=True):
-            opt.load_state_dict(opt_state)
+            try:
+                opt.load_state_dict(opt_state)
+            except ValueError as e:  # torch's words for groups of other sizes, from code that grouped them otherwise
+                why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise ResumeError(f"checkpoint {path}: its {type(opt).__name__} state does not fit this code's "
+                                  f"parameter groups ({why}): it was saved by code that grouped the parameters "
+                                  "otherwise (optim=muon with optim.adamw_weight_decay > 0 decayed norms and biases "
+                                  "before they were exempted); start a new run, or train.init_from=<this run's dir> "
+                                  "to begin from its weights") from None
         self.step, self.totals = state["step"], TrainTotals.from_state(state.get("totals"))
         own = rank_rng_state(state, self.dist.rank, self.dist.world_size)
         set_rng_state(state["rng"] if own is None else own)

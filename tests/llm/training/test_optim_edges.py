@@ -232,3 +232,23 @@ def test_muon_ns_steps_below_torchs_limit_trains():
         for p in group["params"]:
             p.grad = torch.ones_like(p)
     muon.step()
+
+
+def test_a_checkpoint_of_other_parameter_groups_is_one_line_on_resume(tmp_path):
+    """A Muon run with adamw_weight_decay > 0 saved before norms and biases were exempted holds one AdamW group,
+    where this code makes two: torch's load_state_dict raised its ValueError, a traceback."""
+    from llm.errors import ResumeError
+    from llm.training.run import run_training
+
+    steps = ["optim=muon", "optim.adamw_weight_decay=0.01", "train.max_steps=4", "train.eval_every=4"]
+    run_inprocess(tmp_path / "run", [*steps, "train.stop_at_step=2"])
+    last = tmp_path / "run" / "checkpoints" / "last.pt"
+    state = torch.load(last, weights_only=False)
+    groups = state["optimizers"][1]["param_groups"]
+    merged = {**groups[0], "params": [i for g in groups for i in g["params"]]}  # the old code's one group
+    state["optimizers"][1]["param_groups"] = [merged]
+    torch.save(state, last)
+    resume = [*steps, "train.resume=auto"]
+    with pytest.raises(ResumeError, match=r"its AdamW state does not fit this code's parameter groups .*start a new "
+                                          r"run, or train.init_from="):
+        run_training(compose_cfg(resume), tmp_path / "run", resume)
