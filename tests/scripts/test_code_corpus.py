@@ -81,6 +81,8 @@ def test_a_package_not_installed_is_named_by_the_flag_that_asked_for_it(tmp_path
         (["--min-chars", "-5"], "--min-chars"),
         (["--min-chars", "100", "--max-chars", "10"], "--max-chars"),  # no file can be both: an empty corpus
         (["--site-packages", "nosuchdir"], "--site-packages"),  # was blamed on the installed packages
+        (["--manifest", "m.json", "--packages", "alpha"], "--packages"),  # the manifest's files were taken instead
+        (["--manifest", "m.json", "--min-chars", "10"], "--min-chars"),
     ],
 )
 def test_bad_sizes_and_site_dirs_are_one_line_naming_the_flag(tmp_path, site, capsys, args, names):
