@@ -76,7 +76,7 @@ def drop_repeated(groups: list[Group]) -> tuple[list[Group], int]:
         kept, i = [], 0
         for batch in ds.select_columns(["text"]).iter(batch_size=1024):
             for text in batch["text"]:
-                digest = hashlib.sha256((text or "").encode("utf-8", "surrogatepass")).digest()
+                digest = _digest(text)
                 if text and digest in seen:
                     dropped += 1
                 else:
@@ -87,6 +87,18 @@ def drop_repeated(groups: list[Group]) -> tuple[list[Group], int]:
             ds, keys = ds.select(kept), (None if keys is None else [keys[j] for j in kept])
         out.append((ds, keys))
     return out, dropped
+
+
+def shared_texts(train: list[Group], val: list[Group]) -> int:
+    """How many of ``val``'s non-empty documents are word for word a document of ``train``: a dataset's own val
+    split is taken as it is, so a copy in both is only said (the val loss is then partly measured on train text)."""
+    seen = {_digest(t) for ds, _ in train for b in ds.select_columns(["text"]).iter(batch_size=1024) for t in b["text"]}
+    return sum(1 for ds, _ in val for b in ds.select_columns(["text"]).iter(batch_size=1024) for t in b["text"]
+               if t and _digest(t) in seen)
+
+
+def _digest(text: str | None) -> bytes:
+    return hashlib.sha256((text or "").encode("utf-8", "surrogatepass")).digest()
 
 
 def _scored_rows(groups: list[Group]) -> list[tuple[float, int, int, str]]:

@@ -24,7 +24,7 @@ from typing import Any
 from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field, val_fraction
 from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
 from llm.data.sources.tinystories import OFFLINE_DATA, hub_reachable
-from llm.data.split import drop_repeated, id_key, split_documents
+from llm.data.split import drop_repeated, id_key, shared_texts, split_documents
 from llm.data.tokenizer import NetworkUnavailableError, is_network_error
 
 log = logging.getLogger(__name__)
@@ -212,6 +212,11 @@ def _load(hf_path: str, opts: dict, split: str, val_split: str | None, field: st
                      "on each side of the split would put val text in train)")
         return split_documents(groups, fraction, where)
     val = _one_split(hf_path, val_split, opts, field, id_field, max_docs, streaming, scratch)
+    shared = shared_texts([train], [val])
+    if shared:
+        log.warning(f"{where}: {shared} document(s) of data.val_split={val_split} are also in data.split={split} word "
+                    "for word, so the val loss is partly measured on train text (data.val_split=null splits "
+                    "data.split itself, each text once)")
     return {"train": [train], "val": [val]}
 
 

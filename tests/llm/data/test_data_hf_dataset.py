@@ -162,3 +162,20 @@ def test_a_local_file_replaced_with_its_mtime_kept_is_read_anew(tmp_path, docs):
     os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
     d = prepare_data(cfg, "cl100k_base", tmp_path / "cache")
     assert sorted(docs(d.train, enc) + docs(d.val, enc)) == sorted(new)
+
+
+def test_a_val_split_that_repeats_train_text_is_said(tmp_path, caplog):
+    """A dataset's own val split is taken as it is; where some of its documents are train documents word for word
+    (a leak in the dataset), the build says how many: it was silent."""
+    import logging
+
+    root = tmp_path / "leaky"
+    (root / "data").mkdir(parents=True)
+    train = [f"train story number {i} " * 4 for i in range(30)]
+    pq.write_table(pa.table({"story": train}), root / "data" / "train-00000-of-00001.parquet")
+    pq.write_table(pa.table({"story": [train[3], train[7], "a story of its own " * 4]}),
+                   root / "data" / "validation-00000-of-00001.parquet")
+    with caplog.at_level(logging.WARNING, logger="llm.data.sources.hf_dataset"):
+        prepare_data(_cfg(root, val_split="validation"), "cl100k_base", tmp_path / "cache")
+    said = [r.getMessage() for r in caplog.records if "word for word" in r.getMessage()]
+    assert len(said) == 1 and "2 document(s) of data.val_split=validation are also in data.split=train" in said[0]
