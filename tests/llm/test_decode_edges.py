@@ -54,7 +54,9 @@ def test_a_step_of_another_batch_or_dtype_is_one_line_and_writes_nothing(static,
         with torch.autocast("cpu", dtype=torch.bfloat16), \
                 pytest.raises(ValueError, match="KV cache holds torch.float32 keys; this step's are torch.bfloat16"):
             model(idx[:, 5:], cache=cache)
-        assert cache.length == 5 and torch.equal(cache.keys, keys)
+        assert cache.length == 5
+        # the whole buffer, bit for bit: its positions past the cached ones are uninitialised and may hold NaN
+        torch.testing.assert_close(cache.keys, keys, rtol=0, atol=0, equal_nan=True)
         last, _ = model(idx[:, 5:], cache=cache)
     torch.testing.assert_close(last, full[:, 5:], rtol=0, atol=1e-5)
 
