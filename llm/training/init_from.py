@@ -131,17 +131,14 @@ def check_init_from(cfg: DictConfig) -> InitSource | None:
     if not checkpoint_files(run_dir / "checkpoints"):
         raise ConfigError(f"{key}={value} has no checkpoint: {run_dir / 'checkpoints'} holds no last.pt or step_*.pt")
     source = _source_config(run_dir, key)
-    new_model = OmegaConf.to_container(cfg.model, resolve=True)
-    old, new = _architecture(source.get("model") or {}), _architecture(new_model)
-    free = ", ".join(f"model.{k}" for k in FREE_MODEL_KEYS[1:])
-    for k in sorted(old, key=lambda k: (k in _DERIVED, k)):  # a key set before one derived from it (d_ff: n_embd)
-        if old[k] != new[k]:
-            raise ConfigError(f"model.{k}={new[k]!r} differs from {old[k]!r} of the run {key}={value} starts from; "
-                              f"its weights fit only its own architecture ({free} may change)")
-    old_tok, new_tok = (source.get("tokenizer") or {}).get("name"), cfg.tokenizer.name
-    if old_tok is not None and old_tok != new_tok:
-        raise ConfigError(f"tokenizer.name={new_tok!r} differs from {old_tok!r} of the run {key}={value} starts "
-                          "from; its embedding rows are that tokenizer's ids")
+    found = _first_difference(source, {"model": OmegaConf.to_container(cfg.model, resolve=True),
+                                       "tokenizer": {"name": cfg.tokenizer.name}})
+    if found is not None:
+        k, new, old = found
+        why = ("its embedding rows are that tokenizer's ids" if k == "tokenizer.name" else
+               "its weights fit only its own architecture ("
+               + ", ".join(f"model.{f}" for f in FREE_MODEL_KEYS[1:]) + " may change)")
+        raise ConfigError(f"{k}={new!r} differs from {old!r} of the run {key}={value} starts from; {why}")
     return InitSource(run_dir, source)
 
 
