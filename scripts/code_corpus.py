@@ -34,6 +34,7 @@ from llm.data.sources.code_corpus import (
     read_corpus,
     rebuild_from_manifest,
     select_packages,
+    selection_beside_manifest,
 )
 from llm.fileio import write_json_atomic, write_text_atomic
 
@@ -76,13 +77,10 @@ def _check_sizes_and_dirs(args: argparse.Namespace) -> None:
     for d in args.site_packages or []:
         if not Path(d).is_dir():
             _refuse(f"error: argument --site-packages: {d} is not a directory")
-    if args.manifest is not None:  # the manifest names every file: a selection beside it would be ignored
-        for flag, given, default in (("--packages", args.packages, None), ("--exclude", args.exclude,
-                                     list(DEFAULT_EXCLUDE)), ("--min-chars", args.min_chars, MIN_CHARS),
-                                     ("--max-chars", args.max_chars, MAX_CHARS)):
-            if given != default:
-                _refuse(f"error: argument {flag}: has no effect with --manifest, which names every file of the "
-                        "corpus; leave it out")
+    if args.manifest is not None and (key := selection_beside_manifest(args.packages, args.exclude, args.min_chars,
+                                                                        args.max_chars)):
+        _refuse(f"error: argument --{key.replace('_', '-')}: has no effect with --manifest, which names every file "
+                "of the corpus; leave it out")
 
 
 def _new_dir(out: Path) -> Path:

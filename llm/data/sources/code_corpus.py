@@ -235,17 +235,25 @@ def rebuild_from_manifest(manifest: Mapping[str, Any], search: Sequence[str] | N
     return Corpus(ids, texts, dict(manifest))
 
 
+def selection_beside_manifest(packages: list[str] | None, exclude: list[str] | None, min_chars: int,
+                              max_chars: int) -> str | None:
+    """The first selection setting (``packages``, ``exclude``, ``min_chars``, ``max_chars``) off its default: a
+    manifest names every file of the corpus, so such a setting beside it would be ignored."""
+    for key, given, default in (("packages", packages, None), ("exclude", exclude, list(DEFAULT_EXCLUDE)),
+                                ("min_chars", min_chars, MIN_CHARS), ("max_chars", max_chars, MAX_CHARS)):
+        if given != default:
+            return key
+    return None
+
+
 def check(cfg: Mapping) -> None:
     packages = _string_list(cfg, "packages", None)
     exclude = _string_list(cfg, "exclude", DEFAULT_EXCLUDE)
     _string_list(cfg, "site_packages", None)
     chars = _chars(cfg)
-    if _manifest_path(cfg) is not None:  # the manifest pins every file: a selection beside it would be ignored
-        for key, given, default in (("packages", packages, None), ("exclude", exclude, list(DEFAULT_EXCLUDE)),
-                                    ("min_chars", chars[0], MIN_CHARS), ("max_chars", chars[1], MAX_CHARS)):
-            if given != default:
-                raise DataError(f"data.{key}={given} has no effect with data.manifest, which names every file of "
-                                "the corpus; leave it at its default")
+    if _manifest_path(cfg) is not None and (key := selection_beside_manifest(packages, exclude, *chars)):
+        raise DataError(f"data.{key}={setting(cfg, key)} has no effect with data.manifest, which names every file "
+                        "of the corpus; leave it at its default")
     val_fraction(cfg)
     positive_int_or_none(cfg, "max_docs")
 
