@@ -32,6 +32,11 @@ VAL_DOC_CAP = 0.1
 #: The fewest documents with which every one can be at or under the cap.
 MIN_VAL_DOCS = math.ceil(1 / VAL_DOC_CAP)
 
+#: The version of the rule by which :func:`drop_repeated` tells two texts to be one: each source that reads each text
+#: once records it in its fingerprint (``distinct_texts``), so a cache built under an older rule is built again.
+#: 1: the exact text; 2: line endings aside (CRLF, CR and LF are one), see :func:`text_key`.
+DISTINCT_TEXTS_RULE = 2
+
 #: (datasets.Dataset with a "text" column, one key per row or None). A key of None -- for the whole group or
 #: one row -- means "identify the row by the hash of its text".
 Group = tuple[Any, Sequence[str | None] | None]
@@ -66,7 +71,8 @@ def cap_docs(groups: list[Group], max_docs: int) -> list[Group]:
 
 
 def drop_repeated(groups: list[Group]) -> tuple[list[Group], int]:
-    """``groups`` with each document whose text repeats an earlier one's exactly left out, and how many were.
+    """``groups`` with each document whose text repeats an earlier one's (:func:`text_key`: line endings aside) left
+    out, and how many were.
 
     Why: the split goes by identity (a path, an id), so two copies of one text (a backup folder inside a corpus)
     would land on both sides of it, and the val loss would be measured partly on train text."""
@@ -76,7 +82,7 @@ def drop_repeated(groups: list[Group]) -> tuple[list[Group], int]:
         kept, i = [], 0
         for batch in ds.select_columns(["text"]).iter(batch_size=1024):
             for text in batch["text"]:
-                digest = _digest(text)
+                digest = text_key(text)
                 if text and digest in seen:
                     dropped += 1
                 else:
@@ -90,15 +96,23 @@ def drop_repeated(groups: list[Group]) -> tuple[list[Group], int]:
 
 
 def shared_texts(train: list[Group], val: list[Group]) -> int:
-    """How many of ``val``'s non-empty documents are word for word a document of ``train``: a dataset's own val
-    split is taken as it is, so a copy in both is only said (the val loss is then partly measured on train text)."""
-    seen = {_digest(t) for ds, _ in train for b in ds.select_columns(["text"]).iter(batch_size=1024) for t in b["text"]}
+    """How many of ``val``'s non-empty documents are word for word (line endings aside) a document of ``train``: a
+    dataset's own val split is taken as it is, so a copy in both is only said (the val loss is then partly measured
+    on train text)."""
+    seen = {text_key(t) for ds, _ in train
+            for b in ds.select_columns(["text"]).iter(batch_size=1024) for t in b["text"]}
     return sum(1 for ds, _ in val for b in ds.select_columns(["text"]).iter(batch_size=1024) for t in b["text"]
-               if t and _digest(t) in seen)
+               if t and text_key(t) in seen)
 
 
-def _digest(text: str | None) -> bytes:
-    return hashlib.sha256((text or "").encode("utf-8", "surrogatepass")).digest()
+def text_key(text: str | None) -> bytes:
+    """What two documents must share to be one text (:data:`DISTINCT_TEXTS_RULE`): the sha256 of the text with its
+    line endings made LF, for this key only (the document keeps its own).
+
+    Why line endings aside: one file checked out on Windows and on Linux differs in them alone, and as two documents
+    the copies could land one in train and one in val."""
+    text = (text or "").replace("\r\n", "\n").replace("\r", "\n")
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
 def _scored_rows(groups: list[Group]) -> list[tuple[float, int, int, str]]:

@@ -13,14 +13,17 @@ other directories), the first of a name winning as it does for ``import``, less 
 itself: its files change with every commit); of each, the ``*.py`` files its RECORD lists inside its site
 directory. A file is one document, identified by ``<package>/<path>`` (stable across versions, so the split
 by identity keeps a document on its side); files that are not UTF-8, shorter than ``data.min_chars`` or longer
-than ``data.max_chars`` are skipped, and so is a file whose content an earlier one already had (vendored
-copies would otherwise sit on both sides of the split).
+than ``data.max_chars`` are skipped, and so is a file whose text an earlier one already had, line endings aside
+(:func:`llm.data.split.text_key`: vendored copies, one with CRLF line endings, would otherwise sit on both sides
+of the split). A manifest is rebuilt as it names its files: one written before line endings were set aside may
+name such a pair, which the build then warns of.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
@@ -34,8 +37,10 @@ from typing import Any
 
 from llm.data.config import DataError, positive_int_or_none, setting, val_fraction
 from llm.data.sources.base import KEEP_DIR, Source, SourceKind, fingerprint_hash
-from llm.data.split import split_documents
+from llm.data.split import DISTINCT_TEXTS_RULE, split_documents, text_key
 from llm.fileio import write_json_atomic
+
+log = logging.getLogger(__name__)
 
 KEYS = ("packages", "exclude", "site_packages", "manifest", "min_chars", "max_chars", "val_fraction", "max_docs")
 MIN_CHARS, MAX_CHARS = 200, 300_000
@@ -155,15 +160,18 @@ def _decode(raw: bytes) -> str | None:
 
 def read_corpus(files: Sequence[PackageFile], min_chars: int = MIN_CHARS, max_chars: int = MAX_CHARS,
                 settings: Mapping[str, Any] | None = None) -> Corpus:
-    """Read ``files`` (skipping non-UTF-8, too short or long, and repeated contents) into a :class:`Corpus`."""
+    """Read ``files`` (skipping non-UTF-8, too short or long, and repeated texts) into a :class:`Corpus`.
+
+    A text repeats an earlier one when their :func:`~llm.data.split.text_key` agree, line endings aside: the
+    manifest's sha256 is of the file's bytes (what a rebuild checks), never the test of a repeat."""
     ids, texts, entries, seen = [], [], [], set()
     for pf in sorted(files, key=lambda p: p.doc_id):
         raw = pf.location.read_bytes()
         text = _decode(raw)
-        sha = hashlib.sha256(raw).hexdigest()
-        if text is None or not min_chars <= len(text) <= max_chars or sha in seen:
+        if text is None or not min_chars <= len(text) <= max_chars or (key := text_key(text)) in seen:
             continue
-        seen.add(sha)
+        seen.add(key)
+        sha = hashlib.sha256(raw).hexdigest()
         ids.append(pf.doc_id)
         texts.append(text)
         entries.append({"id": pf.doc_id, "package": pf.package, "path": pf.path, "sha256": sha, "chars": len(text)})
@@ -218,7 +226,7 @@ def rebuild_from_manifest(manifest: Mapping[str, Any], search: Sequence[str] | N
     """The manifest's corpus read from the installed packages, every file checked against its sha256."""
     files = files_of_manifest(manifest, search, where)
     expected = {f["id"]: f["sha256"] for f in manifest["files"]}
-    ids, texts = [], []
+    ids, texts, seen, repeated = [], [], set(), 0
     for pf in sorted(files, key=lambda p: p.doc_id):
         try:
             raw = pf.location.read_bytes()
@@ -230,8 +238,15 @@ def rebuild_from_manifest(manifest: Mapping[str, Any], search: Sequence[str] | N
         text = _decode(raw)
         if text is None:  # the hash matched, so the manifest's own build decoded it: a manifest made elsewhere
             raise DataError(f"{where}: {pf.doc_id} is not UTF-8 text")
+        key = text_key(text)
+        repeated += key in seen
+        seen.add(key)
         ids.append(pf.doc_id)
         texts.append(text)
+    if repeated:  # the manifest pins its corpus, so it is read as it is, and the leak it holds is said
+        log.warning(f"{where}: {repeated} document(s) repeat an earlier one's text but for line endings (a manifest "
+                    "of an older build), so the val loss may be partly measured on train text; a build without "
+                    "the manifest reads each text once")
     return Corpus(ids, texts, dict(manifest))
 
 
@@ -308,7 +323,8 @@ def build(cfg: Mapping) -> Source:
                         f"{f' under data.site_packages={search}' if search else ''}")
     # the cheap fingerprint: what is installed and each file's size and mtime (an edit changes it, unread)
     h = fingerprint_hash(source="code_corpus", packages=sorted({(f.package, f.version) for f in files}),
-                         min_chars=chars[0], max_chars=chars[1], val_fraction=fraction, max_docs=max_docs)
+                         min_chars=chars[0], max_chars=chars[1], val_fraction=fraction, max_docs=max_docs,
+                         distinct_texts=DISTINCT_TEXTS_RULE)
     for f in files:
         st = os.stat(f.location)
         h.update(f"{f.doc_id}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))

@@ -24,7 +24,7 @@ from typing import Any
 from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field, val_fraction
 from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
 from llm.data.sources.tinystories import OFFLINE_DATA, hub_reachable
-from llm.data.split import drop_repeated, id_key, shared_texts, split_documents
+from llm.data.split import DISTINCT_TEXTS_RULE, drop_repeated, id_key, shared_texts, split_documents
 from llm.data.tokenizer import NetworkUnavailableError, is_network_error
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ def build(cfg: Mapping) -> Source:
     h = fingerprint_hash(source="hf_dataset", hf_path=str(local.resolve()) if local else hf_path, revision=revision,
                          config_name=config_name, split=split, val_split=val_split, text_field=field,
                          id_field=id_field, val_fraction=None if val_split else fraction, max_docs=max_docs,
-                         distinct_texts=val_split is None)
+                         distinct_texts=DISTINCT_TEXTS_RULE if val_split is None else False)
     if local is not None:
         rels = [local.name] if local.is_file() else sorted(
             p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file() and not p.name.startswith("."))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from llm.data.config import DataError, positive_int_or_none, val_fraction
 from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
-from llm.data.split import drop_repeated, split_documents
+from llm.data.split import DISTINCT_TEXTS_RULE, drop_repeated, split_documents
 
 KEYS = ("val_fraction", "max_files")
 
@@ -48,7 +48,7 @@ def build(cfg: Mapping) -> Source:
     if not rels:
         raise DataError(f"data=pystdlib found no *.py files under the interpreter's stdlib {root}")
     h = fingerprint_hash(source="pystdlib", python=sys.version, impl=sys.implementation.name,
-                         val_fraction=fraction, max_files=max_files, distinct_texts=True)
+                         val_fraction=fraction, max_files=max_files, distinct_texts=DISTINCT_TEXTS_RULE)
     add_file_stats(h, root, rels)
 
     def load(scratch: Path) -> dict[str, list]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field, val_fraction
 from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
 from llm.data.sources.file_readers import SUFFIXES, _binary_error, read_jsonl, read_parquet, read_txt
-from llm.data.split import Group, cap_docs, drop_repeated, split_documents
+from llm.data.split import DISTINCT_TEXTS_RULE, Group, cap_docs, drop_repeated, split_documents
 
 KEYS = ("path", "text_field", "id_field", "val_fraction", "max_docs")
 _KINDS = "/".join(SUFFIXES)
@@ -143,7 +143,7 @@ def build(cfg: Mapping) -> Source:
     max_docs = positive_int_or_none(cfg, "max_docs")
     fraction = val_fraction(cfg)
     h = fingerprint_hash(source="text_files", path=str(path.resolve()), text_field=field, id_field=id_field,
-                         max_docs=max_docs, val_fraction=fraction, distinct_texts=True)
+                         max_docs=max_docs, val_fraction=fraction, distinct_texts=DISTINCT_TEXTS_RULE)
     where = f"data.path={setting(cfg, 'path')}"
     try:
         add_file_stats(h, root, rels)

@@ -122,3 +122,63 @@ def test_a_selection_beside_a_manifest_is_refused(tmp_path, site, key, value):
     with pytest.raises(DataError, match=rf"^data.{key}=.* has no effect with data.manifest"):
         check_data_config(_cfg(site, manifest=str(pinned), **{key: value}), "cl100k_base")
     check_data_config(_cfg(site, manifest=str(pinned)), "cl100k_base")  # the defaults beside it are fine
+
+
+def _crlf_copies(site: Path) -> dict[str, str]:
+    """gamma: twelve of alpha's modules again, with CRLF line endings (a vendored copy checked out on Windows)."""
+    files = {f"gamma/m{i:02d}.py": _module(i, "alpha").replace("\n", "\r\n") for i in range(12)}
+    make_distribution(site, "gamma", "0.5", files)
+    return files
+
+
+def _same_text(a: str, b: str) -> bool:
+    return a.replace("\r\n", "\n") == b.replace("\r\n", "\n")
+
+
+def test_a_copy_with_other_line_endings_is_one_document(tmp_path, site, docs):
+    """A file and its copy with CRLF line endings were two documents (the repeat test hashed the file's bytes), and
+    the split by path put some pairs one in train and one in val; each text is now read once, under its first id."""
+    from llm.data.tokenizer import get_tokenizer
+
+    _crlf_copies(site)
+    d = prepare_data(_cfg(site), "cl100k_base", tmp_path / "cache")
+    manifest = json.loads((Path(d.meta["cache_dir"]) / MANIFEST_NAME).read_text())
+    ids = [f["id"] for f in manifest["files"]]
+    assert len(ids) == 24 + 16 and not any(i.startswith("gamma/") for i in ids)
+    assert "gamma" not in {p["name"] for p in manifest["packages"]}
+    enc = get_tokenizer("cl100k_base")
+    train, val = docs(d.train, enc), docs(d.val, enc)
+    assert not any(_same_text(v, t) for v in val for t in train)
+
+
+def test_a_manifest_naming_copies_with_other_line_endings_is_read_as_it_is_and_said(tmp_path, site, caplog):
+    """A manifest pins its corpus: one written before line endings were set aside, naming a file and its CRLF copy,
+    rebuilds both, and the build warns of the repeat (the val loss may be partly train text)."""
+    import hashlib
+    import logging
+
+    d = prepare_data(_cfg(site), "cl100k_base", tmp_path / "cache")
+    manifest = json.loads((Path(d.meta["cache_dir"]) / MANIFEST_NAME).read_text())
+    rel, text = next(iter(_crlf_copies(site).items()))
+    raw = (site / rel).read_bytes()
+    assert b"\r\n" in raw
+    manifest["files"].append({"id": f"gamma/{rel}", "package": "gamma", "path": rel,
+                              "sha256": hashlib.sha256(raw).hexdigest(), "chars": len(text)})
+    manifest["packages"].append({"name": "gamma", "version": "0.5", "documents": 1})
+    manifest["fingerprint"] = corpus_fingerprint(manifest["files"])
+    old = tmp_path / "old_manifest.json"
+    old.write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING, logger="llm.data.sources.code_corpus"):
+        again = prepare_data(_cfg(site, manifest=str(old)), "cl100k_base", tmp_path / "c2")
+    said = [r.getMessage() for r in caplog.records if "line endings" in r.getMessage()]
+    assert len(said) == 1 and "1 document(s) repeat an earlier one's text" in said[0]
+    assert sum(again.meta["n_docs"].values()) == 41
+
+
+def test_the_repeat_rule_is_in_the_fingerprint(site, monkeypatch):
+    """A cache built when the repeat test hashed the bytes holds the CRLF copies: a new rule must rebuild it."""
+    from llm.data.sources import code_corpus
+
+    before = code_corpus.build(_cfg(site)).fingerprint
+    monkeypatch.setattr(code_corpus, "DISTINCT_TEXTS_RULE", 1)
+    assert code_corpus.build(_cfg(site)).fingerprint != before

@@ -179,3 +179,31 @@ def test_a_val_split_that_repeats_train_text_is_said(tmp_path, caplog):
         prepare_data(_cfg(root, val_split="validation"), "cl100k_base", tmp_path / "cache")
     said = [r.getMessage() for r in caplog.records if "word for word" in r.getMessage()]
     assert len(said) == 1 and "2 document(s) of data.val_split=validation are also in data.split=train" in said[0]
+
+
+def test_texts_differing_in_line_endings_alone_are_one_document(tmp_path, docs, caplog):
+    """Split by data.id_field, a text stored under two ids, once with CRLF line endings, landed on both sides; kept
+    once now (as read, under its first id). Beside the dataset's own val split such a copy is said."""
+    import json
+    import logging
+
+    enc = get_tokenizer("cl100k_base")
+    texts = [f"story {i}\r\nonce upon a time\r\n" for i in range(10)]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": i, "text": texts[i % 10] if i < 10 else
+                                        texts[i % 10].replace("\r\n", "\n")}) + "\n" for i in range(40)))
+    d = prepare_data({"name": "hf_dataset", "hf_path": str(rows), "id_field": "id", "val_fraction": 0.3},
+                     "cl100k_base", tmp_path / "cache")
+    train, val = docs(d.train, enc), docs(d.val, enc)
+    assert sorted(train + val) == sorted(texts)
+
+    root = tmp_path / "leaky"
+    (root / "data").mkdir(parents=True)
+    train_texts = [f"train story number {i}\n" * 4 for i in range(30)]
+    pq.write_table(pa.table({"story": train_texts}), root / "data" / "train-00000-of-00001.parquet")
+    pq.write_table(pa.table({"story": [train_texts[3].replace("\n", "\r\n"), "a story of its own\n" * 4]}),
+                   root / "data" / "validation-00000-of-00001.parquet")
+    with caplog.at_level(logging.WARNING, logger="llm.data.sources.hf_dataset"):
+        prepare_data(_cfg(root, val_split="validation"), "cl100k_base", tmp_path / "cache2")
+    said = [r.getMessage() for r in caplog.records if "word for word" in r.getMessage()]
+    assert len(said) == 1 and "1 document(s) of data.val_split=validation" in said[0]

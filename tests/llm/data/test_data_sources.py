@@ -179,3 +179,36 @@ def test_pystdlib_identical_files_are_one_document(tmp_path, monkeypatch, docs):
     train, val = docs(d.train, enc), docs(d.val, enc)
     assert sorted(train + val) == sorted(f"x = {i}\n" * 20 for i in range(30))
     assert not set(train) & set(val)
+
+
+def test_pystdlib_files_differing_in_line_endings_alone_are_one_document(tmp_path, monkeypatch, docs):
+    """A stdlib file and a copy of it with CRLF (or CR) line endings are one text, kept as read under its first path:
+    as two documents the split by path could put one in train and one in val."""
+    enc = get_tokenizer("cl100k_base")
+    fake = tmp_path / "stdlib"
+    fake.mkdir()
+    texts = [f"x = {i}\r\ny = {i}\r\n" * 10 for i in range(30)]
+    for i, text in enumerate(texts):
+        (fake / f"a{i:02d}.py").write_bytes(text.encode())
+        (fake / f"b{i:02d}.py").write_bytes(text.replace("\r\n", "\n").encode())
+        (fake / f"c{i:02d}.py").write_bytes(text.replace("\r\n", "\r").encode())
+    monkeypatch.setattr(pystdlib, "stdlib_root", lambda: fake)
+    d = prepare_data({"name": "pystdlib", "val_fraction": 0.3}, "cl100k_base", tmp_path / "cache")
+    train, val = docs(d.train, enc), docs(d.val, enc)
+    assert sorted(train + val) == sorted(texts)  # each text once, its CRLF as read
+    assert not {t.replace("\r\n", "\n") for t in train} & {t.replace("\r\n", "\n") for t in val}
+
+
+@pytest.mark.parametrize("source", ["pystdlib", "text_files", "hf_dataset"])
+def test_the_repeat_rule_is_in_the_fingerprint(tmp_path, make_corpus, monkeypatch, source):
+    """A cache built under an older rule of what a repeated text is (the exact text) may hold copies that differ in
+    line endings alone: the rule's version is in the fingerprint of each source that reads each text once."""
+    import importlib
+
+    module = importlib.import_module(f"llm.data.sources.{source}")
+    corpus = make_corpus(tmp_path / "corpus", n_txt=3)
+    cfg = {"pystdlib": {"name": "pystdlib"}, "text_files": {"name": "text_files", "path": str(corpus)},
+           "hf_dataset": {"name": "hf_dataset", "hf_path": str(corpus / "doc000.txt")}}[source]
+    before = module.build(cfg).fingerprint
+    monkeypatch.setattr(module, "DISTINCT_TEXTS_RULE", 1)
+    assert module.build(cfg).fingerprint != before
