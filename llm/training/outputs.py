@@ -91,10 +91,15 @@ class Tracker:
     Best effort once the config was accepted: wandb is a copy of what ``metrics.jsonl`` and ``summary.json`` hold,
     so a wandb that cannot start its run (its dir not writable, no network) or fails mid-run (its service process
     gone) is said in one warning line and the run trains on without it, instead of failing with a traceback.
+
+    A resume that trains on from its checkpoint's step (``resume_step``) rewinds the wandb run to that step
+    (``wandb.init(resume_from="<id>?_step=<step>")``), as ``metrics.jsonl`` is cut back to it: the steps trained
+    again replace the ones logged after the checkpoint. Resumed plainly, wandb would keep the first values of those
+    steps (it drops a row whose step is not above the run's last). See :meth:`_init`.
     """
 
     def __init__(self, logger_cfg: Mapping, run_dir: Path, name: str, group: str, config: dict,
-                 resume_id: str | None = None) -> None:
+                 resume_id: str | None = None, resume_step: int | None = None) -> None:
         self.run = None
         self._id = resume_id  # kept when wandb fails: the checkpoint saves it, so a resume continues that wandb run
         wcfg = logger_cfg.get("wandb") if logger_cfg.get("name") == "wandb" else None
@@ -111,18 +116,49 @@ class Tracker:
 
         os.environ.setdefault("WANDB_SILENT", "true")
         group = str(wcfg.get("group") or group)  # sweep.name may be a number; wandb takes a string only
+        args = dict(project=wcfg.get("project", "ropelab"), entity=wcfg.get("entity"), group=group, name=name,
+                    config=config, dir=str(run_dir), mode=mode, tags=list(wcfg.get("tags") or []), id=resume_id)
         try:
-            self.run = wandb.init(
-                project=wcfg.get("project", "ropelab"), entity=wcfg.get("entity"), group=group, name=name,
-                config=config, dir=str(run_dir), mode=mode,
-                tags=list(wcfg.get("tags") or []), id=resume_id, resume="allow" if resume_id else None,
-                settings=wandb.Settings(console="off"),
-            )
+            self.run = self._init(wandb, args, resume_id, resume_step)
         except Exception as e:  # noqa: BLE001 - the run's own files do not need wandb
             self._give_up("could not start its run", e)
             return
         self._id = self.run.id
         log.info(f"wandb: {mode} mode ({source}), project {wcfg.get('project', 'ropelab')}, group {group}")
+
+    @staticmethod
+    def _init(wandb: Any, args: dict, resume_id: str | None, resume_step: int | None) -> Any:
+        """``wandb.init``: a new run, the run ``resume_id`` rewound to ``resume_step``, or, without a step (a resume
+        that trains nothing) or where the rewind fails, that run resumed as it is.
+
+        A rewind is a server feature that can be refused (W&B's preview of it, a server without it, a run the server
+        never received), so a failed one is said in one warning line and the run is resumed as it is; offline, wandb
+        records the rewind and ``wandb sync`` asks the server for it, after uploading the run's earlier segments."""
+
+        def init(**how: Any) -> Any:  # new Settings each time: wandb.init writes its arguments into the ones it gets
+            return wandb.init(**args, **how, settings=wandb.Settings(console="off"))
+
+        if resume_id is None:
+            return init()
+        if resume_step is None:
+            return init(resume="allow")
+        try:
+            return init(resume_from=f"{resume_id}?_step={resume_step}")
+        except Exception as e:  # noqa: BLE001 - the resume below still continues the run's curves
+            failed = e
+        try:  # the failed init still holds the run's id in wandb's service, which refuses a second init with it
+            wandb.teardown()
+        except (Exception, SystemExit):  # noqa: BLE001 - the init below says whether wandb can go on
+            pass
+        run = init(resume="allow")
+        kept = range(resume_step + 1, run.starting_step)  # the steps wandb's run already holds past the checkpoint
+        span = f"step {kept[0]}" if len(kept) == 1 else f"steps {kept[0]}-{kept[-1]}" if kept else ""
+        lines = str(failed).strip().splitlines()
+        log.warning(f"wandb: could not rewind run {resume_id} to step {resume_step} ({type(failed).__name__}"
+                    f"{': ' + lines[0] if lines else ''}); resumed it as it is: "
+                    + (f"the dashboard keeps the first values of {span} (metrics.jsonl holds those trained again)"
+                       if span else "it holds no step past the checkpoint"))
+        return run
 
     def _give_up(self, what: str, error: BaseException) -> None:
         """Say once that wandb failed, and log nothing more to it in this run."""

@@ -314,8 +314,12 @@ class Trainer:
             return NullOutputs()
         clean_checkpoint_dir(self.ckpt_dir)
         name = " ".join(filter(None, (f"{run_label(self.cfg)} s{self.cfg.seed}", self.swept)))
+        # a resume that trains on rewinds its wandb run to the checkpoint's step, as metrics.jsonl is cut back to it;
+        # a finished run resumed logs no step, so its wandb run is resumed as it is
+        resume_step = self.step if tracker_id and self.step < self.tc.max_steps else None
         tracker = Tracker(self.cfg.logger, self.run_dir, name=name, group=group,
-                          config=OmegaConf.to_container(self.cfg, resolve=True), resume_id=tracker_id)
+                          config=OmegaConf.to_container(self.cfg, resolve=True), resume_id=tracker_id,
+                          resume_step=resume_step)
         return RunOutputs(self.run_dir, tracker)
 
     def _initial_summary(self) -> dict:

@@ -5,6 +5,9 @@ A run dir whose ``wandb`` could not be created (a file in its place) ended in a 
 data and the model were built; a wandb service gone mid-run (``ConnectionResetError`` from ``run.log``) ended the
 training there, with ``status: failed`` and a traceback; ``logger.wandb.project=a/b`` was refused by wandb.init
 only after the data and model work, with a traceback.
+
+A resumed run's wandb history is ``metrics.jsonl``'s: the steps trained again after the checkpoint replace the ones
+logged before the interrupt (they were dropped by wandb, which kept the first ones).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -42,6 +46,19 @@ def _train(run_dir: Path, overrides: list[str]) -> dict:
 def _train_steps(run_dir: Path) -> list[int]:
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return [m["step"] for m in lines if m["kind"] == "train"]
+
+
+def _wandb_segments(run_dir: Path) -> list[tuple[Any, list[dict]]]:
+    """The run's offline wandb segments, one per command that trained it, oldest first: each one's run record and
+    history rows."""
+    from helpers import _wandb_records, read_wandb_run
+
+    segments = []
+    for log_file in sorted((run_dir / "wandb").glob("offline-run-*/*.wandb"), key=lambda f: f.parent.name):
+        history = read_wandb_run(log_file)["history"]  # once wandb has written the segment out
+        run = next(r.run for r in _wandb_records(log_file.read_bytes()) if r.WhichOneof("record_type") == "run")
+        segments.append((run, history))
+    return segments
 
 
 def _warnings(caplog) -> list[str]:
@@ -104,6 +121,86 @@ def test_a_wandb_failure_mid_run_does_not_end_the_training(tmp_path: Path, wandb
     assert len(said) == 1 and said[0].startswith("wandb: logging step 2 failed (ConnectionResetError: Connection lost)")
     state = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False, map_location="cpu")
     assert ids and state["wandb_id"] == ids[0]
+
+
+def test_a_resumed_run_rewinds_its_wandb_run_to_its_checkpoint(tmp_path: Path, wandb_offline, monkeypatch):
+    """A run that crashed in step 4 after its checkpoint of step 2, resumed: ``metrics.jsonl`` keeps steps 1-2 and the
+    resume's 3-6, and the resume asks wandb to rewind its run to step 2, so the history wandb shows is the same.
+
+    Resumed with ``resume="allow"`` alone, wandb kept the first values of the steps logged again: online it drops a row
+    whose step is not above the run's last, and ``wandb sync`` of the offline segments moved the resume's steps past
+    the first segment's last (its step 3 shown as step 4)."""
+    from llm.training.trainer import Trainer
+
+    steps = ["logger=wandb", "logger.wandb.mode=offline", "train.max_steps=6", "train.log_every=1",
+             "train.eval_every=2", "train.ckpt_every=2"]
+    real_step = Trainer.train_step
+
+    def crash_in_step_4(self):
+        if self.step == 3:
+            raise RuntimeError("the machine went away")
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", crash_in_step_4)
+    with pytest.raises(SystemExit):
+        _train(tmp_path, steps)
+    monkeypatch.setattr(Trainer, "train_step", real_step)
+    assert _train_steps(tmp_path) == [1, 2, 3]
+    summary = _train(tmp_path, [*steps, "train.resume=auto"])
+    assert summary["status"] == "completed" and _train_steps(tmp_path) == [1, 2, 3, 4, 5, 6]
+
+    (first, logged), (resumed, relogged) = _wandb_segments(tmp_path)
+    assert resumed.run_id == first.run_id
+    rewind = resumed.branch_point
+    assert (rewind.run, rewind.metric, rewind.value) == (first.run_id, "_step", 2)
+    # the run once rewound: its rows up to step 2, then the resume's
+    shown: dict[int, dict] = {}
+    for row in [r for r in logged if r["_step"] <= 2] + relogged:
+        shown.setdefault(row["_step"], {}).update(row)
+    expected: dict[int, dict] = {}
+    for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
+        m = json.loads(line)
+        values = {k: v for k, v in m.items() if k not in ("kind", "step")}
+        names = {f"train/{k}": v for k, v in values.items()} if m["kind"] == "train" else {
+            f"val/{k.removeprefix('val_')}": v for k, v in values.items() if k.startswith("val_")}
+        expected.setdefault(m["step"], {}).update(names)
+    assert sorted(shown) == sorted(expected) == [1, 2, 3, 4, 5, 6]
+    assert {s: {k: shown[s].get(k) for k in expected[s]} for s in expected} == expected
+
+
+def test_a_refused_rewind_resumes_the_wandb_run_as_it_is_and_says_so(tmp_path: Path, wandb_offline, monkeypatch,
+                                                                     caplog):
+    """A server without rewinds (W&B's is a preview), or one that never received the run, refuses ``resume_from``:
+    one warning naming the steps whose first values stay on the dashboard, and the run resumed as it is.
+
+    The refused init here has gone as far as a real one does before the server answers (wandb.init writes its
+    arguments into the Settings it is given): a second init given the same Settings was refused by wandb's check that
+    ``resume`` and ``resume_from`` exclude each other."""
+    import wandb
+    from wandb.sdk.wandb_run import Run
+
+    real_init, asked = wandb.init, []
+
+    def init(**kwargs):
+        asked.append({k: kwargs.get(k) for k in ("id", "resume", "resume_from")})
+        run = real_init(**kwargs)
+        if kwargs.get("resume_from"):  # offline, wandb only records the rewind: the server's answer comes here
+            raise wandb.errors.CommError("failed to rewind run: rewinding runs is not enabled for this entity")
+        return run
+
+    monkeypatch.setattr(wandb, "init", init)
+    monkeypatch.setattr(Run, "starting_step", property(lambda run: 5))  # the server's run holds steps up to 4
+    with caplog.at_level(logging.WARNING, logger="llm.training.outputs"):
+        tracker = Tracker({"name": "wandb", "wandb": {"mode": "offline", "project": "p"}}, tmp_path, name="r",
+                          group="g", config={}, resume_id="abc123", resume_step=2)
+    assert asked == [{"id": "abc123", "resume": None, "resume_from": "abc123?_step=2"},
+                     {"id": "abc123", "resume": "allow", "resume_from": None}]
+    assert tracker.run is not None and tracker.run_id == "abc123"
+    assert _warnings(caplog) == ["wandb: could not rewind run abc123 to step 2 (CommError: failed to rewind run: "
+                                 "rewinding runs is not enabled for this entity); resumed it as it is: the dashboard "
+                                 "keeps the first values of steps 3-4 (metrics.jsonl holds those trained again)"]
+    tracker.log({"train/loss": 1.0}, 5)
+    tracker.finish()
 
 
 @pytest.mark.parametrize("override,said", [
