@@ -15,11 +15,11 @@ from omegaconf import DictConfig
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 
-# A model and data small enough for a 2-core CPU: the cl100k vocabulary still makes the embedding 3M, and its
-# head makes an eval of one batch cost about a training step, so evals take one batch (tests of what several
-# batches add up to, or split across ranks, set train.eval_batches=2 themselves).
+# A model and data small enough for a 2-core CPU. The byte tokenizer: cl100k's 100k-row head, not the model, set
+# the cost of every step and eval (tests of what a BPE vocabulary changes set tokenizer= themselves). Evals take
+# one batch (tests of what several batches add up to, or split across ranks, set train.eval_batches=2 themselves).
 SMALL = [
-    "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.seq_len=32",
+    "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.seq_len=32", "tokenizer=bytes",
     "train.batch_size=4", "train.eval_batches=1", "train.log_every=5", "train.eval_every=10",
     # a fifth of the files in val, not the default twentieth: of 40 files that leaves 2 to 7 of them in val
     # in Python 3.10 to 3.13, where the default's one fallback document can be a file of 25 tokens, too short for

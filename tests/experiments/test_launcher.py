@@ -149,10 +149,11 @@ def test_two_jobs_at_once_on_one_device_through_the_launcher(tmp_path, capfd, mo
     tests of test_faults.py run such a sweep as a process of its own)."""
     sweep = tmp_path / "sweep"
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the workers' torch threads: one each, as two share the cores
-    # jobs of 4 steps: the two workers' first jobs start up to a second or two apart on a loaded machine (each worker
-    # imports the app first), and each job must outlast that for two to be seen running at once
+    # jobs of 4 steps of cl100k's head (a step of the byte tokenizer's is too short): the two workers' first jobs
+    # start up to a second or two apart on a loaded machine (each worker imports the app first), and each job must
+    # outlast that for two to be seen running at once
     code = run_command_inprocess(["hydra/launcher=gpus", "++sweep.jobs_per_gpu=2", "seed=0,1,2", "train.max_steps=4",
-                                  "train.eval_every=4", f"hydra.sweep.dir={sweep}"])
+                                  "train.eval_every=4", "tokenizer=cl100k_base", f"hydra.sweep.dir={sweep}"])
     err = capfd.readouterr().err  # the workers' lines too: they write to the file descriptor they inherit
     assert code == 0, err[-3000:]
     runs = {int(p.parent.name.split("_")[0]): json.loads(p.read_text()) for p in sweep.glob("*/summary.json")}

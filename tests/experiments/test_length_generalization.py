@@ -64,7 +64,7 @@ def test_the_fine_tuning_arm_starts_each_run_from_its_zero_shot_run_at_four_time
 
 
 # a corpus of its own (the code corpus of every installed package would take minutes to build here), no compile
-TINY = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=64", "model.seq_len=32",
+TINY = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=64", "model.seq_len=32", "tokenizer=bytes",
         "train.batch_size=4", "train.grad_accum=1", "train.max_steps=1", "train.eval_every=1", "train.eval_batches=2",
         "train.sample_every=0", "train.compile=false", "logger=none", "data.val_fraction=0.3"]
 

@@ -449,7 +449,7 @@ def test_init_from_starts_a_new_run_from_the_weights_only(trained_run, tmp_path,
     (["model.n_head=4"], r"model.n_head=4 differs from 2 of the run train.init_from="),
     (["model.n_embd=64"], r"model.n_embd=64 differs from 32 of the run"),  # not d_ff, which follows from it
     (["model.mlp=silu"], r"model.mlp='silu' differs from 'gelu'"),
-    (["tokenizer=gpt2"], r"tokenizer.name='gpt2' differs from 'cl100k_base' of the run train.init_from="),
+    (["tokenizer=gpt2"], r"tokenizer.name='gpt2' differs from 'bytes' of the run train.init_from="),
 ])
 def test_init_from_refuses_another_architecture_before_any_work(trained_run, tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message) as e:

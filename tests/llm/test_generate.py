@@ -287,7 +287,7 @@ def test_verbatim_prompt_survives_hydra(value):
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("gen") / "run"
-    run_inprocess(run_dir, ["train.max_steps=3", "train.eval_every=3"])  # SMALL: seq_len 32, cl100k
+    run_inprocess(run_dir, ["train.max_steps=3", "train.eval_every=3", "tokenizer=cl100k_base"])  # seq_len 32
     return run_dir
 
 

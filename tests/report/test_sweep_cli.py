@@ -31,7 +31,7 @@ def test_multirun_report_has_verdicts(tmp_path: Path):
     assert rows["none"]["n"] == "3" and rows["none"]["pairing"] == "paired"
     # what the trainer records reaches the report: the data fingerprint, and the per-window losses (8 windows:
     # train.eval_batches=2 x train.batch_size=4) for the SE of Δ over val windows
-    assert "- data fingerprint: pystdlib, tokenizer cl100k_base, val_fraction 0.2, tokens " in text
+    assert "- data fingerprint: pystdlib, tokenizer bytes, val_fraction 0.2, tokens " in text
     assert "no data fingerprint" not in text
     assert rows["none"]["val_windows"] == "8" and float(rows["none"]["val_loss_window_se"]) > 0
     assert (sweep / DELTA_FILE).stat().st_size > 0

@@ -21,6 +21,16 @@ def test_tokenizer_default_is_offline():
         get_tokenizer("bogus")
 
 
+def test_the_byte_tokenizer_is_each_utf8_byte_and_end_of_text():
+    enc = get_tokenizer("bytes")
+    assert enc.n_vocab == 257 and enc.eot_token == 256 and "bytes" in tokenizer.known_tokenizers()
+    text = "naïve — 日本\r\n" + "x" * 300  # pieces longer than the pattern's 128 bytes join up again
+    ids = enc.encode_ordinary(text)
+    assert ids == list(text.encode()) and enc.decode(ids) == text
+    assert enc.encode_ordinary("<|endoftext|>") == list(b"<|endoftext|>")  # training encodes text as text
+    assert get_tokenizer("bytes") is enc  # built once
+
+
 def test_offline_tokenizer_failure_is_clear(monkeypatch):
     import requests
 
@@ -32,7 +42,7 @@ def test_offline_tokenizer_failure_is_clear(monkeypatch):
         get_tokenizer("gpt2")
     msg = str(err.value)
     assert msg.startswith("tokenizer 'gpt2' needs to download its BPE file and the network is unreachable")
-    assert msg.endswith("offline choices: tokenizer=cl100k_base") and "\n" not in msg
+    assert msg.endswith("offline choices: tokenizer=cl100k_base, tokenizer=bytes") and "\n" not in msg
 
 
 def _chained_network_failure(name):
@@ -69,7 +79,7 @@ def test_offline_tokenizer_failure_prints_one_traceback(monkeypatch, failure):
     assert "direct cause" not in printed and "During handling" not in printed
     last = printed.rstrip("\n").splitlines()[-1]
     assert last.startswith("llm.data.tokenizer.NetworkUnavailableError: tokenizer 'gpt2'")
-    assert last.endswith("offline choices: tokenizer=cl100k_base")
+    assert last.endswith("offline choices: tokenizer=cl100k_base, tokenizer=bytes")
 
 
 def test_network_error_classification():

@@ -258,7 +258,8 @@ def test_full_disk_names_the_file_removes_temporaries_and_keeps_metrics(tmp_path
         monkeypatch.setattr(ckpt.torch, "save", full_save)
     run = mnt / "run"
     with pytest.raises(SystemExit) as exc:
-        run_inprocess(run, [*STEPS, "train.ckpt_every=2"])  # a checkpoint (~40 MB with cl100k) cannot fit
+        # a checkpoint (~40 MB with cl100k's embedding) cannot fit
+        run_inprocess(run, [*STEPS, "train.ckpt_every=2", "tokenizer=cl100k_base"])
     assert exc.value.code == 1
     ckpt_file = run / "checkpoints" / "step_0000002.pt"
     assert f"no space left on device writing {ckpt_file}" in caplog.text

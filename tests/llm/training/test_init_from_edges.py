@@ -23,8 +23,8 @@ from llm.training.init_from import apply_init_from, check_init_from, default_ori
 FINETUNE = ["model.seq_len=64", "rope.scaling.type=yarn", "rope.scaling.factor=2"]
 CONF = Path(__file__).resolve().parents[3] / "conf"
 #: A CPU-sized model: nothing here reaches the data, so only the model and run keys matter.
-SMALL = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.seq_len=32", "train.batch_size=4",
-         "logger=none"]
+SMALL = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.seq_len=32", "tokenizer=bytes",
+         "train.batch_size=4", "logger=none"]
 
 
 def compose_cfg(overrides: list[str]) -> DictConfig:

@@ -24,7 +24,7 @@ def test_a_run_records_its_data_and_the_final_evals_windows(tmp_path):
     cfg = OmegaConf.load(tmp_path / "config.yaml")
     data = prepare_data(cfg.data, cfg.tokenizer.name, cfg.cache_dir)
     fp = summary["data_fingerprint"]
-    assert fp["id"] == data.meta["data_id"] and fp["source"] == "pystdlib" and fp["tokenizer"] == "cl100k_base"
+    assert fp["id"] == data.meta["data_id"] and fp["source"] == "pystdlib" and fp["tokenizer"] == "bytes"
     assert fp["tokens_sha256"] == data.meta["sha256"] and fp["split"]["val_fraction"] == 0.2
     assert summary["train_passes"] == pytest.approx(10 * 4 * 32 / len(data.train))
     windows = json.loads((tmp_path / "eval_windows.json").read_text())

@@ -57,12 +57,13 @@ def test_cli_run_writes_every_output(tmp_path):
 
 
 def test_loss_falls_on_tiny(tmp_path):
-    # the real tiny preset (SMALL's shrunken widths put back), shorter sequences; 16 steps leave margins of 0.3 nats
-    # or more (seed 0, CPU, Python 3.11: val 10.67 at step 8, 9.31 at 16, against 10.17 and 10.02; train 10.82 at step
-    # 5, 9.41 at 16). Val at step 8 is near the uniform guess, where two batches' windows move it by half a nat.
-    summary = run_inprocess(tmp_path, ["model=tiny", "model.n_layer=4", "model.n_embd=128", "model.n_head=4",
-                                       "model.seq_len=64", "train.max_steps=16", "train.eval_every=8",
-                                       "train.eval_batches=2", "data.max_files=300"])
+    # the real tiny preset with its cl100k vocabulary (SMALL's shrunken widths and byte tokenizer put back), shorter
+    # sequences; 16 steps leave margins of 0.3 nats or more (seed 0, CPU, Python 3.11: val 10.67 at step 8, 9.31 at
+    # 16, against 10.17 and 10.02; train 10.82 at step 5, 9.41 at 16). Val at step 8 is near the uniform guess, where
+    # two batches' windows move it by half a nat.
+    summary = run_inprocess(tmp_path, ["model=tiny", "tokenizer=cl100k_base", "model.n_layer=4", "model.n_embd=128",
+                                       "model.n_head=4", "model.seq_len=64", "train.max_steps=16",
+                                       "train.eval_every=8", "train.eval_batches=2", "data.max_files=300"])
     vals = val_losses(tmp_path)
     uniform = math.log(100277)  # loss of a uniform guess over the cl100k vocabulary
     assert vals[16] < vals[8] - 0.5 and vals[16] < uniform - 1.5, vals
