@@ -1,16 +1,10 @@
 """The Triton kernels of the ``triton_v4`` / ``triton_v2`` entries (importing this module imports triton).
 
-A launch takes q, k and v's copy (into d qkv, by the fused backward) together, each tensor's programs as many as
-its own heads need (:func:`_tensor_program` maps the grid to tensors and batch elements). Head counts are
-constexpr, so no program divides by a runtime value (where memory outruns instruction issue, index arithmetic sets
-the pace).
-``rope_pairs_kernel``: NCH chunks of V consecutive pairs of head rows a program (*rows*: V the half rounded up to
-a power of two; *chunks*: V a power of two dividing it); a tail (``rotary_dim`` < D) is copied 2 R2 columns at a
-time. ``rope_flat_kernel``: a token's heads as blocks of VB elements, each element rotated against its partner
-with cos and signed sin from per-element tables: full vectors whatever the row geometry. Geometry is constexpr
-(masks are compile-time constants, accesses vectorise); strides arrive divided by their power-of-two unit SV.
-Outputs are contiguous (B, T, H, D), or one d qkv buffer (``ok_ptr`` None); ``k_ptr`` / ``ok_ptr`` None: k (its
-output) lies in q's tensor after q's heads; ``pos_ptr`` None: positions are the token indices.
+One launch rotates q and k and copies v's gradient (the fused backward), each tensor in as many programs as its
+own heads need (:func:`_tensor_program`); the tilings are :mod:`rope.triton.plan`'s. Geometry (head counts, D,
+the rotated pairs, the tiling's sizes) is constexpr, so masks are compile-time constants, accesses vectorise and no
+program divides by a runtime value (where memory outruns instruction issue, index arithmetic sets the pace); strides
+arrive divided by their power-of-two unit SV. Outputs are contiguous (B, T, H, D), or one d qkv buffer.
 
 Arithmetic: ``LOW`` False computes in float32 and rounds once at the store; ``a c + b s`` is ``fma(a, c, p) +
 fma(b, s, -p)`` with ``p = b s`` (the second fma is p's exact rounding error), so every bf16/fp16 output is within
