@@ -244,8 +244,7 @@ class RotaryEmbedding(nn.Module):
     """Base class: ``y = r(x)`` or ``q2, k2 = r(q, k)`` on (B, T, H, D) tensors.
 
     Buffers ``cos`` and ``sin`` are float32 of shape (max_seq_len, R/2), R the rotated width,
-    computed in float64 and rounded once, so every implementation reads the same table (a computation in
-    float64 reads :meth:`float64_tables`, the values they were rounded from).
+    computed in float64 and rounded once, so every implementation reads the same table.
     ``layout`` and ``rotary_dim`` (see the module docstring) are attributes every ``rotate`` honours;
     ``layouts`` lists the layouts an implementation supports (a build asking for another is refused).
     """
@@ -257,9 +256,6 @@ class RotaryEmbedding(nn.Module):
     #: them is refused, rather than silently wrong, when a user asks for them.
     layouts: tuple[str, ...] = ("half",)
     supports_rotary_dim: bool = False
-    #: Whether float64 inputs are computed in float64 (reading :meth:`float64_tables`): off by default, so an
-    #: implementation written for float32 and lower refuses them in one line rather than computing them in float32.
-    supports_float64: bool = False
 
     #: Inductor options a model using this module should be compiled with (``torch.compile(...,
     #: options=...)``; the model's compile helper merges them and drops keys its torch lacks). Empty
@@ -319,51 +315,24 @@ class RotaryEmbedding(nn.Module):
                 self._buffers[name] = before.to(after.device)
         return module
 
-    def _fresh_tables(self, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
+    def _fresh_tables(self) -> tuple[Tensor, Tensor]:
         """The tables for the current length, computed on the CPU as a build computes them (whatever the default
         device), so a module materialised from the meta device holds the bits a build would."""
-        with torch.device("cpu"):
-            return self._tables(self._current_length(), dtype)
-
-    def _current_length(self) -> int | None:
-        """The ``length`` argument of :meth:`_tables` that the current buffers were built for."""
         length = getattr(self, "_table_length", None)
-        return self.scaling.get("original_max_seq_len") if length is None else length
+        with torch.device("cpu"):
+            return self._tables(self.scaling.get("original_max_seq_len") if length is None else length)
 
-    def _tables(self, length: int | None, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
-        """cos, sin (max_seq_len, R/2) in ``dtype`` (float32: the buffers): computed in float64 from the (scaled)
-        frequencies, with YaRN's attention factor folded in, and rounded once. ``length``: dynamic_ntk's current
-        length."""
+    def _tables(self, length: int | None) -> tuple[Tensor, Tensor]:
+        """float32 cos, sin (max_seq_len, R/2): computed in float64 from the (scaled) frequencies, with
+        YaRN's attention factor folded in, and rounded once. ``length``: dynamic_ntk's current length."""
         if not self.rotates():  # the identity turns by angle 0 at any width: no frequencies, which need a split
             shape = (self.max_seq_len, self.rotary_dim // 2)
-            return torch.ones(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+            return torch.ones(shape), torch.zeros(shape)
         freqs = rope_frequencies(self.rotary_dim, self.base, self.variant)
         freqs = scaled_frequencies(freqs, self.base, self.rotary_dim, self.scaling, length)
         theta = torch.outer(torch.arange(self.max_seq_len, dtype=torch.float64), freqs)
         scale = attention_factor(self.scaling)
-        return (theta.cos() * scale).to(dtype), (theta.sin() * scale).to(dtype)
-
-    def float64_tables(self) -> tuple[Tensor, Tensor]:
-        """float64 cos, sin for a computation in float64: the float64 values the ``cos``, ``sin`` buffers were
-        rounded from, where they hold this module's tables, else the buffers as they are, widened.
-
-        Why: the buffers are float32 (every entry reads float32 tables), so a float64 computation reading them
-        would carry their float32 rounding into a float64 result. Computed at each call (float64 is for references
-        and gradchecks, not speed), so buffers set by hand or swapped in (``torch.func.functional_call``) are seen.
-        """
-        cos, sin = self.cos, self.sin
-        if torch.compiler.is_compiling():  # the graph computes them from the module's settings
-            c64, s64 = self._tables(self._current_length(), torch.float64)
-            return c64.to(cos.device), s64.to(sin.device)
-        if cos.is_meta or sin.is_meta:  # no values to compare or compute with
-            return cos.double(), sin.double()
-        c64, s64 = (t.to(cos.device) for t in self._fresh_tables(torch.float64))
-        # within a float32 rounding, not bit for bit: a build under another default device (a GPU) computed them there
-        close = {"rtol": 2.0**-23, "atol": torch.finfo(torch.float32).tiny}
-        if not (c64.shape == cos.shape and s64.shape == sin.shape
-                and torch.allclose(cos.double(), c64, **close) and torch.allclose(sin.double(), s64, **close)):
-            return cos.double(), sin.double()
-        return c64, s64
+        return (theta.cos() * scale).float(), (theta.sin() * scale).float()
 
     def _follow_length(self, q: Tensor, positions: Tensor | None) -> None:
         """dynamic_ntk: rebuild the tables when the current length (T, or the largest position + 1)
@@ -462,9 +431,6 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"{name} must have shape (B, T, H, D), got {tuple(x.shape)}")
         if not x.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor (float32/bfloat16/float16), got {x.dtype}")
-        if x.dtype == torch.float64 and not self.supports_float64:
-            raise TypeError(f"rope={self.registry_name} supports float32, bfloat16 and float16 inputs, got {name} of "
-                            f"dtype torch.float64 (rope=torch computes float64 inputs in float64)")
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"{name} has head dim {x.shape[-1]}, this RoPE was built for head_dim={self.head_dim}")
         if not positions_given and x.shape[1] > self.max_seq_len:

@@ -70,14 +70,11 @@ class TorchRotary(RotaryEmbedding):
     """Eager PyTorch rotation computed in ``compute_dtype`` (float32 by default).
 
     ``compute_dtype="bfloat16"`` reproduces a lower-precision reference, so its effect on model
-    quality can be measured rather than guessed. float64 arithmetic (``compute_dtype="float64"``, or
-    float64 inputs with the default ``"float32"``) reads float64 tables (:meth:`float64_tables`), not
-    the float32 buffers, so its result is float64-accurate: a precise reference, a gradcheck.
+    quality can be measured rather than guessed.
     """
 
     layouts = LAYOUTS
     supports_rotary_dim = True
-    supports_float64 = True
 
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial",
                  layout: str = "half", rotary_dim: int | None = None, scaling: dict | None = None,
@@ -94,17 +91,10 @@ class TorchRotary(RotaryEmbedding):
         return {**super().describe(), "compute_dtype": self.compute_dtype}
 
     def rotate(self, q, k, positions):
-        dt = _DTYPES[self.compute_dtype]
-        # float64 inputs are computed in float64 unless bf16/fp16 arithmetic was asked for: a caller passing float64
-        # wants its accuracy (a reference, a gradcheck), which float32 tables or arithmetic would silently cap.
-        if dt == torch.float64 or (dt == torch.float32 and q.dtype == torch.float64):
-            dt = torch.float64
-            tables = self.float64_tables()
-        else:
-            tables = (self.cos, self.sin)
         # The rows of the tables are gathered once for q and k (at decoding, with positions, the
         # gathers are most of this eager reference's launches).
-        cos, sin = gather_tables(positions, q.shape[1], *tables)
+        cos, sin = gather_tables(positions, q.shape[1], self.cos, self.sin)
+        dt = _DTYPES[self.compute_dtype]
         rq = rotate_reference(q, cos, sin, self.layout, self.rotary_dim, dt)
         return rq, None if k is None else rotate_reference(k, cos, sin, self.layout, self.rotary_dim, dt)
 
@@ -115,7 +105,6 @@ class NoRotary(RotaryEmbedding):
 
     layouts = LAYOUTS  # the identity under any of them
     supports_rotary_dim = True
-    supports_float64 = True  # it returns its inputs, exact at any precision
 
     def describe(self) -> dict:
         return {"rope": "none", "variant": "none", "compute_dtype": "none", "layout": "none", "rotary_dim": 0,

@@ -22,10 +22,6 @@ An entry declares its arithmetic through ``describe()["compute_dtype"]``, and th
 * low precision (``"input"`` on bf16/fp16 inputs, ``"bfloat16"``, ``"float16"``): within
   5 u (|x1| + |x2|), u the unit roundoff of the arithmetic (2**-8 for bf16, 2**-11 for fp16):
   the input, cos/sin, each product and the sum are rounded once each (4 u at worst), plus a margin.
-* float64 inputs (a precise reference, a gradcheck): an entry declaring ``supports_float64`` computes
-  them in float64 (whether it declares float32 or float64) within 1e-12 (|x1| + |x2|), or within its
-  own bound where it declares lower precision; any other refuses them in a one-line TypeError naming
-  the dtypes it takes.
 
 The pair scale |x1| + |x2| is that of the rotated pair (of the output gradient, for gradients).
 With ``variant="partial"`` the zero-frequency quarter of each half must pass through bit for bit,
@@ -64,7 +60,6 @@ def _entries() -> list:
 ENTRIES = _entries()
 FLOAT32_ATOL = 2e-6
 FLOAT32_EVAL = 2.0**-22  # relative to |x1| + |x2|: float32 evaluation of x1*c + x2*s
-FLOAT64_REL = 1e-12  # relative to |x1| + |x2|: float64 arithmetic, far below any float32 table or product rounding
 LOW_PRECISION_UNITS = 5  # in unit roundoffs, relative to |x1| + |x2|
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 VARIANTS = ("partial", "full")
@@ -174,8 +169,6 @@ def arithmetic(r: rope.RotaryEmbedding, dtype: torch.dtype) -> torch.dtype | Non
     if declared == "none":
         return None
     compute = dtype if declared == "input" else getattr(torch, declared)
-    if dtype == torch.float64 and torch.finfo(compute).eps <= torch.finfo(torch.float32).eps:
-        return torch.float64  # float64 inputs ask for float64 accuracy: float32 arithmetic on them is a silent loss
     if torch.finfo(compute).eps <= torch.finfo(torch.float32).eps:
         return compute
     return compute if torch.finfo(compute).eps > torch.finfo(dtype).eps else dtype
@@ -196,8 +189,6 @@ def assert_conforms(out: torch.Tensor, ref64: torch.Tensor, scale: torch.Tensor,
     err = (out.double() - ref64).abs()
     if torch.finfo(arith).eps > torch.finfo(torch.float32).eps:
         bound = LOW_PRECISION_UNITS * torch.finfo(arith).eps / 2 * scale
-    elif dtype == torch.float64:
-        bound = FLOAT64_REL * scale
     elif dtype == torch.float32:
         bound = torch.full_like(err, FLOAT32_ATOL)
     else:
@@ -207,10 +198,7 @@ def assert_conforms(out: torch.Tensor, ref64: torch.Tensor, scale: torch.Tensor,
     bad = err > bound
     # a float32 bound missed on low-precision inputs only: most likely arithmetic in the input dtype, undeclared
     hint = ("; an implementation computing in the input's precision declares it: describe()['compute_dtype'] = "
-            "'input'" if arith in (torch.float32, torch.float64) and dtype in (torch.bfloat16, torch.float16) else "")
-    if dtype == torch.float64 and arith == torch.float64:
-        hint = ("; float64 inputs are computed in float64 from float64 tables (RotaryEmbedding.float64_tables, not "
-                "the float32 buffers), or refused (supports_float64 left off)")
+            "'input'" if arith in (torch.float32, torch.float64) and dtype != torch.float32 else "")
     assert not bad.any(), (
         f"{what} ({dtype}, {arith} arithmetic): {int(bad.sum())} of {bad.numel()} elements beyond the bound, "
         f"worst {(err / bound).max().item():.3g}x the bound (max abs error {err.max().item():.3g}){hint}"
@@ -404,61 +392,6 @@ def test_q_alone(name, opts, dtype, device):
     assert_conforms(dq, dq64, pair_scale(g), arith, dtype, "backward")
 
 
-def check_float64(r: rope.RotaryEmbedding, variant: str, device: torch.device) -> bool:
-    """float64 q, k (GQA) at (B, T) positions, forward and backward against formula64 with the float64 bound (or the
-    bound of the lower precision ``r`` declares); False when ``r`` refuses float64, which it must do in one line
-    naming what it takes. The inputs are float64 draws, not widened float32 ones, so a float32 pass shows."""
-    B, T, HQ, HK, D = 2, 7, 3, 2, r.head_dim
-    q = torch.randn(B, T, HQ, D, dtype=torch.float64, device=device, requires_grad=True)
-    k = torch.randn(B, T, HK, D, dtype=torch.float64, device=device, requires_grad=True)
-    pos = torch.randint(0, r.max_seq_len, (B, T), device=device)
-    try:
-        yq, yk = r(q, k, positions=pos)
-    except TypeError as e:
-        message = str(e)
-        assert "\n" not in message and "float64" in message and "float32" in message, (
-            f"rope={r.registry_name} refuses float64 inputs, but not in one line naming them and what it takes: "
-            f"{message!r}")
-        assert not r.supports_float64, f"rope={r.registry_name} declares supports_float64 but refuses float64: {e}"
-        return False
-    arith = arithmetic(r, torch.float64)
-    if arith is None:
-        assert yq is q and yk is k
-        return True
-    gq, gk = torch.randn_like(yq), torch.randn_like(yk)
-    dq, dk = torch.autograd.grad((yq, yk), (q, k), (gq, gk))
-    q64, k64 = _leaf64(q), _leaf64(k)
-    rq, rk = (formula64(x, pos, r.base, variant) for x in (q64, k64))
-    rdq, rdk = torch.autograd.grad((rq, rk), (q64, k64), (gq, gk))
-    for what, out, ref, like in (("q forward", yq, rq, q), ("k forward", yk, rk, k),
-                                 ("q backward", dq, rdq, gq), ("k backward", dk, rdk, gk)):
-        assert_conforms(out, ref, pair_scale(like), arith, torch.float64, what)
-    if variant == "partial" and not coarser(arith, torch.float64):
-        assert_passes_through(yq, q)
-        assert_passes_through(yk, k)
-    return True
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("name,opts", ENTRIES)
-def test_float64_inputs_are_computed_in_float64_or_refused(name, opts, variant, device):
-    """float64 inputs (a precise reference, a gradcheck) are computed in float64, forward and backward, where the
-    entry declares ``supports_float64``, and refused in one line where it does not: never computed in float32
-    (float32 tables, or float32 arithmetic) and returned as float64."""
-    r = build(name, opts, 48, 12, device, variant)
-    assert check_float64(r, variant, device) == r.supports_float64
-
-
-def test_an_entry_not_declaring_float64_refuses_it(device):
-    """The base class refuses float64 inputs for an entry written for float32 and lower (``supports_float64`` off, the
-    default), naming the dtypes it takes: such an entry computing them in float32 would return float64 silently."""
-
-    class Float32Only(_Rotation):
-        supports_float64 = False
-
-    assert check_float64(Float32Only(48, 12).to(device), "partial", device) is False
-
-
 #: Entries that ``torch.compile`` cannot trace under Triton's interpreter (on the CPU): their kernels launch from
 #: Python, not through custom ops, and the interpreter's launch is not traceable.
 NOT_TRACEABLE_INTERPRETED = {"liger": "Liger's kernel launches from Python, and Triton's interpreter cannot be traced"}
@@ -503,16 +436,14 @@ def check_compiled(r: rope.RotaryEmbedding, device: torch.device) -> None:
 class _Rotation(rope.RotaryEmbedding):
     """Wrong implementations the checks above must catch (never registered): the reference rotation, computed in
     ``self.arith``, written into the input when ``self.in_place``, otherwise than eagerly under torch.compile
-    when ``self.compiled_differs``, and with tables of its own (base 10000, no scaling) when ``self.own_tables``;
-    ``self.wide_tables`` reads the float64 tables, not the float32 buffers (the right way to compute in float64)."""
+    when ``self.compiled_differs``, and with tables of its own (base 10000, no scaling) when ``self.own_tables``."""
 
-    arith, in_place, compiled_differs, own_tables, wide_tables = torch.float32, False, False, False, False
-    supports_float64 = True  # so that its float64 arithmetic is checked, not refused
+    arith, in_place, compiled_differs, own_tables = torch.float32, False, False, False
 
     def rotate(self, q, k, positions):
         from rope.reference import gather_tables, rotate_half_split
 
-        cos, sin = self.float64_tables() if self.wide_tables else (self.cos, self.sin)
+        cos, sin = self.cos, self.sin
         if self.own_tables:  # frequencies of its own, with the default base, instead of the tables built
             theta = torch.outer(torch.arange(self.max_seq_len, dtype=torch.float64),
                                 rope.rope_frequencies(self.head_dim, 10000.0, self.variant))
@@ -545,15 +476,6 @@ def test_a_float32_entry_computing_in_bf16_is_caught(device):
         check_against_formula(r, "contiguous", "bt", torch.bfloat16, "partial", 4, 7, 3, 3, 12, device)
     check_against_formula(_wrong(48, 12, device), "contiguous", "bt", torch.bfloat16, "partial", 4, 7, 3, 3, 12,
                           device)
-
-
-@pytest.mark.parametrize("arith", [torch.float32, torch.float64])
-def test_a_float64_input_computed_with_float32_tables_is_caught(arith, device):
-    """An entry taking float64 inputs but computing them in float32, or in float64 from the float32 buffers (the
-    tables' rounding alone is far beyond float64's bound), is caught; the float64 tables pass."""
-    with pytest.raises(AssertionError, match=r"q forward \(torch.float64, torch.float64 arithmetic\)"):
-        check_float64(_wrong(48, 12, device, arith=arith), "partial", device)
-    assert check_float64(_wrong(48, 12, device, arith=torch.float64, wide_tables=True), "partial", device)
 
 
 def test_a_write_into_the_input_is_named(device):
