@@ -70,7 +70,8 @@ class TorchRotary(RotaryEmbedding):
     """Eager PyTorch rotation computed in ``compute_dtype`` (float32 by default).
 
     ``compute_dtype="bfloat16"`` reproduces a lower-precision reference, so its effect on model
-    quality can be measured rather than guessed.
+    quality can be measured rather than guessed. float64 inputs are computed in float64 under the default
+    (a gradcheck, a precise reference): the rotation by the shared float32 tables' values, exactly.
     """
 
     layouts = LAYOUTS
@@ -95,6 +96,8 @@ class TorchRotary(RotaryEmbedding):
         # gathers are most of this eager reference's launches).
         cos, sin = gather_tables(positions, q.shape[1], self.cos, self.sin)
         dt = _DTYPES[self.compute_dtype]
+        if dt == torch.float32 and q.dtype == torch.float64:  # float32 is the default's floor, not a cap on float64
+            dt = torch.float64
         rq = rotate_reference(q, cos, sin, self.layout, self.rotary_dim, dt)
         return rq, None if k is None else rotate_reference(k, cos, sin, self.layout, self.rotary_dim, dt)
 

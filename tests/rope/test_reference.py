@@ -58,6 +58,20 @@ def test_gradient_is_transposed_rotation():
     assert math.isfinite(x.grad.abs().sum().item())
 
 
+@pytest.mark.parametrize("variant", ["partial", "full"])
+def test_float64_inputs_are_computed_in_float64_under_the_default_compute_dtype(variant):
+    """float64 inputs are rotated in float64 arithmetic (bit for bit compute_dtype="float64": the shared float32
+    tables' values, exactly), not rounded through float32 and widened back; so a gradcheck passes."""
+    x = torch.randn(2, 6, 2, 16, dtype=torch.float64, requires_grad=True)
+    pos = torch.randint(0, 8, (2, 6))
+    default = rope.build("torch", 16, 8, variant=variant)
+    y = default(x, positions=pos)
+    assert y.dtype == torch.float64
+    assert torch.equal(y, rope.build("torch", 16, 8, variant=variant, compute_dtype="float64")(x, positions=pos))
+    assert not torch.equal(y, default(x.float(), positions=pos).double())  # float32 arithmetic differs
+    assert torch.autograd.gradcheck(lambda t: default(t, positions=pos), (x,))
+
+
 def test_compute_dtype_is_checked_once_for_build_and_check_args():
     for call in (rope.check_args, rope.build):
         with pytest.raises(rope.RopeArgumentError, match="compute_dtype must be") as err:
