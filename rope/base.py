@@ -256,6 +256,9 @@ class RotaryEmbedding(nn.Module):
     #: them is refused, rather than silently wrong, when a user asks for them.
     layouts: tuple[str, ...] = ("half",)
     supports_rotary_dim: bool = False
+    #: Whether float64 inputs are computed in float64: off by default, so an implementation written for float32 and
+    #: lower refuses them in one line instead of returning float32 arithmetic as float64.
+    supports_float64: bool = False
 
     #: Inductor options a model using this module should be compiled with (``torch.compile(...,
     #: options=...)``; the model's compile helper merges them and drops keys its torch lacks). Empty
@@ -431,6 +434,9 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"{name} must have shape (B, T, H, D), got {tuple(x.shape)}")
         if not x.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor (float32/bfloat16/float16), got {x.dtype}")
+        if x.dtype == torch.float64 and not self.supports_float64:
+            raise TypeError(f"rope={self.registry_name} supports float32, bfloat16 and float16 inputs, got {name} of "
+                            "dtype torch.float64 (rope=torch computes float64 in float64)")
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"{name} has head dim {x.shape[-1]}, this RoPE was built for head_dim={self.head_dim}")
         if not positions_given and x.shape[1] > self.max_seq_len:

@@ -76,6 +76,7 @@ class TorchRotary(RotaryEmbedding):
 
     layouts = LAYOUTS
     supports_rotary_dim = True
+    supports_float64 = True
 
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, variant: str = "partial",
                  layout: str = "half", rotary_dim: int | None = None, scaling: dict | None = None,
@@ -108,6 +109,7 @@ class NoRotary(RotaryEmbedding):
 
     layouts = LAYOUTS  # the identity under any of them
     supports_rotary_dim = True
+    supports_float64 = True  # it returns its inputs
 
     def describe(self) -> dict:
         return {"rope": "none", "variant": "none", "compute_dtype": "none", "layout": "none", "rotary_dim": 0,

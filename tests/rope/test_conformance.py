@@ -392,6 +392,41 @@ def test_q_alone(name, opts, dtype, device):
     assert_conforms(dq, dq64, pair_scale(g), arith, dtype, "backward")
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_float64_inputs_are_computed_in_float64_or_refused_in_one_line(name, opts, variant, device):
+    """float64 inputs (a gradcheck, a precise reference) are rotated in float64 by the entry's own tables where it
+    declares ``supports_float64``, and refused in one line where it does not: never computed in float32 and returned
+    as float64 (the base class refuses them for an entry that does not declare it, a plugin's included)."""
+    r = build(name, opts, 48, 12, device, variant)
+    q = torch.randn(2, 7, 3, 48, dtype=torch.float64, device=device)
+    pos = torch.randint(0, 12, (2, 7), device=device)
+    if not r.supports_float64:
+        with pytest.raises(TypeError, match=r"supports float32, bfloat16 and float16 inputs, got .*float64") as e:
+            r(q, positions=pos)
+        assert "\n" not in str(e.value)
+        return
+    y = r(q, positions=pos)
+    assert y.dtype == torch.float64
+    if r.describe()["compute_dtype"] in ("bfloat16", "float16"):  # a lower precision asked for is kept
+        return
+    c, s = (t.double()[pos][:, :, None, :] for t in (r.cos, r.sin))
+    x1, x2 = q.chunk(2, dim=-1)
+    ref = torch.cat((x1 * c + x2 * s, x2 * c - x1 * s), dim=-1) if r.rotates() else q
+    assert (y - ref).abs().max() <= 1e-12 * q.abs().max(), f"rope={name}: float64 inputs not computed in float64"
+
+
+def test_an_entry_not_declaring_float64_refuses_it_in_one_line():
+    class Float32Only(rope.RotaryEmbedding):
+        registry_name = "mine"
+
+        def rotate(self, q, k, positions):
+            return q.float().double(), None if k is None else k.float().double()
+
+    with pytest.raises(TypeError, match=r"^rope=mine supports float32, bfloat16 and float16 inputs, got q of dtype "):
+        Float32Only(16, 8)(torch.randn(1, 4, 1, 16, dtype=torch.float64))
+
+
 #: Entries that ``torch.compile`` cannot trace under Triton's interpreter (on the CPU): their kernels launch from
 #: Python, not through custom ops, and the interpreter's launch is not traceable.
 NOT_TRACEABLE_INTERPRETED = {"liger": "Liger's kernel launches from Python, and Triton's interpreter cannot be traced"}
