@@ -1,13 +1,15 @@
 """Evaluate a finished run at other context lengths: ``python -m llm.eval_lengths run=<run dir> [key=value ...]``.
 
 The Hydra entry point (conf/eval_lengths.yaml holds every key); the work is in
-:mod:`llm.evaluation.lengths`. The run's newest checkpoint is evaluated on the same val tokens at each
-length (default 1x, 2x, 4x, 8x, 16x its training ``model.seq_len``), with the run's RoPE scaling or the
+:mod:`llm.evaluation.lengths`. The run's newest checkpoint is evaluated on windows of whole val documents at
+each length (default 1x, 2x, 4x, 8x, 16x its training ``model.seq_len``; every run and scaling gets the same
+windows at a length), with the run's RoPE scaling or the
 one ``rope.scaling.*`` asks for, and with its implementation or ``rope=<name>``'s. One progress line per
 length (and per baseline before them); results in ``<run dir>/eval_lengths/<label>.json`` and ``.csv``, written
 after every length, so Ctrl-C (one line, exit 130) or a SIGTERM (a job scheduler's stop, ``kill``: one line, exit
-143, as ``llm.train`` ends) keeps the lengths finished. A user error (no checkpoint,
-``lengths=[0]``, an unknown scaling, a length that cannot fit the device) is one line on stderr and exit
+143, as ``llm.train`` ends) keeps the lengths finished. A user error (no checkpoint, a damaged ``config.yaml``,
+a run dir whose ``eval_lengths/`` cannot be written, ``lengths=[0]``, an unknown scaling, a length that cannot fit
+the device) is one line on stderr and exit
 code 2, before the weights are loaded; so is a Hydra-level mistake (an unknown option or key, see :mod:`llm.entry`).
 """
 

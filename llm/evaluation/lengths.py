@@ -37,8 +37,11 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
+import tempfile
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,7 +72,7 @@ from llm.generation.load import (
 )
 from llm.model import GPT, GPTConfig, build_model
 from llm.training import runtime
-from llm.training.outputs import SUMMARY_FILE
+from llm.training.outputs import CONFIG_FILE, SUMMARY_FILE
 
 OUT_DIR = "eval_lengths"
 #: Default evaluation lengths, as multiples of the run's training ``model.seq_len``.
@@ -240,6 +243,33 @@ def _key(rope_cfg: Mapping) -> str:
     return json.dumps(rope_cfg, sort_keys=True, default=str)
 
 
+class _EmitHandler(logging.Handler):
+    def __init__(self, out: Emit) -> None:
+        super().__init__(logging.INFO)
+        self.out = out
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.out(record.getMessage())
+
+
+@contextmanager
+def data_log_shown(emit: Emit) -> Iterator[None]:
+    """The data cache's log lines through ``emit`` where no handler would show them (the command runs without
+    Hydra's logging): building the val split's cache can take minutes, and long work must show its progress."""
+    logger = logging.getLogger("llm.data")
+    if logger.hasHandlers():
+        yield
+        return
+    handler, level = _EmitHandler(emit), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 class LengthEvaluator:
     """One run opened for evaluation at other lengths: checked at once, weights and val tokens loaded on
     first use and then kept, so several scalings of one run cost one load (and one run's own baseline)."""
@@ -309,7 +339,8 @@ class LengthEvaluator:
     def data(self) -> TokenData:
         if self._data is None:
             cfg = self.run_cfg
-            self._data = prepare_data(cfg.data, cfg.tokenizer.name, self.settings.cache_dir)
+            with data_log_shown(self.emit):
+                self._data = prepare_data(cfg.data, cfg.tokenizer.name, self.settings.cache_dir)
         return self._data
 
     def val_tokens(self) -> np.ndarray:
@@ -486,7 +517,10 @@ def read_earlier(out_dir: Path, label: str) -> dict | None:
         earlier = json.loads((out_dir / f"{label}.json").read_text())
     except (OSError, ValueError):
         return None
-    return earlier if isinstance(earlier, dict) and isinstance(earlier.get("lengths"), list) else None
+    if not isinstance(earlier, dict) or not isinstance(earlier.get("lengths"), list):
+        return None
+    readable = all(isinstance(m, dict) and isinstance(m.get("length"), int) for m in earlier["lengths"])
+    return earlier if readable else None
 
 
 def _conflict(earlier: Mapping | None, record: Mapping) -> str | None:
@@ -516,13 +550,15 @@ def _merged(result: Mapping, out_dir: Path, emit: Emit) -> Mapping:
     more lengths adds to a run's file, and evaluating one again replaces only that one. An earlier record of another
     evaluation (another checkpoint, budget, T, baseline or scaling) is moved to ``superseded/``, never overwritten."""
     earlier = read_earlier(out_dir, result["label"])
-    if earlier is None:
+    if earlier is None and not (out_dir / f"{result['label']}.json").exists():
         return result
-    conflict = _conflict(earlier, result)
+    # a file there that does not read as a record may still be someone's results: moved aside, never overwritten
+    conflict = "a file that does not read as an evaluation record" if earlier is None else _conflict(earlier, result)
     if conflict:
         keep = out_dir / SUPERSEDED_DIR
         keep.mkdir(exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(earlier.get("created_at") or time.time()))
+        created = (earlier or {}).get("created_at")
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(created if isinstance(created, (int, float)) else None))
         for ext in ("json", "csv"):
             old = out_dir / f"{result['label']}.{ext}"
             if old.exists():
@@ -574,11 +610,36 @@ def unfinished_run_warning(run_dir: Path) -> str | None:
             "completes (train.resume=auto)")
 
 
+#: The groups of a run's config that an evaluation reads.
+RUN_CONFIG_GROUPS = ("model", "rope", "data", "tokenizer", "train")
+
+
+def _read_run_config(run: str) -> None:
+    """Refuse a ``config.yaml`` that does not read as a config: it is the user's file, so one line, not YAML's or
+    OmegaConf's traceback."""
+    path = Path(run) / CONFIG_FILE
+    if not path.is_file():
+        return
+    try:
+        OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as e:  # YAML's parser, OmegaConf's interpolation: any failure means unreadable
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"run={run}: {path} is damaged or unreadable ({first})") from None
+
+
 def open_for_eval(run: str | None, checkpoint: str | None = None) -> OpenedRun:
     """The run dir checked (a config and a checkpoint present); raises :class:`ConfigError` naming ``run=``."""
     if run in (None, ""):
         raise ConfigError("run= is required: the run dir to evaluate (e.g. run=outputs/runs/<date>/<time>_torch_s0)")
-    return open_run(str(run), checkpoint)
+    _read_run_config(str(run))
+    opened = open_run(str(run), checkpoint)
+    config = opened.config
+    missing = [g for g in RUN_CONFIG_GROUPS if not OmegaConf.is_dict(config) or not OmegaConf.is_dict(config.get(g))]
+    if missing or "seq_len" not in config.model:
+        where = opened.run_dir / CONFIG_FILE if (opened.run_dir / CONFIG_FILE).is_file() else "its checkpoint's config"
+        what = f"no {missing[0]} group" if missing else "no model.seq_len"
+        raise ConfigError(f"run={run}: {where} holds {what} (a run's config has {', '.join(RUN_CONFIG_GROUPS)})")
+    return opened
 
 
 def eval_lengths_from_config(cfg: Mapping, emit: Emit = print) -> tuple[dict, Path]:
@@ -595,6 +656,21 @@ def eval_lengths_from_config(cfg: Mapping, emit: Emit = print) -> tuple[dict, Pa
     return result, json_path
 
 
+def check_writable(out_dir: Path) -> None:
+    """Refuse an output dir that cannot be written before any work: else the first length's work is lost to a
+    traceback at its first write."""
+    try:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise NotADirectoryError(0, "a file, not a directory")
+        # probed where the results go, or where their dir will be made: a refusal leaves no empty dir behind
+        with tempfile.NamedTemporaryFile(dir=out_dir if out_dir.is_dir() else out_dir.parent, prefix=".write-check-"):
+            pass
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise ConfigError(f"run={out_dir.parent}: its results cannot be written to {out_dir} ({why}); "
+                          "evaluate a copy of the run dir that this user can write") from None
+
+
 class LengthsInterrupted(KeyboardInterrupt):
     """Ctrl-C during an evaluation: ``json_path`` holds the lengths it finished, None where none had finished
     (nothing written), so the command says which."""
@@ -609,6 +685,7 @@ def evaluate_and_write(evaluator: LengthEvaluator, plan: EvalPlan, out_dir: Path
     """Evaluate ``plan`` and write its record after every length (:func:`write_result`), so an evaluation cut
     short (Ctrl-C, a crash at a long length) keeps the lengths it finished; returns the record and its files."""
     paths: list[Path] = []
+    check_writable(out_dir)
 
     def save(record: dict) -> None:
         paths[:] = write_result(record, out_dir, emit)
