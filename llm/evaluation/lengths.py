@@ -72,7 +72,7 @@ from llm.generation.load import (
 )
 from llm.model import GPT, GPTConfig, build_model
 from llm.training import runtime
-from llm.training.outputs import CONFIG_FILE, SUMMARY_FILE
+from llm.training.outputs import SUMMARY_FILE
 
 OUT_DIR = "eval_lengths"
 #: Default evaluation lengths, as multiples of the run's training ``model.seq_len``.
@@ -610,36 +610,11 @@ def unfinished_run_warning(run_dir: Path) -> str | None:
             "completes (train.resume=auto)")
 
 
-#: The groups of a run's config that an evaluation reads.
-RUN_CONFIG_GROUPS = ("model", "rope", "data", "tokenizer", "train")
-
-
-def _read_run_config(run: str) -> None:
-    """Refuse a ``config.yaml`` that does not read as a config: it is the user's file, so one line, not YAML's or
-    OmegaConf's traceback."""
-    path = Path(run) / CONFIG_FILE
-    if not path.is_file():
-        return
-    try:
-        OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except Exception as e:  # YAML's parser, OmegaConf's interpolation: any failure means unreadable
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ConfigError(f"run={run}: {path} is damaged or unreadable ({first})") from None
-
-
 def open_for_eval(run: str | None, checkpoint: str | None = None) -> OpenedRun:
     """The run dir checked (a config and a checkpoint present); raises :class:`ConfigError` naming ``run=``."""
     if run in (None, ""):
         raise ConfigError("run= is required: the run dir to evaluate (e.g. run=outputs/runs/<date>/<time>_torch_s0)")
-    _read_run_config(str(run))
-    opened = open_run(str(run), checkpoint)
-    config = opened.config
-    missing = [g for g in RUN_CONFIG_GROUPS if not OmegaConf.is_dict(config) or not OmegaConf.is_dict(config.get(g))]
-    if missing or "seq_len" not in config.model:
-        where = opened.run_dir / CONFIG_FILE if (opened.run_dir / CONFIG_FILE).is_file() else "its checkpoint's config"
-        what = f"no {missing[0]} group" if missing else "no model.seq_len"
-        raise ConfigError(f"run={run}: {where} holds {what} (a run's config has {', '.join(RUN_CONFIG_GROUPS)})")
-    return opened
+    return open_run(str(run), checkpoint)
 
 
 def eval_lengths_from_config(cfg: Mapping, emit: Emit = print) -> tuple[dict, Path]:

@@ -147,16 +147,39 @@ def open_run(run: str | None, checkpoint: str | None = None) -> OpenedRun:
             raise ConfigError(f"run={run} has no checkpoint: {run_dir / 'checkpoints'} holds no last.pt or step_*.pt "
                               "(the run stopped before its first one; train.ckpt_every=N saves one every N steps)")
     if (run_dir / CONFIG_FILE).is_file():
+        config = run_config(run, run_dir / CONFIG_FILE)
         if path is None:
-            return OpenedRun(run_dir, OmegaConf.load(run_dir / CONFIG_FILE), path)
+            return OpenedRun(run_dir, config, path)
         # a checkpoint named by hand may be another run's: read now (kept for the load) to compare its config
-        opened = OpenedRun(run_dir, OmegaConf.load(run_dir / CONFIG_FILE), path, load_checkpoint(path))
+        opened = OpenedRun(run_dir, config, path, load_checkpoint(path))
         check_checkpoint_model(opened, str(checkpoint))
         return opened
     found_path, state = _load_state(run_dir, path)  # no config.yaml: the checkpoint carries the config too
     if "config" not in state:
         raise ConfigError(f"run={run} has no {CONFIG_FILE} and its checkpoint {found_path} holds no config")
-    return OpenedRun(run_dir, OmegaConf.create(state["config"]), found_path, state)
+    return OpenedRun(run_dir, run_config(run, f"its checkpoint {found_path}'s config", state["config"]), found_path,
+                     state)
+
+
+#: The groups of a run's config that generation and evaluation read.
+RUN_CONFIG_GROUPS = ("model", "rope", "data", "tokenizer", "train")
+
+
+def run_config(run: str, where: Path | str, raw: object = None) -> DictConfig:
+    """The run's config, read from ``where`` (a config.yaml; else ``raw``, a checkpoint's), refused in one line
+    naming ``run=`` where it does not read as a run's config: it is the user's file, and YAML's or OmegaConf's
+    traceback (a damaged file, an interpolation that resolves to nothing, a group missing) says less."""
+    try:
+        config = OmegaConf.load(where) if raw is None else OmegaConf.create(raw)
+        OmegaConf.to_container(config, resolve=True)
+    except Exception as e:  # YAML's parser, OmegaConf's interpolation: any failure means unreadable
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"run={run}: {where} is damaged or unreadable ({first})") from None
+    missing = [g for g in RUN_CONFIG_GROUPS if not OmegaConf.is_dict(config) or not OmegaConf.is_dict(config.get(g))]
+    if missing or "seq_len" not in config.model:
+        what = f"no {missing[0]} group" if missing else "no model.seq_len"
+        raise ConfigError(f"run={run}: {where} holds {what} (a run's config has {', '.join(RUN_CONFIG_GROUPS)})")
+    return config
 
 
 def _load_state(run_dir: Path, path: Path | None) -> tuple[Path, dict]:

@@ -713,3 +713,23 @@ def test_a_static_cache_masks_every_sdpa_step_under_fused_rope():
     hidden = torch.isinf(cache.mask)
     assert hidden[0, 11:].all() and not hidden[0, :11].any()  # the first new token sees the cache and itself
     assert positions[0] == 10 and not hidden[-1, :10 + T].any()
+
+
+@pytest.mark.parametrize("text,said", [
+    ("model: [oops\n", "is damaged or unreadable (while parsing a flow sequence)"),
+    ("model: {n_layer: 1}\n", "holds no rope group (a run's config has model, rope, data, tokenizer, train)"),
+    ("model: {seq_len: ${nowhere}}\n", "is damaged or unreadable"),
+])
+def test_a_damaged_run_config_is_one_line_naming_run(tmp_path, text, said):
+    """The run's config.yaml is the user's file: one that does not read as a run's config is a ConfigError naming
+    run= (the command's one line), for generation as for llm.eval_lengths, not YAML's or OmegaConf's traceback."""
+    from llm.errors import ConfigError
+    from llm.generation.load import open_run
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.pt").write_bytes(b"")
+    (tmp_path / "config.yaml").write_text(text)
+    with pytest.raises(ConfigError) as refused:
+        open_run(str(tmp_path))
+    assert str(refused.value).startswith(f"run={tmp_path}: {tmp_path / 'config.yaml'} ") and said in str(refused.value)
+    assert "\n" not in str(refused.value)
