@@ -90,6 +90,8 @@ METRICS = ("val_loss", "val_acc", "loss_within_train", "loss_beyond_train", "sli
 #: The metrics each comparison reports: against no scaling, and against another variant.
 VS_NONE = ("loss_beyond_train", "loss_within_train", "val_loss")
 VS_VARIANT = ("degradation", "loss_beyond_train", "val_loss")
+#: The metrics of positions >= T: null (no value) at a length <= T.
+BEYOND_T = ("loss_beyond_train", "sliding_beyond_train", "gain_beyond_train", "baseline_beyond_train", "degradation")
 SUMMARIZED = ("val_loss", "loss_within_train", "loss_beyond_train", "gain_beyond_train", "baseline_beyond_train",
               "degradation")
 
@@ -365,11 +367,22 @@ def load_length_results(runs: Sequence[Run]) -> tuple[list[LengthResult], list[s
             except (OSError, ValueError) as e:
                 unreadable.append(f"{path} ({type(e).__name__})")
                 continue
-            if isinstance(data, dict) and isinstance(data.get("lengths"), list):
-                results.append(LengthResult(path, data))
-            else:
+            if not (isinstance(data, dict) and isinstance(data.get("lengths"), list)):
                 unreadable.append(f"{path} (not an eval_lengths result)")
+            elif bad := _bad_length_entry(data["lengths"]):
+                unreadable.append(f"{path} ({bad})")
+            else:
+                results.append(LengthResult(path, data))
     return results, unreadable
+
+
+def _bad_length_entry(lengths: list) -> str | None:
+    """Why a file's ``lengths`` cannot be read (None: it can): an entry that is not an object with an integer length
+    (a hand-edited file) crashed the report or silently lost its seed at that length, so the file is named instead."""
+    for i, m in enumerate(lengths):
+        if not isinstance(m, dict) or _int(m.get("length")) is None:
+            return f"lengths[{i}] is not an object with an integer length"
+    return None
 
 
 def _same_windows(a: Cell, b: Cell) -> bool:
@@ -410,12 +423,17 @@ def _nonfinite_note(results: Sequence[LengthResult]) -> str | None:
     found = []
     for r in results:
         for m in r.data.get("lengths", []):
-            bad = [k for k in METRICS if (v := as_float(m.get(k))) is not None and not math.isfinite(v)]
+            t, length = r.reference_len, m.get("length")
+            beyond = t is None or (isinstance(length, int) and length > t)
+            # llm.eval_lengths writes a nan/inf as null, which is no value only for a beyond-T metric at L <= T
+            bad = [k for k in METRICS if ((v := as_float(m.get(k))) is not None and not math.isfinite(v))
+                   or (k in m and m[k] is None and (beyond or k not in BEYOND_T))]
             if bad:
                 found.append(f"{r.variant} · {r.scaling} seed {r.seed} at {m.get('length')}: {', '.join(bad)}")
     if not found:
         return None
-    return f"**Note**: {len(found)} evaluation(s) have a nan/inf value, left out of the statistics: {'; '.join(found)}."
+    return (f"**Note**: {len(found)} evaluation(s) have a nan/inf value, left out of the statistics: "
+            f"{'; '.join(found)} (`llm.eval_lengths` writes a nan/inf as null).")
 
 
 def _mixed_rows(by_group: dict[tuple[str, str, Targets], list[LengthResult]], runs: Sequence[Run]) -> list[str]:
@@ -481,28 +499,36 @@ def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
 
 
 # -- writers ----------------------------------------------------------------------------------------------
-def _ppl_text(c: Cell | None) -> str:
+def _ppl_text(c: Cell | None, n: int | None = None) -> str:
+    """``66.57 [61.19, 72.42]``, with ``(n=k)`` where fewer than the row's ``n`` seeds are in the cell."""
     if c is None:
         return "-"
     mean, lo, hi = c.ppl
     digits = 2 if mean < 1000 else 0
     ci = "n=1" if lo is None else f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
-    return f"{fmt(mean, digits)} {ci}"
+    return f"{fmt(mean, digits)} {ci}" + _fewer(c.n, n)
+
+
+def _fewer(k: int, n: int | None) -> str:
+    """`` (n=k)`` where a cell holds fewer seeds than its row's n column says (a seed not evaluated at that length,
+    or a nan/inf value left out), so that column is never read as the cell's n; "" otherwise."""
+    return f" (n={k})" if n is not None and 1 < k < n else ""
 
 
 #: Metrics that are differences (signed in tables); the others are losses.
 DIFFERENCES = ("gain_beyond_train", "degradation")
 
 
-def _summary_text(c: Cell | None, metric: str) -> str:
-    """``+0.1234 ± 0.0200 [+0.1000, +0.1468]``: mean ± the seeds' sd [95% CI of the mean]; ``-`` if none."""
+def _summary_text(c: Cell | None, metric: str, n: int | None = None) -> str:
+    """``+0.1234 ± 0.0200 [+0.1000, +0.1468]``: mean ± the seeds' sd [95% CI of the mean], with ``(n=k)`` where fewer
+    than the row's ``n`` seeds have a value; ``-`` if none."""
     s = None if c is None else c.summary(metric)
     if s is None or s.mean is None:
         return "-"
     num = signed if metric in DIFFERENCES else (lambda v: fmt(v, 4))
     sd = "" if s.sd is None else f" ± {fmt(s.sd, 4)}"
     ci = " (n=1)" if s.ci is None else f" [{num(s.ci[0])}, {num(s.ci[1])}]"
-    return f"{num(s.mean)}{sd}{ci}"
+    return f"{num(s.mean)}{sd}{ci}{_fewer(s.n, n)}"
 
 
 def _delta_text(d: Comparison | None, n: int | None = None) -> str:
@@ -551,7 +577,8 @@ def _metric_table(report: LengthReport, metric: str, lengths: Sequence[int]) -> 
     for variant, scaling, targets in report.groups:
         cells = [report.cell(variant, scaling, L, targets) for L in lengths]
         n = max((c.n for c in cells if c is not None), default=0)
-        rows.append([variant, report.row_label(scaling, targets), str(n), *(_summary_text(c, metric) for c in cells)])
+        rows.append([variant, report.row_label(scaling, targets), str(n),
+                     *(_summary_text(c, metric, n) for c in cells)])
     return md_table(["Variant", "Scaling", "n", *map(str, lengths)], rows)
 
 
@@ -603,8 +630,8 @@ def length_markdown(report: LengthReport) -> str:
         "",
         *_warnings(report),
         "Cells: mean over seeds `± sd` (the seeds' standard deviation: the spread of single runs) `[lo, hi]` (the "
-        "95% Student-t confidence interval of the mean over seeds: how well the mean is known). n = seeds; "
-        "`(n=1)`: one seed, no spread or CI. Losses in nats.",
+        "95% Student-t confidence interval of the mean over seeds: how well the mean is known). n = seeds (the "
+        "row's most; `(n=k)`: a cell over fewer); `(n=1)`: one seed, no spread or CI. Losses in nats.",
         "",
         *_data_section(report),
         "## Degradation beyond T, by evaluation length",
@@ -626,8 +653,10 @@ def length_markdown(report: LengthReport) -> str:
               "exp(mean loss over every position of the window, inside and beyond T), the geometric mean over seeds "
               "[exp of the 95% CI of the mean loss]. It mixes what a scaling costs inside T with how it extends: read "
               "it beside the tables above. Lengths draw on different documents (the long ones are fewer).", ""]
-    rows = [[v, report.row_label(s, t), str(max((c.n for L in lengths if (c := report.cell(v, s, L, t))), default=0)),
-             *(_ppl_text(report.cell(v, s, L, t)) for L in lengths)] for v, s, t in report.groups]
+    rows = []
+    for v, s, t in report.groups:
+        n = max((c.n for L in lengths if (c := report.cell(v, s, L, t))), default=0)
+        rows.append([v, report.row_label(s, t), str(n), *(_ppl_text(report.cell(v, s, L, t), n) for L in lengths)])
     lines += md_table(["Variant", "Scaling", "n", *map(str, lengths)], rows)
     lines += _comparison_sections(report)
     missing = report.unevaluated
@@ -677,7 +706,8 @@ def _other_targets_note(report: LengthReport, rows: Sequence[tuple[str, str, Tar
 def _comparison_sections(report: LengthReport) -> list[str]:
     lengths, beyond = report.lengths, report.beyond_lengths
     pair = ("paired by seed (nats; negative: lower loss); 95% CI of the mean Δ; `(Welch, n vs n_ref runs)`: all runs "
-            "unpaired, where too few seeds pair.")
+            "unpaired, where too few seeds pair; `n=1`: one seed, no CI (one run's Δ cannot tell the change from "
+            "seed-to-seed noise).")
     lines: list[str] = []
     scaled = [(v, s, t) for v, s, t in report.groups if s != NO_SCALING and _has(report, v, s, t, "vs_none")]
     lines += ["", "## Scaling − none, same variant and length", ""]
@@ -755,7 +785,7 @@ def _csv_rows(report: LengthReport) -> list[list[Any]]:
             rows.append([variant, scaling, L, c.n, _seeds(c.losses), t.reference_len, t.tokens, t.baseline_window,
                          t.baseline_stride, t.val_stream_tokens, t.document_order_seed, c.tokens, c.documents,
                          *stats, ppl, plo, phi, *c.ppl_range,
-                         statistics.fmean(c.values["val_acc"].values()) if c.values.get("val_acc") else None,
+                         _mean_acc(c),
                          _pairing_text(c, "vs_none"), seed_list(c.none_seeds),
                          *_comparison_values(c.vs_none, VS_NONE),
                          reference_for(variant) if c.vs_reference else None, _pairing_text(c, "vs_reference"),
@@ -763,6 +793,13 @@ def _csv_rows(report: LengthReport) -> list[list[Any]]:
                          random_counterpart(variant) if c.vs_random else None, _pairing_text(c, "vs_random"),
                          seed_list(c.random_seeds), *_comparison_values(c.vs_random, VS_VARIANT)])
     return rows
+
+
+def _mean_acc(c: Cell) -> float | None:
+    """The mean accuracy over the seeds of the cell's losses: a diverged model's accuracy (its loss nan/inf, left out)
+    is no sample either."""
+    acc = [v for s, v in c.values.get("val_acc", {}).items() if s in c.losses]
+    return statistics.fmean(acc) if acc else None
 
 
 def write_length_csv(report: LengthReport, path: Path) -> None:

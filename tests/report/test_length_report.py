@@ -492,3 +492,68 @@ def test_a_comparison_paired_on_fewer_seeds_than_its_cell_says_how_many(tmp_path
     assert row.count("(2 of 3 seeds paired)") == 1, row  # at 64, the one length beyond T
     r = rows(sweep / CSV_FILE)[(FULL, "none", 64)]
     assert (r["n"], r["vs_reference_pairing"], r["vs_reference_seeds"]) == ("3", "paired", "0 1")
+
+
+def test_a_hand_edited_length_entry_names_the_file_unreadable(tmp_path: Path):
+    """An entry of ``lengths`` that is not an object with an integer length crashed the report (a traceback), and
+    ``"length": "64"`` silently dropped that seed at 64; the file is now named unreadable and the rest reported."""
+    sweep = planted_sweep(tmp_path)
+    paths = [p for p in sorted(sweep.rglob("eval_lengths/none.json"))
+             if (d := json.loads(p.read_text()))["rope_label"] == PARTIAL and d["packing"] == "random"]
+    for path, edit in zip(paths[:2], ("not an entry", "64"), strict=True):
+        data = json.loads(path.read_text())
+        if edit == "64":
+            data["lengths"][1]["length"] = "64"
+        else:
+            data["lengths"].append(edit)
+        path.write_text(json.dumps(data))
+    report = build_length_report([sweep])
+    assert report.cell(PARTIAL, "none", 64).n == 1
+    assert sorted(u.split(" ")[0] for u in report.unreadable) == [str(p) for p in paths[:2]]
+    assert all("is not an object with an integer length" in u for u in report.unreadable)
+
+
+def test_a_cell_over_fewer_seeds_than_its_row_says_its_own_n(tmp_path: Path):
+    """Seed 2 was not evaluated at 128: that cell is over seeds 0 and 1, and says ``(n=2)`` beside the row's n of 3
+    (it read as a mean over the three seeds the n column names)."""
+    for seed, losses in {0: {32: 1.5, 64: 2.0, 128: 2.4}, 1: {32: 1.6, 64: 2.1, 128: 2.6},
+                         2: {32: 1.7, 64: 2.3}}.items():
+        run = write_run(tmp_path / f"{seed}_s{seed}", "torch", seed, 3.0)
+        (run / "eval_lengths").mkdir()
+        (run / "eval_lengths" / "none.json").write_text(json.dumps(eval_json(PARTIAL, "none", seed, losses)))
+    md = length_markdown(build_length_report([tmp_path]))
+    row = next(ln for ln in section(md, "Degradation beyond T").splitlines() if ln.startswith(f"| {PARTIAL} |"))
+    cells = row.split(" | ")
+    assert cells[2] == "3" and not cells[3].endswith("(n=2)") and cells[4].endswith("(n=2) |"), row
+    row = next(ln for ln in section(md, "Whole-window perplexity").splitlines() if ln.startswith(f"| {PARTIAL} |"))
+    assert row.endswith("(n=2) |") and row.count("(n=2)") == 1, row
+
+
+def test_a_loss_written_as_null_is_named_as_nonfinite(tmp_path: Path):
+    """``llm.eval_lengths`` writes a nan/inf loss as null: seed 1 of the yarn row vanished from its cells with no
+    note (and its accuracy of a diverged model stayed in the CSV's mean); the note now names it, while the null
+    beyond-T metrics at a length <= T are not named."""
+    sweep = planted_sweep(tmp_path)
+    path = next(p for p in sweep.rglob("eval_lengths/yarn.json")
+                if json.loads(p.read_text())["seed"] == 1 and json.loads(p.read_text())["rope_label"] == PARTIAL)
+    data = json.loads(path.read_text())
+    for m in data["lengths"]:
+        if m["length"] == 64:
+            m.update(val_loss=None, loss_within_train=None, loss_beyond_train=None, degradation=None, val_acc=0.0)
+    path.write_text(json.dumps(data))
+    report = build_length_report([sweep])
+    assert report.cell(PARTIAL, YARN, 64).n == 2
+    text = write_length_report(report, sweep).read_text()
+    assert (f"1 evaluation(s) have a nan/inf value, left out of the statistics: {PARTIAL} · {YARN} seed 1 at 64: "
+            "val_loss, loss_within_train, loss_beyond_train, degradation (") in text
+    assert float(rows(sweep / CSV_FILE)[(PARTIAL, YARN, 64)]["val_acc_mean"]) == pytest.approx(0.5)
+
+
+def test_a_delta_of_one_seed_says_it_has_no_ci(tmp_path: Path):
+    """One run per variant: each Δ is one seed's (``n=1``, no CI); the comparison's text said nothing of it."""
+    run = write_run(tmp_path / "0_s0", "torch", 0, 3.0)
+    _evaluation(run, "none", "none", {32: 2.0, 64: 2.5}, 256)
+    _evaluation(run, "yarn", YARN, {32: 2.1, 64: 2.4}, 256)
+    scaling = section(length_markdown(build_length_report([tmp_path])), "Scaling − none, same variant and length")
+    assert f"| {PARTIAL} | {YARN} | {MINUS}0.1000 n=1 |" in scaling, scaling
+    assert "`n=1`: one seed, no CI" in scaling
