@@ -26,8 +26,8 @@ from llm.training.outputs import Tracker
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 #: A model and data a 2-core CPU trains in a second (the test suite's usual small settings).
-TINY = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.seq_len=32", "train.batch_size=4",
-        "train.eval_batches=1", "data.max_files=40", "data.val_fraction=0.2"]
+TINY = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.seq_len=32", "tokenizer=bytes",
+        "train.batch_size=4", "train.eval_batches=1", "data.max_files=40", "data.val_fraction=0.2"]
 WANDB = ["logger=wandb", "logger.wandb.mode=offline", "train.max_steps=3", "train.eval_every=3", "train.log_every=1"]
 
 
