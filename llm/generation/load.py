@@ -26,7 +26,7 @@ from llm.config_check import kernel_refusal_as_typed
 from llm.data.tokenizer import get_tokenizer
 from llm.errors import ConfigError
 from llm.model import GPT, GPTConfig, build_model, rope_cache_len
-from llm.training.checkpoint import checkpoint_files, load_checkpoint, load_newest_checkpoint
+from llm.training.checkpoint import checkpoint_files, dangling_last, load_checkpoint, load_newest_checkpoint
 from llm.training.outputs import CONFIG_FILE, holds_a_run
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def model_function(config: Mapping) -> dict[str, object]:
     return out
 
 
-def check_checkpoint_model(opened: OpenedRun, checkpoint: str) -> None:
+def check_checkpoint_model(opened: OpenedRun, checkpoint: str, named: bool = True) -> None:
     """Refuse (:class:`ConfigError`, one line naming the keys) a ``checkpoint=`` whose stored config describes
     another model than the run's (:func:`model_function`).
 
@@ -86,7 +86,8 @@ def check_checkpoint_model(opened: OpenedRun, checkpoint: str) -> None:
     run's name (``eval_lengths/<label>.json`` in the run dir, its rotation in the label), so another run's weights
     would decode with the wrong rotation, or be recorded as this run's; a user who meant that run passes its dir as
     ``run=``. A checkpoint that differs only in the kernel, the seed or the training keys loads: the same function.
-    A checkpoint that stores no config cannot be checked (loading it still checks the weights' shapes).
+    A checkpoint that stores no config cannot be checked (loading it still checks the weights' shapes). ``named``:
+    the command line named it (``checkpoint=``), else it is the newest in the run's own ``checkpoints/``.
     """
     stored = (opened.state or {}).get("config")
     if not isinstance(stored, Mapping):
@@ -98,6 +99,9 @@ def check_checkpoint_model(opened: OpenedRun, checkpoint: str) -> None:
     shown = ", ".join(f"{k}={theirs.get(k)!r} (the run: {mine[k]!r})" for k in differ)
     source = Path(checkpoint).parent.parent
     hint = f"run={source}" if (source / CONFIG_FILE).is_file() else "run=<the checkpoint's run dir>"
+    if not named:  # no checkpoint= was typed: the message names the file, found in the run's checkpoints/
+        raise ConfigError(f"run={opened.run_dir}: its newest checkpoint {checkpoint} holds another model than its "
+                          f"{CONFIG_FILE}: {shown}; move that file out of the run's checkpoints/, or give checkpoint=")
     raise ConfigError(f"checkpoint={checkpoint} holds another model than run={opened.run_dir}: {shown}; its "
                       f"weights would run as the run's model: give {hint}, or a checkpoint of this run")
 
@@ -143,6 +147,9 @@ def open_run(run: str | None, checkpoint: str | None = None) -> OpenedRun:
         if not holds_a_run(run_dir):
             raise ConfigError(f"run={run} is not a run dir: it holds neither {CONFIG_FILE} nor checkpoints/ "
                               "(e.g. run=outputs/runs/<date>/<time>_torch_s0)")
+        if not checkpoint_files(run_dir / "checkpoints") and (gone := dangling_last(run_dir / "checkpoints")):
+            raise ConfigError(f"run={run} has no checkpoint: {run_dir / 'checkpoints' / 'last.pt'} points to {gone}, "
+                              "which is missing, and no other is there; put the file back")
         if not checkpoint_files(run_dir / "checkpoints"):
             raise ConfigError(f"run={run} has no checkpoint: {run_dir / 'checkpoints'} holds no last.pt or step_*.pt "
                               "(the run stopped before its first one; train.ckpt_every=N saves one every N steps)")
@@ -151,7 +158,7 @@ def open_run(run: str | None, checkpoint: str | None = None) -> OpenedRun:
         if path is None:
             return OpenedRun(run_dir, config, path)
         # a checkpoint named by hand may be another run's: read now (kept for the load) to compare its config
-        opened = OpenedRun(run_dir, config, path, load_checkpoint(path))
+        opened = OpenedRun(run_dir, config, path, load_checkpoint(path, needs=("model",)))
         check_checkpoint_model(opened, str(checkpoint))
         return opened
     found_path, state = _load_state(run_dir, path)  # no config.yaml: the checkpoint carries the config too
@@ -184,8 +191,8 @@ def run_config(run: str, where: Path | str, raw: object = None) -> DictConfig:
 
 def _load_state(run_dir: Path, path: Path | None) -> tuple[Path, dict]:
     if path is not None:
-        return path, load_checkpoint(path)
-    found = load_newest_checkpoint(run_dir / "checkpoints")
+        return path, load_checkpoint(path, needs=("model",))
+    found = load_newest_checkpoint(run_dir / "checkpoints", needs=("model",))
     if found is None:  # removed since open_run looked
         raise ConfigError(f"run={run_dir} has no checkpoint in {run_dir / 'checkpoints'}")
     return found
@@ -313,6 +320,7 @@ def load_run_model(opened: OpenedRun, rope_cfg: Mapping, device: torch.device,
         path, state = opened.checkpoint, opened.state
     else:
         path, state = _load_state(opened.run_dir, opened.checkpoint)
+        check_checkpoint_model(OpenedRun(opened.run_dir, cfg, path, state), str(path), named=False)
     model = build_model(cfg.model, rope_cfg, enc.n_vocab)
     try:
         model.load_state_dict(state["model"])

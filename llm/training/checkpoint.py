@@ -9,6 +9,7 @@ the whole run. Files are written through :mod:`llm.fileio` (whole or absent; a f
 from __future__ import annotations
 
 import logging
+import os
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -110,13 +111,38 @@ def clean_checkpoint_dir(ckpt_dir: Path) -> None:
         log.warning(f"removed {p}, left by an interrupted checkpoint save")
 
 
-def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load one checkpoint; a damaged file raises :class:`ResumeError` naming it."""
+class DamagedCheckpoint(ResumeError):
+    """A checkpoint file that does not load as one: cut short, overwritten, or another kind of file."""
+
+
+#: What a resume reads from a checkpoint; every checkpoint :func:`save_checkpoint` writes holds them.
+RESUME_KEYS = ("step", "model", "optimizers", "rng")
+
+
+def _first_line(e: BaseException) -> str:
+    """The first sentence of an error's first line: torch's zip reader adds a paragraph of advice to its own."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return first.split(". ")[0].rstrip(".") or type(e).__name__
+
+
+def load_checkpoint(path: Path, map_location: str | torch.device = "cpu",
+                    needs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Load one checkpoint: a file that does not load as one holding ``needs`` raises :class:`DamagedCheckpoint`
+    naming it, a file the system will not let this process read a plain :class:`ResumeError`."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as e:  # torch's zip reader, pickle: any failure to read means damaged
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ResumeError(f"checkpoint {path} is damaged or unreadable ({first})") from None
+        state = torch.load(path, map_location=map_location, weights_only=False)
+    except OSError as e:
+        # not damage: the file may be whole, and falling back past it would train its steps again and replace it
+        raise ResumeError(f"checkpoint {path} cannot be read ({e.strerror or _first_line(e)}): make it readable "
+                          "and run the command again") from None
+    except Exception as e:  # torch's zip reader, pickle: any other failure to read means damaged
+        raise DamagedCheckpoint(f"checkpoint {path} is damaged ({_first_line(e)})") from None
+    # a torch file of another kind (a tensor, a bare state dict) loads too, and would fail later with a traceback
+    missing = [k for k in needs if k not in state] if isinstance(state, dict) else None
+    if missing is None or missing:
+        held = f"a {type(state).__name__}" if missing is None else f"no {', '.join(missing)}"
+        raise DamagedCheckpoint(f"checkpoint {path} is not a checkpoint of a run (it holds {held})")
+    return state
 
 
 def checkpoint_files(ckpt_dir: Path) -> list[Path]:
@@ -136,25 +162,37 @@ def _step_number(path: Path) -> int:
     return int(digits) if digits.isdigit() else -1
 
 
-def load_newest_checkpoint(ckpt_dir: Path, map_location: str | torch.device = "cpu") -> tuple[Path, dict] | None:
+def dangling_last(ckpt_dir: Path) -> str | None:
+    """What ``last.pt`` points to when that file is gone (removed by hand), else None."""
+    last = ckpt_dir / LAST
+    return os.readlink(last) if last.is_symlink() and not last.exists() else None
+
+
+def load_newest_checkpoint(ckpt_dir: Path, map_location: str | torch.device = "cpu",
+                           needs: tuple[str, ...] = ()) -> tuple[Path, dict] | None:
     """The newest checkpoint in ``ckpt_dir`` that loads, saying which damaged ones it skipped; None when
-    the dir holds none. Raises :class:`ResumeError` when every one is damaged.
+    the dir holds none. Raises :class:`ResumeError` when every one is damaged, or one cannot be read.
 
     Shared by resume and generation: both want the latest weights and neither may stop at a damaged file.
+    Why fall back rather than refuse: a damaged newest file is what a crash or a full disk leaves of a save, the
+    older checkpoint is whole, and a resume from it trains only the steps since again (``metrics.jsonl`` is cut
+    back to its step), so the user loses a few steps and not the run; each skipped file is named in a warning.
     """
     damaged = []
+    if (gone := dangling_last(ckpt_dir)) is not None:
+        log.warning(f"{ckpt_dir / LAST} points to {gone}, which is missing; trying an older checkpoint")
     for path in checkpoint_files(ckpt_dir):
         try:
-            state = load_checkpoint(path, map_location)
-        except ResumeError as e:
-            damaged.append(str(e))
+            state = load_checkpoint(path, map_location, needs)
+        except DamagedCheckpoint as e:
+            damaged.append(path.name)
             log.warning(f"{e}; trying an older checkpoint")
             continue
-        if damaged:
+        if damaged or gone is not None:
             log.warning(f"using {path}, the newest checkpoint that loads")
         return path, state
     if damaged:
-        raise ResumeError(f"every checkpoint in {ckpt_dir} is damaged: {'; '.join(damaged)}")
+        raise DamagedCheckpoint(f"every checkpoint in {ckpt_dir} is damaged ({', '.join(damaged)})")
     return None
 
 
@@ -177,13 +215,25 @@ def find_resume_checkpoint(resume: str | None, ckpt_dir: Path,
         if not path.is_file():
             raise CheckpointNotFoundError(f"train.resume={resume} is not a checkpoint file "
                                           "(expected 'auto' or a path to a .pt)")
-        return path, load_checkpoint(path, map_location)
+        try:
+            return path, load_checkpoint(path, map_location, RESUME_KEYS)
+        except DamagedCheckpoint as e:
+            raise ResumeError(f"train.resume={resume}: {e}; give another checkpoint of the run, or train.resume=auto "
+                              "for the newest that loads") from None
+    run_dir = ckpt_dir.parent
     try:
-        found = load_newest_checkpoint(ckpt_dir, map_location)
+        found = load_newest_checkpoint(ckpt_dir, map_location, RESUME_KEYS)
+    except DamagedCheckpoint as e:
+        raise ResumeError(f"train.resume=auto: {e}; start the run again in another hydra.run.dir, or remove "
+                          f"{run_dir} and start it again there") from None
     except ResumeError as e:
         raise ResumeError(f"train.resume=auto: {e}") from None
+    if found is None and (gone := dangling_last(ckpt_dir)) is not None:
+        raise ResumeError(f"train.resume=auto: {ckpt_dir / LAST} points to {gone}, which is missing, and "
+                          f"{ckpt_dir} holds no other checkpoint; put the file back, or start the run again in another "
+                          "hydra.run.dir")
     if found is None:
-        run_dir, metrics = ckpt_dir.parent, ckpt_dir.parent / "metrics.jsonl"
+        metrics = run_dir / "metrics.jsonl"
         if not (metrics.is_file() and metrics.stat().st_size):  # nothing ever trained there
             raise ResumeError(f"train.resume=auto: there is no run in {run_dir} to resume (no step logged, no "
                               "checkpoint); give the run's own dir, hydra.run.dir=<outputs/runs/...>, as its resume "

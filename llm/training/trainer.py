@@ -266,7 +266,12 @@ class Trainer:
             raise ResumeError(f"the data of {self.cfg.data.name} is not what this run trained on (data id "
                               f"{trained_on[:12]}, now {now[:12]}): its source changed since the checkpoint, and the "
                               "steps after it would train on other tokens; restore the source, or start a new run")
-        self.model.load_state_dict(state["model"])
+        try:
+            self.model.load_state_dict(state["model"])
+        except (RuntimeError, TypeError, AttributeError) as e:  # torch's words for weights of another shape or kind
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ResumeError(f"checkpoint {path}: its weights do not fit the model of its config ({why}); resume from "
+                              "another checkpoint of the run, or start a new run") from None
         for opt, opt_state in zip(self.optimizers, state["optimizers"], strict=True):
             try:
                 opt.load_state_dict(opt_state)

@@ -563,6 +563,11 @@ def test_an_explicit_rotation_key_other_than_the_run_s_is_refused_even_at_the_ke
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     cfg["rope"]["variant"] = "full"
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    for ckpt in (run / "checkpoints").glob("*.pt"):  # the checkpoints' stored config says so too, as a full run's
+        if not ckpt.is_symlink():
+            state = torch.load(ckpt, weights_only=False)
+            state["config"]["rope"]["variant"] = "full"
+            torch.save(state, ckpt)
     common = [f"run={run}", "prompt=x", "max_new_tokens=1", "device=cpu", "temperature=0"]
     code, lines = run_module_main(monkeypatch, capsys, "llm.generate", [*common, "rope=torch", "rope.variant=partial"])
     assert (code, lines) == (2, ["Error: rope.variant='partial': the run was trained with rope.variant='full'; a RoPE "
