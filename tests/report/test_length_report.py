@@ -458,17 +458,22 @@ def test_budgets_that_took_the_same_windows_at_a_length_are_compared_there(tmp_p
     assert report.cell(PARTIAL, YARN, 32).vs_none == {} and "vs_none" in report.cell(PARTIAL, YARN, 32).other_targets
 
 
-def test_a_nonfinite_evaluation_is_left_out_and_named(tmp_path: Path):
-    """One seed's loss at 64 is inf (an overflow): the report is written (inf broke ``statistics.stdev``), that cell
-    is over the two finite seeds, and a note names the value left out."""
-    sweep = planted_sweep(tmp_path)
+def _set_seed_1_at_64(sweep: Path, **values: object) -> None:
+    """Set ``values`` in the partial rotation's yarn evaluation of seed 1, at length 64."""
     path = next(p for p in sweep.rglob("eval_lengths/yarn.json")
                 if json.loads(p.read_text())["seed"] == 1 and json.loads(p.read_text())["rope_label"] == PARTIAL)
     data = json.loads(path.read_text())
     for m in data["lengths"]:
         if m["length"] == 64:
-            m.update(val_loss="inf", loss_beyond_train="inf", degradation="inf")
+            m.update(values)
     path.write_text(json.dumps(data))
+
+
+def test_a_nonfinite_evaluation_is_left_out_and_named(tmp_path: Path):
+    """One seed's loss at 64 is inf (an overflow): the report is written (inf broke ``statistics.stdev``), that cell
+    is over the two finite seeds, and a note names the value left out."""
+    sweep = planted_sweep(tmp_path)
+    _set_seed_1_at_64(sweep, val_loss="inf", loss_beyond_train="inf", degradation="inf")
     report = build_length_report([sweep])
     cell = report.cell(PARTIAL, YARN, 64)
     assert cell.n == 2 and cell.summary("val_loss").mean == pytest.approx(statistics.fmean([1.9, 2.1]))
@@ -534,13 +539,8 @@ def test_a_loss_written_as_null_is_named_as_nonfinite(tmp_path: Path):
     note (and its accuracy of a diverged model stayed in the CSV's mean); the note now names it, while the null
     beyond-T metrics at a length <= T are not named."""
     sweep = planted_sweep(tmp_path)
-    path = next(p for p in sweep.rglob("eval_lengths/yarn.json")
-                if json.loads(p.read_text())["seed"] == 1 and json.loads(p.read_text())["rope_label"] == PARTIAL)
-    data = json.loads(path.read_text())
-    for m in data["lengths"]:
-        if m["length"] == 64:
-            m.update(val_loss=None, loss_within_train=None, loss_beyond_train=None, degradation=None, val_acc=0.0)
-    path.write_text(json.dumps(data))
+    _set_seed_1_at_64(sweep, val_loss=None, loss_within_train=None, loss_beyond_train=None, degradation=None,
+                      val_acc=0.0)
     report = build_length_report([sweep])
     assert report.cell(PARTIAL, YARN, 64).n == 2
     text = write_length_report(report, sweep).read_text()
