@@ -566,12 +566,17 @@ def test_compiled_ops_are_the_custom_ops_off_cuda(device):
 
 def test_static_launch_is_the_default_unless_the_environment_says(monkeypatch):
     """A GPU build's triton ops have Inductor launch user-defined Triton kernels with its static launcher (this
-    process's config, and the environment its compile workers start from), unless the environment already says."""
-    from torch._inductor import config
+    process's config, and the environment its compile workers start from), unless the environment already says.
+    Stand-ins for both: on a GPU, changing the process's own Inductor config here broke later compiles in the same
+    test process (the setting reported as not existing)."""
+    import types
+
+    import torch._inductor
 
     name, key = "static_launch_user_defined_triton_kernels", "TORCHINDUCTOR_STATIC_LAUNCH_USER_DEFINED_TRITON_KERNELS"
+    config = types.SimpleNamespace(**{name: False})
+    monkeypatch.setattr(torch._inductor, "config", config)
     monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k != key})
-    monkeypatch.setattr(config, name, False)
     ops.static_launch_by_default()
     assert os.environ[key] == "1" and getattr(config, name) is True
     os.environ[key] = "0"
