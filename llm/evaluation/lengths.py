@@ -69,6 +69,7 @@ from llm.generation.load import (
     refuse_rope_keys_without_a_kernel,
     rope_for_generation,
     run_tokenizer,
+    with_checkpoint,
 )
 from llm.model import GPT, GPTConfig, build_model
 from llm.training import runtime
@@ -400,6 +401,8 @@ class LengthEvaluator:
         """Evaluate every length of ``plan`` (one progress line each, one per baseline before); returns the output
         record. ``save`` takes the record so far after every length: a run cut short keeps what it finished."""
         s = self.settings
+        # the checkpoint read before the data: one that cannot load is said before the val split is tokenized
+        self.opened = with_checkpoint(self.opened)
         selections = self.selections(plan.lengths)
         kept = [sel for sel in selections if not sel.skipped]
         notes = [*plan.notes, *(n for sel in selections if not sel.skipped and (n := sel.note()))]

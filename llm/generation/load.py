@@ -311,16 +311,24 @@ def run_tokenizer(opened: OpenedRun) -> tiktoken.Encoding:
     return get_tokenizer(opened.config.tokenizer.name)
 
 
+def with_checkpoint(opened: OpenedRun) -> OpenedRun:
+    """``opened`` with its checkpoint read (the one named, else the run's newest that loads, checked to hold the
+    run's model); as it is where it holds one already."""
+    if opened.state is not None:
+        return opened
+    path, state = _load_state(opened.run_dir, opened.checkpoint)
+    loaded = OpenedRun(opened.run_dir, opened.config, path, state)
+    check_checkpoint_model(loaded, str(path), named=False)
+    return loaded
+
+
 def load_run_model(opened: OpenedRun, rope_cfg: Mapping, device: torch.device,
                    enc: tiktoken.Encoding | None = None) -> RunModel:
     """Build the run's model with ``rope_cfg`` and load the checkpoint's weights onto ``device``."""
     cfg = opened.config
     enc = enc or run_tokenizer(opened)
-    if opened.state is not None:
-        path, state = opened.checkpoint, opened.state
-    else:
-        path, state = _load_state(opened.run_dir, opened.checkpoint)
-        check_checkpoint_model(OpenedRun(opened.run_dir, cfg, path, state), str(path), named=False)
+    loaded = with_checkpoint(opened)
+    path, state = loaded.checkpoint, loaded.state
     model = build_model(cfg.model, rope_cfg, enc.n_vocab)
     try:
         model.load_state_dict(state["model"])

@@ -12,7 +12,7 @@ from helpers import CONF, run_inprocess
 from hydra import compose, initialize_config_dir
 
 import llm.evaluation.lengths as lengths_mod
-from llm.errors import ConfigError
+from llm.errors import ConfigError, UserError
 from llm.evaluation.lengths import eval_lengths_from_config
 
 
@@ -96,3 +96,21 @@ def test_building_the_data_cache_shows_its_progress(trained_run, tmp_path, monke
     _, lines = run_eval(trained_run, f"cache_dir={tmp_path / 'cache'}", "label=cache")
     assert any(line.startswith("preparing ") for line in lines), lines
     assert any(line.startswith("built ") for line in lines), lines
+
+
+def test_a_run_whose_every_checkpoint_is_damaged_is_refused_before_its_data_is_read(trained_run, tmp_path,
+                                                                                     monkeypatch):
+    """The weights load before the val split is read or tokenized (minutes on a large corpus): a run whose every
+    checkpoint is damaged is refused at once, not after the data work."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run, symlinks=True)
+    for ckpt in (run / "checkpoints").glob("*.pt"):
+        if not ckpt.is_symlink():
+            ckpt.write_bytes(b"not a checkpoint")
+
+    def never(*a, **k):
+        raise AssertionError("the data was read before the checkpoint was")
+
+    monkeypatch.setattr(lengths_mod, "prepare_data", never)
+    with pytest.raises(UserError, match="every checkpoint in .* is damaged"):  # the command's one line
+        run_eval(run)
