@@ -11,6 +11,13 @@ from typing import TypeVar
 E = TypeVar("E", bound=BaseException)
 
 
+def one_line(exc: BaseException) -> str:
+    """The first line of an error's message (its type when it has none): what a one-line refusal quotes of a
+    library's error, whose later lines (advice, a traceback of its own) say nothing the refusal does not."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def in_chain(exc: BaseException | None, kind: type[E]) -> E | None:
     """The first exception of ``kind`` in ``exc``'s chain (itself, then its cause or context, and theirs), or None:
     libraries re-raise a user's interrupt or a resolver's own error wrapped in exceptions of their own."""

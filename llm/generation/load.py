@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 import rope
 from llm.config_check import kernel_refusal_as_typed
 from llm.data.tokenizer import get_tokenizer
-from llm.errors import ConfigError
+from llm.errors import ConfigError, one_line
 from llm.model import GPT, GPTConfig, build_model, rope_cache_len
 from llm.training.checkpoint import checkpoint_files, dangling_last, load_checkpoint, load_newest_checkpoint
 from llm.training.outputs import CONFIG_FILE, holds_a_run
@@ -180,8 +180,7 @@ def run_config(run: str, where: Path | str, raw: object = None) -> DictConfig:
         config = OmegaConf.load(where) if raw is None else OmegaConf.create(raw)
         OmegaConf.to_container(config, resolve=True)
     except Exception as e:  # YAML's parser, OmegaConf's interpolation: any failure means unreadable
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ConfigError(f"run={run}: {where} is damaged or unreadable ({first})") from None
+        raise ConfigError(f"run={run}: {where} is damaged or unreadable ({one_line(e)})") from None
     missing = [g for g in RUN_CONFIG_GROUPS if not OmegaConf.is_dict(config) or not OmegaConf.is_dict(config.get(g))]
     if missing or "seq_len" not in config.model:
         what = f"no {missing[0]} group" if missing else "no model.seq_len"
@@ -333,8 +332,7 @@ def load_run_model(opened: OpenedRun, rope_cfg: Mapping, device: torch.device,
     try:
         model.load_state_dict(state["model"])
     except (KeyError, RuntimeError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ConfigError(f"checkpoint {path} does not fit the run's model config ({first})") from None
+        raise ConfigError(f"checkpoint {path} does not fit the run's model config ({one_line(e)})") from None
     model.to(device).eval()
     log.info(f"loaded {path} (step {state.get('step')})")
     return RunModel(model, enc, path, int(state.get("step", 0)), dict(rope_cfg))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm.errors import CheckpointNotFoundError, ConfigError, ResumeError, in_chain
+from llm.errors import CheckpointNotFoundError, ConfigError, ResumeError, in_chain, one_line
 from llm.fileio import atomic_open, remove_stale_temps
 
 log = logging.getLogger(__name__)
@@ -121,8 +121,7 @@ RESUME_KEYS = ("step", "model", "optimizers", "rng")
 
 def _first_line(e: BaseException) -> str:
     """The first sentence of an error's first line: torch's zip reader adds a paragraph of advice to its own."""
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return first.split(". ")[0].rstrip(".") or type(e).__name__
+    return one_line(e).split(". ")[0].rstrip(".") or type(e).__name__
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu",

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from llm.errors import ConfigError, ResumeError
+from llm.errors import ConfigError, ResumeError, one_line
 from llm.model import GPTConfig
 from llm.training.checkpoint import checkpoint_files, load_newest_checkpoint
 from llm.training.outputs import CONFIG_FILE, SUMMARY_FILE, holds_a_run
@@ -87,8 +87,7 @@ def _source_config(run_dir: Path, key: str) -> dict:
         try:
             config = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
         except Exception as e:  # YAML's parser, OmegaConf's interpolation: any failure means unreadable
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ConfigError(f"{key}={run_dir}: {path} is damaged or unreadable ({first})") from None
+            raise ConfigError(f"{key}={run_dir}: {path} is damaged or unreadable ({one_line(e)})") from None
         if not isinstance(config, dict):
             raise ConfigError(f"{key}={run_dir}: {path} holds no config (a mapping of groups)")
         return config

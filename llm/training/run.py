@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from llm.config_check import check_config_keys, inert_rope_note, validate_config
 from llm.config_keys import covered, flatten
-from llm.errors import ConfigError, ResumeError, RunDirInUseError, UserError
+from llm.errors import ConfigError, ResumeError, RunDirInUseError, UserError, one_line
 from llm.fileio import DiskFullError, write_json_atomic
 from llm.sweep_jobs import swept_values
 from llm.training.checkpoint import NO_RESUME, find_resume_checkpoint
@@ -59,12 +59,6 @@ def _shared_run_dir(run_dir: Path, dist_info) -> Path:
     shared = [str(run_dir)]
     torch.distributed.broadcast_object_list(shared, src=0)
     return Path(shared[0])
-
-
-def one_line(exc: BaseException) -> str:
-    """The first line of an error's message (its type when it has none)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def record_failed_start(cfg: DictConfig, run_dir: Path, status: str, message: str) -> None:

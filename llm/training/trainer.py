@@ -29,7 +29,7 @@ from llm.data import TokenData, check_streams, data_fingerprint, prepare_data, s
 from llm.data.config import packing
 from llm.data.packing import document_batch
 from llm.doc_attention import DocumentMask, takes_dense
-from llm.errors import ConfigError, ResumeError
+from llm.errors import ConfigError, ResumeError, one_line
 from llm.fileio import DiskFullError
 from llm.model import GPT, build_model, compile_model, rope_cache_len
 from llm.optim import build_optimizers, lr_multiplier, set_lr
@@ -269,16 +269,14 @@ class Trainer:
         try:
             self.model.load_state_dict(state["model"])
         except (RuntimeError, TypeError, AttributeError) as e:  # torch's words for weights of another shape or kind
-            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ResumeError(f"checkpoint {path}: its weights do not fit the model of its config ({why}); resume from "
-                              "another checkpoint of the run, or start a new run") from None
+            raise ResumeError(f"checkpoint {path}: its weights do not fit the model of its config ({one_line(e)}); "
+                              "resume from another checkpoint of the run, or start a new run") from None
         for opt, opt_state in zip(self.optimizers, state["optimizers"], strict=True):
             try:
                 opt.load_state_dict(opt_state)
             except ValueError as e:  # torch's words for groups of other sizes, from code that grouped them otherwise
-                why = (str(e).strip().splitlines() or [type(e).__name__])[0]
                 raise ResumeError(f"checkpoint {path}: its {type(opt).__name__} state does not fit this code's "
-                                  f"parameter groups ({why}): it was saved by code that grouped the parameters "
+                                  f"parameter groups ({one_line(e)}): it was saved by code that grouped the parameters "
                                   "otherwise (optim=muon with optim.adamw_weight_decay > 0 decayed norms and biases "
                                   "before they were exempted); start a new run, or train.init_from=<this run's dir> "
                                   "to begin from its weights") from None
