@@ -115,8 +115,9 @@ class DamagedCheckpoint(ResumeError):
     """A checkpoint file that does not load as one: cut short, overwritten, or another kind of file."""
 
 
-#: What a resume reads from a checkpoint; every checkpoint :func:`save_checkpoint` writes holds them.
-RESUME_KEYS = ("step", "model", "optimizers", "rng")
+#: What a resume reads from a checkpoint; every checkpoint a run saves holds them. ``config`` among them: the resume
+#: continues the saved run's config, and one without it would go on with whatever the command composed.
+RESUME_KEYS = ("step", "model", "optimizers", "rng", "config")
 
 
 def _first_line(e: BaseException) -> str:

@@ -192,9 +192,8 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
             asked = None
         _refuse_another_run_s_checkpoint(asked, run_dir)
         resume = find_resume_checkpoint(asked, run_dir / "checkpoints")
-        if resume is not None:
+        if resume is not None:  # every checkpoint resumed holds its config (checkpoint.RESUME_KEYS)
             _refuse_another_run_s_config(*resume, run_dir)
-        if resume is not None and "config" in resume[1]:
             cfg = reconcile_resume_config(resume[1]["config"], cfg, overrides)
         if resume is not None and cfg.train.max_steps < resume[1].get("step", 0):  # its record would say fewer
             raise ConfigError(f"train.max_steps={cfg.train.max_steps} is below the step this run has reached "

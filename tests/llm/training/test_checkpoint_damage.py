@@ -22,7 +22,8 @@ def saved_dir(tmp_path: Path, steps: tuple[int, ...] = (2, 4)) -> Path:
     """A checkpoints dir as a run's saves leave it (a tiny model, no optimizer), ``last.pt`` at the last step."""
     ckpt = tmp_path / "checkpoints"
     for step in steps:
-        save_checkpoint(ckpt, step, torch.nn.Linear(2, 2), [], TrainTotals(), {}, keep=len(steps))
+        save_checkpoint(ckpt, step, torch.nn.Linear(2, 2), [], TrainTotals(), {"config": {"seed": 0}},
+                        keep=len(steps))
     return ckpt
 
 
@@ -56,7 +57,22 @@ def test_a_torch_file_that_is_no_checkpoint_is_skipped_like_a_damaged_one(tmp_pa
         find_resume_checkpoint(str(newest), ckpt)
     assert "\n" not in str(e.value)
     torch.save({"model": {}}, newest)  # another program's file: weights, no step or optimizer state
-    with pytest.raises(ResumeError, match=r"it holds no step, optimizers, rng"):
+    with pytest.raises(ResumeError, match=r"it holds no step, optimizers, rng, config"):
+        find_resume_checkpoint(str(newest), ckpt)
+
+
+def test_a_checkpoint_without_its_run_s_config_is_not_resumed_with_the_command_s(tmp_path, caplog):
+    """A file with a run's weights, optimizers, step and RNG but no saved config (written by hand, or by other code):
+    the resume went on with the command's composed config, the defaults, whatever the run had trained with."""
+    ckpt = saved_dir(tmp_path)
+    newest = ckpt / "step_0000004.pt"
+    state = torch.load(newest, weights_only=False)
+    del state["config"]
+    torch.save(state, newest)
+    path, state = find_resume_checkpoint("auto", ckpt)
+    assert path.name == "step_0000002.pt" and state["config"] == {"seed": 0}
+    assert f"checkpoint {newest} is not a checkpoint of a run (it holds no config)" in caplog.text
+    with pytest.raises(ResumeError, match=r"it holds no config\); give another checkpoint"):
         find_resume_checkpoint(str(newest), ckpt)
 
 
