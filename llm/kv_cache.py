@@ -47,6 +47,14 @@ def _check_step(buffers: Tensor | None, k: Tensor) -> None:
                          "in one dtype (autocast on for all of them or for none)")
 
 
+def attended(keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+    """The cached keys and values a step attends over: views of the buffers, or copies where autograd records the
+    step, because later steps write into the buffers and attention's backward would read what they wrote."""
+    if keys.requires_grad or values.requires_grad:
+        return keys.clone(), values.clone()
+    return keys, values
+
+
 def _check_cache_args(n_layer: int, max_len: int, attention: str) -> None:
     for name, value in (("n_layer", n_layer), ("max_len", max_len)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -103,7 +111,7 @@ class KVCache:
         end = self.length + T
         self.keys[index, :, :, self.length:end] = k.transpose(1, 2)
         self.values[index, :, :, self.length:end] = v.transpose(1, 2)
-        return self.keys[index, :, :, :end], self.values[index, :, :, :end]
+        return attended(self.keys[index, :, :, :end], self.values[index, :, :, :end])
 
     def advance(self, T: int) -> None:
         """Count the ``T`` positions every layer has now written."""
@@ -213,7 +221,8 @@ class StaticKVCache:
         if T == 1 and self.step_position is not None:
             if not _capturing():
                 self.prepare_step()
-            positions = self.step_position
+            # where autograd records the step it saves the positions, which the next step's fill would change
+            positions = self.step_position.clone() if torch.is_grad_enabled() else self.step_position
         else:
             positions = torch.arange(self.length, self.length + T, device=device)
         if self._key_index is not None and self.length > 0 and not self.fused(T):
@@ -246,7 +255,7 @@ class StaticLayerKV(_LayerHandle):
         keys, values = cache.keys[self.index], cache.values[self.index]
         keys.index_copy_(2, positions, k.transpose(1, 2))
         values.index_copy_(2, positions, v.transpose(1, 2))
-        return keys, values
+        return attended(keys, values)
 
     def update(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor | None, bool]:
         """Store the new keys and values at ``positions``; return what SDPA attends over. A prefill from an empty

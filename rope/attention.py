@@ -70,7 +70,10 @@ class KVCache:
         self.keys[:, :, self.length:end] = k.transpose(1, 2)
         self.values[:, :, self.length:end] = v.transpose(1, 2)
         self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        keys, values = self.keys[:, :, :end], self.values[:, :, :end]
+        if keys.requires_grad or values.requires_grad:  # autograd records the call: later appends write into the
+            return keys.clone(), values.clone()  # buffers, and attention's backward would read what they wrote
+        return keys, values
 
     def reset(self) -> None:
         """Start a new sequence (the buffers are kept, and with them the batch size and dtype)."""

@@ -86,3 +86,22 @@ def test_generate_refuses_an_attention_it_does_not_have_with_or_without_a_cache(
     with pytest.raises(ValueError, match=r"^attention must be one of sdpa, fused_rope, got 'flash'$"):
         generate(tiny_model(), torch.zeros(1, 3, dtype=torch.long), 2, Sampling(), use_cache=use_cache,
                  attention="flash")
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_gradients_through_cached_steps_equal_those_of_the_whole_sequence(static):
+    """Backward through decode steps of one cache: each step's attention saved views of the buffers (and the static
+    cache's step position) that the next step wrote into, and the backward failed ("modified by an inplace
+    operation"). Now the gradients are the uncached forward's."""
+    model = tiny_model().train()
+    idx = torch.randint(0, 61, (2, 6))
+    params = list(model.parameters())
+    whole = torch.autograd.grad(model(idx)[0][:, 3:].square().sum(), params, allow_unused=True)
+    cache = model.new_cache(static=static)
+    model(idx[:, :3], cache=cache)
+    steps = torch.cat([model(idx[:, i:i + 1], cache=cache)[0] for i in range(3, 6)], 1)
+    got = torch.autograd.grad(steps.square().sum(), params, allow_unused=True)
+    for g, w in zip(got, whole, strict=True):
+        assert (g is None) == (w is None)
+        if w is not None:
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)

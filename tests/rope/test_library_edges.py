@@ -355,3 +355,17 @@ def test_liger_zero_heads_return_the_empty_result_without_a_launch(device):
     want_q, want_k = rope.build("torch", 8, 16).to(device)(q, k)
     assert yq.shape == want_q.shape and launches == ["forward"]
     torch.testing.assert_close(yk, want_k, rtol=0, atol=2e-6)
+
+
+def test_gradients_through_cached_calls_equal_those_of_the_whole_sequence():
+    """Backward through calls that share a cache (a prompt, then one token at a time): each call's attention saved
+    views of the buffers the next call wrote into, and the backward failed ("modified by an inplace operation")."""
+    torch.manual_seed(0)
+    attn = rope.RoPEAttention(64, 4, impl="torch", max_seq_len=16).eval()  # eval: no dropout; grads still flow
+    x = torch.randn(2, 6, 64)
+    whole = torch.autograd.grad(attn(x)[:, 3:].square().sum(), list(attn.parameters()))
+    cache = attn.new_cache()
+    attn(x[:, :3], cache=cache)
+    steps = torch.cat([attn(x[:, i:i + 1], cache=cache) for i in range(3, 6)], 1)
+    for got, want in zip(torch.autograd.grad(steps.square().sum(), list(attn.parameters())), whole, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
