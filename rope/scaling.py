@@ -16,7 +16,8 @@ with their defaults; ``original_max_seq_len`` is HF's ``original_max_position_em
 * ``yarn`` — YaRN (Peng et al. 2023): a ramp between interpolation (low frequencies, fewer than
   ``beta_slow`` rotations over the original context) and extrapolation (more than ``beta_fast``),
   and an attention temperature ``0.1 ln(factor) + 1`` (with both ``mscale`` and ``mscale_all_dim``
-  set: the ratio of ``0.1 m ln(factor) + 1`` for the two; ``attention_factor`` overrides it)
+  set and nonzero: the ratio of ``0.1 m ln(factor) + 1`` for the two, either alone ignored, as in HF;
+  ``attention_factor`` overrides it)
   folded into cos and sin, as HF does.
 * ``llama3`` — Llama 3.1's rule: wavelengths longer than ``original_max_seq_len / low_freq_factor``
   interpolated by ``factor``, shorter than ``original_max_seq_len / high_freq_factor`` kept, a
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Mapping
 
 import torch
@@ -45,7 +47,7 @@ SCALING_PARAMS: dict[str, dict[str, object]] = {
     "ntk": {"factor": REQUIRED},
     "dynamic_ntk": {"factor": REQUIRED, "original_max_seq_len": REQUIRED},
     "yarn": {"factor": REQUIRED, "original_max_seq_len": REQUIRED, "beta_fast": 32.0, "beta_slow": 1.0,
-             "mscale": 1.0, "mscale_all_dim": 0.0, "attention_factor": None, "truncate": True},
+             "mscale": None, "mscale_all_dim": None, "attention_factor": None, "truncate": True},
     "llama3": {"factor": REQUIRED, "original_max_seq_len": REQUIRED, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0},
 }
@@ -85,29 +87,61 @@ def normalize_scaling(scaling: Mapping | None) -> dict:
     if missing:
         raise ScalingError(f"scaling.{missing[0]}", f"scaling.type={kind} needs scaling.{missing[0]}")
     _check_values(out)
-    return out
+    # every other real number as a Python float: a Fraction or a NumPy scalar passes the checks as a number, but
+    # torch cannot divide a tensor by a Fraction, and a NumPy float32 does not serialise as JSON
+    return {k: float(v) if _other_real(v) else v for k, v in out.items()}
+
+
+def _other_real(v: object) -> bool:
+    """A real number that is no bool, no int and no plain float: a Fraction, a NumPy scalar (float64 included)."""
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, int)) and type(v) is not float
+
+
+def _finite(v: object) -> bool:
+    """A real number (no bool) that a float holds finitely: an int too large for a float (``10**400``, which YAML
+    reads as an int) is not one, and ``math.isfinite`` would raise OverflowError for it."""
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def _shown(v: object) -> str:
+    """``repr(v)``, but an int too large for a float by its size: its hundreds of digits would fill the line."""
+    if isinstance(v, int) and not isinstance(v, bool) and not _finite(v):
+        return f"an int of {len(str(abs(v)))} digits"
+    return repr(v)
 
 
 def _check_values(s: dict) -> None:
     def number(key: str, low: float, inclusive: bool = True) -> None:
         v = s.get(key)
-        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-        if not ok or (v < low if inclusive else v <= low):
+        if not _finite(v) or (v < low if inclusive else v <= low):
             raise ScalingError(f"scaling.{key}", f"scaling.{key} must be a finite number "
-                                                 f"{'>=' if inclusive else '>'} {low:g}, got {v!r}")
+                                                 f"{'>=' if inclusive else '>'} {low:g}, got {_shown(v)}")
 
     if "factor" in s:
         number("factor", 1.0)
     if "original_max_seq_len" in s:
         v = s["original_max_seq_len"]
+        if isinstance(v, numbers.Integral) and not isinstance(v, (int, bool)):  # as base.py says it of head_dim
+            raise ScalingError("scaling.original_max_seq_len",
+                               f"scaling.original_max_seq_len must be a positive Python int, got {v!r} of type "
+                               f"{type(v).__module__}.{type(v).__qualname__}: convert it with int()")
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise ScalingError("scaling.original_max_seq_len",
                                f"scaling.original_max_seq_len must be a positive int, got {v!r}")
+        if not _finite(v):
+            raise ScalingError("scaling.original_max_seq_len",
+                               f"scaling.original_max_seq_len must be a positive int of at most "
+                               f"{sys.float_info.max:g} (the frequencies are float arithmetic), got {_shown(v)}")
     for key in ("beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor"):
         if key in s:
             number(key, 0.0, inclusive=False)
     for key in ("mscale", "mscale_all_dim"):
-        if key in s:
+        if s.get(key) is not None:
             number(key, 0.0)
     if s.get("attention_factor") is not None:
         number("attention_factor", 0.0, inclusive=False)
@@ -157,7 +191,12 @@ def _yarn(freqs: Tensor, base: float, rotary_dim: int, s: dict) -> Tensor:
     factor, d, length = s["factor"], rotary_dim, s["original_max_seq_len"]
 
     def correction_dim(rotations: float) -> float:
-        return d * math.log(length / (rotations * 2 * math.pi)) / (2 * math.log(base))
+        ratio = length / (rotations * 2 * math.pi)  # HF's expression, kept where it holds: floor/ceil see its bits
+        # a beta_slow or beta_fast far from 1 (a finite number > 0, as checked) makes the quotient overflow to inf or
+        # underflow to 0 (math.log: a math domain error): its log as a difference of logs then
+        log_ratio = math.log(ratio) if 0 < ratio < math.inf else (
+            math.log(length) - math.log(rotations) - math.log(2 * math.pi))
+        return d * log_ratio / (2 * math.log(base))
 
     low, high = correction_dim(s["beta_fast"]), correction_dim(s["beta_slow"])
     if s["truncate"]:

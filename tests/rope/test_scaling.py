@@ -396,6 +396,7 @@ YARN_PARAMS = [
     {"factor": 40.0, "original_max_seq_len": 4096, "mscale": 1.0, "mscale_all_dim": 1.0},  # DeepSeek-V3-like
     {"factor": 8.0, "original_max_seq_len": 4096, "mscale": 0.707, "mscale_all_dim": 1.0},
     {"factor": 8.0, "original_max_seq_len": 4096, "mscale": 0.707},  # HF: mscale alone is ignored
+    {"factor": 8.0, "original_max_seq_len": 4096, "mscale_all_dim": 1.0},  # and mscale_all_dim alone too
     {"factor": 4.0, "original_max_seq_len": 4096, "attention_factor": 1.5},
     {"factor": 4.0, "original_max_seq_len": 4096, "truncate": False},
     {"factor": 32.0, "original_max_seq_len": 1024, "beta_fast": 64.0, "beta_slow": 0.5, "truncate": False},
@@ -643,8 +644,8 @@ def test_none_values_take_the_defaults():
         r = rope.build("torch", 64, 256, variant="full", scaling={"type": kind, **given, **nulls})
         assert r.scaling == defaults.scaling
         assert torch.equal(r.cos, defaults.cos) and torch.equal(r.sin, defaults.sin)
-    assert normalize_scaling(YARN) == {**YARN, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
-                                       "mscale_all_dim": 0.0, "attention_factor": None, "truncate": True}
+    assert normalize_scaling(YARN) == {**YARN, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": None,
+                                       "mscale_all_dim": None, "attention_factor": None, "truncate": True}
     assert normalize_scaling({"type": "llama3", "factor": 8, "original_max_seq_len": 8192}) == {
         "type": "llama3", "factor": 8, "original_max_seq_len": 8192, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
 
