@@ -10,7 +10,9 @@ with scaling, else its ``model.seq_len``), and the output says so.
 
 ``factor=auto`` is the scaling each length needs: ``max(1, L / original_max_seq_len)`` at length L,
 as a user who extends a model to L would set it (Hugging Face's practice: factor = target length /
-original length). A fixed factor is one table for every length.
+original length). ``dynamic_ntk`` takes that ratio from the length itself (its effective factor at L is
+``factor L / original - (factor - 1)``), so under ``auto`` its factor is 1: an effective factor of L / original,
+where L / original given as its factor would count the length twice. A fixed factor is one table for every length.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ class ScalingPlan:
     def for_length(self, length: int) -> dict:
         """The normalized scaling (every parameter filled in) used at ``length``."""
         params = dict(self.params)
-        if self.auto:
-            params["factor"] = max(1.0, length / self.reference_len)
+        if self.auto:  # dynamic_ntk scales by the length itself (module docstring)
+            params["factor"] = 1.0 if self.type == "dynamic_ntk" else max(1.0, length / self.reference_len)
         return normalize_scaling({"type": self.type, **params})
 
     @property

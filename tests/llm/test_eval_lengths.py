@@ -254,6 +254,23 @@ def test_factor_auto_is_the_scaling_each_length_needs(trained_run):
     assert fixed["label"] == "lin" and fixed["lengths"][0]["scaling"] == {"type": "linear", "factor": 4}
 
 
+def test_dynamic_ntk_under_factor_auto_counts_the_length_once():
+    """dynamic_ntk scales by the length itself (factor L / original - (factor - 1)): factor=auto gave it L/T as its
+    factor too, an effective factor of r^2 - r + 1 for r = L/T (13 at 4T where ntk under auto has 4). Now its
+    table at each length is ntk's under auto, the factor each length needs."""
+    from llm.evaluation.scaling import resolve_scaling
+    from rope.scaling import dynamic_factor, scaled_frequencies
+
+    freqs = 1.0 / 10000.0 ** (torch.arange(0, 32, 2, dtype=torch.float64) / 32)
+    dynamic = resolve_scaling({"type": "dynamic_ntk", "factor": "auto"}, {"scaling": None}, 512)
+    ntk = resolve_scaling({"type": "ntk", "factor": "auto"}, {"scaling": None}, 512)
+    for length in (256, 512, 1024, 2048, 8192):
+        at = dynamic.for_length(length)
+        assert dynamic_factor(at, length) == max(1.0, length / 512)
+        assert torch.equal(scaled_frequencies(freqs, 10000.0, 32, at, length),
+                           scaled_frequencies(freqs, 10000.0, 32, ntk.for_length(length), length))
+
+
 # every registered implementation that runs here (the Triton ones under the interpreter), each float32 code once
 # (the run is float32; helpers.FLOAT32_SAME_AS), but none: a swap to none is refused (it is another function, see
 # test_bad_input_...)
