@@ -165,15 +165,32 @@ def verdict_line(gc: GroupComparison) -> str:
         sides = [f"seed(s) {seed_list(m.nonfinite)} of {me}"] * bool(m.nonfinite)
         sides += [f"seed(s) {seed_list(m.reference_nonfinite)} of {ref}"] * bool(m.reference_nonfinite)
         windows += f"; left out, their val loss is nan/inf: {' and '.join(sides)}"
+    diverged = _diverged_warning(gc, "val_loss")
     if c.verdict == SINGLE:
-        return f"{me}: one seed only against {ref} ({n}, Δ = {signed(c.delta)}{windows}; no CI: add seeds)"
+        return (f"{me}: one seed only against {ref} ({n}, Δ = {signed(c.delta)}{windows}; no CI: add seeds)"
+                f"{diverged}")
     tail = _supported(c) + _pairing_note(c)
     if c.verdict in (BETTER, WORSE):
         within = f"; the difference is within {eps}" if c.p_tost is not None and c.p_tost < ALPHA else ""
-        return f"{me}: {c.verdict} than {ref} ({numbers}, {_holm_p(c)}{windows}){within}{_pairing_note(c)}"
+        return (f"{me}: {c.verdict} than {ref} ({numbers}, {_holm_p(c)}{windows}){within}{_pairing_note(c)}"
+                f"{diverged}")
     if c.verdict == EQUIVALENT:
-        return f"{me}: equivalent to {ref} within {eps} ({numbers}{windows}){tail}"
-    return f"{me}: inconclusive ({_samples(c)}; {_needed(c)}) against {ref} at {eps} ({numbers}{windows}){tail}"
+        return f"{me}: equivalent to {ref} within {eps} ({numbers}{windows}){tail}{diverged}"
+    return (f"{me}: inconclusive ({_samples(c)}; {_needed(c)}) against {ref} at {eps} ({numbers}{windows}){tail}"
+            f"{diverged}")
+
+
+def _diverged_warning(gc: GroupComparison, metric: str) -> str:
+    """`` **but seed(s) 1 of 3 of X ended with a nan/inf val loss ...**`` where the implementation's own runs
+    diverged, "" otherwise. The statistics leave such runs out, so without this a kernel that diverged on one seed
+    in three reads "equivalent" on the two that did not: the verdict is about its finite runs only, and says so.
+    (A diverged reference run is named in the numbers; it says nothing against the implementation.)"""
+    m = gc.matches.get(metric)
+    if m is None or not m.nonfinite:
+        return ""
+    what = "val loss" if metric == "val_loss" else metric.replace("_", " ")
+    return (f"; **but seed(s) {seed_list(m.nonfinite)} of {gc.group.label} ended with a nan/inf {what} (diverged, "
+            f"{len(m.nonfinite)} of its {gc.group.n} run(s)): the verdict covers only its finite runs**")
 
 
 def _test_n(c: Comparison, m: SeedMatch | None) -> str:
@@ -196,6 +213,10 @@ def _verdict_section(report: Report) -> list[str]:
     lines += [f"- {verdict_line(c)}" for c in report.comparisons if "val_loss" in c.metrics]
     if not report.comparisons:
         lines.append("- (no other implementation completed)")
+    if report.diffs and report.comparisons:  # --allow-mixed: the Δ is not the implementation's alone
+        keys = ", ".join(f"`{k}`" for k in report.diffs)
+        lines += ["", f"**These runs also differ in {keys}** (`--allow-mixed`, see Mixed runs below): each Δ is the "
+                  "implementation's and that difference's together, and the verdicts do not separate them."]
     return [*lines, ""]
 
 
@@ -353,7 +374,11 @@ def _paired_row(gc: GroupComparison, metric: str, unit: str) -> list[str]:
     if c is None:
         return [gc.group.label, f"n/a (no final {metric})", "n/a", *["n/a"] * 7]
     n = f"{c.n}" if c.method != WELCH else f"{c.n} vs {c.n_ref}"
-    return [gc.group.label, _pairing_cell(gc, metric), n, *_metric_cells(c, unit)]
+    cells = _metric_cells(c, unit)
+    m = gc.matches.get(metric)
+    if m is not None and m.nonfinite:  # the verdict is about the finite runs: say so where the verdict is read
+        cells[-1] += f" (finite runs only: seed(s) {seed_list(m.nonfinite)} diverged)"
+    return [gc.group.label, _pairing_cell(gc, metric), n, *cells]
 
 
 def _paired_section(report: Report) -> list[str]:
@@ -508,6 +533,12 @@ def _fidelity_section(report: Report) -> list[str]:
                             rows)
 
 
+def _run_value(v: float | None, decimals: int) -> str:
+    """One run's value: as :func:`fmt`, but a value it logged as nan is ``nan`` (it diverged), not ``n/a`` (which
+    reads as never logged); inf is already ``inf``."""
+    return "nan" if v is not None and math.isnan(v) else fmt(v, decimals)
+
+
 def _shared_kind(runs: Sequence[Run], counted: Mapping[Path, int]) -> str:
     """``GPU`` or ``CPU`` where every counted run trained on that kind, else ``device``: what the runs shared."""
     kinds = {"CPU" if on_cpu(r) else "GPU" for r in runs if r.path in counted}
@@ -526,7 +557,7 @@ def _per_seed_section(report: Report) -> list[str]:
     for g in report.groups:
         for r in [*g.runs, *g.excluded]:
             row = [g.label, str(r.seed), r.status, str(r.summary.get("step", "n/a")),
-                   *(fmt(r.value(m), d) for m, _, d in METRICS)]
+                   *(_run_value(r.value(m), d) for m, _, d in METRICS)]
             row += [fmt(r.value("val_loss_se"), 4)] * with_se + [fmt(r.value("val_tokens"), 0)] * with_tokens
             row += [str(_device(r) or "n/a")] * with_device
             row += [str(concurrent.get(r.path, "n/a"))] * with_shared

@@ -2,9 +2,10 @@
 
 Columns (one row per implementation, ordered as the Markdown summary):
 
-* ``implementation, rope, variant, compute_dtype, n, seeds``, then ``<metric>_mean`` / ``<metric>_std``
-  for train_time_s, val_loss, val_acc, val_ppl, tokens_per_s (sample std, ddof=1; empty with one
-  seed), ``n_excluded`` (runs of this implementation that did not complete) and ``excluded`` (their
+* ``implementation, rope, variant, compute_dtype, n, seeds``, then ``<metric>_mean`` / ``<metric>_std`` /
+  ``<metric>_n`` for train_time_s, val_loss, val_acc, val_ppl, tokens_per_s (sample std, ddof=1; empty with one
+  seed; ``_n``: the runs they are over, fewer than ``n`` where a run's value is nan/inf or missing),
+  ``n_excluded`` (runs of this implementation that did not complete) and ``excluded`` (their
   statuses);
 * ``val_loss_se``, ``val_tokens``: eval noise and size, from summary.json (empty for old runs);
 * ``reference``, ``pairing`` (``paired``/``unpaired (Welch)``/``reference``: val loss's test), ``paired_seeds``
@@ -50,7 +51,7 @@ Row = list[Any]
 def _columns() -> list[str]:
     cols = ["implementation", "rope", "variant", "compute_dtype", "n", "seeds"]
     for m, _, _ in METRICS:
-        cols += [f"{m}_mean", f"{m}_std"]
+        cols += [f"{m}_mean", f"{m}_std", f"{m}_n"]
     cols += ["n_excluded", "excluded", "val_loss_se", "val_tokens", "reference", "pairing", "paired_seeds",
              "unmatched_seeds", "reference_only_seeds", "nonfinite_seeds", "reference_nonfinite_seeds"]
     for m, _ in COMPARED:
@@ -116,7 +117,7 @@ def _row(report: Report, g: Group) -> Row:
     gc = report.comparison(g)
     row: Row = [g.label, g.key[0], g.key[1] or "", g.key[2] or "", g.n, seed_list(g.seeds)]
     for m, _, _ in METRICS:
-        row += list(g.stats[m][:2])
+        row += list(g.stats[m][:3])  # mean, std and the runs they are over: n less a nan/inf or missing value
     tokens = sorted({int(v) for r in g.runs if (v := r.value("val_tokens")) is not None})
     row += [len(g.excluded), "; ".join(r.status for r in g.excluded), g.summary_mean("val_loss_se"),
             " ".join(map(str, tokens))]
