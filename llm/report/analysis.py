@@ -124,7 +124,9 @@ def _sort_key(value: float | None) -> float:
 
 
 def group_runs(runs: Sequence[Run]) -> list[Group]:
-    """Group runs by implementation and compute statistics; ordered by mean val loss (best first)."""
+    """Group runs by implementation and compute statistics; ordered by mean val loss (best first), implementations
+    with a seed whose val loss is nan/inf last: their mean is over the seeds that did not diverge, and ranked by it
+    a kernel that diverged once could head the table."""
     groups: dict[Key, Group] = {}
     for r in runs:
         g = groups.setdefault(r.key, Group(key=r.key, runs=[], excluded=[]))
@@ -135,7 +137,8 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
         for metric, _, _ in METRICS:
             g.stats[metric] = mean_std(g.samples(metric))
         _note_repeats(g)
-    return sorted(groups.values(), key=lambda g: (_sort_key(g.mean("val_loss")), g.label))
+    return sorted(groups.values(),
+                  key=lambda g: (bool(g.nonfinite_seeds("val_loss")), _sort_key(g.mean("val_loss")), g.label))
 
 
 def _note_repeats(g: Group) -> None:

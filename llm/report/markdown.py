@@ -312,7 +312,7 @@ def _summary_section(report: Report) -> list[str]:
         "",
         "Mean ± sample standard deviation (ddof=1) over seeds; `± n/a` when there is a single seed. "
         "n = number of seeds (completed runs); a cell over fewer (a nan/inf value left out) says its own n. "
-        "Ordered by mean val loss, best first.",
+        "Ordered by mean val loss, best first; an implementation with a seed whose val loss is nan/inf comes last.",
         "",
     ]
     header = ["Implementation", *(title for _, title, _ in METRICS), "n"]

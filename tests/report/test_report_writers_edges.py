@@ -170,3 +170,20 @@ def test_mixed_runs_are_named_beside_the_verdicts(tmp_path: Path):
     assert "**These runs also differ in `train.max_steps`**" in verdicts
     same = write_sweep(tmp_path / "t", {REF: reference(seeds=(0, 1, 2)), V4: planted(0.0, seeds=(0, 1, 2))})
     assert "These runs also differ" not in render_markdown(build_report([same], allow_mixed=True))
+
+
+def test_an_implementation_that_diverged_on_a_seed_is_not_ranked_best(tmp_path: Path):
+    """triton_v4 lower than torch on its four finite seeds, nan on seed 1: its mean over those four headed the
+    summary ("best first") though it diverged; it now comes after every implementation without a diverged seed."""
+    root = tmp_path / "s"
+    root.mkdir()
+    job = 0
+    for rope, values in (("torch", reference()), ("triton_v4", planted(-0.05))):
+        for seed, (loss, acc) in values.items():
+            if rope == "triton_v4" and seed == 1:
+                loss = math.nan
+            write_run(root / f"{job}_{rope}_s{seed}", rope, seed, loss, acc, curve={100: loss})
+            job += 1
+    report = build_report([root])
+    assert [g.label for g in report.groups] == ["torch (partial, float32)", "triton_v4 (partial, float32)"]
+    assert report.groups[1].mean("val_loss") < report.groups[0].mean("val_loss")  # what ranked it first
