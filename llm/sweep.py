@@ -28,6 +28,8 @@ from llm.sweep_jobs import PARALLEL_LAUNCHERS, PER_INVOCATION_ARGS
 
 log = logging.getLogger(__name__)
 
+#: A job's status when its run's config check refused it (llm.training.run records it in its summary.json).
+CONFIG_ERROR = "config_error"
 #: Jobs of the last sweep in this process that did not complete: (job dir, status, message).
 FAILED_JOBS: list[tuple[Path, str, str]] = []
 #: The signal that stopped the last sweep of parallel jobs in this process (its exit code: 128 + it), if any.
@@ -43,6 +45,15 @@ def continue_sweep_command(sweep_dir: Path, argv: Sequence[str] | None = None) -
     if not any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") for a in args):
         args = ["-m", *args]  # a saved sweep's arguments (its multirun.yaml) hold no -m
     return shlex.join(["python", "-m", "llm.train", *args, f"hydra.sweep.dir={sweep_dir}", "train.resume=auto"])
+
+
+def saved_command(saved: Any) -> list[str]:
+    """The arguments of the command that made a sweep, from its saved config (``multirun.yaml``): its Hydra
+    overrides (``hydra/launcher=gpus``, ``hydra.sweep.subdir=...``, ``+hydra.callbacks.compare.margin=0.02``; not
+    the multirun mode, which ``-m`` gives) before the task's. The task's alone would continue the sweep with
+    another launcher, another job dir name or another comparison."""
+    hydra = [str(a) for a in OmegaConf.select(saved, "hydra.overrides.hydra") or [] if str(a) != "hydra.mode=MULTIRUN"]
+    return [*hydra, *(str(a) for a in OmegaConf.select(saved, "hydra.overrides.task") or [])]
 
 
 def continue_sweep_message(sweep_dir: Path) -> str:
@@ -66,6 +77,15 @@ class RecordSweepOutcome(Callback):
             log.error(f"job {job_dir.name}: {status}" + (f": {message}" if message else ""))
         if FAILED_JOBS:
             log.error(f"{len(FAILED_JOBS)} job(s) of the sweep in {sweep_dir} did not complete")
+            if refused_by_config := [d.name for d, status, _ in FAILED_JOBS if status == CONFIG_ERROR]:
+                # the same command refuses them again: say so, or the continue command reads as their fix
+                log.warning(f"{len(refused_by_config)} job(s) ({', '.join(refused_by_config[:3])}"
+                            f"{', ...' if len(refused_by_config) > 3 else ''}) were refused for their config: "
+                            "continuing the sweep with the same arguments refuses them again unless what refused "
+                            "them changes on this machine (an extra installed); a value of their own (seed=abc, "
+                            "rope.variant=fulll) cannot change in this sweep: run the corrected values as a sweep "
+                            "of their own into another hydra.sweep.dir, then compare both (python -m scripts.compare "
+                            f"{sweep_dir} <the other sweep dir>)")
             log.info(continue_sweep_message(sweep_dir))  # to run once what failed is fixed
 
 
@@ -184,6 +204,18 @@ def jobs_held(sweep_dir: Path) -> list[str]:
                   and any((d / name).exists() for name in (*RUN_FILES, RECORD_DIR)))
 
 
+def n_jobs_error(n_jobs: Any) -> str | None:
+    """What is wrong with the joblib launchers' ``hydra.launcher.n_jobs`` (joblib's meaning: N jobs at once, -1 one
+    per CPU, -2 all but one, ...), or None. joblib refuses 0 or a non-integer only once the sweep has started, with a
+    traceback and a sweep dir holding no job."""
+    if n_jobs is None:
+        return None  # joblib's default: one job at a time
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0:
+        return (f"hydra.launcher.n_jobs={n_jobs!r} must be a non-zero integer: the jobs at once, or -1 for one per "
+                "CPU (with hydra/launcher=gpus set sweep.jobs_per_gpu instead)")
+    return None
+
+
 class ClaimSweepDir(Callback):
     """Before any job of a multirun: refuse a key nothing would read and a sweep whose every job the run's config
     check refuses (:func:`llm.sweep_jobs.every_job_refused`), take the sweep dir's lock
@@ -217,18 +249,40 @@ class ClaimSweepDir(Callback):
     def _claim(self, config: DictConfig) -> None:
         from llm.config_check import check_config_keys
         from llm.errors import ConfigError, RunDirInUseError
-        from llm.sweep_jobs import continuation_change, every_job_refused
+        from llm.report.callback import check_settings as compare_settings_error
+        from llm.sweep_jobs import (
+            BASIC_SWEEPER,
+            compose_jobs,
+            continuation_change,
+            empty_sweep,
+            every_job_refused,
+            shared_job_dirs,
+        )
         from llm.training.run import UNRECORDED_STARTS
         from llm.training.run_dir import SWEEP_LOCK_FILE, RunDirLock
 
         UNRECORDED_STARTS.clear()
         check_config_keys(config)  # the sweep's own keys: one refusal, not one per job
-        OmegaConf.select(config, "hydra.launcher.n_jobs")  # the launcher's resolvers refuse before any write
+        if (refused := compare_settings_error(config)) is not None:  # hydra.callbacks.compare.margin=abc
+            raise ConfigError(refused)
+        n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs")  # the launcher's resolvers refuse before any write
         launcher = str(OmegaConf.select(config, "hydra.launcher._target_") or "")
+        if launcher in PARALLEL_LAUNCHERS and (refused := n_jobs_error(n_jobs)) is not None:
+            raise ConfigError(refused)
         if launcher.endswith("SlurmLauncher") and shutil.which("srun") is None:  # submitit's own check, too late
             raise ConfigError("hydra/launcher=slurm submits the jobs to SLURM, and this machine has no `srun` (not a "
                               "SLURM node): run the sweep on the cluster, or use hydra/launcher=gpus here")
-        if (refused := every_job_refused(config)) is not None:  # a bad value every job shares: one refusal too
+        if (refused := empty_sweep(config)) is not None:  # seed=range(0): no job at all
+            raise ConfigError(refused)
+        composed = None  # every job's config, composed once for the checks below
+        if OmegaConf.select(config, "hydra.sweeper._target_") == BASIC_SWEEPER:
+            try:
+                composed = compose_jobs(config)
+            except Exception as e:  # noqa: BLE001 - every_job_refused composes them again and says why
+                log.debug("the sweep's jobs were not composed up front: %s", e)
+        if (refused := shared_job_dirs(config, composed)) is not None:  # two jobs, one job dir
+            raise ConfigError(refused)
+        if (refused := every_job_refused(config, composed)) is not None:  # a bad value every job shares: one refusal
             raise ConfigError(refused)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         continuing = OmegaConf.select(config, "train.resume") == "auto"
@@ -245,7 +299,7 @@ class ClaimSweepDir(Callback):
         saved = sweep_dir / "multirun.yaml"
         change = continuing and saved.is_file() and continuation_change(config, earlier := OmegaConf.load(saved))
         if change == "order" or (change == "jobs" and jobs_held(sweep_dir)):
-            first = continue_sweep_command(sweep_dir, list(OmegaConf.select(earlier, "hydra.overrides.task") or []))
+            first = continue_sweep_command(sweep_dir, saved_command(earlier))
             if change == "order":
                 raise ConfigError(f"this command's arguments are those of the sweep in {sweep_dir} in another order, "
                                   "which numbers its jobs otherwise; continue it with the first command's order: "

@@ -11,6 +11,7 @@ good ones) are still refused one by one, while the others run.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,24 @@ def job_overrides(config: DictConfig) -> Iterator[list[str]]:
     yield from expand(sweep_arguments(config.hydra), GlobalHydra.instance().config_loader())
 
 
-def every_job_refused(config: DictConfig) -> str | None:
+def compose_jobs(config: DictConfig) -> list[tuple[list[str], DictConfig]]:
+    """Each job's overrides and config in launch order, composed as the launcher composes them (its number and id
+    included: a job dir's name may read them). Raises Hydra's errors for a job it cannot compose."""
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
+
+    loader = GlobalHydra.instance().config_loader()
+    jobs = []
+    for idx, overrides in enumerate(job_overrides(config)):
+        job = loader.load_sweep_config(config, list(overrides))
+        with open_dict(job):
+            job.hydra.job.id = f"{job.hydra.job.name}_{idx}"
+            job.hydra.job.num = idx
+        jobs.append((list(overrides), job))
+    return jobs
+
+
+def every_job_refused(config: DictConfig, composed: list[tuple[list[str], DictConfig]] | None = None) -> str | None:
     """The one line refusing the sweep when each of its jobs fails the run's config check, else None.
 
     None also where the check cannot speak for the jobs: another sweeper, a launcher whose jobs run on other hosts,
@@ -75,10 +93,10 @@ def every_job_refused(config: DictConfig) -> str | None:
     jobs say what they say, as before. A ``train.init_from`` the job would refuse (not a run dir, no checkpoint, or
     another architecture: :func:`llm.training.init_from.check_init_from`, the job's first check) is a refusal here:
     a fine-tuning sweep pointed at a wrong source is refused once, not by each of its jobs."""
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 
-    from llm.config_check import validate_config
+    from llm.config_check import check_config_keys, validate_config
     from llm.errors import UserError
     from llm.training.init_from import check_init_from
 
@@ -95,18 +113,17 @@ def every_job_refused(config: DictConfig) -> str | None:
     refusals: list[tuple[list[str], str]] = []
     reasons: set[str] = set()  # the refusals less each job's own train.init_from
     try:
-        loader = GlobalHydra.instance().config_loader()
-        composed = []
-        for overrides in job_overrides(config):  # every job: a misspelt option anywhere in a list stops Hydra
-            try:
-                composed.append((overrides, loader.load_sweep_config(config, overrides)))
+        if composed is None:
+            try:  # every job: a misspelt option anywhere in a list stops Hydra
+                composed = compose_jobs(config)
             except (ConfigCompositionException, OverrideParseException) as e:
                 return hydra_error_line(e)
         for overrides, job in composed:
-            if OmegaConf.select(job, "train.resume"):
-                return None  # its run completes its config from its checkpoint before checking it
             hydra_config.set_config(job)  # the job's ${hydra:...} values, as its own process will see them
             try:
+                check_config_keys(job)  # the job's first check: a swept key nothing reads (+train.max_step=5,6)
+                if OmegaConf.select(job, "train.resume"):
+                    return None  # its run completes its config from its checkpoint before checking it
                 # the source run is checked first, as the job checks it; one that passes fills in settings the
                 # config check needs (YaRN's original length), so such a job is left to check itself
                 if check_init_from(job) is not None:
@@ -115,6 +132,10 @@ def every_job_refused(config: DictConfig) -> str | None:
             except UserError as e:
                 refusals.append((overrides, str(e)))
                 reasons.add(_reason(job, str(e)))
+                continue
+            except (MissingMandatoryValue, InterpolationToMissingValueError) as e:  # a `???` nobody gave
+                refusals.append((overrides, message := missing_value_line(e)))
+                reasons.add(message)
                 continue
             return None
     except Exception as e:  # noqa: BLE001 - not a refusal of the config: the jobs report it themselves
@@ -139,11 +160,98 @@ def every_job_refused(config: DictConfig) -> str | None:
             f"({job}): {message}")
 
 
+def missing_value_line(error: BaseException) -> str:
+    """The refusal of a job whose config leaves a mandatory value (``???``) unset, naming the key to give: an
+    experiment's own input, such as ``+experiment=length_finetune``'s ``finetune.source``. Without it each job would
+    fail with OmegaConf's traceback as it reads the value."""
+    match = re.search(r"Missing mandatory value: ?([\w.\[\]]+)", str(error))
+    key = match.group(1) if match else str(getattr(error, "full_key", "") or "a value")
+    return (f"{key} is not set (??? in the config) and the run reads it: give it on the command line, {key}=<value> "
+            "(--cfg job shows what the experiment expects)")
+
+
 def _reason(job: DictConfig, message: str) -> str:
     """A refusal without the job's own ``train.init_from`` (each job of a fine-tuning sweep has its source), read
     while the job's Hydra config is set: two jobs refused alike for their own sources are refused for one reason."""
     source = OmegaConf.select(job, "train.init_from", throw_on_resolution_failure=False)
     return message.replace(f"train.init_from={source}", "train.init_from=<source>") if source else message
+
+
+def empty_sweep(config: DictConfig) -> str | None:
+    """The one line refusing a sweep of no jobs (``seed=range(0)``, a range whose end is not above its start), naming
+    the empty sweep, else None: Hydra would launch nothing and the command would end with exit code 0, as if its
+    runs were done. None also for another sweeper, or an expansion that fails (Hydra says why itself)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if OmegaConf.select(config, "hydra.sweeper._target_") != BASIC_SWEEPER:
+        return None
+    try:
+        if any(True for _ in job_overrides(config)):
+            return None
+        loader = GlobalHydra.instance().config_loader()
+        parsed = OverridesParser.create(config_loader=loader).parse_overrides(sweep_arguments(config.hydra))
+        empty = [o.input_line for o in parsed if o.is_sweep_override() and not list(o.sweep_string_iterator())]
+    except Exception as e:  # noqa: BLE001 - Hydra's own expansion says what is wrong
+        log.debug("the sweep's jobs were not counted up front: %s", e)
+        return None
+    what = ", ".join(e for e in empty if e) or "its sweep"
+    return f"this sweep has no jobs: {what} gives no value; give each swept key at least one (seed=range(3): 0, 1, 2)"
+
+
+def shared_job_dirs(config: DictConfig, composed: list[tuple[list[str], DictConfig]] | None = None) -> str | None:
+    """The one line refusing a sweep two of whose jobs would write into one job dir, else None. A job dir is named
+    by ``hydra.sweep.subdir``: the job's number and values by default, which no two jobs share, but the length
+    experiments name it by rope, packing and seed alone (``torch_random_s0``, so that the fine-tuning sweep finds
+    each source run); there a repeated value (``seed=0,0``) or another swept key (``+rope.base=1e4,5e5``) would
+    give two jobs one dir, and the second would be refused only after the first trained, as a dir holding a run.
+    None where the dir names hold the job's number, or the jobs cannot be composed here (they say what they say)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    node = config.hydra.sweep._get_node("subdir")
+    pattern = str(node._value()) if node is not None else ""
+    if "hydra.job.num" in pattern or "hydra.job.id" in pattern:
+        return None  # every job has a number of its own
+    hydra_config = HydraConfig.instance()
+    saved = hydra_config.cfg
+    seen: dict[str, tuple[int, list[str]]] = {}
+    try:
+        loader = GlobalHydra.instance().config_loader()
+        for idx, (overrides, job) in enumerate(compose_jobs(config) if composed is None else composed):
+            hydra_config.set_config(job)
+            subdir = str(job.hydra.sweep.subdir)
+            if subdir in seen:
+                num, first = seen[subdir]
+                where = Path(str(config.hydra.sweep.dir)) / subdir
+                if set(first) == set(overrides):
+                    swept = " ".join(_repeated_values(config, loader)) or " ".join(overrides)
+                    return (f"jobs #{num} and #{idx} of this sweep are the same job (a value repeated in: {swept}) "
+                            f"and would share the job dir {where}, which names a job by its values "
+                            f"(hydra.sweep.subdir={pattern}); drop the repeated value")
+                ours, theirs = ([o for o in a if o not in b] for a, b in ((first, overrides), (overrides, first)))
+                return (f"jobs #{num} and #{idx} of this sweep would share the job dir {where}: they differ in "
+                        f"{' '.join(ours)} against {' '.join(theirs)}, which its name (hydra.sweep.subdir={pattern}) "
+                        "leaves out; run each value as a sweep of its own, into its own hydra.sweep.dir")
+            seen[subdir] = (idx, list(overrides))
+    except Exception as e:  # noqa: BLE001 - the jobs say what they say
+        log.debug("the sweep's job dirs were not compared up front: %s", e)
+        return None
+    finally:
+        hydra_config.cfg = saved
+    return None
+
+
+def _repeated_values(config: DictConfig, config_loader: Any) -> list[str]:
+    """The sweeps of ``config`` that give a value twice (``seed=0,1,0``), as the command or experiment gave them: a
+    key given twice counts once, its last (a command's ``seed=`` replaces an experiment's), as Hydra's sweeper
+    takes it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create(config_loader=config_loader).parse_overrides(sweep_arguments(config.hydra))
+    last = {o.get_key_element(): o for o in parsed}
+    return [o.input_line for o in last.values() if o.is_sweep_override()
+            and len(values := list(o.sweep_string_iterator())) > len(set(values))]
 
 
 def _jobs(config: DictConfig) -> list[frozenset[str]]:
