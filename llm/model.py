@@ -87,9 +87,12 @@ class GPTConfig:
 
     def param_count(self) -> int:
         """Parameter count without building the model (a tied head counts once), for the memory check."""
-        d, L, kv = self.n_embd, self.n_layer, self.n_kv_head or self.n_head
+        d, L, kv, d_ff = self.n_embd, self.n_layer, self.n_kv_head or self.n_head, self.d_ff or 4 * self.n_embd
         attn = d * (self.n_head + 2 * kv) * self.head_dim + d * d
-        mlp = 2 * d * (self.d_ff or 4 * d)
+        mlp = 2 * d * d_ff
+        if self.bias:  # qkv, attention out, MLP in and out
+            attn += (self.n_head + 2 * kv) * self.head_dim + d
+            mlp += d_ff + d
         embed = self.padded_vocab * d * (1 if self.tie_embeddings else 2)
         return embed + L * (attn + mlp + 2 * d) + d
 
@@ -324,9 +327,11 @@ class GPT(nn.Module):
         return self.head(self.hidden(idx, cache)[:, -1])
 
     def flops_per_token(self) -> float:
-        """PaLM estimate of training FLOPs per token: 6N + 12·L·d·T (attention scores)."""
+        """PaLM estimate of training FLOPs per token: 6N + 12·L·d·T (attention scores), N the parameters that take
+        part in a matrix product: an untied input embedding is a lookup and costs none (tied, it is the head's)."""
         c = self.cfg
-        return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.seq_len
+        n = self.num_params() - (0 if c.tie_embeddings else self.embed.weight.numel())
+        return 6 * n + 12 * c.n_layer * c.n_embd * c.seq_len
 
 
 def _refuse_untied_state(model: GPT, state_dict: Mapping[str, Tensor], prefix: str, *args: object) -> None:
