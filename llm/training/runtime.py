@@ -17,9 +17,10 @@ from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
-from llm.errors import ConfigError
+from llm.errors import ConfigError, one_line
 from llm.training.distributed import DistInfo
 
 # Dense bf16 tensor-core peaks (TFLOP/s) from the vendors' datasheets, for the MFU estimate.
@@ -90,6 +91,29 @@ def attention_backend(name: str) -> AbstractContextManager:
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
     return sdpa_kernel([backends[name]])
+
+
+def check_attention_backend(name: str, device: torch.device, dtype_setting: str, dropout: float, n_head: int,
+                            n_kv_head: int, head_dim: int) -> None:
+    """Refuse ``train.attention=<kernel>`` where that SDPA kernel cannot run this run's attention (forward and
+    backward, in its dtype, with its dropout and grouped-query heads) on ``device``, before the data loads: PyTorch
+    finds out only at the first step, with a traceback ("No available kernel"). Its dropout draws no random numbers
+    of the run's: call it before the seeds are set."""
+    if name == "auto":
+        return
+    use_bf16 = dtype_setting == "bfloat16" or (dtype_setting == "auto" and device.type == "cuda")
+    dtype = torch.bfloat16 if use_bf16 else torch.float32
+    q = torch.zeros(1, n_head, 8, head_dim, device=device, dtype=dtype, requires_grad=True)
+    k, v = (torch.zeros(1, n_kv_head, 8, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
+    try:
+        with attention_backend(name):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout,
+                                           enable_gqa=n_kv_head != n_head).sum().backward()
+    except RuntimeError as e:
+        gqa = f", {n_head} query / {n_kv_head} key-value heads" if n_kv_head != n_head else ""
+        raise ConfigError(f"train.attention={name}: PyTorch has no {name} kernel for this run's attention on "
+                          f"{device.type} ({str(dtype).removeprefix('torch.')}, head dim {head_dim}, model.dropout="
+                          f"{dropout}{gqa}): {one_line(e)}; use train.attention=auto or math") from None
 
 
 def autocast_context(dtype_setting: str, device: torch.device) -> AbstractContextManager:

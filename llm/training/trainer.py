@@ -208,6 +208,10 @@ class Trainer:
         self.wall_start = time.perf_counter()
         self.device = runtime.pick_device(cfg.device, dist_info)
         runtime.configure_torch(self.device, bool(self.tc.get("deterministic")))
+        m = cfg.model
+        runtime.check_attention_backend(self.tc.get("attention", "auto"), self.device, self.tc.dtype,
+                                        float(m.get("dropout", 0.0)), m.n_head, m.get("n_kv_head") or m.n_head,
+                                        m.n_embd // m.n_head)
         runtime.seed_everything(cfg.seed)
         self.samples = self._make_samples()  # tokenizes the prompts: a prompt too long fails before the data
         self.data = self._load_data()
