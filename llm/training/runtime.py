@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import socket
+import warnings
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 
@@ -105,8 +106,9 @@ def check_attention_backend(name: str, device: torch.device, dtype_setting: str,
     dtype = torch.bfloat16 if use_bf16 else torch.float32
     q = torch.zeros(1, n_head, 8, head_dim, device=device, dtype=dtype, requires_grad=True)
     k, v = (torch.zeros(1, n_kv_head, 8, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
-    try:
-        with attention_backend(name):
+    try:  # PyTorch warns of each kernel it could not use: the refusal below says it in its one line
+        with attention_backend(name), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout,
                                            enable_gqa=n_kv_head != n_head).sum().backward()
     except RuntimeError as e:
