@@ -278,7 +278,8 @@ def stop_quietly_while_starting(what: str) -> None:
         if signal.getsignal(signum) is signal.SIG_IGN:
             continue
         previous = signal.signal(signum, _stop_while_starting)
-        _BEFORE.setdefault(signum, previous)
+        if previous is not _stop_while_starting:  # called again before started(): the handler from before stays
+            _BEFORE[signum] = previous  # (not a stale one of a command in this process that never started)
 
 
 def started() -> None:

@@ -90,3 +90,28 @@ def test_a_command_started_ignoring_ctrl_c_keeps_ignoring_it(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
     assert "no_run is not a directory" in proc.stderr
+
+
+def test_a_command_that_never_started_leaves_no_stale_handler_for_the_next():
+    """Two commands in one process (tests, an app that calls the entry points): the first ended before started()
+    (refused while composing), the second's started() put back the handler from before the first, SIG_DFL, not
+    the one its caller had set since; a SIGTERM then ended the process without a word."""
+    from llm import entry
+
+    def own(signum, frame):
+        pass
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        entry.stop_quietly_while_starting("first")  # never started
+        signal.signal(signal.SIGTERM, own)  # the caller's own, set after the first command ended
+        entry.stop_quietly_while_starting("second")
+        entry.stop_quietly_while_starting("second")  # called twice before started(): still the caller's
+        entry.started()
+        assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        entry._STARTING.clear()
+        entry._BEFORE.clear()
+        for s, h in before.items():
+            signal.signal(s, h)
