@@ -429,8 +429,9 @@ def test_flags_before_or_after_all_overrides_are_not_a_misplaced_flag():
 @pytest.mark.parametrize("args,said", [
     (["train.attention=efficient"], "train.attention=efficient: PyTorch has no efficient kernel for this run's "
                                     "attention on cpu (float32, head dim 16, model.dropout=0.0)"),
-    (["train.attention=flash", "model.dropout=0.1"], "train.attention=flash: PyTorch has no flash kernel for this "
-                                                     "run's attention on cpu (float32, head dim 16, model.dropout=0.1)"),
+    (["train.attention=flash", "model.dropout=0.1"],
+     "train.attention=flash: PyTorch has no flash kernel for this run's attention on cpu (float32, head dim 16, "
+     "model.dropout=0.1)"),
 ])
 def test_an_attention_kernel_that_cannot_run_the_model_is_one_line_before_the_data(tmp_path, monkeypatch, capsys,
                                                                                     args, said):
@@ -438,5 +439,6 @@ def test_an_attention_kernel_that_cannot_run_the_model_is_one_line_before_the_da
     data, built the model and failed at step 0 with PyTorch's traceback ("No available kernel"), exit 1, a run dir
     left behind."""
     code, err = run_main(monkeypatch, capsys, [*args, f"hydra.run.dir={tmp_path / 'day' / 'run'}"])
-    assert code == 2 and len(err) == 1 and err[0].startswith(f"Error: {said}: ") and "train.attention=auto" in err[0], err
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"Error: {said}: ") and "train.attention=auto" in err[0], err
     assert not (tmp_path / "day").exists()
