@@ -102,8 +102,7 @@ def check_attention_backend(name: str, device: torch.device, dtype_setting: str,
     of the run's: call it before the seeds are set."""
     if name == "auto":
         return
-    use_bf16 = dtype_setting == "bfloat16" or (dtype_setting == "auto" and device.type == "cuda")
-    dtype = torch.bfloat16 if use_bf16 else torch.float32
+    dtype = autocast_dtype(dtype_setting, device) or torch.float32
     q = torch.zeros(1, n_head, 8, head_dim, device=device, dtype=dtype, requires_grad=True)
     k, v = (torch.zeros(1, n_kv_head, 8, head_dim, device=device, dtype=dtype, requires_grad=True) for _ in range(2))
     try:  # PyTorch warns of each kernel it could not use: the refusal below says it in its one line
@@ -118,10 +117,16 @@ def check_attention_backend(name: str, device: torch.device, dtype_setting: str,
                           f"{dropout}{gqa}): {one_line(e)}; use train.attention=auto or math") from None
 
 
+def autocast_dtype(dtype_setting: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype ``train.dtype`` gives on ``device`` (``auto``: bfloat16 on CUDA), or None: float32."""
+    use_bf16 = dtype_setting == "bfloat16" or (dtype_setting == "auto" and device.type == "cuda")
+    return torch.bfloat16 if use_bf16 else None
+
+
 def autocast_context(dtype_setting: str, device: torch.device) -> AbstractContextManager:
     """bfloat16 autocast when ``train.dtype`` asks for it (``auto``: on CUDA), else nothing."""
-    use_bf16 = dtype_setting == "bfloat16" or (dtype_setting == "auto" and device.type == "cuda")
-    return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+    dtype = autocast_dtype(dtype_setting, device)
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
 
 
 #: The ``train.peak_tflops`` values that mean "look the peak up from the GPU's name".

@@ -336,6 +336,8 @@ class Trainer:
             "params": self.model.num_params(), "device": runtime.device_name(self.device),
             "device_id": str(self.device), **runtime.device_identity(self.device),
             "torch_threads": torch.get_num_threads(),  # a CPU run's bits depend on it, deterministic or not
+            # what train.dtype chose here (auto: bfloat16 on a GPU); compute_dtype above is the RoPE arithmetic's
+            "autocast_dtype": str(runtime.autocast_dtype(tc.dtype, self.device) or "none").removeprefix("torch."),
             "world_size": self.dist.world_size, "model": cfg.model.name, "data": cfg.data.name,
             "tokenizer": cfg.tokenizer.name, "data_fingerprint": data_fingerprint(self.data.meta),
             "optim": cfg.optim.name, "max_steps": tc.max_steps,

@@ -22,7 +22,7 @@ from helpers import (
 
 SUMMARY_KEYS = {"rope", "variant", "compute_dtype", "seed", "params", "device", "train_time_s", "wall_time_s",
                 "val_loss", "val_acc", "val_ppl", "tokens_per_s", "mfu", "git_commit", "code_fingerprint", "status",
-                "step", "torch_threads"}
+                "step", "torch_threads", "autocast_dtype"}
 
 
 def test_cli_run_writes_every_output(tmp_path):
@@ -36,6 +36,7 @@ def test_cli_run_writes_every_output(tmp_path):
     assert SUMMARY_KEYS <= set(summary)
     assert summary["status"] == "completed" and summary["step"] == 4 and summary["rope"] == "torch"
     assert isinstance(summary["torch_threads"], int) and summary["torch_threads"] >= 1
+    assert summary["autocast_dtype"] == "none"  # train.dtype=auto on a CPU: float32, no autocast
     for key in ("val_loss", "val_acc", "val_ppl", "train_time_s", "wall_time_s", "tokens_per_s"):
         assert math.isfinite(summary[key]), key
     assert summary["val_ppl"] == pytest.approx(math.exp(summary["val_loss"]), rel=1e-6)
@@ -160,3 +161,10 @@ def test_perplexity_of_a_nan_loss_is_nan_and_past_float_range_is_inf():
     loss = np.full((2, 4), np.nan)
     got = length_metrics(loss, np.zeros((2, 4)), loss, loss, split=2, bucket=2)
     assert math.isnan(got["val_ppl"])
+
+
+def test_the_summary_says_the_autocast_dtype_the_run_trained_in(tmp_path):
+    """compute_dtype is RoPE's arithmetic; nothing said whether the run trained under bfloat16 autocast (train.dtype
+    auto is bfloat16 on a GPU, float32 on a CPU)."""
+    summary = run_inprocess(tmp_path, ["train.max_steps=2", "train.eval_every=2", "train.dtype=bfloat16"])
+    assert summary["autocast_dtype"] == "bfloat16" and summary["compute_dtype"] == "float32"
