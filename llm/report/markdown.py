@@ -154,6 +154,10 @@ def _pairing_note(c: Comparison) -> str:
 
 def verdict_line(gc: GroupComparison) -> str:
     """One plain-language line per implementation, on val loss (the quality measure the sweep is for)."""
+    return _verdict(gc) + _diverged_warning(gc, "val_loss")
+
+
+def _verdict(gc: GroupComparison) -> str:
     c, me, ref = gc.loss, gc.group.label, gc.reference.label
     eps = f"±{c.margin:g} nats"
     n = _test_n(c, gc.matches.get("val_loss"))
@@ -165,19 +169,15 @@ def verdict_line(gc: GroupComparison) -> str:
         sides = [f"seed(s) {seed_list(m.nonfinite)} of {me}"] * bool(m.nonfinite)
         sides += [f"seed(s) {seed_list(m.reference_nonfinite)} of {ref}"] * bool(m.reference_nonfinite)
         windows += f"; left out, their val loss is nan/inf: {' and '.join(sides)}"
-    diverged = _diverged_warning(gc, "val_loss")
     if c.verdict == SINGLE:
-        return (f"{me}: one seed only against {ref} ({n}, Δ = {signed(c.delta)}{windows}; no CI: add seeds)"
-                f"{diverged}")
+        return f"{me}: one seed only against {ref} ({n}, Δ = {signed(c.delta)}{windows}; no CI: add seeds)"
     tail = _supported(c) + _pairing_note(c)
     if c.verdict in (BETTER, WORSE):
         within = f"; the difference is within {eps}" if c.p_tost is not None and c.p_tost < ALPHA else ""
-        return (f"{me}: {c.verdict} than {ref} ({numbers}, {_holm_p(c)}{windows}){within}{_pairing_note(c)}"
-                f"{diverged}")
+        return f"{me}: {c.verdict} than {ref} ({numbers}, {_holm_p(c)}{windows}){within}{_pairing_note(c)}"
     if c.verdict == EQUIVALENT:
-        return f"{me}: equivalent to {ref} within {eps} ({numbers}{windows}){tail}{diverged}"
-    return (f"{me}: inconclusive ({_samples(c)}; {_needed(c)}) against {ref} at {eps} ({numbers}{windows}){tail}"
-            f"{diverged}")
+        return f"{me}: equivalent to {ref} within {eps} ({numbers}{windows}){tail}"
+    return f"{me}: inconclusive ({_samples(c)}; {_needed(c)}) against {ref} at {eps} ({numbers}{windows}){tail}"
 
 
 def _diverged_warning(gc: GroupComparison, metric: str) -> str:
