@@ -160,34 +160,9 @@ def _copy(x_ptr, o_ptr, at, mask):
 
 
 @triton.jit
-def _in_or_after(x_ptr, base_ptr, OFFSET: tl.constexpr):
-    """``x_ptr``, or where it is None ``OFFSET`` elements after ``base_ptr`` (k or its output in q's tensor)."""
-    if x_ptr is None:
-        p = base_ptr + OFFSET
-    else:
-        p = x_ptr
-    return p
-
-
-@triton.jit
-def _token_strides(ok_ptr, HQ: tl.constexpr, HK: tl.constexpr, D: tl.constexpr):
-    """The outputs' token strides: q's and k's own tensors, or (``ok_ptr`` None) one buffer holding q's heads, then
-    k's and v's (d qkv; just q's without k)."""
-    if ok_ptr is None:
-        soq = (HQ + 2 * HK) * D
-        sok = soq
-    else:
-        soq = HQ * D
-        sok = HK * D
-    return soq, sok
-
-
-@triton.jit
 def _tensor_program(T, QU: tl.constexpr, KU: tl.constexpr, PER: tl.constexpr):
     """Which tensor a program works on (0 q, 1 k, 2 v's copy), its first unit there (PER units a program; QU, KU:
-    units a token of q, of k and v) and its batch element, from the grid :meth:`rope.triton.plan.Geometry.grid`
-    makes: tensors of as many units on the second axis and the batch on the third; else q's programs, then k's,
-    then v's on the first axis (no program of grouped-query k finds nothing to do) and the batch on the second."""
+    units a token of q, of k and v) and its batch element, in the grid :meth:`rope.triton.plan.Geometry.grid` makes."""
     if QU == KU:
         which = tl.program_id(1)
         first = tl.program_id(0) * PER
@@ -210,14 +185,14 @@ def rope_pairs_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos
     """The pair tilings (:func:`_pairs`) of q, k and v's copy (dense, heads-major or token-major, its token stride
     ``svt`` saying which) in each batch element (:func:`_tensor_program`); cos/sin (n_pos, R2)."""
     which, g0, b = _tensor_program(T, HQ * ((R2 + V - 1) // V), HK * ((R2 + V - 1) // V), NCH)
-    soq, sok = _token_strides(ok_ptr, HQ, HK, D)
+    soq = (HQ + 2 * HK) * D if ok_ptr is None else HQ * D  # one d qkv buffer, or q's and k's own outputs
     if which == 0:
         _pairs(q_ptr, oq_ptr, sqb, sqt, sqh, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HQ,
                D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE, False)
-    elif which == 1:
-        _pairs(_in_or_after(k_ptr, q_ptr, HQ * D), _in_or_after(ok_ptr, oq_ptr, HQ * D), skb, skt, skh, sok,
-               cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HK, D, R2, CW, V, NCH, INTERLEAVED, SV, LOW, INVERSE,
-               WIDE, False)
+    elif which == 1:  # k (its output) where not given: after q's heads in q's tensor
+        _pairs(q_ptr + HQ * D if k_ptr is None else k_ptr, oq_ptr + HQ * D if ok_ptr is None else ok_ptr, skb, skt,
+               skh, soq if ok_ptr is None else HK * D, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, g0, T, HK, D, R2, CW,
+               V, NCH, INTERLEAVED, SV, LOW, INVERSE, WIDE, False)
     elif v_ptr is not None:
         heads_major = svt * SV == D
         svb = tl.where(heads_major, HK * T * svt, T * svt)
@@ -230,18 +205,11 @@ def rope_pairs_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos
 def _pick(lo, hi, C: tl.constexpr, W: tl.constexpr, N: tl.constexpr):
     """Element ``C`` (< 2W) of each row of the (N, 2W) tile that ``lo`` and ``hi`` make side by side (W = 2, 4, 8):
     splits, each taking a bit of C (register renames)."""
-    if C < W:
-        x = lo
-    else:
-        x = hi
-    e, o = tl.split(tl.reshape(x, (N, W // 2, 2)))
-    x = e if C % 2 == 0 else o
-    if W >= 4:
-        e, o = tl.split(tl.reshape(x, (N, W // 4, 2)))
-        x = e if (C // 2) % 2 == 0 else o
-    if W >= 8:
-        e, o = tl.split(tl.reshape(x, (N, W // 8, 2)))
-        x = e if (C // 4) % 2 == 0 else o
+    x = lo if C < W else hi
+    for i in tl.static_range(3):
+        if (W >> i) >= 2:
+            e, o = tl.split(tl.reshape(x, (N, (W >> i) // 2, 2)))
+            x = e if (C >> i) % 2 == 0 else o
     return tl.reshape(x, (N,))
 
 
@@ -370,14 +338,14 @@ def rope_flat_kernel(q_ptr, k_ptr, v_ptr, oq_ptr, ok_ptr, cos_ptr, sin_ptr, pos_
     """The flat tiling (:func:`_flat`) of q, k and v's copy (where ``v_ptr`` is given; dense, token stride ``svt``;
     in each batch element (:func:`_tensor_program`); ``cos``/``sin`` are element tables."""
     which, k0, b = _tensor_program(T, HQ * D // VB, HK * D // VB, NBP)
-    soq, sok = _token_strides(ok_ptr, HQ, HK, D)
+    soq = (HQ + 2 * HK) * D if ok_ptr is None else HQ * D
     if which == 0:
         _flat(q_ptr, oq_ptr, sqb, sqt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HQ * D // VB,
               D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE, False)
     elif which == 1:
-        _flat(_in_or_after(k_ptr, q_ptr, HQ * D), _in_or_after(ok_ptr, oq_ptr, HQ * D), skb, skt, sok,
-              cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HK * D // VB, D, R2, VB, NBP, INTERLEAVED, SV, LOW,
-              INVERSE, WIDE, False)
+        _flat(q_ptr + HQ * D if k_ptr is None else k_ptr, oq_ptr + HQ * D if ok_ptr is None else ok_ptr, skb, skt,
+              soq if ok_ptr is None else HK * D, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b, k0, T, HK * D // VB, D, R2,
+              VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE, False)
     elif v_ptr is not None:
         _flat(v_ptr, oq_ptr + (HQ + HK) * D, T * svt, svt, soq, cos_ptr, sin_ptr, pos_ptr, spb, n_pos, b,
               k0, T, HK * D // VB, D, R2, VB, NBP, INTERLEAVED, SV, LOW, INVERSE, WIDE, True)

@@ -48,10 +48,7 @@ def rotate(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
            inverse: bool = False, *, traced: bool = False, poison: bool = False) -> tuple[Tensor, Tensor | None]:
     """q and k (B, T, H, D; k may have other heads, or be None) rotated (``inverse``: rotated back) into new
     contiguous tensors, read in place with their strides; NaN-filled first when ``poison``."""
-    if q.stride(-1) != 1:
-        q = q.contiguous()
-    if k is not None and k.stride(-1) != 1:
-        k = k.contiguous()
+    q, k = (x if x is None or x.stride(-1) == 1 else x.contiguous() for x in (q, k))
     yq = new_output(q.shape, q, poison)
     yk = None if k is None else new_output(k.shape, k, poison)
     shape = (*q.shape[:3], 0 if k is None else k.shape[2], q.shape[3])
@@ -78,12 +75,10 @@ def rotate_projection(qkv: Tensor, seq_len: int, q_heads: int, k_heads: int, cos
 
 def qkv_backward(gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None,
                  rot: Rotation, *, traced: bool = False, poison: bool = False) -> Tensor:
-    """d qkv (B, T, (HQ + 2 HK) D) from the gradients of rotated q, rotated k and v (None: zeros), in one launch.
-
-    The kernel rotates dq and dk into their slices of the one buffer, through the buffer itself (under torch.compile
-    a user kernel's mutated views are cloned and copied back), and copies v's gradient (heads-major from an
-    attention) beside them: no stack of three gradients follows (autograd's way for views of one tensor), and a
-    compiled step launches nothing more for it than the PyTorch formula's fused copy."""
+    """d qkv (B, T, (HQ + 2 HK) D) from the gradients of rotated q, rotated k and v (None: zeros), in one launch that
+    rotates dq and dk into their slices through the buffer itself (torch.compile clones a user kernel's mutated views)
+    and copies v's gradient beside them: no stack of three gradients follows (autograd's way for views of one
+    tensor), and a compiled step launches nothing more for it than the PyTorch formula's fused copy."""
     gq, gk, gv = (x if x is None or x.stride(-1) == 1 else x.contiguous() for x in (gq, gk, gv))
     B, T, HQ, D = gq.shape
     HK = gk.shape[2]

@@ -1,10 +1,8 @@
-"""Autograd and ``torch.compile`` ops of the Triton entries.
-
-Eagerly a call goes through a ``torch.autograd.Function`` (less host time than a custom op's dispatch), or
-without grad straight to :mod:`rope.triton.launch`. Under ``torch.compile``, ops with fakes (no graph breaks): on
-CUDA ``torch.library.triton_op``s whose launch Inductor emits itself (:func:`static_launch_by_default`); elsewhere,
-and for dynamic shapes, custom ops (``ropelab::rope``, ``rope_qkv``, ``rope_qkv_backward``) run their bodies.
-"""
+"""Autograd and ``torch.compile`` ops of the Triton entries. Eagerly a call goes through a ``torch.autograd.Function``
+(less host time than a custom op's dispatch), or without grad straight to :mod:`rope.triton.launch`. Under
+``torch.compile``, ops with fakes (no graph breaks): on CUDA ``torch.library.triton_op``s whose launch Inductor
+emits itself (:func:`static_launch_by_default`); elsewhere, and for dynamic shapes, custom ops
+(``ropelab::rope``, ``rope_qkv``, ``rope_qkv_backward``) run their bodies."""
 
 from __future__ import annotations
 
@@ -37,26 +35,18 @@ def _define(suffix: str, traced: bool) -> OpSet:
 
     def rope(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, partial: bool,
              low_precision: bool, interleaved: bool, inverse: bool, poison: bool) -> tuple[Tensor, Tensor]:
-        if traced and not _static(q, k, positions):
-            return CUSTOM_OPS.rope(q, k, cos, sin, positions, partial, low_precision, interleaved, inverse, poison)
         yq, yk = launch.rotate(q, k, cos, sin, positions, Rotation(partial, low_precision, interleaved), inverse,
                                traced=traced, poison=poison)
         return yq, q.new_empty(0) if yk is None else yk
 
     def rope_qkv(qkv: Tensor, seq_len: int, cos: Tensor, sin: Tensor, positions: Tensor | None, hq: int, hk: int,
                  partial: bool, low_precision: bool, interleaved: bool, poison: bool) -> tuple[Tensor, Tensor]:
-        if traced and not _static(qkv, positions):
-            return CUSTOM_OPS.qkv(qkv, seq_len, cos, sin, positions, hq, hk, partial, low_precision, interleaved,
-                                  poison)
         return launch.rotate_projection(qkv, seq_len, hq, hk, cos, sin, positions,
                                         Rotation(partial, low_precision, interleaved), traced=traced, poison=poison)
 
     def rope_qkv_backward(gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor,
                           positions: Tensor | None, partial: bool, low_precision: bool, interleaved: bool,
                           poison: bool) -> Tensor:
-        if traced and not _static(gq, gk, gv, positions):
-            return CUSTOM_OPS.qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
-                                           poison)
         return launch.qkv_backward(gq, gk, gv, cos, sin, positions, Rotation(partial, low_precision, interleaved),
                                    traced=traced, poison=poison)
 
@@ -75,8 +65,9 @@ def _define(suffix: str, traced: bool) -> OpSet:
     def backward(ctx, gq, gk):
         cos, sin, positions = ctx.saved_tensors
         partial, low_precision, interleaved, inverse, poison = ctx.flags
-        dq, dk = ops.rope(gq, gk if ctx.has_k else None, cos, sin, positions, partial, low_precision, interleaved,
-                          not inverse, poison)
+        gk = gk if ctx.has_k else None
+        dq, dk = compiled_ops(gq, gk, positions).rope(gq, gk, cos, sin, positions, partial, low_precision,
+                                                     interleaved, not inverse, poison)
         return (dq, dk if ctx.has_k else None) + (None,) * 8
 
     ops.rope.register_autograd(backward, setup_context=setup_context)
@@ -133,9 +124,10 @@ if TRACED_OPS is not None:
     static_launch_by_default()
 
 
-def compiled_ops(x: Tensor) -> OpSet:
-    """The ops a compiled graph calls for ``x``: triton ops where Inductor can launch the kernel (CUDA), else custom."""
-    return TRACED_OPS if TRACED_OPS is not None and x.is_cuda else CUSTOM_OPS
+def compiled_ops(*tensors: Tensor | None) -> OpSet:
+    """The ops a compiled graph calls on ``tensors``: triton ops where Inductor launches the kernel (CUDA tensors
+    whose sizes and strides are plain ints), else custom ops (their bodies launch it: a dynamic-shape trace)."""
+    return TRACED_OPS if TRACED_OPS is not None and tensors[0].is_cuda and _static(*tensors) else CUSTOM_OPS
 
 
 def flat_projection(qkv: Tensor) -> Tensor:
@@ -173,8 +165,8 @@ class RopeQKVFunction(torch.autograd.Function):
     def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, poison, traced):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if traced:
-            yq, yk = compiled_ops(qkv).qkv(flat_projection(qkv), qkv.shape[1], cos, sin, positions, hq, hk, partial,
-                                           low_precision, interleaved, poison)
+            yq, yk = compiled_ops(qkv, positions).qkv(flat_projection(qkv), qkv.shape[1], cos, sin, positions, hq, hk,
+                                                      partial, low_precision, interleaved, poison)
         else:
             yq, yk = launch.rotate(q, k, cos, sin, positions, Rotation(partial, low_precision, interleaved),
                                    poison=poison)
@@ -187,8 +179,8 @@ class RopeQKVFunction(torch.autograd.Function):
         cos, sin, positions = ctx.saved_tensors
         partial, low_precision, interleaved, poison, traced = ctx.args
         if traced:
-            dqkv = compiled_ops(gq).qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision,
-                                                 interleaved, poison)
+            dqkv = compiled_ops(gq, gk, gv, positions).qkv_backward(gq, gk, gv, cos, sin, positions, partial,
+                                                                    low_precision, interleaved, poison)
         else:
             dqkv = launch.qkv_backward(gq, gk, gv, cos, sin, positions, Rotation(partial, low_precision, interleaved),
                                        poison=poison)
