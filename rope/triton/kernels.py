@@ -60,8 +60,7 @@ def _narrow(x, DT: tl.constexpr):
 def _rotate_pairs(x1, x2, c, s, DT: tl.constexpr, LOW: tl.constexpr, COPY: tl.constexpr = False):
     """(x1 c + x2 s, x2 c - x1 s) of float32 tiles, in the entry's arithmetic (module docstring); (x1, x2) if COPY."""
     if COPY:
-        y1 = x1
-        y2 = x2
+        y1, y2 = x1, x2
     elif LOW:
         c = _round(c, DT)
         s = _round(s, DT)
@@ -80,8 +79,7 @@ def _table_rows(pos_ptr, b, t, spb, n_pos, mask):
     """Each token's table row (its index, or ``pos_ptr[b spb + t]``) and whether it lies in the table (one outside
     gives NaN rows in :func:`_cos_sin`, never another row's rotation)."""
     if pos_ptr is None:
-        row = t
-        valid = mask
+        row, valid = t, mask
     else:
         raw = tl.load(pos_ptr + b * spb + t, mask=mask, other=0)
         valid = (raw >= 0) & (raw < n_pos)
@@ -236,14 +234,9 @@ def _shifted_run(x_ptr, at, own, S: tl.constexpr, need_lo, need_hi, VB: tl.const
     registers, each read only where lanes need it (``need_lo``: below VB - S mod VB); offset 0 is ``own``."""
     A: tl.constexpr = (S // VB) * VB  # floor for either sign: the first aligned block's offset
     lanes = tl.arange(0, VB)[None, :]
-    if A == 0:
-        lo = own
-    else:
-        lo = tl.load(x_ptr + at + A + lanes, mask=tl.broadcast_to(need_lo[:, None], (NBP, VB)))
-    if A + VB == 0:
-        hi = own
-    else:
-        hi = tl.load(x_ptr + at + (A + VB) + lanes, mask=tl.broadcast_to(need_hi[:, None], (NBP, VB)))
+    lo = own if A == 0 else tl.load(x_ptr + at + A + lanes, mask=tl.broadcast_to(need_lo[:, None], (NBP, VB)))
+    hi = own if A + VB == 0 else tl.load(x_ptr + at + (A + VB) + lanes,
+                                         mask=tl.broadcast_to(need_hi[:, None], (NBP, VB)))
     return _window(lo, hi, S - A, VB, NBP)
 
 

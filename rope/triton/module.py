@@ -76,8 +76,7 @@ class TritonRotary(RotaryEmbedding):
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
         poison = bool(self.poison_outputs)
         if torch.compiler.is_compiling():  # an op with a fake and autograd: no graph break
-            yq, yk = ops.compiled_ops(q, k, positions).rope(q, k, self.cos, self.sin, positions, *self.rotation,
-                                                            False, poison)
+            yq, yk = ops.compiled_ops(q).rope(q, k, self.cos, self.sin, positions, *self.rotation, False, poison)
             return yq, (yk if k is not None else None)
         cos, sin = self._cos_sin  # the buffers without nn.Module.__getattr__: host time of every call
         if torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad)):
@@ -95,8 +94,8 @@ class TritonRotary(RotaryEmbedding):
             args = (qkv, cos, sin, positions, hq, hk, *self.rotation, poison, traced)
             return ops.RopeQKVFunction.apply(*args) if traced else ops.apply(ops.RopeQKVFunction, *args)
         if traced:  # the projection itself to the op (see ops.flat_projection)
-            yq, yk = ops.compiled_ops(qkv, positions).qkv(ops.flat_projection(qkv), qkv.shape[1], cos, sin, positions,
-                                                          hq, hk, *self.rotation, poison)
+            yq, yk = ops.compiled_ops(qkv).qkv(ops.flat_projection(qkv), qkv.shape[1], cos, sin, positions, hq, hk,
+                                               *self.rotation, poison)
         else:
             yq, yk = launch.rotate(q, k, cos, sin, positions, self.rotation, poison=poison)
         return yq, yk, v

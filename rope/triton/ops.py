@@ -35,18 +35,26 @@ def _define(suffix: str, traced: bool) -> OpSet:
 
     def rope(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, partial: bool,
              low_precision: bool, interleaved: bool, inverse: bool, poison: bool) -> tuple[Tensor, Tensor]:
+        if traced and not _static(q, k, positions):
+            return CUSTOM_OPS.rope(q, k, cos, sin, positions, partial, low_precision, interleaved, inverse, poison)
         yq, yk = launch.rotate(q, k, cos, sin, positions, Rotation(partial, low_precision, interleaved), inverse,
                                traced=traced, poison=poison)
         return yq, q.new_empty(0) if yk is None else yk
 
     def rope_qkv(qkv: Tensor, seq_len: int, cos: Tensor, sin: Tensor, positions: Tensor | None, hq: int, hk: int,
                  partial: bool, low_precision: bool, interleaved: bool, poison: bool) -> tuple[Tensor, Tensor]:
+        if traced and not _static(qkv, positions):
+            return CUSTOM_OPS.qkv(qkv, seq_len, cos, sin, positions, hq, hk, partial, low_precision, interleaved,
+                                  poison)
         return launch.rotate_projection(qkv, seq_len, hq, hk, cos, sin, positions,
                                         Rotation(partial, low_precision, interleaved), traced=traced, poison=poison)
 
     def rope_qkv_backward(gq: Tensor, gk: Tensor, gv: Tensor | None, cos: Tensor, sin: Tensor,
                           positions: Tensor | None, partial: bool, low_precision: bool, interleaved: bool,
                           poison: bool) -> Tensor:
+        if traced and not _static(gq, gk, gv, positions):
+            return CUSTOM_OPS.qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision, interleaved,
+                                           poison)
         return launch.qkv_backward(gq, gk, gv, cos, sin, positions, Rotation(partial, low_precision, interleaved),
                                    traced=traced, poison=poison)
 
@@ -65,9 +73,8 @@ def _define(suffix: str, traced: bool) -> OpSet:
     def backward(ctx, gq, gk):
         cos, sin, positions = ctx.saved_tensors
         partial, low_precision, interleaved, inverse, poison = ctx.flags
-        gk = gk if ctx.has_k else None
-        dq, dk = compiled_ops(gq, gk, positions).rope(gq, gk, cos, sin, positions, partial, low_precision,
-                                                     interleaved, not inverse, poison)
+        dq, dk = ops.rope(gq, gk if ctx.has_k else None, cos, sin, positions, partial, low_precision, interleaved,
+                          not inverse, poison)
         return (dq, dk if ctx.has_k else None) + (None,) * 8
 
     ops.rope.register_autograd(backward, setup_context=setup_context)
@@ -91,7 +98,8 @@ def _qkv_backward_fake(gq, gk, gv, cos, sin, positions, partial, low_precision, 
 
 
 def _static(*tensors: Tensor | None) -> bool:
-    """Whether every size and stride is a plain int (not a symbol of a dynamic-shape trace)."""
+    """Whether every size and stride is a plain int (not a symbol of a dynamic-shape trace). Asked in the triton ops'
+    bodies, on the fake tensors: Dynamo, tracing the caller, takes a symbolic size for an int."""
     return all(isinstance(n, int) for t in tensors if t is not None for n in (*t.shape, *t.stride()))
 
 
@@ -124,10 +132,9 @@ if TRACED_OPS is not None:
     static_launch_by_default()
 
 
-def compiled_ops(*tensors: Tensor | None) -> OpSet:
-    """The ops a compiled graph calls on ``tensors``: triton ops where Inductor launches the kernel (CUDA tensors
-    whose sizes and strides are plain ints), else custom ops (their bodies launch it: a dynamic-shape trace)."""
-    return TRACED_OPS if TRACED_OPS is not None and tensors[0].is_cuda and _static(*tensors) else CUSTOM_OPS
+def compiled_ops(x: Tensor) -> OpSet:
+    """The ops a compiled graph calls for ``x``: triton ops where Inductor can launch the kernel (CUDA), else custom."""
+    return TRACED_OPS if TRACED_OPS is not None and x.is_cuda else CUSTOM_OPS
 
 
 def flat_projection(qkv: Tensor) -> Tensor:
@@ -165,8 +172,8 @@ class RopeQKVFunction(torch.autograd.Function):
     def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, poison, traced):
         q, k, v = split_qkv(qkv, hq, hk, qkv.shape[-1] // (hq + 2 * hk))
         if traced:
-            yq, yk = compiled_ops(qkv, positions).qkv(flat_projection(qkv), qkv.shape[1], cos, sin, positions, hq, hk,
-                                                      partial, low_precision, interleaved, poison)
+            yq, yk = compiled_ops(qkv).qkv(flat_projection(qkv), qkv.shape[1], cos, sin, positions, hq, hk, partial,
+                                           low_precision, interleaved, poison)
         else:
             yq, yk = launch.rotate(q, k, cos, sin, positions, Rotation(partial, low_precision, interleaved),
                                    poison=poison)
@@ -179,8 +186,8 @@ class RopeQKVFunction(torch.autograd.Function):
         cos, sin, positions = ctx.saved_tensors
         partial, low_precision, interleaved, poison, traced = ctx.args
         if traced:
-            dqkv = compiled_ops(gq, gk, gv, positions).qkv_backward(gq, gk, gv, cos, sin, positions, partial,
-                                                                    low_precision, interleaved, poison)
+            dqkv = compiled_ops(gq).qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision,
+                                                 interleaved, poison)
         else:
             dqkv = launch.qkv_backward(gq, gk, gv, cos, sin, positions, Rotation(partial, low_precision, interleaved),
                                        poison=poison)

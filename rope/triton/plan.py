@@ -1,12 +1,10 @@
 """How a rotation launch is cut into programs: :func:`make_plan`, a pure function from the launch's geometry
-(shapes, strides, layout, what the GPU calls for) to a :class:`Plan`; :mod:`rope.triton.launch` reads the tensors.
-
-Tilings (:mod:`rope.triton.kernels`): ``rows`` (the half padded to a power of two: where that keeps three quarters
-of the lanes busy, half layout; interleaved pads exact powers only), ``chunks`` (the largest power of two of pairs
-dividing the half, at most 16, 8 interleaved), ``flat`` (blocks of up to 8 elements of a token's heads, dividing the
-half and D where they can: a copied tail, odd halves; it needs each token's heads contiguous and an even block to
-tile them, else a pair tiling).
-A benchmark forces settings through :func:`rope.triton.tuning`.
+(shapes, strides, layout, what the GPU calls for) to a :class:`Plan`; :mod:`rope.triton.launch` reads the tensors,
+and a benchmark forces settings through :func:`rope.triton.tuning`. Tilings (:mod:`rope.triton.kernels`): ``rows``
+(the half padded to a power of two: where that keeps three quarters of the lanes busy, half layout; interleaved
+pads exact powers only), ``chunks`` (the largest power of two of pairs dividing the half, at most 16, 8
+interleaved), ``flat`` (blocks of up to 8 elements of a token's heads, dividing the half and D where they can: a
+copied tail, odd halves; it needs each token's heads contiguous and an even block to tile them, else a pair tiling).
 """
 
 from __future__ import annotations
