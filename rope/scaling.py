@@ -262,5 +262,13 @@ def scaled_frequencies(freqs: Tensor, base: float, rotary_dim: int, scaling: dic
 
 
 def describe_scaling(scaling: dict) -> str:
-    """``yarn x4`` / ``none``: how tables and plots name a scaling."""
-    return "none" if scaling["type"] == "none" else f"{scaling['type']} x{scaling['factor']:g}"
+    """How a module's :meth:`describe` (a run's summary.json) names its scaling: ``none``, or ``yarn x4`` followed
+    by every other parameter that sets the tables and is not its default (``(original_max_seq_len=512,
+    beta_fast=16)``), so two runs whose tables differ never read alike."""
+    kind = scaling["type"]
+    if kind == "none":
+        return "none"
+    defaults = SCALING_PARAMS[kind]
+    extra = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in
+             ((k, scaling.get(k)) for k in defaults if k != "factor") if v != defaults[k]]
+    return f"{kind} x{scaling['factor']:g}" + (f" ({', '.join(extra)})" if extra else "")

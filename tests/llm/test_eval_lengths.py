@@ -491,7 +491,7 @@ def test_a_fine_tuned_run_resumes_its_own_weights_and_is_evaluated_with_its_scal
     ft = tmp_path / "ft"
     summary = run_inprocess(ft, [f"train.init_from={trained_run}", *FINETUNE, "train.max_steps=2",
                                  "train.stop_at_step=1"])
-    assert summary["status"] == "interrupted" and summary["scaling"] == "yarn x2"
+    assert summary["status"] == "interrupted" and summary["scaling"] == "yarn x2 (original_max_seq_len=32)"
     seen = capture_fit(monkeypatch)
     run_inprocess(ft, ["train.resume=auto", "train.max_steps=2"])
     own = torch.load(ft / "checkpoints" / "last.pt", weights_only=False)["model"]

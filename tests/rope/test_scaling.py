@@ -651,7 +651,12 @@ def test_none_values_take_the_defaults():
 
 
 def test_describe_names_the_scaling():
+    """summary.json's label: the factor, then each parameter that sets the tables and is not its default, so runs
+    whose tables differ never read alike."""
     r = rope.build("torch", 32, 64, scaling=YARN)
-    assert r.describe()["scaling"] == "yarn x4"
+    assert r.describe()["scaling"] == "yarn x4 (original_max_seq_len=16)"
+    other = rope.build("torch", 32, 64, scaling={**YARN, "beta_fast": 16, "truncate": False})
+    assert other.describe()["scaling"] == "yarn x4 (original_max_seq_len=16, beta_fast=16, truncate=False)"
+    assert rope.build("torch", 32, 64, scaling={"type": "linear", "factor": 2}).describe()["scaling"] == "linear x2"
     assert "scaling=" in repr(r)
     assert rope.build("torch", 32, 64).describe()["scaling"] == "none"
