@@ -154,7 +154,18 @@ def _pairing_note(c: Comparison) -> str:
 
 def verdict_line(gc: GroupComparison) -> str:
     """One plain-language line per implementation, on val loss (the quality measure the sweep is for)."""
-    return _verdict(gc) + _diverged_warning(gc, "val_loss")
+    return _verdict(gc) + _no_spread_note(gc.loss) + _diverged_warning(gc, "val_loss")
+
+
+def _no_spread_note(c: Comparison) -> str:
+    """Where every seed gave the same Δ (paired) or every run on each side the same value (Welch) the interval has
+    zero width: the verdict then rests on no measured seed-to-seed noise, which a reader of ``[+0.0000, +0.0000]``
+    should be told (runs that are identical up to a shift, as bit-equal training gives, produce it)."""
+    if c.ci is None or c.ci[0] != c.ci[1]:
+        return ""
+    same = "every seed gave the same Δ" if c.method != WELCH else "every run on each side gave the same value"
+    what = "the runs are identical" if c.delta == 0.0 else "the runs differ by one shift on every seed"
+    return f"; {same}, so the interval has zero width and no seed-to-seed noise was measured: {what}"
 
 
 def _verdict(gc: GroupComparison) -> str:

@@ -187,3 +187,15 @@ def test_an_implementation_that_diverged_on_a_seed_is_not_ranked_best(tmp_path: 
     report = build_report([root])
     assert [g.label for g in report.groups] == ["torch (partial, float32)", "triton_v4 (partial, float32)"]
     assert report.groups[1].mean("val_loss") < report.groups[0].mean("val_loss")  # what ranked it first
+
+
+@pytest.mark.parametrize("delta", (0.0, 0.003))
+def test_a_zero_width_interval_is_named_in_the_verdict(tmp_path: Path, delta: float):
+    """Every seed with the same Δ (bit-equal training gives Δ = 0 on each): the verdict says the interval has zero
+    width and that no seed-to-seed noise was measured; runs with ordinary spread read as before."""
+    sweep = write_sweep(tmp_path / "s", {REF: reference(), V4: planted(delta, jitter=0.0)})
+    line = next(ln for ln in render_markdown(build_report([sweep])).splitlines() if ln.startswith("- triton_v4"))
+    assert "every seed gave the same Δ, so the interval has zero width and no seed-to-seed noise was measured" in line
+    noisy = write_sweep(tmp_path / "n", {REF: reference(), V4: planted(delta)})
+    line = next(ln for ln in render_markdown(build_report([noisy])).splitlines() if ln.startswith("- triton_v4"))
+    assert "zero width" not in line
