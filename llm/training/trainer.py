@@ -9,6 +9,7 @@ after each. Rank 0 writes through :class:`RunOutputs`, the other ranks through :
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import math
@@ -338,7 +339,9 @@ class Trainer:
             "torch_threads": torch.get_num_threads(),  # a CPU run's bits depend on it, deterministic or not
             # what train.dtype chose here (auto: bfloat16 on a GPU); compute_dtype above is the RoPE arithmetic's
             "autocast_dtype": str(runtime.autocast_dtype(tc.dtype, self.device) or "none").removeprefix("torch."),
-            "world_size": self.dist.world_size, "model": cfg.model.name, "data": cfg.data.name,
+            "world_size": self.dist.world_size, "model": cfg.model.name,
+            # every field the model was built with, code defaults included: config.yaml holds only the preset's keys
+            "model_config": dataclasses.asdict(self.model.cfg), "data": cfg.data.name,
             "tokenizer": cfg.tokenizer.name, "data_fingerprint": data_fingerprint(self.data.meta),
             "optim": cfg.optim.name, "max_steps": tc.max_steps,
             "tokens_per_step": self.tokens_per_step, "train_passes": self.train_passes(),

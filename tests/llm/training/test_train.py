@@ -168,3 +168,6 @@ def test_the_summary_says_the_autocast_dtype_the_run_trained_in(tmp_path):
     auto is bfloat16 on a GPU, float32 on a CPU)."""
     summary = run_inprocess(tmp_path, ["train.max_steps=2", "train.eval_every=2", "train.dtype=bfloat16"])
     assert summary["autocast_dtype"] == "bfloat16" and summary["compute_dtype"] == "float32"
+    # the model as built, with the fields model=tiny leaves to the code's defaults (bias, d_ff, norm_eps)
+    model = summary["model_config"]
+    assert model["bias"] is False and model["d_ff"] is None and model["norm_eps"] == 1e-6
