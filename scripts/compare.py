@@ -19,7 +19,6 @@ INTERRUPTED = 130
 try:
     import argparse
     import logging
-    import math
     from typing import NoReturn
 
     from llm.report import (
@@ -31,6 +30,7 @@ try:
         default_out_dir,
         write_report,
     )
+    from llm.report.analysis import margin_problem
     from llm.report.runs import NOT_STARTED, RUNNING
 except KeyboardInterrupt:
     print("interrupted: no report written", file=sys.stderr)
@@ -50,24 +50,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
+def _margin(text: str, accuracy: bool = False) -> float:
+    """An equivalence margin (the report's rule, :func:`llm.report.analysis.margin_problem`)."""
+    if why := margin_problem(text, accuracy):
+        raise argparse.ArgumentTypeError(f"{why}, got {text!r}")
+    return float(text)
 
 
 def _accuracy_margin(text: str) -> float:
-    """A margin of accuracy, a fraction: positive and below 1 (a margin of 1 or more makes every verdict
-    "equivalent")."""
-    value = _positive(text)
-    if value >= 1:
-        raise argparse.ArgumentTypeError(f"must be below 1 (accuracy is a fraction; 0.005 is half a point), got "
-                                         f"{text!r}")
-    return value
+    return _margin(text, accuracy=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="implementation the others are compared with: a rope= preset (torch_full), a registry "
                         "name (triton_v4) or a full label ('torch (partial, bfloat16)'); default: torch with "
                         "compute_dtype float32")
-    p.add_argument("--margin", metavar="EPS", type=_positive, default=DEFAULT_MARGIN,
+    p.add_argument("--margin", metavar="EPS", type=_margin, default=DEFAULT_MARGIN,
                    help=f"equivalence margin for val loss, in nats (default {DEFAULT_MARGIN})")
     p.add_argument("--acc-margin", metavar="EPS", type=_accuracy_margin, default=DEFAULT_ACC_MARGIN,
                    help=f"equivalence margin for val accuracy, absolute (default {DEFAULT_ACC_MARGIN})")

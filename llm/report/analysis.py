@@ -50,6 +50,21 @@ COMPARED: tuple[tuple[str, bool], ...] = (("val_loss", True), ("val_acc", False)
 DEFAULT_MARGIN = 0.01  # nats of val loss
 DEFAULT_ACC_MARGIN = 0.005  # val accuracy, absolute (0.5 percentage points)
 
+
+def margin_problem(value: object, accuracy: bool = False) -> str | None:
+    """Why ``value`` cannot be an equivalence margin (``... must be ...``), or None: the one rule of the report's
+    Python call, ``scripts.compare``'s flags and the sweep callback's settings. A positive finite number (a negative
+    one would turn every verdict, an infinite one make every pair equivalent); of accuracy, a fraction, below 1."""
+    try:
+        number = None if isinstance(value, bool) else float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = None
+    if number is None or not (number > 0 and math.isfinite(number)):
+        return "must be a positive number" + (" below 1 (accuracy is a fraction)" if accuracy else "")
+    if accuracy and number >= 1:
+        return "must be a positive number below 1 (accuracy is a fraction; 0.005 is half a point)"
+    return None
+
 Key = tuple[str, str | None, str | None, str]
 
 

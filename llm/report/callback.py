@@ -19,7 +19,6 @@ logged as a ``job_type="report"`` run in the sweep's group (best effort).
 from __future__ import annotations
 
 import logging
-import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from llm.report.analysis import DEFAULT_ACC_MARGIN, DEFAULT_MARGIN
+from llm.report.analysis import DEFAULT_ACC_MARGIN, DEFAULT_MARGIN, margin_problem
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +37,8 @@ KEY = "hydra.callbacks.compare"
 
 def settings_error(allow_mixed: Any = False, reference: Any = None, margin: Any = DEFAULT_MARGIN,
                    acc_margin: Any = DEFAULT_ACC_MARGIN, wandb: Any = True, **unknown: Any) -> str | None:
-    """What is wrong with the callback's settings, in one line naming the key (the limits of ``scripts.compare``'s
-    ``--margin`` and ``--acc-margin``), or None. Checked before the sweep's first job
+    """What is wrong with the callback's settings, in one line naming the key (the margins: the report's one rule,
+    :func:`llm.report.analysis.margin_problem`), or None. Checked before the sweep's first job
     (:func:`check_settings`, from :class:`llm.sweep.ClaimSweepDir`): a margin that is no number would otherwise
     fail the callback's construction with Hydra's traceback, and a negative one would turn every verdict."""
     if unknown:
@@ -49,21 +48,12 @@ def settings_error(allow_mixed: Any = False, reference: Any = None, margin: Any 
     for name, value in (("allow_mixed", allow_mixed), ("wandb", wandb)):
         if not isinstance(value, bool):
             return f"{KEY}.{name}={value!r} must be true or false"
-    for name, value, below in (("margin", margin, None), ("acc_margin", acc_margin, 1.0)):
-        number = None if isinstance(value, bool) else _number(value)
-        if number is None or not (number > 0 and math.isfinite(number)) or (below is not None and number >= below):
-            return (f"{KEY}.{name}={value!r} must be a positive number" + (" below 1 (accuracy is a fraction)"
-                                                                          if below is not None else ""))
+    for name, value in (("margin", margin), ("acc_margin", acc_margin)):
+        if why := margin_problem(value, accuracy=name == "acc_margin"):
+            return f"{KEY}.{name}={value!r} {why}"
     if reference is not None and (not isinstance(reference, str) or not reference.strip()):
         return f"{KEY}.reference={reference!r} must be an implementation's name, a rope= preset or a full label"
     return None
-
-
-def _number(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def check_settings(config: DictConfig) -> str | None:

@@ -29,6 +29,7 @@ from llm.report.analysis import (
     GroupComparison,
     compare_groups,
     group_runs,
+    margin_problem,
     reference_fallback_note,
     select_reference,
 )
@@ -70,10 +71,9 @@ class Report:
 
 
 def _check_margin(name: str, value: float) -> float:
-    value = float(value)
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return value
+    if why := margin_problem(value, accuracy=name == "acc_margin"):
+        raise ValueError(f"{name}={value!r} {why}")
+    return float(value)
 
 
 def build_report(

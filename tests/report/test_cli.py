@@ -166,3 +166,17 @@ def test_ctrl_c_while_importing_is_one_line_and_exit_130(tmp_path: Path):
     child = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_IMPORTING, str(tmp_path)], cwd=REPO,
                            capture_output=True, text=True, timeout=60)
     assert (child.returncode, child.stderr, child.stdout) == (130, "interrupted: no report written\n", "")
+
+
+@pytest.mark.parametrize(("margin", "acc_margin", "said"), [
+    (-0.01, 0.005, "margin=-0.01 must be a positive number"),
+    (float("inf"), 0.005, "margin=inf must be a positive number"),
+    (0.01, 1.5, "acc_margin=1.5 must be a positive number below 1 (accuracy is a fraction"),
+])
+def test_build_report_refuses_the_margins_the_command_refuses(sweep: Path, margin, acc_margin, said):
+    """The report's Python call takes the margins on the rule of the command's flags and the sweep's settings: an
+    accuracy margin of 1 or more (every verdict "equivalent") was accepted there alone."""
+    from llm.report import build_report
+
+    with pytest.raises(ValueError, match=said.replace("(", r"\(")):
+        build_report([sweep], margin=margin, acc_margin=acc_margin)
