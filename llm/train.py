@@ -232,6 +232,7 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
         if multirun:
             from llm.sweep import continue_sweep_message
 
+            _compare_stopped_sweep(cfg, hc)
             print(continue_sweep_message(Path(hc.sweep.dir)), file=sys.stderr)
         sys.exit(code)
     except KeyboardInterrupt as e:  # the second Ctrl-C: at once, without a checkpoint or a traceback
@@ -271,13 +272,30 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
     # a job run in the sweep's own process (one job at a time, joblib's n_jobs=1 too) ends the sweep here
     if multirun and signalled and _in_launcher_worker():
         return None
-    if multirun and signalled:  # a signal ends the whole sweep: say how to continue all of it
+    if multirun and signalled:  # a signal ends the whole sweep: its comparison, and how to continue all of it
         from llm.sweep import continue_sweep_message
 
+        _compare_stopped_sweep(cfg, hc)
         log.info(continue_sweep_message(Path(hc.sweep.dir)))
     if outcome.exit_code and (not multirun or signalled):
         sys.exit(outcome.exit_code)
     return outcome.summary.get("val_loss")
+
+
+def _compare_stopped_sweep(cfg: DictConfig, hc) -> None:
+    """The comparison of a sweep that a signal stops in its own process (one job at a time: the basic launcher, or
+    joblib's and ``gpus``' in-process path), written as the sweep's end-of-sweep callback writes it: the process
+    exits before Hydra would call that callback. A Ctrl-C while it is written leaves the earlier one whole."""
+    spec = OmegaConf.select(hc, "callbacks.compare")
+    if spec is None:  # the comparison turned off (~hydra.callbacks.compare)
+        return
+    from hydra.utils import instantiate
+
+    config = OmegaConf.create({**OmegaConf.to_container(cfg), "hydra": OmegaConf.to_container(hc)})
+    try:
+        instantiate(spec).on_multirun_end(config)
+    except KeyboardInterrupt:
+        print(f"comparison not written: python -m scripts.compare {hc.sweep.dir}", file=sys.stderr)
 
 
 def resume_command(run_dir: Path) -> str:

@@ -334,8 +334,9 @@ def _summary_section(report: Report) -> list[str]:
         lines += [
             "",
             "Not included in the statistics or plots (status != completed): "
-            + "; ".join(f"{r.label} seed {r.seed} (`{r.name}`, {r.status} at step "
-                        f"{'n/a' if r.summary.get('step') is None else r.summary['step']})" for r in excluded),
+            + "; ".join(f"{r.label} seed {r.seed} (`{r.name}`, {r.status}"
+                        f"{'' if r.summary.get('step') is None else ' at step ' + str(r.summary['step'])})"
+                        for r in excluded),
         ]
     return lines
 

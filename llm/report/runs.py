@@ -22,6 +22,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 import rope
 from llm.config_keys import load_run_config
 from llm.fileio import read_jsonl
@@ -338,6 +340,9 @@ def never_started(sweep_dir: Path) -> list[Run]:
         if not numbered or (hydra.get("sweeper") or {}).get("_target_") != BASIC_SWEEPER:
             return []
         jobs = expand(sweep_arguments(hydra))
+        # what a job that sets no rope= or seed= trains: the sweep's own config (multirun.yaml's top level)
+        base = OmegaConf.load(sweep_dir / "multirun.yaml")
+        default_rope, default_seed = OmegaConf.select(base, "rope.name"), OmegaConf.select(base, "seed")
     except Exception as e:  # noqa: BLE001 - an old or hand-made multirun.yaml: the report covers what is there
         log.debug("%s: the sweep's jobs could not be listed: %s", sweep_dir, e)
         return []
@@ -348,9 +353,11 @@ def never_started(sweep_dir: Path) -> list[Run]:
         if str(num) in present:
             continue
         given = dict(o.lstrip("+").split("=", 1) for o in overrides if "=" in o)
-        name = f"{num}_{given.get('rope', '?')}_s{given.get('seed', '?')}"
+        rope_name, seed = given.get("rope", default_rope), given.get("seed", default_seed)
+        name = f"{num}_{rope_name or '?'}_s{'?' if seed is None else seed}"
         swept = " ".join(o for o in overrides if o not in shared)  # what sets the job apart
-        summary = {"status": NOT_STARTED, "seed": given.get("seed"), "message": f"the sweep never started it ({swept})"}
+        summary = {"status": NOT_STARTED, "rope": rope_name, "seed": seed,
+                   "message": f"the sweep never started it ({swept})"}
         missing.append(Run(path=sweep_dir / name, config={}, summary=summary, metrics=[]))
     return missing
 

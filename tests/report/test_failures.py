@@ -103,7 +103,16 @@ def test_jobs_a_killed_sweep_never_started_are_listed(tmp_path: Path):
     assert set(missing) == {"4_triton_v4_s1", "5_triton_v4_s2"}, missing
     assert missing["4_triton_v4_s1"] == "the sweep never started it (rope=triton_v4 seed=1)"
     text = compare_runs([sweep], sweep).read_text()
-    assert "| `5_triton_v4_s2` | ? | 2 | not started | the sweep never started it (rope=triton_v4 seed=2) |" in text
+    assert "| `5_triton_v4_s2` | triton_v4 | 2 | not started | the sweep never started it (rope=triton_v4 seed=2) |" \
+        in text
+    assert "triton_v4 seed 2 (`5_triton_v4_s2`, not started)" in text  # no "at step n/a": it never had a step
+    # a job that sets no rope=: the sweep's own rope (multirun.yaml's top level), not "?"
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
+        "sweep": {"dir": str(sweep), "subdir": "${hydra.job.num}_${hydra:runtime.choices.rope}_s${seed}"},
+        "overrides": {"task": ["seed=0,1,2,3,4,5,6"]}}, "rope": {"name": "torch"}, "seed": 0}))
+    missing = [r for r in build_report([sweep]).failures if r.status == "not started"]
+    assert [(r.name, r.rope, r.seed) for r in missing] == [(f"{n}_torch_s{n}", "torch", n) for n in (4, 5, 6)]
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
     assert not [r for r in build_report([sweep]).failures if r.status == "not started"]
 

@@ -562,20 +562,24 @@ def _group_alive(pgid: int) -> bool:
 def test_sigterm_ends_a_sweep_whose_launcher_runs_one_job_at_a_time_in_its_own_process(tmp_path):
     """hydra/launcher=gpus with one slot: joblib runs the jobs in the sweep's process, one after another. The signal
     stops the running job (checkpoint, interrupted) and ends the sweep there, as the basic launcher's does; the next
-    job does not start (a job that returned instead let it start and train on)."""
+    job does not start (a job that returned instead let it start and train on). The sweep's comparison is written,
+    the job not begun listed, though the process exits before Hydra's end-of-sweep callback would."""
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen([sys.executable, "-m", "llm.train", "-m", *SMALL, "train.max_steps=100000",
-                             "train.log_every=1", "seed=0,1", "hydra/launcher=gpus", f"hydra.sweep.dir={sweep}"],
+    proc = subprocess.Popen([sys.executable, "-m", "llm.train", "-m", *SMALL, "train.max_steps=4,100000,4",
+                             "train.log_every=1", "hydra/launcher=gpus", f"hydra.sweep.dir={sweep}"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    running = sweep / "0_torch_s0" / "metrics.jsonl"
     deadline = time.time() + 300
-    while time.time() < deadline and not (running.is_file() and running.read_text().count("\n") >= 2):
+    while time.time() < deadline and not any(p.read_text().count("\n") >= 2
+                                             for p in sweep.glob("1_*/metrics.jsonl")):
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=120)[0].decode()
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
-    assert _summary(sweep / "0_torch_s0")["status"] == "interrupted" and not (sweep / "1_torch_s1").exists()
-    assert "Continue the sweep with:" in out
+    (first,), (second,) = sweep.glob("0_*"), sweep.glob("1_*")
+    assert _summary(first)["status"] == "completed" and _summary(second)["status"] == "interrupted"
+    assert not list(sweep.glob("2_*")) and "Continue the sweep with:" in out
+    comparison = (sweep / "comparison.md").read_text()
+    assert second.name in comparison and "not started" in comparison, comparison[-2000:]
 
 
 def test_an_abort_before_any_checkpoint_says_how_a_sweep_job_starts_over(tmp_path):
