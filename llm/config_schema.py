@@ -27,6 +27,9 @@ SELF_CHECKED = ("model", "rope", "data")
 #: Self-checked groups whose every option is read by one reader (each model preset fills the same GPTConfig): a key
 #: one option sets is read whichever is chosen, so it is added with ``+``, not refused as another option's.
 SHARED_READER = ("model",)
+#: Keys no command takes, with why: the line refusing them, whether typed with ``+`` or without.
+REFUSED_KEYS = {"model.vocab_size": "model.vocab_size is not a model setting: the tokenizer's vocabulary sets it "
+                                    "(model.vocab_multiple pads it)"}
 #: Groups of package ``_global_`` files whose keys count as known for the primary config (``+experiment=``).
 GLOBAL_GROUPS = {"config": ("experiment", "recipe")}
 
@@ -187,6 +190,8 @@ class Schema:
         (``rope.max_seq_len``, or ``model.d_ff`` that only model=seed004 sets, as GPTConfig reads every preset's
         keys: add it with ``+``; the group refuses one it does not read). ``chosen``: the groups the command
         line chose (``rope=torch``), whose keys are then no group's left unchosen."""
+        if key in REFUSED_KEYS:
+            return REFUSED_KEYS[key]
         group = key.partition(".")[0]
         unchosen = group in self.groups and group not in self.required_groups and group not in self.own
         if unchosen and group not in chosen:  # a group left unchosen, whose keys the command's file sets neither

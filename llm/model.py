@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import rope as rope_registry
+from llm.config_schema import REFUSED_KEYS
 from llm.doc_attention import DocumentMask, document_attention
 from llm.kv_cache import KVCache, LayerKV, StaticKVCache, StaticLayerKV
 
@@ -111,8 +112,7 @@ class GPTConfig:
 def _refuse_vocab_size(model_cfg: Mapping) -> None:
     # vocab_size is the tokenizer's, never the model group's: given there it would be passed to GPTConfig twice
     if "vocab_size" in model_cfg:
-        raise ValueError("model.vocab_size is not a model setting: the tokenizer's vocabulary sets it "
-                         "(model.vocab_multiple pads it)")
+        raise ValueError(REFUSED_KEYS["model.vocab_size"])
 
 
 def check_model_config(model_cfg: Mapping) -> GPTConfig:

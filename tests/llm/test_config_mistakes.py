@@ -51,6 +51,8 @@ def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
                                       f"+model.scale_embeddings=... {LISTS}"),
     (["model.d_ff=512"], f"model.d_ff is not in this config: add it with +model.d_ff=... {LISTS}"),
     (["model.bias=true"], f"model.bias is not in this config: add it with +model.bias=... {LISTS}"),
+    # a key no command takes: its reason, not "add it with +" (which is then refused)
+    (["model.vocab_size=1000"], "model.vocab_size is not a model setting: the tokenizer's vocabulary sets it "),
     (["data.max_docs=3"], "data.max_docs is a key of data=code_corpus, data=hf_dataset, data=text_files, "
                           f"data=tinystories only, not of the data chosen, so nothing would read it {LISTS}"),
     (["train.seed=1"], f"train.seed is not a known key, so nothing would read it; did you mean seed? {LISTS}"),
