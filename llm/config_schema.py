@@ -30,6 +30,32 @@ SHARED_READER = ("model",)
 #: Keys no command takes, with why: the line refusing them, whether typed with ``+`` or without.
 REFUSED_KEYS = {"model.vocab_size": "model.vocab_size is not a model setting: the tokenizer's vocabulary sets it "
                                     "(model.vocab_multiple pads it)"}
+#: The rotation settings a trained run keeps whatever kernel a RoPE override swaps in: they decide the function its
+#: weights were trained with.
+FUNCTION_KEYS = ("variant", "base", "layout", "rotary_dim", "scaling")
+#: The commands that read a trained run: what each does with it, and the rotation settings it keeps (eval_lengths
+#: takes rope.scaling.* as its own request).
+RUN_READERS = {"generate": ("llm.generate decodes", FUNCTION_KEYS),
+               "eval_lengths": ("llm.eval_lengths evaluates", tuple(k for k in FUNCTION_KEYS if k != "scaling"))}
+
+
+def rope_key_without_kernel(key: str, value: object, config_name: str) -> str | None:
+    """The line refusing ``rope.<key>=value`` with no ``rope=<name>`` in a command that reads a trained run (None
+    for another command, or a key that command takes as its own). Why a line of its own: the config-key check
+    would call it a key "not of the rope chosen", or say to choose a rope, while the key is the run's rotation,
+    which no rope= changes."""
+    if config_name not in RUN_READERS:
+        return None
+    does, kept = RUN_READERS[config_name]
+    if key in kept:
+        return f"rope.{key}={value!r}: {does} with the run's rotation (its {', '.join(kept)} as trained); " \
+               "rope=<name> swaps only the kernel"
+    if key == "scaling":
+        return None
+    return (f"rope.{key}={value!r} without rope=<name>: rope.* options belong to the kernel a rope=<name> override "
+            "chooses (e.g. rope=torch rope.compute_dtype=bfloat16)")
+
+
 #: Groups of package ``_global_`` files whose keys count as known for the primary config (``+experiment=``).
 GLOBAL_GROUPS = {"config": ("experiment", "recipe")}
 

@@ -100,7 +100,7 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
     command line's arguments (default ``sys.argv[1:]``), for the groups it chose."""
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 
-    from llm.config_schema import schema
+    from llm.config_schema import rope_key_without_kernel, schema
 
     if isinstance(exc, MissingConfigException) and exc.options and "/" in str(exc.missing_cfg_file or ""):
         group, _, option = str(exc.missing_cfg_file).rpartition("/")
@@ -115,7 +115,12 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
         key = m.group(1)
         if "not in struct" not in cause:
             return f"{key}: {cause or text}"
-        return schema(config_name, command).absent_key(key, chosen_groups(sys.argv[1:] if argv is None else argv))
+        args = sys.argv[1:] if argv is None else argv
+        if key.startswith("rope.") and "rope" not in chosen_groups(args):  # the run's rotation, in generate
+            value = next((a.partition("=")[2] for a in args if a.lstrip("+~").partition("=")[0] == key), "")
+            if (line := rope_key_without_kernel(key.split(".")[1], value, config_name)) is not None:
+                return line
+        return schema(config_name, command).absent_key(key, chosen_groups(args))
     if m := re.search(r"An item is already at '([^']+)'", text):
         return f"{m.group(1)} is already in the config: set it without the leading +"
     return f"{text} ({cause})" if cause else text

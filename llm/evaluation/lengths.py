@@ -60,7 +60,6 @@ from llm.evaluation.metrics import length_metrics
 from llm.evaluation.scaling import ScalingPlan, resolve_scaling
 from llm.fileio import atomic_open, write_json_atomic
 from llm.generation.load import (
-    FUNCTION_KEYS,
     OpenedRun,
     command_line_rope_keys,
     command_line_rope_preset,
@@ -214,8 +213,7 @@ def rope_override(cfg: Mapping) -> dict | None:
         return None
     r = OmegaConf.to_container(r, resolve=True) if isinstance(r, DictConfig) else dict(r)
     r.pop("scaling", None)  # the command's own keys (scaling_request)
-    kept = tuple(k for k in FUNCTION_KEYS if k != "scaling")
-    refuse_rope_keys_without_a_kernel(r, "llm.eval_lengths evaluates", kept)
+    refuse_rope_keys_without_a_kernel(r, "eval_lengths")
     return r if r.get("name") is not None else None
 
 

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import rope
 from llm.config_check import kernel_refusal_as_typed
+from llm.config_schema import FUNCTION_KEYS, rope_key_without_kernel
 from llm.data.tokenizer import get_tokenizer
 from llm.errors import ConfigError, one_line
 from llm.model import GPT, GPTConfig, build_model, rope_cache_len
@@ -31,8 +32,6 @@ from llm.training.outputs import CONFIG_FILE, holds_a_run
 
 log = logging.getLogger(__name__)
 
-#: What a RoPE override must keep from the run: it decides the function the weights were trained with.
-FUNCTION_KEYS = ("variant", "base", "layout", "rotary_dim", "scaling")
 
 
 def _plain(group: Mapping | None) -> dict:
@@ -197,19 +196,13 @@ def _load_state(run_dir: Path, path: Path | None) -> tuple[Path, dict]:
     return found
 
 
-def refuse_rope_keys_without_a_kernel(override: Mapping | None, command: str = "llm.generate decodes",
-                                      kept: tuple[str, ...] = FUNCTION_KEYS) -> None:
-    """``rope.<key>=...`` with no ``rope=<name>``: one line saying what ``rope`` does here (``command``: what the
-    command does; ``kept``: the rotation settings it keeps as trained). Why a check of its own: the config-key
-    check would call it a key "not of the rope chosen" while no rope was chosen at all, and a command that reads
-    only ``rope.name`` would ignore it."""
+def refuse_rope_keys_without_a_kernel(override: Mapping | None, config_name: str = "generate") -> None:
+    """``rope.<key>=...`` with no ``rope=<name>``: one line saying what ``rope`` does here
+    (:func:`llm.config_schema.rope_key_without_kernel`); a command that reads only ``rope.name`` would ignore it."""
     if override and "name" not in override:
-        key, value = next(iter(_plain(override).items()))
-        if key in FUNCTION_KEYS:
-            raise ConfigError(f"rope.{key}={value!r}: {command} with the run's rotation (its {', '.join(kept)} as "
-                              "trained); rope=<name> swaps only the kernel")
-        raise ConfigError(f"rope.{key}={value!r} without rope=<name>: rope.* options belong to the kernel a "
-                          f"rope=<name> override chooses (e.g. rope=torch rope.compute_dtype=bfloat16)")
+        for key, value in _plain(override).items():
+            if (line := rope_key_without_kernel(key, value, config_name)) is not None:
+                raise ConfigError(line)
 
 
 def _task_overrides(cfg: Mapping) -> list[str]:

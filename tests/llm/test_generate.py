@@ -460,10 +460,24 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("arg,line", [
     ("rope=nope", "Error: rope=nope is not an option of rope; allowed: "),
     ("top_kk=3", "Error: top_kk is not a known key, so nothing would read it; did you mean top_k?"),
+    # the run's rotation, typed without + (the form the docs use): what rope does here, not "choose a rope"
+    ("rope.variant=full", "Error: rope.variant='full': llm.generate decodes with the run's rotation (its variant, "),
+    ("rope.compute_dtype=bfloat16", "Error: rope.compute_dtype='bfloat16' without rope=<name>: "),
 ])
 def test_a_hydra_level_mistake_in_generate_is_one_line_and_exit_2(arg, line, monkeypatch, capsys):
     """The command's own __main__ in this process (refused before any work; the test above runs a process)."""
     code, lines = run_module_main(monkeypatch, capsys, "llm.generate", [arg])
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(line), lines
+
+
+@pytest.mark.parametrize("arg,line", [
+    ("rope.variant=full", "Error: rope.variant='full': llm.eval_lengths evaluates with the run's rotation (its "
+                          "variant, base, layout, rotary_dim as trained)"),
+    ("rope.scaling.factorr=2", "Error: rope.scaling.factorr is not in this config; did you mean rope.scaling.factor?"),
+])
+def test_a_rope_key_without_a_kernel_in_eval_lengths_says_the_rotation_is_the_runs(arg, line, monkeypatch, capsys):
+    """eval_lengths takes rope.scaling.* as its own; another rotation key typed without rope=<name> is the run's."""
+    code, lines = run_module_main(monkeypatch, capsys, "llm.eval_lengths", [arg])
     assert code == 2 and len(lines) == 1 and lines[0].startswith(line), lines
 
 
