@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import logging
 import math
 import signal
@@ -46,7 +47,15 @@ from llm.training.checkpoint import (
 )
 from llm.training.distributed import DistInfo, all_reduce_mean, any_rank
 from llm.training.evaluate import evaluate
-from llm.training.outputs import METRICS_FILE, SAMPLES_FILE, NullOutputs, RunOutputs, Tracker, truncate_metrics
+from llm.training.outputs import (
+    METRICS_FILE,
+    SAMPLES_FILE,
+    SUMMARY_FILE,
+    NullOutputs,
+    RunOutputs,
+    Tracker,
+    truncate_metrics,
+)
 from llm.training.progress import Progress
 from llm.training.samples import TrainingSamples, check_sample_config
 
@@ -296,7 +305,8 @@ class Trainer:
             self.last_val = {k: v for k, v in saved_val.items() if k != "step"}
             self.last_val_step = self.step
         if path.resolve() == (self.ckpt_dir / LAST).resolve():  # the run's newest: what a resume=auto would load
-            self.saved, self.trained_by = (self.step, self.last_val_step), dict(state.get("trained_by") or {})
+            self.saved, self.trained_by = (self.step, self.last_val_step), {**dict(state.get("trained_by") or {}),
+                                                                              **self._summary_at(self.step)}
         if self.dist.is_main:
             log.info(f"resumed from {path} at step {self.step}")
             truncate_metrics(self.run_dir / METRICS_FILE, self.step)
@@ -598,6 +608,18 @@ class Trainer:
             raise interrupt
         return outcome
 
+    def _summary_at(self, step: int) -> dict[str, Any]:
+        """The record (:data:`TRAINED_BY`, wall time) of the run's ``summary.json`` where it ended at ``step``, the
+        newest checkpoint's: written after that checkpoint, its times are the run's final ones, which a resume that
+        trains nothing keeps."""
+        try:
+            prior = json.loads((self.run_dir / SUMMARY_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(prior, dict) or prior.get("step") != step:
+            return {}
+        return {k: prior[k] for k in (*TRAINED_BY, "wall_time_s") if k in prior}
+
     def _ended(self) -> dict[str, float]:
         """When the run's newest work ended, and the device memory it took (CUDA): the summary's, and each
         checkpoint's (:data:`TRAINED_BY`)."""
@@ -613,7 +635,7 @@ class Trainer:
         unchanged = bool(self.trained_by) and self.saved == (self.step, self.last_val_step)
         self.summary.update({
             "status": status, "step": self.step, "train_time_s": t.train_time_s, "compile_warmup_s": t.compile_warmup_s,
-            "wall_time_s": t.wall_time_s if unchanged else self.wall_time(),
+            "wall_time_s": self.trained_by.get("wall_time_s", t.wall_time_s) if unchanged else self.wall_time(),
             "tokens_per_s": None if math.isnan(tok_s) else tok_s,
             "skipped_steps": t.skipped_steps, "val_loss": v.get("val_loss"), "val_loss_se": v.get("val_loss_se"),
             "val_acc": v.get("val_acc"), "val_ppl": v.get("val_ppl"), "val_tokens": v.get("val_tokens"),
