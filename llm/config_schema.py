@@ -48,8 +48,8 @@ def rope_key_without_kernel(key: str, value: object, config_name: str) -> str | 
         return None
     does, kept = RUN_READERS[config_name]
     if key in kept:
-        return f"rope.{key}={value!r}: {does} with the run's rotation (its {', '.join(kept)} as trained); " \
-               "rope=<name> swaps only the kernel"
+        return (f"rope.{key}={value!r}: {does} with the run's rotation (its {', '.join(kept)} as trained); "
+                "rope=<name> swaps only the kernel")
     if key == "scaling":
         return None
     return (f"rope.{key}={value!r} without rope=<name>: rope.* options belong to the kernel a rope=<name> override "

@@ -116,11 +116,12 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
         if "not in struct" not in cause:
             return f"{key}: {cause or text}"
         args = sys.argv[1:] if argv is None else argv
-        if key.startswith("rope.") and "rope" not in chosen_groups(args):  # the run's rotation, in generate
+        chosen = chosen_groups(args)
+        if key.startswith("rope.") and "rope" not in chosen:  # the run's rotation, in generate and eval_lengths
             value = next((a.partition("=")[2] for a in args if a.lstrip("+~").partition("=")[0] == key), "")
             if (line := rope_key_without_kernel(key.split(".")[1], value, config_name)) is not None:
                 return line
-        return schema(config_name, command).absent_key(key, chosen_groups(args))
+        return schema(config_name, command).absent_key(key, chosen)
     if m := re.search(r"An item is already at '([^']+)'", text):
         return f"{m.group(1)} is already in the config: set it without the leading +"
     return f"{text} ({cause})" if cause else text

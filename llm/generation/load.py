@@ -33,7 +33,6 @@ from llm.training.outputs import CONFIG_FILE, holds_a_run
 log = logging.getLogger(__name__)
 
 
-
 def _plain(group: Mapping | None) -> dict:
     """A config group as plain dicts and lists (OmegaConf nodes compare and merge like the rest)."""
     if group is None:
