@@ -65,6 +65,7 @@ def margin_problem(value: object, accuracy: bool = False) -> str | None:
         return "must be a positive number below 1 (accuracy is a fraction; 0.005 is half a point)"
     return None
 
+
 Key = tuple[str, str | None, str | None, str]
 
 
