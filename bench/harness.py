@@ -145,13 +145,28 @@ def split_list(text: str | None) -> list[str]:
 
 
 class Progress:
-    """``[  12 s] message`` lines on stderr: long runs show where they are."""
+    """``[  12 s] message`` lines on stderr: long runs show where they are. Problems (an implementation that failed,
+    an output far from the reference) are logged as they come and counted by :meth:`exit_code`."""
 
     def __init__(self) -> None:
         self.t0 = time.time()
+        self.problems: list[str] = []
 
     def __call__(self, message: str) -> None:
         print(f"[{time.time() - self.t0:5.0f} s] {message}", file=sys.stderr, flush=True)
+
+    def problem(self, message: str) -> None:
+        self.problems.append(message)
+        self(message)
+
+    def exit_code(self, tool: str) -> int:
+        """0, or 1 after one line counting the problems: a script or CI job running a benchmark must not take a run
+        in which an implementation failed or computed something else for a clean one (its other rows are kept)."""
+        if not self.problems:
+            return 0
+        self(f"{tool}: {len(self.problems)} problem(s), each logged above (first: {self.problems[0]}); the rows "
+             "measured are kept")
+        return 1
 
 
 # -- the Triton entries' launch settings --------------------------------------------------------------------------

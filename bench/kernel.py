@@ -206,8 +206,10 @@ def max_err(got: tuple, want: tuple) -> float:
 
 
 def measure_config(cfg: Config, impls: list[str], args: argparse.Namespace, timer, copy_gbps: float,
-                   env: dict, log: Callable[[str], None]) -> list[dict]:
-    """Rows of every implementation on one configuration; one that fails is logged and left out."""
+                   env: dict, log: Callable[[str], None], problem: Callable[[str], None] | None = None) -> list[dict]:
+    """Rows of every implementation on one configuration; one that fails is left out, and that or an output far from
+    the reference (its rows kept, ``max_err`` saying so) goes to ``problem`` (default: ``log``)."""
+    problem = problem or log
     import rope
 
     x = make_inputs(cfg, args.elements, args.seq_len, args.heads, args.dtype, args.device)
@@ -224,7 +226,7 @@ def measure_config(cfg: Config, impls: list[str], args: argparse.Namespace, time
                 times = {"forward": timer(run.forward), "backward": timer(run.backward)}
                 plan = run.plan()
         except Exception as exc:  # one implementation failing (a shape it cannot compile) must not lose the others
-            log(f"{cfg}: {name} failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
+            problem(f"{cfg}: {name} failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
             continue
         for direction, us in times.items():
             gbps = nbytes / (us * 1e-6) / 1e9
@@ -235,6 +237,8 @@ def measure_config(cfg: Config, impls: list[str], args: argparse.Namespace, time
                          "pct_copy_bw": 100 * gbps / copy_gbps, "max_err": err, "tuning": args.tuning_text,
                          "plan": plan})
         flag = f" WRONG ({wrong})" if wrong else "" if err <= MAX_ERR else f" WRONG (max_err {err:.3g})"
+        if flag:
+            problem(f"{cfg}: {name}{flag}")
         summary.append(f"{name} {rows[-2]['pct_copy_bw']:.1f}/{rows[-1]['pct_copy_bw']:.1f}{flag}")
     log(f"{cfg} {x.shape}: fwd/bwd % of copy  " + "  ".join(summary))
     if COMPILED in impls:
@@ -464,8 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"copy bandwidth {copy:.0f} GB/s; rows to {results.path}")
     for i, cfg in enumerate(configs, 1):
         numbered = lambda message, i=i: log(f"{i}/{len(configs)} {message}")  # noqa: E731
-        results.append(measure_config(cfg, impls, args, timer, copy, env, numbered))
-    return 0
+        results.append(measure_config(cfg, impls, args, timer, copy, env, numbered, log.problem))
+    return log.exit_code("bench.kernel")
 
 
 if __name__ == "__main__":

@@ -176,7 +176,7 @@ def build_steps(model_name: str, mode: str, names: list[str], args: argparse.Nam
                 steps[name]()
             harness.synchronize(args.device)
         except Exception as exc:  # one implementation failing (under compile, say) must not lose the others
-            log(f"{model_name} {mode} {name} failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
+            _problem(log, f"{model_name} {mode} {name} failed: {_first_line(exc)}")
             steps.pop(name, None)
     log(f"{model_name} {mode}: built and warmed up {', '.join(steps) or 'nothing'}")
     shape = f"B{batch}xT{model_cfg.seq_len} vocab {vocab}"
@@ -214,7 +214,15 @@ def measure(model_name: str, mode: str, names: list[str], args: argparse.Namespa
     times: dict[str, list[list[float]]] = {n: [] for n in order}
     for r in range(args.rounds):
         for name in rotated(order, r):
-            times[name].append(step_times(steps[name], args.steps, args.device))
+            if name not in order:  # failed earlier in this round
+                continue
+            try:
+                times[name].append(step_times(steps[name], args.steps, args.device))
+            except Exception as exc:  # one implementation failing in a later step must not lose the others' rounds
+                _problem(log, f"{model_name} {mode} {name} failed in timed round {r + 1}: {_first_line(exc)}; "
+                              "left out")
+                order.remove(name)
+                del times[name], steps[name]
     rows = []
     for name in order:
         flat = [t for rnd in times[name] for t in rnd]
@@ -229,6 +237,15 @@ def measure(model_name: str, mode: str, names: list[str], args: argparse.Namespa
         vs = "" if row["vs_torch_pct"] is None else f"  vs torch {row['vs_torch_pct']:+.2f}%"
         log(f"{model_name} {mode} {name}: median {row['time_us'] / 1e3:.2f} ms{vs}")
     return rows
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+
+
+def _problem(log: Callable[[str], None], message: str) -> None:
+    """``message`` as a problem where ``log`` counts them (:class:`bench.harness.Progress`), else a line."""
+    getattr(log, "problem", log)(message)
 
 
 def allow_compiled_models(count: int) -> None:
@@ -329,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                 torch._dynamo.reset()
             if args.device.type == "cuda":
                 torch.cuda.empty_cache()
-    return 0
+    return log.exit_code("bench.step")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ Every table shows the current numbers: of each configuration measured more than 
 newest commit in this checkout's git history (an older commit timed in the same run, as ``bench/compare_commits.sh``
 does, never stands in for the current code), then the newest by date.
 Rows carry their GPU, commit and date, so each table says which code and machine its numbers come from. Rows
-timed with ``--tuning`` (forced launch settings) are experiments, not the product's numbers, and are left out.
+timed with ``--tuning`` (forced launch settings) are experiments, not the product's numbers, and are left out; so
+are kernel rows whose output was far from the reference (``max_err`` above ``bench.kernel.MAX_ERR``, the log's
+WRONG): a wrong kernel's speed is no result.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from bench import harness
 from bench.compare import CONFIG_KEYS, latest
-from bench.kernel import COMMON_HEAD_DIMS
+from bench.kernel import COMMON_HEAD_DIMS, MAX_ERR
 
 DOC = harness.ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench.tables: begin -->", "<!-- bench.tables: end -->"
@@ -92,8 +94,16 @@ def pct_cell(fwd: dict, bwd: dict) -> str:
     return " / ".join(f"{float(r['pct_copy_bw']):.1f}" if r else "-" for r in (fwd, bwd))
 
 
+def computes_the_reference(row: dict) -> bool:
+    """Whether a kernel row's outputs were within ``MAX_ERR`` of the reference's (a row without ``max_err``: yes)."""
+    try:
+        return float(row.get("max_err") or 0) <= MAX_ERR
+    except ValueError:
+        return False
+
+
 def kernel_section(rows: list[dict]) -> list[str]:
-    rows = [{**r, "heads": harness.heads_of(r)} for r in rows if not r["tuning"]]
+    rows = [{**r, "heads": harness.heads_of(r)} for r in rows if not r["tuning"] and computes_the_reference(r)]
     current = newest(rows, ("gpu", "implementation", "direction", *CONFIG_KEYS))
     out = ["## Kernels (`python -m bench.kernel`)", "",
            "Forward / backward, % of the copy bandwidth measured on the same GPU in the same run (bf16 q and k, "

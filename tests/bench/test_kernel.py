@@ -10,6 +10,7 @@ import pytest
 import torch
 from helpers import ROOT
 
+import rope
 from bench import harness, kernel
 
 
@@ -102,3 +103,32 @@ def test_a_rope_path_without_rope_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         harness.import_rope(tmp_path)
     assert exc.value.code == 2 and "no rope/__init__.py there" in capsys.readouterr().err
+
+
+class _SignFlipped(rope.get("torch")):
+    """The reference with its rotation's sign flipped: the wrong answer a kernel under development gives."""
+
+    def rotate(self, q, k, positions):
+        yq, yk = super().rotate(q, k, positions)
+        return -yq, None if yk is None else -yk
+
+
+class _Broken(rope.get("torch")):
+    def rotate(self, q, k, positions):
+        raise RuntimeError("no kernel for this shape")
+
+
+def test_a_wrong_or_failing_implementation_fails_the_run_and_keeps_every_row(tmp_path, monkeypatch, capsys):
+    """A run in which an implementation computed something else, or raised, exits 1 after a line counting the
+    problems (a script must not take it for a clean run); the rows measured, the wrong one's included with its
+    max_err, are kept."""
+    monkeypatch.setitem(rope.registry._REGISTRY, "sign_flipped", _SignFlipped)
+    monkeypatch.setitem(rope.registry._REGISTRY, "broken", _Broken)
+    out = tmp_path / "kernel.csv"
+    assert kernel.main(["--smoke", "--impls", "torch,sign_flipped,broken", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "sign_flipped WRONG (max_err" in err and "broken failed: RuntimeError: no kernel for this shape" in err
+    assert "bench.kernel: 2 problem(s)" in err.splitlines()[-1]
+    rows = harness.read_rows(out)
+    assert {r["implementation"] for r in rows} == {"torch", "sign_flipped"}
+    assert all(float(r["max_err"]) > kernel.MAX_ERR for r in rows if r["implementation"] == "sign_flipped")

@@ -203,6 +203,17 @@ def test_tables_leave_smoke_rows_out(results):
     assert "### GPU X" in text and "cpu (smoke)" not in text and "ccc3333" not in text
 
 
+def test_tables_leave_wrong_kernels_out(results):
+    """A row whose outputs were far from the reference's (the log's WRONG) is no speed of that kernel: the tables
+    show the configuration's last right row."""
+    wrong = {**kernel_row("ccc3333", "triton_v4", 96, 99.0, date="2026-01-09T00:00Z"), "max_err": "inf"}
+    far = {**kernel_row("ccc3333", "liger", 64, 99.0, date="2026-01-09T00:00Z"), "max_err": 2 * kernel.MAX_ERR}
+    harness.ResultsCsv(results / "kernel.csv", kernel.COLUMNS).append([wrong, far])
+    text = tables.render(results)
+    assert "99.0" not in text and "ccc3333" not in text
+    assert "| 96 | full | 91.5 / - |" in text
+
+
 def test_tables_refuse_a_results_folder_without_csvs(tmp_path, capsys):
     """A mistyped --results must not rewrite the page with no tables at all."""
     doc = tmp_path / "benchmarks.md"

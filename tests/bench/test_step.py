@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import rope
 from bench import generate, harness, profile, step
 from rope import fused_attention
 
@@ -21,6 +22,31 @@ def test_step_smoke_times_every_implementation_against_torch(tmp_path):
     assert float(none["vs_torch_lo"]) <= float(none["vs_torch_pct"]) <= float(none["vs_torch_hi"])
     assert step.main(["--smoke", "--impls", "torch", "--warm-only", "--out", str(tmp_path / "warm.csv")]) == 0
     assert not (tmp_path / "warm.csv").exists()
+
+
+class _FailsAfterWarmUp(rope.get("torch")):
+    """The reference, until its third call: a kernel that builds and warms up, then fails in the timed rounds."""
+
+    calls = 0
+
+    def rotate(self, q, k, positions):
+        type(self).calls += 1
+        if type(self).calls > 2:
+            raise RuntimeError("illegal memory access")
+        return super().rotate(q, k, positions)
+
+
+def test_a_step_failing_in_the_timed_rounds_is_left_out_and_fails_the_run(tmp_path, monkeypatch, capsys):
+    """An implementation that fails after its warm-up loses only its own row: the others' rounds go on and are
+    written, and the run exits 1 naming it."""
+    monkeypatch.setitem(rope.registry._REGISTRY, "fails_later", _FailsAfterWarmUp)
+    out = tmp_path / "step.csv"
+    assert step.main(["--smoke", "--impls", "torch,fails_later", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "tiny eager fails_later failed in timed round 1: RuntimeError: illegal memory access; left out" in err
+    assert "bench.step: 1 problem(s)" in err.splitlines()[-1]
+    rows = harness.read_rows(out)
+    assert [r["implementation"] for r in rows] == ["torch"] and int(rows[0]["steps"]) == 2
 
 
 def test_step_times_the_document_aligned_packing_as_training_lays_it_out(tmp_path, monkeypatch):
