@@ -103,6 +103,25 @@ def environment(device: torch.device, rope_root: Path, commit: str | None = None
             "torch": torch.__version__, "triton": triton}
 
 
+def plugin_versions(names: Iterable[str]) -> str:
+    """``"; my_rope: package my-rope 0.2.0"`` for the implementations among ``names`` that an installed package
+    registers (a plugin): the commit column names this checkout's code only, so the log says which version of a
+    kernel of one's own was timed. Empty where every one is this checkout's."""
+    import rope
+
+    parts = []
+    for name in names:
+        if name not in rope.available():
+            continue
+        top = rope.get(name).__module__.split(".")[0]
+        if top == "rope":
+            continue
+        dists = importlib.metadata.packages_distributions().get(top) or []
+        found = [f"{d} {importlib.metadata.version(d)}" for d in dists]
+        parts.append(f"{name}: package {', '.join(found) or f'{top} (not installed: its version unknown)'}")
+    return "".join(f"; {p}" for p in parts)
+
+
 # -- command line ------------------------------------------------------------------------------------------------
 def add_common_args(parser: argparse.ArgumentParser, name: str, rope_path: bool = True) -> None:
     """``--out``, ``--smoke`` and (``rope_path``) ``--rope-path``/``--commit``, worded alike in every script."""

@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     results = None if args.warm_only else harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root, args.commit)
     log(f"{env['gpu']}, rope code {env['commit']} ({rope_root}), torch {env['torch']}, triton {env['triton']}: "
-        f"{len(configs)} configurations x {', '.join(impls)}")
+        f"{len(configs)} configurations x {', '.join(impls)}{harness.plugin_versions(impls)}")
     if args.jobs > 1:
         warm_in_workers(args, configs, impls, log)
     elif args.warm_only:

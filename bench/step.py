@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     results = None if args.warm_only else harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root, args.commit)
     log(f"{env['gpu']}, rope code {env['commit']} ({rope_root}): {', '.join(args.models)} x "
-        f"{', '.join(args.modes)} x {', '.join(names)}")
+        f"{', '.join(args.modes)} x {', '.join(names)}{harness.plugin_versions(impls)}")
     if args.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     if "compile" in args.modes:  # (importing Dynamo takes seconds: only where something compiles)

@@ -102,3 +102,18 @@ def test_a_rope_path_that_cannot_be_imported_exits_2_in_one_line(tmp_path, capsy
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "--rope-path" in err and "no rope/__init__.py there" in err
     assert err.count("\n") == 1
+
+
+def test_the_log_names_the_package_and_version_of_a_plugins_kernel(monkeypatch):
+    """The commit column names this checkout's code only: an implementation an installed package registers is
+    named with that package's version, so two versions of one's own kernel can be told apart in the logs."""
+    import importlib.metadata
+
+    import rope
+
+    plugin = type("PluginRope", (rope.get("torch"),), {"__module__": "_pytest.my_rope"})
+    monkeypatch.setitem(rope.registry._REGISTRY, "plugin_rope", plugin)
+    version = importlib.metadata.version("pytest")
+    text = harness.plugin_versions(["torch", "plugin_rope", "torch_compiled"])
+    assert text.startswith("; plugin_rope: package pytest") and text.endswith(f" {version}") and "torch" not in text
+    assert harness.plugin_versions(["torch", "triton_v4"]) == ""
