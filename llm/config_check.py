@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import netrc
 import os
+import re
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from urllib.parse import urlsplit
@@ -20,9 +21,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import rope
-from llm.config_schema import schema
+from llm.config_schema import CONF_DIR, schema
 from llm.data import check_data_config
-from llm.errors import ConfigError
+from llm.errors import ConfigError, one_line
 from llm.model import check_model_config, rope_cache_len
 from llm.optim import check_optim_config
 from llm.training.runtime import check_peak_tflops, resolve_device
@@ -48,6 +49,7 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
     r = cfg.rope
     if r.name not in rope.available():
         raise ConfigError(f"rope.name={r.name!r} is not registered; allowed: {', '.join(rope.available())}")
+    _check_preset_names_its_option(r.name)
     given = r.get("max_seq_len")
     # rope_cache_len reads a falsy value as "unset" (0 would silently become model.seq_len) and compares the rest
     # with model.seq_len (a string fails there with a traceback): so only null or a positive integer gets that far.
@@ -58,15 +60,64 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
     if cache < cfg.model.seq_len:
         raise ConfigError(f"model.seq_len={cfg.model.seq_len} exceeds the RoPE cache rope.max_seq_len={cache}")
     options = {k: v for k, v in r.items() if k not in ("name", "base", "max_seq_len")}
+    base = r.get("base", 10000.0)
     try:
-        rope.check_args(r.name, head_dim, cache, r.get("base", 10000.0), **options)
-    except rope.RopeArgumentError as e:
-        key = _ROPE_KEYS.get(e.argument, f"rope.{e.argument}")
-        value = {"head_dim": head_dim, "max_seq_len": cache}.get(e.argument, OmegaConf.select(r, e.argument))
-        raise ConfigError(f"{key}={value}: {e}") from None
+        rope.check_args(r.name, head_dim, cache, base, **options)
+    except (ValueError, TypeError) as e:  # a RopeArgumentError, or an implementation's own check_options' error
+        raise ConfigError(_rope_error_line(r, e, head_dim, cache)) from None
     reason = rope.get(r.name).unavailable_reason(device)
     if reason:
         raise ConfigError(kernel_refusal_as_typed(reason, r.name, _chosen_option("rope")))
+    # A constructor may check an option check_options does not (or there is none): a build, as the model's, raises
+    # it here, before the run dir and the data, not after them; the tables it allocates are the size of the model's.
+    try:
+        with torch.device("cpu"):
+            rope.build(r.name, head_dim, cache, base, **options)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(_rope_error_line(r, e, head_dim, cache)) from None
+
+
+def _rope_error_line(r: DictConfig, exc: Exception, head_dim: int, cache: int) -> str:
+    """The one line refusing the rope settings ``exc`` (from rope.check_args or a build) is about.
+
+    A :class:`rope.RopeArgumentError` names its argument, given as the config key a user sets. Any other
+    ValueError/TypeError (an implementation's own check, raised as Python's checks are) names ``rope.<key>=value``
+    where its message names the option (the earliest named: ``block_size must be ...``) or quotes an option's
+    string value (``int('abc')``), else the rope group (``rope=<name>: ...``): the message is all there is to go
+    by."""
+    message = one_line(exc)
+    if isinstance(exc, rope.RopeArgumentError):
+        key = _ROPE_KEYS.get(exc.argument, f"rope.{exc.argument}")
+        value = {"head_dim": head_dim, "max_seq_len": cache}.get(exc.argument, OmegaConf.select(r, exc.argument))
+        return f"{key}={value}: {message}"
+    given = {k: v for k, v in r.items() if k not in ("name", "base", "max_seq_len")}
+    options = {**rope.get(r.name).option_defaults(), **given}
+    found = [(m.start(), -len(k), k) for k in options if (m := re.search(rf"\b{re.escape(k)}\b", message))]
+    if not found:
+        found = [(message.index(repr(v)), 0, k) for k, v in given.items()
+                 if isinstance(v, str) and v and repr(v) in message]
+    if not found:
+        return f"rope={r.name}: {message}"
+    key = min(found)[2]
+    return f"rope.{key}={OmegaConf.select(r, key, default=options[key])}: {message}"
+
+
+def _check_preset_names_its_option(name: str) -> None:
+    """Refuse ``rope=<option>`` whose config file names another implementation while ``<option>`` is one itself.
+
+    Why: a plugin registered under the name of a project's preset (``torch_full``, which trains ``rope=torch``)
+    has its config file in ``--config-dir`` lose to that preset, so the command would train the preset's
+    implementation, not the plugin, and say nothing."""
+    option = _chosen_option("rope")
+    if option is None or option == name or option not in rope.available():
+        return
+    if (CONF_DIR / "rope" / f"{option}.yaml").is_file():
+        raise ConfigError(f"rope={option} is the project's preset conf/rope/{option}.yaml, which trains "
+                          f"rope.name={name}; the implementation registered as {option} is not used, as a config "
+                          f"file of that name in --config-dir does not replace the preset: register it under "
+                          f"another name")
+    raise ConfigError(f"rope={option}: its config file rope/{option}.yaml trains rope.name={name}, while {option} is "
+                      f"a registered implementation of its own: name the file after the implementation it trains")
 
 
 def kernel_refusal_as_typed(reason: str, kernel: str, preset: str | None) -> str:

@@ -56,6 +56,24 @@ def rope_key_without_kernel(key: str, value: object, config_name: str) -> str | 
             "chooses (e.g. rope=torch rope.compute_dtype=bfloat16)")
 
 
+def unknown_option_note(group: str, option: str) -> str:
+    """What to add to the line refusing ``<group>=<option>`` that no config file defines: for ``rope`` an
+    implementation registered under that name (a plugin's), that its config file is to be given with
+    ``--config-dir``; else nothing.
+
+    Why: a plugin's config file lives in a directory of its own, not in ``conf/``, so a command without
+    ``--config-dir`` is told the name is no option while ``rope.available()`` lists it; the note says which half
+    is missing."""
+    if group != "rope":
+        return ""
+    import rope  # here, not at the top: only a refused rope= option needs the registry (and torch)
+
+    if option not in rope.available():
+        return ""
+    return (f"; {option} is a registered RoPE implementation, whose config file DIR/rope/{option}.yaml "
+            f"(# @package rope, name: {option}) must be given with --config-dir=DIR")
+
+
 #: Groups of package ``_global_`` files whose keys count as known for the primary config (``+experiment=``).
 GLOBAL_GROUPS = {"config": ("experiment", "recipe")}
 

@@ -100,11 +100,12 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
     command line's arguments (default ``sys.argv[1:]``), for the groups it chose."""
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 
-    from llm.config_schema import rope_key_without_kernel, schema
+    from llm.config_schema import rope_key_without_kernel, schema, unknown_option_note
 
     if isinstance(exc, MissingConfigException) and exc.options and "/" in str(exc.missing_cfg_file or ""):
         group, _, option = str(exc.missing_cfg_file).rpartition("/")
-        return f"{group}={option} is not an option of {group}; allowed: {', '.join(exc.options)}"
+        return (f"{group}={option} is not an option of {group}; allowed: {', '.join(exc.options)}"
+                f"{unknown_option_note(group, option)}")
     text = " ".join(_lines(exc)) or type(exc).__name__
     if isinstance(exc, OverrideParseException):
         return f"cannot parse the override {exc.override!r}: {text}"

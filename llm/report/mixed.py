@@ -13,10 +13,12 @@ fingerprint existed pair with a note that their data cannot be checked.
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import rope
 from llm.config_keys import BOOKKEEPING_KEYS, covered, flatten
 from llm.report.errors import DataMismatchError, MixedRunsError
 from llm.report.runs import Run
@@ -27,11 +29,16 @@ from llm.report.runs import Run
 #: ``train.init_from`` too: each seed of a fine-tuning sweep starts from its own run (conf/experiment/length_finetune).
 IGNORED_KEYS = ("rope.name", "rope.variant", "rope.compute_dtype", "seed", "logger", "out_dir", "hydra",
                 "train.resume", "train.init_from", "sweep", "device", "data.packing", *BOOKKEEPING_KEYS)
-#: The rope settings every implementation has. Any other ``rope.*`` key is an implementation's own option
-#: (``rope.compute_dtype`` is the reference's alone): a run may lack it where others have it.
+#: The rope settings every implementation has: one a run's config leaves out compares as the value it trained with
+#: (:func:`_rope_defaults`). Any other ``rope.*`` key is an implementation's own option (``rope.compute_dtype`` is
+#: the reference's alone): a run may lack it where others have it.
 SHARED_ROPE_KEYS = ("rope.base", "rope.layout", "rope.rotary_dim", "rope.scaling", "rope.max_seq_len")
 
 MISSING = "<missing>"
+#: A key a run lacks and has no default for (an object of its own: a config's string "<missing>" is a value).
+_ABSENT = object()
+#: How a config spells "no scaling" (``conf/rope/*.yaml``); a constructor's ``scaling=None`` means the same.
+NO_SCALING = {"type": "none"}
 
 
 def _ignored(key: str) -> bool:
@@ -43,18 +50,77 @@ def fmt_value(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
+def _rope_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The shared rope settings (flat keys) a run whose config leaves them out trained with.
+
+    Why derived, not listed: an absent key is not a setting of its own but the default of the call that built the
+    run's rope, which ``llm.model`` makes as ``rope.build(name, ..., **rope_cfg)``: ``base`` then takes
+    ``rope.build``'s default, the other keys the constructor's (:meth:`RotaryEmbedding.option_defaults`, read from
+    its signature). A plugin's config written as the docs say (name, variant, base) thus compares equal to
+    ``rope=torch``'s full one. An implementation not registered in this process (a plugin installed elsewhere) is
+    read with the defaults it inherits from :class:`rope.RotaryEmbedding`. ``scaling=None`` is no scaling, as
+    ``scaling.type: none`` is; ``rope.max_seq_len`` absent is null, which ``llm.model.rope_cache_len`` reads as
+    ``model.seq_len``.
+    """
+    r = config.get("rope")
+    name = r.get("name") if isinstance(r, Mapping) else None
+    cls = rope.get(name) if isinstance(name, str) and name in rope.available() else rope.RotaryEmbedding
+    options = {**rope.RotaryEmbedding.option_defaults(), **cls.option_defaults()}
+    shared = {"base": inspect.signature(rope.build).parameters["base"].default, "max_seq_len": None,
+              "layout": options["layout"], "rotary_dim": options["rotary_dim"],
+              "scaling": _scaling(options["scaling"])}
+    return flatten({"rope": shared})
+
+
+def _scaling(value: Any) -> Any:
+    """A scaling as compared: None and ``{}`` are no scaling (``rope.scaling`` reads them so), spelled as configs do."""
+    return NO_SCALING if value is None or (isinstance(value, Mapping) and not value) else value
+
+
+def _compared_value(key: str, flat: Mapping[str, Any], defaults: Mapping[str, Any]) -> Any:
+    """The value ``key`` compares as for one run: its own, else (a shared rope key it lacks) the one it trained with,
+    else :data:`_ABSENT`.
+
+    A scaling parameter a run leaves out compares as null, since both mean its type's default, whether the scaling
+    is the run's own or the constructor's: ``rope.scaling.factor: null`` of a ``type: none`` equals no scaling."""
+    if key in flat:
+        return flat[key]
+    if not covered(key, SHARED_ROPE_KEYS):
+        return _ABSENT
+    if covered(key, ("rope.scaling",)):
+        return None if any(covered(k, ("rope.scaling",)) for k in flat) else defaults.get(key)
+    return defaults.get(key, _ABSENT)
+
+
+def _flat_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's config as flat keys, its ``rope.scaling`` of null or ``{}`` spelled as no scaling."""
+    r = config.get("rope")
+    if isinstance(r, Mapping) and "scaling" in r:
+        config = {**config, "rope": {**r, "scaling": _scaling(r["scaling"])}}
+    return flatten(config)
+
+
 def config_differences(runs: Sequence[Run]) -> dict[str, dict[str, list[str]]]:
-    """Config keys (outside :data:`IGNORED_KEYS`) whose values differ: key -> {value: [run names]}."""
-    flat = [flatten(r.config) for r in runs]
+    """Config keys (outside :data:`IGNORED_KEYS`) whose values differ: key -> {value: [run names]}.
+
+    A shared rope key a run lacks compares as the value it trained with (:func:`_rope_defaults`), shown as
+    ``<missing, default VALUE>``; an implementation's own option a run lacks differs from no value."""
+    flat = [_flat_config(r.config) for r in runs]
+    defaults = [_rope_defaults(r.config) for r in runs]
     keys = sorted({k for f in flat for k in f if not _ignored(k)})
     diffs: dict[str, dict[str, list[str]]] = {}
     for k in keys:
-        values: dict[str, list[str]] = {}
-        for r, f in zip(runs, flat, strict=True):
-            values.setdefault(fmt_value(f[k]) if k in f else MISSING, []).append(r.name)
         own_option = covered(k, ("rope",)) and not covered(k, SHARED_ROPE_KEYS)
-        present = {v: names for v, names in values.items() if v != MISSING} if own_option else values
-        if len(present) > 1:
+        values: dict[str, list[str]] = {}
+        compared: set[object] = set()
+        for r, f, d in zip(runs, flat, defaults, strict=True):
+            value = _compared_value(k, f, d)
+            shown = MISSING if value is _ABSENT else fmt_value(value)
+            if value is not _ABSENT or not own_option:
+                compared.add(_ABSENT if value is _ABSENT else shown)
+            label = shown if k in f or value is _ABSENT else f"<missing, default {shown}>"
+            values.setdefault(label, []).append(r.name)
+        if len(compared) > 1:
             diffs[k] = values
     return diffs
 
