@@ -6,7 +6,8 @@ Each is checked against ``formula64``, an independent float64 transcription of d
 "Reference semantics" (nothing imported from ``rope``): forward and backward (against the formula's
 autograd), both variants, positions None / (T,) / (B, T), strided views (a fused qkv projection,
 a transposed layout, a stride-2 head dim), k with fewer heads, ``rotate_qkv``, q alone, odd sizes,
-outputs poisoned with NaN (``poison_outputs``), inputs left unwritten, the module under ``torch.compile``
+outputs poisoned with NaN (``poison_outputs``), inputs left unwritten, outputs that are each call's own new
+tensors (not a buffer kept from call to call, nor q or k), the module under ``torch.compile``
 (forward and backward), and the errors of bad builds and bad calls. An entry that runs
 another's code on some input dtype (``SAME_CODE``) is tested on that dtype as the other.
 
@@ -31,9 +32,11 @@ Shapes are small: on a CPU the Triton entries run under the Triton interpreter.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -392,6 +395,97 @@ def test_q_alone(name, opts, dtype, device):
     assert_conforms(dq, dq64, pair_scale(g), arith, dtype, "backward")
 
 
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    """The address of every byte that ``t``'s elements occupy (from its storage, offset and strides), on the CPU."""
+    size, storage = t.element_size(), t.untyped_storage()
+    first = torch.arange(storage.nbytes() // size).as_strided(t.shape, t.stride(), t.storage_offset()).flatten()
+    return ((storage.data_ptr() + first * size)[:, None] + torch.arange(size)).flatten()
+
+
+def assert_new_tensors(name: str, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor],
+                       dtype: torch.dtype, when: str = "") -> None:
+    """Each output is a tensor in the inputs' ``dtype`` whose memory is its own: no byte of it is a byte of an input
+    (q, k, a view of them) or of another output (a buffer handed out twice). Two outputs that are disjoint slices of
+    one allocation share no byte, and pass."""
+    required = "rotate must return new tensors of its own, never q or k, a view of them or a buffer it keeps"
+    items = list(outputs.items())
+    for i, (what, y) in enumerate(items):
+        assert y.dtype == dtype, (f"rope={name}{when}: the {what} has dtype {y.dtype}: outputs must be new tensors "
+                                  f"in q's dtype {dtype}")
+        for other, x in [*inputs.items(), *items[i + 1 :]]:
+            shared = torch.isin(_bytes_of(y), _bytes_of(x)).any()
+            assert not shared, f"rope={name}{when}: the {what} shares memory with the {other}: {required}"
+
+
+@pytest.mark.parametrize("name,opts,dtype", ENTRY_DTYPES)
+def test_each_call_returns_new_tensors(name, opts, dtype, device):
+    """Every call returns tensors of its own, whatever came before (the docs: new tensors in q's dtype). A kernel
+    that writes its result into a buffer it keeps and returns it passes every check of one call, yet a second call
+    of the same shape (the next layer) rewrites the first's outputs: attention's saved q and k change under its
+    backward ("modified by an inplace operation"), or an earlier result changes silently. Checked on two calls of
+    fresh inputs, without and with gradients: the first call's outputs unchanged by the second; no output sharing
+    memory with an input or another output, also at T == 1 with no positions (position 0: the rotation is the
+    identity, and q itself would be the right values); and a backward through both calls giving each call's
+    gradients as that call alone does, each call's outputs saved for the backward before the next call (a product of
+    each with itself, as attention saves its q and k before the next layer rotates). The identity entry
+    (``rope=none``) returns its inputs by design."""
+    B, T, HQ, HK, D = 2, 5, 3, 2, 32
+    r = build(name, opts, D, 16, device)
+
+    def fresh(t: int, heads: int, grad: bool) -> torch.Tensor:
+        return torch.randn(B, t, heads, D, device=device).to(dtype).requires_grad_(grad)
+
+    if arithmetic(r, dtype) is None:
+        q, k = fresh(T, HQ, False), fresh(T, HK, False)
+        yq, yk = r(q, k)
+        assert yq is q and yk is k
+        return
+    for grad in (False, True):
+        q1, k1 = fresh(T, HQ, grad), fresh(T, HK, grad)
+        yq1, yk1 = r(q1, k1)
+        kept = yq1.detach().clone(), yk1.detach().clone()
+        saved = [y * y for y in (yq1, yk1)] if grad else []  # saved for the backward before the next call
+        q2, k2 = fresh(T, HQ, grad), fresh(T, HK, grad)
+        yq2, yk2 = r(q2, k2)
+        for what, y, was in (("q", yq1, kept[0]), ("k", yk1, kept[1])):
+            assert torch.allclose(y.detach(), was, rtol=0, atol=0, equal_nan=True), (
+                f"rope={name}: the second call changed the first call's {what} output: rotate must return new "
+                f"tensors, not a buffer it keeps")
+        inputs = {"first call's q": q1, "first call's k": k1, "second call's q": q2, "second call's k": k2}
+        outputs = {f"{key} output": y for key, y in zip(inputs, (yq1, yk1, yq2, yk2), strict=True)}
+        assert_new_tensors(name, inputs, outputs, dtype)
+        if grad:
+            check_two_graphs(r, (q1, k1, q2, k2), [*saved, yq2 * yq2, yk2 * yk2])
+        q0, k0 = fresh(1, HQ, grad), fresh(1, HK, grad)
+        yq0, yk0 = r(q0, k0)
+        at_zero = " at T == 1 with no positions (the identity rotation)"
+        assert_new_tensors(name, {"q": q0, "k": k0}, {"q output": yq0, "k output": yk0}, dtype, at_zero)
+        assert_new_tensors(name, {"q": q0}, {"output of r(q) alone": r(q0)}, dtype, at_zero)
+
+
+def check_two_graphs(r: rope.RotaryEmbedding, inputs: tuple[torch.Tensor, ...],
+                     squares: list[torch.Tensor]) -> None:
+    """The backward of the sum of ``squares`` (``y * y`` of each output of two calls, of q1, k1, q2, k2 in order,
+    each made right after its call) runs, and gives each input the gradient that its call alone gives (within a
+    margin for a backward that sums in another order; a lost or rewritten graph is off by the size of the values)."""
+    name = r.registry_name
+    try:
+        grads = torch.autograd.grad(sum(y.sum() for y in squares), inputs, allow_unused=True)
+    except RuntimeError as e:
+        pytest.fail(f"rope={name}: the backward through two consecutive calls failed ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0]}): each call's outputs must be new tensors that no later call writes")
+    for c, call in enumerate(("first", "second")):
+        alone = [t.detach().clone().requires_grad_() for t in inputs[2 * c : 2 * c + 2]]
+        wants = torch.autograd.grad(sum((y * y).sum() for y in r(*alone)), alone)
+        for got, want, which in zip(grads[2 * c : 2 * c + 2], wants, "qk", strict=True):
+            assert got is not None, (f"rope={name}: after two calls no gradient reached the {call} call's {which}: "
+                                     f"each call's outputs must keep their own graph")
+            diff = (got.double() - want.double()).abs().max().item()
+            assert torch.allclose(got.double(), want.double(), rtol=1e-2, atol=1e-2), (
+                f"rope={name}: after two calls the gradient of the {call} call's {which} differs from that of the "
+                f"call alone (max diff {diff:.3g}): each call's graph must be its own")
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("name,opts", ENTRIES)
 def test_float64_inputs_are_computed_in_float64_or_refused_in_one_line(name, opts, variant, device):
@@ -557,22 +651,41 @@ def _grid_id(case) -> str:
     return f"{layout}-rot_{rotated}-{variant}-{str(dtype).removeprefix('torch.')}-D{D}-{memory}-pos_{pos}"
 
 
+def _takes(cls: type[rope.RotaryEmbedding], option: str) -> bool:
+    """Whether ``cls``'s constructor takes the keyword ``option``: one of its options (``option_defaults``), or any
+    name through ``**kwargs``. ``check_args`` refuses a keyword the constructor lacks as an unknown option naming it
+    (a ``RopeArgumentError``, also a TypeError): a correct refusal, as an implementation written without ``layout``
+    or ``rotary_dim`` rotates the whole head in the half layout and nothing else."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    return option in cls.option_defaults() or any(p.kind == p.VAR_KEYWORD for p in params)
+
+
 def _built_or_refused(name: str, opts: dict, D: int, variant: str, layout: str, R: int | None,
                       device: torch.device) -> rope.RotaryEmbedding | None:
     """The entry built for the case (poisoned outputs), or None once its build refused a combination it does not
-    support, naming the argument (the test skips where the entry cannot run on ``device``)."""
+    support, naming the argument (the test skips where the entry cannot run on ``device``). A layout it does not
+    declare (``layouts``) or a rotary_dim where it declares none (``supports_rotary_dim``) must be refused; so must
+    a value other than the default of a keyword its constructor lacks (:func:`_takes`), as an unknown option. Such a
+    keyword is left out of the build at its default (layout "half", rotary_dim None), which the entry computes."""
     cls = rope.get(name)
-    if layout not in cls.layouts or (R is not None and not cls.supports_rotary_dim):
+    given = {key: value for key, value, default in (("layout", layout, "half"), ("rotary_dim", R, None))
+             if _takes(cls, key) or value != default}
+    unknown = {key for key in given if not _takes(cls, key)}
+    refused = set(unknown)
+    refused |= {"layout"} if layout not in cls.layouts else set()
+    refused |= {"rotary_dim"} if R is not None and not cls.supports_rotary_dim else set()
+    if refused:
         with pytest.raises(rope.RopeArgumentError) as e:
-            rope.build(name, D, 12, variant=variant, layout=layout, rotary_dim=R, **opts)
-        refused = {"layout"} if layout not in cls.layouts else set()
-        refused |= {"rotary_dim"} if R is not None and not cls.supports_rotary_dim else set()
-        assert e.value.argument in refused
+            rope.build(name, D, 12, variant=variant, **given, **opts)
+        assert e.value.argument in refused, (f"rope={name} refused {e.value.argument!r} ({e.value}); the refusal "
+                                             f"must name what it does not support: one of {sorted(refused)}")
+        if e.value.argument in unknown:  # the constructor lacks it: check_args's refusal of an unknown option
+            assert isinstance(e.value, TypeError), f"rope={name}: {e.value.argument!r} refused, but not as unknown"
         return None
     reason = cls.unavailable_reason(device)
     if reason is not None:
         pytest.skip(reason)
-    r = rope.build(name, D, 12, variant=variant, layout=layout, rotary_dim=R, **opts).to(device)
+    r = rope.build(name, D, 12, variant=variant, **given, **opts).to(device)
     r.poison_outputs = True
     return r
 
@@ -945,19 +1058,24 @@ SPLIT_RULES = ("multiple of 4", "even", "rotary_dim must be even", "rotary_dim m
 @pytest.mark.parametrize("kwargs,argument,match", BAD_BUILDS, ids=[f"{b[1]}-{i}" for i, b in enumerate(BAD_BUILDS)])
 @pytest.mark.parametrize("name,opts", ENTRIES)
 def test_bad_builds_are_refused(name, opts, kwargs, argument, match):
-    """check_args and build refuse the same arguments with the same RopeArgumentError."""
-    args = {"head_dim": 32, "max_seq_len": 16, **opts, **kwargs}
+    """check_args and build refuse the same arguments with the same RopeArgumentError. A keyword the entry's
+    constructor lacks (``no_such_option`` for every entry; ``layout`` or ``rotary_dim`` for one written without them)
+    is refused as an unknown option naming it, before any rule of its value: that refusal is the correct one."""
+    args, cls = {"head_dim": 32, "max_seq_len": 16, **opts, **kwargs}, rope.get(name)
     if name == "none" and match in SPLIT_RULES:
         rope.check_args(name, **args)
         assert rope.build(name, **args).head_dim == args["head_dim"]
         return
+    lacking = [key for key in kwargs if key not in ("head_dim", "max_seq_len", "base") and not _takes(cls, key)]
+    if lacking:  # the case's rule is not the entry's: its refusal is that of an unknown option, naming it
+        argument, match = lacking[0], re.escape(lacking[0])
     with pytest.raises(rope.RopeArgumentError, match=match) as checked:
         rope.check_args(name, **args)
     with pytest.raises(rope.RopeArgumentError, match=match) as built:
         rope.build(name, **args)
     assert checked.value.argument == built.value.argument == argument
     assert str(checked.value) == str(built.value)
-    if argument == "no_such_option":
+    if argument in lacking:
         assert isinstance(built.value, TypeError)  # what Python says of an unexpected keyword
 
 
