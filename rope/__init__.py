@@ -17,7 +17,7 @@ whose name does not start with an underscore, and an implementation registers it
 """
 
 from rope.base import RopeArgumentError, RotaryEmbedding, label, rope_frequencies
-from rope.registry import available, build, check_args, discover, get, load_plugins, register
+from rope.registry import RopePluginWarning, available, build, check_args, discover, get, load_plugins, register
 
 discover(__name__, __path__)
 
@@ -32,6 +32,7 @@ attention_with_rope = fused_attention.attention_with_rope  # noqa: F821
 __all__ = [
     "RoPEAttention",
     "RopeArgumentError",
+    "RopePluginWarning",
     "RotaryEmbedding",
     "apply",
     "attention_with_rope",
@@ -46,4 +47,4 @@ __all__ = [
 ]
 
 # last: a plugin module may use any of the above (``import rope; @rope.register(...)``)
-load_plugins()  # implementations installed packages declare (entry points "ropelab.rope")
+load_plugins()  # implementations installed packages declare (entry points "ropelab.rope"); a broken one only warns

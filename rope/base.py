@@ -476,7 +476,7 @@ class RotaryEmbedding(nn.Module):
             return self._forward_packed(q, k, positions, cu_seqlens, seqlen_offsets)
         self._validate(q, k, positions)
         self._follow_length(q, positions)
-        q2, k2 = self.rotate(q, k, positions)
+        q2, k2 = self._rotated(self.rotate(q, k, positions), q, k)
         return q2 if k is None else (q2, k2)
 
     def _forward_packed(self, q, k, positions, cu_seqlens, seqlen_offsets):
@@ -564,12 +564,28 @@ class RotaryEmbedding(nn.Module):
     def _rotate_qkv(self, qkv: Tensor, q: Tensor, k: Tensor, v: Tensor,
                     positions: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """Hook of :meth:`rotate_qkv` (inputs validated): by default, rotate the q and k views."""
-        q2, k2 = self.rotate(q, k, positions)
+        q2, k2 = self._rotated(self.rotate(q, k, positions), q, k)
         return q2, k2, v
 
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """Implementation hook: inputs are validated; ``positions`` None means ``arange(T)``."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define rotate(q, k, positions), which every "
+                                  "RotaryEmbedding subclass must: it returns the pair (rotated q, rotated k or None)")
+
+    def _rotated(self, out: object, q: Tensor, k: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """``out``, what :meth:`rotate` returned, if it is the pair (q rotated, k rotated or None) in their shapes.
+
+        Why: unpacking one tensor instead of a pair splits its first dimension, silently when the batch is 2, so the
+        mistake would show far from its cause, if at all. Only types and shapes are read (host metadata, no device
+        sync, nothing that breaks a torch.compile graph): it runs on every call."""
+        if isinstance(out, (tuple, list)) and len(out) == 2:
+            yq, yk = out
+            if isinstance(yq, Tensor) and yq.shape == q.shape and (
+                    yk is None if k is None else isinstance(yk, Tensor) and yk.shape == k.shape):
+                return yq, yk
+        want = (f"(q rotated, None) for k None, q rotated a tensor of shape {tuple(q.shape)}" if k is None else
+                f"(q rotated, k rotated), tensors of shapes {tuple(q.shape)} and {tuple(k.shape)}")
+        raise TypeError(f"{type(self).__name__}.rotate must return the pair {want}; got {_describe_output(out)}")
 
 
 def split_qkv(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -578,6 +594,16 @@ def split_qkv(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int) -> tuple[
     q, k, v = qkv.split([n_head * head_dim, n_kv_head * head_dim, n_kv_head * head_dim], dim=-1)
     return (q.view(B, T, n_head, head_dim), k.view(B, T, n_kv_head, head_dim),
             v.view(B, T, n_kv_head, head_dim))
+
+
+def _describe_output(out: object) -> str:
+    """What a ``rotate`` returned, for its error: a tensor by its shape, a tuple or list by its items."""
+    if isinstance(out, Tensor):
+        return f"a tensor of shape {tuple(out.shape)}"
+    if isinstance(out, (tuple, list)):
+        items = ", ".join(f"tensor {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__ for x in out)
+        return f"a {type(out).__name__} of {len(out)}: ({items})"
+    return f"{type(out).__name__}"
 
 
 def _signature(x: Tensor | None) -> tuple | None:
