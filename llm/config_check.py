@@ -21,7 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import rope
-from llm.config_schema import CONF_DIR, schema
+from llm.config_schema import CONF_DIR, left_out_note, schema
 from llm.data import check_data_config
 from llm.errors import ConfigError, one_line
 from llm.model import check_model_config, rope_cache_len
@@ -48,7 +48,8 @@ def _as_config_error(group_check, *args):
 def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
     r = cfg.rope
     if r.name not in rope.available():
-        raise ConfigError(f"rope.name={r.name!r} is not registered; allowed: {', '.join(rope.available())}")
+        raise ConfigError(f"rope.name={r.name!r} is not registered{left_out_note(r.name)}; allowed: "
+                          f"{', '.join(rope.available())}")
     _check_preset_names_its_option(r.name)
     given = r.get("max_seq_len")
     # rope_cache_len reads a falsy value as "unset" (0 would silently become model.seq_len) and compares the rest

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import rope
 from llm.config_check import kernel_refusal_as_typed
-from llm.config_schema import FUNCTION_KEYS, rope_key_without_kernel
+from llm.config_schema import FUNCTION_KEYS, left_out_note, rope_key_without_kernel
 from llm.data.tokenizer import get_tokenizer
 from llm.errors import ConfigError, one_line
 from llm.model import GPT, GPTConfig, build_model, rope_cache_len
@@ -270,7 +270,8 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
     else:
         name, run_name = override.get("name"), run_rope["name"]
         if name not in rope.available():
-            raise ConfigError(f"rope={name} is not registered; allowed: {', '.join(rope.available())}")
+            raise ConfigError(f"rope={name} is not registered{left_out_note(name)}; allowed: "
+                              f"{', '.join(rope.available())}")
         if "none" in (name, run_name) and name != run_name:
             raise ConfigError(f"rope={name}: the run was trained with rope={run_name}; a RoPE override swaps the "
                               "kernel, not the function (rope=none rotates nothing)")

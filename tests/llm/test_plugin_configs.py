@@ -143,3 +143,15 @@ def test_a_registered_name_without_its_config_file_says_where_it_goes(plugin, tm
         "name: kw_rope) must be given with --config-dir=DIR")
     assert unknown_option_note("rope", "nope") == ""
     assert unknown_option_note("model", "kw_rope") == ""
+
+
+def test_a_plugin_left_out_is_refused_with_why(monkeypatch):
+    """A plugin that failed to import is not registered: the line refusing its name says why, as the warning that
+    ``import rope`` printed about it has scrolled away by then."""
+    reason = "RoPE plugin 'kw_broken' = 'kwbroken' (package kwbroken) failed to import: ModuleNotFoundError: x"
+    monkeypatch.setitem(rope.registry._PLUGIN_FAILURES, "kw_broken", reason)
+    cfg = compose_cfg(["rope=torch"])
+    cfg.rope.name = "kw_broken"
+    with pytest.raises(ConfigError) as exc:
+        validate_config(cfg)
+    assert str(exc.value).startswith(f"rope.name='kw_broken' is not registered ({reason}); allowed: ")
