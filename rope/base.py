@@ -573,18 +573,22 @@ class RotaryEmbedding(nn.Module):
                                   "RotaryEmbedding subclass must: it returns the pair (rotated q, rotated k or None)")
 
     def _rotated(self, out: object, q: Tensor, k: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        """``out``, what :meth:`rotate` returned, if it is the pair (q rotated, k rotated or None) in their shapes.
+        """``out``, what :meth:`rotate` returned, if it is the pair (q rotated, k rotated or None) in their shapes
+        and q's dtype.
 
-        Why: unpacking one tensor instead of a pair splits its first dimension, silently when the batch is 2, so the
-        mistake would show far from its cause, if at all. Only types and shapes are read (host metadata, no device
-        sync, nothing that breaks a torch.compile graph): it runs on every call."""
+        Why: unpacking one tensor instead of a pair splits its first dimension, silently when the batch is 2, and an
+        output of another dtype changes the rest of the model's arithmetic, so either mistake would show far from
+        its cause, if at all. Only types, shapes and dtypes are read (host metadata, no device sync, nothing that
+        breaks a torch.compile graph): it runs on every call."""
         if isinstance(out, (tuple, list)) and len(out) == 2:
             yq, yk = out
-            if isinstance(yq, Tensor) and yq.shape == q.shape and (
-                    yk is None if k is None else isinstance(yk, Tensor) and yk.shape == k.shape):
+            if isinstance(yq, Tensor) and yq.shape == q.shape and yq.dtype == q.dtype and (
+                    yk is None if k is None else isinstance(yk, Tensor) and yk.shape == k.shape
+                    and yk.dtype == q.dtype):
                 return yq, yk
-        want = (f"(q rotated, None) for k None, q rotated a tensor of shape {tuple(q.shape)}" if k is None else
-                f"(q rotated, k rotated), tensors of shapes {tuple(q.shape)} and {tuple(k.shape)}")
+        dtype = str(q.dtype).removeprefix("torch.")
+        want = (f"(q rotated, None) for k None, q rotated a {dtype} tensor of shape {tuple(q.shape)}" if k is None
+                else f"(q rotated, k rotated), {dtype} tensors of shapes {tuple(q.shape)} and {tuple(k.shape)}")
         raise TypeError(f"{type(self).__name__}.rotate must return the pair {want}; got {_describe_output(out)}")
 
 
@@ -598,10 +602,13 @@ def split_qkv(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int) -> tuple[
 
 def _describe_output(out: object) -> str:
     """What a ``rotate`` returned, for its error: a tensor by its shape, a tuple or list by its items."""
+    def tensor(x: Tensor) -> str:
+        return f"{str(x.dtype).removeprefix('torch.')} tensor {tuple(x.shape)}"
+
     if isinstance(out, Tensor):
-        return f"a tensor of shape {tuple(out.shape)}"
+        return f"a {tensor(out)}"
     if isinstance(out, (tuple, list)):
-        items = ", ".join(f"tensor {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__ for x in out)
+        items = ", ".join(tensor(x) if isinstance(x, Tensor) else type(x).__name__ for x in out)
         return f"a {type(out).__name__} of {len(out)}: ({items})"
     return f"{type(out).__name__}"
 

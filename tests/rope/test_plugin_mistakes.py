@@ -83,25 +83,29 @@ def test_rotate_returning_one_tensor_is_refused_in_one_line(batch):
     q, k = torch.randn(batch, 5, 3, 16), torch.randn(batch, 5, 1, 16)
     with pytest.raises(TypeError) as e:
         r(q, k)
-    assert str(e.value) == ("OneTensor.rotate must return the pair (q rotated, k rotated), tensors of shapes "
-                            f"({batch}, 5, 3, 16) and ({batch}, 5, 1, 16); got a tensor of shape ({batch}, 5, 3, 16)")
+    assert str(e.value) == ("OneTensor.rotate must return the pair (q rotated, k rotated), float32 tensors of shapes "
+                            f"({batch}, 5, 3, 16) and ({batch}, 5, 1, 16); got a float32 tensor ({batch}, 5, 3, 16)")
     with pytest.raises(TypeError) as e:
         r(q)
-    assert str(e.value) == ("OneTensor.rotate must return the pair (q rotated, None) for k None, q rotated a tensor "
-                            f"of shape ({batch}, 5, 3, 16); got a tensor of shape ({batch}, 5, 3, 16)")
+    assert str(e.value) == ("OneTensor.rotate must return the pair (q rotated, None) for k None, q rotated a float32 "
+                            f"tensor of shape ({batch}, 5, 3, 16); got a float32 tensor ({batch}, 5, 3, 16)")
     with pytest.raises(TypeError, match=r"^OneTensor.rotate must return the pair \(q rotated, k rotated\)"):
         r.rotate_qkv(torch.randn(batch, 5, 5 * 16), 3, 1)  # the default _rotate_qkv calls rotate too
 
 
 @pytest.mark.parametrize("wrap,k_given,got", [
-    (lambda yq, yk: (yq, yk, yk), True, "a tuple of 3: (tensor (2, 5, 3, 16), tensor (2, 5, 1, 16), "
-                                        "tensor (2, 5, 1, 16))"),
-    (lambda yq, yk: (yq, yq), True, "a tuple of 2: (tensor (2, 5, 3, 16), tensor (2, 5, 3, 16))"),
-    (lambda yq, yk: (yq[:1], yk), True, "a tuple of 2: (tensor (1, 5, 3, 16), tensor (2, 5, 1, 16))"),
-    (lambda yq, yk: (yq, None), True, "a tuple of 2: (tensor (2, 5, 3, 16), NoneType)"),
-    (lambda yq, yk: (yq, yq), False, "a tuple of 2: (tensor (2, 5, 3, 16), tensor (2, 5, 3, 16))"),
+    (lambda yq, yk: (yq, yk, yk), True, "a tuple of 3: (float32 tensor (2, 5, 3, 16), float32 tensor (2, 5, 1, 16), "
+                                        "float32 tensor (2, 5, 1, 16))"),
+    (lambda yq, yk: (yq, yq), True, "a tuple of 2: (float32 tensor (2, 5, 3, 16), float32 tensor (2, 5, 3, 16))"),
+    (lambda yq, yk: (yq[:1], yk), True, "a tuple of 2: (float32 tensor (1, 5, 3, 16), float32 tensor (2, 5, 1, 16))"),
+    (lambda yq, yk: (yq, None), True, "a tuple of 2: (float32 tensor (2, 5, 3, 16), NoneType)"),
+    (lambda yq, yk: (yq, yq), False, "a tuple of 2: (float32 tensor (2, 5, 3, 16), float32 tensor (2, 5, 3, 16))"),
     (lambda yq, yk: None, False, "NoneType"),
-], ids=["three", "q-twice", "batch-cut", "k-dropped", "k-for-none", "none"])
+    (lambda yq, yk: (yq.double(), yk), True, "a tuple of 2: (float64 tensor (2, 5, 3, 16), float32 tensor "
+                                             "(2, 5, 1, 16))"),
+    (lambda yq, yk: (yq, yk.half()), True, "a tuple of 2: (float32 tensor (2, 5, 3, 16), float16 tensor "
+                                           "(2, 5, 1, 16))"),
+], ids=["three", "q-twice", "batch-cut", "k-dropped", "k-for-none", "none", "q-dtype", "k-dtype"])
 def test_rotate_returning_a_wrong_pair_is_refused(wrap, k_given, got):
     r = Pair(16, 8)
     r.wrap = wrap
