@@ -39,6 +39,7 @@ from torch import Tensor
 
 from rope._launch import interpreting, launch_hooks_unset
 from rope.base import POSITION_DTYPES, RopeArgumentError, RotaryEmbedding, on_device_of
+from rope.functional import describe_value
 
 #: The longest query chunk the kernel takes: decode steps and chunked prefill. A longer prompt is a
 #: full-length prefill, for which SDPA over the rotated q and k is the faster path.
@@ -104,10 +105,10 @@ def tuning(**fields: object) -> Iterator[Tuning]:
             continue
         if name == "warp_specialized":
             if not isinstance(value, bool):
-                raise ValueError(f"tuning: warp_specialized must be True or False, got {value!r}")
+                raise ValueError(f"tuning: warp_specialized must be True or False, got {describe_value(value)}")
             continue
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"tuning: {name} must be an int, got {value!r}")
+            raise ValueError(f"tuning: {name} must be an int, got {describe_value(value)}")
         if name in _POW2:
             lo, hi = _POW2[name]
             if not lo <= value <= hi or value & (value - 1):
@@ -297,14 +298,8 @@ def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Ten
     if not (q.is_cuda or interpreting()):
         raise RopeArgumentError("q", f"q is on {q.device}: attention_with_rope is a Triton kernel and needs CUDA "
                                      "tensors (or TRITON_INTERPRET=1 set before triton is imported, on the CPU)")
+    _check_cache_shapes(q, k_cache, v_cache)
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if cache.dim() != 4 or cache.shape[0] != B or cache.shape[3] != D or cache.shape[1] == 0 \
-                or H % cache.shape[1]:
-            hint = ""
-            if cache.dim() == 4 and cache.shape[2] and H % cache.shape[2] == 0 and cache.shape[1] > cache.shape[2]:
-                hint = "; a (B, L, H_kv, D) cache? pass cache.transpose(1, 2)"
-            raise RopeArgumentError(name, f"{name} must be (B, H_kv, L, D) = ({B}, H_kv dividing q's {H} heads, L, "
-                                          f"{D}), got {tuple(cache.shape)}{hint}")
         if cache.dtype != q.dtype:
             raise RopeArgumentError(name, f"{name} is {cache.dtype} but q is {q.dtype}: the cache must hold q's dtype")
         if cache.device != q.device:
@@ -312,13 +307,15 @@ def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Ten
         if cache.stride(-1) != 1:
             raise RopeArgumentError(name, f"{name} must be contiguous in its last dim (head_dim), got strides "
                                           f"{cache.stride()}")
-    if v_cache.shape != k_cache.shape:
-        raise RopeArgumentError("v_cache", f"v_cache has shape {tuple(v_cache.shape)}, k_cache "
-                                           f"{tuple(k_cache.shape)}: they must match")
     if isinstance(positions, Tensor):
         if positions.dtype not in POSITION_DTYPES:
             raise RopeArgumentError("positions", f"positions must be an integer tensor of dtype "
                                                  f"{' / '.join(map(str, POSITION_DTYPES))}, got {positions.dtype}")
+        # positions for as many queries as q has heads, whose dim 1 the caches' heads divide: q in (B, H, T, D)
+        if positions.shape not in ((T,), (B, T)) and positions.shape in ((H,), (B, H)) and T % k_cache.shape[1] == 0:
+            raise RopeArgumentError("q", f"q {tuple(q.shape)} has T={T} queries (dim 1), but positions "
+                                         f"{tuple(positions.shape)} give {H}, q's heads (dim 2): {_LAYOUTS}; "
+                                         f"{_TRANSPOSED_Q}")
         if positions.shape not in ((T,), (B, T)):
             raise RopeArgumentError("positions", f"positions must have shape (T,)=({T},) or (B, T)=({B}, {T}), got "
                                                  f"{tuple(positions.shape)}")
@@ -336,8 +333,40 @@ def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Ten
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     elif isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not (math.isfinite(scale) and scale > 0):
-        raise RopeArgumentError("scale", f"scale must be a finite number > 0 (default 1/sqrt(D)), got {scale!r}")
+        raise RopeArgumentError("scale", f"scale must be a finite number > 0 (default 1/sqrt(D)), got "
+                                         f"{describe_value(scale)}")
     return _Plan(q, k_cache, v_cache, positions, rotary, float(scale), _tuning_now())
+
+
+#: The layouts, said where a shape is refused (the docstring of :func:`attention_with_rope` defines them).
+_LAYOUTS = ("q is (B, T, H, D) (batch, queries, heads, head dim), k_cache and v_cache (B, H_kv, L, D) (batch, "
+            "key-value heads, cache length, head dim)")
+_TRANSPOSED_Q = "a (B, H, T, D) q? pass q.transpose(1, 2)"
+
+
+def _check_cache_shapes(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> None:
+    """The caches' shapes against q's, naming the argument that is off where the shapes tell it: a cache in the
+    (B, L, H_kv, D) layout is the cache's fault, a q whose heads (q.shape[2]) the cache's H_kv does not divide is
+    q's (most often a q in SDPA's (B, H, T, D) layout, whose dim 1 the heads would divide), and v_cache is
+    compared with k_cache, not with q, so that a k_cache in the wrong layout is not blamed on v_cache."""
+    B, T, H, D = q.shape
+    got = f"got {tuple(k_cache.shape)} for q {tuple(q.shape)}"
+    if k_cache.dim() != 4 or k_cache.shape[0] != B or k_cache.shape[3] != D or k_cache.shape[1] == 0:
+        raise RopeArgumentError("k_cache", f"k_cache must be (B, H_kv, L, D) = ({B}, H_kv >= 1, L, {D}), {got}: "
+                                           f"{_LAYOUTS}")
+    H_kv, L = k_cache.shape[1], k_cache.shape[2]
+    if H % H_kv:
+        if L and H % L == 0 and H_kv > L:
+            raise RopeArgumentError("k_cache", f"k_cache must be (B, H_kv, L, D) with H_kv dividing q's {H} heads, "
+                                               f"{got}: a (B, L, H_kv, D) cache? pass cache.transpose(1, 2)")
+        transposed = f"; {_TRANSPOSED_Q}" if T % H_kv == 0 else ""  # dim 1 would be q's heads
+        raise RopeArgumentError("q", f"q {tuple(q.shape)} has H={H} heads (dim 2), not a multiple of the H_kv={H_kv} "
+                                     f"of k_cache {tuple(k_cache.shape)} (dim 1): {_LAYOUTS}{transposed}")
+    if v_cache.shape != k_cache.shape:
+        transposed = ("; a (B, L, H_kv, D) cache? pass cache.transpose(1, 2)"
+                      if v_cache.dim() == 4 and v_cache.transpose(1, 2).shape == k_cache.shape else "")
+        raise RopeArgumentError("v_cache", f"v_cache has shape {tuple(v_cache.shape)}, k_cache "
+                                           f"{tuple(k_cache.shape)}: they must match{transposed}")
 
 
 def _check_position_values(positions: Tensor | int, plan: _Plan, cache_len: int, table_len: int) -> int:

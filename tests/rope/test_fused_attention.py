@@ -353,8 +353,8 @@ BAD = {
     "q dtype": ({"q": torch.zeros(2, 3, 4, 16, dtype=torch.float64)}, "q", "q must be float32, bfloat16 or float16"),
     "q last dim strided": ({"q": lambda d: torch.zeros(2, 3, 4, 32, device=d)[..., ::2]}, "q",
                            "q must be contiguous in its last dim"),
-    "heads not dividing": ({"k_cache": torch.zeros(2, 3, 40, 16), "v_cache": torch.zeros(2, 3, 40, 16)}, "k_cache",
-                           r"k_cache must be \(B, H_kv, L, D\) = \(2, H_kv dividing q's 4 heads"),
+    "heads not dividing": ({"k_cache": torch.zeros(2, 3, 40, 16), "v_cache": torch.zeros(2, 3, 40, 16)}, "q",
+                           r"q \(2, 3, 4, 16\) has H=4 heads \(dim 2\), not a multiple of the H_kv=3 of k_cache"),
     "cache layout": ({"k_cache": torch.zeros(2, 40, 2, 16)}, "k_cache", r"a \(B, L, H_kv, D\) cache\? pass "
                                                                          r"cache.transpose\(1, 2\)"),
     "cache dtype": ({"v_cache": torch.zeros(2, 2, 40, 16, dtype=torch.bfloat16)}, "v_cache",
