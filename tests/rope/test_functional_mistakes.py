@@ -44,6 +44,14 @@ def test_apply_names_the_type_of_a_q_it_refuses(q, message):
     assert _one_line(e.value) == message
 
 
+@pytest.fixture(autouse=True)
+def _made_on_the_test_device(device):
+    """The tensors a test makes land on the device the kernels run on (CUDA when present): on a GPU machine,
+    attention_with_rope refuses CPU tensors before the checks these tests are about."""
+    with device:
+        yield
+
+
 def _scale(value):
     def call():
         r = rope.build("torch", 16, 64)

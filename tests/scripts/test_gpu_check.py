@@ -46,7 +46,9 @@ def test_a_part_that_fails_makes_the_check_fail_and_says_which(tmp_path):
     (stubs / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'a stubbed GPU'\n")
     for stub in stubs.iterdir():
         stub.chmod(0o755)
-    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "ROPELAB_CACHE": str(tmp_path / "c")}
+    # no GPU visible, as the stubbed check pretends: on a GPU machine bench.step would run the real benchmark
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "ROPELAB_CACHE": str(tmp_path / "c"),
+           "CUDA_VISIBLE_DEVICES": ""}
     env.pop("OUT", None)
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "step"], capture_output=True, text=True,
                           env=env, timeout=120)
