@@ -29,10 +29,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rope._launch import interpreting
-from rope.base import RopeArgumentError, RotaryEmbedding, split_qkv
+from rope.base import RotaryEmbedding, split_qkv
 from rope.functional import build_named
 from rope.fused_attention import MAX_QUERIES, attention_with_rope
-from rope.registry import build, check_args
 
 #: How a call with a cache attends (see the module docstring).
 ATTENTIONS = ("sdpa", "fused_rope")
@@ -126,24 +125,6 @@ def causal_mask(start: int, T: int, device: torch.device) -> tuple[Tensor | None
     return torch.ones(T, start + T, dtype=torch.bool, device=device).tril(diagonal=start), False
 
 
-def _build_rotary(impl: str, head_dim: int, max_seq_len: int, theta: float, variant: str,
-                  scaling: dict | None) -> RotaryEmbedding:
-    """The layer's RoPE module, its errors naming the layer's arguments (``impl``, ``theta``, ``max_seq_len``, the
-    head size as ``d_model/n_heads``) as :func:`~rope.functional.build_named` does; a bad ``scaling`` raises
-    ``rope.build``'s own error, as the keyword has ``rope.build``'s name."""
-    names = {"head_dim_name": "d_model/n_heads", "seq_len_name": "max_seq_len"}
-    if scaling is None:
-        return build_named(impl, head_dim, max_seq_len, theta, variant, **names)
-    try:
-        check_args(impl, head_dim, max_seq_len, theta, variant=variant, scaling=scaling)  # rope.build's checks
-    except RopeArgumentError as e:
-        build_named(impl, head_dim, max_seq_len, theta, variant, **names)  # a layer argument at fault: its error
-        if e.argument == "base":  # the base check the scaling adds (log-based methods): the layer calls it theta
-            raise RopeArgumentError("theta", str(e).replace("base", "theta")) from None
-        raise  # the scaling's own
-    return build(impl, head_dim, max_seq_len, theta, variant=variant, scaling=scaling)
-
-
 def _fused_runs_on(device: torch.device) -> bool:
     """Whether :func:`rope.attention_with_rope` runs on ``device``: a CUDA GPU, or the CPU under Triton's
     interpreter."""
@@ -194,7 +175,8 @@ class RoPEAttention(nn.Module):
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.n_kv_heads = n_kv_heads
         self.dropout = float(dropout)
-        self.rotary = _build_rotary(impl, self.head_dim, max_seq_len, theta, variant, scaling)
+        self.rotary = build_named(impl, self.head_dim, max_seq_len, theta, variant, head_dim_name="d_model/n_heads",
+                                  seq_len_name="max_seq_len", scaling=scaling)
         self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 

@@ -230,13 +230,13 @@ def check_common_args(head_dim: object, max_seq_len: object, base: object, varia
     implementation supports."""
     check_head_dim(head_dim, variant, rotary_dim, rotates)
     kind = check_scaling(scaling)["type"]
-    if kind in ("ntk", "dynamic_ntk", "yarn") and isinstance(base, numbers.Real) and base <= 1:
-        raise RopeArgumentError("base", f"base must be > 1 for scaling.type={kind} (it takes log(base)), got {base!r}")
     if rotary_dim is not None and rotary_dim != head_dim and not rotary_dim_ok:
         raise RopeArgumentError("rotary_dim", f"rope={name} rotates the whole head only (rotary_dim None or "
                                               f"{head_dim}), got rotary_dim={rotary_dim}")
     _positive_int("max_seq_len", max_seq_len)
-    check_base(base)
+    check_base(base)  # before the scaling's own bound: a base of -1 is no base at all, whatever the scaling
+    if kind in ("ntk", "dynamic_ntk", "yarn") and base <= 1:
+        raise RopeArgumentError("base", f"base must be > 1 for scaling.type={kind} (it takes log(base)), got {base!r}")
     check_layout(layout, layouts, name)
 
 
