@@ -149,10 +149,28 @@ def _integer_of_another_type(value: object) -> bool:
     return isinstance(value, numbers.Integral)
 
 
+def describe_value(value: object) -> str:
+    """How an error message shows a value the caller passed: its repr where that is one short line, else its type
+    (with its shape or length). A tensor, an array or a long list given where a number or a name was expected would
+    otherwise put hundreds of lines (or thousands of characters) into a message meant to be one line."""
+    text = repr(value)
+    if len(text) <= 80 and "\n" not in text:
+        return text
+    kind = type(value).__name__
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple):  # torch.Size is a tuple, as is NumPy's shape
+        return f"{kind} of shape {tuple(shape)}"
+    try:
+        return f"{kind} of length {len(value)}"
+    except TypeError:
+        return kind
+
+
 def check_variant(variant: object) -> None:
-    """Refuse a rotation variant other than ``partial`` / ``full``."""
-    if variant not in VARIANTS:
-        raise RopeArgumentError("variant", f"variant must be one of {VARIANTS}, got {variant!r}")
+    """Refuse a rotation variant other than ``partial`` / ``full`` (anything but a str first: an array would be
+    compared element by element, and its truth value raise NumPy's error)."""
+    if not isinstance(variant, str) or variant not in VARIANTS:
+        raise RopeArgumentError("variant", f"variant must be one of {VARIANTS}, got {describe_value(variant)}")
 
 
 def check_head_dim(head_dim: object, variant: str, rotary_dim: object = None, rotates: bool = True) -> None:

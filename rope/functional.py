@@ -19,30 +19,13 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from rope.base import POSITION_DTYPES, RopeArgumentError, RotaryEmbedding
+from rope.base import POSITION_DTYPES, RopeArgumentError, RotaryEmbedding, describe_value
 from rope.registry import build
 
 #: How many built modules (one cos/sin table each) are kept.
 CACHE_SIZE = 16
 
 _MODULES: OrderedDict[tuple, RotaryEmbedding] = OrderedDict()
-
-
-def describe_value(value: object) -> str:
-    """How an error message shows a value the caller passed: its repr where that is one short line, else its type
-    (with its shape or length). A tensor, an array or a long list given where a number or a name was expected would
-    otherwise put hundreds of lines (or thousands of characters) into a message meant to be one line."""
-    text = repr(value)
-    if len(text) <= 80 and "\n" not in text:
-        return text
-    kind = type(value).__name__
-    shape = getattr(value, "shape", None)
-    if isinstance(shape, tuple):  # torch.Size is a tuple, as is NumPy's shape
-        return f"{kind} of shape {tuple(shape)}"
-    try:
-        return f"{kind} of length {len(value)}"
-    except TypeError:
-        return kind
 
 
 def build_named(impl: str, head_dim: int, seq_len: int, theta: float, variant: str, *,

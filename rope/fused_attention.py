@@ -38,8 +38,7 @@ import torch
 from torch import Tensor
 
 from rope._launch import interpreting, launch_hooks_unset
-from rope.base import POSITION_DTYPES, RopeArgumentError, RotaryEmbedding, on_device_of
-from rope.functional import describe_value
+from rope.base import POSITION_DTYPES, RopeArgumentError, RotaryEmbedding, describe_value, on_device_of
 
 #: The longest query chunk the kernel takes: decode steps and chunked prefill. A longer prompt is a
 #: full-length prefill, for which SDPA over the rotated q and k is the faster path.

@@ -285,3 +285,12 @@ def test_an_implementation_without_a_scaling_option_still_builds_without_one(mon
     with pytest.raises(rope.RopeArgumentError) as e:
         rope.apply(q, None, 16, impl="test_no_scaling", scaling=YARN)
     assert e.value.argument == "scaling" and "has no option 'scaling'" in _one_line(e.value)
+
+
+def test_a_variant_that_is_no_string_is_refused_naming_variant():
+    """An array given as the variant was compared element by element with the names, and NumPy's "truth value of
+    an array is ambiguous" came out instead of the variant's line."""
+    for variant in (np.zeros(2000), 3):
+        with pytest.raises(rope.RopeArgumentError) as e:
+            rope.apply(q8, q8, 16, variant=variant)
+        assert e.value.argument == "variant" and _one_line(e.value).startswith("variant must be one of ")
