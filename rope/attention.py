@@ -22,6 +22,7 @@ than q; the cache then holds ``n_kv_heads`` heads. ``scaling`` is ``rope.build``
 
 from __future__ import annotations
 
+import warnings
 import weakref
 
 import torch
@@ -211,6 +212,11 @@ class RoPEAttention(nn.Module):
             # the keys' dtype: the projection's, unless autocast picks it
             dtype = None if torch.is_autocast_enabled(x.device.type) else self.qkv.weight.dtype
             cache.check(B, T, dtype, heads=self.n_kv_heads, head_dim=self.head_dim, layer=self)
+            if self.training and self.dropout > 0:
+                # decoding in training mode drops attention weights at random: the steps stop giving what attn(x)
+                # gives, with no error to point at the forgotten eval()
+                warnings.warn(f"RoPEAttention called with a cache in training mode: dropout={self.dropout} makes "
+                              "each step random; call attn.eval() before decoding", stacklevel=2)
         if start + T > self.rotary.max_seq_len:
             cached = f" after {start} cached" if start else ""
             raise ValueError(f"x has T={T} positions{cached} > max_seq_len={self.rotary.max_seq_len}, the rows of "

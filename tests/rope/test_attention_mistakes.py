@@ -274,3 +274,17 @@ def test_grouped_query_attention_equals_repeated_kv_heads(attention, device):
 def test_a_bad_n_kv_heads_is_named(n_kv_heads, message):
     with pytest.raises(ValueError, match=message):
         rope.RoPEAttention(32, 4, impl="torch", n_kv_heads=n_kv_heads)
+
+
+def test_decoding_in_training_mode_with_dropout_warns():
+    """A cached call in training mode drops attention weights at random, so the decode silently stops matching the
+    whole-sequence call: it warns, naming eval(); in eval mode, or without dropout, nothing is said."""
+    import warnings
+
+    attn = rope.RoPEAttention(32, 2, impl="torch", dropout=0.1)
+    with pytest.warns(UserWarning, match=r"in training mode: dropout=0.1 makes each step random; call attn.eval\(\)"):
+        attn(torch.randn(1, 3, 32), cache=attn.new_cache())
+    for layer in (attn.eval(), rope.RoPEAttention(32, 2, impl="torch", dropout=0.0)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            layer(torch.randn(1, 3, 32), cache=layer.new_cache())
