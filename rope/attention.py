@@ -197,6 +197,11 @@ class RoPEAttention(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be a (B, T, d_model={self.d_model}) tensor, "
                              f"got {tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+        weight = self.qkv.weight
+        if x.device != weight.device or (x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type)):
+            # torch's own error names neither x nor the layer ("expected m1 and m2 to have the same dtype")
+            raise TypeError(f"x is {x.dtype} on {x.device}, the layer's weights {weight.dtype} on {weight.device}: "
+                            "move or cast one to the other (attn.to(x)), or run under torch.autocast")
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache (attn.new_cache(), one per layer) or None, got "
                             f"{type(cache).__name__}")

@@ -288,3 +288,15 @@ def test_decoding_in_training_mode_with_dropout_warns():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             layer(torch.randn(1, 3, 32), cache=layer.new_cache())
+
+
+def test_x_of_another_dtype_or_device_than_the_layer_is_named():
+    """torch's matmul error named neither x nor the layer; under autocast another dtype is what autocast is for."""
+    attn = rope.RoPEAttention(32, 2, impl="torch")
+    for x in (torch.randn(1, 3, 32, dtype=torch.float64), torch.randn(1, 3, 32, device="meta")):
+        with pytest.raises(TypeError, match=r"^x is torch\.\w+ on \w+, the layer's weights torch.float32 on cpu: "
+                                            r"move or cast one to the other \(attn.to\(x\)\), or run under "
+                                            r"torch.autocast$"):
+            attn(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert attn(torch.randn(1, 3, 32, dtype=torch.bfloat16)).shape == (1, 3, 32)
