@@ -29,6 +29,7 @@ from llm.errors import ConfigError, one_line
 from llm.model import GPT, GPTConfig, build_model, rope_cache_len
 from llm.training.checkpoint import checkpoint_files, dangling_last, load_checkpoint, load_newest_checkpoint
 from llm.training.outputs import CONFIG_FILE, holds_a_run
+from llm.training.resume import another_run_s_keys
 
 log = logging.getLogger(__name__)
 
@@ -311,6 +312,11 @@ def with_checkpoint(opened: OpenedRun) -> OpenedRun:
     path, state = _load_state(opened.run_dir, opened.checkpoint)
     loaded = OpenedRun(opened.run_dir, opened.config, path, state)
     check_checkpoint_model(loaded, str(path), named=False)
+    other = another_run_s_keys(path, state, opened.run_dir, CONFIG_FILE)
+    if other:  # the same model of another run (seed, data, ...), put there by hand: recorded as this run's
+        raise ConfigError(f"run={opened.run_dir}: its newest checkpoint {path} holds another run than its "
+                          f"{CONFIG_FILE}: {other}; move that file out of the run's checkpoints/, or give "
+                          "checkpoint=")
     return loaded
 
 

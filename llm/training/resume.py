@@ -15,6 +15,7 @@ the key) takes the resume command's value, its default unless named: ``train.sam
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -91,3 +92,27 @@ def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Ite
                           "start a new run instead (keys a resume may change: "
                           f"{', '.join(k for k in (*SAFE_TO_CHANGE, *PER_INVOCATION) if k != 'train.resume')})")
     return result
+
+
+def another_run_s_keys(path: Path, state: Mapping, run_dir: Path, config_file: str) -> str | None:
+    """``"k=theirs (config.yaml: ours), ..."`` where the checkpoint ``path`` in ``run_dir``'s own ``checkpoints/``
+    holds another run than the run's ``config_file`` (a key a resume may not change: another model, data,
+    optimizer, seed, ...), else None. Such a file was put there by hand, not left by a crash: a resume would train
+    the other run on in this dir, and a command reading the run (generation, evaluation) would record the other
+    run's weights under this run's name."""
+    saved = state.get("config")
+    if not isinstance(saved, Mapping) or path.resolve().parent != (run_dir / "checkpoints").resolve():
+        return None
+    try:
+        own = OmegaConf.to_container(OmegaConf.load(run_dir / config_file), resolve=True)
+    except Exception:  # no record to compare with (none yet, or cut short): the checkpoint's config is all there is
+        return None
+    if not isinstance(own, dict):
+        return None
+    ours, theirs = flatten(own), flatten(dict(saved))
+    differ = [k for k in sorted(set(ours) & set(theirs))
+              if not covered(k, (*SAFE_TO_CHANGE, *PER_INVOCATION)) and ours[k] != theirs[k]]
+    if not differ:
+        return None
+    more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    return ", ".join(f"{k}={theirs[k]!r} ({config_file}: {ours[k]!r})" for k in differ[:3]) + more

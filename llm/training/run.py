@@ -20,7 +20,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from llm.config_check import check_config_keys, inert_rope_note, validate_config
-from llm.config_keys import covered, flatten
 from llm.errors import ConfigError, ResumeError, RunDirInUseError, UserError, one_line
 from llm.fileio import DiskFullError, write_json_atomic
 from llm.sweep_jobs import swept_values
@@ -34,7 +33,7 @@ from llm.training.init_from import (
     init_record,
 )
 from llm.training.outputs import CONFIG_FILE, SUMMARY_FILE
-from llm.training.resume import PER_INVOCATION, SAFE_TO_CHANGE, reconcile_resume_config, resumed_group
+from llm.training.resume import PER_INVOCATION, another_run_s_keys, reconcile_resume_config, resumed_group
 from llm.training.run_dir import RunDirLock, claim_run_dir, never_trained, record_command, trained_twin
 from llm.training.trainer import Trainer, TrainOutcome, run_label
 
@@ -115,28 +114,15 @@ def _refuse_another_run_s_checkpoint(asked: object, run_dir: Path) -> None:
 
 def _refuse_another_run_s_config(path: Path, state: Mapping, run_dir: Path) -> None:
     """Refuse a checkpoint in ``run_dir``'s own ``checkpoints/`` whose saved config is another run's than the run's
-    ``config.yaml`` (in a key a resume may not change: another model, data, optimizer, seed, ...).
+    ``config.yaml`` (:func:`~llm.training.resume.another_run_s_keys`).
 
     Why refuse rather than fall back to an older checkpoint: such a file was put there by hand, not left by a crash,
     and a resume takes the checkpoint's config, so it would train the other run on in this dir (``config.yaml``
     rewritten, ``metrics.jsonl`` holding the steps of two runs) without a word; which run is meant is the user's call.
     """
-    saved = state.get("config")
-    if not isinstance(saved, Mapping) or path.resolve().parent != (run_dir / "checkpoints").resolve():
-        return
-    try:
-        own = OmegaConf.to_container(OmegaConf.load(run_dir / CONFIG_FILE), resolve=True)
-    except Exception:  # no record to compare with (none yet, or cut short): the checkpoint's config is all there is
-        return
-    if not isinstance(own, dict):
-        return
-    ours, theirs = flatten(own), flatten(dict(saved))
-    differ = [k for k in sorted(set(ours) & set(theirs))
-              if not covered(k, (*SAFE_TO_CHANGE, *PER_INVOCATION)) and ours[k] != theirs[k]]
-    if differ:
-        shown = ", ".join(f"{k}={theirs[k]!r} ({CONFIG_FILE}: {ours[k]!r})" for k in differ[:3])
-        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
-        raise ResumeError(f"checkpoint {path} holds another run than {run_dir / CONFIG_FILE}: {shown}{more}; move it "
+    shown = another_run_s_keys(path, state, run_dir, CONFIG_FILE)
+    if shown:
+        raise ResumeError(f"checkpoint {path} holds another run than {run_dir / CONFIG_FILE}: {shown}; move it "
                           "out of the run's checkpoints/ and resume again (the newest of the run's own that loads is "
                           "taken)")
 

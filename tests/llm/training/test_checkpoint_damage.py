@@ -140,6 +140,20 @@ def test_generation_refuses_another_model_s_newest_checkpoint(runs, run):
         load_run_model(opened, opened.config.rope, torch.device("cpu"))
 
 
+def test_generation_refuses_another_seed_s_newest_checkpoint(run):
+    """A checkpoint of the same model trained with another seed, copied in as the run's newest: generation and
+    eval_lengths read it and recorded its output under this run's name, as docs/usage.md says they refuse."""
+    newest = run / "checkpoints" / "step_0000004.pt"
+    state = torch.load(newest, weights_only=False)
+    state["config"]["seed"] = 1
+    torch.save(state, newest)
+    opened = open_run(str(run))
+    with pytest.raises(ConfigError, match=r"its newest checkpoint .*step_0000004.pt holds another run than its "
+                                          r"config.yaml: seed=1 \(config.yaml: 0\); move that file out") as e:
+        load_run_model(opened, opened.config.rope, torch.device("cpu"))
+    assert "\n" not in str(e.value)
+
+
 def test_weights_that_do_not_fit_the_checkpoint_s_config_are_one_line(run):
     """A checkpoint whose weights are of another shape than its own config says: the resume's load_state_dict
     ended in a traceback."""
