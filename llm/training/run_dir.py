@@ -207,6 +207,8 @@ def claim_run_dir(run_dir: Path, resuming: bool) -> RunDirLock:
     writer left are removed once the lock is held (nobody else writes).
     """
     if not resuming and (refused := _already_holds_a_run(run_dir)):
+        if (run_dir / LOCK_FILE).exists():  # a live owner first: "continue it with train.resume=auto" would meet it
+            RunDirLock(run_dir).acquire().release()  # opens the existing file, writes nothing
         raise refused
     lock = RunDirLock(run_dir).acquire()
     if not resuming and (refused := _already_holds_a_run(run_dir)):

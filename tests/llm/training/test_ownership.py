@@ -185,3 +185,23 @@ def test_resumes_never_rewrite_the_run_s_record(tmp_path, monkeypatch):
     resumed = (record / "resume_1" / "overrides.yaml").read_text()
     assert "- train.resume=auto" in resumed and "optim.lr" not in resumed
     assert sorted(p.name for p in (record / "resume_1").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
+
+
+def test_a_new_run_aimed_at_a_dir_a_live_run_holds_is_told_it_is_in_use(tmp_path, capsys):
+    """A new run aimed at the dir of a run training now was told to continue it with train.resume=auto, which then
+    said the dir is in use: the live owner is said first, and nothing is written."""
+    run = tmp_path / "run"
+    lock = RunDirLock(run).acquire()
+    lock.mark_owner()
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 2}\n')
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "step_0000002.pt").write_bytes(b"")
+    before = snapshot(run)
+    try:
+        assert run_command_inprocess(["train.max_steps=2", f"hydra.run.dir={run}"], multirun=False) == 2
+        after = snapshot(run)
+    finally:
+        lock.release()
+    err = capsys.readouterr().err
+    assert f"run dir {run} is in use by another run (pid {os.getpid()})" in err and "resume" not in err, err
+    assert after == before
