@@ -57,7 +57,7 @@ RANK0_GRACE_S = 5.0
 PRINTING_FLAGS = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help")
 
 
-def _other_rank() -> bool:
+def other_rank() -> bool:
     """Whether this is a process of torchrun's other than rank 0."""
     return int(os.environ.get("RANK", "0")) > 0 and int(os.environ.get("WORLD_SIZE", "1")) > 1
 
@@ -72,7 +72,7 @@ def print_refusal(line: str) -> None:
     share is printed after that wait, naming the rank.
     """
     rank = int(os.environ.get("RANK", "0"))
-    if _other_rank():
+    if other_rank():
         time.sleep(RANK0_GRACE_S)
         line = f"rank {rank}: {line}"
     print(f"Error: {line}", file=sys.stderr)
@@ -190,7 +190,7 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
         sys.exit(2)
     os.environ[USER_FULL_ERROR] = "1" if user_full else "0"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises what it would print as a traceback and exit 1
-    if _other_rank() and any(a in PRINTING_FLAGS or a.startswith("--cfg=") for a in sys.argv[1:]):
+    if other_rank() and any(a in PRINTING_FLAGS or a.startswith("--cfg=") for a in sys.argv[1:]):
         # under torchrun every process would print the same config or help: rank 0 prints it once
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the process ends after Hydra prints)
     try:
@@ -263,7 +263,7 @@ def _stop_while_starting(signum: int, frame: object) -> None:
         raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
     word, code = _stop_word(signum)
     try:
-        if not _other_rank():  # torchrun passes the signal to every process: rank 0 says it once
+        if not other_rank():  # torchrun passes the signal to every process: rank 0 says it once
             print(f"{word} {_STARTING[0]}", file=sys.stderr, flush=True)
     finally:
         os._exit(code)

@@ -19,6 +19,7 @@ goes on; the sweep exits 1 if any job did not complete.
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
@@ -52,6 +53,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from llm.entry import (  # noqa: E402
     full_error_requested,
+    other_rank,
     print_refusal,
     run_entry,
     sigterm_stops_like_ctrl_c,
@@ -63,7 +65,8 @@ from llm.gpu_slots import SLOTS_DIR, Slot  # noqa: E402
 from llm.gpu_slots import claim as claim_slot  # noqa: E402
 from llm.sweep import stop_requested  # noqa: E402
 from llm.sweep_jobs import PARALLEL_LAUNCHERS  # noqa: E402
-from llm.training.checkpoint import checkpoint_files  # noqa: E402
+from llm.training.checkpoint import checkpoint_files, checkpoint_step  # noqa: E402
+from llm.training.outputs import SUMMARY_FILE  # noqa: E402
 from llm.training.run import (  # noqa: E402
     UNRECORDED_STARTS,
     USER_ERRORS,
@@ -176,14 +179,33 @@ def _in_launcher_worker() -> bool:
 def aborted_message(run_dir: Path, resume_hint: str, multirun: bool = False, cause: str = "a second Ctrl-C") -> str:
     """What a run aborted by a second Ctrl-C (``cause``: or a SIGTERM outside the trainer's own handling) prints:
     which checkpoint is left, and how to go on from it (a job without one starts over only from an empty dir: a
-    resume refuses a run that logged steps and saved nothing)."""
+    resume refuses a run that logged steps and saved nothing). A signal that came after the run recorded its end
+    with the checkpoint of its last step (torchrun turns a second Ctrl-C into a SIGTERM while the ranks exit) lost
+    nothing, and the line says so."""
     saved = checkpoint_files(run_dir / "checkpoints")
     if not saved:
         again = f"; remove {run_dir} before continuing the sweep, to start this job over" if multirun else ""
         return (f"Aborted by {cause}, before the run saved a checkpoint (its metrics: {run_dir}/metrics.jsonl)"
                 f"{again}")
+    ended = _recorded_end(run_dir)
+    if ended is not None and ended[1] == checkpoint_step(saved[0]):
+        return (f"{cause[0].upper()}{cause[1:]} came as the run exited: it had ended ({ended[0]}) with the "
+                f"checkpoint of step {ended[1]} saved, {saved[0]}; nothing is lost. Resume from it with:\n  "
+                f"{resume_hint}")
     return (f"Aborted by {cause}: no checkpoint of the step it stopped; the newest is {saved[0]}. "
             f"Resume from it with:\n  {resume_hint}")
+
+
+def _recorded_end(run_dir: Path) -> tuple[str, int] | None:
+    """The status and step ``summary.json`` records where the run ended by its own handling (completed, or
+    stopped and checkpointed), else None (still running, aborted, unreadable)."""
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    status, step = summary.get("status"), summary.get("step")
+    ok = status in ("completed", "interrupted") and isinstance(step, int) and not isinstance(step, bool)
+    return (status, step) if ok else None
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
@@ -237,8 +259,9 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
         sys.exit(code)
     except KeyboardInterrupt as e:  # the second Ctrl-C: at once, without a checkpoint or a traceback
         _, code = stopped(e)  # a SIGTERM outside the trainer's own handling (after fit()) says so, exit 143
-        print(aborted_message(run_dir, hint, multirun, "a second Ctrl-C" if code == ABORTED else "SIGTERM"),
-              file=sys.stderr)
+        if not other_rank():  # torchrun stops every rank: rank 0, which writes the run's files, says what is left
+            print(aborted_message(run_dir, hint, multirun, "a second Ctrl-C" if code == ABORTED else "SIGTERM"),
+                  file=sys.stderr)
         if multirun and _in_launcher_worker():
             return None  # a launcher's worker: the sweep's process ends the sweep (llm.sweep.StopParallelJobs)
         if multirun:

@@ -99,7 +99,7 @@ def save_checkpoint(ckpt_dir: Path, step: int, model: torch.nn.Module, optimizer
     link_tmp.replace(ckpt_dir / LAST)
     # the file just written stays whatever else is there: a step file newer than it (left by the steps after the
     # checkpoint a resume went back to) would otherwise count among the newest and last.pt would point at nothing
-    others = sorted((p for p in ckpt_dir.glob("step_*.pt") if p != path), key=_step_number)
+    others = sorted((p for p in ckpt_dir.glob("step_*.pt") if p != path), key=checkpoint_step)
     for old in others[:max(0, len(others) - (keep - 1))] if keep > 0 else []:
         old.unlink()
     return path
@@ -151,11 +151,11 @@ def checkpoint_files(ckpt_dir: Path) -> list[Path]:
     last = ckpt_dir / LAST
     if last.exists():
         out.append(last.resolve())
-    out += [p for p in sorted(ckpt_dir.glob("step_*.pt"), key=_step_number, reverse=True) if p.resolve() not in out]
+    out += [p for p in sorted(ckpt_dir.glob("step_*.pt"), key=checkpoint_step, reverse=True) if p.resolve() not in out]
     return out
 
 
-def _step_number(path: Path) -> int:
+def checkpoint_step(path: Path) -> int:
     """The step of a ``step_N.pt`` file, to order them by (by name, step 10,000,000 would sort before 9,999,999);
     -1 for a name that holds no number."""
     digits = path.stem.removeprefix("step_")

@@ -595,6 +595,49 @@ def test_an_abort_before_any_checkpoint_says_how_a_sweep_job_starts_over(tmp_pat
     # a SIGTERM outside the trainer's own handling (after fit()) is named as such, not as a second Ctrl-C
     assert aborted_message(run, "hint", cause="SIGTERM").startswith("Aborted by SIGTERM, before the run saved")
 
+def test_a_signal_after_the_run_saved_its_stop_says_nothing_is_lost(tmp_path):
+    """torchrun turns a second Ctrl-C into a SIGTERM, which can come after the trainer saved the checkpoint of the
+    step it stopped at and recorded the stop: the line then says that checkpoint is there, not that it is missing."""
+    from llm.train import aborted_message
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "step_0000040.pt").write_bytes(b"")
+    (run / "summary.json").write_text(json.dumps({"status": "interrupted", "step": 40}))
+    line = aborted_message(run, "hint", cause="SIGTERM")
+    assert line.startswith("SIGTERM came as the run exited: it had ended (interrupted) with the checkpoint of step 40")
+    assert "nothing is lost" in line and line.endswith("hint")
+    # a run still running at the signal (its record not yet the stop's), or stopped at a step it did not save
+    for summary in ({"status": "running", "step": 40}, {"status": "interrupted", "step": 41}):
+        (run / "summary.json").write_text(json.dumps(summary))
+        assert aborted_message(run, "hint", cause="SIGTERM").startswith("Aborted by SIGTERM: no checkpoint of the step")
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_only_rank_0_says_what_an_abort_left(tmp_path, monkeypatch, capsys, rank):
+    """Every torchrun rank gets the signal, but only rank 0 writes the run's files: another rank's line would name
+    files it never wrote (it said no checkpoint was saved, and named metrics.jsonl in its own working dir)."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    import llm.train as train
+
+    def aborted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "run_training", aborted)
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    hc = SimpleNamespace(runtime=SimpleNamespace(output_dir=str(tmp_path / "run")),
+                         sweep=SimpleNamespace(dir=str(tmp_path)), overrides=SimpleNamespace(task=[]))
+    with pytest.raises(SystemExit) as stop:
+        train._run(OmegaConf.create({"sweep": {"name": "x"}, "train": {}}), hc, False, {})
+    assert stop.value.code == 130
+    err = capsys.readouterr().err
+    assert ("Aborted by a second Ctrl-C" in err) == (rank == "0"), err
+
+
 # -- interrupted and resumed runs: summary.json and metrics.jsonl say what happened, a resume never splices two
 # runs into one dir, and a refused command leaves a folder it found as it was
 
