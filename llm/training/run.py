@@ -23,6 +23,7 @@ from llm.config_check import check_config_keys, inert_rope_note, validate_config
 from llm.errors import ConfigError, ResumeError, RunDirInUseError, UserError, one_line
 from llm.fileio import DiskFullError, write_json_atomic
 from llm.sweep_jobs import swept_values
+from llm.training import checkpoint as checkpoint_module
 from llm.training.checkpoint import NO_RESUME, find_resume_checkpoint
 from llm.training.distributed import cleanup, init_distributed
 from llm.training.init_from import (
@@ -97,6 +98,50 @@ def _interrupted_start(cfg: DictConfig, run_dir: Path, lock: RunDirLock, sweep_j
         record_failed_start(cfg, run_dir, "interrupted", "interrupted (Ctrl-C or SIGTERM) before its first step")
 
 
+class HeldLines(logging.Handler):
+    """A logger's records kept back while a command is checked, then passed on (:meth:`pass_on`).
+
+    Why: Hydra's ``train.log`` lies in the run dir, and a refused resume writes nothing there; but the notes of a
+    resume's checks (a damaged checkpoint skipped) belong in the run's log once the command is accepted, and on
+    the terminal either way."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__()
+        self.logger, self.records, self._propagate = logger, [], logger.propagate
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def __enter__(self) -> HeldLines:
+        self.logger.addHandler(self)
+        self.logger.propagate = False
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self)
+        self.logger.propagate = self._propagate
+
+    def pass_on(self, to_files: bool = True) -> None:
+        """Pass the records on as they would have gone (``to_files`` False: to every handler but log files)."""
+        records, self.records = self.records, []
+        for record in records:
+            if to_files:
+                self.logger.handle(record)
+                continue
+            for handler in _handlers_of(self.logger):
+                if not isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
+                    handler.handle(record)
+
+
+def _handlers_of(logger: logging.Logger) -> list[logging.Handler]:
+    """The handlers a record of ``logger`` reaches: its own and its ancestors', up to one that does not propagate."""
+    found, current = [], logger
+    while current is not None:
+        found += current.handlers
+        current = current.parent if current.propagate else None
+    return found
+
+
 def _refuse_another_run_s_checkpoint(asked: object, run_dir: Path) -> None:
     """Refuse ``train.resume=<path>`` to a checkpoint outside ``run_dir`` when ``run_dir`` holds a run of its own.
 
@@ -160,6 +205,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
             cleanup(dist_info)
             raise StartInterrupted from e
     trainer = None
+    held: HeldLines | None = None
     recorded: Path | None = None  # the record of this command, once written
     fitting = False  # a stop before fit() is a first one: fit() takes its own stops (a second Ctrl-C aborts)
     try:
@@ -177,7 +223,9 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
                 (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a failed start's record, replaced by this run's
             asked = None
         _refuse_another_run_s_checkpoint(asked, run_dir)
-        resume = find_resume_checkpoint(asked, run_dir / "checkpoints")
+        held = HeldLines(checkpoint_module.log)  # its notes of damaged checkpoints: train.log's once the run is ours
+        with held:
+            resume = find_resume_checkpoint(asked, run_dir / "checkpoints")
         if resume is not None:  # every checkpoint resumed holds its config (checkpoint.RESUME_KEYS)
             _refuse_another_run_s_config(*resume, run_dir)
             cfg = reconcile_resume_config(resume[1]["config"], cfg, overrides)
@@ -197,6 +245,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
             lock.mark_owner()  # the command is accepted: the run is this process's now
             if command_record:
                 recorded = record_command(run_dir, command_record, first=resume is None)
+        held.pass_on()
         init = source.load() if source is not None else None  # a damaged checkpoint fails before any work
         trainer = Trainer(cfg, run_dir, dist_info, resume=resume, group=group, resume_hint=resume_hint,
                           job=run_dir.name if sweep_job else "",
@@ -216,10 +265,14 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
     except KeyboardInterrupt as e:
         if fitting:
             raise
+        if held is not None:
+            held.pass_on(to_files=False)
         if lock is not None:
             _interrupted_start(cfg, run_dir, lock, sweep_job)
         raise StartInterrupted from e
     except Exception as e:
+        if held is not None:
+            held.pass_on(to_files=False)  # a refused command writes nothing in the run dir, its log included
         if recorded is not None and recorded.name.startswith("resume_") and isinstance(e, USER_ERRORS):
             shutil.rmtree(recorded, ignore_errors=True)  # a resume refused once its data is read keeps no record
         if lock is not None:

@@ -212,6 +212,24 @@ def test_damaged_newest_checkpoint_falls_back_to_an_older_one(tmp_path, caplog):
     assert [m["step"] for m in read_metrics(run) if m["kind"] == "train"] == list(range(1, 7))
 
 
+def test_a_refused_resume_keeps_its_damaged_checkpoint_notes_out_of_the_run_s_log(tmp_path, capsys):
+    """A refused resume writes nothing in the run dir: the notes of the damaged checkpoints it skipped go to the
+    terminal only (train.log ended in "trying an older checkpoint" without the refusal); an accepted one logs them."""
+    run = tmp_path / "run"
+    args = [*STEPS, "train.ckpt_every=2", f"hydra.run.dir={run}"]
+    assert run_command_inprocess([*args, "train.stop_at_step=4"], multirun=False) == 0
+    newest = run / "checkpoints" / "step_0000004.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])
+    log_before = (run / "train.log").read_text()
+    capsys.readouterr()
+    assert run_command_inprocess([*args, "train.resume=auto", "seed=1"], multirun=False) == 2
+    out = capsys.readouterr()
+    assert (run / "train.log").read_text() == log_before
+    assert f"checkpoint {newest} is damaged" in out.out + out.err and "seed" in out.err
+    assert run_command_inprocess([*args, "train.resume=auto"], multirun=False) == 0
+    assert f"checkpoint {newest} is damaged" in (run / "train.log").read_text()
+
+
 def test_every_checkpoint_damaged_is_one_clear_error(tmp_path):
     run = tmp_path / "run"
     run_inprocess(run, [*STEPS, "train.stop_at_step=2"])
