@@ -26,6 +26,8 @@ from llm.errors import ResumeError
 PER_INVOCATION = ("train.resume", "train.stop_at_step", "device", "cache_dir")
 #: Keys a resume may change when asked to: they change when and where things happen, not what is trained.
 SAFE_TO_CHANGE = ("train.eval_every", *BOOKKEEPING_KEYS, "train.skip_nonfinite", "train.compile", "sweep", "logger")
+#: Keys refused because they change what the val metrics are measured on, not what is trained.
+MEASURING = ("train.eval_batches ",)
 
 
 def override_keys(overrides: Iterable[str]) -> list[str]:
@@ -88,9 +90,13 @@ def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Ite
         steps = (" (the learning rate's warmup and cosine run over train.max_steps: train.stop_at_step=N stops a run "
                  "early and keeps them; train.init_from=<run dir> starts a new run from its weights)"
                  if any(r.startswith("train.max_steps ") for r in refused) else "")
-        raise ResumeError(f"resume cannot change {', '.join(refused)}: that would train a different model{steps}; "
-                          "start a new run instead (keys a resume may change: "
-                          f"{', '.join(k for k in (*SAFE_TO_CHANGE, *PER_INVOCATION) if k != 'train.resume')})")
+        measured = [r for r in refused if r.startswith(MEASURING)]
+        trained = [r for r in refused if r not in measured]
+        clauses = [f"{', '.join(keys)}: {why}" for keys, why in (
+            (trained, f"that would train a different model{steps}"),
+            (measured, "that would measure the run's val metrics on other batches than before")) if keys]
+        raise ResumeError(f"resume cannot change {'; nor '.join(clauses)}; start a new run instead (keys a resume may "
+                          f"change: {', '.join(k for k in (*SAFE_TO_CHANGE, *PER_INVOCATION) if k != 'train.resume')})")
     return result
 
 

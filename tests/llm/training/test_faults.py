@@ -155,6 +155,27 @@ def test_a_resume_keeps_the_run_s_logger_unless_the_command_names_one(saved_logg
     assert got == expected
 
 
+@pytest.mark.parametrize("asked,why", [
+    (["train.eval_batches=3"], "train.eval_batches (saved 1, asked 3): that would measure the run's val metrics on "
+                               "other batches than before; start"),
+    (["train.eval_batches=3", "seed=5"], "seed (saved 0, asked 5): that would train a different model; nor "
+                                         "train.eval_batches (saved 1, asked 3): that would measure"),
+])
+def test_a_refused_resume_says_why_for_the_keys_it_names(asked, why):
+    """An eval setting changes what the val metrics are measured on, not the model: the refusal says so, where it
+    said every refused key would train a different model."""
+    from helpers import compose_cfg
+    from omegaconf import OmegaConf
+
+    from llm.training.resume import reconcile_resume_config
+
+    saved = OmegaConf.to_container(compose_cfg([]), resolve=True)
+    asked = ["train.resume=auto", *asked]
+    with pytest.raises(ResumeError, match="resume cannot change ") as refused:
+        reconcile_resume_config(saved, compose_cfg(asked), asked)
+    assert f"resume cannot change {why}" in str(refused.value)
+
+
 def test_a_resumed_sweep_job_stays_in_its_sweep_s_tracker_group(tmp_path, capsys, monkeypatch):
     """The printed resume command runs a sweep's job as a single run, which cannot derive the sweep's group
     (its name and dir): the group saved in the checkpoint is kept, so both segments of the job's tracker run
