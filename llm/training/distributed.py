@@ -59,6 +59,11 @@ def any_rank(flag: bool, info: DistInfo, device: torch.device) -> bool:
     return bool(t.item() > 0)
 
 
-def cleanup(info: DistInfo) -> None:
+def cleanup(info: DistInfo, together: bool = False) -> None:
+    """Leave the process group. ``together`` (every rank ended its run normally): after a barrier, so no rank
+    tears its connections down while another still writes its outputs and may yet send; a rank that failed skips
+    it (its peers may never arrive, and torchrun ends them once it exits)."""
     if info.enabled and dist.is_initialized():
+        if together:
+            dist.barrier()
         dist.destroy_process_group()

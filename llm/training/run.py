@@ -206,6 +206,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
             raise StartInterrupted from e
     trainer = None
     held: HeldLines | None = None
+    ended = False  # fit() returned: every rank reaches the end together
     recorded: Path | None = None  # the record of this command, once written
     fitting = False  # a stop before fit() is a first one: fit() takes its own stops (a second Ctrl-C aborts)
     try:
@@ -261,7 +262,9 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
                     if line:
                         log.info(line)
         fitting = True
-        return trainer.fit()
+        outcome = trainer.fit()
+        ended = True
+        return outcome
     except KeyboardInterrupt as e:
         if fitting:
             raise
@@ -285,4 +288,4 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
         # destructor can deadlock on its mutex (a torchrun rank hung at exit in CI), so it goes first.
         trainer = None
         gc.collect()  # reference cycles of the trainer too
-        cleanup(dist_info)
+        cleanup(dist_info, together=ended)

@@ -241,10 +241,36 @@ def test_the_trainer_is_freed_before_the_process_group_goes(tmp_path, monkeypatc
     alive = []
     real_cleanup = run_module.cleanup
 
-    def cleanup(info):
+    def cleanup(info, **kwargs):
         alive.append(sum(isinstance(o, Trainer) for o in gc.get_objects()))
-        real_cleanup(info)
+        real_cleanup(info, **kwargs)
 
     monkeypatch.setattr(run_module, "cleanup", cleanup)
     run_inprocess(tmp_path / "run", ["train.max_steps=2", "train.eval_every=2", "device=cpu"])
     assert alive == [0]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_ranks_leave_the_process_group_together_after_a_run_that_ended(tmp_path, monkeypatch, fails):
+    """A rank that ended its run meets the others at a barrier before it tears its connections down (rank 1, which
+    writes nothing, reached the end first and went while rank 0 still wrote its outputs); one whose run failed
+    does not wait for peers that may never come."""
+    from llm.training import distributed
+    from llm.training import run as run_module
+    from llm.training.trainer import Trainer
+
+    calls = []
+    monkeypatch.setattr(run_module, "init_distributed", lambda device: distributed.DistInfo(0, 2, 0))
+    monkeypatch.setattr(run_module, "_shared_run_dir", lambda run_dir, info: run_dir)  # a broadcast
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(distributed.dist, "destroy_process_group", lambda: calls.append("destroy"))
+    monkeypatch.setattr(Trainer, "__init__", lambda self, *a, **k: None)
+    monkeypatch.setattr(Trainer, "fit", lambda self: (_ for _ in ()).throw(RuntimeError("boom")) if fails else "done")
+    cfg = compose_cfg(["train.max_steps=2", "device=cpu"])
+    if fails:
+        with pytest.raises(RuntimeError, match="boom"):
+            run_module.run_training(cfg, tmp_path / "run")
+    else:
+        assert run_module.run_training(cfg, tmp_path / "run") == "done"
+    assert calls == (["destroy"] if fails else ["barrier", "destroy"])
