@@ -67,12 +67,14 @@ from llm.generation.load import (
     open_run,
     refuse_rope_keys_without_a_kernel,
     rope_for_generation,
+    run_hint,
     run_tokenizer,
     with_checkpoint,
 )
 from llm.model import GPT, GPTConfig, build_model
 from llm.training import runtime
 from llm.training.outputs import SUMMARY_FILE
+from llm.training.run_dir import lock_holder
 
 OUT_DIR = "eval_lengths"
 #: Default evaluation lengths, as multiples of the run's training ``model.seq_len``.
@@ -419,7 +421,8 @@ class LengthEvaluator:
             self.sliding_for(self.own_rope, sel, autocast)
             self.emit(f"  baseline L={sel.length}: the run's own {self.window}-token windows, "
                       f"{time.perf_counter() - t0:.1f} s")
-        bucket = self._bucket(plan)  # once the weights are loaded: an earlier record's checkpoint is compared
+        # once the weights are loaded (an earlier record's checkpoint is compared), on the longest length evaluated
+        bucket = self._bucket(plan, max(sel.length for sel in kept))
         per_length = []
         for sel in kept:
             L = sel.length
@@ -450,10 +453,12 @@ class LengthEvaluator:
                 save(self._record(plan, per_length, skipped, bucket, notes))
         return self._record(plan, per_length, skipped, bucket, notes)
 
-    def _bucket(self, plan: EvalPlan) -> int:
+    def _bucket(self, plan: EvalPlan, longest: int) -> int:
         """``bucket_size=``, else the bucket of the file's earlier record of this evaluation (more lengths join it
-        on its buckets), else the longest length / DEFAULT_BUCKETS."""
-        default = max(1, plan.max_len // DEFAULT_BUCKETS)
+        on its buckets), else ``longest`` (the longest length evaluated) / DEFAULT_BUCKETS. Why not the longest
+        length asked: one that no val document reaches is skipped, and its buckets (of 781 positions for a
+        skipped 50000) left the lengths evaluated a loss-vs-position curve of one bucket."""
+        default = max(1, longest // DEFAULT_BUCKETS)
         if self.settings.bucket_size:
             return self.settings.bucket_size
         earlier = read_earlier(self.opened.run_dir / OUT_DIR, plan.label)
@@ -466,7 +471,8 @@ class LengthEvaluator:
                 notes: list[str]) -> dict:
         cfg, s, r = self.run_cfg, self.settings, self.base_rope
         return {
-            "label": plan.label, "run_dir": str(self.opened.run_dir), "checkpoint": str(self.checkpoint),
+            # the file itself (last.pt is a link to the newest step_*.pt; a relative path depends on the cwd)
+            "label": plan.label, "run_dir": str(self.opened.run_dir), "checkpoint": _checkpoint_file(self.checkpoint),
             "step": self.step, "seed": cfg.get("seed"), "rope": r["name"],
             "variant": None if r["name"] == "none" else r.get("variant", "partial"),
             "compute_dtype": r.get("compute_dtype"), "rope_label": _rope_label(r),
@@ -475,6 +481,7 @@ class LengthEvaluator:
             "packing": cfg.data.get("packing", "random"),
             "scaling": plan.scaling.record(), "scaling_label": plan.scaling.description,
             "tokens": self.budget, "val_stream_tokens": int(len(self.val_tokens())), "bucket_size": bucket,
+            "autocast_dtype": _autocast_name(s.dtype, s.device),
             "baseline": {"window": self.window, "stride": self.stride, "rope": self.own_rope},
             "document_order_seed": DOCUMENT_ORDER_SEED, "notes": notes, "skipped": skipped,
             "lengths": per_length,
@@ -509,7 +516,9 @@ def _progress_line(m: dict, split: int) -> str:
 # -- outputs ----------------------------------------------------------------------------------------------
 #: What makes two evaluations of a run one evaluation, whose lengths may share a file.
 SAME_EVALUATION = ("checkpoint", "step", "rope_label", "scaling_label", "tokens", "reference_len", "baseline",
-                   "bucket_size", "document_order_seed")  # (the baseline's RoPE cache size aside: _comparable)
+                   "bucket_size", "document_order_seed", "autocast_dtype")  # (the baseline's RoPE cache size
+# aside: _comparable). autocast_dtype: a length evaluated under bfloat16 autocast differs from a float32 one by more
+# than the scalings being compared (a bfloat16 baseline too), so lengths of the two never share a file.
 
 
 def read_earlier(out_dir: Path, label: str) -> dict | None:
@@ -529,17 +538,53 @@ def _conflict(earlier: Mapping | None, record: Mapping) -> str | None:
     if earlier is None:
         return None
     for key in SAME_EVALUATION:
-        if _comparable(key, earlier.get(key)) != _comparable(key, record.get(key)):
-            return f"{key}={earlier.get(key)!r} (this one: {record.get(key)!r})"
+        old, new = _value(earlier, key), _value(record, key)
+        if _comparable(key, old) != _comparable(key, new):
+            return f"{key}={old!r} (this one: {new!r})"
     return None
+
+
+def _value(record: Mapping, key: str) -> Any:
+    """``record[key]``; a record written before ``autocast_dtype`` was recorded gets it from its config's ``dtype``
+    and ``device``, as the evaluation resolved them (so its lengths still join a float32 evaluation of today)."""
+    if key != "autocast_dtype" or key in record:
+        return record.get(key)
+    config = record.get("config")
+    if not isinstance(config, Mapping) or not isinstance(config.get("dtype"), str):
+        return None
+    try:
+        device = torch.device(str(config.get("device", "cpu")))
+    except (RuntimeError, ValueError):
+        return None
+    return _autocast_name(config["dtype"], device)
+
+
+def _autocast_name(dtype: str, device: torch.device) -> str:
+    """The autocast an evaluation ran under, as ``summary.json`` names it: ``bfloat16``, or ``none`` (float32)."""
+    chosen = runtime.autocast_dtype(dtype, device)
+    return "none" if chosen is None else str(chosen).removeprefix("torch.")
 
 
 def _comparable(key: str, value: Any) -> Any:
     """A :data:`SAME_EVALUATION` value as evaluations compare it: the baseline's RoPE cache size follows the
-    longest length asked, and changes no loss (a position's cos/sin do not depend on the table's length)."""
+    longest length asked, and changes no loss (a position's cos/sin do not depend on the table's length); a
+    checkpoint is the file a path names (``checkpoint=<run>/checkpoints/last.pt`` is the newest step_*.pt that the
+    default evaluates: the same evaluation, whose lengths were moved to superseded/ as another's)."""
     if key == "baseline" and isinstance(value, Mapping) and isinstance(value.get("rope"), Mapping):
         return {**value, "rope": {k: v for k, v in value["rope"].items() if k != "max_seq_len"}}
+    if key == "checkpoint" and isinstance(value, str) and value != "None":
+        return _checkpoint_file(value)
     return value
+
+
+def _checkpoint_file(path: Path | str | None) -> str:
+    """``path`` as the absolute path of the file it names (links resolved); as given where it cannot be resolved."""
+    if path is None:
+        return str(path)
+    try:
+        return str(Path(path).resolve())
+    except (OSError, RuntimeError):
+        return str(path)
 
 
 #: Where an earlier record of another evaluation under the same label is moved (the reports read only OUT_DIR/*.json).
@@ -573,6 +618,12 @@ def _merged(result: Mapping, out_dir: Path, emit: Emit) -> Mapping:
         return result
     lengths = sorted([*kept, *result["lengths"]], key=lambda m: m["length"])
     config = {**result.get("config", {}), "lengths": [m["length"] for m in lengths]}
+    # the rope group each kept length was evaluated with stays in the file: "the exact config used" of every length
+    earlier_ropes, ropes = (earlier.get("config") or {}).get("rope"), config.get("rope")
+    if isinstance(earlier_ropes, Mapping) and isinstance(ropes, Mapping):
+        kept_ropes = {str(m["length"]): earlier_ropes[str(m["length"])] for m in kept
+                      if str(m["length"]) in earlier_ropes}
+        config["rope"] = dict(sorted({**kept_ropes, **ropes}.items(), key=lambda item: int(item[0])))
     return {**result, "lengths": lengths, "config": config}
 
 
@@ -593,11 +644,18 @@ def write_result(result: Mapping, out_dir: Path, emit: Emit = print) -> tuple[Pa
 
 
 def unfinished_run_warning(run_dir: Path) -> str | None:
-    """One line when the run's ``summary.json`` says it did not complete (interrupted, nonfinite, ...), naming the
-    status and step; None for a completed run, or one without a summary (a checkpoint-only dir).
+    """One line when the run is still training (a live process holds its dir: it has no ``summary.json`` yet, or
+    a resumed run's stale one) or its ``summary.json`` says it did not complete (interrupted, nonfinite, ...),
+    naming the status and step; None for a completed run, or one without a summary (a checkpoint-only dir).
 
     Why a warning, not a refusal: an interrupted run's checkpoint is a model worth measuring, but its numbers are
-    of a shorter training than the run asked for, and the length report leaves the run out until it completes."""
+    of a shorter training than the run asked for, and the length report leaves the run out until it completes.
+    A run still training has no summary to say so: without the lock's check its checkpoint so far was evaluated
+    as if it were the finished model."""
+    if (pid := lock_holder(run_dir)) is not None:
+        return (f"warning: {run_dir} is still training (pid {pid}): its newest checkpoint so far is evaluated, not "
+                "the finished model; evaluate it again once the run completes (another checkpoint: the file of "
+                "this evaluation is then moved to superseded/)")
     try:
         summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
@@ -614,7 +672,8 @@ def unfinished_run_warning(run_dir: Path) -> str | None:
 def open_for_eval(run: str | None, checkpoint: str | None = None) -> OpenedRun:
     """The run dir checked (a config and a checkpoint present); raises :class:`ConfigError` naming ``run=``."""
     if run in (None, ""):
-        raise ConfigError("run= is required: the run dir to evaluate (e.g. run=outputs/runs/<date>/<time>_torch_s0)")
+        raise ConfigError("run= is required: the run dir to evaluate "
+                          f"({run_hint(checkpoint) or 'e.g. run=outputs/runs/<date>/<time>_torch_s0'})")
     return open_run(str(run), checkpoint)
 
 

@@ -245,5 +245,12 @@ def _speed_line(result: Generated, captured_now: bool) -> str:
     how fast the rest came."""
     what = "the prompt and the decode step's capture" if captured_now else "the prompt"
     rate = result.decode_tokens_per_s
-    tail = f", then {rate:,.0f} tokens/s" if rate else ""
+    tail = f", then {_rate(rate)} tokens/s" if rate else ""
     return f"[first token after {1e3 * result.first_token_s:.1f} ms ({what}){tail}]\n"
+
+
+def _rate(per_s: float) -> str:
+    """Tokens per second as a reader needs them: whole numbers from 100 on, three significant digits below. Why: a
+    slow decode (the Triton interpreter, a loaded CPU) of 0.4 tokens/s was printed as "0 tokens/s", as if nothing had
+    been decoded after the first token."""
+    return f"{per_s:,.0f}" if per_s >= 100 else f"{per_s:.3g}"

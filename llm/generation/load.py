@@ -30,6 +30,7 @@ from llm.model import GPT, GPTConfig, build_model, rope_cache_len
 from llm.training.checkpoint import checkpoint_files, dangling_last, load_checkpoint, load_newest_checkpoint
 from llm.training.outputs import CONFIG_FILE, holds_a_run
 from llm.training.resume import another_run_s_keys
+from llm.training.run_dir import lock_holder
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +134,14 @@ def open_run(run: str | None, checkpoint: str | None = None) -> OpenedRun:
     """Check ``run=`` (and ``checkpoint=``) and read the run's config; raises :class:`ConfigError`."""
     if run in (None, ""):
         raise ConfigError("run= is required: the run dir to generate from "
-                          "(e.g. run=outputs/runs/<date>/<time>_torch_s0)")
+                          f"({run_hint(checkpoint) or 'e.g. run=outputs/runs/<date>/<time>_torch_s0'})")
     run_dir = Path(str(run))
+    if run_dir.is_file():  # a checkpoint given as run=: say how to give it, with the run dir it came from
+        holder = checkpoint_run_dir(run)
+        how = (f"give run={holder} checkpoint={run}" if holder is not None else
+               "a checkpoint file is given as checkpoint=<file>, beside run=<its run dir>")
+        raise ConfigError(f"run={run} is a file, not a run dir (a run dir holds {CONFIG_FILE} and checkpoints/); "
+                          f"{how}")
     if not run_dir.is_dir():
         raise ConfigError(f"run={run} is not a directory (a run dir holds config.yaml and checkpoints/)")
     if checkpoint not in (None, ""):
@@ -150,8 +157,12 @@ def open_run(run: str | None, checkpoint: str | None = None) -> OpenedRun:
             raise ConfigError(f"run={run} has no checkpoint: {run_dir / 'checkpoints' / 'last.pt'} points to {gone}, "
                               "which is missing, and no other is there; put the file back")
         if not checkpoint_files(run_dir / "checkpoints"):
+            # a live process holding the dir is a run still training, not one that stopped: say to wait for it
+            pid = lock_holder(run_dir)
+            why = ("the run stopped before its first one" if pid is None else
+                   f"the run is still training (pid {pid}) and has not saved its first one yet: wait for it")
             raise ConfigError(f"run={run} has no checkpoint: {run_dir / 'checkpoints'} holds no last.pt or step_*.pt "
-                              "(the run stopped before its first one; train.ckpt_every=N saves one every N steps)")
+                              f"({why}; train.ckpt_every=N saves one every N steps)")
     if (run_dir / CONFIG_FILE).is_file():
         config = run_config(run, run_dir / CONFIG_FILE)
         if path is None:
@@ -165,6 +176,24 @@ def open_run(run: str | None, checkpoint: str | None = None) -> OpenedRun:
         raise ConfigError(f"run={run} has no {CONFIG_FILE} and its checkpoint {found_path} holds no config")
     return OpenedRun(run_dir, run_config(run, f"its checkpoint {found_path}'s config", state["config"]), found_path,
                      state)
+
+
+def checkpoint_run_dir(checkpoint: str | None) -> Path | None:
+    """The run dir a checkpoint file lies in (``<dir>/checkpoints/<file>`` beside ``<dir>/config.yaml``), else None.
+    Why: a user holding a checkpoint path gives it as ``run=``, or as ``checkpoint=`` alone; the model, tokenizer
+    and data are the run dir's, so the refusal names the ``run=`` to give."""
+    if checkpoint in (None, ""):
+        return None
+    path = Path(str(checkpoint))
+    holder = path.parent.parent
+    return holder if path.parent.name == "checkpoints" and (holder / CONFIG_FILE).is_file() else None
+
+
+def run_hint(checkpoint: str | None) -> str | None:
+    """What to give for a ``checkpoint=`` given without ``run=``: ``run=`` its run dir (:func:`checkpoint_run_dir`);
+    None where it lies in none."""
+    holder = checkpoint_run_dir(checkpoint)
+    return None if holder is None else f"checkpoint={checkpoint} is in the run dir {holder}: give run={holder}"
 
 
 #: The groups of a run's config that generation and evaluation read.
