@@ -144,7 +144,10 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
     with a seed whose val loss is nan/inf last: their mean is over the seeds that did not diverge, and ranked by it
     a kernel that diverged once could head the table."""
     groups: dict[Key, Group] = {}
+    done = {r.key for r in runs if r.completed}
     for r in runs:
+        if not r.completed and (key := _incomplete_key(r, done)) != r.key:
+            r.identity = key
         g = groups.setdefault(r.key, Group(key=r.key, runs=[], excluded=[]))
         (g.runs if r.completed else g.excluded).append(r)
     for g in groups.values():
@@ -155,6 +158,24 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
         _note_repeats(g)
     return sorted(groups.values(),
                   key=lambda g: (bool(g.nonfinite_seeds("val_loss")), _sort_key(g.mean("val_loss")), g.label))
+
+
+def _incomplete_key(r: Run, done: set[Key]) -> Key:
+    """The implementation a run that did not complete belongs to. Its own record may not say it as a completed run's
+    does: a completed run records the compute dtype its built RoPE reports (``triton_v4``: float32), a job refused or
+    killed before that only its config's (none but torch's), and a job a sweep never started only its ``rope=``
+    preset (``torch_full``, read from ``conf/rope/``). Grouped as recorded, such a job would stand as an
+    implementation of its own (``triton_v4 (partial)`` beside ``triton_v4 (partial, float32)``), and the
+    implementation it failed for would count no excluded run. So it joins the one completed implementation its
+    record fits (rope, packing, and its variant and compute dtype where recorded), else keeps its own key (a
+    preset's resolved)."""
+    name, variant, dtype, packing = r.key
+    preset = _rope_preset(name) if name != "?" else None
+    if preset is not None:  # what the run's record leaves out is its preset's (a preset names no packing)
+        name, variant, dtype = preset[0], variant or preset[1], dtype or preset[2]
+    fits = [k for k in done if k[0] == name and k[3] == packing
+            and (name == "none" or variant is None or k[1] == variant) and (dtype is None or k[2] == dtype)]
+    return fits[0] if len(fits) == 1 else (name, variant, dtype, packing)
 
 
 def _note_repeats(g: Group) -> None:

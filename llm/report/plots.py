@@ -62,10 +62,22 @@ def short_label(label: str, width: int = MAX_LABEL) -> str:
 
 
 def _per_step(g: Group) -> dict[int, list[tuple[float, float | None]]]:
-    per_step: dict[int, list[tuple[float, float | None]]] = {}
-    for r in g.runs:
+    """Step -> one ``(val loss, training time)`` per seed (its runs averaged, as :meth:`Group.per_seed` averages their
+    final losses) and one per run without a seed. Why per seed: a seed run in two sweeps compared together is one
+    sample in every table, and a mean over runs would weigh it twice, so the curve's last point would not be the
+    Summary's mean val loss (nor its n the legend's)."""
+    by_seed: dict[object, dict[int, list[tuple[float, float | None]]]] = {}
+    for i, r in enumerate(g.runs):
+        key: object = ("run", i) if r.seed is None else r.seed
         for step, loss, t in r.val_curve():
-            per_step.setdefault(step, []).append((loss, t))
+            by_seed.setdefault(key, {}).setdefault(step, []).append((loss, t))
+    per_step: dict[int, list[tuple[float, float | None]]] = {}
+    for curve in by_seed.values():
+        for step, values in curve.items():
+            finite = [v for v, _ in values if math.isfinite(v)]  # a seed's nan/inf run is left out, as per_seed does
+            times = [t for _, t in values if t is not None]
+            per_step.setdefault(step, []).append((statistics.fmean(finite) if finite else values[0][0],
+                                                  statistics.fmean(times) if times else None))
     return per_step
 
 

@@ -95,6 +95,10 @@ class Run:
     summary: dict[str, Any]
     metrics: list[dict[str, Any]] = field(default_factory=list)
     name: str = ""
+    #: The implementation a run that did not complete belongs to, where the report knows it better than the run's own
+    #: record (:func:`llm.report.analysis.group_runs`): a job refused or killed before building its RoPE recorded no
+    #: compute dtype, and a job a sweep never started only its ``rope=`` preset (``torch_full``).
+    identity: tuple[str, str | None, str | None, str] | None = None
 
     @property
     def rope(self) -> str:
@@ -119,6 +123,8 @@ class Run:
     def key(self) -> tuple[str, str | None, str | None, str]:
         """What groups runs into one implementation: (rope, variant, compute dtype, packing). The packing is part of
         it because a model trained on document-aligned windows is another model, not another seed of the same."""
+        if self.identity is not None:
+            return self.identity
         return (self.rope, self.variant, self.compute_dtype, self.packing)
 
     @property
@@ -358,7 +364,10 @@ def never_started(sweep_dir: Path) -> list[Run]:
         swept = " ".join(o for o in overrides if o not in shared)  # what sets the job apart
         summary = {"status": NOT_STARTED, "rope": rope_name, "seed": seed,
                    "message": f"the sweep never started it ({swept})"}
-        missing.append(Run(path=sweep_dir / name, config={}, summary=summary, metrics=[]))
+        # the rope settings a job sets itself (a sweep over rope.variant=partial,full): its implementation
+        summary |= {key: given[f"rope.{key}"] for key in ("variant", "compute_dtype") if f"rope.{key}" in given}
+        config = {"data": {"packing": given["data.packing"]}} if "data.packing" in given else {}
+        missing.append(Run(path=sweep_dir / name, config=config, summary=summary, metrics=[]))
     return missing
 
 
@@ -381,9 +390,11 @@ def _named(runs: list[Run]) -> list[Run]:
 
 
 def load_runs(paths: Sequence[PathLike]) -> list[Run]:
-    """:func:`load_all_runs` and the jobs of the sweeps given that never started (:func:`never_started`), refusing
-    (:class:`NoRunsError`) when there is nothing at all to report on."""
+    """:func:`load_all_runs` and the jobs that never started (:func:`never_started`) of the sweeps given or found below
+    them (a parent of sweeps is searched as its runs are: a killed sweep under it must not shrink to the jobs it
+    reached), refusing (:class:`NoRunsError`) when there is nothing at all to report on."""
     sweeps = {search_root(p).resolve() for p in paths}
+    sweeps |= {m.parent.resolve() for p in paths for m in search_root(p).rglob("multirun.yaml") if m.is_file()}
     runs = _named(load_all_runs(paths) + [r for d in sorted(sweeps) for r in never_started(d)])
     if not any(r.status not in (CRASHED, NOT_STARTED) for r in runs):
         raise NoRunsError(

@@ -115,7 +115,8 @@ def _comparison_cells(gc: GroupComparison | None) -> Row:
 
 def _row(report: Report, g: Group) -> Row:
     gc = report.comparison(g)
-    row: Row = [g.label, g.key[0], g.key[1] or "", g.key[2] or "", g.n, seed_list(g.seeds)]
+    # each seed once, as n counts it: a seed run in two sweeps compared together is one sample
+    row: Row = [g.label, g.key[0], g.key[1] or "", g.key[2] or "", g.n, seed_list(dict.fromkeys(g.seeds))]
     for m, _, _ in METRICS:
         row += list(g.stats[m][:3])  # mean, std and the runs they are over: n less a nan/inf or missing value
     tokens = sorted({int(v) for r in g.runs if (v := r.value("val_tokens")) is not None})

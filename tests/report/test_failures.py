@@ -103,9 +103,10 @@ def test_jobs_a_killed_sweep_never_started_are_listed(tmp_path: Path):
     assert set(missing) == {"4_triton_v4_s1", "5_triton_v4_s2"}, missing
     assert missing["4_triton_v4_s1"] == "the sweep never started it (rope=triton_v4 seed=1)"
     text = compare_runs([sweep], sweep).read_text()
-    assert "| `5_triton_v4_s2` | triton_v4 | 2 | not started | the sweep never started it (rope=triton_v4 seed=2) |" \
-        in text
-    assert "triton_v4 seed 2 (`5_triton_v4_s2`, not started)" in text  # no "at step n/a": it never had a step
+    # listed under the implementation it was to train (its completed seed's), not as one of its own: `triton_v4`
+    assert "| `5_triton_v4_s2` | triton_v4 (partial, float32) | 2 | not started | the sweep never started it " \
+           "(rope=triton_v4 seed=2) |" in text
+    assert "triton_v4 (partial, float32) seed 2 (`5_triton_v4_s2`, not started)" in text  # no "at step n/a"
     # a job that sets no rope=: the sweep's own rope (multirun.yaml's top level), not "?"
     (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {
         "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
@@ -193,3 +194,67 @@ def test_cli_counts_interrupted_runs_apart_from_failed_ones(tmp_path: Path, caps
     err = capsys.readouterr().err
     assert "1 run(s) interrupted; 1 aborted; 2 failed or crashed; the statistics use the 6 completed run(s)" \
         in err.splitlines(), err
+
+
+def test_a_job_that_failed_before_building_its_rope_counts_under_its_implementation(tmp_path: Path):
+    """A completed run records the compute dtype its RoPE reports (``triton_v4``: float32), a job refused or killed
+    before building it only its config's (none for a kernel), and a job a sweep never started only its ``rope=``
+    preset (``torch_full``): each is listed under the implementation it was to train, whose row counts it as
+    excluded, not as an implementation of its own."""
+    sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1, 2)), V4: planted(0.0, seeds=(0, 1, 2)),
+                                             ("torch_full", "float32"): planted(0.01, seeds=(0, 1))})
+    for d in sweep.glob("*_torch_full_*"):  # as the trainer records a torch_full run: torch, full
+        summary = json.loads((d / "summary.json").read_text())
+        (d / "summary.json").write_text(json.dumps({**summary, "rope": "torch", "variant": "full"}))
+        config = yaml.safe_load((d / "config.yaml").read_text())
+        config["rope"].update(name="torch", variant="full")
+        (d / "config.yaml").write_text(yaml.safe_dump(config))
+    killed = sweep / "9_triton_v4_s3"  # killed before summary.json; a kernel's config names no compute dtype
+    config = config_for("triton_v4", 3)
+    del config["rope"]["compute_dtype"]
+    (killed / ".hydra").mkdir(parents=True)
+    (killed / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
+        "sweep": {"dir": str(sweep), "subdir": "${hydra.job.num}_${hydra:runtime.choices.rope}_s${seed}"},
+        "overrides": {"task": ["rope=torch,triton_v4,torch_full", "seed=0,1,2"]}}}))
+    report = build_report([sweep])
+    labels = {g.label: (g.n, sorted(r.name for r in g.excluded)) for g in report.groups}
+    assert labels == {"torch (partial, float32)": (3, []), "triton_v4 (partial, float32)": (3, ["9_triton_v4_s3"]),
+                      "torch (full, float32)": (2, ["8_torch_full_s2"])}, labels
+    text = compare_runs([sweep], sweep).read_text()
+    assert "| `8_torch_full_s2` | torch (full, float32) | 2 | not started |" in text
+    assert f"| `9_triton_v4_s3` | triton_v4 (partial, float32) | 3 | {CRASHED} |" in text
+    with (sweep / "comparison.csv").open() as f:
+        rows = {r["implementation"]: r for r in csv.DictReader(f)}
+    assert set(rows) == set(labels)
+    assert rows["triton_v4 (partial, float32)"]["n_excluded"] == "1"
+    assert rows["torch (full, float32)"]["n_excluded"] == "1"
+
+
+def test_jobs_never_started_are_listed_when_the_sweeps_parent_is_given(tmp_path: Path):
+    """``scripts.compare`` takes run dirs, sweep dirs or their parents: given the parent of a killed sweep, the jobs it
+    never reached are listed as they are for the sweep dir itself, not left out of a report that looks complete."""
+    sweep = write_sweep(tmp_path / "sweeps" / "killed", {REF: reference((0, 1, 2)), V4: planted(0.0, seeds=(0,))})
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
+        "sweep": {"dir": str(sweep), "subdir": "${hydra.job.num}_${hydra:runtime.choices.rope}_s${seed}"},
+        "overrides": {"task": ["rope=torch,triton_v4", "seed=0,1,2"]}}}))
+    for root in (sweep, tmp_path / "sweeps", tmp_path):
+        missing = sorted(r.name.rsplit("/", 1)[-1] for r in build_report([root]).failures if r.status == "not started")
+        assert missing == ["4_triton_v4_s1", "5_triton_v4_s2"], (root, missing)
+
+
+def test_a_job_never_started_keeps_the_variant_it_sweeps(tmp_path: Path):
+    """A sweep over ``rope.variant=partial,full`` killed before its last job: that job is listed under the variant it
+    was to train, not under the ``rope=torch`` preset's partial rotation."""
+    sweep = tmp_path / "sweep"
+    for num, (variant, seed) in enumerate([("partial", 0), ("full", 0), ("partial", 1)]):
+        write_run(sweep / f"{num}_torch_s{seed}", "torch", seed, 3.0 + 0.01 * num, variant=variant)
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
+        "sweep": {"dir": str(sweep), "subdir": "${hydra.job.num}_${hydra:runtime.choices.rope}_s${seed}"},
+        "overrides": {"task": ["seed=0,1", "rope.variant=partial,full"]}}, "rope": {"name": "torch"}}))
+    report = build_report([sweep])
+    [missing] = [r for r in report.failures if r.status == "not started"]
+    assert (missing.name, missing.label) == ("3_torch_s1", "torch (full, float32)")

@@ -199,3 +199,32 @@ def test_a_zero_width_interval_is_named_in_the_verdict(tmp_path: Path, delta: fl
     noisy = write_sweep(tmp_path / "n", {REF: reference(), V4: planted(delta)})
     line = next(ln for ln in render_markdown(build_report([noisy])).splitlines() if ln.startswith("- triton_v4"))
     assert "zero width" not in line
+
+
+def test_a_seed_run_in_two_sweeps_is_one_sample_of_the_loss_curve(tmp_path: Path, monkeypatch):
+    """More seeds later, with seed 1 run again as a check: the tables average its two runs into one sample, so the
+    curve's last point is the Summary's mean val loss, not a mean over runs that weighs seed 1 twice."""
+    first = write_sweep(tmp_path / "a", {REF: reference(seeds=(0, 1))})
+    more = write_sweep(tmp_path / "b", {REF: {1: (SEED_LOSS[1] + 0.3, 0.4), 2: (SEED_LOSS[2], 0.4)}})
+    report = build_report([first, more])
+    group = report.groups[0]
+    assert group.n == 3 and len(group.runs) == 4
+    figs = _figures(monkeypatch)
+    plots_mod.plot_loss_curves(tmp_path / "c.png", report.groups)
+    line = next(line for line in figs[0].axes[0].lines if line.get_label().startswith("torch"))
+    assert list(line.get_xdata()) == [50, 100]
+    assert line.get_ydata()[-1] == pytest.approx(group.mean("val_loss"), abs=1e-12)
+    assert line.get_ydata()[-1] == pytest.approx((SEED_LOSS[0] + SEED_LOSS[1] + 0.15 + SEED_LOSS[2]) / 3)
+
+
+def test_the_csv_lists_a_seed_run_in_two_sweeps_once(tmp_path: Path):
+    """``n`` counts a repeated seed once; the ``seeds`` column beside it must list it once too (``0 1 2``, not
+    ``0 1 1 2`` beside n=3)."""
+    first = write_sweep(tmp_path / "a", {REF: reference(seeds=(0, 1)), V4: planted(0.0, seeds=(0, 1))})
+    more = write_sweep(tmp_path / "b", {REF: reference(seeds=(1, 2)), V4: planted(0.0, seeds=(1, 2))})
+    report = build_report([first, more])
+    write_csv(tmp_path / "c.csv", report)
+    with (tmp_path / "c.csv").open() as f:
+        rows = {r["implementation"]: r for r in csv.DictReader(f)}
+    for row in rows.values():
+        assert (row["n"], row["seeds"]) == ("3", "0 1 2"), row

@@ -161,6 +161,8 @@ def test_mismatched_seeds_fall_back_to_welch(tmp_path: Path):
     assert c.verdict == INCONCLUSIVE  # the seed spread hides the planted Δ without pairing
     text = compare_runs([sweep], sweep).read_text()
     assert "| unpaired (Welch) |" in text and "(unpaired (Welch), n=3 vs 3, Δ = +0.0200" in text
+    # the section's Δ is not "per seed, then averaged" for a Welch row: it has no pairs
+    assert "the difference of the two means over all their runs in an unpaired (Welch) row" in text
     assert _csv(sweep / "comparison.csv")["triton_v4 (partial, float32)"]["pairing"] == "unpaired (Welch)"
 
 
