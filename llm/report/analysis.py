@@ -60,7 +60,7 @@ def margin_problem(value: object, accuracy: bool = False) -> str | None:
     except (TypeError, ValueError):
         number = None
     if number is None or not (number > 0 and math.isfinite(number)):
-        return "must be a positive number" + (" below 1 (accuracy is a fraction)" if accuracy else "")
+        return "must be a positive finite number" + (" below 1 (accuracy is a fraction)" if accuracy else "")
     if accuracy and number >= 1:
         return "must be a positive number below 1 (accuracy is a fraction; 0.005 is half a point)"
     return None

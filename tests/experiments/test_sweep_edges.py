@@ -81,8 +81,8 @@ def test_two_jobs_of_a_length_sweep_in_one_dir_are_refused_before_any_job(tmp_pa
 
 
 @pytest.mark.parametrize("setting,said", [
-    ("margin=abc", "hydra.callbacks.compare.margin='abc' must be a positive number"),
-    ("margin=-0.01", "hydra.callbacks.compare.margin=-0.01 must be a positive number"),
+    ("margin=abc", "hydra.callbacks.compare.margin='abc' must be a positive finite number"),
+    ("margin=-0.01", "hydra.callbacks.compare.margin=-0.01 must be a positive finite number"),
     ("acc_margin=2", "hydra.callbacks.compare.acc_margin=2 must be a positive number below 1"),
     ("refrence=torch", "hydra.callbacks.compare.refrence is not a setting of the sweep's comparison"),
 ])

@@ -169,8 +169,8 @@ def test_ctrl_c_while_importing_is_one_line_and_exit_130(tmp_path: Path):
 
 
 @pytest.mark.parametrize(("margin", "acc_margin", "said"), [
-    (-0.01, 0.005, "margin=-0.01 must be a positive number"),
-    (float("inf"), 0.005, "margin=inf must be a positive number"),
+    (-0.01, 0.005, "margin=-0.01 must be a positive finite number"),
+    (float("inf"), 0.005, "margin=inf must be a positive finite number"),
     (0.01, 1.5, "acc_margin=1.5 must be a positive number below 1 (accuracy is a fraction"),
 ])
 def test_build_report_refuses_the_margins_the_command_refuses(sweep: Path, margin, acc_margin, said):
