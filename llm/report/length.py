@@ -357,10 +357,14 @@ class LengthReport:
         return [L for L in self.lengths if L > t]
 
 
-def load_length_results(runs: Sequence[Run]) -> tuple[list[LengthResult], list[str]]:
-    """Every ``eval_lengths/*.json`` of ``runs``, and the files that could not be read (named, not fatal)."""
-    results, unreadable = [], []
+def load_length_results(runs: Sequence[Run]) -> tuple[list[LengthResult], list[str], list[str]]:
+    """Every ``eval_lengths/*.json`` of ``runs``, the files that could not be read (named, not fatal), and those of
+    a checkpoint before the run's end, left out (named): evaluated while the run trained, or before a resume took
+    it further, such a file measures a shorter training than the run's, and averaged as its seed it would stand
+    for the finished model."""
+    results, unreadable, earlier = [], [], []
     for run in runs:
+        ended = run.summary.get("step")
         for path in sorted((run.path / EVAL_DIR).glob("*.json")):
             try:
                 data = json.loads(path.read_text())
@@ -371,9 +375,12 @@ def load_length_results(runs: Sequence[Run]) -> tuple[list[LengthResult], list[s
                 unreadable.append(f"{path} (not an eval_lengths result)")
             elif bad := _bad_length_entry(data["lengths"]):
                 unreadable.append(f"{path} ({bad})")
+            elif isinstance(step := data.get("step"), int) and isinstance(ended, int) and step != ended:
+                earlier.append(f"`{path}` (step {step}; the run ended at step {ended}: python -m llm.eval_lengths "
+                               f"run={run.path} evaluates its final checkpoint)")
             else:
                 results.append(LengthResult(path, data))
-    return results, unreadable
+    return results, unreadable, earlier
 
 
 def _bad_length_entry(lengths: list) -> str | None:
@@ -458,8 +465,11 @@ def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
     """
     found = load_all_runs(paths)
     runs = [r for r in found if r.completed]
-    results, unreadable = load_length_results(runs)
+    results, unreadable, earlier = load_length_results(runs)
     notes = check_same_data(runs)  # runs trained on different data are refused, naming them
+    if earlier:
+        notes.append(f"**Note**: {len(earlier)} evaluation(s) of a checkpoint before their run's end are left out: "
+                     f"{', '.join(earlier)}.")
     left_out = [f"{r.name} ({r.status})" for r in found if not r.completed]
     if left_out:
         notes.append(f"**Note**: {len(left_out)} run(s) did not complete and are left out: {', '.join(left_out)}.")
@@ -505,7 +515,7 @@ def _ppl_text(c: Cell | None, n: int | None = None) -> str:
         return "-"
     mean, lo, hi = c.ppl
     digits = 2 if mean < 1000 else 0
-    ci = "n=1" if lo is None else f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
+    ci = "(n=1)" if lo is None else f"[{fmt(lo, digits)}, {fmt(hi, digits)}]"
     return f"{fmt(mean, digits)} {ci}" + _fewer(c.n, n)
 
 

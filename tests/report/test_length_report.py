@@ -554,6 +554,26 @@ def test_a_delta_of_one_seed_says_it_has_no_ci(tmp_path: Path):
     run = write_run(tmp_path / "0_s0", "torch", 0, 3.0)
     _evaluation(run, "none", "none", {32: 2.0, 64: 2.5}, 256)
     _evaluation(run, "yarn", YARN, {32: 2.1, 64: 2.4}, 256)
-    scaling = section(length_markdown(build_length_report([tmp_path])), "Scaling − none, same variant and length")
+    md = length_markdown(build_length_report([tmp_path]))
+    scaling = section(md, "Scaling − none, same variant and length")
     assert f"| {PARTIAL} | {YARN} | {MINUS}0.1000 n=1 |" in scaling, scaling
     assert "`n=1`: one seed, no CI" in scaling
+    # the other tables' cells of one seed, perplexity's too, as their legend writes it
+    assert f"{math.exp(2.5):.2f} (n=1) |" in section(md, "Whole-window perplexity")
+
+
+def test_an_evaluation_of_a_checkpoint_before_the_run_s_end_is_left_out_and_named(tmp_path: Path):
+    """An evaluation made while the run still trained (or before a resume took it further) measures a shorter
+    training: it was averaged as the run's seed without a word; it is now left out, named with the command that
+    evaluates the final checkpoint. One of the run's own final step counts as before."""
+    sweep = planted_sweep(tmp_path)
+    paths = [p for p in sorted(sweep.rglob("eval_lengths/none.json"))
+             if (d := json.loads(p.read_text()))["rope_label"] == PARTIAL and d["packing"] == "random"]
+    for path, step in zip(paths[:2], (40, 100), strict=True):  # the runs ended at step 100 (write_run)
+        path.write_text(json.dumps({**json.loads(path.read_text()), "step": step}))
+    report = build_length_report([sweep])
+    assert report.cell(PARTIAL, "none", 64).n == 2
+    note = next(n for n in report.notes if "before their run's end" in n)
+    run = paths[0].parents[1]
+    assert f"`{paths[0]}` (step 40; the run ended at step 100: python -m llm.eval_lengths run={run}" in note
+    assert str(paths[1]) not in note and note in length_markdown(report)
