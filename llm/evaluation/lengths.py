@@ -534,14 +534,16 @@ def read_earlier(out_dir: Path, label: str) -> dict | None:
 
 
 def _conflict(earlier: Mapping | None, record: Mapping) -> str | None:
-    """How ``earlier`` differs from ``record`` in :data:`SAME_EVALUATION` (``key=old`` against ``new``), or None."""
+    """How ``earlier`` differs from ``record`` in :data:`SAME_EVALUATION` (``key=old`` against ``new``, each key that
+    differs), or None. The bucket size is named only where nothing else differs: another evaluation takes its own
+    default bucket (:meth:`LengthEvaluator._bucket`), so naming it would hide the difference that made it another."""
     if earlier is None:
         return None
-    for key in SAME_EVALUATION:
-        old, new = _value(earlier, key), _value(record, key)
-        if _comparable(key, old) != _comparable(key, new):
-            return f"{key}={old!r} (this one: {new!r})"
-    return None
+    differ = [f"{key}={old!r} (this one: {new!r})" for key in SAME_EVALUATION
+              if _comparable(key, old := _value(earlier, key)) != _comparable(key, new := _value(record, key))]
+    if len(differ) > 1:
+        differ = [d for d in differ if not d.startswith("bucket_size=")]
+    return ", ".join(differ) or None
 
 
 def _value(record: Mapping, key: str) -> Any:

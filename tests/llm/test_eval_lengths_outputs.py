@@ -74,6 +74,10 @@ def test_a_bfloat16_length_never_joins_a_float32_evaluation(trained_run):
     assert any("held another evaluation (autocast_dtype='none' (this one: 'bfloat16'))" in line for line in lines)
     (moved,) = (trained_run / lengths_mod.OUT_DIR / lengths_mod.SUPERSEDED_DIR).glob("prec-*.json")
     assert [m["length"] for m in json.loads(moved.read_text())["lengths"]] == [32, 64]
+    # a longer length under another autocast: the note names the autocast, not the default bucket it also changes
+    _, lines = run_eval(trained_run, "lengths=[128]", "tokens=256", "label=prec")
+    assert any("held another evaluation (tokens=128 (this one: 256), autocast_dtype='bfloat16' (this one: 'none'))"
+               in line for line in lines), lines
 
 
 def test_a_file_of_before_the_autocast_was_recorded_still_takes_float32_lengths(trained_run):
