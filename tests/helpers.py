@@ -61,6 +61,33 @@ def run_inprocess(tmp: Path, overrides: list[str]) -> dict:
     return train(cfg, tmp, overrides=tuple(overrides))
 
 
+def eval_lengths_inprocess(run_dir: Path, *overrides: str) -> tuple[dict, list[str]]:
+    """``python -m llm.eval_lengths run=RUN_DIR device=cpu OVERRIDES`` in this process: its record and the lines it
+    printed (on the CPU, as the suite's runs are trained: a GPU's evaluation differs in the 6th digit)."""
+    from llm.evaluation.lengths import eval_lengths_from_config
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("eval_lengths", overrides=[f"run={run_dir}", "device=cpu", *overrides])
+    lines: list[str] = []
+    result, _ = eval_lengths_from_config(cfg, emit=lines.append)
+    return result, lines
+
+
+def short_documents_only(monkeypatch, most: int) -> None:
+    """The val split's documents, as ``llm.eval_lengths`` reads them, as if none had ``most`` tokens (cut short)."""
+    import numpy as np
+
+    from llm.evaluation import lengths
+
+    real = lengths.document_segments
+
+    def cut(tokens, eot):
+        seg = real(tokens, eot)
+        return type(seg)(seg.starts, np.minimum(seg.lengths, most - 1))
+
+    monkeypatch.setattr(lengths, "document_segments", cut)
+
+
 def run_cli(args: list[str], timeout: float = 600, extra_env: dict | None = None,
             module: list[str] | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", **(extra_env or {})}

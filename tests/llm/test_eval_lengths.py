@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import CONF, ROOT, float32_entries, run_inprocess, run_module_main
+from helpers import CONF, ROOT, float32_entries, run_inprocess, run_module_main, short_documents_only
+from helpers import eval_lengths_inprocess as run_eval
 from hydra import compose, initialize_config_dir
 
 import llm.evaluation.lengths as lengths_mod
@@ -26,7 +27,7 @@ import llm.evaluation.losses as losses_mod
 import rope
 from llm.errors import ConfigError
 from llm.evaluation.documents import document_segments, select_windows
-from llm.evaluation.lengths import LengthEvaluator, eval_lengths_from_config, open_for_eval, read_settings
+from llm.evaluation.lengths import LengthEvaluator, open_for_eval, read_settings
 from llm.evaluation.losses import gather_windows, sliding_losses, sliding_plan, window_losses
 from llm.evaluation.metrics import length_metrics
 from llm.model import GPT, GPTConfig
@@ -37,7 +38,7 @@ TRAIN_LEN = 32  # tests/helpers.py SMALL: model.seq_len=32, eval 2 batches of 4 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("lengths") / "run"
-    # on the CPU, as the evaluation below is (eval_cfg): a GPU's eval differs from the CPU's in the 6th digit
+    # on the CPU, as the evaluation below is (run_eval): a GPU's eval differs from the CPU's in the 6th digit
     run_inprocess(run_dir, ["train.max_steps=2", "train.eval_every=2", "device=cpu"])
     return run_dir
 
@@ -45,12 +46,6 @@ def trained_run(tmp_path_factory):
 def eval_cfg(run_dir, *overrides):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("eval_lengths", overrides=[f"run={run_dir}", "device=cpu", *overrides])
-
-
-def run_eval(run_dir, *overrides) -> tuple[dict, list[str]]:
-    lines: list[str] = []
-    result, _ = eval_lengths_from_config(eval_cfg(run_dir, *overrides), emit=lines.append)
-    return result, lines
 
 
 def test_an_evaluation_cut_short_keeps_the_lengths_it_finished(trained_run, tmp_path, monkeypatch):
@@ -192,17 +187,6 @@ def test_a_baseline_whose_window_is_the_length_is_the_full_context_loss(trained_
         assert m["sliding_loss"] == pytest.approx(m["val_loss"], abs=1e-6)
         assert m["baseline_loss"] == pytest.approx(m["val_loss"], abs=1e-6)
     assert result["lengths"][1]["gain_beyond_train"] == pytest.approx(0, abs=1e-6)
-
-
-def short_documents_only(monkeypatch, most: int) -> None:
-    """The val split's documents as if none had ``most`` tokens (its segments cut to fewer)."""
-    real = lengths_mod.document_segments
-
-    def cut(tokens, eot):
-        seg = real(tokens, eot)
-        return type(seg)(seg.starts, np.minimum(seg.lengths, most - 1))
-
-    monkeypatch.setattr(lengths_mod, "document_segments", cut)
 
 
 def test_a_budget_beyond_the_documents_is_a_smaller_evaluation_with_a_note(trained_run, monkeypatch):

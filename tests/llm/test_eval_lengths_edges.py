@@ -8,12 +8,10 @@ import logging
 import shutil
 
 import pytest
-from helpers import CONF, run_inprocess
-from hydra import compose, initialize_config_dir
+from helpers import eval_lengths_inprocess, run_inprocess
 
 import llm.evaluation.lengths as lengths_mod
 from llm.errors import ConfigError, UserError
-from llm.evaluation.lengths import eval_lengths_from_config
 
 
 @pytest.fixture(scope="module")
@@ -24,12 +22,7 @@ def trained_run(tmp_path_factory):
 
 
 def run_eval(run_dir, *overrides) -> tuple[dict, list[str]]:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("eval_lengths", overrides=[f"run={run_dir}", "device=cpu", "lengths=[32]", "tokens=128",
-                                                 *overrides])
-    lines: list[str] = []
-    result, _ = eval_lengths_from_config(cfg, emit=lines.append)
-    return result, lines
+    return eval_lengths_inprocess(run_dir, "lengths=[32]", "tokens=128", *overrides)
 
 
 def no_work(monkeypatch) -> None:

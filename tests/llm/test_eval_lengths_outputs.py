@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import shutil
 
-import numpy as np
 import pytest
-from helpers import CONF, run_inprocess
+from helpers import CONF, run_inprocess, short_documents_only
+from helpers import eval_lengths_inprocess as run_eval
 from hydra import compose, initialize_config_dir
 
 import llm.evaluation.lengths as lengths_mod
@@ -28,27 +28,8 @@ def trained_run(tmp_path_factory):
     return run_dir
 
 
-def run_eval(run_dir, *overrides) -> tuple[dict, list[str]]:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("eval_lengths", overrides=[f"run={run_dir}", "device=cpu", *overrides])
-    lines: list[str] = []
-    result, _ = eval_lengths_from_config(cfg, emit=lines.append)
-    return result, lines
-
-
 def on_disk(run_dir, label: str) -> dict:
     return json.loads((run_dir / lengths_mod.OUT_DIR / f"{label}.json").read_text())
-
-
-def short_documents_only(monkeypatch, most: int) -> None:
-    """The val split's documents as if none had ``most`` tokens (its segments cut to fewer)."""
-    real = lengths_mod.document_segments
-
-    def cut(tokens, eot):
-        seg = real(tokens, eot)
-        return type(seg)(seg.starts, np.minimum(seg.lengths, most - 1))
-
-    monkeypatch.setattr(lengths_mod, "document_segments", cut)
 
 
 @pytest.fixture
