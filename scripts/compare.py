@@ -28,6 +28,7 @@ try:
         build_report,
         cli_error_line,
         default_out_dir,
+        out_dir_problem,
         write_report,
     )
     from llm.report.analysis import margin_problem
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         md = write_report(report, out)
     except OSError as e:
-        print(f"error: argument --out: cannot write the report to {out}: {e.strerror or e}", file=sys.stderr)
+        print(f"error: argument --out: cannot write the report to {out}: {out_dir_problem(out, e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"interrupted: {out} left as it was", file=sys.stderr)

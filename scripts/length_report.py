@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from llm.report import CompareError, cli_error_line, default_out_dir
+from llm.report import CompareError, cli_error_line, default_out_dir, out_dir_problem
 from llm.report.length import CSV_FILE, CURVES_FILE, POSITION_FILE, build_length_report, write_length_report
 
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         md = write_length_report(report, out)
     except OSError as e:
-        print(f"error: argument --out: cannot write the report to {out}: {e.strerror or e}", file=sys.stderr)
+        print(f"error: argument --out: cannot write the report to {out}: {out_dir_problem(out, e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"interrupted: {out} left as it was", file=sys.stderr)

@@ -38,7 +38,7 @@ from llm.report.errors import (
 )
 from llm.report.runs import CRASHED, Run, find_crashed_dirs, find_run_dirs, load_runs, sweep_failures
 from llm.report.stats import mean_std
-from llm.report.write import compare_runs, write_report
+from llm.report.write import compare_runs, out_dir_problem, write_report
 
 __all__ = [
     "CRASHED",
@@ -64,6 +64,7 @@ __all__ = [
     "find_run_dirs",
     "load_runs",
     "mean_std",
+    "out_dir_problem",
     "sweep_failures",
     "write_report",
 ]

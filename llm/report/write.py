@@ -33,6 +33,15 @@ from llm.report.tables import write_csv
 log = logging.getLogger(__name__)
 
 
+def out_dir_problem(out: PathLike, error: OSError) -> str:
+    """Why a report cannot be written to ``out``, for the ``--out`` line: a path above it that is a file (the
+    system's word for that, "File exists", reads as if the report's folder were there already), else the system's."""
+    for path in (Path(out), *Path(out).parents):
+        if path.exists() and not path.is_dir():
+            return f"{path} is a file, not a folder"
+    return error.strerror or str(error)
+
+
 def write_report(report: Report, out_dir: PathLike) -> Path:
     """Write comparison.md/.csv and the plots into ``out_dir``, whole (:func:`llm.fileio.write_files_whole`: an
     interrupt or a failure while plotting leaves ``out_dir`` as it was, never a new comparison.md beside an earlier

@@ -89,6 +89,7 @@ def test_an_out_dir_that_cannot_be_written_names_out(sweep: Path, tmp_path: Path
     assert main([str(sweep), "--out", str(tmp_path / "file" / "sub")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: argument --out: cannot write the report to"), err
+    assert err.rstrip().endswith(f": {tmp_path / 'file'} is a file, not a folder"), err  # not "File exists"
 
 
 def test_missing_dir_names_the_argument(tmp_path: Path, capsys):

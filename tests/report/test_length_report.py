@@ -300,6 +300,11 @@ def test_script_rebuilds_the_report_and_refuses_bad_input_in_one_line(sweep, tmp
     _evaluated_run(stopped / "run", 0, status="interrupted")  # evaluated, but not finished: not "no eval_lengths"
     assert main([str(stopped)]) == 2
     assert capsys.readouterr().err.strip().startswith("error: no completed run under: ")
+    (tmp_path / "file").write_text("")
+    assert main([str(sweep), "--out", str(tmp_path / "file" / "sub")]) == 2
+    file = tmp_path / "file"
+    assert capsys.readouterr().err.strip() == (f"error: argument --out: cannot write the report to {file / 'sub'}: "
+                                               f"{file} is a file, not a folder")
 
 
 
