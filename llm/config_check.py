@@ -108,9 +108,19 @@ def _check_preset_names_its_option(name: str) -> None:
 
     Why: a plugin registered under the name of a project's preset (``torch_full``, which trains ``rope=torch``)
     has its config file in ``--config-dir`` lose to that preset, so the command would train the preset's
-    implementation, not the plugin, and say nothing."""
+    implementation, not the plugin, and say nothing. And ``rope.name=<impl>`` typed by itself keeps the chosen
+    preset's other keys (``rope.compute_dtype`` of rope=torch), so it is refused naming ``rope=<impl>``, not taken
+    for a plugin's config file."""
     option = _chosen_option("rope")
-    if option is None or option == name or option not in rope.available():
+    if option is None or option == name:
+        return
+    preset = CONF_DIR / "rope" / f"{option}.yaml"
+    trains = OmegaConf.load(preset).get("name") if preset.is_file() else None
+    if _typed("rope.name") and trains not in (None, name):  # set by itself: the preset's other keys stay
+        raise ConfigError(f"rope.name={name} set by itself keeps the other keys of rope={option} "
+                          f"(conf/rope/{option}.yaml); choose the implementation whole with rope={name} (then "
+                          "any rope.<key>= to change)")
+    if option not in rope.available():
         return
     if (CONF_DIR / "rope" / f"{option}.yaml").is_file():
         raise ConfigError(f"rope={option} is the project's preset conf/rope/{option}.yaml, which trains "
@@ -129,6 +139,16 @@ def kernel_refusal_as_typed(reason: str, kernel: str, preset: str | None) -> str
     if preset and preset != kernel and reason.startswith(named):
         return f"rope={preset} (kernel {kernel}){reason[len(named):]}"
     return reason
+
+
+def _typed(key: str) -> bool:
+    """Whether the command line set ``key`` itself (``rope.name=x``, ``+rope.name=x``, ``++rope.name=x``); False
+    outside a Hydra command."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return False
+    return any(o.lstrip("+").partition("=")[0] == key for o in HydraConfig.get().overrides.task)
 
 
 def _chosen_option(group: str) -> str | None:
@@ -341,6 +361,30 @@ def _check_sweep_name(cfg: DictConfig) -> None:
         raise ConfigError(f"sweep.name={name!r} must be a non-empty name (a string)")
 
 
+#: The device types a run trains on: ``device=`` names one of them (or auto), as docs/usage.md lists.
+DEVICE_TYPES = ("cpu", "cuda")
+DEVICES_ALLOWED = "auto, cpu, cuda, cuda:N"
+
+
+def _check_device_type(value: object) -> None:
+    """``device=`` must name a CPU or a CUDA device (or auto).
+
+    Why: ``torch.device`` parses any device type torch knows by name (``mps``, ``xpu``, ``meta``), so such a value
+    passed the check, and the run failed only once its data were built, moving the model there, with a traceback
+    and a failed run dir; and a non-string (``device=null``) was shown as the string ``'None'``."""
+    if not isinstance(value, str):
+        raise ConfigError(f"device={value!r} must be a device name; allowed: {DEVICES_ALLOWED}")
+    if value == "auto":
+        return
+    try:
+        kind = torch.device(value).type
+    except RuntimeError:
+        return  # no device at all: resolve_device refuses it, naming the allowed values
+    if kind not in DEVICE_TYPES:
+        raise ConfigError(f"device={value}: a run trains on a CPU or a CUDA GPU, not {kind}; allowed: "
+                          f"{DEVICES_ALLOWED}")
+
+
 def device_memory_bytes(device: torch.device) -> int:
     """The memory a run on ``device`` can use at most: the GPU's, or the machine's RAM on the CPU."""
     if device.type == "cuda":
@@ -387,6 +431,7 @@ def validate_config(cfg: DictConfig, world_size: int = 1) -> None:
     seed = cfg.get("seed")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**32 - 1] (what numpy and torch seed with)")
+    _check_device_type(cfg.get("device", "auto"))
     device = resolve_device(str(cfg.get("device", "auto")))
     model_cfg = _as_config_error(check_model_config, cfg.model)
     _as_config_error(check_train_config, cfg.train, world_size, cfg.data)

@@ -104,6 +104,25 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
+def _option_keys(group_dir: Path, option: str, seen: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The flattened keys option ``option`` of a group holds once composed: those of the options of its own group it
+    includes from its defaults (``train/seed004.yaml``'s ``- default``), then its file's own.
+
+    Why: an option that builds on another sets only what it changes, so its file alone lacks the included keys;
+    the group's keys every option defines (a run reads them) would then be its keys alone, and ``~train.compile``
+    would pass the check, build the data and fail at the trainer with a traceback."""
+    path = group_dir / f"{option}.yaml"
+    keys: dict[str, Any] = {}
+    for entry in OmegaConf.to_container(OmegaConf.load(path)).get("defaults", []) or []:
+        name = entry if isinstance(entry, str) else None
+        if name is None or name == "_self_":
+            continue  # a group choice (override /x: y) or the file's own place: not another option of this group
+        name = name.removeprefix(f"/{group_dir.name}/")
+        if "/" not in name and name not in seen and (group_dir / f"{name}.yaml").is_file():
+            keys.update(_option_keys(group_dir, name, seen | {option}))
+    return {**keys, **flatten(_load(path))}
+
+
 def _defaults_groups(primary: Path) -> dict[str, Any]:
     """The config groups a primary config's defaults list chooses from (``- model: tiny``) and their default
     option (None: the group is chosen only when asked for, as ``rope`` in generate.yaml); Hydra's own excluded."""
@@ -295,7 +314,8 @@ def schema(config_name: str = "config", command: str = "python -m llm.train", co
     own = _load(primary)
     own.pop("hydra", None)
     chosen = _defaults_groups(primary)
-    groups = {g: {p.stem: flatten(_load(p)) for p in sorted((conf_dir / g).glob("*.yaml"))} for g in chosen}
+    groups = {g: {p.stem: _option_keys(conf_dir / g, p.stem) for p in sorted((conf_dir / g).glob("*.yaml"))}
+              for g in chosen}
     global_groups = GLOBAL_GROUPS.get(config_name, ())
     files = {f"{g}/{p.stem}": p for g in global_groups for p in sorted((conf_dir / g).glob("*.yaml"))}
     global_files = {name: frozenset(k for k in flatten(_load(p)) if not k.startswith("hydra.") and k != "hydra")

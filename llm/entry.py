@@ -123,9 +123,26 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
             if (line := rope_key_without_kernel(key.split(".")[1], value, config_name)) is not None:
                 return line
         return schema(config_name, command).absent_key(key, chosen)
+    if m := (re.search(r"Multiple values for (\S+)\. To override", text)
+             or re.search(r"(\S+) appears more than once in the final defaults list", text)):
+        return _group_twice_line(m.group(1), sys.argv[1:] if argv is None else argv)
     if m := re.search(r"An item is already at '([^']+)'", text):
         return f"{m.group(1)} is already in the config: set it without the leading +"
     return f"{text} ({cause})" if cause else text
+
+
+def _group_twice_line(group: str, argv: list[str]) -> str:
+    """The line for a config group chosen twice: added with ``+`` where the config already chooses it
+    (``+model=small``), or typed more than once (``+experiment=a +experiment=b``).
+
+    Why: Hydra's own words ("model appears more than once in the final defaults list", or, under ``--cfg``, "use
+    'override model: small'", a config file's syntax) name neither the ``+`` nor what to type instead."""
+    typed = [a for a in argv if not a.startswith("-") and a.partition("=")[0].lstrip("+~") == group]
+    if len(typed) > 1:
+        return f"{group} is chosen more than once ({' '.join(typed)}): it takes one option; give one of them"
+    option = typed[0].partition("=")[2] if typed else "<option>"
+    return (f"{typed[0] if typed else group}: {group} is already chosen by the config's defaults: choose "
+            f"{group}={option} without the leading +")
 
 
 def hydra_flag_error_line(exc: BaseException, argv: list[str] | None = None) -> str | None:
@@ -149,6 +166,80 @@ def hydra_flag_error_line(exc: BaseException, argv: list[str] | None = None) -> 
                 "share and --cfg hydra its swept keys (hydra.sweeper.params)")
     return (f"{' and '.join(given)} cannot be combined: Hydra takes one of --run, -m (--multirun), --cfg, --info "
             "and --shell-completion at a time")
+
+
+#: Hydra's refusal of a group chosen with a value that is no option's name (``rope=null``), raised as a bare ValueError.
+GROUP_VALUE_ERROR = "Config group override must be a string or a list. Got "
+
+
+def _group_options(config_name: str) -> dict[str, list[str]]:
+    """Each config group a command line may choose (those of the primary config, and those added with ``+``: the
+    experiments and recipes) and its options."""
+    from llm.config_schema import GLOBAL_GROUPS, schema
+
+    found = schema(config_name)
+    groups = {g: sorted(options) for g, options in found.groups.items()}
+    for group in GLOBAL_GROUPS.get(config_name, ()):
+        groups.setdefault(group, [])
+    for name in found.global_files:  # experiment/rope_quality: the options of the groups added with +
+        groups[name.partition("/")[0]].append(name.partition("/")[2])
+    return groups
+
+
+def _group_overrides(argv: list[str], config_name: str) -> list:
+    """The overrides of ``argv`` that choose a config group (``rope=torch``, ``+experiment=x``,
+    ``hydra/launcher=gpus``), as Hydra parses them; none where one does not parse (Hydra's own line says which)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    groups = _group_options(config_name)
+    args = [a for a in argv if not a.startswith("-") and "=" in a]
+    try:
+        overrides = OverridesParser.create().parse_overrides(args)
+    except Exception:  # noqa: BLE001 - an override that does not parse: Hydra refuses it in its own line
+        return []
+    return [o for o in overrides if (o.key_or_group in groups or "/" in o.key_or_group) and not o.is_delete()]
+
+
+def group_value_error_line(exc: BaseException, config_name: str = "config",
+                           argv: list[str] | None = None) -> str | None:
+    """One line for a config group given a value that names no option (``rope=null``, ``model=1``), naming the
+    override and the group's options, or None for any other error.
+
+    Why: Hydra refuses it with a bare ValueError out of its defaults list, which reached the user as a 40-line
+    traceback naming neither the override nor what the group takes (null does not deselect a group: ``~group``
+    does, and a run reads every group it chooses by default)."""
+    if not isinstance(exc, ValueError) or not str(exc).startswith(GROUP_VALUE_ERROR):
+        return None
+    groups = _group_options(config_name)
+    for o in _group_overrides(sys.argv[1:] if argv is None else argv, config_name):
+        value = o.value()
+        if not o.is_sweep_override() and not isinstance(value, (str, list)):
+            options = groups.get(o.key_or_group, [])
+            allowed = f"; allowed: {', '.join(options)}" if options else ""
+            return f"{o.input_line}: {o.key_or_group} takes the name of one of its options{allowed}"
+    return None
+
+
+def group_list_line(argv: list[str], config_name: str = "config", command: str = "python -m llm.train") -> str | None:
+    """One line refusing a config group chosen as a list (``rope=[torch,none]``), or None.
+
+    Why: Hydra takes a list of a group's options as one config merged from all of them, the last one's keys over
+    the others': ``rope=[torch,torch_full]`` trained a single run of torch_full's full rotation, and
+    ``model=[gpt2_small,tiny]`` one of model=tiny, without a word; and Hydra's own line for ``rope=torch,none``
+    without ``-m`` suggests exactly that list. What is meant is a sweep: ``-m rope=torch,none``."""
+    for o in _group_overrides(argv, config_name):
+        value = o.value()
+        if isinstance(value, list):
+            key, names = o.get_key_element(), [str(v) for v in value]
+            if len(names) == 1:
+                hint = f"choose it as {key}={names[0]}"
+            elif config_name == "config" and "/" not in key:  # llm.train sweeps; the launcher is no sweep's key
+                hint = f"to run each: {command} -m {key}={','.join(names)}"
+            else:
+                hint = f"choose one: {key}={names[-1]}"
+            return (f"{o.input_line}: {o.key_or_group} takes one option, not a list (Hydra would merge the options "
+                    f"into one config, the last one's keys over the others'); {hint}")
+    return None
 
 
 def misplaced_flag_line(argv: list[str], command: str = "python -m llm.train") -> str | None:
@@ -185,7 +276,8 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
     from omegaconf.errors import InterpolationResolutionError
 
     user_full = full_error_requested()
-    if not user_full and (line := misplaced_flag_line(sys.argv[1:], command)) is not None:
+    if not user_full and (line := misplaced_flag_line(sys.argv[1:], command) or group_list_line(
+            sys.argv[1:], config_name, command)) is not None:
         print_refusal(line)
         sys.exit(2)
     os.environ[USER_FULL_ERROR] = "1" if user_full else "0"
@@ -206,7 +298,8 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
         print_refusal(hydra_error_line(e, config_name, command))
         sys.exit(2)
     except ValueError as e:
-        if user_full or (line := hydra_flag_error_line(e)) is None:
+        line = hydra_flag_error_line(e) or group_value_error_line(e, config_name)
+        if user_full or line is None:
             raise
         print_refusal(line)
         sys.exit(2)
