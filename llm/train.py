@@ -239,7 +239,8 @@ def _not_started(cfg: DictConfig, run_dir: Path) -> None:
 def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float | None:
     """One run or sweep job: its outcome as the entry point reports it (exit code, log lines, sweep's value)."""
     run_dir = Path(hc.runtime.output_dir)
-    group = f"{cfg.sweep.name}-{Path(hc.sweep.dir).name}" if multirun else cfg.sweep.name
+    name = OmegaConf.select(cfg, "sweep.name")  # read before the keys are checked: ~sweep.name is refused there
+    group = f"{name}-{Path(hc.sweep.dir).name}" if multirun else name
     overrides = tuple(hc.overrides.task)
     hint = resume_command(run_dir)
     try:
@@ -248,7 +249,7 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
                                    command_record=record)
     except StartInterrupted as e:  # a first stop, before the first step: one line, exit 128 + the signal
         word, code = stopped(e)
-        print(f"{word} {not_started(cfg.train.get('resume'))}", file=sys.stderr)
+        print(f"{word} {not_started(OmegaConf.select(cfg, 'train.resume'))}", file=sys.stderr)
         if multirun and _in_launcher_worker():
             return None  # a launcher's worker: the sweep's process ends the sweep (llm.sweep.StopParallelJobs)
         if multirun:

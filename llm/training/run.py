@@ -195,7 +195,8 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
     lock = None
     if dist_info.is_main:
         try:
-            lock = claim_run_dir(run_dir, resuming=bool(cfg.train.get("resume")))
+            # (select: a train group removed with ~train is refused by the key check below, in one line)
+            lock = claim_run_dir(run_dir, resuming=bool(OmegaConf.select(cfg, "train.resume")))
         except RunDirInUseError as e:
             if sweep_job:
                 UNRECORDED_STARTS.append((run_dir, one_line(e)))

@@ -10,7 +10,7 @@ import runpy
 import sys
 
 import pytest
-from helpers import CONF, SMALL, compose_cfg
+from helpers import CONF, SMALL, compose_cfg, run_module_main
 from hydra import compose, initialize_config_dir
 
 from llm.config_check import check_config_keys
@@ -70,6 +70,8 @@ def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
     (["rope=torch_full", "~rope.variant"], "rope.variant is missing: a run reads it (was it removed with "
                                            "~rope.variant, "),
     (["~model.name"], "model.name is missing: a run reads it (was it removed with ~model.name?)"),
+    # read by the entry point before the key check (a traceback, and the run dir Hydra made left behind)
+    (["~sweep.name"], "sweep.name is missing: a run reads it (was it removed with ~sweep.name?)"),
     # a key only another option, or an experiment not chosen, reads
     (["+optim.muon_lr=0.1"], f"optim.muon_lr is a key of optim=muon only, not of optim=adamw, so nothing would read "
                              f"it {LISTS}"),
@@ -443,4 +445,14 @@ def test_an_attention_kernel_that_cannot_run_the_model_is_one_line_before_the_da
     code, err = run_main(monkeypatch, capsys, [*args, f"hydra.run.dir={tmp_path / 'day' / 'run'}"])
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(f"Error: {said}: ") and "train.attention=auto" in err[0], err
+    assert not (tmp_path / "day").exists()
+
+
+def test_the_train_group_removed_is_one_line_and_leaves_no_run_dir(tmp_path, monkeypatch, capsys):
+    """``~train`` with no train key typed: the run read ``train.resume`` to claim its dir before the keys were
+    checked (a traceback, and the run dir Hydra made left behind)."""
+    code, err = run_module_main(monkeypatch, capsys, "llm.train", [
+        *(a for a in SMALL if not a.startswith("train.")), "~train", f"hydra.run.dir={tmp_path / 'day' / 'run'}",
+        "hydra/job_logging=none", "hydra/hydra_logging=none"])
+    assert (code, err) == (2, ["Error: train is missing: a run reads it (was it removed with ~train?)"])
     assert not (tmp_path / "day").exists()
