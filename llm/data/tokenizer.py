@@ -107,7 +107,7 @@ def byte_encoding() -> tiktoken.Encoding:
 def check_tokenizer_name(name: str) -> None:
     """Raise ConfigError (a ValueError; one line naming the key) when `name` is not a known tokenizer. Cheap."""
     if canonical_tokenizer_name(str(name)) not in known_tokenizers():
-        raise ConfigError(f"tokenizer={name} is not a known tokenizer; choices: {', '.join(known_tokenizers())}")
+        raise ConfigError(f"tokenizer.name={name} is not a known tokenizer; choices: {', '.join(known_tokenizers())}")
 
 
 def get_tokenizer(name: str) -> tiktoken.Encoding:

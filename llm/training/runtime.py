@@ -32,6 +32,10 @@ PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, 
 ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
 
 
+#: What ``device=`` takes (train, generate, eval_lengths).
+DEVICES_ALLOWED = "auto, cpu, cuda, cuda:N"
+
+
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """The device ``device=`` names (``auto``: CUDA when visible); checks it exists, does not select it."""
     if name == "auto":
@@ -39,7 +43,9 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ConfigError(f"device={name!r}; allowed: auto, cpu, cuda, cuda:N") from None
+        raise ConfigError(f"device={name!r}; allowed: {DEVICES_ALLOWED}") from None
+    if device.type not in ("cpu", "cuda"):  # torch parses mps, xpu, meta: the model would fail there, after the data
+        raise ConfigError(f"device={name}: runs on a CPU or a CUDA GPU, not {device.type}; allowed: {DEVICES_ALLOWED}")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"device={name} but no CUDA GPU is visible; use device=cpu or device=auto")

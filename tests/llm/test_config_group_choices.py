@@ -44,7 +44,7 @@ def composed(overrides: list[str]):
     (["rope.name=triton_v4"], "rope.name=triton_v4 set by itself keeps the other keys of rope=torch "
                               "(conf/rope/torch.yaml); choose the implementation whole with rope=triton_v4"),
     (["~train.compile"], "train.compile is missing: a run reads it (was it removed with ~train.compile?)"),
-    (["device=mps"], "device=mps: a run trains on a CPU or a CUDA GPU, not mps; allowed: auto, cpu, cuda, cuda:N"),
+    (["device=mps"], "device=mps: runs on a CPU or a CUDA GPU, not mps; allowed: auto, cpu, cuda, cuda:N"),
 ])
 def test_a_group_or_device_mistake_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, line):
     flags = [a for a in args if a.startswith("-") or a == "job"]
@@ -70,9 +70,9 @@ def test_train_seed004_keeps_its_included_keys():
 
 
 @pytest.mark.parametrize("device,line", [
-    ("mps", "device=mps: a run trains on a CPU or a CUDA GPU, not mps; allowed: auto, cpu, cuda, cuda:N"),
-    ("xpu:0", "device=xpu:0: a run trains on a CPU or a CUDA GPU, not xpu; "),
-    ("meta", "device=meta: a run trains on a CPU or a CUDA GPU, not meta; "),
+    ("mps", "device=mps: runs on a CPU or a CUDA GPU, not mps; allowed: auto, cpu, cuda, cuda:N"),
+    ("xpu:0", "device=xpu:0: runs on a CPU or a CUDA GPU, not xpu; "),
+    ("meta", "device=meta: runs on a CPU or a CUDA GPU, not meta; "),
     ("null", "device=None must be a device name; allowed: auto, cpu, cuda, cuda:N"),
     ("0", "device=0 must be a device name; "),
 ])

@@ -375,6 +375,7 @@ def test_a_sliding_window_as_long_as_the_window_is_the_full_forward():
     (["baseline_stride=40"], r"baseline_stride=40 must be at most the baseline window 32 \(baseline_window"),
     (["batch_tokens=0"], r"batch_tokens=0 must be a positive integer"),
     (["dtype=float16"], r"dtype='float16'; allowed: auto, float32, bfloat16"),
+    (["device=mps"], r"device=mps: runs on a CPU or a CUDA GPU, not mps"),  # was a traceback once the data loaded
 ])
 def test_bad_input_is_one_line_naming_the_key_before_the_weights_load(trained_run, monkeypatch, overrides, message):
     def never(*a, **k):

@@ -423,6 +423,7 @@ def test_generation_says_why_it_stopped_at_max_new_tokens(trained_run):
     (["prompt_file=/no/such/file"], "prompt_file=/no/such/file is not a file"),
     (["checkpoint=/no/such.pt"], "checkpoint=/no/such.pt is not a file"),
     (["device=cuda:7"], "device=cuda"),
+    (["device=mps"], "device=mps: runs on a CPU or a CUDA GPU, not mps"),
     (["cache=paged"], "cache='paged'; allowed: static"),
     (["capture=sometimes"], "capture='sometimes' must be true or false"),
     (["attention=flash"], "attention='flash'; allowed: sdpa, fused_rope"),

@@ -30,7 +30,7 @@ def test_config_errors_name_the_key():
     msg = str(err.value)
     assert msg.startswith("data.name=wikipedia") and "pystdlib, tinystories, text_files" in msg
     assert "\n" not in msg
-    with pytest.raises(ValueError, match="^tokenizer=nope is not a known tokenizer; choices: .*cl100k_base"):
+    with pytest.raises(ValueError, match="^tokenizer.name=nope is not a known tokenizer; choices: .*cl100k_base"):
         check_data_config({"name": "pystdlib"}, "nope")
     with pytest.raises(ValueError, match="data.val_fraction=1.5"):
         check_data_config({"name": "pystdlib", "val_fraction": 1.5}, "cl100k_base")
@@ -112,5 +112,5 @@ def test_data_errors_are_user_errors():
     """The CLI prints a UserError as its one line (no traceback): every error a user can cause here is one."""
     assert issubclass(DataError, ConfigError) and issubclass(DataError, ValueError)
     assert issubclass(NetworkUnavailableError, UserError) and issubclass(NetworkUnavailableError, RuntimeError)
-    with pytest.raises(ConfigError, match="^tokenizer=nope is not a known tokenizer"):
+    with pytest.raises(ConfigError, match="^tokenizer.name=nope is not a known tokenizer"):
         check_data_config({"name": "pystdlib"}, "nope")
