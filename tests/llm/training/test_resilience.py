@@ -156,7 +156,9 @@ def test_skip_nonfinite_tolerates_k_bad_steps(tmp_path, monkeypatch):
         (["seed=4294967296"], "seed=4294967296 must be an integer in [0, 2**32 - 1]"),
         (["model.tie_embeddings=maybe"], "model.tie_embeddings='maybe' must be true or false"),
         (["train.compile=yes"], "train.compile='yes' must be true or false"),
-        (["train.keep_checkpoints=0"], "train.keep_checkpoints=0 must be >= 1"),
+        (["train.keep_checkpoints=0"], "train.keep_checkpoints=0 must be an integer >= 1"),
+        (["train.max_steps='5'"], "train.max_steps='5' must be a positive integer"),  # quoted: no number
+        (["train.ckpt_every=null"], "train.ckpt_every=null must be an integer >= 0"),
         (["sweep.jobs_per_gpu=0"], "sweep.jobs_per_gpu=0 must be a positive integer"),
         (["cache_dir=/proc/ropelab-nope"], "cache_dir=/proc/ropelab-nope: cannot create it"),
         (["logger=wandb", "logger.wandb.mode=bogus"], "logger.wandb.mode='bogus'; allowed: online, offline, disabled"),
