@@ -247,22 +247,28 @@ class Schema:
         lists = f"({self.command} --cfg job lists the keys)"
         elsewhere = [o for o in self.options_with(key) if o != label]
         if elsewhere:
-            chosen = label or (f"the {key.partition('.')[0]} chosen" if key.partition(".")[0] in self.groups
-                               else "this command")
-            return f"{key} is a key of {', '.join(elsewhere)} only, not of {chosen}, so nothing would read it {lists}"
+            group = key.partition(".")[0]
+            chosen = label or (f"the {group} chosen" if group in self.groups else "this command")
+            # the chosen option's own key of that kind (optim.lr with optim=muon: optim.muon_lr)
+            own = {f"{group}.{k}" for k in self.groups.get(group, {}).get(label.partition("=")[2], {})} if label else ()
+            close = closest(key, own) if own else None
+            guess = f"; did you mean {close}?" if close else ""
+            return (f"{key} is a key of {', '.join(elsewhere)} only, not of {chosen}, so nothing would read it{guess} "
+                    f"{lists}")
         # a top-level name is also checked against the groups (``modle=tiny`` means the group ``model``)
         close = closest(key, (allowed | (set(self.groups) if "." not in key else set())) - {key})
         guess = f"; did you mean {close}?" if close else ""
         where = f"a key of {label}" if label else "a known key"
         return f"{key} is not {where}, so nothing would read it{guess} {lists}"
 
-    def absent_key(self, key: str, chosen: Collection[str] = ()) -> str:
+    def absent_key(self, key: str, chosen: Collection[str] = (), option: str | None = None) -> str:
         """The line for a key Hydra found absent from the composed config (``train.max_step=5``, no ``+``): a
         typo (the closest known key), a key of another option of its group, a key a config file sets elsewhere
         (an experiment's: add it with ``+``), or a setting a self-checking group reads beyond its file
         (``rope.max_seq_len``, or ``model.d_ff`` that only model=seed004 sets, as GPTConfig reads every preset's
         keys: add it with ``+``; the group refuses one it does not read). ``chosen``: the groups the command
-        line chose (``rope=torch``), whose keys are then no group's left unchosen."""
+        line chose (``rope=torch``), whose keys are then no group's left unchosen; ``option``: the option the command
+        line chose for the key's group (``optim=muon``), named in the line."""
         if key in REFUSED_KEYS:
             return REFUSED_KEYS[key]
         group = key.partition(".")[0]
@@ -273,7 +279,8 @@ class Schema:
         # another option's key is read by nothing unless every option has the same reader (any model preset's key)
         elsewhere = bool(self.options_with(key)) and group not in SHARED_READER
         if elsewhere or (key not in self.known_keys() and group not in SELF_CHECKED):
-            return self.unknown_key(key)
+            known = option is not None and option in self.groups.get(group, {})
+            return self.unknown_key(key, label=f"{group}={option}" if known else None)
         close = closest(key, self.known_keys() - {key})
         if key in self.known_keys() or not close:
             return f"{key} is not in this config: add it with +{key}=... ({self.command} --cfg job lists the keys)"

@@ -122,7 +122,9 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
             value = next((a.partition("=")[2] for a in args if a.lstrip("+~").partition("=")[0] == key), "")
             if (line := rope_key_without_kernel(key.split(".")[1], value, config_name)) is not None:
                 return line
-        return schema(config_name, command).absent_key(key, chosen)
+        group = key.partition(".")[0]
+        option = next((a.partition("=")[2] for a in args if a.lstrip("+").partition("=")[0] == group), None)
+        return schema(config_name, command).absent_key(key, chosen, option)
     if m := (re.search(r"Multiple values for (\S+)\. To override", text)
              or re.search(r"(\S+) appears more than once in the final defaults list", text)):
         return _group_twice_line(m.group(1), sys.argv[1:] if argv is None else argv)

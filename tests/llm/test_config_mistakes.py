@@ -58,7 +58,7 @@ def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
     (["train.seed=1"], f"train.seed is not a known key, so nothing would read it; did you mean seed? {LISTS}"),
     (["modle=tiny"], f"modle is not a known key, so nothing would read it; did you mean model? {LISTS}"),
     (["rope=triton_v4", "rope.compute_dtype=bfloat16"], "rope.compute_dtype is a key of rope=torch, rope=torch_bf16, "
-                                                        "rope=torch_full only, not of the rope chosen"),
+                                                        "rope=torch_full only, not of rope=triton_v4"),
     (["+optim.momentum=0.9"], f"optim.momentum is a key of optim=muon only, not of optim=adamw, so nothing would "
                               f"read it {LISTS}"),
     (["~train.max_steps"], "train.max_steps is missing: a run reads it (was it removed with ~train.max_steps?)"),
@@ -70,11 +70,14 @@ def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
     (["rope=torch_full", "~rope.variant"], "rope.variant is missing: a run reads it (was it removed with "
                                            "~rope.variant, "),
     (["~model.name"], "model.name is missing: a run reads it (was it removed with ~model.name?)"),
+    # another option's key, with the option chosen on the command line named, and its own key of that kind
+    (["optim=muon", "optim.lr=0.01"], "optim.lr is a key of optim=adamw only, not of optim=muon, so nothing would "
+                                      f"read it; did you mean optim.muon_lr? {LISTS}"),
     # read by the entry point before the key check (a traceback, and the run dir Hydra made left behind)
     (["~sweep.name"], "sweep.name is missing: a run reads it (was it removed with ~sweep.name?)"),
     # a key only another option, or an experiment not chosen, reads
     (["+optim.muon_lr=0.1"], f"optim.muon_lr is a key of optim=muon only, not of optim=adamw, so nothing would read "
-                             f"it {LISTS}"),
+                             f"it; did you mean optim.lr? {LISTS}"),
     (["+finetune.source=x"], "finetune.source is a key of +experiment=length_finetune only, not of this command, "),
     (["+experiment=seed004", "optim=adamw"], "optim.adamw_lr is a key of optim=muon only, not of optim=adamw, so "
                                              f"nothing would read it {LISTS}; +experiment=seed004 sets it: remove it "

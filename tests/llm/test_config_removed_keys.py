@@ -56,7 +56,8 @@ def test_generate_s_unchosen_rope_is_not_a_removed_one():
 
 
 @pytest.mark.parametrize("overrides,line", [
-    (["+optim.muon_lr=0.1"], "optim.muon_lr is a key of optim=muon only, not of optim=adamw, so nothing would read it"),
+    (["+optim.muon_lr=0.1"], "optim.muon_lr is a key of optim=muon only, not of optim=adamw, so nothing would read it; "
+                            "did you mean optim.lr?"),
     (["+finetune.source=x"], "finetune.source is a key of +experiment=length_finetune only, not of this command, "),
     (["+recipe=seed004", "+finetune.source=x"], "finetune.source is a key of +experiment=length_finetune only, "),
     (["+experiment=seed004", "optim=adamw"], "optim.adamw_lr is a key of optim=muon only, not of optim=adamw, so "
