@@ -25,6 +25,7 @@ leaves no empty directory behind.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -43,11 +44,12 @@ import numpy as np
 
 from llm.data.cache_lock import locked_cache_dir
 from llm.data.check import check_data_config
-from llm.data.config import num_threads
+from llm.data.config import DataError, num_threads
 from llm.data.sources import FORMAT_VERSION, KEEP_DIR, Source, make_source
 from llm.data.split import SPLITS, VAL_DOC_CAP, cap_val_documents, composition
 from llm.data.tokenizer import TokenizeProgress, canonical_tokenizer_name, get_tokenizer
-from llm.fileio import TMP_MARK, atomic_path, remove_stale_temps, write_json_atomic
+from llm.errors import UserError
+from llm.fileio import TMP_MARK, DiskFullError, atomic_path, remove_stale_temps, write_json_atomic
 
 if TYPE_CHECKING:
     import tiktoken
@@ -296,6 +298,15 @@ def _data_id(tokenizer: str, sha256: Mapping[str, str]) -> str:
                           .encode()).hexdigest()
 
 
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """(inode, size, mtime) of ``path``, None when absent: what tells a file this build wrote from an older one."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def _build(source: Source, cache_dir: Path, enc: tiktoken.Encoding, expected: dict, num_threads: int) -> None:
     """Tokenize ``source`` into ``cache_dir``: shards and the source's kept files first, meta.json last. Caller
     holds the cache lock."""
@@ -303,6 +314,7 @@ def _build(source: Source, cache_dir: Path, enc: tiktoken.Encoding, expected: di
     (cache_dir / "meta.json").unlink(missing_ok=True)  # the cache is invalid from here until the new meta lands
     _remove_leftovers(cache_dir)
     dtype = token_dtype(enc.n_vocab)
+    before = {split: _identity(cache_dir / f"{split}.bin") for split in SPLITS}
     scratch = Path(tempfile.mkdtemp(prefix=f"scratch{TMP_MARK}", dir=cache_dir))
     try:
         with _quiet_datasets():
@@ -312,6 +324,13 @@ def _build(source: Source, cache_dir: Path, enc: tiktoken.Encoding, expected: di
         keep = scratch / KEEP_DIR
         for kept in sorted(keep.iterdir()) if keep.is_dir() else []:
             os.replace(kept, cache_dir / kept.name)  # same filesystem: an atomic rename
+    except BaseException:
+        # Without meta.json the shards are never used, only rebuilt: a full disk (Ctrl-C, an unreadable file) on
+        # train.bin kept the val.bin just written, on the disk the user must now free, and the directory with it.
+        for split, was in before.items():
+            if _identity(cache_dir / f"{split}.bin") != was:  # this build wrote it (a rename: a new inode)
+                (cache_dir / f"{split}.bin").unlink(missing_ok=True)
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     n_tokens = shards["n_tokens"]
@@ -343,6 +362,53 @@ def data_fingerprint(meta: Mapping[str, Any]) -> dict[str, Any]:
             "tokens_sha256": meta.get("sha256"), "id": meta.get("data_id")}
 
 
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling, nearest first."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+def _inside(filename: object, directory: Path) -> bool:
+    """True when ``filename`` (an OSError's: a path, or None) names ``directory`` or a file under it."""
+    if not isinstance(filename, (str, bytes, os.PathLike)):
+        return False
+    return Path(os.path.abspath(os.fsdecode(filename))).is_relative_to(os.path.abspath(directory))
+
+
+@contextmanager
+def _build_errors(cache_dir: Path) -> Iterator[None]:
+    """A full disk or a cache directory this process may not write, met while preparing ``cache_dir``, as the one
+    line a user acts on (:class:`DiskFullError`, or a DataError naming the file), not a traceback.
+
+    Why here: only the shards go through ``atomic_path``, which names a full disk itself; the lock file, the scratch
+    dir and the Arrow copy the readers write there (as large as the corpus: where a disk fills first) failed with
+    ``OSError: [Errno 28]`` under datasets' ``DatasetGenerationError``, and a cache directory left read-only (a
+    colleague's, in a shared cache) with ``PermissionError`` on its lock file. A user's own unreadable data file is
+    not the cache's: its error passes unchanged.
+    """
+    try:
+        yield
+    except (UserError, DiskFullError):
+        raise
+    except Exception as exc:
+        for cause in _causes(exc):
+            if not isinstance(cause, OSError):
+                continue
+            at_cache = _inside(cause.filename, cache_dir)
+            if cause.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(Path(os.fsdecode(cause.filename)) if cause.filename is not None and not at_cache
+                                    else cache_dir) from None
+            if cause.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and at_cache:
+                raise DataError(f"cache_dir={cache_dir.parent}: cannot write {os.fsdecode(cause.filename)} "
+                                f"({cause.strerror}); set cache_dir= or $ROPELAB_CACHE to a writable directory, or "
+                                f"make {cache_dir} writable") from None
+        raise
+
+
 # --------------------------------------------------------------------------------------------------------------
 # the entry point
 
@@ -366,7 +432,7 @@ def prepare_data(data_cfg: Mapping, tokenizer_name: str, cache_root: str | Path)
         return data
 
     enc = get_tokenizer(tokenizer)  # before any work: may fail fast for want of a network
-    with locked_cache_dir(cache_dir):
+    with _build_errors(cache_dir), locked_cache_dir(cache_dir):
         data, why = _open_cache(cache_dir, expected)  # another process may have built it while we waited
         if data is None:
             if why:

@@ -1,8 +1,11 @@
 """What a data source gives the cache: a cheap fingerprint of its inputs and a loader of split documents.
 
 Why a fingerprint without reading file contents: ``prepare_data`` must decide "is the cache still this data?"
-in milliseconds on every run. Paths, sizes and mtimes (plus every setting that changes the tokens) are enough
-to notice an edit; reading the contents is left to the build.
+in milliseconds on every run. Paths, sizes, mtimes and ctimes (plus every setting that changes the tokens) are
+enough to notice an edit; reading the contents is left to the build. The ctime because the mtime can be set: a file
+replaced by one of its size with its mtime kept (``cp -p``, ``rsync -t``, ``tar x``, an ``os.utime``) kept the old
+fingerprint, and the stale cache was used; the kernel sets the ctime on every write and rename, and no tool sets it
+back (a ``chmod`` changes it too: one needless rebuild, never a stale cache).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def fingerprint_hash(**fields: Any) -> Any:
 
 
 def add_file_stats(h: Any, root: Path, rels: list[str]) -> None:
-    """Feed each file's relative path, size and mtime to ``h``: an edit changes the fingerprint, unread."""
+    """Feed each file's relative path, size, mtime and ctime to ``h``: an edit changes the fingerprint, unread."""
     for rel in rels:
         st = os.stat(root / rel)
-        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode("utf-8", "surrogateescape"))

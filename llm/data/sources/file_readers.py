@@ -15,7 +15,9 @@ relative path, a row's ``id:<id_field value>``) or None (identify the row by its
 from __future__ import annotations
 
 import codecs
+import errno
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -123,8 +125,16 @@ def _from_rows(rows: Callable[..., Iterator[dict]], gen_kwargs: dict, scratch: P
         return datasets.Dataset.from_generator(rows, features=features, gen_kwargs=gen_kwargs,
                                                cache_dir=str(scratch / "hf"))
     except datasets.exceptions.DatasetGenerationError as exc:
-        if isinstance(exc.__cause__, DataError):
-            raise exc.__cause__ from None
+        cause = exc.__cause__
+        if isinstance(cause, DataError):
+            raise cause from None
+        # A file that cannot be opened or read (its permissions, an I/O error; a .jsonl has no early check of its
+        # head, as a .txt has) is the user's to fix: one line naming it. A full disk under the Arrow writer names no
+        # file, and is left to the cache, which says so.
+        if isinstance(cause, OSError) and cause.filename is not None and cause.errno not in (errno.ENOSPC,
+                                                                                              errno.EDQUOT):
+            raise DataError(f"{gen_kwargs['where']}: {os.fsdecode(cause.filename)} cannot be read "
+                            f"({cause.strerror or type(cause).__name__}); remove it or make it readable") from None
         raise
 
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import codecs
 import logging
 import os
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field, val_fraction
 from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
@@ -47,8 +48,19 @@ def data_path(cfg: Mapping) -> Path:
 
 
 def _walk(path: Path) -> Iterator[tuple[str, bool]]:
-    """(relative posix path, has a supported suffix) of every non-hidden file under the directory ``path``."""
-    for dirpath, dirnames, filenames in os.walk(path):
+    """(relative posix path, has a supported suffix) of every non-hidden file under the directory ``path``.
+
+    A linked directory is searched like any other (``os.walk``'s default skips it, so a corpus assembled from
+    links to its parts trained on none of them, silently); one whose target was already searched (a link to an
+    ancestor, or a second link to one directory) is searched once, so a link cycle ends.
+    """
+    searched: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in searched:
+            dirnames[:] = []
+            continue
+        searched.add(real)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         rel_dir = Path(dirpath).relative_to(path)
         for f in sorted(filenames):
@@ -66,14 +78,29 @@ def _no_files(raw: object, path: Path) -> DataError:
 
 
 def text_files_at(cfg: Mapping) -> tuple[Path, list[str]]:
-    """(root, sorted relative paths) of the supported files at ``data.path``."""
+    """(root, sorted relative paths) of the supported files at ``data.path``.
+
+    The files of other suffixes are left out with a warning counting them by suffix: a folder of code (``.py``,
+    ``.js``) that also holds a few ``.txt`` files (a license, requirements.txt) otherwise trained on those few alone,
+    with nothing saying that the rest was never read.
+    """
     path = data_path(cfg)
     if path.is_file():
         return path.parent, [path.name]
-    rels = sorted(rel for rel, supported in _walk(path) if supported)
+    rels, skipped = [], Counter()
+    for rel, supported in _walk(path):
+        if supported:
+            rels.append(rel)
+        else:
+            skipped[PurePosixPath(rel).suffix.lower() or "(no suffix)"] += 1
     if not rels:
         raise _no_files(setting(cfg, "path"), path)
-    return path, rels
+    if skipped:
+        kinds = ", ".join(f"{n} {suffix}" for suffix, n in skipped.most_common(5))
+        log.warning(f"data.path={setting(cfg, 'path')}: {sum(skipped.values())} file(s) of other suffixes are not "
+                    f"read ({kinds}{', ...' if len(skipped) > 5 else ''}); text_files reads only {_KINDS} files: "
+                    "to train on the others, copy them under a .txt name (x.py -> x.py.txt)")
+    return path, sorted(rels)
 
 
 def _head_not_text(head: bytes) -> tuple[int, int] | None:
@@ -132,7 +159,11 @@ def _load(root: Path, rels: list[str], where: str, field: str, id_field: str | N
                  "each side of the split would put val text in train)")
     if max_docs is not None:
         groups = cap_docs(groups, max_docs)
-    return split_documents(groups, fraction, where)
+    try:
+        return split_documents(groups, fraction, where)
+    except DataError as e:  # too few documents: a single text (nanoGPT's input.txt) is one, so say how to make more
+        raise DataError(f"{e} (a .txt file is one document: split a single text into several .txt files, or write "
+                        "one document per line of a .jsonl)") from None
 
 
 def build(cfg: Mapping) -> Source:

@@ -315,3 +315,23 @@ def test_a_build_writes_no_progress_redraws_into_a_log(tmp_path, make_corpus, te
     """Output to a file (here pytest's capture) gets log lines, never a progress bar's carriage-return redraws."""
     prepare_data(text_cfg(make_corpus(tmp_path / "corpus")), "cl100k_base", tmp_path / "cache")
     assert "\r" not in capfd.readouterr().err
+
+
+def test_a_file_replaced_with_its_size_and_mtime_kept_is_read_again(tmp_path, make_corpus, text_cfg, docs):
+    """The fingerprint saw each file's size and mtime only: a same-size edit copied in with its mtime kept
+    (``cp -p``, ``rsync -t``, ``tar x``) left it unchanged, and the run trained on the stale cache's old text."""
+    import os
+
+    from llm.data.tokenizer import get_tokenizer
+
+    corpus = make_corpus(tmp_path / "corpus", n_txt=12)
+    first = prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
+    doc = corpus / "doc003.txt"
+    before = doc.stat()
+    doc.write_text(doc.read_text().replace("lorem", "LOREM"))  # the same size
+    os.utime(doc, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (doc.stat().st_size, doc.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    again = prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
+    assert again.meta["cache_dir"] != first.meta["cache_dir"]
+    enc = get_tokenizer("cl100k_base")
+    assert any("LOREM" in d for d in docs(again.train, enc) + docs(again.val, enc))

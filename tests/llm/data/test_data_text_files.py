@@ -251,3 +251,45 @@ def test_a_row_without_an_id_is_refused_naming_it(tmp_path, text_cfg, kind):
         at = r"row 3 of data.path=.*'s .parquet files"
     with pytest.raises(DataError, match=rf"^data.id_field=id is null in .*{at}: every row needs an id"):
         prepare_data(text_cfg(corpus, id_field="id"), "cl100k_base", tmp_path / "cache")
+
+
+def test_a_linked_directory_is_searched_once(tmp_path, make_corpus, text_cfg):
+    """os.walk skips linked directories: a corpus of links to its parts listed none of their files, silently (the
+    build then trained on what lay beside the links, or refused "1 non-empty document(s)"). A link cycle ends."""
+    from llm.data.sources.text_files import text_files_at
+
+    part = make_corpus(tmp_path / "part", n_txt=4)
+    corpus = make_corpus(tmp_path / "corpus", n_txt=1)
+    (corpus / "part").symlink_to(part, target_is_directory=True)
+    (corpus / "again").symlink_to(part, target_is_directory=True)  # the same directory twice: searched once
+    (corpus / "loop").symlink_to(corpus, target_is_directory=True)  # an ancestor: not searched again
+    _, rels = text_files_at(text_cfg(corpus))
+    assert rels == ["again/doc000.txt", "again/doc001.txt", "again/doc002.txt", "again/doc003.txt", "doc000.txt"]
+
+
+def test_files_of_other_suffixes_are_counted_in_a_warning(tmp_path, make_corpus, text_cfg, caplog):
+    """A folder of code with a few .txt files trained on those few alone, and nothing said that the rest was
+    never read."""
+    from llm.data.sources.text_files import text_files_at
+
+    corpus = make_corpus(tmp_path / "corpus", n_txt=2)
+    for i in range(3):
+        (corpus / f"mod{i}.py").write_text("x = 1\n")
+    (corpus / "Makefile").write_text("all:\n")
+    with caplog.at_level("WARNING"):
+        _, rels = text_files_at(text_cfg(corpus))
+    assert rels == ["doc000.txt", "doc001.txt"]
+    assert "4 file(s) of other suffixes are not read (3 .py, 1 (no suffix))" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        text_files_at(text_cfg(make_corpus(tmp_path / "plain", n_txt=2)))
+    assert "other suffixes" not in caplog.text
+
+
+def test_a_single_text_file_is_refused_saying_how_to_split_it(tmp_path, text_cfg):
+    """nanoGPT's one input.txt is one document: the refusal said a split needs two, not how to give it two."""
+    (tmp_path / "input.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 50)
+    hint = r"\(a .txt file is one document: split a single text into several .txt files, or write one document"
+    with pytest.raises(DataError, match=rf"^data.path=.*input.txt has 1 non-empty document\(s\); a train/val split "
+                                        rf"by document needs >= 2 {hint} per line of a .jsonl\)$"):
+        prepare_data(text_cfg(tmp_path / "input.txt"), "cl100k_base", tmp_path / "cache")
