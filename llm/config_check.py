@@ -10,6 +10,7 @@ refuses a key no module would read (``+train.max_step=5``), against the keys the
 
 from __future__ import annotations
 
+import logging
 import netrc
 import os
 import re
@@ -28,6 +29,8 @@ from llm.model import check_model_config, rope_cache_len
 from llm.optim import check_optim_config
 from llm.training.runtime import DEVICES_ALLOWED, check_peak_tflops, resolve_device
 from llm.training.trainer import check_train_config
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ConfigError", "check_config_keys", "inert_rope_note", "validate_config"]
 
@@ -194,7 +197,9 @@ def _check_stop_at_step(cfg: DictConfig) -> None:
 
 
 def _check_cache_dir(cfg: DictConfig) -> None:
-    """The tokenized-data cache must be a directory this process can create and write (it is built there)."""
+    """The tokenized-data cache must be a directory this process can create. One it may not write (a shared,
+    read-only cache) is a warning, not a refusal: a cache already built there is only read (without a lock), and
+    one that must be built is refused by the build in one line naming the file."""
     value = cfg.get("cache_dir")
     # The data cache takes cache_dir as given (null would build into a folder named "None"), so only a path passes.
     if not isinstance(value, str) or not value.strip():
@@ -212,7 +217,8 @@ def _check_cache_dir(cfg: DictConfig) -> None:
         raise ConfigError(f"cache_dir={path}: cannot create it ({e.strerror}); set cache_dir= or $ROPELAB_CACHE to "
                           "a writable directory") from None
     if not writable:
-        raise ConfigError(f"cache_dir={path} is not writable; set cache_dir= or $ROPELAB_CACHE to a writable directory")
+        log.warning(f"cache_dir={path} is not writable: only data already tokenized there can be read (a build there "
+                    "is refused); set cache_dir= or $ROPELAB_CACHE to a writable directory to build")
 
 
 #: wandb's run modes a config may name (``logger.wandb.mode``; its default is ``$WANDB_MODE``, else offline).

@@ -82,3 +82,20 @@ def test_a_build_that_fails_after_a_shard_leaves_no_shard(tmp_path, make_corpus,
     with pytest.raises(DiskFullError):
         prepare_data(text_cfg(corpus), "cl100k_base", tmp_path / "cache")
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_a_read_only_cache_dir_holding_the_data_is_read(tmp_path, monkeypatch, caplog):
+    """A shared cache this process may not write, already holding the tokens: the run reads them (a warning says a
+    build there would be refused), where the config check refused every run at once."""
+    from helpers import run_inprocess
+
+    import llm.config_check as config_check
+
+    cache = tmp_path / "shared"
+    run_inprocess(tmp_path / "first", ["train.max_steps=1", "train.eval_every=1", f"cache_dir={cache}"])
+    real = os.access
+    monkeypatch.setattr(config_check.os, "access", lambda p, mode: False if str(p) == str(cache) else real(p, mode))
+    with caplog.at_level("WARNING"):
+        summary = run_inprocess(tmp_path / "second", ["train.max_steps=1", "train.eval_every=1", f"cache_dir={cache}"])
+    assert summary["status"] == "completed"
+    assert f"cache_dir={cache} is not writable: only data already tokenized there can be read" in caplog.text
