@@ -207,7 +207,9 @@ class Schema:
         chosen = self.chosen_global_keys(choices)
         top = set(self.own) | set(self.groups) | {k.split(".")[0] for k in chosen}
         out = [self.unknown_key(_first_key(key, tree[key]), top) for key in tree if key not in top]
-        required = {k for k in own if k.split(".")[0] not in tree} | {g for g in self.required_groups if g not in tree}
+        # a top-level section removed whole (~sweep) is named itself, not by its first key
+        required = {k.split(".")[0] for k in own if k.split(".")[0] not in tree} | {
+            g for g in self.required_groups if g not in tree}
         for key, value in tree.items():
             if key not in top or not isinstance(value, Mapping):
                 continue

@@ -75,6 +75,7 @@ def run_main(monkeypatch, capsys, args: list[str]) -> tuple[int, list[str]]:
                                       f"read it; did you mean optim.muon_lr? {LISTS}"),
     # read by the entry point before the key check (a traceback, and the run dir Hydra made left behind)
     (["~sweep.name"], "sweep.name is missing: a run reads it (was it removed with ~sweep.name?)"),
+    (["~sweep"], "sweep is missing: a run reads it (was it removed with ~sweep?)"),  # named sweep.jobs_per_gpu
     # a key only another option, or an experiment not chosen, reads
     (["+optim.muon_lr=0.1"], f"optim.muon_lr is a key of optim=muon only, not of optim=adamw, so nothing would read "
                              f"it; did you mean optim.lr? {LISTS}"),
