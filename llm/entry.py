@@ -25,7 +25,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from llm.errors import UserError, in_chain
@@ -188,12 +188,11 @@ def _group_options(config_name: str) -> dict[str, list[str]]:
     return groups
 
 
-def _group_overrides(argv: list[str], config_name: str) -> list:
-    """The overrides of ``argv`` that choose a config group (``rope=torch``, ``+experiment=x``,
+def _group_overrides(argv: list[str], groups: Mapping[str, list[str]]) -> list:
+    """The overrides of ``argv`` that choose one of ``groups`` (``rope=torch``, ``+experiment=x``,
     ``hydra/launcher=gpus``), as Hydra parses them; none where one does not parse (Hydra's own line says which)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    groups = _group_options(config_name)
     args = [a for a in argv if not a.startswith("-") and "=" in a]
     try:
         overrides = OverridesParser.create().parse_overrides(args)
@@ -213,7 +212,7 @@ def group_value_error_line(exc: BaseException, config_name: str = "config",
     if not isinstance(exc, ValueError) or not str(exc).startswith(GROUP_VALUE_ERROR):
         return None
     groups = _group_options(config_name)
-    for o in _group_overrides(sys.argv[1:] if argv is None else argv, config_name):
+    for o in _group_overrides(sys.argv[1:] if argv is None else argv, groups):
         value = o.value()
         if not o.is_sweep_override() and not isinstance(value, (str, list)):
             options = groups.get(o.key_or_group, [])
@@ -229,7 +228,7 @@ def group_list_line(argv: list[str], config_name: str = "config", command: str =
     the others': ``rope=[torch,torch_full]`` trained a single run of torch_full's full rotation, and
     ``model=[gpt2_small,tiny]`` one of model=tiny, without a word; and Hydra's own line for ``rope=torch,none``
     without ``-m`` suggests exactly that list. What is meant is a sweep: ``-m rope=torch,none``."""
-    for o in _group_overrides(argv, config_name):
+    for o in _group_overrides(argv, _group_options(config_name)):
         value = o.value()
         if isinstance(value, list):
             key, names = o.get_key_element(), [str(v) for v in value]
