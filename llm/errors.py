@@ -6,6 +6,7 @@ catches ``UserError`` once and prints ``str(exc)``; anything else is a bug and k
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TypeVar
 
 E = TypeVar("E", bound=BaseException)
@@ -18,16 +19,19 @@ def one_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def in_chain(exc: BaseException | None, kind: type[E]) -> E | None:
-    """The first exception of ``kind`` in ``exc``'s chain (itself, then its cause or context, and theirs), or None:
-    libraries re-raise a user's interrupt or a resolver's own error wrapped in exceptions of their own."""
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc``, then its cause or context, and theirs, each once: libraries re-raise a user's interrupt, a full disk
+    or a resolver's own error wrapped in exceptions of their own."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, kind):
-            return exc
         seen.add(id(exc))
+        yield exc
         exc = exc.__cause__ or exc.__context__
-    return None
+
+
+def in_chain(exc: BaseException | None, kind: type[E]) -> E | None:
+    """The first exception of ``kind`` in ``exc``'s chain (:func:`exception_chain`), or None."""
+    return next((e for e in exception_chain(exc) if isinstance(e, kind)), None)
 
 
 class UserError(Exception):

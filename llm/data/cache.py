@@ -48,7 +48,7 @@ from llm.data.config import DataError, num_threads
 from llm.data.sources import FORMAT_VERSION, KEEP_DIR, Source, make_source
 from llm.data.split import SPLITS, VAL_DOC_CAP, cap_val_documents, composition
 from llm.data.tokenizer import TokenizeProgress, canonical_tokenizer_name, get_tokenizer
-from llm.errors import UserError
+from llm.errors import UserError, exception_chain
 from llm.fileio import TMP_MARK, DiskFullError, atomic_path, remove_stale_temps, write_json_atomic
 
 if TYPE_CHECKING:
@@ -362,16 +362,6 @@ def data_fingerprint(meta: Mapping[str, Any]) -> dict[str, Any]:
             "tokens_sha256": meta.get("sha256"), "id": meta.get("data_id")}
 
 
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and the exceptions it was raised from or while handling, nearest first."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        yield cur
-        cur = cur.__cause__ or cur.__context__
-
-
 def _inside(filename: object, directory: Path) -> bool:
     """True when ``filename`` (an OSError's: a path, or None) names ``directory`` or a file under it."""
     if not isinstance(filename, (str, bytes, os.PathLike)):
@@ -395,7 +385,7 @@ def _build_errors(cache_dir: Path) -> Iterator[None]:
     except (UserError, DiskFullError):
         raise
     except Exception as exc:
-        for cause in _causes(exc):
+        for cause in exception_chain(exc):
             if not isinstance(cause, OSError):
                 continue
             at_cache = _inside(cause.filename, cache_dir)

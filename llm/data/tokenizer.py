@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import tiktoken
 
-from llm.errors import ConfigError, UserError
+from llm.errors import ConfigError, UserError, exception_chain
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +68,11 @@ class NetworkUnavailableError(UserError, RuntimeError):
 
 def is_network_error(exc: BaseException) -> bool:
     """True when `exc` (or an exception in its cause/context chain) is a connection failure."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
+    for cur in exception_chain(exc):
         if isinstance(cur, (ConnectionError, TimeoutError, socket.gaierror, socket.timeout)):
             return True
         if any(cls.__name__ in _NETWORK_ERROR_NAMES for cls in type(cur).__mro__):
             return True
-        cur = cur.__cause__ or cur.__context__
     return False
 
 

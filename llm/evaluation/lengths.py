@@ -481,7 +481,7 @@ class LengthEvaluator:
             "packing": cfg.data.get("packing", "random"),
             "scaling": plan.scaling.record(), "scaling_label": plan.scaling.description,
             "tokens": self.budget, "val_stream_tokens": int(len(self.val_tokens())), "bucket_size": bucket,
-            "autocast_dtype": _autocast_name(s.dtype, s.device),
+            "autocast_dtype": runtime.autocast_name(s.dtype, s.device),
             "baseline": {"window": self.window, "stride": self.stride, "rope": self.own_rope},
             "document_order_seed": DOCUMENT_ORDER_SEED, "notes": notes, "skipped": skipped,
             "lengths": per_length,
@@ -558,13 +558,7 @@ def _value(record: Mapping, key: str) -> Any:
         device = torch.device(str(config.get("device", "cpu")))
     except (RuntimeError, ValueError):
         return None
-    return _autocast_name(config["dtype"], device)
-
-
-def _autocast_name(dtype: str, device: torch.device) -> str:
-    """The autocast an evaluation ran under, as ``summary.json`` names it: ``bfloat16``, or ``none`` (float32)."""
-    chosen = runtime.autocast_dtype(dtype, device)
-    return "none" if chosen is None else str(chosen).removeprefix("torch.")
+    return runtime.autocast_name(config["dtype"], device)
 
 
 def _comparable(key: str, value: Any) -> Any:

@@ -129,6 +129,11 @@ def autocast_dtype(dtype_setting: str, device: torch.device) -> torch.dtype | No
     return torch.bfloat16 if use_bf16 else None
 
 
+def autocast_name(dtype_setting: str, device: torch.device) -> str:
+    """The autocast ``dtype_setting`` runs under on ``device`` as records name it: ``bfloat16``, or ``none``."""
+    return str(autocast_dtype(dtype_setting, device) or "none").removeprefix("torch.")
+
+
 def autocast_context(dtype_setting: str, device: torch.device) -> AbstractContextManager:
     """bfloat16 autocast when ``train.dtype`` asks for it (``auto``: on CUDA), else nothing."""
     dtype = autocast_dtype(dtype_setting, device)

@@ -353,7 +353,7 @@ class Trainer:
             "device_id": str(self.device), **runtime.device_identity(self.device),
             "torch_threads": torch.get_num_threads(),  # a CPU run's bits depend on it, deterministic or not
             # what train.dtype chose here (auto: bfloat16 on a GPU); compute_dtype above is the RoPE arithmetic's
-            "autocast_dtype": str(runtime.autocast_dtype(tc.dtype, self.device) or "none").removeprefix("torch."),
+            "autocast_dtype": runtime.autocast_name(tc.dtype, self.device),
             "world_size": self.dist.world_size, "model": cfg.model.name,
             # every field the model was built with, code defaults included: config.yaml holds only the preset's keys
             "model_config": dataclasses.asdict(self.model.cfg), "data": cfg.data.name,
