@@ -67,7 +67,6 @@ from llm.generation.load import (
     open_run,
     refuse_rope_keys_without_a_kernel,
     rope_for_generation,
-    run_hint,
     run_tokenizer,
     with_checkpoint,
 )
@@ -667,10 +666,7 @@ def unfinished_run_warning(run_dir: Path) -> str | None:
 
 def open_for_eval(run: str | None, checkpoint: str | None = None) -> OpenedRun:
     """The run dir checked (a config and a checkpoint present); raises :class:`ConfigError` naming ``run=``."""
-    if run in (None, ""):
-        raise ConfigError("run= is required: the run dir to evaluate "
-                          f"({run_hint(checkpoint) or 'e.g. run=outputs/runs/<date>/<time>_torch_s0'})")
-    return open_run(str(run), checkpoint)
+    return open_run(run, checkpoint, purpose="evaluate")
 
 
 def eval_lengths_from_config(cfg: Mapping, emit: Emit = print) -> tuple[dict, Path]:

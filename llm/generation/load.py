@@ -130,10 +130,11 @@ class RunModel:
     rope: dict  # the rope group the model was built with
 
 
-def open_run(run: str | None, checkpoint: str | None = None) -> OpenedRun:
-    """Check ``run=`` (and ``checkpoint=``) and read the run's config; raises :class:`ConfigError`."""
+def open_run(run: str | None, checkpoint: str | None = None, purpose: str = "generate from") -> OpenedRun:
+    """Check ``run=`` (and ``checkpoint=``) and read the run's config; raises :class:`ConfigError`. ``purpose``
+    completes "the run dir to ..." in the line that asks for a missing ``run=`` (each command its own verb)."""
     if run in (None, ""):
-        raise ConfigError("run= is required: the run dir to generate from "
+        raise ConfigError(f"run= is required: the run dir to {purpose} "
                           f"({run_hint(checkpoint) or 'e.g. run=outputs/runs/<date>/<time>_torch_s0'})")
     run_dir = Path(str(run))
     if run_dir.is_file():  # a checkpoint given as run=: say how to give it, with the run dir it came from
