@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import signal
 import socket
 import warnings
@@ -24,9 +25,12 @@ from tqdm import tqdm
 from llm.errors import ConfigError, one_line
 from llm.training.distributed import DistInfo
 
-# Dense bf16 tensor-core peaks (TFLOP/s) from the vendors' datasheets, for the MFU estimate.
-PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10G": 125.0,
-                    "4090": 165.0, "3090": 71.0}
+# Dense bf16 tensor-core peaks (TFLOP/s) from the vendors' datasheets, for the MFU estimate, keyed by the words of
+# the GPU's name they need: whole words, so an L40 is not taken for an L4, and a PCIe or NVL board (lower clocks and
+# power) not for the SXM one.
+PEAK_BF16_TFLOPS = {("H100", "PCIe"): 756.0, ("H100", "NVL"): 835.0, ("H200", "NVL"): 835.0, ("H100",): 989.0,
+                    ("H200",): 989.0, ("A100",): 312.0, ("L40S",): 362.0, ("L4",): 121.0, ("A10G",): 125.0,
+                    ("4090",): 165.0, ("3090",): 71.0}
 
 #: train.attention values: "auto" lets PyTorch pick the scaled-dot-product-attention kernel.
 ATTENTION_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
@@ -162,8 +166,15 @@ def peak_tflops(setting: str | float | None, device: torch.device) -> float | No
         return float(setting)
     if device.type != "cuda":
         return None
-    gpu = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None)
+    return known_peak(torch.cuda.get_device_name(device))
+
+
+def known_peak(gpu: str) -> float | None:
+    """The datasheet peak of the GPU named ``gpu`` (the most specific entry whose words all occur in the name), None
+    for a GPU not listed: its MFU is left out rather than measured against another GPU's peak."""
+    words = set(re.findall(r"[A-Za-z0-9]+", gpu))
+    found = [(len(key), peak) for key, peak in PEAK_BF16_TFLOPS.items() if words.issuperset(key)]
+    return max(found)[1] if found else None
 
 
 def device_name(device: torch.device) -> str:

@@ -372,6 +372,9 @@ class Trainer:
                             f"{len(self.data.train):,} train tokens: the model sees its data repeatedly, and once it "
                             "memorizes it, training amplifies last-bit differences between runs (use more data or "
                             "fewer steps)")
+            if self.peak is None and self.device.type == "cuda":  # else MFU is missing from every line unexplained
+                log.info(f"MFU left out: the peak of {summary['device']} is not known; train.peak_tflops=<its dense "
+                         "bf16 TFLOP/s> gives it")
         return summary
 
     def train_passes(self) -> float:
