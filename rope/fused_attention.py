@@ -213,8 +213,8 @@ class _Plan:
         self.n_blocks = -(-(self.T * self.G) // self.block_m)
         # Splits aim at two programs per SM; at one where each key-value head's rows fit one block and its 16-bit
         # key rows are 128 elements or more, a decode block then keeping a fourth key tile in flight: such
-        # programs stream their keys faster alone on an SM (bench.attention). Several row blocks of one head read
-        # its keys together (in L2) and keep two.
+        # programs stream their keys best alone on an SM (bench/results/attention.csv). Several row blocks of one
+        # head read its keys together (in L2) and keep two.
         self.per_sm = 2
         if self.n_blocks == 1 and q.element_size() == 2 and self.block_d >= 128 and not self.ws:
             self.per_sm = 1
@@ -420,9 +420,9 @@ def _tiles(rows: int, block_d: int, itemsize: int, cache_len: int, many_waves: b
     a head finds its keys in L2); a decode block (16 rows, the smallest ``tl.dot`` takes) streams 16 KB key
     tiles, three in flight (four where its programs have an SM each: :class:`_Plan`), to keep the memory busy,
     or, where the batch and key-value heads alone give every SM four programs or more (``many_waves``: several
-    waves, nothing to split) over 4k keys or more, 128-key tiles two deep, which streamed such waves faster
-    (``bench.attention``; over 1k keys they were slower at D 128). A key tile is at most a quarter of a short
-    cache, so that it still splits.
+    waves, nothing to split) over 4k keys or more, 128-key tiles two deep, which stream such waves best
+    (``bench/results/attention.csv``; at 1k keys and D 128 they were the slower tile). A key tile is at most a
+    quarter of a short cache, so that it still splits.
     """
     wide = block_d * itemsize > 256  # float32 at D 128, or D 256 in 16 bits: halve what the tiles hold
     block_m = min(max(16, _next_pow2(rows)), 64)

@@ -56,7 +56,7 @@ import numpy as np
 class _OnFirstUse:
     """A module imported at its first attribute access. Why: Hydra instantiates the sweep's report callback
     (``conf/config.yaml``) in every ``python -m llm.train``, single runs and refused commands included, and
-    importing ``scipy.stats`` took 0.85 s of that start (CPU); only a sweep's end needs it."""
+    importing ``scipy.stats`` is a noticeable part of that start on a CPU, and only a sweep's end needs it."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -85,7 +85,7 @@ MIN_PARTIAL_PAIRS = 3
 BETTER, WORSE, EQUIVALENT, INCONCLUSIVE, SINGLE = "better", "worse", "equivalent", "inconclusive", "single seed"
 PAIRED, WELCH = "paired", "unpaired (Welch)"
 
-multitest = _OnFirstUse("statsmodels.stats.multitest")  # 0.7 s to import: only a sweep's end needs it
+multitest = _OnFirstUse("statsmodels.stats.multitest")  # slow to import, and only a sweep's end needs it
 
 
 def mean_std(values: Iterable[float | None]) -> tuple[float | None, float | None, int]:
@@ -469,7 +469,7 @@ def median_ratio_interval(a: Sequence[Sequence[float]], b: Sequence[Sequence[flo
     """``100 (median(a) / median(b) - 1)`` over all values, and its 95% percentile-bootstrap CI resampling the
     groups (``a[i]`` and ``b[i]`` together: a round of a benchmark that times both); no CI for fewer than 2 groups.
 
-    Why: step times have a heavy tail (host hiccups: single steps 3-4x the median on the H100), so a mean of
+    Why: step times have a heavy tail (a host hiccup makes one step several times the median), so a mean of
     per-round ratios, whose t interval assumes near-normal rounds, is pulled about by a few outliers where the
     medians are not; and resampling whole rounds keeps what the rounds pair (a drift shared by both within a
     round). ``scipy.stats.bootstrap`` resamples round indices; groups may differ in length.

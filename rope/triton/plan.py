@@ -89,7 +89,7 @@ class Geometry:
         """The launch's grid: q's, k's and v's copy's programs, each cutting its own tokens' units (``units`` per
         ``per`` head rows: chunks, or elements per block) ``per_program`` a program, for each batch element. Tensors
         of as many heads (q and k of multi-head attention) take the second axis and the batch the third: the
-        kernels then read a program's tensor from its id (measured faster than working it out). Else (grouped-query
+        kernels then read a program's tensor from its grid axis (no division by the heads). Else (grouped-query
         k, or q alone) q's programs, then k's, then v's, make the first axis, as many as each tensor's own heads
         need, and the batch the second. Unit and program ids are int32 (:func:`rope.triton.kernels._tensor_program`)."""
         counts = [self.seq_len * (h * units // per) for h in self.tensor_heads]
@@ -153,8 +153,8 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
     r2, wide = geo.rotary_pairs, 2 if geo.interleaved else 1
     held = False  # rows whose padding or positions hold registers: the programs the register cap is for
     if tiling == "rows":
-        # whole halves in the half layout at positions 0..T-1 measured level or faster on 8 warps, every other row
-        # plan faster on 4 (bench/results/kernel.csv)
+        # whole halves in the half layout at positions 0..T-1 run on 8 warps (no padding or positions hold
+        # registers, so more warps keep more loads in flight); every other row plan on 4 (bench/results/kernel.csv)
         v = next_pow2(r2)
         held = v > r2 or geo.positions
         plain = v == r2 and not geo.interleaved and not geo.positions
@@ -182,7 +182,8 @@ def _flat_plan(geo: Geometry, over: Overrides) -> Plan:
     D = geo.head_dim
     fits = _flat_blocks(geo)
     aligned = [b for b in fits if b >= 4 and geo.rotary_pairs % b == 0 and D % b == 0 and not geo.interleaved]
-    aligned = [b for b in aligned if b <= 4] if D % 64 == 32 else aligned  # D = 96, 160, 224: 8 measured slower
+    # D = 96, 160, 224 take 4-wide blocks, the faster width there in bench/results/kernel.csv
+    aligned = [b for b in aligned if b <= 4] if D % 64 == 32 else aligned
     vb = (aligned or fits)[0]  # the widest block dividing the half and D (one partner run), else the widest
     nbp = max(1, (over.tile or TILE) // vb)
     sqb, sqt, _, skb, skt, _, svb, svt, _, *rest = geo.strides  # the heads are contiguous: their stride is D

@@ -45,9 +45,9 @@ def test_bad_input_is_one_line_before_any_work_and_leaves_no_run_dir(tmp_path, c
 
 def test_a_refused_command_loads_neither_the_compiler_nor_scipy_nor_statsmodels(tmp_path):
     """Every ``python -m llm.train`` instantiates the sweep callbacks and imports ``rope``. On a CPU build of torch
-    neither may pull in torch's compiler (3 s, ``rope.triton.ops.traced_ops``), ``scipy.stats`` (0.85 s,
-    ``llm.report.stats``) or ``statsmodels`` (the report's Holm correction) before the command is checked: a user's
-    typo, and each of the CLI tests here, would wait for them. Asked of the process at its exit, after the
+    neither may pull in torch's compiler (seconds, ``rope.triton.ops.traced_ops``), ``scipy.stats`` (most of a
+    second, ``llm.report.stats``) or ``statsmodels`` (the report's Holm correction) before the command is checked: a
+    user's typo, and each of the CLI tests here, would wait for them. Asked of the process at its exit, after the
     one-line refusal."""
     import torch
 

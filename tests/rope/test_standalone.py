@@ -171,7 +171,7 @@ def test_attention_dropout_only_in_training_and_bad_arguments():
 def test_standalone_in_a_fresh_process_imports_nothing_of_llm_and_surfaces_the_kernel_s_refusal():
     """One process for both (each costs a torch import): ``import rope`` + the API loads no ``llm``
     module, and rope_triton on CPU tensors without the interpreter is the registry's one line. And on a CPU build
-    of torch, ``import rope`` leaves torch's compiler unimported (rope.triton.ops.traced_ops: 3 s of a start)."""
+    of torch, ``import rope`` leaves torch's compiler unimported (rope.triton.ops.traced_ops: seconds of a start)."""
     code = ("import sys, torch, rope\n"
             "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))\n"
             "q = torch.randn(1, 4, 2, 8)\n"

@@ -1,5 +1,6 @@
-"""MFU's peak looked up from the GPU's name (``train.peak_tflops=auto``): whole words of the name, the most specific
-entry first, and nothing for a GPU not listed (an MFU against another GPU's peak is a wrong number, not a missing one)."""
+"""MFU's peak looked up from the GPU's name (``train.peak_tflops=auto``): whole words of the name, the most
+specific entry first, and nothing for a GPU not listed (an MFU against another GPU's peak is a wrong number, not
+a missing one)."""
 
 from __future__ import annotations
 
