@@ -27,10 +27,10 @@ import math
 import torch
 from torch import Tensor
 
+import rope
+
 #: How a cached step attends (see the module docstring).
 ATTENTIONS = ("sdpa", "fused_rope")
-#: The longest chunk of new tokens ``attention="fused_rope"`` takes after cached ones (the kernel's limit).
-FUSED_MAX_QUERIES = 256
 
 
 def _check_step(buffers: Tensor | None, k: Tensor) -> None:
@@ -63,16 +63,8 @@ def _check_cache_args(n_layer: int, max_len: int, attention: str) -> None:
         raise ValueError(f"KV cache attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
 
 
-class KVCache:
-    """Keys and values of ``n_layer`` attention layers for up to ``max_len`` positions.
-
-    Buffers are (n_layer, B, n_kv_head, max_len, head_dim), the layout scaled-dot-product attention
-    reads, allocated on the first write in the dtype of the keys written (float32, or bfloat16 under
-    autocast). :meth:`layer` gives one layer its view; the model calls :meth:`advance` once all layers
-    have written a step.
-    """
-
-    static = False
+class _Cache:
+    """What both caches share: their arguments, how full they are, and when a step attends through the kernel."""
 
     def __init__(self, n_layer: int, max_len: int, attention: str = "sdpa") -> None:
         _check_cache_args(n_layer, max_len, attention)
@@ -80,10 +72,6 @@ class KVCache:
         self.length = 0  # positions cached so far (the same for every row and layer)
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
-
-    def positions(self, T: int, device: torch.device) -> Tensor:
-        """Absolute positions of the next ``T`` tokens, shape (T,), for RoPE's ``positions=``."""
-        return torch.arange(self.length, self.length + T, device=device)
 
     def check_room(self, T: int) -> None:
         """Refuse a step that would run past ``max_len`` (the caller stops generating before this)."""
@@ -94,7 +82,27 @@ class KVCache:
         """Whether a step of ``T`` new tokens attends through ``rope.attention_with_rope``: with
         ``attention="fused_rope"``, after cached tokens, 1 to the kernel's chunk length (an empty step is SDPA's,
         which returns an empty output where the kernel takes no empty query chunk)."""
-        return self.attention == "fused_rope" and self.length > 0 and 0 < T <= FUSED_MAX_QUERIES
+        return self.attention == "fused_rope" and self.length > 0 and 0 < T <= rope.ATTENTION_MAX_QUERIES
+
+    def advance(self, T: int) -> None:
+        """Count the ``T`` positions every layer has now written."""
+        self.length += T
+
+
+class KVCache(_Cache):
+    """Keys and values of ``n_layer`` attention layers for up to ``max_len`` positions.
+
+    Buffers are (n_layer, B, n_kv_head, max_len, head_dim), the layout scaled-dot-product attention
+    reads, allocated on the first write in the dtype of the keys written (float32, or bfloat16 under
+    autocast). :meth:`layer` gives one layer its view; the model calls :meth:`advance` once all layers
+    have written a step.
+    """
+
+    static = False
+
+    def positions(self, T: int, device: torch.device) -> Tensor:
+        """Absolute positions of the next ``T`` tokens, shape (T,), for RoPE's ``positions=``."""
+        return torch.arange(self.length, self.length + T, device=device)
 
     def layer(self, index: int) -> LayerKV:
         return LayerKV(self, index)
@@ -112,10 +120,6 @@ class KVCache:
         self.keys[index, :, :, self.length:end] = k.transpose(1, 2)
         self.values[index, :, :, self.length:end] = v.transpose(1, 2)
         return attended(self.keys[index, :, :, :end], self.values[index, :, :, :end])
-
-    def advance(self, T: int) -> None:
-        """Count the ``T`` positions every layer has now written."""
-        self.length += T
 
 
 class _LayerHandle:
@@ -144,20 +148,12 @@ class LayerKV(_LayerHandle):
     def update(self, k: Tensor, v: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None,
                                                                                      bool]:
         """Store the new keys and values; return what SDPA attends over: the cached keys and values,
-        ``attn_mask`` and ``is_causal``.
-
-        SDPA's ``is_causal`` aligns the mask to the top left, right only when queries and keys start
-        together (the prompt, ``start == 0``); one new token may see every key (no mask); a chunk after
-        cached tokens needs the mask shifted by ``start``.
-        """
-        start, T = self.start, k.shape[1]
+        ``attn_mask`` and ``is_causal`` (:func:`rope.causal_mask`: the prompt causal, one new token unmasked, a
+        chunk after cached tokens under the diagonal shifted by where it starts)."""
+        start = self.start
         keys, values = self.write(k, v)
-        if start == 0:
-            return keys, values, None, True
-        if T == 1:
-            return keys, values, None, False
-        mask = torch.ones(T, start + T, dtype=torch.bool, device=k.device).tril(diagonal=start)
-        return keys, values, mask, False
+        mask, causal = rope.causal_mask(start, k.shape[1], k.device)
+        return keys, values, mask, causal
 
     def rope_positions(self, positions: Tensor) -> int:
         """The new tokens' positions as ``rope.attention_with_rope`` takes them: the host offset (no tensor
@@ -165,7 +161,7 @@ class LayerKV(_LayerHandle):
         return self.start
 
 
-class StaticKVCache:
+class StaticKVCache(_Cache):
     """Every layer's keys and values in buffers allocated once, the whole buffer attended under a mask, and a
     decode step's position in device memory: a decode step with no host value in it, which a CUDA graph can
     capture and replay.
@@ -180,12 +176,8 @@ class StaticKVCache:
     static = True
 
     def __init__(self, n_layer: int, max_len: int, attention: str = "sdpa") -> None:
-        _check_cache_args(n_layer, max_len, attention)
-        self.n_layer, self.max_len, self.attention = n_layer, max_len, attention
+        super().__init__(n_layer, max_len, attention)
         self.capacity = -(-max_len // 64) * 64
-        self.length = 0
-        self.keys: Tensor | None = None
-        self.values: Tensor | None = None
         self.step_position: Tensor | None = None
         self.mask: Tensor | None = None  # this step's additive (T, capacity) SDPA mask (sdpa, after a prefill)
         self._key_index: Tensor | None = None
@@ -201,13 +193,6 @@ class StaticKVCache:
     def reset(self) -> None:
         """Start new sequences (the buffers, and a graph capturing them, are kept)."""
         self.length = 0
-
-    def check_room(self, T: int) -> None:
-        if self.length + T > self.max_len:
-            raise ValueError(f"KV cache full: {self.length} cached + {T} new positions > max_len={self.max_len}")
-
-    def fused(self, T: int) -> bool:
-        return self.attention == "fused_rope" and self.length > 0 and 0 < T <= FUSED_MAX_QUERIES
 
     def prepare_step(self) -> None:
         """Write the next one-token step's position into ``step_position`` (before a captured step's replay)."""
@@ -234,9 +219,6 @@ class StaticKVCache:
 
     def layer(self, index: int) -> StaticLayerKV:
         return StaticLayerKV(self, index)
-
-    def advance(self, T: int) -> None:
-        self.length += T
 
 
 class StaticLayerKV(_LayerHandle):

@@ -28,16 +28,23 @@ apply = functional.apply  # noqa: F821
 rope_triton = functional.rope_triton  # noqa: F821
 RoPEAttention = attention.RoPEAttention  # noqa: F821
 attention_with_rope = fused_attention.attention_with_rope  # noqa: F821
+#: The most new queries one ``attention_with_rope`` call takes (a decode step, or a chunk of a prefill).
+ATTENTION_MAX_QUERIES = fused_attention.MAX_QUERIES  # noqa: F821
+attention_unavailable_reason = fused_attention.unavailable_reason  # noqa: F821
+causal_mask = attention.causal_mask  # noqa: F821
 
 __all__ = [
+    "ATTENTION_MAX_QUERIES",
     "RoPEAttention",
     "RopeArgumentError",
     "RopePluginWarning",
     "RotaryEmbedding",
     "apply",
+    "attention_unavailable_reason",
     "attention_with_rope",
     "available",
     "build",
+    "causal_mask",
     "check_args",
     "get",
     "label",

@@ -148,7 +148,7 @@ def read_settings(cfg: Mapping) -> Settings:
         raise ConfigError(f"dtype={dtype!r}; allowed: {', '.join(DTYPES)}")
     device = resolve_device(str(cfg.get("device", "auto")))
     if attention == "fused_rope":
-        reason = rope.fused_attention.unavailable_reason(device)
+        reason = rope.attention_unavailable_reason(device)
         if reason:
             raise ConfigError(f"attention=fused_rope: {reason}")
     return Settings(read_prompt(cfg), _positive_int(cfg, "max_new_tokens"), sampling, seed,

@@ -20,7 +20,7 @@ import contextlib
 import torch
 from torch import Tensor
 
-from llm.kv_cache import FUSED_MAX_QUERIES
+import rope
 from llm.model import GPT
 
 #: Eager steps run before capture (on a side stream): lazy initialisations (cuBLAS workspaces, Triton
@@ -36,7 +36,7 @@ class StaticDecoder:
     the step on a CUDA device (False: run it eagerly, e.g. to compare); ``attention``: ``"sdpa"`` or
     ``"fused_rope"`` (see :mod:`llm.kv_cache`); ``prefill_chunk``: feed a prompt in chunks of at most this many
     tokens (the first chunk by SDPA over its own keys, the later ones over the cache; with ``"fused_rope"`` the later
-    ones at most :data:`~llm.kv_cache.FUSED_MAX_QUERIES`, what the fused kernel takes), None for all at once.
+    ones at most :data:`rope.ATTENTION_MAX_QUERIES`, what the fused kernel takes), None for all at once.
     """
 
     def __init__(self, model: GPT, max_len: int, *, capture: bool = True, attention: str = "sdpa",
@@ -78,7 +78,7 @@ class StaticDecoder:
             if start and self.attention == "fused_rope":
                 # a later chunk longer than the fused kernel takes would go to SDPA, which the static cache gives
                 # no mask under fused_rope: it would attend to the chunk's later tokens and the empty slots
-                n = min(n, FUSED_MAX_QUERIES)
+                n = min(n, rope.ATTENTION_MAX_QUERIES)
             logits = self.model.next_logits(prompt[:, start:start + n], self.cache)
             start += n
         if self.graph is None and self.note is None and self.want_capture and T < self.max_len:

@@ -1,7 +1,9 @@
 """Run report: compare finished runs of a seed sweep, one row per RoPE implementation.
 
-The package reads run dirs only (``summary.json``, ``config.yaml``, ``metrics.jsonl``) and never
-imports the training code, so it works on runs from any machine or older version of the app.
+The package reads run dirs only (``summary.json``, ``config.yaml``, ``metrics.jsonl``), so it works on runs from
+any machine or older version of the app; of the training code it imports, inside functions, only whether a job's
+process still holds its run dir (``llm.training.run_dir``) and the sweeper that lists a sweep's jobs
+(``llm.sweep_jobs``).
 
 * :func:`compare_runs` - load, check and write ``comparison.md``/``.csv`` and the plots;
 * :func:`build_report` / :func:`write_report` - the two halves of it (the Hydra callback logs the
@@ -12,7 +14,8 @@ imports the training code, so it works on runs from any machine or older version
 Modules: ``runs`` (finding and loading run dirs), ``mixed`` (the mixed-run check), ``stats``
 (statistics), ``analysis`` (groups, reference, comparisons), ``fidelity``, ``compare`` (the
 :class:`Report` and how it is built), ``markdown``, ``tables`` (CSV), ``plots``, ``write`` (the writers run
-together), ``wandb_log``, ``callback`` (Hydra).
+together), ``wandb_log``, ``callback`` (Hydra), ``sharing`` (runs that shared a GPU), ``length`` (the length
+report), ``errors``.
 """
 
 from __future__ import annotations

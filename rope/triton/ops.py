@@ -108,8 +108,9 @@ CUSTOM_OPS = _define("", traced=False)
 
 @functools.cache
 def traced_ops() -> OpSet | None:
-    """The triton ops, defined on first use; None where torch has no ``torch.library.triton_op``. Why not at
-    import everywhere: defining one imports Dynamo and Inductor, seconds of every start of a CPU process."""
+    """The triton ops, defined at the first call (at import on CUDA and ROCm builds; elsewhere only tests ask); None
+    where torch has no ``torch.library.triton_op``. Why not at import everywhere: defining one imports Dynamo and
+    Inductor, seconds of every start of a CPU process, where compiled graphs call the custom ops instead."""
     return _define("_traced", traced=True) if hasattr(torch.library, "triton_op") else None
 
 

@@ -685,7 +685,7 @@ def test_fused_prefill_chunks_longer_than_the_kernel_takes_match_the_full_forwar
     """attention=fused_rope with prefill_chunk above the fused kernel's query limit: a later chunk that long went to
     SDPA, which the static cache under fused_rope gave no mask, so it attended to its own later tokens and the empty
     slots; the decoder now splits it to what the kernel takes."""
-    from llm.kv_cache import FUSED_MAX_QUERIES
+    from rope import ATTENTION_MAX_QUERIES as FUSED_MAX_QUERIES
 
     torch.manual_seed(0)
     T = 2 * FUSED_MAX_QUERIES + 20
@@ -721,7 +721,8 @@ def test_ctrl_c_while_torch_loads_is_one_line(trained_run, monkeypatch, capsys):
 def test_a_static_cache_masks_every_sdpa_step_under_fused_rope():
     """Under ``attention=fused_rope`` a step longer than the fused kernel takes attends through SDPA over the whole
     buffer: it needs the mask (its own later tokens and the empty slots hidden) as an ``sdpa`` cache's step does."""
-    from llm.kv_cache import FUSED_MAX_QUERIES, StaticKVCache
+    from llm.kv_cache import StaticKVCache
+    from rope import ATTENTION_MAX_QUERIES as FUSED_MAX_QUERIES
 
     cache = StaticKVCache(n_layer=1, max_len=1024, attention="fused_rope")
     cache.allocate(1, 2, 16, torch.float32, torch.device("cpu"))
