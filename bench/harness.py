@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import datetime
 import importlib
 import importlib.metadata
@@ -188,7 +189,7 @@ class Progress:
         return 1
 
 
-# -- the Triton entries' launch settings --------------------------------------------------------------------------
+# -- the kernels' launch settings ---------------------------------------------------------------------------------
 def parse_tuning(text: str | None) -> dict[str, object]:
     """``tiling=rows,tile=2048`` -> {"tiling": "rows", "tile": 2048}: the fields of ``--tuning``."""
     spec: dict[str, object] = {}
@@ -211,18 +212,33 @@ def triton_package():
     return importlib.import_module("rope.triton")
 
 
-def tuning(spec: dict[str, object]) -> contextlib.AbstractContextManager:
-    """The benchmarks' one way to the Triton entries' launch settings: ``rope.triton.tuning(**spec)``, under which
-    eager launches take the given fields (``tiling``, ``tile``, ``num_warps``, ``maxnreg``); no fields: a no-op.
+def _cutedsl_fields() -> set[str]:
+    """The launch settings ``rope.cutedsl.tuning`` takes (none where the rope code imported has no such hook)."""
+    cutedsl = sys.modules.get("rope.cutedsl") or importlib.import_module("rope.cutedsl")
+    config = getattr(cutedsl, "CuteLaunchConfig", None)
+    return {f.name for f in dataclasses.fields(config)} if hasattr(cutedsl, "tuning") and config else set()
 
-    Why one function: launch settings are the Triton package's business, and a benchmark that reached into them
-    in several places would have to follow every change of its internals."""
+
+def tuning(spec: dict[str, object]) -> contextlib.AbstractContextManager:
+    """The benchmarks' one way to the kernels' launch settings: ``rope.cutedsl.tuning`` takes the ``cutedsl``
+    entry's fields (``threads``, ``rows_per_thread``), ``rope.triton.tuning`` every other (``tiling``, ``tile``,
+    ``num_warps``, ``maxnreg``); under both, launches take the given fields; no fields: a no-op.
+
+    Why one function: launch settings are each kernel package's business, and a benchmark that reached into them
+    in several places would have to follow every change of their internals."""
     if not spec:
         return contextlib.nullcontext()
-    package = triton_package()
-    if package is None or not hasattr(package, "tuning"):
-        _refuse("--tuning: the rope code imported has no rope.triton.tuning hook")
-    return package.tuning(**spec)
+    cute = {k: v for k, v in spec.items() if k in _cutedsl_fields()}
+    rest = {k: v for k, v in spec.items() if k not in cute}
+    with contextlib.ExitStack() as stack:  # a refused field leaves no setting of the other package behind
+        if cute:
+            stack.enter_context(importlib.import_module("rope.cutedsl").tuning(**cute))
+        if rest:
+            package = triton_package()
+            if package is None or not hasattr(package, "tuning"):
+                _refuse("--tuning: the rope code imported has no rope.triton.tuning hook")
+            stack.enter_context(package.tuning(**rest))
+        return stack.pop_all()
 
 
 def check_tuning(spec: dict[str, object]) -> None:

@@ -373,8 +373,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=None,
                    help="timed calls per median (default 15, two medians and the lower kept; --smoke: 1)")
     p.add_argument("--tuning", default=None, metavar="FIELD=VALUE,...",
-                   help="launch settings for the Triton entries' eager launches (rope.triton.tuning), e.g. "
-                        "tiling=rows,tile=2048,num_warps=8")
+                   help="launch settings (bench.harness.tuning): the Triton entries' eager launches' (tiling, tile, "
+                        "num_warps, maxnreg; e.g. tiling=rows,tile=2048,num_warps=8) and cutedsl's (threads, "
+                        "rows_per_thread)")
     p.add_argument("--jobs", type=int, default=1, help="processes compiling the configurations before the timing")
     p.add_argument("--warm-only", action="store_true", help="compile every configuration, time nothing, write nothing")
     harness.add_common_args(p, NAME)

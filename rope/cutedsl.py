@@ -18,11 +18,13 @@ user can compare a CuTeDSL kernel with the Triton ones on speed and on model qua
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib.util
 import math
 import tempfile
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -39,8 +41,8 @@ _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
 @dataclasses.dataclass(frozen=True)
 class CuteLaunchConfig:
     """How a launch splits the rows: ``threads`` per CTA (rounded down to whole rows), each thread
-    rotating one chunk in each of ``rows_per_thread`` consecutive blocks of rows. A tuning knob
-    (``CuteDSLRotary.launch_config``): every value computes the same bits."""
+    rotating one chunk in each of ``rows_per_thread`` consecutive blocks of rows. A benchmark sets it through
+    :func:`tuning`; every value computes the same bits."""
 
     threads: int = 512
     rows_per_thread: int = 1
@@ -53,6 +55,28 @@ class CuteLaunchConfig:
 
 
 DEFAULT_LAUNCH = CuteLaunchConfig()
+_launch_config = DEFAULT_LAUNCH  # what every launch uses: :func:`tuning` sets it
+
+
+@contextlib.contextmanager
+def tuning(**fields: int) -> Iterator[CuteLaunchConfig]:
+    """Launch every ``cutedsl`` rotation (forward and backward, eager or compiled) with these
+    :class:`CuteLaunchConfig` fields while the block is open: ``with rope.cutedsl.tuning(threads=256): ...``.
+
+    Why a block, not an argument: a launch setting changes no result, so it stays out of the module's and the
+    ops' signatures (a compiled graph keeps no knob); the setting is the process's, as autograd runs the backward
+    on its own thread (as ``rope.triton.tuning``). A bad field or value raises ValueError before the block runs."""
+    global _launch_config
+    known = {f.name for f in dataclasses.fields(CuteLaunchConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(f"tuning: unknown setting {unknown[0]!r}; the settings are {', '.join(sorted(known))}")
+    outer = _launch_config
+    _launch_config = dataclasses.replace(outer, **fields)
+    try:
+        yield _launch_config
+    finally:
+        _launch_config = outer
 
 
 def package_missing() -> str | None:
@@ -150,7 +174,7 @@ def _compiled(dtype: torch.dtype, D: int, R2: int, CW: int, INTERLEAVED: bool, V
 
 def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Tensor | None, partial: bool,
            inverse: bool, out_q: Tensor | None = None, out_k: Tensor | None = None, *, interleaved: bool = False,
-           poison: bool = False, config: CuteLaunchConfig = DEFAULT_LAUNCH) -> tuple[Tensor, Tensor | None]:
+           poison: bool = False) -> tuple[Tensor, Tensor | None]:
     """Rotate (``inverse``: rotate back) q and k in one launch into new (or the given) outputs.
 
     The rotated width is the tables' (cos, sin: (max_seq_len, R/2) float32); the D - R trailing
@@ -186,7 +210,7 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
     if sin.stride() != cos.stride():
         cos, sin = cos.contiguous(), sin.contiguous()
     csv = pow2_unit(cos.stride(0), 4)
-    geo = geometry(D, cos.shape[1], bool(partial), bool(interleaved), esize, sv, config)
+    geo = geometry(D, cos.shape[1], bool(partial), bool(interleaved), esize, sv, _launch_config)
     fn = _compiled(q.dtype, geo["D"], geo["R2"], geo["CW"], geo["INTERLEAVED"], geo["V"], geo["VP"], sv, csv,
                    geo["RPC"], geo["RPT"], positions is not None, bool(inverse), sv * esize)
     dt = _cutlass_dtype(q.dtype)
@@ -204,28 +228,27 @@ def launch(q: Tensor, k: Tensor | None, cos: Tensor, sin: Tensor, positions: Ten
 
 # -- custom ops: opaque to torch.compile, with fake shapes and autograd ----------------------------
 _SCHEMA = ("(Tensor q, Tensor? k, Tensor cos, Tensor sin, Tensor? positions, bool partial, bool interleaved,"
-           " bool poison, int threads, int rows_per_thread) -> (Tensor, Tensor)")
+           " bool poison) -> (Tensor, Tensor)")
 
 
-def _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, inverse):
-    yq, yk = launch(q, k, cos, sin, positions, partial, inverse, interleaved=interleaved, poison=poison,
-                    config=CuteLaunchConfig(threads, rows_per_thread))
+def _op(q, k, cos, sin, positions, partial, interleaved, poison, inverse):
+    yq, yk = launch(q, k, cos, sin, positions, partial, inverse, interleaved=interleaved, poison=poison)
     return yq, q.new_empty((0,)) if yk is None else yk
 
 
 @torch.library.custom_op("ropelab::cute_rope_fwd", mutates_args=(), schema=_SCHEMA)
-def cute_rope_fwd(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread):
+def cute_rope_fwd(q, k, cos, sin, positions, partial, interleaved, poison):
     """Rotated (q, k); k's slot holds an empty tensor when k is None."""
-    return _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, False)
+    return _op(q, k, cos, sin, positions, partial, interleaved, poison, False)
 
 
 @torch.library.custom_op("ropelab::cute_rope_bwd", mutates_args=(), schema=_SCHEMA)
-def cute_rope_bwd(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread):
+def cute_rope_bwd(q, k, cos, sin, positions, partial, interleaved, poison):
     """The transposed rotation of (q, k): the gradients of :func:`cute_rope_fwd`."""
-    return _op(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread, True)
+    return _op(q, k, cos, sin, positions, partial, interleaved, poison, True)
 
 
-def _fake(q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread):
+def _fake(q, k, cos, sin, positions, partial, interleaved, poison):
     contiguous = torch.contiguous_format  # as the launch allocates its outputs, whatever the inputs' strides
     yk = q.new_empty((0,)) if k is None else torch.empty_like(k, memory_format=contiguous)
     return torch.empty_like(q, memory_format=contiguous), yk
@@ -236,17 +259,16 @@ torch.library.register_fake("ropelab::cute_rope_bwd")(_fake)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, cos, sin, positions, partial, interleaved, poison, threads, rows_per_thread = inputs
+    q, k, cos, sin, positions, partial, interleaved, poison = inputs
     ctx.save_for_backward(cos, sin, positions)
-    ctx.args = (k is not None, partial, interleaved, poison, threads, rows_per_thread)
+    ctx.args = (k is not None, partial, interleaved, poison)
 
 
 def _grads(op, ctx, gq, gk):
     cos, sin, positions = ctx.saved_tensors
-    has_k, partial, interleaved, poison, threads, rows_per_thread = ctx.args
-    dq, dk = op(gq, gk if has_k else None, cos, sin, positions, partial, interleaved, poison, threads,
-                rows_per_thread)
-    return (dq, dk if has_k else None) + (None,) * 8
+    has_k, partial, interleaved, poison = ctx.args
+    dq, dk = op(gq, gk if has_k else None, cos, sin, positions, partial, interleaved, poison)
+    return (dq, dk if has_k else None) + (None,) * 6
 
 
 torch.library.register_autograd("ropelab::cute_rope_fwd", lambda ctx, gq, gk: _grads(cute_rope_bwd, ctx, gq, gk),
@@ -259,19 +281,18 @@ class _CuteRopeFunction(torch.autograd.Function):
     """Eager path: (q, k) -> rotated (q, k); the backward is the same Function with the rotation inverted."""
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, positions, partial, inverse, interleaved, poison, config):
+    def forward(ctx, q, k, cos, sin, positions, partial, inverse, interleaved, poison):
         ctx.save_for_backward(cos, sin, positions)
-        ctx.args = (k is not None, partial, inverse, interleaved, poison, config)
-        return launch(q, k, cos, sin, positions, partial, inverse, interleaved=interleaved, poison=poison,
-                      config=config)
+        ctx.args = (k is not None, partial, inverse, interleaved, poison)
+        return launch(q, k, cos, sin, positions, partial, inverse, interleaved=interleaved, poison=poison)
 
     @staticmethod
     def backward(ctx, gq, gk):
         cos, sin, positions = ctx.saved_tensors
-        has_k, partial, inverse, interleaved, poison, config = ctx.args
+        has_k, partial, inverse, interleaved, poison = ctx.args
         dq, dk = _CuteRopeFunction.apply(gq, gk if has_k else None, cos, sin, positions, partial, not inverse,
-                                         interleaved, poison, config)
-        return (dq, dk) + (None,) * 8
+                                         interleaved, poison)
+        return (dq, dk) + (None,) * 7
 
 
 @register("cutedsl")
@@ -289,9 +310,6 @@ class CuteDSLRotary(RotaryEmbedding):
         super().__init__(head_dim, max_seq_len, base, variant, layout, rotary_dim, scaling)
         # As in the Triton entries: the zero-frequency pairs need no table load unless YaRN scales the table.
         self._partial_shortcut = variant == "partial" and attention_factor(self.scaling) == 1.0
-        #: CTA size and rows per thread of every launch (a tuning knob; the Triton entries take theirs through
-        #: ``rope.triton.tuning``).
-        self.launch_config = DEFAULT_LAUNCH
 
     @classmethod
     def unavailable_reason(cls, device: torch.device) -> str | None:
@@ -309,13 +327,12 @@ class CuteDSLRotary(RotaryEmbedding):
         args = (self.cos, self.sin, positions, self._partial_shortcut)
         interleaved = self.layout == "interleaved"
         poison = bool(self.poison_outputs)
-        cfg = self.launch_config
         if torch.compiler.is_compiling():
-            yq, yk = cute_rope_fwd(q, k, *args, interleaved, poison, cfg.threads, cfg.rows_per_thread)
+            yq, yk = cute_rope_fwd(q, k, *args, interleaved, poison)
             return yq, (yk if k is not None else None)
         if not (torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))):
-            return launch(q, k, *args, False, interleaved=interleaved, poison=poison, config=cfg)
-        return _CuteRopeFunction.apply(q, k, *args, False, interleaved, poison, cfg)
+            return launch(q, k, *args, False, interleaved=interleaved, poison=poison)
+        return _CuteRopeFunction.apply(q, k, *args, False, interleaved, poison)
 
     def check_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
         if q.dtype not in _SUPPORTED:

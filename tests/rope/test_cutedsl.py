@@ -69,6 +69,39 @@ def test_geometry_follows_the_launch_config():
                                                                               cutedsl.DEFAULT_LAUNCH)
 
 
+def test_tuning_sets_the_launch_for_its_block_and_restores_it():
+    """``rope.cutedsl.tuning``: a block's fields (nested blocks keep the outer ones), the default after it, and a
+    bad field or value refused before the block, leaving the setting as it was."""
+    with cutedsl.tuning(threads=128) as outer:
+        assert outer == cutedsl.CuteLaunchConfig(threads=128)
+        with cutedsl.tuning(rows_per_thread=2) as inner:
+            assert inner == cutedsl.CuteLaunchConfig(threads=128, rows_per_thread=2)
+        with pytest.raises(ValueError, match="threads"), cutedsl.tuning(threads=96):
+            pass
+        with pytest.raises(ValueError, match="unknown setting 'tile'"), cutedsl.tuning(tile=64):
+            pass
+        with cutedsl.tuning() as now:
+            assert now == outer
+    with cutedsl.tuning() as after:
+        assert after == cutedsl.DEFAULT_LAUNCH
+
+
+def test_the_ops_take_no_launch_setting():
+    """A launch setting changes no result, so the custom ops (what a compiled graph records) carry none."""
+    for op in (torch.ops.ropelab.cute_rope_fwd, torch.ops.ropelab.cute_rope_bwd):
+        names = [a.name for a in op.default._schema.arguments]
+        assert names == ["q", "k", "cos", "sin", "positions", "partial", "interleaved", "poison"]
+
+
+def test_the_benchmark_hook_routes_cutedsl_fields_to_cutedsl():
+    from bench import harness
+
+    with harness.tuning({"threads": 256, "rows_per_thread": 2}), cutedsl.tuning() as now:
+        assert now == cutedsl.CuteLaunchConfig(threads=256, rows_per_thread=2)
+    with cutedsl.tuning() as after:
+        assert after == cutedsl.DEFAULT_LAUNCH
+
+
 @pytest.mark.parametrize("kwargs", [{"threads": 96}, {"threads": 2048}, {"rows_per_thread": 0}])
 def test_launch_config_rejects_bad_values(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):

@@ -6,6 +6,8 @@ with triton_v4, int64 offsets, torch.compile. Marked ``gpu``; skipped without nv
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -62,18 +64,17 @@ def test_bit_identical_to_triton_v4(D, layout, rotary_dim, pos_kind):
 @pytest.mark.parametrize("threads,rows", [(128, 2), (1024, 1), (256, 4), (64, 3), (256, 1)])
 @pytest.mark.parametrize("D", (48, 256))
 def test_launch_configs_give_the_default_bits(threads, rows, D):
-    """Every CTA size and rows-per-thread count (the --tune grid) computes the same bits as the default,
-    forward and backward, on a row count that no CTA's rows divide (the last CTA is partial)."""
-    from rope.cutedsl import CuteLaunchConfig
+    """Every CTA size and rows-per-thread count a benchmark may set (``rope.cutedsl.tuning``) computes the same bits
+    as the default, forward and backward, on a row count that no CTA's rows divide (the last CTA is partial)."""
+    from rope import cutedsl
 
-    tuned = build_poisoned("cutedsl", D, 1024, CUDA)
-    tuned.launch_config = CuteLaunchConfig(threads, rows)
-    default = build_poisoned("cutedsl", D, 1024, CUDA)
+    rotary = build_poisoned("cutedsl", D, 1024, CUDA)
     q, k = make_inputs("gqa", 3, 777, 8, 2, D, torch.bfloat16, CUDA)
     outs = []
-    for r in (tuned, default):
-        yq, yk = r(q, k)
-        outs.append((yq, yk, *torch.autograd.grad((yq, yk), (q, k), (torch.ones_like(yq), torch.ones_like(yk)))))
+    for setting in (cutedsl.tuning(threads=threads, rows_per_thread=rows), contextlib.nullcontext()):
+        with setting:  # the backward inside too: it launches under the same setting
+            yq, yk = rotary(q, k)
+            outs.append((yq, yk, *torch.autograd.grad((yq, yk), (q, k), (torch.ones_like(yq), torch.ones_like(yk)))))
     for a, b in zip(*outs, strict=True):
         assert not a.isnan().any() and torch.equal(a, b)
 
