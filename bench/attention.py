@@ -58,7 +58,6 @@ NAME = "attention"
 COLUMNS = (*harness.ENV_COLUMNS, "shape", "implementation", "mode", "time_us", "pct_copy_bw", "speedup",
            "head_dim", "heads", "batch", "cached", "queries", "dtype", "cache_mb", "copy_gbps", "max_err",
            "bound", "pct_mma_peak", "roof_speedup", "launch", "mma_tflops", "read_gbps", "launch_floor_us")
-IMPLS = ("separate", "fused")
 MODES = ("eager", "captured")
 #: Calls of an eager stream (fewer where one call is long: about 20 ms a stream), and how many streams (the
 #: fastest kept: a stream disturbed by the host reads high).
