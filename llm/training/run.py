@@ -25,8 +25,9 @@ from llm.fileio import DiskFullError, write_json_atomic
 from llm.sweep_jobs import swept_values
 from llm.training import checkpoint as checkpoint_module
 from llm.training.checkpoint import NO_RESUME, find_resume_checkpoint
-from llm.training.distributed import cleanup, init_distributed
+from llm.training.distributed import DistInfo, cleanup, init_distributed
 from llm.training.init_from import (
+    InitSource,
     apply_init_from,
     check_init_from,
     default_original_length,
@@ -172,6 +173,70 @@ def _refuse_another_run_s_config(path: Path, state: Mapping, run_dir: Path) -> N
                           "taken)")
 
 
+def _claim(cfg: DictConfig, run_dir: Path, dist_info: DistInfo, sweep_job: bool) -> RunDirLock:
+    """The run dir's lock (rank 0 takes it); a dir in use is refused (a sweep job's refusal kept for the sweep's
+    record), and a Ctrl-C during the claim leaves the dir as the claim left it."""
+    try:
+        # (select: a train group removed with ~train is refused by the key check after this, in one line)
+        return claim_run_dir(run_dir, resuming=bool(OmegaConf.select(cfg, "train.resume")))
+    except RunDirInUseError as e:
+        if sweep_job:
+            UNRECORDED_STARTS.append((run_dir, one_line(e)))
+        cleanup(dist_info)
+        raise
+    except KeyboardInterrupt as e:  # no lock held
+        cleanup(dist_info)
+        raise StartInterrupted from e
+
+
+def _resume(cfg: DictConfig, run_dir: Path, overrides: Sequence[str], group: str, sweep_job: bool,
+            dist_info: DistInfo, held: HeldLines) -> tuple[tuple[Path, dict] | None, DictConfig, str]:
+    """``train.resume`` settled: the checkpoint to resume (None: a fresh start), the config to train (a resumed
+    run's saved config wins, :func:`reconcile_resume_config`) and the wandb group. A sweep job's ``resume=auto`` in
+    a dir that never trained starts afresh, unless its run trained in another job's dir (the sweep continued with
+    its jobs numbered otherwise). Notes of damaged checkpoints go to ``held``."""
+    asked = cfg.train.get("resume")
+    if sweep_job and asked == "auto" and never_trained(run_dir):
+        twin = trained_twin(run_dir, OmegaConf.to_container(cfg, resolve=True), (*PER_INVOCATION, "hydra"))
+        if twin is not None:
+            raise ConfigError(f"{run_dir.name}: this job's run trained in {twin.name} of the same sweep dir, so "
+                              "the sweep was continued with its jobs numbered otherwise (its arguments in another "
+                              "order, or other jobs); continue it with the first command's arguments, in their "
+                              "order")
+        log.info(f"{run_dir.name}: nothing to resume (never trained), starting it from step 0")
+        if dist_info.is_main:
+            (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a failed start's record, replaced by this run's
+        asked = None
+    _refuse_another_run_s_checkpoint(asked, run_dir)
+    with held:
+        resume = find_resume_checkpoint(asked, run_dir / "checkpoints")
+    if resume is None:
+        return None, cfg, group
+    _refuse_another_run_s_config(*resume, run_dir)  # every checkpoint resumed holds its config (RESUME_KEYS)
+    cfg = reconcile_resume_config(resume[1]["config"], cfg, overrides)
+    if cfg.train.max_steps < resume[1].get("step", 0):  # its record would say fewer steps than it trained
+        raise ConfigError(f"train.max_steps={cfg.train.max_steps} is below the step this run has reached "
+                          f"({resume[1]['step']}): a resume trains on from there to the run's own "
+                          "train.max_steps; leave it out")
+    return resume, cfg, resumed_group(resume[1], group, overrides)
+
+
+def _init_from(trainer: Trainer, source: InitSource, init: tuple, notes: list[str | None], is_main: bool) -> None:
+    """The model's weights from ``train.init_from``'s checkpoint (``init``: its path, step and state), recorded
+    in the run's summary; what differs from the source's training is a warning, the rest information (``notes``:
+    the warnings, then one note or None)."""
+    apply_init_from(trainer.model, *init)
+    trainer.summary["init_from"] = init_record(source, init[0], init[1])  # kept by its checkpoints
+    if not is_main:
+        return
+    *warnings, note = notes
+    for line in warnings:
+        log.warning(line)
+    for line in (note, f"initialised the model from {init[0]} (step {init[1]}); optimizer and step start afresh"):
+        if line:
+            log.info(line)
+
+
 def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), group: str = "single",
                  resume_hint: str = "", sweep_job: bool = False,
                  command_record: Mapping[str, str] | None = None) -> TrainOutcome:
@@ -192,51 +257,15 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
     wants_cuda = cfg.get("device", "auto") != "cpu" and torch.cuda.is_available()
     dist_info = init_distributed(torch.device("cuda" if wants_cuda else "cpu"))
     run_dir = _shared_run_dir(Path(run_dir), dist_info)
-    lock = None
-    if dist_info.is_main:
-        try:
-            # (select: a train group removed with ~train is refused by the key check below, in one line)
-            lock = claim_run_dir(run_dir, resuming=bool(OmegaConf.select(cfg, "train.resume")))
-        except RunDirInUseError as e:
-            if sweep_job:
-                UNRECORDED_STARTS.append((run_dir, one_line(e)))
-            cleanup(dist_info)
-            raise
-        except KeyboardInterrupt as e:  # no lock held: the dir stays as the claim left it
-            cleanup(dist_info)
-            raise StartInterrupted from e
+    lock = _claim(cfg, run_dir, dist_info, sweep_job) if dist_info.is_main else None
     trainer = None
-    held: HeldLines | None = None
+    held = HeldLines(checkpoint_module.log)  # its notes of damaged checkpoints: train.log's once the run is ours
     ended = False  # fit() returned: every rank reaches the end together
     recorded: Path | None = None  # the record of this command, once written
     fitting = False  # a stop before fit() is a first one: fit() takes its own stops (a second Ctrl-C aborts)
     try:
         check_config_keys(cfg)
-        asked = cfg.train.get("resume")
-        if sweep_job and asked == "auto" and never_trained(run_dir):
-            twin = trained_twin(run_dir, OmegaConf.to_container(cfg, resolve=True), (*PER_INVOCATION, "hydra"))
-            if twin is not None:
-                raise ConfigError(f"{run_dir.name}: this job's run trained in {twin.name} of the same sweep dir, so "
-                                  "the sweep was continued with its jobs numbered otherwise (its arguments in another "
-                                  "order, or other jobs); continue it with the first command's arguments, in their "
-                                  "order")
-            log.info(f"{run_dir.name}: nothing to resume (never trained), starting it from step 0")
-            if dist_info.is_main:
-                (run_dir / SUMMARY_FILE).unlink(missing_ok=True)  # a failed start's record, replaced by this run's
-            asked = None
-        _refuse_another_run_s_checkpoint(asked, run_dir)
-        held = HeldLines(checkpoint_module.log)  # its notes of damaged checkpoints: train.log's once the run is ours
-        with held:
-            resume = find_resume_checkpoint(asked, run_dir / "checkpoints")
-        if resume is not None:  # every checkpoint resumed holds its config (checkpoint.RESUME_KEYS)
-            _refuse_another_run_s_config(*resume, run_dir)
-            cfg = reconcile_resume_config(resume[1]["config"], cfg, overrides)
-        if resume is not None and cfg.train.max_steps < resume[1].get("step", 0):  # its record would say fewer
-            raise ConfigError(f"train.max_steps={cfg.train.max_steps} is below the step this run has reached "
-                              f"({resume[1]['step']}): a resume trains on from there to the run's own "
-                              "train.max_steps; leave it out")
-        if resume is not None:
-            group = resumed_group(resume[1], group, overrides)
+        resume, cfg, group = _resume(cfg, run_dir, overrides, group, sweep_job, dist_info, held)
         source = check_init_from(cfg) if resume is None else None  # a resumed run holds its weights already
         note = default_original_length(cfg, source) if source is not None else None
         notes = init_from_notes(cfg, source) if source is not None else []
@@ -253,15 +282,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
                           job=run_dir.name if sweep_job else "",
                           swept=swept_values(overrides, run_dir.parent) if sweep_job else "")
         if init is not None:
-            apply_init_from(trainer.model, *init)
-            trainer.summary["init_from"] = init_record(source, init[0], init[1])  # kept by its checkpoints
-            if dist_info.is_main:  # what differs from the source's training is a warning; the rest is information
-                for line in notes:
-                    log.warning(line)
-                for line in (note, f"initialised the model from {init[0]} (step {init[1]}); optimizer and step start "
-                                   "afresh"):
-                    if line:
-                        log.info(line)
+            _init_from(trainer, source, init, [*notes, note], dist_info.is_main)
         fitting = True
         outcome = trainer.fit()
         ended = True
@@ -269,14 +290,12 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
     except KeyboardInterrupt as e:
         if fitting:
             raise
-        if held is not None:
-            held.pass_on(to_files=False)
+        held.pass_on(to_files=False)
         if lock is not None:
             _interrupted_start(cfg, run_dir, lock, sweep_job)
         raise StartInterrupted from e
     except Exception as e:
-        if held is not None:
-            held.pass_on(to_files=False)  # a refused command writes nothing in the run dir, its log included
+        held.pass_on(to_files=False)  # a refused command writes nothing in the run dir, its log included
         if recorded is not None and recorded.name.startswith("resume_") and isinstance(e, USER_ERRORS):
             shutil.rmtree(recorded, ignore_errors=True)  # a resume refused once its data is read keeps no record
         if lock is not None:
