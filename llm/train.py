@@ -63,10 +63,10 @@ from llm.entry import (  # noqa: E402
 from llm.errors import ConfigError, RunDirInUseError  # noqa: E402
 from llm.gpu_slots import SLOTS_DIR, Slot  # noqa: E402
 from llm.gpu_slots import claim as claim_slot  # noqa: E402
+from llm.run_files import SUMMARY_FILE  # noqa: E402
 from llm.sweep import stop_requested  # noqa: E402
 from llm.sweep_jobs import PARALLEL_LAUNCHERS  # noqa: E402
 from llm.training.checkpoint import checkpoint_files, checkpoint_step  # noqa: E402
-from llm.training.outputs import SUMMARY_FILE  # noqa: E402
 from llm.training.run import (  # noqa: E402
     UNRECORDED_STARTS,
     USER_ERRORS,

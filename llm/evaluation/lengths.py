@@ -71,8 +71,8 @@ from llm.generation.load import (
     with_checkpoint,
 )
 from llm.model import GPT, GPTConfig, build_model
+from llm.run_files import SUMMARY_FILE
 from llm.training import runtime
-from llm.training.outputs import SUMMARY_FILE
 from llm.training.run_dir import lock_holder
 
 OUT_DIR = "eval_lengths"

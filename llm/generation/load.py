@@ -27,8 +27,9 @@ from llm.config_schema import FUNCTION_KEYS, left_out_note, rope_key_without_ker
 from llm.data.tokenizer import get_tokenizer
 from llm.errors import ConfigError, one_line
 from llm.model import GPT, GPTConfig, build_model, rope_cache_len
+from llm.run_files import CONFIG_FILE
 from llm.training.checkpoint import checkpoint_files, dangling_last, load_checkpoint, load_newest_checkpoint
-from llm.training.outputs import CONFIG_FILE, holds_a_run
+from llm.training.outputs import holds_a_run
 from llm.training.resume import another_run_s_keys
 from llm.training.run_dir import lock_holder
 

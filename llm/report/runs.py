@@ -28,14 +28,10 @@ import rope
 from llm.config_keys import load_run_config
 from llm.fileio import read_jsonl
 from llm.report.errors import NoRunsError
+from llm.run_files import CONFIG_FILE, EVAL_WINDOWS_FILE, METRICS_FILE, SUMMARY_FILE
 
 log = logging.getLogger(__name__)
 
-SUMMARY_FILE = "summary.json"
-METRICS_FILE = "metrics.jsonl"
-CONFIG_FILE = "config.yaml"
-#: The last eval's loss per val window, written by the trainer (``llm.training.outputs``).
-EVAL_WINDOWS_FILE = "eval_windows.json"
 
 COMPLETED = "completed"
 #: Status of a job dir without ``summary.json`` (the process died before writing it).

@@ -26,8 +26,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from llm.errors import ConfigError, ResumeError, one_line
 from llm.model import GPTConfig
+from llm.run_files import CONFIG_FILE, SUMMARY_FILE
 from llm.training.checkpoint import checkpoint_files, load_newest_checkpoint
-from llm.training.outputs import CONFIG_FILE, SUMMARY_FILE, holds_a_run
+from llm.training.outputs import holds_a_run
 
 #: Model keys that may differ from the source run's: they carry no weights.
 FREE_MODEL_KEYS = ("name", "seq_len", "dropout")

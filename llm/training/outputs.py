@@ -19,14 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from llm.fileio import DiskFullError, read_jsonl, write_json_atomic, write_text_atomic
+from llm.run_files import CONFIG_FILE, EVAL_WINDOWS_FILE, METRICS_FILE, SAMPLES_FILE, SUMMARY_FILE
 
 log = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-CONFIG_FILE = "config.yaml"
-SAMPLES_FILE = "samples.jsonl"
-EVAL_WINDOWS_FILE = "eval_windows.json"
 #: The columns of the samples table (wandb) and the keys of its rows in samples.jsonl.
 SAMPLE_COLUMNS = ("step", "prompt", "text")
 

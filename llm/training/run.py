@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from llm.config_check import check_config_keys, inert_rope_note, validate_config
 from llm.errors import ConfigError, ResumeError, RunDirInUseError, UserError, one_line
 from llm.fileio import DiskFullError, write_json_atomic
+from llm.run_files import CONFIG_FILE, SUMMARY_FILE
 from llm.sweep_jobs import swept_values
 from llm.training import checkpoint as checkpoint_module
 from llm.training.checkpoint import NO_RESUME, find_resume_checkpoint
@@ -34,7 +35,6 @@ from llm.training.init_from import (
     init_from_notes,
     init_record,
 )
-from llm.training.outputs import CONFIG_FILE, SUMMARY_FILE
 from llm.training.resume import PER_INVOCATION, another_run_s_keys, reconcile_resume_config, resumed_group
 from llm.training.run_dir import RunDirLock, claim_run_dir, never_trained, record_command, trained_twin
 from llm.training.trainer import Trainer, TrainOutcome, run_label

@@ -21,12 +21,13 @@ from pathlib import Path
 from llm.config_keys import covered, flatten, load_run_config
 from llm.errors import RunDirInUseError
 from llm.fileio import TMP_MARK, remove_stale_temps, write_text_atomic
+from llm.run_files import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
 from llm.training.checkpoint import checkpoint_files
 
 LOCK_FILE = ".run.lock"
 SWEEP_LOCK_FILE = ".sweep.lock"
 #: Files whose presence means the directory already holds a run of its own.
-RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints")
+RUN_FILES = (METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR)
 #: Where a run keeps the record of the command that made it (Hydra's composed config, its config and overrides).
 RECORD_DIR = ".hydra"
 #: What a refused new run may have left in the directory it created: its command's record, Hydra's log, its lock.
