@@ -17,6 +17,7 @@ form materializes the whole score matrix); inside a compiled model Dynamo compil
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +30,7 @@ def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
     return q_idx >= kv_idx
 
 
-def document_mask_mod(doc_ids: Tensor):
+def document_mask_mod(doc_ids: Tensor) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
     """The flex_attention mask_mod of document-causal attention over rows of segment ids ``doc_ids`` (B, T)."""
 
     def same_document(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:

@@ -155,7 +155,7 @@ def release_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def command_record(cfg: DictConfig, hc) -> dict[str, str]:
+def command_record(cfg: DictConfig, hc: DictConfig) -> dict[str, str]:
     """What Hydra would write into ``.hydra/`` at job start (``hydra.output_subdir``, null in conf/config.yaml):
     the run writes it itself once it owns its dir (:func:`llm.training.run_dir.record_command`)."""
     return {"config.yaml": OmegaConf.to_yaml(cfg), "hydra.yaml": OmegaConf.to_yaml({"hydra": hc}),

@@ -479,7 +479,8 @@ class RotaryEmbedding(nn.Module):
                 raise ValueError(f"positions must lie in [0, max_seq_len={self.max_seq_len}), got range [{lo}, {hi}]")
 
     def forward(self, q: Tensor, k: Tensor | None = None, *, positions: Tensor | None = None,
-                cu_seqlens: Tensor | None = None, seqlen_offsets: Tensor | int | None = None):
+                cu_seqlens: Tensor | None = None, seqlen_offsets: Tensor | int | None = None
+                ) -> Tensor | tuple[Tensor, Tensor]:
         """Rotate ``q`` (and ``k``) by their positions; same shape and dtype out.
 
         ``positions`` (T,) or (B, T) selects the cos/sin rows (default ``arange(T)``). Packed

@@ -92,7 +92,7 @@ class TorchRotary(RotaryEmbedding):
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": self.compute_dtype}
 
-    def rotate(self, q, k, positions):
+    def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
         # The rows of the tables are gathered once for q and k (at decoding, with positions, the
         # gathers are most of this eager reference's launches).
         cos, sin = gather_tables(positions, q.shape[1], self.cos, self.sin)
@@ -115,5 +115,5 @@ class NoRotary(RotaryEmbedding):
         return {"rope": "none", "variant": "none", "compute_dtype": "none", "layout": "none", "rotary_dim": 0,
                 "scaling": "none"}
 
-    def rotate(self, q, k, positions):
+    def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
         return q, k

@@ -41,7 +41,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -384,7 +384,8 @@ class LengthEvaluator:
         return model
 
     # -- the evaluation ---------------------------------------------------------------------------
-    def sliding_for(self, rope_cfg: dict, selection: WindowSelection, autocast) -> np.ndarray:
+    def sliding_for(self, rope_cfg: dict, selection: WindowSelection,
+                    autocast: AbstractContextManager) -> np.ndarray:
         """The sliding-window losses of ``selection``'s windows under ``rope_cfg`` (computed once per pair)."""
         key = (_key(rope_cfg), selection.length)
         if key not in self._sliding_losses:

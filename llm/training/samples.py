@@ -9,7 +9,7 @@ and a resume may switch sampling on or off.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 
 import torch
@@ -20,7 +20,7 @@ from llm.generation import GREEDY, cut_at, encode_prompt, generate, never_writte
 from llm.model import GPT
 
 
-def check_sample_config(tc) -> None:
+def check_sample_config(tc: Mapping) -> None:
     """Validate ``train.sample_every`` / ``sample_tokens`` / ``sample_prompts`` (absent in old runs' configs)."""
     every = tc.get("sample_every")
     if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 0):

@@ -195,7 +195,7 @@ class RopeQKVFunction(torch.autograd.Function):
         return (dqkv,) + (None,) * 10
 
 
-def apply(fn: type[torch.autograd.Function], *args):
+def apply(fn: type[torch.autograd.Function], *args: object) -> tuple[Tensor, ...]:
     """``fn.apply(*args)`` without ``Function.apply``'s Python prologue where no functorch transform is active
     (it then only walks the arguments for functorch wrappers): host time of every eager call with grad."""
     if torch._C._are_functorch_transforms_active():
