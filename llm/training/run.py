@@ -305,7 +305,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
         if lock is not None:
             lock.release()
         # The DDP wrapper's reducer holds the process group: freed after destroy_process_group, gloo's
-        # destructor can deadlock on its mutex (a torchrun rank hung at exit in CI), so it goes first.
+        # destructor can deadlock on its mutex (the rank then hangs at exit), so it goes first.
         trainer = None
         gc.collect()  # reference cycles of the trainer too
         cleanup(dist_info, together=ended)

@@ -2,8 +2,8 @@
 touches a directory it does not own.
 
 Why: two runs that end up with the same directory (started in the same second, a reused ``hydra.run.dir``, two
-sweeps into one ``hydra.sweep.dir``) used to interleave their metric lines and overwrite each other's summary,
-and a refused one cleaned up, as its own, the directory the other was training in. Ownership is an ``fcntl``
+sweeps into one ``hydra.sweep.dir``) would interleave their metric lines and overwrite each other's summary, and
+a refused one would clean up, as its own, the directory the other was training in. Ownership is an ``fcntl``
 lock on ``<dir>/.run.lock`` (a sweep's: ``.sweep.lock``), released by the kernel when the process dies, so a
 crashed run never leaves a stale lock behind. Only the holder of the lock writes into the directory, and only a
 process that created the lock file (the directory had never been claimed) and held it since may remove the
