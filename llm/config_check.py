@@ -15,11 +15,12 @@ import netrc
 import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import ModuleType
 from urllib.parse import urlsplit
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 import rope
 from llm.config_schema import CONF_DIR, left_out_note, schema
@@ -394,22 +395,59 @@ def _check_memory(cfg: DictConfig, model_cfg, device: torch.device, world_size: 
                           f"{have / 2**30:.1f} GiB of {device}; lower model.seq_len or train.batch_size")
 
 
+def _hydra_runtime(cfg: DictConfig, key: str) -> object:
+    """Hydra's ``runtime.<key>`` of the command (``choices``, ``config_sources``, ``cwd``) as plain values: from a
+    sweep's config, else from the running Hydra job; None outside a Hydra command."""
+    from hydra.core.hydra_config import HydraConfig
+
+    value = OmegaConf.select(cfg, f"hydra.runtime.{key}", default=None)
+    if value is None and HydraConfig.initialized():
+        value = OmegaConf.select(HydraConfig.get().runtime, key, default=None)
+    return OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
+
+
 def _command_choices(cfg: DictConfig) -> Mapping | None:
     """The config groups the command chose (Hydra's ``runtime.choices``): from a sweep's config, else from the
     running Hydra job; None outside a Hydra command (then every experiment's and recipe's keys count as known)."""
-    from hydra.core.hydra_config import HydraConfig
+    return _hydra_runtime(cfg, "choices")
 
-    choices = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
-    if choices is None and HydraConfig.initialized():
-        choices = HydraConfig.get().runtime.choices
-    return None if choices is None else OmegaConf.to_container(choices) if isinstance(choices, DictConfig) else choices
+
+def shadowed_preset_line(choices: Mapping, sources: Sequence[Mapping], cwd: str = ".") -> str | None:
+    """The line refusing a chosen option whose config file more than one directory of Hydra's search path holds
+    (``--config-dir=DIR model=small`` with a ``DIR/model/small.yaml`` of the user's own), else None.
+
+    Why: Hydra takes the first file of a name in its search path, and the project's ``conf/`` comes before
+    ``--config-dir`` and ``hydra.searchpath``: the user's own preset was silently left out and the project's preset
+    of that name trained in its place. A registered RoPE implementation's name is left to
+    :func:`_check_preset_names_its_option`, which says what to do with a plugin."""
+    dirs = list(dict.fromkeys(Path(cwd, str(s["path"])).resolve() for s in sources
+                              if s.get("schema") == "file" and s.get("path")))
+    for group, option in choices.items():
+        if not isinstance(option, str) or (group == "rope" and option in rope.available()):
+            continue
+        found = [d / group / f"{option}.yaml" for d in dirs if (d / group / f"{option}.yaml").is_file()]
+        if len(found) > 1:
+            return (f"{group}={option} composes {found[0]}, not {', '.join(map(str, found[1:]))}: Hydra takes the "
+                    f"first {group}/{option}.yaml of its search path, and {found[0].parent.parent} comes first; give "
+                    f"your file a name of its own ({group}/my_{option}.yaml) and choose it with {group}=my_{option}")
+    return None
+
+
+def _check_shadowed_presets(cfg: DictConfig) -> None:
+    """Refuse an option whose file in a config dir of the user's is hidden by another of that name (see
+    :func:`shadowed_preset_line`); nothing outside a Hydra command."""
+    choices, sources = _hydra_runtime(cfg, "choices"), _hydra_runtime(cfg, "config_sources")
+    if choices and sources and (line := shadowed_preset_line(choices, sources, _hydra_runtime(cfg, "cwd") or ".")):
+        raise ConfigError(line)
 
 
 def check_config_keys(cfg: DictConfig, config_name: str = "config", command: str = "python -m llm.train") -> None:
-    """Refuse a key no config file defines (added with ``+``, nothing would read it) or one a run reads that was
-    removed (``~``), naming it and the closest known key. Checks the command's composed config against the keys of
-    its primary config (``config_name``: llm.train's, ``generate``, ``eval_lengths``): a resumed run's saved config
+    """Refuse a chosen option hidden by another file of its name in the search path (:func:`shadowed_preset_line`),
+    a key no config file defines (added with ``+``, nothing would read it) or one a run reads that was removed
+    (``~``), naming it and the closest known key. Checks the command's composed config against the keys of its
+    primary config (``config_name``: llm.train's, ``generate``, ``eval_lengths``): a resumed run's saved config
     may hold keys of an older version, which it keeps."""
+    _check_shadowed_presets(cfg)
     problems = schema(config_name, command).problems(cfg, _command_choices(cfg))
     if problems:
         raise ConfigError(problems[0])

@@ -35,6 +35,17 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: d}
 
 
+def as_written(value: Any) -> Any:
+    """An OmegaConf node as plain values with its interpolations as written (``train.eval_every=${train.max_steps}``).
+
+    Why: Hydra's record of a command's overrides (``hydra.overrides.task``) is text, but read through OmegaConf
+    each ``${...}`` in it is resolved as an interpolation of the record's own config: ``${.max_steps}`` fails there
+    and a typo raises before the command's own checks can name it."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    return OmegaConf.to_container(value, resolve=False) if isinstance(value, (DictConfig, ListConfig)) else value
+
+
 def covered(key: str, prefixes: Iterable[str]) -> bool:
     """True when ``key`` is one of ``prefixes`` or lies below one (``train`` covers ``train.max_steps``)."""
     return any(key == p or key.startswith(p + ".") for p in prefixes)

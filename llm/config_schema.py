@@ -147,6 +147,7 @@ class Schema:
     command: str  # how the user runs it, for the hint
     global_files: dict[str, frozenset[str]] = field(default_factory=dict)  # "recipe/seed004" -> the keys it sets
     global_includes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "experiment/x" -> files it includes
+    default_options: dict[str, str] = field(default_factory=dict)  # group -> the option the defaults list chooses
 
     def chosen_global_keys(self, choices: Mapping | None) -> dict[str, list[str]]:
         """Each key the ``_global_`` files of ``choices`` (Hydra's ``runtime.choices``: ``experiment: fidelity``)
@@ -230,17 +231,32 @@ class Schema:
             needed = set.intersection(*({f"{key}.{k}" for k in o} for o in options)) if options else set()
             needed |= {k for k in own if k.startswith(key + ".")}
             required |= {k for k in needed if not covered(k, present) and not any(covered(p, [k]) for p in present)}
-        return out + [self._missing(k, tree) for k in sorted(required)]
+        return out + [self._missing(k, tree, choices) for k in sorted(required)]
 
-    def _missing(self, key: str, tree: Mapping) -> str:
+    def _missing(self, key: str, tree: Mapping, choices: Mapping | None = None) -> str:
         """The line for a key a run reads that the config lacks: removed with ``~``, or, under a group whose
-        ``name`` was set by itself (``logger.name=wandb`` with ``logger=none``), another option's key."""
+        ``name`` was set by itself (``logger.name=wandb`` with ``logger=none``), another option's key, or left out
+        by an option of the user's own (a file in ``--config-dir``, which conf/ does not hold)."""
         group = key.split(".")[0]
         name = (tree.get(group) or {}).get("name") if isinstance(tree.get(group), Mapping) else None
+        option = (choices or {}).get(group)
+        if group in self.groups and isinstance(option, str) and option not in self.groups[group]:
+            return (f"{key} is missing: a run reads it, and {group}={option} (a config file of yours, not in conf/) "
+                    f"does not set it: set it there, or build the file on a preset of the project's by starting it "
+                    f"with `defaults: [{self._base_option(group, name)}]`")
         if group in self.groups and name is not None and key != f"{group}.name":
             return (f"{key} is missing: a run reads it (was it removed with ~{key}, or {group}.name={name} set by "
                     f"itself? choose the option whole with {group}={name})")
         return f"{key} is missing: a run reads it (was it removed with ~{key}?)"
+
+    def _base_option(self, group: str, name: object) -> str:
+        """The project's option of ``group`` that a preset of the user's naming ``name`` builds on: the option of
+        that name, else one whose file names it (``rope.name: torch``), else the group's default."""
+        options = self.groups.get(group, {})
+        if name in options:
+            return str(name)
+        named = [option for option, keys in options.items() if name is not None and keys.get("name") == name]
+        return named[0] if named else str(self.default_options.get(group) or sorted(options)[0])
 
     def unknown_key(self, key: str, allowed: Iterable[str] | None = None, label: str | None = None) -> str:
         """The line refusing ``key``: the closest of ``allowed`` (default: every known key), or the options that
@@ -331,4 +347,5 @@ def schema(config_name: str = "config", command: str = "python -m llm.train", co
                     for name, p in files.items()}
     return Schema(own=own, groups=groups, required_groups=frozenset(g for g, o in chosen.items() if o is not None),
                   global_keys=frozenset().union(*global_files.values()), command=command, global_files=global_files,
-                  global_includes={name: _global_includes(p, global_groups) for name, p in files.items()})
+                  global_includes={name: _global_includes(p, global_groups) for name, p in files.items()},
+                  default_options={g: str(o) for g, o in chosen.items() if o is not None})

@@ -27,8 +27,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from llm.errors import UserError, in_chain
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 # Hydra, OmegaConf and the config schema are imported inside the functions that use them: an entry point imports
 # this module before Hydra, to install :func:`stop_quietly_while_starting` first.
@@ -263,6 +267,67 @@ def misplaced_flag_line(argv: list[str], command: str = "python -m llm.train") -
             f"then every override: {command} {' '.join(flags)} {' '.join(args.overrides + stray)}")
 
 
+def interpolation_error_line(exc: BaseException) -> str:
+    """One line for an interpolation OmegaConf cannot resolve (``train.eval_every=${train.max_stepz}``,
+    ``${oc.env:UNSET}``, a resolver no one registered), naming the key whose value holds it: OmegaConf's own message
+    is its first line, the key on the lines after."""
+    message = _lines(exc)[0] if _lines(exc) else type(exc).__name__
+    key = getattr(exc, "full_key", None)
+    return f"{key}: its interpolation cannot be resolved: {message}" if key else message
+
+
+def unresolved_line(cfg: DictConfig) -> str | None:
+    """The line refusing a command's config one of whose interpolations cannot be resolved, or reads a value no
+    one gave (``???``: an experiment's input), else None.
+
+    Why: a single run read its interpolations only once it began, after Hydra had made its run dir: a typo in
+    ``${...}`` on the command line was a 60-line traceback with exit code 1 and an empty run dir left behind. Checked
+    before the run dir is made (:class:`llm.sweep.CheckRunDir`), with the job's Hydra config set, as ``${hydra:...}``
+    reads it."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf.errors import InterpolationResolutionError, InterpolationToMissingValueError
+
+    hydra_config = HydraConfig.instance()
+    saved = hydra_config.cfg  # put back after: the caller's (a sweep's), or none before a run's job sets it
+    hydra_config.set_config(cfg)
+    try:
+        for key in cfg:
+            value = None if key == "hydra" else OmegaConf.select(cfg, str(key))  # a scalar resolved; ??? is None
+            if isinstance(value, (DictConfig, ListConfig)):
+                OmegaConf.to_container(value, resolve=True)
+        str(cfg.hydra.run.dir)
+    except InterpolationToMissingValueError as e:  # an experiment's input left unset (finetune.source)
+        from llm.sweep_jobs import missing_value_line
+
+        return missing_value_line(e)
+    except InterpolationResolutionError as e:
+        cause = user_error_within(e)
+        return str(cause) if cause is not None else interpolation_error_line(e)
+    finally:
+        hydra_config.cfg = saved
+    return None
+
+
+def printed_config_error_line(exc: BaseException, argv: list[str] | None = None) -> str | None:
+    """One line for an interpolation that ``--cfg``/``--help`` cannot resolve while printing, or None for a
+    command that prints nothing. ``--cfg hydra`` leaves out the job's keys, so ``--cfg hydra --resolve`` (or
+    ``-p hydra.run.dir``) cannot resolve ``hydra.run.dir``, which names the run by ``rope.name`` and ``seed``: the
+    line says which flags print it."""
+    from hydra.main import get_args_parser
+
+    args, _ = get_args_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    if args.cfg is None and not args.help:
+        return None
+    line = interpolation_error_line(exc)
+    key = str(getattr(exc, "full_key", None) or "")
+    if args.cfg == "hydra" and (not key or key.startswith("hydra.")):
+        flags = f"--cfg all -p {key}" if key else "--cfg all --resolve"
+        line += (" (--cfg hydra leaves out the job's keys, which hydra.run.dir reads to name the run: "
+                 f"{flags} prints Hydra's settings resolved)")
+    return line
+
+
 def user_error_within(exc: BaseException) -> UserError | None:
     """The :class:`UserError` an exception wraps, if any: OmegaConf reports a resolver's own error (the launcher's
     ``ropelab_jobs`` refusing ``sweep.jobs_per_gpu=0``) as an InterpolationResolutionError raised while handling
@@ -289,9 +354,11 @@ def run_entry(main: Callable[[], object], config_name: str = "config", command: 
     try:
         main()
     except InterpolationResolutionError as e:
-        if user_full or (cause := user_error_within(e)) is None:
+        cause = user_error_within(e)
+        line = str(cause) if cause is not None else printed_config_error_line(e)
+        if user_full or line is None:
             raise
-        print_refusal(str(cause))
+        print_refusal(line)
         sys.exit(2)
     except one_line_errors() as e:
         if user_full:

@@ -24,6 +24,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from llm.config_keys import as_written
 from llm.sweep_jobs import PARALLEL_LAUNCHERS, PER_INVOCATION_ARGS
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,9 @@ def saved_command(saved: Any) -> list[str]:
     overrides (``hydra/launcher=gpus``, ``hydra.sweep.subdir=...``, ``+hydra.callbacks.compare.margin=0.02``; not
     the multirun mode, which ``-m`` gives) before the task's. The task's alone would continue the sweep with
     another launcher, another job dir name or another comparison."""
-    hydra = [str(a) for a in OmegaConf.select(saved, "hydra.overrides.hydra") or [] if str(a) != "hydra.mode=MULTIRUN"]
-    return [*hydra, *(str(a) for a in OmegaConf.select(saved, "hydra.overrides.task") or [])]
+    hydra = [str(a) for a in as_written(OmegaConf.select(saved, "hydra.overrides.hydra")) or []
+             if str(a) != "hydra.mode=MULTIRUN"]
+    return [*hydra, *(str(a) for a in as_written(OmegaConf.select(saved, "hydra.overrides.task")) or [])]
 
 
 def continue_sweep_message(sweep_dir: Path) -> str:
@@ -105,16 +107,22 @@ def make_output_dir(path: Path, key: str) -> None:
 
 
 class CheckRunDir(Callback):
-    """Before a single run: its dir (``hydra.run.dir``) can be created and written, else one line and exit 2
-    (Hydra's own failure there is a traceback)."""
+    """Before a single run: its config's interpolations resolve (``train.eval_every=${train.max_stepz}``) and its dir
+    (``hydra.run.dir``) can be created and written, else one line and exit 2, and no run dir (Hydra's own failure
+    there is a traceback, after the dir is made)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from llm.entry import full_error_requested, print_refusal, unresolved_line
         from llm.errors import UserError
 
-        try:
-            make_output_dir(Path(str(config.hydra.run.dir)), "hydra.run.dir")
-        except UserError as e:
-            print(f"Error: {e}", file=sys.stderr)
+        line = None if full_error_requested() else unresolved_line(config)
+        if line is None:
+            try:
+                make_output_dir(Path(str(config.hydra.run.dir)), "hydra.run.dir")
+            except UserError as e:
+                line = str(e)
+        if line is not None:
+            print_refusal(line)
             sys.exit(2)
 
 
@@ -256,6 +264,7 @@ class ClaimSweepDir(Callback):
             continuation_change,
             empty_sweep,
             every_job_refused,
+            interval_sweep,
             shared_job_dirs,
         )
         from llm.training.run import UNRECORDED_STARTS
@@ -272,7 +281,7 @@ class ClaimSweepDir(Callback):
         if launcher.endswith("SlurmLauncher") and shutil.which("srun") is None:  # submitit's own check, too late
             raise ConfigError("hydra/launcher=slurm submits the jobs to SLURM, and this machine has no `srun` (not a "
                               "SLURM node): run the sweep on the cluster, or use hydra/launcher=gpus here")
-        if (refused := empty_sweep(config)) is not None:  # seed=range(0): no job at all
+        if (refused := interval_sweep(config) or empty_sweep(config)) is not None:  # seed=range(0): no job at all
             raise ConfigError(refused)
         composed = None  # every job's config, composed once for the checks below
         if OmegaConf.select(config, "hydra.sweeper._target_") == BASIC_SWEEPER:

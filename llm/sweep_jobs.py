@@ -18,6 +18,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from llm.config_keys import as_written
+
 log = logging.getLogger(__name__)
 
 #: The sweeper whose expansion :func:`job_overrides` reproduces (Hydra's default).
@@ -40,8 +42,8 @@ def sweep_arguments(hydra: Mapping) -> list[str]:
     """The arguments a sweep expands, from its ``hydra`` config (a DictConfig, or a saved ``multirun.yaml``'s as a
     dict): the sweeper's ``params`` (an experiment's sweep) first, then the command's own overrides."""
     sweeper, overrides = hydra.get("sweeper") or {}, hydra.get("overrides") or {}
-    params = sweeper.get("params") or {}
-    return [f"{key}={value}" for key, value in params.items()] + list(overrides.get("task") or [])
+    params = as_written(sweeper.get("params")) or {}
+    return [f"{key}={value}" for key, value in params.items()] + list(as_written(overrides.get("task")) or [])
 
 
 def expand(arguments: Sequence[str], config_loader: Any = None) -> list[list[str]]:
@@ -106,7 +108,7 @@ def every_job_refused(config: DictConfig, composed: list[tuple[list[str], DictCo
         return None
     from hydra.errors import ConfigCompositionException, OverrideParseException
 
-    from llm.entry import hydra_error_line
+    from llm.entry import hydra_error_line, unresolved_line
 
     hydra_config = HydraConfig.instance()
     saved = hydra_config.cfg
@@ -120,6 +122,10 @@ def every_job_refused(config: DictConfig, composed: list[tuple[list[str], DictCo
                 return hydra_error_line(e)
         for overrides, job in composed:
             hydra_config.set_config(job)  # the job's ${hydra:...} values, as its own process will see them
+            if (line := unresolved_line(job)) is not None:  # a ${...} no job can resolve: what a run checks first
+                refusals.append((overrides, line))
+                reasons.add(line)
+                continue
             try:
                 check_config_keys(job)  # the job's first check: a swept key nothing reads (+train.max_step=5,6)
                 if OmegaConf.select(job, "train.resume"):
@@ -175,6 +181,31 @@ def _reason(job: DictConfig, message: str) -> str:
     while the job's Hydra config is set: two jobs refused alike for their own sources are refused for one reason."""
     source = OmegaConf.select(job, "train.init_from", throw_on_resolution_failure=False)
     return message.replace(f"train.init_from={source}", "train.init_from=<source>") if source else message
+
+
+def interval_sweep(config: DictConfig) -> str | None:
+    """The one line refusing an ``interval()`` sweep (``optim.lr=interval(0.001,0.01)``), else None.
+
+    Why: ``interval()`` is a range for a sweeper that samples values (Optuna, Nevergrad, Ax), and this project runs
+    Hydra's basic sweeper, which only runs listed values: Hydra refused it after the sweep dir was claimed, with a
+    traceback and a sweep dir holding nothing but its lock."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import IntervalSweep
+
+    if OmegaConf.select(config, "hydra.sweeper._target_") != BASIC_SWEEPER:
+        return None
+    try:
+        parsed = OverridesParser.create().parse_overrides(sweep_arguments(config.hydra))
+    except Exception as e:  # noqa: BLE001 - Hydra's own parse says what is wrong
+        log.debug("the sweep's arguments were not parsed up front: %s", e)
+        return None
+    for o in parsed:
+        if isinstance(o.value(), IntervalSweep):
+            key = o.get_key_element()
+            return (f"{o.input_line}: interval() is for sweepers that sample values (Optuna, Nevergrad), and this "
+                    f"project's sweeper runs the values it is given: list them ({key}=0.001,0.003,0.01), or use "
+                    f"range() or choice()")
+    return None
 
 
 def empty_sweep(config: DictConfig) -> str | None:
