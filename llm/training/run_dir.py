@@ -160,8 +160,8 @@ class RunDirLock:
 
         Why a rename first: a process that arrives while the directory goes finds no directory (and starts a new
         one) or the old lock file, which it cannot take while this process holds it; never a half-removed
-        directory it could mistake for its own. An empty parent (the date folder) goes too, when this process
-        created it.
+        directory it could mistake for its own. Empty parents (the date folder, ``outputs/runs`` in a fresh folder) go
+        too, those this process created.
         """
         d = self.run_dir
         if not self.held or not self.created or any(p.name not in DISCARDABLE for p in d.iterdir()):
@@ -179,11 +179,13 @@ class RunDirLock:
             return False
         shutil.rmtree(gone, ignore_errors=True)
         self.release()
-        if os.path.abspath(d.parent) in _MADE_HERE:
+        parent = d.parent
+        while os.path.abspath(parent) in _MADE_HERE:  # outputs/runs/<date> of a first command in a fresh folder
             try:
-                d.parent.rmdir()  # only when empty: another run's date folder stays
+                parent.rmdir()  # only when empty: another run's date folder stays
             except OSError:
-                pass
+                break
+            parent = parent.parent
         return True
 
 

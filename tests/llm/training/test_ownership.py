@@ -141,13 +141,14 @@ def test_a_refused_sweep_job_writes_nothing_into_a_dir_it_does_not_own(tmp_path)
 
 
 def test_a_dir_is_discarded_only_by_the_process_that_created_it(tmp_path):
-    """A refused new run removes its run dir (and an empty date folder) only when it created the lock file
-    itself: a dir someone had claimed before, or one holding anything else, stays."""
-    fresh = tmp_path / "day" / "fresh"
+    """A refused new run removes its run dir (and the empty folders it made above it: outputs/runs/<date> of a
+    first command in a fresh folder) only when it created the lock file itself: a dir someone had claimed before,
+    or one holding anything else, stays."""
+    fresh = tmp_path / "outputs" / "runs" / "day" / "fresh"
     lock = RunDirLock(fresh).acquire()
     (fresh / "train.log").write_text("a line of the refused run\n")
     assert lock.created and lock.discard_if_unused()
-    assert not (tmp_path / "day").exists()
+    assert not (tmp_path / "outputs").exists()
     claimed = tmp_path / "claimed"
     RunDirLock(claimed).acquire().release()  # claimed before by another process, since gone
     again = RunDirLock(claimed).acquire()
