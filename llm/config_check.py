@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 import rope
+from llm.config_keys import as_written
 from llm.config_schema import CONF_DIR, left_out_note, schema
 from llm.data import check_data_config
 from llm.errors import ConfigError, one_line
@@ -145,6 +146,13 @@ def kernel_refusal_as_typed(reason: str, kernel: str, preset: str | None) -> str
     return reason
 
 
+def check_jobs_per_gpu(per_gpu: object) -> int:
+    """``sweep.jobs_per_gpu`` checked (a positive integer), for the sweep's launcher and for every run alike."""
+    if isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1:
+        raise ConfigError(f"sweep.jobs_per_gpu={per_gpu!r} must be a positive integer")
+    return per_gpu
+
+
 def _typed(key: str) -> bool:
     """Whether the command line set ``key`` itself (``rope.name=x``, ``+rope.name=x``, ``++rope.name=x``); False
     outside a Hydra command."""
@@ -152,7 +160,7 @@ def _typed(key: str) -> bool:
 
     if not HydraConfig.initialized():
         return False
-    return any(o.lstrip("+").partition("=")[0] == key for o in HydraConfig.get().overrides.task)
+    return any(o.lstrip("+").partition("=")[0] == key for o in as_written(HydraConfig.get().overrides.task))
 
 
 def _chosen_option(group: str) -> str | None:
@@ -468,9 +476,7 @@ def validate_config(cfg: DictConfig, world_size: int = 1) -> None:
     _check_cache_dir(cfg)
     _check_sweep_name(cfg)
     _check_logger(cfg)
-    per_gpu = (cfg.get("sweep") or {}).get("jobs_per_gpu", 1)  # read by hydra/launcher=gpus; refused alike here
-    if isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1:
-        raise ConfigError(f"sweep.jobs_per_gpu={per_gpu!r} must be a positive integer")
+    check_jobs_per_gpu((cfg.get("sweep") or {}).get("jobs_per_gpu", 1))  # as hydra/launcher=gpus reads it
     _as_config_error(check_optim_config, cfg.optim)
     _check_rope(cfg, model_cfg.head_dim, device)
     _as_config_error(check_data_config, cfg.data, cfg.tokenizer.name)

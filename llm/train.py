@@ -51,6 +51,8 @@ import torch  # noqa: E402
 from hydra.main import get_args_parser  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from llm.config_check import check_jobs_per_gpu  # noqa: E402
+from llm.config_keys import as_written  # noqa: E402
 from llm.entry import (  # noqa: E402
     full_error_requested,
     other_rank,
@@ -86,9 +88,7 @@ def jobs_at_once(per_gpu: object = 1) -> int:
     each visible GPU, the CPU counting as one device. conf/hydra/launcher/gpus.yaml reads it as the resolver
     ``ropelab_jobs``, registered here since the launcher's own config takes only joblib's settings: Hydra resolves
     it in the process this entry point runs in (its sweep's jobs import this module too)."""
-    if isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1:
-        raise ConfigError(f"sweep.jobs_per_gpu={per_gpu!r} must be a positive integer")
-    return max(1, torch.cuda.device_count()) * per_gpu
+    return max(1, torch.cuda.device_count()) * check_jobs_per_gpu(per_gpu)
 
 
 OmegaConf.register_new_resolver("ropelab_jobs", jobs_at_once, replace=True)
@@ -241,7 +241,7 @@ def _run(cfg: DictConfig, hc, multirun: bool, record: dict[str, str]) -> float |
     run_dir = Path(hc.runtime.output_dir)
     name = OmegaConf.select(cfg, "sweep.name")  # read before the keys are checked: ~sweep.name is refused there
     group = f"{name}-{Path(hc.sweep.dir).name}" if multirun else name
-    overrides = tuple(hc.overrides.task)
+    overrides = tuple(as_written(hc.overrides.task))  # text: ${.max_steps} is relative to its key, not to the record
     hint = resume_command(run_dir)
     try:
         with sigterm_stops_like_ctrl_c():  # a SIGTERM before the trainer takes it: one line, not a silent end

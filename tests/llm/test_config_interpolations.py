@@ -99,3 +99,12 @@ def test_the_command_that_continues_a_sweep_keeps_its_interpolations_as_typed():
         "task": ["seed=0,1", "train.eval_every=${.max_steps}", "train.log_every=${train.max_steps}"]}}})
     assert saved_command(saved) == ["hydra.sweep.subdir=${hydra.job.num}", "seed=0,1", "train.eval_every=${.max_steps}",
                                     "train.log_every=${train.max_steps}"]
+
+
+def test_a_relative_interpolation_in_a_single_run_trains(tmp_path):
+    """``train.eval_every=${.max_steps}`` is relative to its own key: the run reads its command's overrides as
+    written (resolved as a record of their own, the relative key pointed at nothing and the run was a traceback)."""
+    run_dir = tmp_path / "run"
+    assert run_command_inprocess(["train.max_steps=2", "train.eval_every=${.max_steps}", f"hydra.run.dir={run_dir}"],
+                                 multirun=False) == 0
+    assert (run_dir / "summary.json").is_file()
