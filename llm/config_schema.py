@@ -78,9 +78,9 @@ def left_out_note(name: str) -> str:
     """`` (the RoPE plugin 'x' ... failed to import: ...)`` where ``name`` is an installed plugin that
     ``import rope`` left out, for the line refusing it as unregistered: the warning that said why scrolled by long
     before; else nothing."""
-    import rope.registry  # here, not at the top: only a refused rope name needs the registry (and torch)
+    import rope  # here, not at the top: only a refused rope name needs the registry (and torch)
 
-    reason = rope.registry.plugin_failures().get(name) if isinstance(name, str) else None
+    reason = rope.plugin_failures().get(name) if isinstance(name, str) else None
     return f" ({reason})" if reason else ""
 
 

@@ -17,7 +17,17 @@ whose name does not start with an underscore, and an implementation registers it
 """
 
 from rope.base import RopeArgumentError, RotaryEmbedding, label, rope_frequencies
-from rope.registry import RopePluginWarning, available, build, check_args, discover, get, load_plugins, register
+from rope.registry import (
+    RopePluginWarning,
+    available,
+    build,
+    check_args,
+    discover,
+    get,
+    load_plugins,
+    plugin_failures,
+    register,
+)
 
 discover(__name__, __path__)
 
@@ -48,6 +58,7 @@ __all__ = [
     "check_args",
     "get",
     "label",
+    "plugin_failures",
     "register",
     "rope_frequencies",
     "rope_triton",
