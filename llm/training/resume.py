@@ -28,6 +28,17 @@ PER_INVOCATION = ("train.resume", "train.stop_at_step", "device", "cache_dir")
 SAFE_TO_CHANGE = ("train.eval_every", *BOOKKEEPING_KEYS, "train.skip_nonfinite", "train.compile", "sweep", "logger")
 #: Keys refused because they change what the val metrics are measured on, not what is trained.
 MEASURING = ("train.eval_batches ",)
+#: Keys refused because they change how the run's random numbers are drawn (see :func:`draws_otherwise`).
+DRAWING = ("train.compile ",)
+
+
+def draws_otherwise(key: str, old: Mapping) -> bool:
+    """Whether changing ``key`` on a resume of the run saved as ``old`` (flattened) would draw its random numbers
+    otherwise: ``train.compile`` with ``model.dropout`` > 0 (a compiled graph draws its dropout masks with
+    Inductor's own generator, eager PyTorch with the global one). The steps after the resume would then be another
+    draw than the one the run's seed gives, and no longer share their masks with that seed's runs of other RoPE
+    implementations, which the report pairs it with; without dropout the change is only rounding, as a device's."""
+    return key == "train.compile" and float(old.get("model.dropout") or 0.0) > 0
 
 
 def override_keys(overrides: Iterable[str]) -> list[str]:
@@ -80,7 +91,7 @@ def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Ite
             value = new.get(key)
         elif new.get(key) == old.get(key) or not covered(key, requested):
             continue  # unchanged, or only a default of the resume command: the saved run wins
-        elif covered(key, SAFE_TO_CHANGE):
+        elif covered(key, SAFE_TO_CHANGE) and not draws_otherwise(key, old):
             value = new.get(key)
         else:
             refused.append(f"{key} (saved {old.get(key, '<absent>')!r}, asked {new.get(key, '<absent>')!r})")
@@ -91,10 +102,14 @@ def reconcile_resume_config(saved: Mapping, composed: DictConfig, overrides: Ite
                  "early and keeps them; train.init_from=<run dir> starts a new run from its weights)"
                  if any(r.startswith("train.max_steps ") for r in refused) else "")
         measured = [r for r in refused if r.startswith(MEASURING)]
-        trained = [r for r in refused if r not in measured]
+        drawn = [r for r in refused if r.startswith(DRAWING)]
+        trained = [r for r in refused if r not in measured and r not in drawn]
         clauses = [f"{', '.join(keys)}: {why}" for keys, why in (
             (trained, f"that would train a different model{steps}"),
-            (measured, "that would measure the run's val metrics on other batches than before")) if keys]
+            (measured, "that would measure the run's val metrics on other batches than before"),
+            (drawn, "with model.dropout > 0 that would draw the dropout masks with another generator from the "
+                    "resumed step on (compiled and eager training draw them differently), a run no longer paired "
+                    "with its seed's runs; resume with the run's own train.compile")) if keys]
         raise ResumeError(f"resume cannot change {'; nor '.join(clauses)}; start a new run instead (keys a resume may "
                           f"change: {', '.join(k for k in (*SAFE_TO_CHANGE, *PER_INVOCATION) if k != 'train.resume')})")
     return result
