@@ -10,6 +10,7 @@ Where things are:
 * ``split``       -- the train/val split by document identity, and the cap on one document's share of val.
 * ``cache``       -- the data cache: ``prepare_data`` builds (once) and verifies (every load) the token shards;
   ``data_fingerprint`` is a run's record of what it read.
+* ``encode``      -- documents to token ids on a thread pool, a long one in pieces cut where its ids cannot change.
 * ``cache_lock``  -- the lock that lets concurrent processes build one cache, leaving no empty dir on failure.
 * ``batches``     -- ``sample_batch`` (training windows from (seed, step)), ``val_batches`` (the fixed val set, its
   windows' starts from ``val_window_starts``) and ``check_streams`` (both streams long enough for one window,

@@ -1,10 +1,10 @@
 """The data cache: each source tokenized once into memory-mapped train/val token streams, reused while it holds.
 
 Layout: ``<cache_root>/<source>-<tokenizer>-<fingerprint[:16]>/`` holds ``train.bin`` and ``val.bin`` (token
-ids, uint16 when the vocabulary has fewer than 65536 ids, else uint32; every document tokenized with
-``encode_ordinary``, so text that looks like a special token stays text, and followed by the end-of-text
-token), whatever the source keeps beside them (``data=code_corpus``: its ``manifest.json``) and
-``meta.json``, written last: its presence marks a complete cache.
+ids, uint16 when the vocabulary has fewer than 65536 ids, else uint32; every document tokenized as by
+``encode_ordinary``, so text that looks like a special token stays text, a long one in pieces
+(:mod:`llm.data.encode`), and followed by the end-of-text token), whatever the source keeps beside them
+(``data=code_corpus``: its ``manifest.json``) and ``meta.json``, written last: its presence marks a complete cache.
 
 ``meta.json`` also records each split's composition (documents, tokens, the largest document's share: the
 val split is capped, see :mod:`llm.data.split`) and the sha256 of each shard, from which
@@ -34,9 +34,11 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +47,7 @@ import numpy as np
 from llm.data.cache_lock import locked_cache_dir
 from llm.data.check import check_data_config
 from llm.data.config import DataError, num_threads
+from llm.data.encode import Ids, encode_texts, n_ids, utf8_batches, utf8_size
 from llm.data.sources import FORMAT_VERSION, KEEP_DIR, Source, make_source
 from llm.data.split import SPLITS, VAL_DOC_CAP, cap_val_documents, composition
 from llm.data.tokenizer import TokenizeProgress, canonical_tokenizer_name, get_tokenizer
@@ -56,7 +59,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_BATCH_DOCS = 256  # documents per encode_ordinary_batch call
+_BATCH_DOCS = 256  # documents read from Arrow, and encoded, at a time
 
 
 @dataclass
@@ -161,27 +164,26 @@ def _open_cache(cache_dir: Path, expected: dict) -> tuple[TokenData | None, str]
 
 
 class _ShardWriter:
-    """Appends documents (ids, then end-of-text) to a shard file, hashing its bytes and sizing each document."""
+    """Appends documents (ids, then end-of-text) to a shard file, hashing its bytes and sizing each document.
+
+    Each piece's array is written and hashed as it is (the same bytes as one buffer of the batch), never gathered
+    into a copy: for a document of a billion characters that copy was as large as its ids.
+    """
 
     def __init__(self, f: Any, dtype: np.dtype, eot: int) -> None:
-        self.f, self.dtype, self.eot = f, dtype, eot
+        self.f, self.dtype = f, dtype
+        self.eot = np.array([eot], dtype=dtype)
         self.sha = hashlib.sha256()
         self.keys: list[str] = []
         self.sizes: list[int] = []
 
-    def add(self, keys: list[str], encoded: list[list[int]] | list[np.ndarray]) -> None:
-        buf = np.empty(sum(len(ids) for ids in encoded) + len(encoded), dtype=self.dtype)
-        pos = 0
+    def add(self, keys: list[str], encoded: list[Ids]) -> None:
         for ids in encoded:
-            buf[pos:pos + len(ids)] = ids
-            pos += len(ids)
-            buf[pos] = self.eot
-            pos += 1
-        data = buf.tobytes()
-        self.f.write(data)
-        self.sha.update(data)
+            for piece in [*ids, self.eot]:
+                self.f.write(piece)
+                self.sha.update(piece)
+            self.sizes.append(n_ids(ids) + 1)
         self.keys += keys
-        self.sizes += [len(ids) + 1 for ids in encoded]
 
     @property
     def n_tokens(self) -> int:
@@ -192,25 +194,25 @@ def _dataset(entry: Any) -> Any:
     return entry[0] if isinstance(entry, tuple) else entry
 
 
-def _encoded(entries: list, enc: tiktoken.Encoding, num_threads: int, split: str,
-             bar: Any) -> Iterator[tuple[list[str], list[list[int]]]]:
+def _encoded(entries: list, encode: Callable[..., list[Ids]], split: str,
+             bar: Any) -> Iterator[tuple[list[str], list[Ids]]]:
     """(document keys, token ids) per batch of the non-empty documents of ``entries``, in order.
 
     An entry is a split Group (Dataset, keys) or a bare Dataset (a source's own split, e.g. tinystories),
-    whose rows are named ``<split>#<n>``.
+    whose rows are named ``<split>#<n>``. ``encode`` is :func:`llm.data.encode.encode_texts` bound to the build's
+    encoding and pool; it moves ``bar`` piece by piece.
     """
     rows = 0  # rows seen in this split: the names of rows without keys
     for entry in entries:
         ds, keys = entry if isinstance(entry, tuple) else (entry, None)
         first = 0  # the batch's first row in this entry
-        for batch in ds.select_columns(["text"]).iter(batch_size=_BATCH_DOCS):
-            texts = batch["text"]
+        for texts in utf8_batches(ds, _BATCH_DOCS):
             span = range(first, first + len(texts))
             names = [keys[i] for i in span] if keys is not None else [f"{split}#{rows + i}" for i in span]
             first += len(texts)
-            pairs = [(str(k), t) for k, t in zip(names, texts, strict=True) if t]
-            yield [k for k, _ in pairs], enc.encode_ordinary_batch([t for _, t in pairs], num_threads=num_threads)
-            bar.update(len(texts))
+            pairs = [(str(k), t) for k, t in zip(names, texts, strict=True) if len(t)]
+            bar.update(len(texts) - len(pairs))  # the empty documents, which are not encoded
+            yield [k for k, _ in pairs], encode([t for _, t in pairs], progress=bar.update)
         rows += first
 
 
@@ -222,22 +224,25 @@ def _write_shards(splits: dict[str, list], enc: tiktoken.Encoding, dtype: np.dty
     be applied on tokens (:func:`llm.data.split.cap_val_documents`); the documents it moves are appended to
     train. Train streams batch by batch, whatever its size.
     """
-    total = sum(len(_dataset(entry)) for split in SPLITS for entry in splits[split])
+    entries = [_dataset(entry) for split in SPLITS for entry in splits[split]]
+    total, size = sum(len(ds) for ds in entries), sum(utf8_size(ds) for ds in entries)
     out: dict[str, Any] = {"n_tokens": {}, "n_docs": {}, "sha256": {}, "composition": {}}
-    with TokenizeProgress(total, f"tokenizing {name}") as bar:  # a log line, not a bar, where output is a file
+    # the progress: in bytes of text (documents differ in length), a log line, not a bar, where output is a file
+    with TokenizeProgress(total, f"tokenizing {name}", size=size) as bar, ThreadPoolExecutor(num_threads) as pool:
+        encode = partial(encode_texts, enc=enc, dtype=dtype, pool=pool, threads=num_threads)
         val_keys: list[str] = []
-        val_ids: list[np.ndarray] = []
-        for keys, encoded in _encoded(splits["val"], enc, num_threads, "val", bar):
+        val_ids: list[Ids] = []
+        for keys, encoded in _encoded(splits["val"], encode, "val", bar):
             val_keys += keys
-            val_ids += [np.asarray(ids, dtype=dtype) for ids in encoded]
-        cap = cap_val_documents([len(ids) + 1 for ids in val_ids])
+            val_ids += encoded
+        cap = cap_val_documents([n_ids(ids) + 1 for ids in val_ids])
         writers = {}
         with atomic_path(cache_dir / "val.bin") as tmp, open(tmp, "wb") as f:
             writers["val"] = w = _ShardWriter(f, dtype, enc.eot_token)
             w.add([val_keys[i] for i in cap.kept], [val_ids[i] for i in cap.kept])
         with atomic_path(cache_dir / "train.bin") as tmp, open(tmp, "wb") as f:
             writers["train"] = w = _ShardWriter(f, dtype, enc.eot_token)
-            for keys, encoded in _encoded(splits["train"], enc, num_threads, "train", bar):
+            for keys, encoded in _encoded(splits["train"], encode, "train", bar):
                 w.add(keys, encoded)
             if cap.moved:
                 w.add([val_keys[i] for i in cap.moved], [val_ids[i] for i in cap.moved])

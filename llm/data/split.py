@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llm.data.config import DataError
+from llm.data.encode import utf8_texts
 
 SPLITS = ("train", "val")
 #: The largest share of a val split's tokens one document may hold.
@@ -36,6 +38,9 @@ MIN_VAL_DOCS = math.ceil(1 / VAL_DOC_CAP)
 #: once records it in its fingerprint (``distinct_texts``), so a cache built under an older rule is built again.
 #: 1: the exact text; 2: line endings aside (CRLF, CR and LF are one), see :func:`text_key`.
 DISTINCT_TEXTS_RULE = 2
+
+_CR = re.compile(rb"\r")
+_KEY_SLICE = 1 << 20  # bytes of a text with CRs normalised at a time to hash it
 
 #: (datasets.Dataset with a "text" column, one key per row or None). A key of None -- for the whole group or
 #: one row -- means "identify the row by the hash of its text".
@@ -79,16 +84,14 @@ def drop_repeated(groups: list[Group]) -> tuple[list[Group], int]:
     seen: set[bytes] = set()
     out, dropped = [], 0
     for ds, keys in groups:
-        kept, i = [], 0
-        for batch in ds.select_columns(["text"]).iter(batch_size=1024):
-            for text in batch["text"]:
-                digest = text_key(text)
-                if text and digest in seen:
-                    dropped += 1
-                else:
-                    seen.add(digest)
-                    kept.append(i)
-                i += 1
+        kept = []
+        for i, raw in enumerate(utf8_texts(ds)):
+            digest = utf8_key(raw)
+            if len(raw) and digest in seen:
+                dropped += 1
+            else:
+                seen.add(digest)
+                kept.append(i)
         if len(kept) < len(ds):
             ds, keys = ds.select(kept), (None if keys is None else [keys[j] for j in kept])
         out.append((ds, keys))
@@ -99,10 +102,8 @@ def shared_texts(train: list[Group], val: list[Group]) -> int:
     """How many of ``val``'s non-empty documents are word for word (line endings aside) a document of ``train``: a
     dataset's own val split is taken as it is, so a copy in both is only said (the val loss is then partly measured
     on train text)."""
-    seen = {text_key(t) for ds, _ in train
-            for b in ds.select_columns(["text"]).iter(batch_size=1024) for t in b["text"]}
-    return sum(1 for ds, _ in val for b in ds.select_columns(["text"]).iter(batch_size=1024) for t in b["text"]
-               if t and text_key(t) in seen)
+    seen = {utf8_key(t) for ds, _ in train for t in utf8_texts(ds)}
+    return sum(1 for ds, _ in val for t in utf8_texts(ds) if len(t) and utf8_key(t) in seen)
 
 
 def text_key(text: str | None) -> bytes:
@@ -111,23 +112,38 @@ def text_key(text: str | None) -> bytes:
 
     Why line endings aside: one file checked out on Windows and on Linux differs in them alone, and as two documents
     the copies could land one in train and one in val."""
-    text = (text or "").replace("\r\n", "\n").replace("\r", "\n")
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+    return utf8_key((text or "").encode("utf-8", "surrogatepass"))
+
+
+def utf8_key(raw: bytes | memoryview) -> bytes:
+    """:func:`text_key` of the text whose UTF-8 is ``raw``: hashed in place when it holds no CR, else a slice at a
+    time with its line endings made LF (CR and LF are never part of a longer UTF-8 sequence, so replacing them in the
+    bytes is replacing them in the text), never a copy of a whole long text."""
+    view = memoryview(raw)  # an Arrow buffer's view reads bytes as signed: CR is 13 either way
+    sha = hashlib.sha256()
+    if _CR.search(view) is None:
+        sha.update(view)
+        return sha.digest()
+    start = 0
+    while start < len(view):
+        end = min(start + _KEY_SLICE, len(view))
+        while end < len(view) and view[end - 1] == ord("\r"):  # a slice never ends inside a CR run or its CRLF
+            end += 1
+        sha.update(bytes(view[start:end]).replace(b"\r\n", b"\n").replace(b"\r", b"\n"))
+        start = end
+    return sha.digest()
 
 
 def _scored_rows(groups: list[Group]) -> list[tuple[float, int, int, str]]:
     """(val score, group index, row index, identity) of every non-empty document."""
     rows = []
     for g, (ds, keys) in enumerate(groups):
-        i = 0
-        for batch in ds.select_columns(["text"]).iter(batch_size=1024):
-            for text in batch["text"]:
-                if text:
-                    key = keys[i] if keys is not None else None
-                    if key is None:
-                        key = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-                    rows.append((val_score(key), g, i, key))
-                i += 1
+        for i, raw in enumerate(utf8_texts(ds)):
+            if len(raw):
+                key = keys[i] if keys is not None else None
+                if key is None:
+                    key = "sha256:" + hashlib.sha256(raw).hexdigest()
+                rows.append((val_score(key), g, i, key))
     return rows
 
 

@@ -135,33 +135,48 @@ def get_tokenizer(name: str) -> tiktoken.Encoding:
 
 
 class TokenizeProgress:
-    """Progress of tokenizing ``total`` documents: tqdm's bar when stderr is a terminal; elsewhere (output
-    redirected to a file, a cluster job's log) one log line every ``every_s`` seconds, never a carriage-return
-    redraw. A context manager with tqdm's ``update(n)``, so a loop reads the same either way."""
+    """Progress of tokenizing ``total`` documents holding ``size`` bytes of text (UTF-8): tqdm's bar when stderr is a
+    terminal; elsewhere (output redirected to a file, a cluster job's log) one log line every ``every_s`` seconds,
+    never a carriage-return redraw. A context manager with tqdm's ``update(n)``, so a loop reads the same either way.
+
+    Why bytes: documents differ in length by orders of magnitude, so a count of documents stood still while one long
+    document was encoded, and its time left was off by as much. ``update(n, size)`` adds ``n`` documents finished and
+    ``size`` bytes encoded (a long document's pieces add bytes, its last one the document too); the share done and
+    the time left are in bytes where ``size`` is given, else in documents.
+    """
 
     def __init__(self, total: int, desc: str, every_s: float = 30.0, interactive: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.total, self.desc, self.every_s, self.clock = total, desc, every_s, clock
-        self.done = 0
+                 clock: Callable[[], float] = time.monotonic, size: int | None = None) -> None:
+        self.total, self.desc, self.every_s, self.clock, self.size = total, desc, every_s, clock, size
+        self.done = self.done_size = 0
         self._start = self._last = clock()
         self._bar = None
         if sys.stderr.isatty() if interactive is None else interactive:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=desc, unit="doc", mininterval=1.0)
+            self._bar = tqdm(total=size, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, mininterval=1.0) \
+                if size else tqdm(total=total, desc=desc, unit="doc", mininterval=1.0)
 
-    def update(self, n: int = 1) -> None:
+    def update(self, n: int = 1, size: int = 0) -> None:
         self.done += n
+        self.done_size += size
         if self._bar is not None:
-            self._bar.update(n)
+            self._bar.update(size if self.size else n)
             return
         now = self.clock()
         if now - self._last >= self.every_s and self.done < self.total:
             self._last = now
-            elapsed = now - self._start
-            left = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
-            log.info(f"{self.desc}: {self.done:,}/{self.total:,} documents ({100 * self.done / self.total:.0f}%), "
-                     f"{elapsed:.0f}s, about {left:.0f}s left")
+            log.info(self._line(now - self._start))
+
+    def _line(self, elapsed: float) -> str:
+        """The log line: documents (and bytes) done, the share done, the time so far and left."""
+        what = f"{self.done:,}/{self.total:,} documents"
+        done, total = self.done, self.total
+        if self.size:
+            what += f", {self.done_size / 1e6:,.0f}/{self.size / 1e6:,.0f} MB"
+            done, total = self.done_size, self.size
+        left = elapsed / done * (total - done) if done else float("nan")
+        return f"{self.desc}: {what} ({100 * done / total:.0f}%), {elapsed:.0f}s, about {left:.0f}s left"
 
     def close(self) -> None:
         if self._bar is not None:

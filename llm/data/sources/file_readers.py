@@ -2,11 +2,16 @@
 
 Why our own .txt and .jsonl readers (not datasets' ``text``/``json`` builders): those decode undecodable bytes
 into replacement characters (binary files named .txt then train silently as noise) or fail with a generic
-``DatasetGenerationError`` that names neither the file nor the line. Here every document is decoded strictly
+``DatasetGenerationError`` that names neither the file nor the line. Here every document is checked strictly
 as UTF-8, and the first bad file or line ends the build with a ``DataError`` saying where and what. Rows stream
-through ``Dataset.from_generator`` into Arrow files in the build's scratch dir, so a corpus larger than memory
-still loads. Parquet is typed and binary by design: datasets reads it, after a check of each file's footer
-and columns.
+into Arrow files in the build's scratch dir, so a corpus larger than memory still loads. Parquet is typed and
+binary by design: datasets reads it, after a check of each file's footer and columns.
+
+Why .txt files skip ``Dataset.from_generator``: it builds each batch of 1000 rows as Python strings, then an Arrow
+string array (offsets of 32 bits) from them, so one file over 2 GiB ended the build in an ``ArrowCapacityError``
+traceback, and reading took several times the batch's size in memory. A .txt file's bytes are checked and written
+as they are (no str), in record batches of about :data:`BATCH_BYTES` (a larger file alone, not copied), to a
+``large_string`` column (offsets of 64 bits).
 
 Every reader returns a split ``Group``: a Dataset with a "text" column and one key per row (a .txt file's
 relative path, a row's ``id:<id_field value>``) or None (identify the row by its text).
@@ -27,9 +32,14 @@ from llm.data.split import Group, id_key
 
 if TYPE_CHECKING:  # datasets is imported when a build reads files, not when llm.data is imported
     import datasets
+    import pyarrow as pa
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 _READS = "text_files reads UTF-8 .txt/.jsonl and .parquet files"
+#: Bytes of .txt text per Arrow record batch: what reading holds in memory beyond one larger file.
+BATCH_BYTES = 64 << 20
+#: Files per record batch at most: tiny files share batches (each batch is a chunk every later pass goes through).
+BATCH_FILES = 1000
 
 
 def _not_utf8(raw: bytes) -> tuple[int, int] | None:
@@ -50,15 +60,69 @@ def _binary_error(where: str, what: str, offset: int, byte: int, at: str = "offs
     return DataError(f"{where}: {what} is not UTF-8 text (byte 0x{byte:02x} at {at} {offset}); {_READS}")
 
 
-def _txt_rows(files: list[str], where: str) -> Iterator[dict]:
-    """One row per .txt file (an empty file gives an empty row, dropped by the split), newlines normalised."""
+def _is_text(raw: bytes) -> bool:
+    """Whether ``raw`` is UTF-8 without a NUL byte, checked by Arrow in place: a decode would make a str of it, up to
+    four times its size for text that is not ASCII."""
+    import numpy as np
+    import pyarrow as pa
+
+    offsets = pa.py_buffer(np.array([0, len(raw)], dtype=np.int64))
+    try:
+        pa.LargeStringArray.from_buffers(1, offsets, pa.py_buffer(raw)).validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return b"\0" not in raw
+
+
+def _txt_rows(files: list[str], where: str) -> Iterator[bytes]:
+    """The UTF-8 bytes of each .txt file (an empty file gives an empty row, dropped by the split), newlines
+    normalised."""
     for file in files:
-        raw = Path(file).read_bytes()
-        bad = _not_utf8(raw)
+        with open(file, "rb") as f:  # not Path(file).read_bytes(): a Path per file was much of a small file's cost
+            raw = f.read()
+        bad = None if _is_text(raw) else _not_utf8(raw)  # the decode, for where and what, only when it is not text
         if bad is not None:
             raise _binary_error(where, file, *bad)
-        # universal newlines, as text-mode open() (and datasets' text builder before us) gives them
-        yield {"text": raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n"), "key": None}
+        # universal newlines, as text-mode open() (and datasets' text builder before us) gives them; CR and LF are
+        # never part of a longer UTF-8 sequence, and without a CR replace() returns the bytes themselves
+        yield raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+
+
+def _batches(texts: Iterator[bytes]) -> Iterator[list[bytes]]:
+    """``texts`` in consecutive batches of at most :data:`BATCH_FILES` texts and about :data:`BATCH_BYTES` (a
+    larger text in a batch of its own)."""
+    batch: list[bytes] = []
+    size = 0
+    for text in texts:
+        if batch and (size + len(text) > BATCH_BYTES or len(batch) >= BATCH_FILES):
+            yield batch
+            batch, size = [], 0
+        batch.append(text)
+        size += len(text)
+    if batch:
+        yield batch
+
+
+def _text_array(batch: list[bytes]) -> pa.Array:
+    """``batch`` (checked UTF-8) as a large_string array; a text alone keeps its bytes as the array's (no copy)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if len(batch) == 1:
+        offsets = pa.py_buffer(np.array([0, len(batch[0])], dtype=np.int64))
+        return pa.LargeStringArray.from_buffers(1, offsets, pa.py_buffer(batch[0]))
+    return pa.array(batch, type=pa.large_string())
+
+
+def _write_texts(texts: Iterator[bytes], path: Path) -> None:
+    """``texts`` as the "text" column of the Arrow stream file ``path`` (the format datasets memory-maps)."""
+    import pyarrow as pa
+
+    schema = pa.schema([("text", pa.large_string())])
+    # a Python file: a full disk raises its OSError (errno ENOSPC), which the cache names as such
+    with open(path, "wb") as f, pa.ipc.new_stream(f, schema) as writer:
+        for batch in _batches(texts):
+            writer.write_batch(pa.record_batch([_text_array(batch)], schema=schema))
 
 
 def _json_type(value: object) -> str:
@@ -128,20 +192,37 @@ def _from_rows(rows: Callable[..., Iterator[dict]], gen_kwargs: dict, scratch: P
         cause = exc.__cause__
         if isinstance(cause, DataError):
             raise cause from None
-        # A file that cannot be opened or read (its permissions, an I/O error; a .jsonl has no early check of its
-        # head, as a .txt has) is the user's to fix: one line naming it. A full disk under the Arrow writer names no
-        # file, and is left to the cache, which says so.
-        if isinstance(cause, OSError) and cause.filename is not None and cause.errno not in (errno.ENOSPC,
-                                                                                              errno.EDQUOT):
-            raise DataError(f"{gen_kwargs['where']}: {os.fsdecode(cause.filename)} cannot be read "
-                            f"({cause.strerror or type(cause).__name__}); remove it or make it readable") from None
+        if isinstance(cause, OSError):
+            _raise_unreadable(cause, gen_kwargs["where"])
         raise
+
+
+def _raise_unreadable(exc: OSError, where: str, written: Path | None = None) -> None:
+    """Raise a DataError naming the file of ``exc`` when it is a user's file that cannot be opened or read (its
+    permissions, an I/O error; a .jsonl has no early check of its head, as a .txt has): theirs to fix, in one line.
+
+    A full disk names no file or the Arrow file ``written`` in the scratch dir, and is left to the cache, which
+    says so; so is any other error on ``written``.
+    """
+    if exc.filename is None or exc.errno in (errno.ENOSPC, errno.EDQUOT) or \
+            (written is not None and os.fsdecode(exc.filename) == str(written)):
+        return
+    raise DataError(f"{where}: {os.fsdecode(exc.filename)} cannot be read ({exc.strerror or type(exc).__name__}); "
+                    "remove it or make it readable") from None
 
 
 def read_txt(files: list[str], rels: list[str], where: str, scratch: Path) -> Group:
     """The .txt ``files`` (absolute), one document each, keyed by their relative paths ``rels``."""
-    ds = _from_rows(_txt_rows, {"files": files, "where": where}, scratch)
-    return ds.select_columns(["text"]), rels
+    import datasets
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    path = scratch / "txt.arrow"
+    try:
+        _write_texts(_txt_rows(files, where), path)
+    except OSError as exc:
+        _raise_unreadable(exc, where, written=path)
+        raise
+    return datasets.Dataset.from_file(str(path)), rels
 
 
 def read_jsonl(files: list[str], where: str, text_field: str, id_field: str | None, scratch: Path) -> Group:

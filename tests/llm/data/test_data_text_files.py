@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -293,3 +294,56 @@ def test_a_single_text_file_is_refused_saying_how_to_split_it(tmp_path, text_cfg
     with pytest.raises(DataError, match=rf"^data.path=.*input.txt has 1 non-empty document\(s\); a train/val split "
                                         rf"by document needs >= 2 {hint} per line of a .jsonl\)$"):
         prepare_data(text_cfg(tmp_path / "input.txt"), "cl100k_base", tmp_path / "cache")
+
+
+def test_the_walk_tells_regular_files_without_a_stat_each(tmp_path, monkeypatch):
+    """A directory's entries say which names are regular files: a Path and one or two stats per file made the walk
+    (run on every training start, to fingerprint the corpus) take seconds for a hundred thousand files. A link is
+    still followed, a broken one listed (to be refused by name), a named pipe left out."""
+    import llm.data.sources.text_files as text_files
+
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    for i in range(200):
+        (corpus / "sub" / f"f{i:03d}.txt").write_text(f"document {i}\n")
+    (corpus / "link.txt").symlink_to(corpus / "sub" / "f000.txt")
+    (corpus / "broken.txt").symlink_to(corpus / "missing.txt")
+    os.mkfifo(corpus / "pipe.txt")
+    calls = []
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda *a, **k: calls.append(a[0]) or real_stat(*a, **k))
+    root, rels = text_files.text_files_at({"name": "text_files", "path": str(corpus)})
+    assert rels == ["broken.txt", "link.txt"] + [f"sub/f{i:03d}.txt" for i in range(200)]
+    assert len(calls) < 20, calls[:5]
+
+
+def test_a_txt_file_is_read_as_its_bytes_into_a_large_string_column(tmp_path, monkeypatch):
+    """A .txt file is one Arrow value of 64-bit offsets (Arrow strings of 32-bit ones hold 2 GiB at most: a larger
+    file ended the build in an ArrowCapacityError traceback), written from its bytes as they are: reading holds the
+    file once, where a str of it (up to four times its bytes) and datasets' Python batches held several copies. Files
+    share record batches up to a size; a larger one has one of its own."""
+    import tracemalloc
+
+    import datasets  # noqa: F401 (imported before the measure: its import is tens of MB of Python objects)
+    import pyarrow as pa
+
+    import llm.data.sources.file_readers as file_readers
+
+    monkeypatch.setattr(file_readers, "BATCH_BYTES", 1 << 20)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    long = "😀 " + "a line of text\n" * 600_000
+    (corpus / "long.txt").write_text(long)
+    for i in range(3):
+        (corpus / f"s{i}.txt").write_text(f"short {i}\r\n")
+    files = [str(corpus / n) for n in ("s0.txt", "s1.txt", "long.txt", "s2.txt")]
+    tracemalloc.start()
+    try:
+        ds, keys = file_readers.read_txt(files, ["s0", "s1", "long", "s2"], "test", tmp_path / "scratch")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    column = ds.data.column("text")
+    assert column.type == pa.large_string() and [len(c) for c in column.chunks] == [2, 1, 1]
+    assert ds["text"] == ["short 0\n", "short 1\n", long, "short 2\n"] and keys == ["s0", "s1", "long", "s2"]
+    assert peak < 1.5 * len(long.encode()), peak

@@ -114,3 +114,29 @@ def test_tokenize_progress_writes_plain_lines_to_a_log_not_redraws(caplog, capsy
     with TokenizeProgress(3, "tokenizing x/val", interactive=True) as p:
         p.update(3)
     assert "\r" in capsys.readouterr().err and len(caplog.records) == 9, "a terminal's bar, no log lines"
+
+
+def test_tokenize_progress_is_measured_in_bytes_and_moves_within_a_long_document(caplog, capsys):
+    """Documents differ in length: the share done and the time left are in bytes of text, which a long document's
+    pieces advance (a count of documents stood still through it, and its time left was off by as much); the line
+    still counts whole documents and ends with the last one. A terminal's bar counts bytes."""
+    import logging
+
+    from llm.data.tokenizer import TokenizeProgress
+
+    now = [0.0]
+    with caplog.at_level(logging.INFO, logger="llm.data.tokenizer"):
+        with TokenizeProgress(2, "tokenizing x/train", every_s=10, interactive=False, clock=lambda: now[0],
+                              size=60_000_000) as p:
+            for last in (0, 0, 0, 0, 1):  # a long document in five pieces of 10 MB
+                now[0] += 10.0
+                p.update(last, 10_000_000)
+            now[0] += 10.0
+            p.update(1, 10_000_000)  # a short one
+    lines = [r.getMessage() for r in caplog.records if r.name == "llm.data.tokenizer"]
+    assert lines[0] == "tokenizing x/train: 0/2 documents, 10/60 MB (17%), 10s, about 50s left", lines
+    assert lines[4] == "tokenizing x/train: 1/2 documents, 50/60 MB (83%), 50s, about 10s left", lines
+    assert len(lines) == 5, "none after the last document"
+    with TokenizeProgress(3, "tokenizing x/val", interactive=True, size=3 << 20) as p:
+        p.update(1, 3 << 20)
+    assert "3.00M/3.00M" in capsys.readouterr().err
