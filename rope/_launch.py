@@ -8,11 +8,39 @@ asks for Triton's own launch.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import os
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
+
+Settings = TypeVar("Settings")
+
+
+@contextlib.contextmanager
+def overriding(current: Callable[[], Settings], install: Callable[[Settings], Settings],
+               fields: dict[str, Any]) -> Iterator[Settings]:
+    """A kernel family's launch settings (a dataclass: ``current()`` reads them, ``install(new)`` sets them and
+    returns the old) with ``fields`` replaced while the block is open, then put back. A field the dataclass does not
+    have, or a value its ``__post_init__`` refuses, raises ValueError before the block runs.
+
+    Why process-wide, not a context variable: autograd runs a backward on a thread of its own, which sees none of
+    the caller's context variables; the Triton entries and ``cutedsl`` share this rule (``rope.triton.tuning``,
+    ``rope.cutedsl.tuning``)."""
+    names = [f.name for f in dataclasses.fields(current())]
+    unknown = sorted(set(fields) - set(names))
+    if unknown:
+        listed = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+        raise ValueError(f"tuning: unknown setting {unknown[0]!r}; the settings are {listed}")
+    outer = install(dataclasses.replace(current(), **fields))
+    try:
+        yield current()
+    finally:
+        install(outer)
 
 
 def pow2_unit(n: int, cap: int = 16) -> int:

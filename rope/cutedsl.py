@@ -29,7 +29,11 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from rope._launch import new_outputs, pow2_unit  # shared with the Triton entries: same outputs, same stride units
+from rope._launch import (  # shared with the Triton entries: same outputs, same stride units
+    new_outputs,
+    overriding,
+    pow2_unit,
+)
 from rope.base import LAYOUTS, RotaryEmbedding, on_device_of
 from rope.registry import register
 from rope.scaling import attention_factor
@@ -65,18 +69,17 @@ def tuning(**fields: int) -> Iterator[CuteLaunchConfig]:
 
     Why a block, not an argument: a launch setting changes no result, so it stays out of the module's and the
     ops' signatures (a compiled graph keeps no knob); the setting is the process's, as autograd runs the backward
-    on its own thread (as ``rope.triton.tuning``). A bad field or value raises ValueError before the block runs."""
+    on its own thread (:func:`rope._launch.overriding`). A bad field or value raises ValueError before the block
+    runs."""
+    with overriding(lambda: _launch_config, _install, fields) as config:
+        yield config
+
+
+def _install(config: CuteLaunchConfig) -> CuteLaunchConfig:
+    """Make ``config`` every launch's; returns the one it replaces."""
     global _launch_config
-    known = {f.name for f in dataclasses.fields(CuteLaunchConfig)}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise ValueError(f"tuning: unknown setting {unknown[0]!r}; the settings are {', '.join(sorted(known))}")
-    outer = _launch_config
-    _launch_config = dataclasses.replace(outer, **fields)
-    try:
-        yield _launch_config
-    finally:
-        _launch_config = outer
+    previous, _launch_config = _launch_config, config
+    return previous
 
 
 def package_missing() -> str | None:

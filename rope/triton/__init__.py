@@ -7,11 +7,11 @@ the launch geometry), ``kernels`` (``@triton.jit``). Benchmarks: :func:`tuning` 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Iterator
 
 from torch import Tensor
 
+from rope._launch import overriding
 from rope.triton.module import TritonRotary, TritonRotaryV2, TritonRotaryV4
 from rope.triton.plan import TILINGS, Overrides, Plan, force, forced
 
@@ -30,15 +30,8 @@ def tuning(**fields: object) -> Iterator[Overrides]:
     default plan. A bad field or value raises ValueError before the block runs:
     ``with rope.triton.tuning(tiling="chunks"): y = module(q, k)``.
     """
-    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(Overrides)})
-    if unknown:
-        raise ValueError(f"tuning: unknown setting {unknown[0]!r}; "
-                         "the settings are tiling, tile, num_warps and maxnreg")
-    outer = force(dataclasses.replace(forced(), **fields))
-    try:
-        yield forced()
-    finally:
-        force(outer)
+    with overriding(forced, force, fields) as settings:
+        yield settings
 
 
 def plan_for(rotary: TritonRotary, q: Tensor, k: Tensor | None = None, positions: Tensor | None = None) -> Plan:
