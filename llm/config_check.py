@@ -441,10 +441,10 @@ def shadowed_preset_line(choices: Mapping, sources: Sequence[Mapping], cwd: str 
     return None
 
 
-def _check_shadowed_presets(cfg: DictConfig) -> None:
-    """Refuse an option whose file in a config dir of the user's is hidden by another of that name (see
-    :func:`shadowed_preset_line`); nothing outside a Hydra command."""
-    choices, sources = _hydra_runtime(cfg, "choices"), _hydra_runtime(cfg, "config_sources")
+def _check_shadowed_presets(cfg: DictConfig, choices: Mapping | None) -> None:
+    """Refuse an option of ``choices`` (:func:`_command_choices`) whose file in a config dir of the user's is hidden
+    by another of that name (see :func:`shadowed_preset_line`); nothing outside a Hydra command."""
+    sources = _hydra_runtime(cfg, "config_sources")
     if choices and sources and (line := shadowed_preset_line(choices, sources, _hydra_runtime(cfg, "cwd") or ".")):
         raise ConfigError(line)
 
@@ -455,8 +455,9 @@ def check_config_keys(cfg: DictConfig, config_name: str = "config", command: str
     (``~``), naming it and the closest known key. Checks the command's composed config against the keys of its
     primary config (``config_name``: llm.train's, ``generate``, ``eval_lengths``): a resumed run's saved config
     may hold keys of an older version, which it keeps."""
-    _check_shadowed_presets(cfg)
-    problems = schema(config_name, command).problems(cfg, _command_choices(cfg))
+    choices = _command_choices(cfg)
+    _check_shadowed_presets(cfg, choices)
+    problems = schema(config_name, command).problems(cfg, choices)
     if problems:
         raise ConfigError(problems[0])
 
