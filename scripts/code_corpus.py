@@ -121,15 +121,15 @@ def _write(args: argparse.Namespace, tmp: Path) -> None:
     """Read the corpus and write its documents and manifest into ``tmp``."""
     try:
         if args.manifest is not None:
-            corpus = rebuild_from_manifest(load_manifest(args.manifest), args.site_packages,
-                                           f"--manifest {args.manifest}")
+            where = f"--manifest {args.manifest}"  # the readers name the flag the user gave, not the data.* key
+            corpus = rebuild_from_manifest(load_manifest(args.manifest, where), args.site_packages, where)
         else:
-            dists = select_packages(installed_distributions(args.site_packages), args.packages, args.exclude)
+            dists = select_packages(installed_distributions(args.site_packages), args.packages, args.exclude,
+                                    key="--packages")
             corpus = read_corpus([f for name, d in dists.items() for f in package_files(name, d)],
                                  args.min_chars, args.max_chars)
-    except DataError as e:  # the data config's words for the flags: data.packages is --packages here
-        _refuse("error: " + str(e).replace("data.packages:", "--packages:", 1)
-                .replace("data.manifest=", "--manifest ").replace("data.manifest", "--manifest"))
+    except DataError as e:
+        _refuse(f"error: {e}")
     if len(corpus.ids) == 0:
         _refuse("no *.py files of the asked sizes in the installed packages")
     for doc_id, text in zip(corpus.ids, corpus.texts, strict=True):

@@ -73,6 +73,17 @@ def text_field(cfg: Mapping) -> str:
     return str(nonempty_str(cfg, "text_field", "text"))
 
 
+def hub_revision(cfg: Mapping) -> str | None:
+    """``data.revision`` of a hub dataset (``data=tinystories``, ``data=hf_dataset``): a commit, branch or tag as a
+    string (a commit Hydra read as a number kept as its digits), or None for the hub's main branch."""
+    value = setting(cfg, "revision")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "":
+        raise DataError(f"data.revision={value} must be a hub commit, branch or tag, or null")
+    return str(value)
+
+
 def num_threads(cfg: Mapping) -> int | None:
     """``data.num_threads``: tokenizer threads, None = all CPU cores."""
     return positive_int_or_none(cfg, "num_threads")

@@ -56,10 +56,6 @@ class DocumentBatch:
         ending at B·T): what a varlen kernel or ``RotaryEmbedding(..., cu_seqlens=)`` takes."""
         return segment_starts(self.positions)
 
-    @property
-    def max_seqlen(self) -> int:
-        return int(self.positions.max()) + 1
-
 
 def document_layout(x: torch.Tensor, eot: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(positions, doc_ids) of windows ``x`` (B, T): a segment starts at each ``eot`` and at each row's start."""

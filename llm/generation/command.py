@@ -89,7 +89,7 @@ class Settings:
 
 
 def _positive_int(cfg: Mapping, key: str) -> int:
-    v = cfg.get(key)
+    v = cfg[key]
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise ConfigError(f"{key}={v!r} must be a positive integer")
     return v
@@ -102,7 +102,7 @@ def _number(v: object) -> object:
 
 def read_prompt(cfg: Mapping) -> str:
     """``prompt=`` text, or the contents of ``prompt_file=`` (not both)."""
-    prompt, prompt_file = cfg.get("prompt"), cfg.get("prompt_file")
+    prompt, prompt_file = cfg["prompt"], cfg["prompt_file"]
     prompt = "" if prompt is None else str(prompt)
     if prompt_file in (None, ""):
         return prompt
@@ -118,35 +118,38 @@ def read_prompt(cfg: Mapping) -> str:
 
 
 def read_settings(cfg: Mapping) -> Settings:
-    """Every setting of conf/generate.yaml checked, before the run is opened."""
-    sampling = Sampling(_number(cfg.get("temperature", 0.0)), cfg.get("top_k"), _number(cfg.get("top_p")))
-    seed = cfg.get("seed", 0)
+    """Every setting of conf/generate.yaml checked, before the run is opened.
+
+    ``cfg`` is generate's composed config, which holds every key of conf/generate.yaml (the config check refuses
+    one removed with ``~``): each is read as given, so that file is the one place the defaults live."""
+    sampling = Sampling(_number(cfg["temperature"]), cfg["top_k"], _number(cfg["top_p"]))
+    seed = cfg["seed"]
     # torch seeds with an unsigned 64-bit integer: a larger one failed after the weights loaded, and a negative one
     # wrapped around to the same stream as seed + 2**64
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
         raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**64 - 1]")
-    cache = cfg.get("cache", "static")
+    cache = cfg["cache"]
     try:
         cache = "static" if cache is True else cache_kind(cache)
     except ValueError:
         raise ConfigError(f"cache={cache!r}; allowed: static (true), dynamic, none (false)") from None
-    capture = cfg.get("capture", True)
+    capture = cfg["capture"]
     if not isinstance(capture, bool):
         raise ConfigError(f"capture={capture!r} must be true or false")
-    attention = cfg.get("attention", "sdpa")
+    attention = cfg["attention"]
     if attention not in ATTENTIONS:
         raise ConfigError(f"attention={attention!r}; allowed: {', '.join(ATTENTIONS)}")
     if attention == "fused_rope" and cache == "none":
         raise ConfigError("attention=fused_rope attends over a KV cache: it needs cache=static or cache=dynamic")
-    chunk = cfg.get("prefill_chunk")
+    chunk = cfg["prefill_chunk"]
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
         raise ConfigError(f"prefill_chunk={chunk!r} must be a positive integer, or null for the whole prompt at once")
     if chunk is not None and cache != "static":
         raise ConfigError(f"prefill_chunk={chunk} feeds the prompt into a static cache: it needs cache=static")
-    dtype = cfg.get("dtype", "auto")
+    dtype = cfg["dtype"]
     if dtype not in DTYPES:
         raise ConfigError(f"dtype={dtype!r}; allowed: {', '.join(DTYPES)}")
-    device = resolve_device(str(cfg.get("device", "auto")))
+    device = resolve_device(str(cfg["device"]))
     if attention == "fused_rope":
         reason = rope.attention_unavailable_reason(device)
         if reason:
@@ -171,7 +174,8 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
     end-of-text token, or the end of the model's context (the RoPE cache), whichever comes first.
     """
     s = read_settings(cfg)
-    opened = open_run(cfg.get("run"), cfg.get("checkpoint"))
+    opened = open_run(cfg["run"], cfg["checkpoint"])
+    # rope is absent unless the command line chose one (generate.yaml's `rope: null`): the run's then applies
     rope_cfg = rope_for_generation(opened.config.rope, cfg.get("rope"), s.device, opened.context_len,
                                    command_line_rope_keys(cfg), command_line_rope_preset(cfg))
     enc = run_tokenizer(opened)

@@ -83,7 +83,6 @@ class CompareOnMultirunEnd(Callback):
         self.acc_margin = float(acc_margin) if ok else DEFAULT_ACC_MARGIN
         self.wandb = bool(wandb) if ok else True
         self.last_report: Path | None = None  # comparison.md of the last successful call
-        self.last_wandb_dir: Path | None = None  # the wandb report run of the last call, if one was logged
 
     def retry_command(self, sweep_dir: Path | str, allow_mixed: bool | None = None) -> str:
         """The ``scripts.compare`` command that writes this report by hand, with the settings the sweep gave it."""
@@ -100,7 +99,7 @@ class CompareOnMultirunEnd(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Write the report; every error becomes a warning, because the sweep's runs are done and fine."""
-        self.last_report = self.last_wandb_dir = None
+        self.last_report = None
         sweep_dir: Path | None = None
         from llm.report import ReferenceNotFoundError
 
@@ -141,4 +140,4 @@ class CompareOnMultirunEnd(Callback):
                         self.last_report.name, "; ".join(f"{r.name}: {r.status}" for r in report.failures))
         log.info("run comparison written to %s", self.last_report)
         if self.wandb:
-            self.last_wandb_dir = log_report_to_wandb(report, sweep_dir, config)
+            log_report_to_wandb(report, sweep_dir, config)

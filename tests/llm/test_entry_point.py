@@ -45,10 +45,10 @@ def test_bad_input_is_one_line_before_any_work_and_leaves_no_run_dir(tmp_path, c
 
 def test_a_refused_command_loads_neither_the_compiler_nor_scipy_nor_statsmodels(tmp_path):
     """Every ``python -m llm.train`` instantiates the sweep callbacks and imports ``rope``. On a CPU build of torch
-    neither may pull in torch's compiler (seconds, ``rope.triton.ops.traced_ops``), ``scipy.stats`` (most of a
-    second, ``llm.report.stats``) or ``statsmodels`` (the report's Holm correction) before the command is checked: a
-    user's typo, and each of the CLI tests here, would wait for them. Asked of the process at its exit, after the
-    one-line refusal."""
+    neither may pull in torch's compiler (``rope.triton.ops.traced_ops``), ``scipy.stats`` (``llm.report.stats``) or
+    ``statsmodels`` (the report's Holm correction) before the command is checked: each is slow to import and only
+    a compiled run or a sweep's end needs it, so a user's typo, and each of the CLI tests here, would wait for
+    them. Asked of the process at its exit, after the one-line refusal."""
     import torch
 
     if torch.version.cuda or torch.version.hip:
@@ -109,14 +109,14 @@ def test_one_printed_command_continues_an_interrupted_sweep(tmp_path, capsys, mo
     and the comparison is rewritten over every job. Both commands run through the entry point in this process,
     the printed one with exactly its arguments (test_a_signal_to_a_sweep_says_how_to_continue_all_of_it and the
     signal tests of test_faults.py run sweeps as processes of their own)."""
-    from rope.triton import launch
+    from rope import _launch
 
     sweep = tmp_path / "sweep"
-    monkeypatch.setattr(launch, "INTERPRETING", False)  # the first command's process: TRITON_INTERPRET unset
+    monkeypatch.setattr(_launch, "INTERPRETING", False)  # the first command's process: TRITON_INTERPRET unset
     assert run_command_inprocess(["rope=triton_v4,torch", "device=cpu", "train.max_steps=2", "train.eval_every=2",
                                   "train.stop_at_step=1", f"hydra.sweep.dir={sweep}"]) == 1, \
         "neither job has completed"
-    monkeypatch.setattr(launch, "INTERPRETING", True)
+    monkeypatch.setattr(_launch, "INTERPRETING", True)
     jobs = ("0_triton_v4_s0", "1_torch_s0")
     assert [json.loads((sweep / j / "summary.json").read_text())["status"] for j in jobs] == ["config_error",
                                                                                              "interrupted"]

@@ -24,6 +24,18 @@ def _cfg(sweep: Path) -> object:
     return OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "sweep": {"name": "synth"}})
 
 
+def _report_runs(sweep: Path) -> list[Path]:
+    """The wandb run dirs the callback left in the sweep's ``wandb/`` dir (wandb's ``latest-run`` link left out)."""
+    return sorted(p for p in (sweep / "wandb").glob("*run-*") if p.is_dir() and not p.is_symlink())
+
+
+def _report_run(sweep: Path) -> Path:
+    """The one wandb run the callback logged the report to, in the sweep's ``wandb/`` dir."""
+    runs = _report_runs(sweep)
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
 def test_report_table_logged_offline(tmp_path: Path, wandb_offline, monkeypatch):
     import wandb
 
@@ -36,8 +48,7 @@ def test_report_table_logged_offline(tmp_path: Path, wandb_offline, monkeypatch)
     cb.on_multirun_end(_cfg(sweep))
     assert cb.last_report == sweep / MD_FILE
     assert calls and calls[0]["job_type"] == "report" and calls[0]["mode"] == "offline"
-    run_dir = cb.last_wandb_dir
-    assert run_dir is not None and run_dir.parent == sweep / "wandb"
+    run_dir = _report_run(sweep)
 
     tables = list(run_dir.glob("files/media/table/comparison_*.table.json"))
     assert len(tables) == 1
@@ -61,7 +72,7 @@ def test_the_wandb_log_is_read_once_it_is_complete(tmp_path: Path, wandb_offline
     sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))}, logger=WANDB)
     cb = CompareOnMultirunEnd()
     cb.on_multirun_end(_cfg(sweep))
-    written = next(cb.last_wandb_dir.glob("run-*.wandb"))
+    written = next(_report_run(sweep).glob("run-*.wandb"))
     read_wandb_run(written)  # the service may still be writing it: the bytes copied below must be the whole log
     whole = written.read_bytes()
     late = tmp_path / "late.wandb"
@@ -80,7 +91,7 @@ def test_no_wandb_when_the_runs_did_not_use_it(tmp_path: Path, wandb_offline):
     sweep = write_sweep(tmp_path / "sweep", {REF: reference((0, 1))})
     cb = CompareOnMultirunEnd()
     cb.on_multirun_end(_cfg(sweep))
-    assert cb.last_report is not None and cb.last_wandb_dir is None
+    assert cb.last_report is not None
     assert not (sweep / "wandb").exists()
 
 
@@ -95,7 +106,7 @@ def test_wandb_failure_never_fails_the_sweep(tmp_path: Path, wandb_offline, monk
     cb = CompareOnMultirunEnd()
     with caplog.at_level(logging.WARNING, logger="llm.report"):
         cb.on_multirun_end(_cfg(sweep))
-    assert cb.last_report == sweep / MD_FILE and cb.last_wandb_dir is None
+    assert cb.last_report == sweep / MD_FILE and _report_runs(sweep) == []
     assert "could not log the comparison to wandb" in caplog.text and "no network" in caplog.text
 
 
@@ -106,5 +117,4 @@ def test_the_report_joins_the_group_of_a_sweep_named_0(tmp_path: Path, wandb_off
     cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "sweep": {"name": 0}})
     cb = CompareOnMultirunEnd()
     cb.on_multirun_end(cfg)
-    assert cb.last_wandb_dir is not None
-    assert read_wandb_run(next(cb.last_wandb_dir.glob("run-*.wandb")))["group"] == f"0-{sweep.name}"
+    assert read_wandb_run(next(_report_run(sweep).glob("run-*.wandb")))["group"] == f"0-{sweep.name}"

@@ -71,6 +71,7 @@ def test_a_package_not_installed_is_named_by_the_flag_that_asked_for_it(tmp_path
         code_corpus.main([str(tmp_path / "out"), "--site-packages", str(site), "--packages", "pkg,nopkg"])
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2 and err.startswith("error: --packages: nopkg not installed here"), err
+    assert "data." not in err, err
     assert not (tmp_path / "out").exists()
 
 
@@ -100,6 +101,24 @@ def test_a_bad_manifest_is_named_by_its_flag(tmp_path, site, capsys):
         code_corpus.main([str(tmp_path / "out"), "--site-packages", str(site), "--manifest", str(tmp_path / "no.json")])
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2 and err.startswith(f"error: --manifest {tmp_path / 'no.json'} is not a code"), err
+    assert "data." not in err, err
+
+
+def test_a_manifest_of_other_package_versions_is_named_by_its_flag(tmp_path, site, capsys):
+    """A manifest read from pkg 1.2 where 1.3 is installed: the refusal names ``--manifest`` (the flag given) and no
+    ``data.manifest`` key, which this command has not."""
+    code_corpus.main([str(tmp_path / "out"), "--site-packages", str(site)])
+    manifest = tmp_path / "out" / MANIFEST_NAME
+    (site / "pkg-1.2.dist-info").rename(site / "pkg-1.3.dist-info")
+    meta = site / "pkg-1.3.dist-info" / "METADATA"
+    meta.write_text(meta.read_text().replace("Version: 1.2", "Version: 1.3"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        code_corpus.main([str(tmp_path / "again"), "--site-packages", str(site), "--manifest", str(manifest)])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2, err
+    assert err.startswith(f"error: --manifest {manifest} needs pkg==1.2 (installed: 1.3)"), err
+    assert err.endswith("; install those versions, or build a new corpus without the manifest") and "data." not in err
 
 
 def test_an_unwritable_out_is_one_line(tmp_path, site, capsys):

@@ -129,14 +129,15 @@ def package_files(name: str, dist: metadata.Distribution) -> list[PackageFile]:
 
 
 def select_packages(dists: Mapping[str, metadata.Distribution], packages: Sequence[str] | None,
-                    exclude: Sequence[str]) -> dict[str, metadata.Distribution]:
+                    exclude: Sequence[str], key: str = "data.packages") -> dict[str, metadata.Distribution]:
     """``dists`` limited to ``packages`` (all when None) less ``exclude``; a package asked for but not
-    installed is a DataError naming it."""
+    installed is a DataError naming it and ``key``, the setting that asked for it as its user wrote it
+    (``--packages`` for scripts/code_corpus.py)."""
     if packages is not None:
         wanted = [normalize(p) for p in packages]
         missing = [p for p, n in zip(packages, wanted, strict=True) if n not in dists]
         if missing:
-            raise DataError(f"data.packages: {', '.join(missing)} not installed here")
+            raise DataError(f"{key}: {', '.join(missing)} not installed here")
         dists = {n: dists[n] for n in sorted(set(wanted))}
     skip = {normalize(p) for p in exclude}
     return {n: d for n, d in dists.items() if n not in skip}
@@ -190,9 +191,11 @@ def read_corpus(files: Sequence[PackageFile], min_chars: int = MIN_CHARS, max_ch
     return Corpus(ids, texts, manifest)
 
 
-def load_manifest(path: Path) -> dict[str, Any]:
-    """A manifest, checked to be one (format, packages, files with ids and hashes, the fingerprint they give)."""
-    where = f"data.manifest={path}"
+def load_manifest(path: Path, where: str | None = None) -> dict[str, Any]:
+    """A manifest, checked to be one (format, packages, files with ids and hashes, the fingerprint they give).
+    ``where``: the setting that named it as its user wrote it, for the refusal (default ``data.manifest=<path>``;
+    ``--manifest <path>`` for scripts/code_corpus.py)."""
+    where = f"data.manifest={path}" if where is None else where
     try:
         manifest = json.loads(path.read_text())
         files, packages = manifest["files"], manifest["packages"]
@@ -216,7 +219,7 @@ def files_of_manifest(manifest: Mapping[str, Any], search: Sequence[str] | None,
             wrong.append(f"{p['name']}=={p['version']} ({have})")
     if wrong:
         raise DataError(f"{where} needs {', '.join(wrong[:8])}{f' and {len(wrong) - 8} more' if len(wrong) > 8 else ''}"
-                        "; install those versions, or build a new corpus without data.manifest")
+                        "; install those versions, or build a new corpus without the manifest")
     versions = {p["name"]: str(p["version"]) for p in manifest["packages"]}
     return [PackageFile(normalize(f["package"]), versions[f["package"]], f["path"],
                         Path(str(dists[normalize(f["package"])].locate_file(f["path"])))) for f in manifest["files"]]

@@ -42,10 +42,14 @@ BATCH_BYTES = 64 << 20
 BATCH_FILES = 1000
 
 
-def _not_utf8(raw: bytes) -> tuple[int, int] | None:
-    """(offset, byte) of the first byte that makes ``raw`` not UTF-8 text (a NUL counts: binary), else None."""
+def not_text(raw: bytes, final: bool = True) -> tuple[int, int] | None:
+    """(offset, byte) of the first byte that makes ``raw`` not UTF-8 text (a NUL counts: binary, or UTF-16), else
+    None. ``final=False`` reads ``raw`` as a file's first bytes: a character cut at its end is not an error.
+
+    Why one function for whole files, .jsonl lines and a file's head: each refusal names the same byte for the same
+    content, whichever reader met it first."""
     try:
-        raw.decode("utf-8")
+        codecs.getincrementaldecoder("utf-8")().decode(raw, final=final)
     except UnicodeDecodeError as exc:
         nul = raw.find(b"\0", 0, exc.start)
         return (nul, 0) if nul >= 0 else (exc.start, raw[exc.start])
@@ -53,7 +57,9 @@ def _not_utf8(raw: bytes) -> tuple[int, int] | None:
     return (nul, 0) if nul >= 0 else None
 
 
-def _binary_error(where: str, what: str, offset: int, byte: int, at: str = "offset") -> DataError:
+def binary_error(where: str, what: str, offset: int, byte: int, at: str = "offset") -> DataError:
+    """The refusal of ``what`` (a file, a file's line) that is not UTF-8 text, at the (offset, byte)
+    :func:`not_text` found: one line naming it, the byte and what text_files reads."""
     if byte == 0:
         return DataError(f"{where}: {what} holds a NUL byte at {at} {offset}, so it is binary (or UTF-16), not "
                          f"UTF-8 text; {_READS}")
@@ -80,9 +86,9 @@ def _txt_rows(files: list[str], where: str) -> Iterator[bytes]:
     for file in files:
         with open(file, "rb") as f:  # not Path(file).read_bytes(): a Path per file was much of a small file's cost
             raw = f.read()
-        bad = None if _is_text(raw) else _not_utf8(raw)  # the decode, for where and what, only when it is not text
+        bad = None if _is_text(raw) else not_text(raw)  # the decode, for where and what, only when it is not text
         if bad is not None:
-            raise _binary_error(where, file, *bad)
+            raise binary_error(where, file, *bad)
         # universal newlines, as text-mode open() (and datasets' text builder before us) gives them; CR and LF are
         # never part of a longer UTF-8 sequence, and without a CR replace() returns the bytes themselves
         yield raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
@@ -132,9 +138,9 @@ def _json_type(value: object) -> str:
 
 def _jsonl_row(line: bytes, file: str, n: int, where: str, text_field: str, id_field: str | None) -> dict:
     """The row of one non-blank .jsonl line; a DataError naming ``file`` line ``n`` when it is not one."""
-    bad = _not_utf8(line)
+    bad = not_text(line)
     if bad is not None:
-        raise _binary_error(where, f"{file} line {n}", bad[0] + 1, bad[1], at="column")
+        raise binary_error(where, f"{file} line {n}", bad[0] + 1, bad[1], at="column")
     try:
         obj = json.loads(line.decode("utf-8").rstrip("\r\n"))
     except json.JSONDecodeError as exc:  # msg: "Expecting value", "Unterminated string starting at", ...

@@ -21,7 +21,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field, val_fraction
+from llm.data.config import (
+    DataError,
+    hub_revision,
+    nonempty_str,
+    positive_int_or_none,
+    setting,
+    text_field,
+    val_fraction,
+)
 from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
 from llm.data.sources.tinystories import OFFLINE_DATA, hub_reachable
 from llm.data.split import DISTINCT_TEXTS_RULE, drop_repeated, id_key, shared_texts, split_documents
@@ -46,15 +54,6 @@ def _local(hf_path: str) -> Path | None:
     return path if path.exists() else None
 
 
-def _revision(cfg: Mapping) -> str | None:
-    value = setting(cfg, "revision")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "":
-        raise DataError(f"data.revision={value} must be a hub commit, branch or tag, or null")
-    return str(value)
-
-
 def _streaming(cfg: Mapping) -> bool:
     value = setting(cfg, "streaming", False)
     if not isinstance(value, bool):
@@ -74,7 +73,7 @@ def check(cfg: Mapping) -> None:
         raise DataError(f"data.hf_path={hf_path} does not exist (a local dir or file datasets can load, or a hub "
                         "name such as owner/name)")
     _load_args(hf_path)
-    _revision(cfg)
+    hub_revision(cfg)
     nonempty_str(cfg, "config_name", None, "dataset configuration name")
     split = nonempty_str(cfg, "split", "train", "split name")
     val_split = nonempty_str(cfg, "val_split", None, "split name")
@@ -222,7 +221,7 @@ def _load(hf_path: str, opts: dict, split: str, val_split: str | None, field: st
 
 def build(cfg: Mapping) -> Source:
     hf_path = _hf_path(cfg)
-    revision = _revision(cfg)
+    revision = hub_revision(cfg)
     config_name = nonempty_str(cfg, "config_name", None, "dataset configuration name")
     split = str(nonempty_str(cfg, "split", "train", "split name"))
     val_split = nonempty_str(cfg, "val_split", None, "split name")

@@ -11,7 +11,6 @@ otherwise be found minutes into tokenizing), any other while the files are read.
 
 from __future__ import annotations
 
-import codecs
 import logging
 import os
 import posixpath
@@ -22,7 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field, val_fraction
 from llm.data.sources.base import Source, SourceKind, add_file_stats, fingerprint_hash
-from llm.data.sources.file_readers import SUFFIXES, _binary_error, read_jsonl, read_parquet, read_txt
+from llm.data.sources.file_readers import SUFFIXES, binary_error, not_text, read_jsonl, read_parquet, read_txt
 from llm.data.split import DISTINCT_TEXTS_RULE, Group, cap_docs, drop_repeated, split_documents
 
 KEYS = ("path", "text_field", "id_field", "val_fraction", "max_docs")
@@ -113,18 +112,6 @@ def text_files_at(cfg: Mapping) -> tuple[Path, list[str]]:
     return path, sorted(rels)
 
 
-def _head_not_text(head: bytes) -> tuple[int, int] | None:
-    """(offset, byte) of the first byte in ``head`` (a file's first bytes) that is not UTF-8 text (a NUL counts:
-    binary), else None. A character cut at the end of ``head`` is not an error."""
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError as exc:
-        nul = head.find(b"\0", 0, exc.start)
-        return (nul, 0) if nul >= 0 else (exc.start, head[exc.start])
-    nul = head.find(b"\0")
-    return (nul, 0) if nul >= 0 else None
-
-
 def check_txt_heads(root: Path, rels: list[str], where: str) -> None:
     """Refuse the first .txt file whose first :data:`HEAD_BYTES` are not UTF-8 text, naming it as the full read
     would: milliseconds for thousands of files, where the full read finds it only while tokenizing."""
@@ -133,9 +120,9 @@ def check_txt_heads(root: Path, rels: list[str], where: str) -> None:
             continue
         file = os.path.join(root, rel)
         with open(file, "rb") as f:
-            bad = _head_not_text(f.read(HEAD_BYTES))
+            bad = not_text(f.read(HEAD_BYTES), final=False)
         if bad is not None:
-            raise _binary_error(where, file, *bad)
+            raise binary_error(where, file, *bad)
 
 
 def check(cfg: Mapping) -> None:

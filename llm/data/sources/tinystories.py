@@ -3,14 +3,14 @@
 Why its own split: the dataset ships a validation split, so the document-hash split is not used. The
 fingerprint needs no network (the hub versions datasets by revision), so a cache built online works offline.
 An unreachable hub is one NetworkUnavailableError line naming the offline sources, found by one quick probe
-instead of datasets' ~25 s of retries.
+without retries: datasets' own retries keep a user waiting, for a failure the probe already tells.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from llm.data.config import DataError, nonempty_str, positive_int_or_none, setting, text_field
+from llm.data.config import DataError, hub_revision, nonempty_str, positive_int_or_none, text_field
 from llm.data.sources.base import Source, SourceKind, fingerprint_hash
 from llm.data.tokenizer import NetworkUnavailableError, is_network_error
 
@@ -30,18 +30,9 @@ def hub_reachable(timeout: float = 5.0) -> bool:
         return False
 
 
-def _revision(cfg: Mapping) -> str | None:
-    value = setting(cfg, "revision")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "":
-        raise DataError(f"data.revision={value} must be a hub branch, tag or commit, or null")
-    return str(value)
-
-
 def check(cfg: Mapping) -> None:
     nonempty_str(cfg, "hf_path", "roneneldan/TinyStories", "hub dataset path")
-    _revision(cfg)
+    hub_revision(cfg)
     text_field(cfg)
     positive_int_or_none(cfg, "max_docs")
 
@@ -82,7 +73,7 @@ def _load(hf_path: str, revision: str | None, field: str, max_docs: int | None) 
 
 def build(cfg: Mapping) -> Source:
     hf_path = str(nonempty_str(cfg, "hf_path", "roneneldan/TinyStories", "hub dataset path"))
-    revision = _revision(cfg)
+    revision = hub_revision(cfg)
     field = text_field(cfg)
     max_docs = positive_int_or_none(cfg, "max_docs")
     h = fingerprint_hash(source="tinystories", hf_path=hf_path, revision=revision, text_field=field,

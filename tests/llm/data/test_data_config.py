@@ -56,7 +56,10 @@ def test_config_errors_name_the_key():
     ({"name": "text_files", "path": "{corpus}", "id_field": 3}, "data.id_field=3 must be a non-empty column name"),
     ({"name": "text_files", "path": "{corpus}/a.md"}, "data.path={corpus}/a.md is not a .txt/.jsonl/.parquet file"),
     ({"name": "tinystories", "hf_path": ""}, "data.hf_path= must be a non-empty hub dataset path"),
-    ({"name": "tinystories", "revision": ["main"]}, "data.revision=['main'] must be a hub branch, tag or commit"),
+    ({"name": "tinystories", "revision": ["main"]}, "data.revision=['main'] must be a hub commit, branch or tag, or "
+                                                    "null"),
+    ({"name": "hf_dataset", "hf_path": "owner/name", "revision": True},  # the two hub sources read it alike
+     "data.revision=True must be a hub commit, branch or tag, or null"),
     ({"name": "tinystories", "val_fraction": 0.1}, "data.val_fraction is not a setting of data=tinystories"),
 ])
 def test_every_bad_value_is_one_line_naming_the_key(tmp_path, cfg, message):
