@@ -73,7 +73,7 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
         raise ConfigError(_rope_error_line(r, e, head_dim, cache)) from None
     reason = rope.get(r.name).unavailable_reason(device)
     if reason:
-        raise ConfigError(kernel_refusal_as_typed(reason, r.name, _chosen_option("rope")))
+        raise ConfigError(f"{rope_as_typed(r.name, _chosen_option('rope'))}: {reason}")
     # A constructor may check an option check_options does not (or there is none): a build, as the model's, raises
     # it here, before the run dir and the data, not after them; the tables it allocates are the size of the model's.
     try:
@@ -86,24 +86,29 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
 def _rope_error_line(r: DictConfig, exc: Exception, head_dim: int, cache: int) -> str:
     """The one line refusing the rope settings ``exc`` (from rope.check_args or a build) is about.
 
-    A :class:`rope.RopeArgumentError` names its argument, given as the config key a user sets. Any other
-    ValueError/TypeError (an implementation's own check, raised as Python's checks are) names ``rope.<key>=value``
-    where its message names the option (the earliest named: ``block_size must be ...``) or quotes an option's
-    string value (``int('abc')``), else the rope group (``rope=<name>: ...``): the message is all there is to go
-    by."""
+    A :class:`rope.RopeArgumentError` names its argument, given as the config key a user sets; an option the
+    implementation does not take (refused as a TypeError, for a key set that is none of its options) is said in
+    this command's words, naming the preset typed (:func:`rope_as_typed`). Any other ValueError/TypeError (an
+    implementation's own check, raised as Python's checks are) names ``rope.<key>=value`` where its message names
+    the option (the earliest named: ``block_size must be ...``) or quotes an option's string value
+    (``int('abc')``), else the rope choice typed (``rope=<preset>: ...``): the message is all there is to go by."""
     message = one_line(exc)
+    given = {k: v for k, v in r.items() if k not in ("name", "base", "max_seq_len")}
+    defaults = rope.get(r.name).option_defaults()
     if isinstance(exc, rope.RopeArgumentError):
         key = _ROPE_KEYS.get(exc.argument, f"rope.{exc.argument}")
         value = {"head_dim": head_dim, "max_seq_len": cache}.get(exc.argument, OmegaConf.select(r, exc.argument))
+        if isinstance(exc, TypeError) and exc.argument in given and exc.argument not in defaults:  # unknown
+            return (f"{key}={value}: {rope_as_typed(r.name, _chosen_option('rope'))} has no option "
+                    f"{exc.argument!r} (its options: {', '.join(defaults) or 'none'})")
         return f"{key}={value}: {message}"
-    given = {k: v for k, v in r.items() if k not in ("name", "base", "max_seq_len")}
-    options = {**rope.get(r.name).option_defaults(), **given}
+    options = {**defaults, **given}
     found = [(m.start(), -len(k), k) for k in options if (m := re.search(rf"\b{re.escape(k)}\b", message))]
     if not found:
         found = [(message.index(repr(v)), 0, k) for k, v in given.items()
                  if isinstance(v, str) and v and repr(v) in message]
     if not found:
-        return f"rope={r.name}: {message}"
+        return f"{rope_as_typed(r.name, _chosen_option('rope'))}: {message}"
     key = min(found)[2]
     return f"rope.{key}={OmegaConf.select(r, key, default=options[key])}: {message}"
 
@@ -136,14 +141,17 @@ def _check_preset_names_its_option(name: str) -> None:
                       f"a registered implementation of its own: name the file after the implementation it trains")
 
 
-def kernel_refusal_as_typed(reason: str, kernel: str, preset: str | None) -> str:
-    """A kernel's ``unavailable_reason`` (``rope=triton_v4 runs on a CUDA GPU; ...``) naming the ``rope=<preset>``
-    the user typed where that preset is not the kernel's own name (``rope=triton_v4_full``): the kernel's name
-    alone points at nothing on their command line."""
-    named = f"rope={kernel}"
-    if preset and preset != kernel and reason.startswith(named):
-        return f"rope={preset} (kernel {kernel}){reason[len(named):]}"
-    return reason
+def rope_as_typed(name: str, preset: str | None) -> str:
+    """The RoPE choice as this command's user types it, to put before what ``rope`` says of implementation
+    ``name``: ``rope=<preset>`` with the implementation where the preset is not named after it
+    (``rope=triton_v4_full (implementation triton_v4)``), else ``rope=<name>``; ``preset``: the ``rope=`` the
+    command line chose, None when it chose none.
+
+    Why here: ``rope`` names an implementation by its registered name and knows nothing of this command line,
+    so a refusal (``unavailable_reason``: ``triton_v4 runs on a CUDA GPU, ...; use the torch implementation``)
+    reads ``rope=triton_v4_full (implementation triton_v4): triton_v4 runs on ...``: what the user typed, then
+    rope's own words, never reworded (a change there cannot break this line)."""
+    return f"rope={preset} (implementation {name})" if preset and preset != name else f"rope={name}"
 
 
 def check_jobs_per_gpu(per_gpu: object) -> int:

@@ -12,8 +12,9 @@ positions, rotary)`` attends un-rotated queries over a cache of rotated keys, ro
 
 Discovery rule: importing ``rope`` imports every module (and subpackage) directly under ``rope/``
 whose name does not start with an underscore, and an implementation registers itself with
-``@register("name")`` when its module is imported. So adding one is a file here plus its
-``conf/rope/<name>.yaml``; nothing here lists the implementations.
+``@register("name")`` when its module is imported. So adding one is a file here (a caller that lists its
+choices in files of its own, such as a config per implementation, adds one there); nothing here lists the
+implementations.
 """
 
 from rope.base import RopeArgumentError, RotaryEmbedding, label, rope_frequencies

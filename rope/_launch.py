@@ -74,9 +74,33 @@ def new_outputs(q: Tensor, k: Tensor | None, out_q: Tensor | None = None, out_k:
     return out_q, out_k
 
 
+#: Whether ``TRITON_INTERPRET=1`` was set when ``rope`` was imported: the mode rope's Triton kernels were defined
+#: in, read once (see :func:`triton_runs_on`). The tests set it to stand for a process started without the variable.
+INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def interpreting() -> bool:
-    """Whether Triton runs under its CPU interpreter (``TRITON_INTERPRET=1``): its kernels then take CPU tensors."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    """Whether rope's Triton kernels run under Triton's CPU interpreter, taking CPU tensors: :data:`INTERPRETING`,
+    ``TRITON_INTERPRET=1`` as it was when ``rope`` was imported (why not as it is now: :func:`triton_runs_on`)."""
+    return INTERPRETING
+
+
+def triton_runs_on(device: torch.device | str) -> bool:
+    """Whether a Triton kernel launched from ``rope`` (the ``triton_*`` entries, ``liger``, the fused attention)
+    runs on ``device``: a CUDA device, or the CPU under Triton's interpreter.
+
+    The rule is frozen at import: Triton chooses the interpreter when it defines a kernel (``@triton.jit`` reads
+    ``TRITON_INTERPRET`` then and returns an interpreted function or a compiled one, for good), and rope's own
+    kernels (``rope.triton.kernels``) are defined when ``rope`` is imported; so the variable counts as it was then
+    (:data:`INTERPRETING`), and setting it later changes no answer here, as it changes none of those kernels.
+    Liger's kernels and the fused attention's are defined at their first use, under the variable of that moment:
+    they agree with this answer when the variable is set before triton (hence ``rope``) is imported and left so,
+    which is what every message here asks for.
+
+    Why one function: every check of a device (the entries' ``unavailable_reason`` and input checks, the fused
+    attention's, ``RoPEAttention``'s) must give one answer in a process, whatever the variable did since."""
+    device = torch.device(device)
+    return device.type == "cuda" or (device.type == "cpu" and interpreting())
 
 
 def launch_hooks_unset() -> bool:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rope._launch import interpreting
+from rope._launch import triton_runs_on
 from rope.base import RotaryEmbedding, split_qkv
 from rope.functional import build_named
 from rope.fused_attention import MAX_QUERIES, attention_with_rope
@@ -126,12 +126,6 @@ def causal_mask(start: int, T: int, device: torch.device) -> tuple[Tensor | None
     return torch.ones(T, start + T, dtype=torch.bool, device=device).tril(diagonal=start), False
 
 
-def _fused_runs_on(device: torch.device) -> bool:
-    """Whether :func:`rope.attention_with_rope` runs on ``device``: a CUDA GPU, or the CPU under Triton's
-    interpreter."""
-    return device.type == "cuda" or (device.type == "cpu" and interpreting())
-
-
 @torch._disable_dynamo
 def _attention_with_rope(q: Tensor, keys: Tensor, values: Tensor, start: int, rotary: RotaryEmbedding) -> Tensor:
     """:func:`rope.attention_with_rope`, left out of ``torch.compile``'s tracing: Dynamo would follow its launch
@@ -210,7 +204,7 @@ class RoPEAttention(nn.Module):
         # before any work, naming what the caller gave (x, the cache), not the rotation's q and positions
         if cache is not None:
             # every cached call, not only those the kernel takes: the prompt's would succeed, the first step fail
-            if self.attention == "fused_rope" and not _fused_runs_on(x.device):
+            if self.attention == "fused_rope" and not triton_runs_on(x.device):
                 raise ValueError('attention="fused_rope" needs a CUDA GPU (or Triton\'s interpreter on the CPU: '
                                  f'TRITON_INTERPRET=1 set before triton is imported), got x on {x.device}; '
                                  'attention="sdpa" runs anywhere')

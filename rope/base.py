@@ -97,8 +97,8 @@ class UnknownRopeOptionError(RopeArgumentError, TypeError):
 def label(name: str, variant: str | None = None, compute_dtype: str | None = None) -> str:
     """How runs, tables and dashboards name an implementation: ``torch (partial, float32)``, ``none``.
 
-    The one place this is spelled out, so a run's wandb name, its summary and the comparison's rows
-    always agree.
+    The one place this is spelled out, so that every place a caller shows a configuration by name (a log
+    line, a record of the run, a table's rows) agrees with the others.
     """
     if name == "none":
         return "none"
@@ -224,13 +224,20 @@ def check_scaling(scaling: object) -> dict:
         raise RopeArgumentError(exc.argument, str(exc)) from None
 
 
+def _named(name: str) -> str:
+    """The implementation a message is about, by its registered name (``liger``), as a caller of this package
+    names it in ``rope.build``; ``this implementation`` for a check called without one. Why a bare name: a
+    message here is read by any caller, so it speaks the registry's words, not one program's command line."""
+    return name or "this implementation"
+
+
 def check_layout(layout: object, supported: tuple[str, ...] = LAYOUTS, name: str = "") -> None:
     """Refuse a layout that is unknown, or that the implementation ``name`` does not support."""
     if layout not in LAYOUTS:
         raise RopeArgumentError("layout", f"layout must be one of {LAYOUTS}, got {layout!r}")
     if layout not in supported:
-        raise RopeArgumentError("layout", f"rope={name} supports layout {' / '.join(map(repr, supported))} only, "
-                                          f"got {layout!r}")
+        raise RopeArgumentError("layout", f"{_named(name)} supports layout {' / '.join(map(repr, supported))} "
+                                          f"only, got {layout!r}")
 
 
 def check_base(base: object) -> None:
@@ -249,7 +256,7 @@ def check_common_args(head_dim: object, max_seq_len: object, base: object, varia
     check_head_dim(head_dim, variant, rotary_dim, rotates)
     kind = check_scaling(scaling)["type"]
     if rotary_dim is not None and rotary_dim != head_dim and not rotary_dim_ok:
-        raise RopeArgumentError("rotary_dim", f"rope={name} rotates the whole head only (rotary_dim None or "
+        raise RopeArgumentError("rotary_dim", f"{_named(name)} rotates the whole head only (rotary_dim None or "
                                               f"{head_dim}), got rotary_dim={rotary_dim}")
     _positive_int("max_seq_len", max_seq_len)
     check_base(base)  # before the scaling's own bound: a base of -1 is no base at all, whatever the scaling
@@ -377,7 +384,7 @@ class RotaryEmbedding(nn.Module):
     # -- build-time validation (no tables allocated) ----------------------------------------------
     @classmethod
     def rotates(cls) -> bool:
-        """Whether this implementation rotates at all: the identity (``rope=none``, known by its registry name as
+        """Whether this implementation rotates at all: the identity (``none``, known by its registry name as
         :func:`label` knows it) does not. Why it matters: a rotation splits the head (its size must be even, a
         multiple of 4 for variant="partial"), and the identity, which splits nothing, takes any head_dim."""
         return cls.registry_name != "none"
@@ -405,12 +412,12 @@ class RotaryEmbedding(nn.Module):
         if unknown:
             known = ", ".join(defaults) or "none"
             raise UnknownRopeOptionError(
-                unknown[0], f"rope={cls.registry_name} has no option {unknown[0]!r} (its options: {known})"
+                unknown[0], f"{cls.registry_name} has no option {unknown[0]!r} (its options: {known})"
             )
         merged = {**defaults, **options}
         missing = [key for key, value in merged.items() if value is inspect.Parameter.empty]
         if missing:
-            raise RopeArgumentError(missing[0], f"rope={cls.registry_name} needs the option {missing[0]!r}")
+            raise RopeArgumentError(missing[0], f"{cls.registry_name} needs the option {missing[0]!r}")
         check_common_args(head_dim, max_seq_len, base, merged.get("variant", "partial"),
                           merged.get("layout", "half"), merged.get("rotary_dim"), cls.layouts, cls.registry_name,
                           cls.supports_rotary_dim, merged.get("scaling"), cls.rotates())
@@ -453,8 +460,8 @@ class RotaryEmbedding(nn.Module):
         if not x.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor (float32/bfloat16/float16), got {x.dtype}")
         if x.dtype == torch.float64 and not self.supports_float64:
-            raise TypeError(f"rope={self.registry_name} supports float32, bfloat16 and float16 inputs, got {name} of "
-                            "dtype torch.float64 (rope=torch computes float64 in float64)")
+            raise TypeError(f"{self.registry_name} supports float32, bfloat16 and float16 inputs, got {name} of "
+                            "dtype torch.float64 (the torch implementation computes float64 in float64)")
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"{name} has head dim {x.shape[-1]}, this RoPE was built for head_dim={self.head_dim}")
         if not positions_given and x.shape[1] > self.max_seq_len:

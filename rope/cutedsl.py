@@ -85,8 +85,8 @@ def _install(config: CuteLaunchConfig) -> CuteLaunchConfig:
 def package_missing() -> str | None:
     """Why the CuTeDSL package cannot be used here (one line), or None when ``cutlass`` imports."""
     if importlib.util.find_spec("cutlass") is None:
-        return (f"rope=cutedsl needs the `{PACKAGE}` package (pip install -e '.[cutedsl]') and a CUDA GPU; on a GPU "
-                "without it, rope=triton_v4")
+        return (f"cutedsl needs the `{PACKAGE}` package (pip install -e '.[cutedsl]') and a CUDA GPU; on a GPU "
+                "without it, use the triton_v4 implementation")
     return None
 
 
@@ -320,7 +320,8 @@ class CuteDSLRotary(RotaryEmbedding):
         if missing:
             return missing
         if torch.device(device).type != "cuda":
-            return "rope=cutedsl runs on a CUDA GPU only (CuTeDSL has no CPU interpreter); use rope=torch here"
+            return ("cutedsl runs on a CUDA GPU only (CuTeDSL has no CPU interpreter); use the torch implementation, "
+                    "which runs anywhere")
         return None
 
     def describe(self) -> dict:
@@ -339,11 +340,11 @@ class CuteDSLRotary(RotaryEmbedding):
 
     def check_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
         if q.dtype not in _SUPPORTED:
-            raise TypeError(f"rope=cutedsl supports float32, bfloat16 and float16 inputs, got {q.dtype}")
+            raise TypeError(f"cutedsl supports float32, bfloat16 and float16 inputs, got {q.dtype}")
         if not torch.compiler.is_compiling():
             for name, x in (("q", q), ("k", k), ("positions", positions)):
                 if x is not None and not x.is_cuda:
-                    raise ValueError(f"{name} is on {x.device}: rope=cutedsl runs on CUDA tensors only "
+                    raise ValueError(f"{name} is on {x.device}: cutedsl runs on CUDA tensors only "
                                      "(CuTeDSL has no CPU interpreter)")
         if self.cos.device != q.device:
             raise ValueError(

@@ -6,9 +6,9 @@ rotating the keys inside attention would redo it for every query block. The hybr
 cheapest: keys are rotated once, by the RoPE module, as they enter the cache; queries are rotated in registers
 by the attention kernel from the same module's cos/sin tables, so every variant, layout (``half`` /
 ``interleaved``), ``rotary_dim`` and scaling (YaRN's attention factor is folded into the tables) computes what
-the module computes, and ``rope=none`` rotates nothing. The queries' arithmetic is float32 whatever the module's
-``compute_dtype`` (``rope=torch_bf16`` rotates the keys in bfloat16, the kernel the queries in float32, as a
-kernel swap would).
+the module computes, and the ``none`` implementation rotates nothing. The queries' arithmetic is float32 whatever
+the module's ``compute_dtype`` (a torch module of bfloat16 ``compute_dtype`` rotates the keys in bfloat16, the
+kernel the queries in float32, as a kernel swap would).
 
 The kernels (:mod:`rope._fused_attention_kernels`, imported on first use) split the keys over several programs
 when the batch and heads alone would leave the GPU idle (flash-decoding), and combine the partial results in a
@@ -37,7 +37,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from rope._launch import interpreting, launch_hooks_unset
+from rope._launch import interpreting, launch_hooks_unset, triton_runs_on
 from rope.base import POSITION_DTYPES, RopeArgumentError, RotaryEmbedding, describe_value, on_device_of
 
 #: The longest query chunk the kernel takes: decode steps and chunked prefill. A longer prompt is a
@@ -171,10 +171,10 @@ def unavailable_reason(device: torch.device | str) -> str | None:
     except RuntimeError as exc:
         return str(exc)
     device = torch.device(device)
-    if device.type == "cuda" or (device.type == "cpu" and interpreting()):
+    if triton_runs_on(device):
         return None
     return (f"attention_with_rope is a Triton kernel: it runs on a CUDA GPU, or on the CPU under Triton's "
-            f"interpreter (TRITON_INTERPRET=1, slow), not on {device.type}")
+            f"interpreter (TRITON_INTERPRET=1 set before triton is imported, slow), not on {device.type}")
 
 
 # -- checks ------------------------------------------------------------------------------------------
@@ -294,7 +294,7 @@ def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Ten
         raise RopeArgumentError("q", f"q has head dim {D}; rotary was built for head_dim={rotary.head_dim}")
     if q.stride(-1) != 1:
         raise RopeArgumentError("q", f"q must be contiguous in its last dim (head_dim), got strides {q.stride()}")
-    if not (q.is_cuda or interpreting()):
+    if not triton_runs_on(q.device):
         raise RopeArgumentError("q", f"q is on {q.device}: attention_with_rope is a Triton kernel and needs CUDA "
                                      "tensors (or TRITON_INTERPRET=1 set before triton is imported, on the CPU)")
     _check_cache_shapes(q, k_cache, v_cache)
@@ -388,8 +388,8 @@ def _check_position_values(positions: Tensor | int, plan: _Plan, cache_len: int,
 
 
 def _is_identity(rotary: RotaryEmbedding) -> bool:
-    """Whether the module rotates nothing (``rope=none``): its ``describe()`` declares the arithmetic ``"none"``,
-    the base class's contract for the identity."""
+    """Whether the module rotates nothing (the ``none`` implementation): its ``describe()`` declares the arithmetic
+    ``"none"``, the base class's contract for the identity."""
     return rotary.describe().get("compute_dtype") == "none"
 
 

@@ -1,7 +1,8 @@
 """``liger``: this project's RoPE computed by Liger-Kernel's Triton RoPE kernel (a peer's kernel).
 
-Why: to train with a kernel other people train with (``python -m llm.train rope=liger``) and compare
-it with ours on model quality and speed in the same sweep, without leaving the registry.
+Why: a kernel other people train with, behind the same registry as ours (``rope.build("liger", ...)``,
+``rope.apply(..., impl="liger")``), so a caller can compare the two on model quality and speed by changing
+one name.
 
 Liger's ``LigerRopeFunction`` (``liger_kernel.ops.rope``, the kernel behind
 ``liger_kernel.transformers.rope.liger_rotary_pos_emb``) follows Hugging Face's convention, and this
@@ -46,7 +47,7 @@ from importlib import metadata
 import torch
 from torch import Tensor
 
-from rope._launch import interpreting
+from rope._launch import triton_runs_on
 from rope.base import RotaryEmbedding, on_device_of
 from rope.reference import gather_tables
 from rope.registry import register
@@ -75,8 +76,8 @@ def load_liger() -> type[torch.autograd.Function]:
     except Exception as exc:  # ImportError, or a broken install raising anything at import
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise RuntimeError(
-            f"rope=liger needs the `{PACKAGE}` package (pip install {PACKAGE}), which could not be imported "
-            f"({detail}); use rope=torch or rope=triton_v4"
+            f"liger needs the `{PACKAGE}` package (pip install {PACKAGE}), which could not be imported "
+            f"({detail}); use the torch or triton_v4 implementation"
         ) from None
     try:
         version = metadata.version(PACKAGE)
@@ -86,7 +87,7 @@ def load_liger() -> type[torch.autograd.Function]:
     if found and found < MIN_VERSION:
         need = ".".join(map(str, MIN_VERSION))
         raise RuntimeError(
-            f"rope=liger needs {PACKAGE}>={need} (per-batch cos/sin rows), found {version}: "
+            f"liger needs {PACKAGE}>={need} (per-batch cos/sin rows), found {version}: "
             f"pip install -U '{PACKAGE}>={need}'"
         )
     return LigerRopeFunction
@@ -196,11 +197,10 @@ class LigerRotary(RotaryEmbedding):
             load_liger()
         except RuntimeError as exc:
             return str(exc)
-        device = torch.device(device)
-        if device.type == "cuda" or (device.type == "cpu" and interpreting()):
+        if triton_runs_on(device):
             return None
-        return ("rope=liger runs on a CUDA GPU, or on the CPU under Triton's interpreter "
-                "(TRITON_INTERPRET=1, slow); use rope=torch on this machine")
+        return ("liger runs on a CUDA GPU, or on the CPU under Triton's interpreter (TRITON_INTERPRET=1 set before "
+                "triton is imported, slow); use the torch implementation, which runs anywhere")
 
     def describe(self) -> dict:
         try:
@@ -212,8 +212,8 @@ class LigerRotary(RotaryEmbedding):
     def check_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
         """What Liger's kernel needs beyond the shared checks: a supported dtype, CUDA (or the interpreter)."""
         if q.dtype not in _SUPPORTED:
-            raise TypeError(f"rope=liger supports float32, bfloat16 and float16 inputs, got {q.dtype}")
-        if not (q.is_cuda or interpreting()):
+            raise TypeError(f"liger supports float32, bfloat16 and float16 inputs, got {q.dtype}")
+        if not triton_runs_on(q.device):
             raise ValueError(
                 f"q is on {q.device}: Liger's Triton RoPE kernel needs CUDA tensors "
                 "(or TRITON_INTERPRET=1 set before triton is imported, to run it on the CPU interpreter)"

@@ -22,7 +22,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import rope
-from llm.config_check import kernel_refusal_as_typed
+from llm.config_check import rope_as_typed
 from llm.config_schema import FUNCTION_KEYS, left_out_note, rope_key_without_kernel
 from llm.data.tokenizer import get_tokenizer
 from llm.errors import ConfigError, one_line
@@ -326,7 +326,7 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
                   **{k: v for k, v in override.items() if k in options and k not in FUNCTION_KEYS}}
     reason = rope.get(chosen["name"]).unavailable_reason(device)
     if reason:
-        raise ConfigError(kernel_refusal_as_typed(reason, chosen["name"], preset))
+        raise ConfigError(f"{rope_as_typed(chosen['name'], preset)}: {reason}")
     return chosen
 
 

@@ -20,7 +20,9 @@ from rope.base import TensorCache, on_device_of
 from rope.triton import kernels
 from rope.triton.plan import Geometry, Overrides, Plan, forced, make_plan
 
-#: Whether triton runs its CPU interpreter (set when triton is imported): the kernels then take CPU tensors.
+#: Whether these kernels were defined for Triton's CPU interpreter (they then take CPU tensors, and no direct
+#: launch): ``TRITON_INTERPRET=1`` as it was when rope was imported, which is when this module defines them
+#: (:func:`rope._launch.triton_runs_on` states the rule).
 INTERPRETING = interpreting()
 #: Batch elements one launch takes (the grid's third axis).
 MAX_GRID_BATCH = 65535

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rope._launch import triton_runs_on
 from rope.base import LAYOUTS, RotaryEmbedding
 from rope.registry import register
 from rope.scaling import attention_factor
@@ -49,13 +50,12 @@ class TritonRotary(RotaryEmbedding):
         """None on a CUDA device, or on the CPU under Triton's interpreter; else why not, in one line."""
         name = cls.registry_name
         if launch is None:
-            return (f"rope={name} needs the `triton` package, which could not be imported ({TRITON_ERROR}); "
-                    "use rope=torch")
-        device = torch.device(device)
-        if device.type == "cuda" or (device.type == "cpu" and launch.INTERPRETING):
+            return (f"{name} needs the `triton` package, which could not be imported ({TRITON_ERROR}); "
+                    "use the torch implementation, which runs anywhere")
+        if triton_runs_on(device):
             return None
-        return (f"rope={name} runs on a CUDA GPU, or on the CPU under Triton's interpreter "
-                f"(TRITON_INTERPRET=1, slow); use rope=torch on this machine")
+        return (f"{name} runs on a CUDA GPU, or on the CPU under Triton's interpreter (TRITON_INTERPRET=1 set "
+                "before triton is imported, slow); use the torch implementation, which runs anywhere")
 
     def describe(self) -> dict:
         return {**super().describe(), "compute_dtype": "input" if self.low_precision else "float32"}
@@ -65,7 +65,7 @@ class TritonRotary(RotaryEmbedding):
         if q.dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"{self.registry_name} supports float32, bfloat16 and float16 inputs, got {q.dtype}")
         for name, x in (("q", q), ("k", k), ("positions", positions)):
-            if x is not None and (x.is_meta or not (x.is_cuda or launch.INTERPRETING)):
+            if x is not None and not triton_runs_on(x.device):
                 raise ValueError(f"{name} is on {x.device}: the Triton RoPE kernels need CUDA tensors "
                                  "(or TRITON_INTERPRET=1 set before triton is imported, to run them on the CPU "
                                  "interpreter)")

@@ -10,6 +10,7 @@ import runpy
 import sys
 
 import pytest
+import torch
 from helpers import CONF, SMALL, compose_cfg, run_module_main
 from hydra import compose, initialize_config_dir
 
@@ -376,16 +377,28 @@ def test_a_bad_wandb_mode_from_the_environment_says_so(monkeypatch):
 
 def test_a_kernel_that_cannot_run_here_is_named_by_the_preset_typed(monkeypatch, capsys):
     """llm.train's refusal of a kernel this machine cannot run names the preset on the command line
-    (rope=triton_v4_full), not only the kernel behind it."""
+    (rope=triton_v4_full) and the implementation behind it, then says rope's own reason as rope wrote it: rope
+    names implementations by their registered names, never this command's ``rope=``."""
     import rope
 
-    monkeypatch.setattr(rope.get("triton_v4"), "unavailable_reason",
-                        classmethod(lambda cls, device: "rope=triton_v4 runs on a CUDA GPU; use rope=torch here"))
-    code, err = run_main(monkeypatch, capsys, ["rope=triton_v4_full"])
-    assert code == 2 and err == ["Error: rope=triton_v4_full (kernel triton_v4) runs on a CUDA GPU; use rope=torch "
-                                 "here"]
-    code, err = run_main(monkeypatch, capsys, ["rope=triton_v4"])
-    assert code == 2 and err == ["Error: rope=triton_v4 runs on a CUDA GPU; use rope=torch here"]
+    monkeypatch.setattr("rope._launch.INTERPRETING", False)  # a process started without TRITON_INTERPRET=1
+    reason = rope.get("triton_v4").unavailable_reason(torch.device("cpu"))
+    assert reason.startswith("triton_v4 runs on a CUDA GPU") and reason.endswith("use the torch implementation, "
+                                                                                  "which runs anywhere")
+    assert "rope=" not in reason
+    code, err = run_main(monkeypatch, capsys, ["rope=triton_v4_full", "device=cpu"])
+    assert code == 2 and err == [f"Error: rope=triton_v4_full (implementation triton_v4): {reason}"]
+    code, err = run_main(monkeypatch, capsys, ["rope=triton_v4", "device=cpu"])  # the preset of the kernel's name
+    assert code == 2 and err == [f"Error: rope=triton_v4: {reason}"]
+
+
+def test_an_unknown_rope_option_is_named_with_the_preset_typed(monkeypatch, capsys):
+    """rope's refusal of an option says ``torch has no option ...`` (its registered name); the command's line says
+    the preset typed and the key: what the user wrote, and nothing rope wrote reworded."""
+    code, err = run_main(monkeypatch, capsys, ["rope=torch_full", "+rope.foo=1"])
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("Error: rope.foo=1: rope=torch_full (implementation torch) has no option 'foo' (its "
+                             "options: "), err
 
 
 def test_a_cpu_run_counts_the_scores_only_where_attention_keeps_them(monkeypatch):

@@ -620,14 +620,16 @@ def test_a_scaling_refused_is_named_as_typed_and_none_for_a_run_without():
 def test_a_kernel_that_cannot_run_here_is_named_by_the_preset_typed(monkeypatch):
     from llm.generation.load import command_line_rope_preset, rope_for_generation
 
-    triton_kernel = rope.get("triton_v4")
-    monkeypatch.setattr(triton_kernel, "unavailable_reason",
-                        classmethod(lambda cls, device: "rope=triton_v4 runs on a CUDA GPU; use rope=torch here"))
+    monkeypatch.setattr("rope._launch.INTERPRETING", False)  # a process started without TRITON_INTERPRET=1
+    reason = rope.get("triton_v4").unavailable_reason(torch.device("cpu"))
+    assert reason.startswith("triton_v4 runs on a CUDA GPU") and "rope=" not in reason  # rope's words, not the app's
     run = {"name": "torch", "variant": "full", "base": 10000.0}
-    with pytest.raises(ConfigError, match=r"^rope=triton_v4_full \(kernel triton_v4\) runs on a CUDA GPU; use "):
+    with pytest.raises(ConfigError) as e:
         rope_for_generation(run, {"name": "triton_v4", "variant": "full"}, torch.device("cpu"), preset="triton_v4_full")
-    with pytest.raises(ConfigError, match=r"^rope=triton_v4 runs on a CUDA GPU"):  # the preset of the kernel's name
+    assert str(e.value) == f"rope=triton_v4_full (implementation triton_v4): {reason}"
+    with pytest.raises(ConfigError) as e:  # the preset of the kernel's name
         rope_for_generation(run, {"name": "triton_v4", "variant": "full"}, torch.device("cpu"), preset="triton_v4")
+    assert str(e.value) == f"rope=triton_v4: {reason}"
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("generate", overrides=["run=x", "rope=triton_v4_full"], return_hydra_config=True)
     assert command_line_rope_preset(cfg) == "triton_v4_full"

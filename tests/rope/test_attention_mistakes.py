@@ -141,9 +141,10 @@ def test_fused_rope_on_a_cpu_without_the_interpreter_says_so_at_the_first_cached
     x = torch.randn(1, 5, 32)
     with torch.no_grad():
         prompt_cache = attn.new_cache()
-        monkeypatch.setenv("TRITON_INTERPRET", "1")  # a prompt taken while the kernel could run (it attends by SDPA)
+        # a prompt taken while the kernel could run (it attends by SDPA), then as in a process without the interpreter
+        monkeypatch.setattr("rope._launch.INTERPRETING", True)
         attn(x[:, :4], cache=prompt_cache)
-        monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # what rope._launch.interpreting() reads
+        monkeypatch.setattr("rope._launch.INTERPRETING", False)  # what rope._launch.triton_runs_on() reads
         attn(x)  # without a cache the layer is SDPA's anywhere
         projected, hook = _projections(attn)
         cache = attn.new_cache()
@@ -158,7 +159,7 @@ def test_fused_rope_on_a_cpu_without_the_interpreter_says_so_at_the_first_cached
 def test_a_compiled_model_decodes_through_the_fused_kernel_as_eager(device, monkeypatch):
     """Dynamo used to trace into attention_with_rope's launch code and fail (under the interpreter: KeyError of
     torch.uint64); the call is now a graph break, the rest compiled, the decode the eager one."""
-    if device.type == "cpu" and not layer_module.interpreting():
+    if not layer_module.triton_runs_on(device):
         pytest.skip("the fused kernel runs on the CPU only under TRITON_INTERPRET=1")
     calls = []
     monkeypatch.setattr(layer_module, "attention_with_rope",
@@ -246,7 +247,7 @@ def _repeated_heads(gqa: rope.RoPEAttention) -> rope.RoPEAttention:
 
 @pytest.mark.parametrize("attention", ["sdpa", "fused_rope"])
 def test_grouped_query_attention_equals_repeated_kv_heads(attention, device):
-    if attention == "fused_rope" and device.type == "cpu" and not layer_module.interpreting():
+    if attention == "fused_rope" and not layer_module.triton_runs_on(device):
         pytest.skip("the fused kernel runs on the CPU only under TRITON_INTERPRET=1")
     torch.manual_seed(0)
     gqa = rope.RoPEAttention(32, 4, dropout=0.0, impl="torch", max_seq_len=16, attention=attention,

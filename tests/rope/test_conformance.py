@@ -517,7 +517,7 @@ def test_an_entry_not_declaring_float64_refuses_it_in_one_line():
         def rotate(self, q, k, positions):
             return q.float().double(), None if k is None else k.float().double()
 
-    with pytest.raises(TypeError, match=r"^rope=mine supports float32, bfloat16 and float16 inputs, got q of dtype "):
+    with pytest.raises(TypeError, match=r"^mine supports float32, bfloat16 and float16 inputs, got q of dtype "):
         Float32Only(16, 8)(torch.randn(1, 4, 1, 16, dtype=torch.float64))
 
 

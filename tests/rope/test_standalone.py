@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -171,7 +172,8 @@ def test_attention_dropout_only_in_training_and_bad_arguments():
 def test_standalone_in_a_fresh_process_imports_nothing_of_llm_and_surfaces_the_kernel_s_refusal():
     """One process for both (each costs a torch import): ``import rope`` + the API loads no ``llm``
     module, and rope_triton on CPU tensors without the interpreter is the registry's one line. And on a CPU build
-    of torch, ``import rope`` leaves torch's compiler unimported (rope.triton.ops.traced_ops: seconds of a start)."""
+    of torch, ``import rope`` leaves torch's compiler unimported (rope.triton.ops.traced_ops): it is slow to import,
+    and only a compiled graph needs it."""
     code = ("import sys, torch, rope\n"
             "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))\n"
             "q = torch.randn(1, 4, 2, 8)\n"
@@ -187,3 +189,67 @@ def test_standalone_in_a_fresh_process_imports_nothing_of_llm_and_surfaces_the_k
     assert lines and lines[0] == "[]", proc.stdout + proc.stderr[-2000:]
     if not torch.cuda.is_available():
         assert len(lines) == 2 and "CUDA" in lines[1] and "TRITON_INTERPRET=1" in lines[1], lines
+
+
+def test_a_standalone_caller_s_refusals_name_implementations_not_a_command_line():
+    """Every one-line refusal a caller of ``rope`` alone can meet names implementations by their registered names
+    (``liger runs on a CUDA GPU ...; use the torch implementation``), never a program's ``rope=<name>`` syntax: a
+    caller of ``rope.build("liger")`` types no such thing. A fresh process without the interpreter (a CPU where no
+    Triton kernel runs), and an implementation of the caller's own, for the checks no built-in one fails."""
+    code = ("import inspect, torch, rope\n"
+            "@rope.register('mine')\n"
+            "class Mine(rope.RotaryEmbedding):\n"
+            "    layouts = ('half',)\n"
+            "    def __init__(self, head_dim, max_seq_len, base=10000.0, variant='partial', layout='half',\n"
+            "                 rotary_dim=None, scaling=None, block=inspect.Parameter.empty):\n"
+            "        super().__init__(head_dim, max_seq_len, base, variant, layout, rotary_dim, scaling)\n"
+            "    def rotate(self, q, k, positions):\n"
+            "        return q, k\n"
+            "said = [rope.get(n).unavailable_reason('cpu') for n in rope.available()]\n"
+            "said.append(rope.attention_unavailable_reason('cpu'))\n"
+            "q = torch.randn(1, 4, 2, 16)\n"
+            "calls = [lambda: rope.build('torch', 16, 8, foo=1), lambda: rope.check_args('mine', 16, 8),\n"
+            "         lambda: rope.check_args('mine', 16, 8, block=1, layout='interleaved'),\n"
+            "         lambda: rope.check_args('mine', 16, 8, block=1, rotary_dim=8),\n"
+            "         lambda: rope.check_args('liger', 16, 8, layout='interleaved'),\n"
+            "         lambda: rope.apply(q, q, 8, impl='liger'), lambda: rope.apply(q, q, 8, impl='triton_v4'),\n"
+            "         lambda: rope.build('mine', 16, 8, block=1)(q.double(), q.double()),\n"
+            "         lambda: rope.build('triton_v2', 16, 8)(q.int(), q.int())]\n"
+            "for call in calls:\n"
+            "    try:\n        call()\n"
+            "    except Exception as e:\n        said.append(f'{type(e).__name__}: {e}')\n"
+            "    else:\n        said.append(None)\n"
+            "print(repr(said))\n")
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    refusals = [s for s in said[-9:] if s is not None]
+    assert len(refusals) == 9, said  # every call of the list is refused, on a GPU machine too (CPU tensors)
+    assert said[-9].startswith("UnknownRopeOptionError: torch has no option 'foo'"), said[-9]
+    assert said[-8] == "RopeArgumentError: mine needs the option 'block'", said[-8]
+    reasons = [s for s in said[:-9] if s is not None]
+    assert any(s.startswith("triton_v4 runs on a CUDA GPU") for s in reasons), reasons
+    for line in reasons + refusals:
+        assert "rope=" not in line and "\n" not in line, line
+
+
+def test_the_interpreter_counts_as_it_was_when_rope_was_imported():
+    """``TRITON_INTERPRET=1`` set after ``import rope`` changes no answer about the CPU: rope's Triton kernels were
+    defined (compiled, not interpreted) at that import, and every check says so alike (it used to make liger and
+    the fused attention say yes, while triton_v4's kernels could not run). A fresh process without the variable."""
+    code = ("import os, torch, rope\n"
+            "def answers():\n"
+            "    said = [rope.get(n).unavailable_reason('cpu') is None for n in ('triton_v4', 'triton_v2', 'liger')]\n"
+            "    attn = rope.RoPEAttention(16, 2, impl='torch', max_seq_len=8, attention='fused_rope').eval()\n"
+            "    try:\n        attn(torch.randn(1, 3, 16), cache=attn.new_cache())\n"
+            "    except ValueError:\n        runs = False\n"
+            "    else:\n        runs = True\n"
+            "    return [*said, rope.attention_unavailable_reason('cpu') is None, runs]\n"
+            "before = answers()\n"
+            "os.environ['TRITON_INTERPRET'] = '1'\n"
+            "print(before, answers())\n")
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == f"{[False] * 5} {[False] * 5}", proc.stdout

@@ -192,7 +192,7 @@ def test_fused_loss_off_cuda_needs_the_interpreter(monkeypatch):
     The interpreter is switched off for rope.liger alone, not in the environment: the check imports Liger, and Liger
     (with Triton) imported under TRITON_INTERPRET=0 leaves the later Triton tests of this process without the
     interpreter ("0 active drivers")."""
-    monkeypatch.setattr("rope.liger.interpreting", lambda: False)
+    monkeypatch.setattr("rope._launch.INTERPRETING", False)
     with pytest.raises(ValueError, match="train.fused_linear_ce=true runs Liger-Kernel's Triton kernels: on a CUDA "
                                          "GPU, or on the CPU with TRITON_INTERPRET=1"):
         validate_config(compose_cfg(["train.fused_linear_ce=true", "device=cpu"]))
