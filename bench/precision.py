@@ -55,11 +55,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
 
 import torch
 
 from bench.harness import markdown_table
+from llm.cli import OneLineParser
 
 if not torch.cuda.is_available():  # before triton is imported (by rope): the kernels run interpreted
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -79,13 +79,6 @@ F32_ANGLES = "f32 angles"  # the label of the float32-angle rotation beside the 
 
 
 # -- command line ------------------------------------------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (argparse's default adds the whole usage first)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
-
-
 def _list(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
@@ -154,7 +147,7 @@ def parse_head_dim(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Error of the float32 cos/sin cache, of float32 angles and of every RoPE "
+    p = OneLineParser(prog=PROG, description="Error of the float32 cos/sin cache, of float32 angles and of every RoPE "
                                        "implementation at positions 2^10 ... 2^20, and RoPE's relative-position "
                                        "property at large offsets (md + csv).")
     p.add_argument("--out", type=Path, default=Path("outputs/position_precision"),

@@ -6,11 +6,17 @@ a half-written temporary behind nor a traceback the user has to decode. So every
 temporary beside the target, is flushed and fsynced, then renamed over it; any failure, including
 ``KeyboardInterrupt``, removes the temporary; a full disk becomes :class:`DiskFullError` naming the
 file.
+
+The one lock protocol on a directory (:func:`lock_file`: a run dir's, a data cache dir's) lives here too, for the
+same reason: a holder interrupted at any point, or one that removes what it locked, must never leave the next
+process a directory it mistakes for its own. Only the standard library is imported: the report reads run dirs
+without torch.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import math
 import os
@@ -18,6 +24,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -182,3 +189,91 @@ def remove_stale_temps(directory: str | os.PathLike) -> list[Path]:
     for p in stale:
         p.unlink(missing_ok=True)
     return stale
+
+
+# -- directory locks ------------------------------------------------------------------------------------------
+class LockBusyError(Exception):
+    """Another process holds the lock a non-blocking :func:`lock_file` asked for; ``holder`` is what that process
+    wrote into the lock file (its pid, say), empty where it wrote nothing yet. The caller words the refusal."""
+
+    def __init__(self, path: Path, holder: str) -> None:
+        super().__init__(f"{path} is locked by another process" + (f" ({holder})" if holder else ""))
+        self.path, self.holder = path, holder
+
+
+@dataclass(frozen=True)
+class LockedFile:
+    """A lock :func:`lock_file` took: the open descriptor that holds it (closing it releases the lock), and whether
+    this call created the lock file (nobody had locked it there before)."""
+
+    fd: int
+    created: bool
+
+
+def lock_text(fd: int) -> str:
+    """What a lock's holder wrote at the start of its lock file (its pid, say), stripped; empty when nothing yet."""
+    return os.pread(fd, 64, 0).decode(errors="replace").strip()
+
+
+def _is_current(fd: int, path: Path) -> bool:
+    """True when ``fd`` is still the file named ``path`` (its holder did not remove or replace it)."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+
+
+def _open_lock(path: Path) -> tuple[int, bool] | None:
+    """(descriptor, created) of the lock file ``path``, or None when its directory vanished meanwhile (try again)."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        pass
+    except FileNotFoundError:  # a holder removed the directory between our mkdir and open
+        return None
+    try:
+        return os.open(path, os.O_RDWR), False
+    except FileNotFoundError:  # removed between the two opens
+        return None
+
+
+def _make_parents(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def lock_file(path: str | os.PathLike, block: bool, make_dir: Callable[[Path], None] = _make_parents,
+              on_wait: Callable[[], None] | None = None) -> LockedFile:
+    """Take the exclusive ``flock`` of the lock file ``path``, creating it and its directory (``make_dir``) as needed.
+
+    ``block``: wait for another holder (``on_wait()`` is called first, to say so), else raise
+    :class:`LockBusyError` naming what the holder wrote into the file. Writes nothing into the file itself.
+
+    Why this protocol, shared by every lock on a directory (a run dir, a data cache dir): the lock is advisory, per
+    open file, and released by the kernel when its process dies, so a killed holder never blocks the next. A holder
+    may remove the lock file and its directory before it lets go (a run refused, a cache build that failed), which
+    is safe only because a process that got the lock then checks that the file it locked still has the lock file's
+    name: a lock on a removed file guards nothing, so it starts over, recreating the directory and the file."""
+    path = Path(path)
+    while True:
+        make_dir(path.parent)
+        opened = _open_lock(path)
+        if opened is None:
+            continue
+        fd, created = opened
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not block:
+                    raise LockBusyError(path, lock_text(fd)) from None
+                if on_wait is not None:
+                    on_wait()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            if _is_current(fd, path):
+                return LockedFile(fd, created)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the holder removed the file we locked: start over

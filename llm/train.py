@@ -19,7 +19,6 @@ goes on; the sweep exits 1 if any job did not complete.
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import os
@@ -65,7 +64,7 @@ from llm.entry import (  # noqa: E402
 from llm.errors import ConfigError, RunDirInUseError  # noqa: E402
 from llm.gpu_slots import SLOTS_DIR, Slot  # noqa: E402
 from llm.gpu_slots import claim as claim_slot  # noqa: E402
-from llm.run_files import SUMMARY_FILE  # noqa: E402
+from llm.run_files import COMPLETED, INTERRUPTED, read_summary  # noqa: E402
 from llm.sweep import stop_requested  # noqa: E402
 from llm.sweep_jobs import PARALLEL_LAUNCHERS  # noqa: E402
 from llm.training.checkpoint import checkpoint_files, checkpoint_step  # noqa: E402
@@ -199,12 +198,11 @@ def aborted_message(run_dir: Path, resume_hint: str, multirun: bool = False, cau
 def _recorded_end(run_dir: Path) -> tuple[str, int] | None:
     """The status and step ``summary.json`` records where the run ended by its own handling (completed, or
     stopped and checkpointed), else None (still running, aborted, unreadable)."""
-    try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
+    summary = read_summary(run_dir)
+    if summary is None:
         return None
     status, step = summary.get("status"), summary.get("step")
-    ok = status in ("completed", "interrupted") and isinstance(step, int) and not isinstance(step, bool)
+    ok = status in (COMPLETED, INTERRUPTED) and isinstance(step, int) and not isinstance(step, bool)
     return (status, step) if ok else None
 
 
@@ -232,7 +230,7 @@ def _not_started(cfg: DictConfig, run_dir: Path) -> None:
     so the comparison lists it and the command that continues the sweep starts it."""
     message = "not started: the sweep was stopped (Ctrl-C or SIGTERM) before this job began"
     if never_trained(run_dir):
-        record_failed_start(cfg, run_dir, "interrupted", message)
+        record_failed_start(cfg, run_dir, INTERRUPTED, message)
     log.info(f"{run_dir.name}: {message}")
 
 

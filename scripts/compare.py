@@ -5,21 +5,20 @@ DIR is a run dir, a Hydra multirun dir or any parent (searched recursively for s
 that crashed without one are listed too). Writes comparison.md, comparison.csv, loss_curves.png,
 speed.png and paired_delta.png into OUTDIR (default: the single DIR given, else the common parent of
 the DIRs). The logic lives in :mod:`llm.report`; this is only the command line. A bad argument gets a
-one-line error naming it and exit code 2; Ctrl-C, from the first import on, one line and exit code 130.
+one-line error naming it and exit code 2; Ctrl-C, from the report's first import on, one line and exit code 130.
 """
 
 from __future__ import annotations
 
 import sys
 
-#: The exit code of a Ctrl-C, as a shell reports a command a SIGINT ended (128 + 2).
-INTERRUPTED = 130
+# Before the guarded imports: the exit code the guard returns is named there, in a leaf of the standard library.
+from llm.cli import INTERRUPTED, OneLineParser
 
 # A Ctrl-C while the report's modules load ends as one later does: one line and INTERRUPTED, no traceback.
 try:
     import argparse
     import logging
-    from typing import NoReturn
 
     from llm.report import (
         DEFAULT_ACC_MARGIN,
@@ -32,23 +31,9 @@ try:
         write_report,
     )
     from llm.report.analysis import margin_problem
-    from llm.report.runs import NOT_STARTED, RUNNING
 except KeyboardInterrupt:
     print("interrupted: no report written", file=sys.stderr)
     sys.exit(INTERRUPTED)
-
-#: The statuses that are no failure (a run stopped on purpose, or not yet run) and comparison.md's word for each,
-#: counted apart so that "failed or crashed" counts only the runs that did fail (every other status).
-_NOT_FAILURES = {"interrupted": "interrupted", "aborted": "aborted", RUNNING: "still running",
-                 NOT_STARTED: "not started"}
-_FAILED = "failed or crashed"
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (argparse's default adds the whole usage first)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 def _margin(text: str, accuracy: bool = False) -> float:
@@ -63,7 +48,7 @@ def _accuracy_margin(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="python -m scripts.compare",
         description="Compare RoPE implementations over seeds: verdicts against a reference, mean ± std, "
                     "paired statistics (md + csv) and plots.",
@@ -82,19 +67,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--acc-margin", metavar="EPS", type=_accuracy_margin, default=DEFAULT_ACC_MARGIN,
                    help=f"equivalence margin for val accuracy, absolute (default {DEFAULT_ACC_MARGIN})")
     return p
-
-
-def _left_out_line(failures: list, completed: int) -> str:
-    """The console's count of the runs left out of the statistics, by what happened to them: a run stopped by Ctrl-C
-    or SIGTERM is interrupted (comparison.md's status), and calling it failed or crashed would send its user looking
-    for a bug. E.g. ``1 run(s) interrupted; 2 failed or crashed; the statistics use the 6 completed run(s)``."""
-    counts = dict.fromkeys([*_NOT_FAILURES.values(), _FAILED], 0)
-    for run in failures:
-        counts[_NOT_FAILURES.get(run.status, _FAILED)] += 1
-    first, *rest = [f"{n} {what}" for what, n in counts.items() if n]
-    count, what = first.split(" ", 1)
-    return "; ".join([f"{count} run(s) {what}", *rest, f"the statistics use the {completed} completed run(s)"])
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in report.failures:
         print(f"warning: {r.name}: {r.status}" + (f" - {r.message}" if r.message else ""), file=sys.stderr)
     if report.failures:
-        print(_left_out_line(report.failures, len(report.runs) - len(report.failures)), file=sys.stderr)
+        print(report.left_out_line(), file=sys.stderr)
     print(f"report: {md} (+ comparison.csv, loss_curves.png, speed.png, paired_delta.png in {md.parent})")
     return 0
 

@@ -10,26 +10,17 @@ command line. A bad argument is one line and exit code 2.
 
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import NoReturn
 
+from llm.cli import INTERRUPTED, OneLineParser
 from llm.report import CompareError, cli_error_line, default_out_dir, out_dir_problem
 from llm.report.length import CSV_FILE, CURVES_FILE, POSITION_FILE, build_length_report, write_length_report
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (argparse's default adds the whole usage first)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
-
-
-
 def main(argv: list[str] | None = None) -> int:
     """Write the report; 0 when written, 2 on bad input (no such dir, no evaluations under it)."""
-    p = _Parser(prog="python -m scripts.length_report",
-                description="Perplexity against evaluation length per RoPE variant x scaling, over seeds.")
+    p = OneLineParser(prog="python -m scripts.length_report",
+                      description="Perplexity against evaluation length per RoPE variant x scaling, over seeds.")
     p.add_argument("dirs", nargs="+", metavar="DIR", help="sweep dirs, run dirs or parents of them")
     p.add_argument("--out", metavar="OUTDIR", default=None,
                    help="where to write the report (default: the single DIR, else the DIRs' common parent)")
@@ -47,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print(f"interrupted: {out} left as it was", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     print(md.read_text())
     print(f"report: {md} (+ {CSV_FILE}, {CURVES_FILE}, {POSITION_FILE} in {md.parent})")
     return 0

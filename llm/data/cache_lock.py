@@ -6,56 +6,31 @@ removes the lock file and the directory when nothing else is in them. This is sa
 that was waiting on that lock checks, once it gets it, that the file it locked still has the lock file's name:
 a lock on a removed file guards nothing, so the waiter starts over (recreating the directory and the lock
 file). That check needs the locked file descriptor, which ``filelock`` keeps private (its recent versions
-make the check themselves, older ones do not); ``flock(2)`` on a descriptor we own takes a few lines. The
-lock is advisory, per open file, and released by the kernel when the process dies, so a killed builder never
-blocks the next. A complete cache keeps its lock file: only an otherwise empty directory is removed.
+make the check themselves, older ones do not); the protocol is :func:`llm.fileio.lock_file`, which a run dir's
+lock (``llm.training.run_dir``) takes too. The lock is advisory, per open file, and released by the kernel when
+the process dies, so a killed builder never blocks the next. A complete cache keeps its lock file: only an
+otherwise empty directory is removed.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from llm.fileio import lock_file
+
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
 
 
-def _is_current(fd: int, lock_path: Path) -> bool:
-    """True when ``fd`` is still the file named ``lock_path`` (its holder did not remove it)."""
-    try:
-        named = os.stat(lock_path)
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
-
-
 def _acquire(cache_dir: Path) -> int:
     """Create ``cache_dir`` if needed and lock its lock file (waiting for another holder); returns the fd."""
-    lock_path = cache_dir / LOCK_NAME
-    while True:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except FileNotFoundError:  # a failed holder removed the directory between our mkdir and open
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                log.info("waiting for another process preparing %s", cache_dir)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            if _is_current(fd, lock_path):
-                return fd
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)  # the holder failed and removed the file we waited on: start over
+    return lock_file(cache_dir / LOCK_NAME, block=True,
+                     on_wait=lambda: log.info("waiting for another process preparing %s", cache_dir)).fd
 
 
 def _remove_if_only_lock(cache_dir: Path) -> None:

@@ -71,7 +71,7 @@ from llm.generation.load import (
     with_checkpoint,
 )
 from llm.model import GPT, GPTConfig, build_model
-from llm.run_files import SUMMARY_FILE
+from llm.run_files import COMPLETED, read_summary
 from llm.training import runtime
 from llm.training.run_dir import lock_holder
 
@@ -652,12 +652,11 @@ def unfinished_run_warning(run_dir: Path) -> str | None:
         return (f"warning: {run_dir} is still training (pid {pid}): its newest checkpoint so far is evaluated, not "
                 "the finished model; evaluate it again once the run completes (another checkpoint: the file of "
                 "this evaluation is then moved to superseded/)")
-    try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
+    summary = read_summary(run_dir)
+    if summary is None:  # a checkpoint-only dir, or a summary this cannot read: nothing says it did not complete
         return None
-    status = summary.get("status", "completed") if isinstance(summary, dict) else "completed"
-    if status == "completed":
+    status = summary.get("status", COMPLETED)
+    if status == COMPLETED:
         return None
     of = f" of {summary['max_steps']}" if summary.get("max_steps") is not None else ""
     return (f"warning: {run_dir} did not complete: status {status} at step {summary.get('step', '?')}{of}; its "

@@ -35,7 +35,7 @@ from llm.report.analysis import (
 )
 from llm.report.errors import NoRunsError
 from llm.report.mixed import check_not_mixed, check_same_data, code_note, config_differences
-from llm.report.runs import PathLike, Run, load_runs
+from llm.report.runs import FAILED_OR_CRASHED, NOT_FAILURES, PathLike, Run, failure_kind, load_runs
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,19 @@ class Report:
     def failures(self) -> list[Run]:
         """Runs left out of the statistics: any status but completed, crashed jobs included."""
         return [r for r in self.runs if not r.completed]
+
+    def left_out_line(self) -> str:
+        """The count of the runs left out of the statistics, by what happened to them (:func:`failure_kind`), for a
+        console: e.g. ``1 run(s) interrupted; 2 failed or crashed; the statistics use the 6 completed run(s)``."""
+        counts = dict.fromkeys([*NOT_FAILURES.values(), FAILED_OR_CRASHED], 0)
+        for run in self.failures:
+            counts[failure_kind(run.status)] += 1
+        kinds = [f"{n} {what}" for what, n in counts.items() if n]
+        if kinds:
+            count, what = kinds[0].split(" ", 1)
+            kinds[0] = f"{count} run(s) {what}"
+        completed = len(self.runs) - len(self.failures)
+        return "; ".join([*kinds, f"the statistics use the {completed} completed run(s)"])
 
     def comparison(self, group: Group) -> GroupComparison | None:
         """The comparison of ``group`` with the reference (None for the reference and failed-only groups)."""

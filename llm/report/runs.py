@@ -28,24 +28,46 @@ import rope
 from llm.config_keys import load_run_config
 from llm.fileio import read_jsonl
 from llm.report.errors import NoRunsError
-from llm.run_files import CONFIG_FILE, EVAL_WINDOWS_FILE, METRICS_FILE, SUMMARY_FILE
+from llm.run_files import (
+    ABORTED,
+    COMPLETED,
+    CONFIG_FILE,
+    EVAL_WINDOWS_FILE,
+    INTERRUPTED,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    SummaryError,
+    load_summary,
+)
 
 log = logging.getLogger(__name__)
 
 
-COMPLETED = "completed"
+# The statuses a run's summary.json records are llm.run_files' (COMPLETED, INTERRUPTED, ...); these are the report's
+# own, for what it finds in place of a summary.
 #: Status of a job dir without ``summary.json`` (the process died before writing it).
 CRASHED = "crashed (no summary.json)"
-#: Status of a run whose ``summary.json`` exists but cannot be parsed.
+#: Status of a run whose ``summary.json`` exists but cannot be read as a summary (``llm.run_files.load_summary``).
 UNREADABLE = "unreadable summary.json"
 #: Status of a job whose process still holds its dir (a sweep still going): neither failed nor done.
 RUNNING = "running"
 #: Status of a job a sweep's ``multirun.yaml`` lists but that has no dir (the sweep was killed before it).
 NOT_STARTED = "not started"
+#: The statuses that are no failure (a run stopped on purpose, or not yet run) and the report's word for each: a run
+#: stopped by Ctrl-C or SIGTERM counted as failed would send its user looking for a bug.
+NOT_FAILURES = {INTERRUPTED: "interrupted", ABORTED: "aborted", RUNNING: "still running", NOT_STARTED: "not started"}
+#: The report's word for every other status but completed (failed, nonfinite, config_error, crashed, unreadable).
+FAILED_OR_CRASHED = "failed or crashed"
 #: The job dir name of the project's sweeps (``conf/config.yaml``): a job is found by its number.
 NUMBERED_SUBDIR = "${hydra.job.num}_"
 
 PathLike = str | os.PathLike
+
+
+def failure_kind(status: str) -> str:
+    """What happened to a run of ``status`` (not completed), in the report's words: one of :data:`NOT_FAILURES`'
+    words, else :data:`FAILED_OR_CRASHED`."""
+    return NOT_FAILURES.get(status, FAILED_OR_CRASHED)
 
 
 def get_dotted(d: dict[str, Any], dotted: str) -> Any:
@@ -287,16 +309,14 @@ def load_run(run_dir: PathLike) -> Run:
     """Read one run dir (summary, config, metrics); an unparsable summary gives status :data:`UNREADABLE`."""
     run_dir = Path(run_dir)
     try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
-        if not isinstance(summary, dict):
-            raise ValueError("expected a JSON object")
-    except (OSError, ValueError) as e:
-        summary = {"status": UNREADABLE, "message": f"{run_dir / SUMMARY_FILE}: {e}"}
+        summary = load_summary(run_dir)
+    except SummaryError as e:  # listed with the reason, never a traceback: the file is the user's
+        summary = {"status": UNREADABLE, "message": str(e)}
     metrics = _load_metrics(run_dir)
     if (running := _still_running(run_dir, metrics)) is not None:  # a resumed job's earlier summary is not its end
         summary = running
     # a job refused or stopped before its first step records no config: nothing is missing there
-    started = bool(metrics) or summary.get("status") in ("completed", UNREADABLE)
+    started = bool(metrics) or summary.get("status") in (COMPLETED, UNREADABLE)
     return Run(path=run_dir, config=load_run_config(run_dir, warn=started), summary=summary, metrics=metrics)
 
 

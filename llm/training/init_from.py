@@ -17,7 +17,6 @@ new run's config.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from llm.errors import ConfigError, ResumeError, one_line
 from llm.model import GPTConfig
-from llm.run_files import CONFIG_FILE, SUMMARY_FILE
+from llm.run_files import COMPLETED, CONFIG_FILE, SUMMARY_FILE, read_summary
 from llm.training.checkpoint import checkpoint_files, load_newest_checkpoint
 from llm.training.outputs import holds_a_run
 
@@ -215,20 +214,11 @@ def _scaling(rope_cfg: dict) -> dict | None:
     return {k: v for k, v in scaling.items() if v is not None}
 
 
-def _source_summary(source: InitSource) -> dict | None:
-    """The source run's ``summary.json``, None where it has none that reads as a summary."""
-    try:
-        summary = json.loads((source.run_dir / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
 def init_record(source: InitSource, path: Path, step: int) -> dict:
     """What a run started from another's weights records of its source (in its summary, and in its checkpoints for
     a resume): the source's run dir and checkpoint as absolute paths (``train.init_from`` as typed depends on the
     working directory), the checkpoint's step, and the source's data id and code version where its summary says."""
-    summary = _source_summary(source) or {}
+    summary = read_summary(source.run_dir) or {}
     data = summary.get("data_fingerprint")
     return {"run": str(source.run_dir.resolve()), "checkpoint": str(Path(path).resolve()), "step": step,
             "data_id": data.get("id") if isinstance(data, dict) else None, "git_commit": summary.get("git_commit"),
@@ -238,12 +228,12 @@ def init_record(source: InitSource, path: Path, step: int) -> dict:
 def _unfinished_note(source: InitSource) -> list[str]:
     """A line when the source run did not complete (its ``summary.json``'s status): its newest checkpoint is then
     a model part-way through its schedule, or one a run still training may replace, which a start must not hide."""
-    summary = _source_summary(source)
+    summary = read_summary(source.run_dir)
     if summary is None:
         return [f"train.init_from={source.run_dir} has no readable {SUMMARY_FILE}: whether that run completed is "
                 "unknown; its newest checkpoint is taken"]
     status = summary.get("status")
-    if status == "completed":
+    if status == COMPLETED:
         return []
     step, total = summary.get("step"), summary.get("max_steps")
     at = f", step {step} of {total}" if step is not None and total is not None else ""

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from llm.config_check import check_config_keys, inert_rope_note, validate_config
 from llm.errors import ConfigError, ResumeError, RunDirInUseError, UserError, one_line
 from llm.fileio import DiskFullError, write_json_atomic
-from llm.run_files import CONFIG_FILE, SUMMARY_FILE
+from llm.run_files import CONFIG_ERROR, CONFIG_FILE, FAILED, INTERRUPTED, SUMMARY_FILE
 from llm.sweep_jobs import swept_values
 from llm.training import checkpoint as checkpoint_module
 from llm.training.checkpoint import NO_RESUME, find_resume_checkpoint
@@ -81,11 +81,11 @@ def _failed_start(cfg: DictConfig, run_dir: Path, exc: Exception, lock: RunDirLo
         if user:
             lock.discard_if_unused()  # a new dir of this run, with nothing of its own in it
         elif never_trained(run_dir):  # a crash before the first step: the dir says so (a report lists it as failed)
-            record_failed_start(cfg, run_dir, "failed", f"{type(exc).__name__}: {one_line(exc)}")
+            record_failed_start(cfg, run_dir, FAILED, f"{type(exc).__name__}: {one_line(exc)}")
         return
     if never_trained(run_dir):  # the job's own dir, no run in it: its summary says why it did not start
         message = one_line(exc) if user else f"{type(exc).__name__}: {one_line(exc)}"
-        record_failed_start(cfg, run_dir, "config_error" if user else "failed", message)
+        record_failed_start(cfg, run_dir, CONFIG_ERROR if user else FAILED, message)
     else:  # the dir holds a run (a sweep continued with a changed config): its record stays as it is
         UNRECORDED_STARTS.append((run_dir, one_line(exc)))
 
@@ -96,7 +96,7 @@ def _interrupted_start(cfg: DictConfig, run_dir: Path, lock: RunDirLock, sweep_j
     if not sweep_job:
         lock.discard_if_unused()
     elif never_trained(run_dir):
-        record_failed_start(cfg, run_dir, "interrupted", "interrupted (Ctrl-C or SIGTERM) before its first step")
+        record_failed_start(cfg, run_dir, INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) before its first step")
 
 
 class HeldLines(logging.Handler):

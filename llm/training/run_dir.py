@@ -5,7 +5,8 @@ Why: two runs that end up with the same directory (started in the same second, a
 sweeps into one ``hydra.sweep.dir``) would interleave their metric lines and overwrite each other's summary, and
 a refused one would clean up, as its own, the directory the other was training in. Ownership is an ``fcntl``
 lock on ``<dir>/.run.lock`` (a sweep's: ``.sweep.lock``), released by the kernel when the process dies, so a
-crashed run never leaves a stale lock behind. Only the holder of the lock writes into the directory, and only a
+crashed run never leaves a stale lock behind; the protocol is :func:`llm.fileio.lock_file`, which a data cache's
+lock (``llm.data.cache_lock``) takes too. Only the holder of the lock writes into the directory, and only a
 process that created the lock file (the directory had never been claimed) and held it since may remove the
 directory again, when its run is refused before it wrote anything of its own.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from llm.config_keys import covered, flatten, load_run_config
 from llm.errors import RunDirInUseError
-from llm.fileio import TMP_MARK, remove_stale_temps, write_text_atomic
+from llm.fileio import TMP_MARK, LockBusyError, lock_file, lock_text, remove_stale_temps, write_text_atomic
 from llm.run_files import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
 from llm.training.checkpoint import checkpoint_files
 
@@ -34,20 +35,6 @@ RECORD_DIR = ".hydra"
 DISCARDABLE = (RECORD_DIR, "train.log", LOCK_FILE)
 
 
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    own = os.fstat(fd)
-    return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
-
-
-def _owner(fd: int) -> str:
-    """The pid a lock's holder wrote into its lock file (:meth:`RunDirLock.mark_owner`); empty while it starts."""
-    return os.pread(fd, 64, 0).decode(errors="replace").strip()
-
-
 def lock_holder(run_dir: Path, lock_name: str = LOCK_FILE) -> str | None:
     """The pid (or ``"starting"``) of the live process that holds ``run_dir``'s lock, else None: a report tells a
     job still running from one that died (both have no ``summary.json`` yet). Reads only; a shared lock taken and
@@ -59,7 +46,7 @@ def lock_holder(run_dir: Path, lock_name: str = LOCK_FILE) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return _owner(fd) or "starting"
+        return lock_text(fd) or "starting"  # the pid mark_owner wrote; none before the command is accepted
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
@@ -96,21 +83,6 @@ class RunDirLock:
     def held(self) -> bool:
         return self._fd is not None
 
-    def _open(self) -> tuple[int, bool] | None:
-        """(descriptor, created) of the lock file, or None when the directory vanished meanwhile (try again)."""
-        make_dirs(self.run_dir)
-        path = self.run_dir / self.lock_name
-        try:
-            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
-        except FileExistsError:
-            pass
-        except FileNotFoundError:  # the directory was discarded between the mkdir and the open
-            return None
-        try:
-            return os.open(path, os.O_RDWR), False
-        except FileNotFoundError:
-            return None
-
     def acquire(self) -> RunDirLock:
         """Take the lock or raise :class:`RunDirInUseError` naming the holder; a refused caller writes nothing.
 
@@ -118,25 +90,15 @@ class RunDirLock:
         accepted, so a command refused after taking it (a resume asking for another model) leaves the lock file
         of the run it looked at as it was.
         """
-        while True:
-            opened = self._open()
-            if opened is None:
-                continue
-            fd, created = opened
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                owner = _owner(fd)
-                os.close(fd)
-                flag = "hydra.sweep.dir" if self.what == "sweep" else "hydra.run.dir"
-                held_by = f" (pid {owner})" if owner else " (starting)"
-                raise RunDirInUseError(f"{self.what} dir {self.run_dir} is in use by another {self.what}{held_by}; "
-                                       f"wait for it or choose another {flag}") from None
-            if not _same_file(fd, self.run_dir / self.lock_name):  # its holder discarded the dir as we waited
-                os.close(fd)
-                continue
-            self._fd, self.created, self._marked = fd, created, False
-            return self
+        try:  # make_dirs: the directories it creates are noted, for discard_if_unused
+            locked = lock_file(self.run_dir / self.lock_name, block=False, make_dir=make_dirs)
+        except LockBusyError as busy:
+            flag = "hydra.sweep.dir" if self.what == "sweep" else "hydra.run.dir"
+            held_by = f" (pid {busy.holder})" if busy.holder else " (starting)"
+            raise RunDirInUseError(f"{self.what} dir {self.run_dir} is in use by another {self.what}{held_by}; "
+                                   f"wait for it or choose another {flag}") from None
+        self._fd, self.created, self._marked = locked.fd, locked.created, False
+        return self
 
     def mark_owner(self) -> None:
         """Write this process's pid into the lock file, for a second writer's refusal to name it."""

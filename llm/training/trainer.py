@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import logging
 import math
 import signal
@@ -35,6 +34,7 @@ from llm.errors import ConfigError, ResumeError, one_line
 from llm.fileio import DiskFullError
 from llm.model import GPT, build_model, compile_model, rope_cache_len
 from llm.optim import build_optimizers, lr_multiplier, set_lr
+from llm.run_files import ABORTED, COMPLETED, FAILED, INTERRUPTED, NONFINITE, read_summary
 from llm.training import runtime
 from llm.training.checkpoint import (
     LAST,
@@ -50,7 +50,6 @@ from llm.training.evaluate import evaluate
 from llm.training.outputs import (
     METRICS_FILE,
     SAMPLES_FILE,
-    SUMMARY_FILE,
     NullOutputs,
     RunOutputs,
     Tracker,
@@ -132,11 +131,12 @@ def check_train_config(tc: DictConfig, world_size: int = 1, data_cfg: DictConfig
     if tc.get("attention") == "flash" and data_cfg is not None and packing(data_cfg) == "documents":
         raise ConfigError("data.packing=documents needs attention with a document mask, which train.attention=flash "
                           "cannot take; use train.attention=auto, efficient or math")
+    # indexed, no default here: the key check refuses a train.* key removed with ~, so conf/train/ holds the only one
     for key, closed in (("warmup_frac", False), ("min_lr_frac", True)):
-        v = tc.get(key, 0)
+        v = tc[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= 1 if closed else 0 <= v < 1):
             raise ConfigError(f"train.{key}={v!r} must be in [0, 1{']' if closed else ')'}")
-    clip = tc.get("grad_clip", 0)
+    clip = tc["grad_clip"]
     if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip) or clip < 0:
         raise ConfigError(f"train.grad_clip={clip!r} must be a finite number >= 0 (0 disables clipping)")
     for key in ("compile", "deterministic", "fused_linear_ce"):
@@ -480,7 +480,7 @@ class Trainer:
             self.log_train(result)  # the step that stops the run is the last line of metrics.jsonl, logged or not
             kept = (f"last good checkpoint kept in {self.ckpt_dir}" if (self.ckpt_dir / LAST).exists()
                     else "no checkpoint was saved before it (train.ckpt_every=N saves one every N steps)")
-            raise StopTraining("nonfinite", f"{what} at step {self.step}; "
+            raise StopTraining(NONFINITE, f"{what} at step {self.step}; "
                                f"stopped (train.skip_nonfinite={tolerated} tolerated); {kept}", exit_code=1)
         log.warning(f"step {self.step}: {what}, step skipped ({self.totals.skipped_steps}/{tolerated} tolerated)")
 
@@ -556,7 +556,7 @@ class Trainer:
         self.checkpoint()
         code = 128 + self.stopper.signum if self.stopper.signum else 0
         # the first line stands alone: a sweep's listing of its jobs shows only that
-        raise StopTraining("interrupted", f"stopped at step {self.step} ({why}); checkpoint saved in "
+        raise StopTraining(INTERRUPTED, f"stopped at step {self.step} ({why}); checkpoint saved in "
                            f"{self.ckpt_dir}\nResume with:\n  {self.resume_hint}", code)
 
     def _loop(self, progress: Progress) -> None:
@@ -588,7 +588,7 @@ class Trainer:
 
         A second Ctrl-C (a KeyboardInterrupt out of the loop, the stop checkpoint included) writes the summary with
         ``status: aborted`` and is raised on: the entry point reports the abort and exits 130."""
-        status, exit_code, message = "completed", 0, ""
+        status, exit_code, message = COMPLETED, 0, ""
         interrupt: KeyboardInterrupt | None = None
         progress = Progress(self.tc.max_steps, self.step, self.tc.log_every, enabled=self.dist.is_main, job=self.job)
         if self.step < self.tc.max_steps:  # a finished run reopened keeps its summary until it writes it again
@@ -598,16 +598,16 @@ class Trainer:
             with self.stopper, logging_redirect_tqdm(), runtime.attention_backend(self.tc.get("attention", "auto")):
                 self._loop(progress)
         except KeyboardInterrupt as e:
-            interrupt, status, exit_code = e, "aborted", 128 + signal.SIGINT
+            interrupt, status, exit_code = e, ABORTED, 128 + signal.SIGINT
             message = f"aborted by a second Ctrl-C at step {self.step}, without a checkpoint of that step"
         except StopTraining as stop:
             status, exit_code, message = stop.status, stop.exit_code, str(stop)
         except DiskFullError as e:
-            status, exit_code = "failed", 1
+            status, exit_code = FAILED, 1
             message = f"{e}; stopped at step {self.step} (metrics.jsonl and earlier checkpoints are kept)"
         except Exception as e:  # a crash mid-run: recorded in the summary, traceback in the log
             log.exception(f"run failed at step {self.step}")
-            status, exit_code = "failed", 1
+            status, exit_code = FAILED, 1
             message = f"{type(e).__name__} at step {self.step}: " + (str(e).strip().splitlines() or [""])[0]
         finally:
             progress.close()
@@ -620,11 +620,8 @@ class Trainer:
         """The record (:data:`TRAINED_BY`, wall time) of the run's ``summary.json`` where it ended at ``step``, the
         newest checkpoint's: written after that checkpoint, its times are the run's final ones, which a resume that
         trains nothing keeps."""
-        try:
-            prior = json.loads((self.run_dir / SUMMARY_FILE).read_text())
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(prior, dict) or prior.get("step") != step:
+        prior = read_summary(self.run_dir)
+        if prior is None or prior.get("step") != step:  # none to keep, or another stop's
             return {}
         return {k: prior[k] for k in (*TRAINED_BY, "wall_time_s") if k in prior}
 
@@ -656,9 +653,9 @@ class Trainer:
             self.summary["message"] = message
         self.outputs.finish(self.summary, exit_code)
         if self.dist.is_main:
-            if status == "completed":
+            if status == COMPLETED:
                 log.info(f"done: val_loss {v['val_loss']:.4f}  val_acc {v['val_acc']:.4f}  val_ppl {v['val_ppl']:.2f}  "
                          f"train_time {t.train_time_s:.1f}s  -> {self.run_dir}")
-            elif status != "aborted":  # the entry point says how an aborted run can go on
-                (log.info if status == "interrupted" else log.error)(message)
+            elif status != ABORTED:  # the entry point says how an aborted run can go on
+                (log.info if status == INTERRUPTED else log.error)(message)
         return TrainOutcome(self.summary, exit_code)
