@@ -14,7 +14,6 @@ killed job among the failures, the command that continues it, and exit code 1.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -139,19 +138,19 @@ def record_killed_job(cfg: Any, run_dir: Path, what: str, cause: str, started: f
     the sweep starts it). Written under the run dir's lock, which the dead process no longer holds. A summary the job
     wrote itself after it ``started`` (its end, recorded before its process died) is kept, as is a completed run's."""
     from llm.fileio import read_jsonl, write_json_atomic
+    from llm.run_files import COMPLETED, FAILED, METRICS_FILE, SUMMARY_FILE, read_summary
     from llm.training.checkpoint import checkpoint_files
-    from llm.training.outputs import SUMMARY_FILE
     from llm.training.run import record_failed_start
     from llm.training.run_dir import RunDirLock
 
     lock = RunDirLock(run_dir).acquire()
     try:
         summary = run_dir / SUMMARY_FILE
-        ended = json.loads(summary.read_text()).get("status") if summary.is_file() else None
+        ended = (read_summary(run_dir) or {}).get("status")  # a summary cut short by the kill counts as none
         # its own end, or a finished run it reopened (a continued sweep's; a resume of it trains no step): still true
-        if ended is not None and (summary.stat().st_mtime >= started or ended == "completed"):
+        if ended is not None and (summary.stat().st_mtime >= started or ended == COMPLETED):
             return f"{what} after its run recorded its end ({ended}), which stands"
-        metrics = run_dir / "metrics.jsonl"
+        metrics = run_dir / METRICS_FILE
         logged = read_jsonl(metrics)[0] if metrics.is_file() else []
         steps = [m["step"] for m in logged if isinstance(m.get("step"), int)]
         saved = checkpoint_files(run_dir / "checkpoints")
@@ -163,9 +162,9 @@ def record_killed_job(cfg: Any, run_dir: Path, what: str, cause: str, started: f
         else:
             message = (f"{what} at step {step}{cause}; it saved no checkpoint: remove {run_dir} before continuing "
                        "the sweep, to start it over")
-        record_failed_start(cfg, run_dir, "failed", message)
+        record_failed_start(cfg, run_dir, FAILED, message)
         if step is not None:  # how far it got, for the comparison's list of failed runs
-            write_json_atomic(summary, {**json.loads(summary.read_text()), "step": step})
+            write_json_atomic(summary, {**(read_summary(run_dir) or {}), "step": step})
         return message
     finally:
         lock.release()

@@ -25,12 +25,11 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from llm.config_keys import as_written
+from llm.run_files import CONFIG_ERROR
 from llm.sweep_jobs import PARALLEL_LAUNCHERS, PER_INVOCATION_ARGS
 
 log = logging.getLogger(__name__)
 
-#: A job's status when its run's config check refused it (llm.training.run records it in its summary.json).
-CONFIG_ERROR = "config_error"
 #: Jobs of the last sweep in this process that did not complete: (job dir, status, message).
 FAILED_JOBS: list[tuple[Path, str, str]] = []
 #: The signal that stopped the last sweep of parallel jobs in this process (its exit code: 128 + it), if any.

@@ -89,7 +89,7 @@ def test_a_killed_job_ends_alone_and_the_sweep_reports_it(tmp_path, capfd, monke
 def test_a_killed_job_s_record_says_how_the_sweep_goes_on(tmp_path):
     """The record a killed job gets: in a dir it never wrote, that continuing the sweep starts it; after a
     checkpoint, which one the continued sweep resumes; a completed run's own record (a finished job a continued sweep
-    reopened) stays as it is."""
+    reopened) stays as it is; a summary the job left cut short is replaced."""
     from omegaconf import OmegaConf
 
     from llm.launcher import how_it_died, record_killed_job
@@ -115,3 +115,8 @@ def test_a_killed_job_s_record_says_how_the_sweep_goes_on(tmp_path):
     os.utime(done / "summary.json", (started - 60, started - 60))
     assert "(completed), which stands" in record_killed_job(cfg, done, what, cause, started)
     assert json.loads((done / "summary.json").read_text()) == {"status": "completed"}
+    cut = tmp_path / "3_torch_s3"  # killed while it wrote its summary: the record replaces what it left
+    cut.mkdir()
+    (cut / "summary.json").write_text('{"status": "compl')
+    assert "before its first step" in record_killed_job(cfg, cut, what, cause, started)
+    assert json.loads((cut / "summary.json").read_text())["status"] == "failed"
