@@ -336,14 +336,33 @@ def resume_command(run_dir: Path) -> str:
     return f"{launcher} -m llm.train hydra.run.dir={run_dir} train.resume=auto"
 
 
-def check_launch(argv: list[str]) -> None:
-    """Refuse, before Hydra starts, a multirun (``-m``) under torchrun.
+#: Hydra settings of the job that ``llm.train`` refuses on its command line, with why (:func:`check_launch`).
+REFUSED_HYDRA_SETTINGS = {
+    "hydra.output_subdir": ("each run writes Hydra's record of its command (config.yaml, hydra.yaml, "
+                            "overrides.yaml) into <run dir>/.hydra/ itself once it owns the dir, a resume's into "
+                            ".hydra/resume_<n>/; Hydra would write it before, over the record of the command that "
+                            "made the run, or into a dir another run holds: leave it unset"),
+    "hydra.job.chdir": ("llm.train reads every relative path (data files, train.init_from, a checkpoint) from the "
+                        "directory it is started in and writes into the run dir by its full path; changing into "
+                        "the run dir would make those paths resolve there: leave it unset (false)"),
+}
 
-    Why: every torchrun process would run the whole sweep on its own, each taking the sweep dir's lock: rank 0 would
-    be refused as "in use by another sweep" (its own rank 1), after the sweep dir and a job dir are made."""
+
+def check_launch(argv: list[str]) -> None:
+    """Refuse, before Hydra starts, the Hydra job settings the run manages itself (:data:`REFUSED_HYDRA_SETTINGS`),
+    and a multirun (``-m``) under torchrun.
+
+    Why before Hydra: Hydra acts on them at job start (it writes ``hydra.output_subdir``, changes the directory),
+    before the run's own checks. Why no ``-m`` under torchrun: every torchrun process would run the whole sweep on its
+    own, each taking the sweep dir's lock: rank 0 would be refused as "in use by another sweep" (its own rank 1),
+    after the sweep dir and a job dir are made."""
+    args, _ = get_args_parser().parse_known_args(argv[1:])
+    for override in args.overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key in REFUSED_HYDRA_SETTINGS and value.strip().lower() not in ("", "null", "false"):
+            raise ConfigError(f"{override}: {REFUSED_HYDRA_SETTINGS[key]}")
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
-    args, _ = get_args_parser().parse_known_args(argv[1:])
     if args.multirun:
         raise ConfigError("-m (--multirun) does not run under torchrun (each process would run the whole sweep): "
                           "run each job with torchrun and no -m, or the sweep without torchrun (hydra/launcher=gpus "

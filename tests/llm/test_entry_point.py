@@ -266,3 +266,26 @@ def test_under_torchrun_only_rank_0_prints_the_config(tmp_path):
              for rank in (0, 1)}
     assert all(p.returncode == 0 for p in ranks.values()), {r: p.stderr[-2000:] for r, p in ranks.items()}
     assert "rope:" in ranks[0].stdout and ranks[1].stdout == ""
+
+
+@pytest.mark.parametrize("override", ["hydra.output_subdir=.hydra", "++hydra.output_subdir=meta",
+                                      "hydra.job.chdir=true", "+hydra.job.chdir=True"])
+def test_hydra_job_settings_the_run_manages_itself_are_refused_before_hydra_starts(override, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """``hydra.output_subdir`` (Hydra would write the command's record before the run owns its dir: over the record
+    of the command that made a resumed run) and ``hydra.job.chdir`` (relative data and checkpoint paths would resolve
+    in the run dir): one line naming the override and why, exit 2, no dir made."""
+    from helpers import run_module_main
+
+    from llm.errors import ConfigError
+    from llm.train import check_launch
+
+    with pytest.raises(ConfigError, match="leave it unset"):
+        check_launch(["llm.train", "seed=3", override])
+    monkeypatch.chdir(tmp_path)
+    code, lines = run_module_main(monkeypatch, capsys, "llm.train", [f"--config-path={CONF}", "seed=3", override])
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"Error: {override}: "), lines
+    assert "leave it unset" in lines[0] and not any(tmp_path.iterdir())
+    key = override.lstrip("+").partition("=")[0]
+    for harmless in (f"{key}=null", f"{key}=false", f"~{key}"):  # what the run does anyway
+        check_launch(["llm.train", harmless])
