@@ -14,7 +14,8 @@ import sys
 
 from llm.cli import INTERRUPTED, OneLineParser
 from llm.report import CompareError, cli_error_line, default_out_dir, out_dir_problem
-from llm.report.length import CSV_FILE, CURVES_FILE, POSITION_FILE, build_length_report, write_length_report
+from llm.report.length import CSV_FILE, CURVES_FILE, POSITION_FILE, build_length_report
+from llm.report.length_writers import write_length_report
 
 
 def main(argv: list[str] | None = None) -> int:

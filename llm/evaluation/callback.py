@@ -134,7 +134,8 @@ class LengthGeneralizationOnMultirunEnd(Callback):
 
     def _report(self, sweep_dir: Path) -> None:
         from llm.report.errors import NoRunsError
-        from llm.report.length import build_length_report, write_length_report
+        from llm.report.length import build_length_report
+        from llm.report.length_writers import write_length_report
 
         try:
             report = build_length_report([sweep_dir])

@@ -15,7 +15,7 @@ Modules: ``runs`` (finding and loading run dirs), ``mixed`` (the mixed-run check
 (statistics), ``analysis`` (groups, reference, comparisons), ``fidelity``, ``compare`` (the
 :class:`Report` and how it is built), ``markdown``, ``tables`` (CSV), ``plots``, ``write`` (the writers run
 together), ``wandb_log``, ``callback`` (Hydra), ``sharing`` (runs that shared a GPU), ``length`` (the length
-report), ``errors``.
+report: its statistics), ``length_writers`` (its Markdown, CSV and plots), ``errors``.
 """
 
 from __future__ import annotations

@@ -21,9 +21,8 @@ from llm.report.length import (
     MD_FILE,
     POSITION_FILE,
     build_length_report,
-    length_markdown,
-    write_length_report,
 )
+from llm.report.length_writers import length_markdown, write_length_report
 
 from .synthetic import write_run
 
@@ -319,7 +318,7 @@ def test_ctrl_c_while_writing_leaves_the_earlier_report_whole(sweep, tmp_path, c
     def interrupted(report, path):  # Ctrl-C while the last plot is drawn: the new Markdown and CSV are written
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("llm.report.length.plot_position_loss", interrupted)
+    monkeypatch.setattr("llm.report.length_writers.plot_position_loss", interrupted)
     capsys.readouterr()
     assert main([str(sweep), "--out", str(out)]) == 130
     assert capsys.readouterr().err.strip() == f"interrupted: {out} left as it was"
@@ -432,16 +431,16 @@ def test_evaluations_of_one_seed_on_other_targets_are_neither_averaged_nor_cross
 
 def test_the_curves_draw_each_set_of_targets_on_axes_of_its_own(tmp_path: Path, monkeypatch):
     """Lines on other windows share no axes, so the plot shows no gap the targets made."""
-    from llm.report import length
+    from llm.report import length_writers
 
     run = write_run(tmp_path / "0_s0", "torch", 0, 3.0)
     _evaluation(run, "none", "none", {32: 2.0, 64: 2.5}, 4096)
     _evaluation(run, "yarn", YARN, {32: 2.4, 64: 2.6}, 256)
     figures = []
-    monkeypatch.setattr(length, "_save", lambda fig, path, **_: figures.append(fig))
+    monkeypatch.setattr(length_writers, "_save", lambda fig, path, **_: figures.append(fig))
     report = build_length_report([tmp_path])
-    length.plot_length_curves(report, tmp_path / CURVES_FILE)
-    length.plot_position_loss(report, tmp_path / POSITION_FILE)
+    length_writers.plot_length_curves(report, tmp_path / CURVES_FILE)
+    length_writers.plot_position_loss(report, tmp_path / POSITION_FILE)
     curves, positions = figures
     assert len(curves.axes) == 6 and len(positions.axes) == 2
     for ax in [*curves.axes, *positions.axes]:
