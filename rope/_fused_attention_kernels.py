@@ -106,6 +106,42 @@ def _load_tile(ptrs, n_ok, d_ok, KEYS_FIRST: tl.constexpr, FULL: tl.constexpr, F
     return x
 
 
+@triton.jit
+def _attend_tile(q, k_head, v_head, k_offs, v_offs, stride_kn, stride_vn, start, keys, hi, last_key, d_ok, qk_scale,
+                 m_i, l_i, acc, FULL: tl.constexpr, FULL_D: tl.constexpr, IEEE: tl.constexpr, DOT_F32: tl.constexpr):
+    """One key tile of the online softmax, the keys ``start + keys``: the scores against ``q``, the row maxima
+    ``m_i`` (log2 units), ``l_i`` and ``acc`` rescaled to the new maxima and the tile's ``p @ v`` added; returns the
+    new ``(m_i, l_i, acc)``. ``FULL``: every row sees every key of the tile, so no key needs masking and the scores
+    stay finite; otherwise keys from ``hi`` on, or past a row's ``last_key``, score -inf.
+
+    Why one function for both loops of :func:`attend_split_kernel`: the update is the same rule in both, and Triton
+    inlines the call, so each loop compiles to what it was written out (the operations in the same order)."""
+    if FULL:
+        n_ok = keys  # not read: every key of the tile exists
+    else:
+        n = start + keys
+        n_ok = n < hi
+    at = tl.cast(start, tl.int64)
+    k = _load_tile(k_head + at * stride_kn + k_offs, n_ok, d_ok, False, FULL, FULL_D)
+    s = _dot(q, k, None, IEEE, DOT_F32)
+    if FULL:
+        # finite: every row sees every key of the tile; the scale (> 0) goes on the row maxima, and on the
+        # scores inside the exponent, one multiply-add each
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
+    else:
+        s = tl.where(n_ok[None, :] & (n[None, :] <= last_key[:, None]), s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet stays at 0
+        alpha = tl.math.exp2(m_i - m_use)
+        p = tl.math.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = _load_tile(v_head + at * stride_vn + v_offs, n_ok, d_ok, True, FULL, FULL_D)
+    acc = _dot(_cast(p, v_head.dtype.element_ty, DOT_F32), v, acc * alpha[:, None], IEEE, DOT_F32)
+    return m_new, l_i, acc
+
+
 @triton.jit(do_not_specialize=["pos_start"])
 def attend_split_kernel(
     Q, K, V, COS, SIN, POS, OUT, PART,
@@ -178,33 +214,11 @@ def attend_split_kernel(
         seen_by_all = tl.min(tl.where(pos_ok, last_key, 2147483646), axis=0) + 1
         bulk_hi = lo + tl.maximum(tl.minimum(hi, seen_by_all) - lo, 0) // BLOCK_N * BLOCK_N
         for start in range(lo, bulk_hi, BLOCK_N):
-            at = tl.cast(start, tl.int64)
-            k = _load_tile(k_head + at * stride_kn + k_offs, keys, d_ok, False, True, BLOCK_D == D)
-            s = _dot(q, k, None, IEEE, DOT_F32)
-            # finite: every row sees every key of the tile; the scale (> 0) goes on the row maxima, and on the
-            # scores inside the exponent, one multiply-add each
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            alpha = tl.math.exp2(m_i - m_new)
-            p = tl.math.exp2(s * qk_scale - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = _load_tile(v_head + at * stride_vn + v_offs, keys, d_ok, True, True, BLOCK_D == D)
-            acc = _dot(_cast(p, V.dtype.element_ty, DOT_F32), v, acc * alpha[:, None], IEEE, DOT_F32)
-            m_i = m_new
+            m_i, l_i, acc = _attend_tile(q, k_head, v_head, k_offs, v_offs, stride_kn, stride_vn, start, keys, hi,
+                                         last_key, d_ok, qk_scale, m_i, l_i, acc, True, BLOCK_D == D, IEEE, DOT_F32)
     for start in range(bulk_hi, hi, BLOCK_N):  # tiles the causal diagonal or the split's end may cut
-        n = start + keys
-        n_ok = n < hi
-        at = tl.cast(start, tl.int64)
-        k = _load_tile(k_head + at * stride_kn + k_offs, n_ok, d_ok, False, False, BLOCK_D == D)
-        s = _dot(q, k, None, IEEE, DOT_F32)
-        s = tl.where(n_ok[None, :] & (n[None, :] <= last_key[:, None]), s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet stays at 0
-        alpha = tl.math.exp2(m_i - m_use)
-        p = tl.math.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_tile(v_head + at * stride_vn + v_offs, n_ok, d_ok, True, False, BLOCK_D == D)
-        acc = _dot(_cast(p, V.dtype.element_ty, DOT_F32), v, acc * alpha[:, None], IEEE, DOT_F32)
-        m_i = m_new
+        m_i, l_i, acc = _attend_tile(q, k_head, v_head, k_offs, v_offs, stride_kn, stride_vn, start, keys, hi,
+                                     last_key, d_ok, qk_scale, m_i, l_i, acc, False, BLOCK_D == D, IEEE, DOT_F32)
 
     store_mask = row_ok[:, None] & d_ok[None, :]
     if not SPLIT:
