@@ -8,6 +8,7 @@ the whole run. Files are written through :mod:`llm.fileio` (whole or absent; a f
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -132,6 +133,8 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu",
     try:
         state = torch.load(path, map_location=map_location, weights_only=False)
     except OSError as e:
+        if e.errno == errno.EINVAL:  # torch's zip reader on a file cut short (no end of archive): damage
+            raise DamagedCheckpoint(f"checkpoint {path} is damaged ({_first_line(e)})") from None
         # not damage: the file may be whole, and falling back past it would train its steps again and replace it
         raise ResumeError(f"checkpoint {path} cannot be read ({e.strerror or _first_line(e)}): make it readable "
                           "and run the command again") from None

@@ -88,6 +88,22 @@ def test_a_truncated_checkpoint_is_named_in_one_sentence(tmp_path, caplog):
     assert "start the run again in another hydra.run.dir" in str(e.value)
 
 
+def test_a_checkpoint_cut_short_anywhere_is_skipped_for_the_one_before(tmp_path, caplog):
+    """Cut in its first part, torch's zip reader raises an OSError (EINVAL) for a checkpoint, which was taken for a
+    file the system would not let the process read: refused, where a checkpoint cut later was skipped. Every cut
+    is damage: the resume and generation go on from the checkpoint before."""
+    ckpt = saved_dir(tmp_path)
+    newest = ckpt / "step_0000004.pt"
+    whole = newest.read_bytes()
+    for cut in range(0, len(whole), max(1, len(whole) // 23)):
+        newest.write_bytes(whole[:cut])
+        caplog.clear()
+        path, state = find_resume_checkpoint("auto", ckpt)
+        assert path.name == "step_0000002.pt" and state["step"] == 2, cut
+        assert f"checkpoint {newest} is damaged" in caplog.text, cut
+        assert load_newest_checkpoint(ckpt, needs=("model",))[0].name == "step_0000002.pt"
+
+
 def test_an_unreadable_checkpoint_is_refused_not_skipped(tmp_path, monkeypatch):
     """A checkpoint the system will not let this process read (permissions, an I/O error) may be whole: the resume
     fell back past it, trained its steps again and replaced it at the next save."""
