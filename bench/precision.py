@@ -65,7 +65,7 @@ if not torch.cuda.is_available():  # before triton is imported (by rope): the ke
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import rope  # noqa: E402
-from rope.numerics import ulp  # noqa: E402
+from rope._numerics import ulp  # noqa: E402
 
 PROG = "python -m bench.precision"
 RANDOM_PER_POWER = 4  # random test positions near each 2^k, beside 2^k - 3 ... 2^k + 3

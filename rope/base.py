@@ -1,9 +1,9 @@
 """Shared part of every RoPE implementation: the frequency table and input validation.
 
 Every implementation must compute the same function (the reference semantics below), so the
-frequencies, the cos/sin cache and all argument checks live here once; a subclass only supplies
-``rotate`` (and, if it takes options of its own, ``check_options``). A bad build argument raises
-:class:`RopeArgumentError`, which names the argument, and ``check_args`` finds it without building.
+frequencies and the cos/sin cache live here once, and the argument checks once in :mod:`rope.checks`; a
+subclass only supplies ``rotate`` (and, if it takes options of its own, ``check_options``). A bad build argument
+raises :class:`RopeArgumentError`, which names the argument, and ``check_args`` finds it without building.
 
 Semantics, for head dim D and a half split ``x1, x2 = x.chunk(2, -1)``::
 
@@ -25,73 +25,48 @@ The layouts real models use, as build options every implementation takes:
 
 Packed sequences (flash-attn's varlen format): ``r(q, k, cu_seqlens=cu)`` with q, k of shape
 (total_tokens, H, D) and ``cu`` the int32 cumulative starts; positions restart at each sequence
-(plus an optional per-sequence ``seqlen_offsets``). The base class turns that into ``positions``,
-so every implementation supports it.
+(plus an optional per-sequence ``seqlen_offsets``). The base class turns that into ``positions``
+(:mod:`rope._packed`), so every implementation supports it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-import math
-import numbers
-import weakref
-from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
 
-from rope.scaling import (
-    SCALING_TYPES,
-    ScalingError,
-    attention_factor,
-    describe_scaling,
-    dynamic_factor,
-    normalize_scaling,
-    scaled_frequencies,
+# The argument checks and the packed positions live in modules of their own (neither imports this one, so these
+# imports make no cycle); the names are re-exported here because implementations, plugins, the benchmarks and the
+# tests import them from rope.base.
+from rope._packed import TensorCache as TensorCache
+from rope._packed import packed_positions as packed_positions
+from rope._packed import packed_positions_once
+from rope.checks import LAYOUTS as LAYOUTS
+from rope.checks import VARIANTS as VARIANTS
+from rope.checks import (
+    RopeArgumentError,
+    UnknownRopeOptionError,
+    _positive_int,
+    check_base,
+    check_common_args,
+    check_rotary_dim,
+    check_scaling,
+    check_variant,
 )
+from rope.checks import UnknownRopeError as UnknownRopeError
+from rope.checks import check_head_dim as check_head_dim
+from rope.checks import check_layout as check_layout
+from rope.checks import describe_value as describe_value
+from rope.scaling import attention_factor, describe_scaling, dynamic_factor, scaled_frequencies
 
-VARIANTS = ("partial", "full")
 #: The dtypes positions may have: torch's uint16/32/64 lack the reductions (min, max) that the range checks and
 #: dynamic_ntk read positions with, so they are refused in one line rather than failing inside torch.
 POSITION_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
-LAYOUTS = ("half", "interleaved")
 
 #: Constructor parameters every implementation has; everything else a constructor takes is an option.
 _COMMON_ARGS = ("head_dim", "max_seq_len", "base")
-
-
-class RopeArgumentError(ValueError):
-    """A build argument of ``rope.build`` / ``rope.check_args`` / a constructor that cannot work.
-
-    ``argument`` names the argument at fault (``"name"``, ``"head_dim"``, ``"max_seq_len"``,
-    ``"base"``, ``"variant"``, an option such as ``"compute_dtype"``), so a config checker can
-    point at the config key without parsing the message.
-    """
-
-    def __init__(self, argument: str, message: str) -> None:
-        super().__init__(message)
-        self.argument = argument
-
-    def __str__(self) -> str:  # KeyError (a base of UnknownRopeError) would quote the message
-        return str(self.args[0])
-
-    def __reduce__(self):  # pickles (torchrun, multiprocessing) despite the two-argument constructor
-        return type(self), (self.argument, str(self))
-
-
-class UnknownRopeError(RopeArgumentError, KeyError):
-    """No implementation is registered under that name (``argument == "name"``).
-
-    Also a KeyError, what a registry lookup raised before :class:`RopeArgumentError` existed.
-    """
-
-
-class UnknownRopeOptionError(RopeArgumentError, TypeError):
-    """An option the implementation does not take (``argument`` = the option's name).
-
-    Also a TypeError, what Python raises for an unexpected keyword argument.
-    """
 
 
 def label(name: str, variant: str | None = None, compute_dtype: str | None = None) -> str:
@@ -124,145 +99,6 @@ def rope_frequencies(rotary_dim: int, base: float, variant: str) -> Tensor:
         return torch.cat([freq, torch.zeros(quarter, dtype=torch.float64)])
     half = rotary_dim // 2
     return base ** (-2.0 * torch.arange(half, dtype=torch.float64) / rotary_dim)
-
-
-# -- argument checks: each written once, used by the constructors and by check_args -----------------
-def _positive_int(name: str, value: object) -> None:
-    """Refuse anything but a positive Python int. An integer of another type (``np.int64(8)``, ``torch.tensor(8)``)
-    is refused too, saying so and how to convert it: "must be a positive int, got np.int64(8)" would read as a
-    contradiction."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return
-    if _integer_of_another_type(value):
-        kind = f"{type(value).__module__}.{type(value).__qualname__}"
-        raise RopeArgumentError(name, f"{name} must be a positive Python int, got {value!r} of type {kind}: "
-                                      f"convert it with int()")
-    raise RopeArgumentError(name, f"{name} must be a positive int, got {value!r}")
-
-
-def _integer_of_another_type(value: object) -> bool:
-    """A NumPy integer (a ``numbers.Integral``) or a one-element integer tensor: an integer that is no Python int."""
-    if isinstance(value, (int, bool)):
-        return False
-    if isinstance(value, Tensor):
-        return value.numel() == 1 and not (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
-    return isinstance(value, numbers.Integral)
-
-
-def describe_value(value: object) -> str:
-    """How an error message shows a value the caller passed: its repr where that is one short line, else its type
-    (with its shape or length). A tensor, an array or a long list given where a number or a name was expected would
-    otherwise put hundreds of lines (or thousands of characters) into a message meant to be one line."""
-    text = repr(value)
-    if len(text) <= 80 and "\n" not in text:
-        return text
-    kind = type(value).__name__
-    shape = getattr(value, "shape", None)
-    if isinstance(shape, tuple):  # torch.Size is a tuple, as is NumPy's shape
-        return f"{kind} of shape {tuple(shape)}"
-    try:
-        return f"{kind} of length {len(value)}"
-    except TypeError:
-        return kind
-
-
-def check_variant(variant: object) -> None:
-    """Refuse a rotation variant other than ``partial`` / ``full`` (anything but a str first: an array would be
-    compared element by element, and its truth value raise NumPy's error)."""
-    if not isinstance(variant, str) or variant not in VARIANTS:
-        raise RopeArgumentError("variant", f"variant must be one of {VARIANTS}, got {describe_value(variant)}")
-
-
-def check_head_dim(head_dim: object, variant: str, rotary_dim: object = None, rotates: bool = True) -> None:
-    """Refuse a head size (or rotated width) the rotation cannot split, and a bad variant, which
-    decides the split. ``rotates`` False (the identity): no split is made, so any positive size passes."""
-    check_variant(variant)
-    _positive_int("head_dim", head_dim)
-    if rotary_dim is not None:
-        check_rotary_dim(rotary_dim, head_dim, variant, rotates)
-        return
-    if not rotates:
-        return
-    if variant == "partial" and head_dim % 4:
-        raise RopeArgumentError(
-            "head_dim", f"head_dim must be a multiple of 4 for variant='partial' (D/4 frequencies), got {head_dim}"
-        )
-    if head_dim % 2:
-        raise RopeArgumentError("head_dim", f"head_dim must be even (x is split into two halves), got {head_dim}")
-
-
-def check_rotary_dim(rotary_dim: object, head_dim: int | None, variant: str, rotates: bool = True) -> None:
-    """Refuse a rotated width that is not an even int in [2, head_dim] (a multiple of 4 for partial);
-    ``head_dim`` None: no upper bound (:func:`rope_frequencies`, which knows no head); ``rotates`` False (the
-    identity): any int in [1, head_dim], as no split is made."""
-    if rotary_dim is None:
-        return
-    _positive_int("rotary_dim", rotary_dim)
-    step = (4 if variant == "partial" else 2) if rotates else 1
-    if rotary_dim % step or (head_dim is not None and rotary_dim > head_dim):
-        need = {4: "a multiple of 4 (variant='partial': R/4 frequencies)", 2: "even", 1: None}[step]
-        bound = None if head_dim is None else f"at most head_dim={head_dim}"
-        rule = " and ".join(r for r in (need, bound) if r)
-        raise RopeArgumentError("rotary_dim", f"rotary_dim must be {rule}, got {rotary_dim}")
-
-
-def check_scaling(scaling: object) -> dict:
-    """The normalized scaling (see :mod:`rope.scaling`), or a RopeArgumentError naming the parameter.
-
-    A mapping that sets parameters but no ``type`` (or ``type: null``) is refused as a missing
-    ``scaling.type``: read as ``type=none`` it would be refused for having parameters, naming them, not the
-    forgotten key. (Every parameter null, a config listing them all, still means no scaling.)
-    """
-    if isinstance(scaling, Mapping) and scaling.get("type") is None:
-        given = [str(key) for key, value in scaling.items() if key != "type" and value is not None]
-        if given:
-            raise RopeArgumentError("scaling.type", f"scaling.type is missing (scaling sets {', '.join(given)}): "
-                                                    f"give one of {SCALING_TYPES}")
-    try:
-        return normalize_scaling(scaling)
-    except ScalingError as exc:
-        raise RopeArgumentError(exc.argument, str(exc)) from None
-
-
-def _named(name: str) -> str:
-    """The implementation a message is about, by its registered name (``liger``), as a caller of this package
-    names it in ``rope.build``; ``this implementation`` for a check called without one. Why a bare name: a
-    message here is read by any caller, so it speaks the registry's words, not one program's command line."""
-    return name or "this implementation"
-
-
-def check_layout(layout: object, supported: tuple[str, ...] = LAYOUTS, name: str = "") -> None:
-    """Refuse a layout that is unknown, or that the implementation ``name`` does not support."""
-    if layout not in LAYOUTS:
-        raise RopeArgumentError("layout", f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if layout not in supported:
-        raise RopeArgumentError("layout", f"{_named(name)} supports layout {' / '.join(map(repr, supported))} "
-                                          f"only, got {layout!r}")
-
-
-def check_base(base: object) -> None:
-    """Refuse a frequency base that is not a finite positive number (the table would be NaN or inf)."""
-    if not isinstance(base, numbers.Real) or isinstance(base, bool) or not (math.isfinite(base) and base > 0):
-        raise RopeArgumentError("base", f"base must be a finite number > 0, got {base!r}")
-
-
-def check_common_args(head_dim: object, max_seq_len: object, base: object, variant: object,
-                      layout: object = "half", rotary_dim: object = None,
-                      layouts: tuple[str, ...] = LAYOUTS, name: str = "", rotary_dim_ok: bool = True,
-                      scaling: object = None, rotates: bool = True) -> None:
-    """The checks every implementation shares: head_dim and rotary_dim for the variant (any size for an
-    implementation that ``rotates`` nothing), max_seq_len, base, and the layout and rotary_dim among what the
-    implementation supports."""
-    check_head_dim(head_dim, variant, rotary_dim, rotates)
-    kind = check_scaling(scaling)["type"]
-    if rotary_dim is not None and rotary_dim != head_dim and not rotary_dim_ok:
-        raise RopeArgumentError("rotary_dim", f"{_named(name)} rotates the whole head only (rotary_dim None or "
-                                              f"{head_dim}), got rotary_dim={rotary_dim}")
-    _positive_int("max_seq_len", max_seq_len)
-    check_base(base)  # before the scaling's own bound: a base of -1 is no base at all, whatever the scaling
-    if kind in ("ntk", "dynamic_ntk", "yarn") and base <= 1:
-        raise RopeArgumentError("base", f"base must be > 1 for scaling.type={kind} (it takes log(base)), got {base!r}")
-    check_layout(layout, layouts, name)
 
 
 class RotaryEmbedding(nn.Module):
@@ -656,140 +492,3 @@ def on_device_of(x: Tensor) -> contextlib.AbstractContextManager:
     if x.is_cuda and x.get_device() != torch.cuda.current_device():
         return torch.cuda.device(x.device)
     return contextlib.nullcontext()
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    """``cuda`` and ``cuda:0`` (the current device) name the same device."""
-    if a.type != b.type:
-        return False
-    if a.type != "cuda" or (a.index is not None and b.index is not None):
-        return a.index == b.index or a.type != "cuda" and None in (a.index, b.index)
-    current = torch.cuda.current_device()
-    return (current if a.index is None else a.index) == (current if b.index is None else b.index)
-
-
-class TensorCache:
-    """Values derived from tensors, kept while those tensor objects are alive and unchanged in place.
-
-    Why: some derived values are worth computing once and reusing call after call (the flat tiling's
-    element tables from a module's cos/sin buffers; packed positions, whose check synchronises with the
-    device, from the cu_seqlens every layer of a step shares). A key is the tensors' ids plus ``extra``; a
-    hit needs each stored weak reference to still be that object (a dead one never matches a new tensor
-    given the old one's id) and its version counter unchanged (no in-place change since). The oldest of
-    ``entries`` goes first. Not for inference tensors, which keep no version counter (:meth:`usable`); the
-    callers keep nothing while tracing either (the values are then graph values).
-    """
-
-    def __init__(self, entries: int) -> None:
-        self.entries = entries
-        self._store: dict[tuple, tuple] = {}
-
-    @staticmethod
-    def usable(*tensors: Tensor) -> bool:
-        """Whether values of these tensors can be kept: not for inference tensors (no version counter)."""
-        return not any(t.is_inference() for t in tensors)
-
-    def get(self, tensors: tuple[Tensor, ...], extra: tuple = ()) -> object | None:
-        """The value kept for these tensor objects (unchanged since) and ``extra``, or None."""
-        hit = self._store.get((tuple(map(id, tensors)), extra))
-        if hit is None:
-            return None
-        refs, versions, value = hit
-        if all(r() is t for r, t in zip(refs, tensors, strict=True)) and versions == tuple(t._version for t in tensors):
-            return value
-        return None
-
-    def put(self, tensors: tuple[Tensor, ...], extra: tuple, value: object) -> None:
-        key = (tuple(map(id, tensors)), extra)
-        if len(self._store) >= self.entries and key not in self._store:
-            self._store.pop(next(iter(self._store)))
-        self._store[key] = (tuple(weakref.ref(t) for t in tensors), tuple(t._version for t in tensors), value)
-
-
-#: :func:`packed_positions_once`'s positions: a few, the packed batches of one step, each shared by every layer.
-_PACKED = TensorCache(8)
-
-
-def packed_positions_once(cu_seqlens: Tensor, total: int, max_seq_len: int,
-                          seqlen_offsets: Tensor | int | None = None, device: torch.device | None = None) -> Tensor:
-    """:func:`packed_positions`, computed and checked once per ``cu_seqlens`` tensor.
-
-    Why: the check reads the values back to the host, a synchronisation that drains the GPU's queue, and
-    every attention layer of a step passes the same ``cu_seqlens`` (flash-attn's varlen convention), and
-    that wait would otherwise cost more than the rotation itself. Later calls with the same tensor objects,
-    unchanged since (their version counters), and the same total, table length and device reuse the
-    positions: no synchronisation, no kernel but the rotation (:class:`TensorCache`: not kept while tracing
-    or for inference tensors).
-    """
-    off_is_tensor = isinstance(seqlen_offsets, Tensor)
-    tensors = (cu_seqlens, seqlen_offsets) if off_is_tensor else (cu_seqlens,)
-    if torch.compiler.is_compiling() or not isinstance(cu_seqlens, Tensor) or not TensorCache.usable(*tensors):
-        return packed_positions(cu_seqlens, total, max_seq_len, seqlen_offsets, device)
-    extra = (None if off_is_tensor else seqlen_offsets, total, max_seq_len, str(device))
-    positions = _PACKED.get(tensors, extra)
-    if positions is None:
-        positions = packed_positions(cu_seqlens, total, max_seq_len, seqlen_offsets, device)
-        _PACKED.put(tensors, extra, positions)
-    return positions
-
-
-def packed_positions(cu_seqlens: Tensor, total: int, max_seq_len: int,
-                     seqlen_offsets: Tensor | int | None = None, device: torch.device | None = None) -> Tensor:
-    """The (total,) int32 position of every token of packed sequences: its index in its sequence,
-    plus the sequence's offset.
-
-    The values are checked (start 0, non-decreasing, end ``total``, longest position below
-    ``max_seq_len``) in one host-device synchronisation: a packed batch changes every step, and a
-    wrong ``cu_seqlens`` would otherwise rotate silently by wrong positions. Under ``torch.compile`` the same
-    checks are an assert the device raises (no synchronisation, no graph break: ``fullgraph=True`` works).
-    """
-    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dtype not in (torch.int32, torch.int64) \
-            or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
-        raise ValueError("cu_seqlens must be a 1-D int32/int64 tensor of n_seq + 1 cumulative starts, got "
-                         f"{getattr(cu_seqlens, 'dtype', type(cu_seqlens).__name__)} "
-                         f"{tuple(getattr(cu_seqlens, 'shape', ()))}")
-    device = cu_seqlens.device if device is None else torch.device(device)
-    if not _same_device(cu_seqlens.device, device):
-        raise ValueError(f"cu_seqlens must be on q's device {device}, got {cu_seqlens.device}")
-    n_seq = cu_seqlens.numel() - 1
-    cu = cu_seqlens.long()
-    if seqlen_offsets is None:
-        offsets = torch.zeros(n_seq, dtype=torch.long, device=device)
-    elif isinstance(seqlen_offsets, int) and not isinstance(seqlen_offsets, bool):
-        offsets = torch.full((n_seq,), seqlen_offsets, dtype=torch.long, device=device)
-    elif isinstance(seqlen_offsets, Tensor) and not seqlen_offsets.is_floating_point() \
-            and seqlen_offsets.dtype != torch.bool and seqlen_offsets.shape == (n_seq,) \
-            and _same_device(seqlen_offsets.device, device):
-        offsets = seqlen_offsets.long()
-    else:
-        raise ValueError(f"seqlen_offsets must be an int or an int tensor of shape (n_seq,)=({n_seq},) on "
-                         f"{device}, got {seqlen_offsets!r}")
-    # The positions are queued before the one synchronisation that checks the values, so that after it
-    # only the caller's kernel is left to launch (a slow host would otherwise launch every kernel behind the
-    # sync, with the GPU idle). Indices are clamped so that bad values, refused below,
-    # never index out of bounds on the way.
-    tokens = torch.arange(total, device=device)
-    # The sequence of each token: the number of starts <= it, less one (cu[0] = 0 is <= every token).
-    # Searched in the whole of ``cu``, never a slice of it: Inductor's searchsorted ignored a sliced
-    # boundary tensor's offset (pytorch/pytorch#182343), so under torch.compile on CUDA (torch 2.11)
-    # ``searchsorted(cu[1:], ...)`` came out one too high and indexed past ``offsets``.
-    seq = (torch.searchsorted(cu, tokens, right=True) - 1).clamp_(0, n_seq - 1)
-    positions = (tokens - cu[seq] + offsets[seq]).int()
-    lengths = cu[1:] - cu[:-1]
-    checks = torch.stack([cu[0], (lengths < 0).sum(), cu[-1], (offsets + lengths.clamp(min=1) - 1).max(),
-                          offsets.min()])
-    if torch.compiler.is_compiling():
-        # In a compiled graph a read to the host would break the graph and wait for the GPU at every call: the same
-        # checks as one assert that the device raises (on a GPU, a device-side assert: the CUDA context is lost).
-        ok = (checks[0] == 0) & (checks[1] == 0) & (checks[2] == total) & (checks[3] < max_seq_len) & (checks[4] >= 0)
-        torch._assert_async(ok, f"cu_seqlens must start at 0, never decrease and end at total_tokens={total}, and "
-                                f"the packed positions (with seqlen_offsets) lie in [0, max_seq_len={max_seq_len})")
-        return positions
-    first, decreasing, last, top, low = checks.tolist()
-    if first != 0 or decreasing or last != total:
-        raise ValueError(f"cu_seqlens must start at 0, never decrease and end at total_tokens={total} "
-                         f"(q.shape[0]); got start {first}, end {last}, {decreasing} decreasing step(s)")
-    if low < 0 or top >= max_seq_len:
-        raise ValueError(f"packed positions must lie in [0, max_seq_len={max_seq_len}): the longest sequence plus "
-                         f"its offset reaches {top}" + (f", an offset is {low}" if low < 0 else ""))
-    return positions

@@ -34,7 +34,8 @@ from rope._launch import (  # shared with the Triton entries: same outputs, same
     overriding,
     pow2_unit,
 )
-from rope.base import LAYOUTS, RotaryEmbedding, on_device_of
+from rope.base import RotaryEmbedding, on_device_of
+from rope.checks import LAYOUTS
 from rope.registry import register
 from rope.scaling import attention_factor
 

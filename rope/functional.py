@@ -19,7 +19,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from rope.base import POSITION_DTYPES, RopeArgumentError, RotaryEmbedding, describe_value
+from rope.base import POSITION_DTYPES, RotaryEmbedding
+from rope.checks import RopeArgumentError, describe_value
 from rope.registry import build
 
 #: How many built modules (one cos/sin table each) are kept.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rope.base import LAYOUTS, RopeArgumentError, RotaryEmbedding
+from rope.base import RotaryEmbedding
+from rope.checks import LAYOUTS, RopeArgumentError
 from rope.registry import register
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}

@@ -16,7 +16,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from rope.base import RopeArgumentError, RotaryEmbedding, UnknownRopeError
+from rope.base import RotaryEmbedding
+from rope.checks import RopeArgumentError, UnknownRopeError
 
 _REGISTRY: dict[str, type[RotaryEmbedding]] = {}
 #: Plugin name -> why it is left out (it failed to import, or registered nothing): :func:`load_plugins` fills it.
@@ -55,11 +56,12 @@ def discover(package: str, path: Iterable[str]) -> list[str]:
     """Import every module and subpackage directly in ``package`` whose name has no leading underscore.
 
     Why: an implementation registers itself when its module is imported, so importing them all is
-    what makes "one file with ``@register``" enough. The helper modules (``base``, ``registry``,
-    ``numerics``) are imported too, harmlessly; a module that must not be imported eagerly (one that
-    needs an optional dependency, such as ``_cute_kernels``) starts with an underscore and is
-    imported by the implementation that uses it. An implementation module that fails to import is
-    an error, not a silently missing entry. Returns the module names imported, in order.
+    what makes "one file with ``@register``" enough. The shared modules (``base``, ``checks``,
+    ``registry``, ``scaling``) are imported too, harmlessly; a module that must not be imported eagerly
+    (one that needs an optional dependency, such as ``_cute_kernels``, or that only tests and benchmarks
+    use, such as ``_numerics``) starts with an underscore and is imported by what uses it. An
+    implementation module that fails to import is an error, not a silently missing entry. Returns the
+    module names imported, in order.
     """
     names = [m.name for m in pkgutil.iter_modules(list(path)) if not m.name.startswith("_")]
     for name in names:
@@ -133,7 +135,7 @@ def available() -> list[str]:
 
 
 def get(name: str) -> type[RotaryEmbedding]:
-    """The class registered under ``name``; an unknown name raises :class:`~rope.base.UnknownRopeError`
+    """The class registered under ``name``; an unknown name raises :class:`~rope.checks.UnknownRopeError`
     (a :class:`RopeArgumentError` for argument ``"name"``, and a KeyError) listing the valid ones."""
     try:
         return _REGISTRY[name]

@@ -16,7 +16,8 @@ from torch import Tensor
 
 from rope._launch import interpreting, new_output
 from rope._launch import launch_hooks_unset as _hooks_unset  # a module name the tests' spies patch
-from rope.base import TensorCache, on_device_of
+from rope._packed import TensorCache
+from rope.base import on_device_of
 from rope.triton import kernels
 from rope.triton.plan import Geometry, Overrides, Plan, forced, make_plan
 

@@ -7,7 +7,8 @@ import torch
 from torch import Tensor
 
 from rope._launch import triton_runs_on
-from rope.base import LAYOUTS, RotaryEmbedding
+from rope.base import RotaryEmbedding
+from rope.checks import LAYOUTS
 from rope.registry import register
 from rope.scaling import attention_factor
 

@@ -108,9 +108,12 @@ CUSTOM_OPS = _define("", traced=False)
 
 @functools.cache
 def traced_ops() -> OpSet | None:
-    """The triton ops, defined at the first call (at import on CUDA and ROCm builds; elsewhere only tests ask); None
-    where torch has no ``torch.library.triton_op``. Why not at import everywhere: defining one imports Dynamo and
-    Inductor, seconds of every start of a CPU process, where compiled graphs call the custom ops instead."""
+    """The triton ops (defined by the first call, then cached), or None where torch has no ``torch.library.triton_op``.
+
+    Why a function: production calls it once, at import, on CUDA and ROCm builds running real kernels
+    (:data:`TRACED_OPS`), and tests call it to define the traced ops on demand where that import did not. Why not at
+    import everywhere: defining one imports Dynamo and Inductor, seconds of every start of a CPU process, where
+    compiled graphs call the custom ops instead."""
     return _define("_traced", traced=True) if hasattr(torch.library, "triton_op") else None
 
 

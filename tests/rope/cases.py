@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 import rope
-from rope.numerics import ulp
+from rope._numerics import ulp
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 LAYOUTS = ("contiguous", "qkv", "gqa", "transposed", "strided_d")

@@ -43,7 +43,7 @@ import torch
 from helpers import FLOAT32_SAME_AS
 
 import rope
-from rope.numerics import ulp
+from rope._numerics import ulp
 
 from .cases import LAYOUTS, POSITIONS, make_inputs, make_positions, output_grads
 
@@ -827,11 +827,11 @@ def test_packed_positions_are_checked_once_per_cu_seqlens_tensor(monkeypatch, de
     cu_seqlens tensor: the layers of a step share it. Reused for the same unchanged objects; computed
     again for a new tensor, after an in-place change of cu_seqlens or of the offsets (a bad change still
     refused), and for another length; the results stay those of the written-out rows."""
-    import rope.base as base
+    import rope._packed as packed  # where packed_positions_once looks packed_positions up
 
     calls = []
-    real = base.packed_positions
-    monkeypatch.setattr(base, "packed_positions", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    real = packed.packed_positions
+    monkeypatch.setattr(packed, "packed_positions", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     r = build("torch", {}, 32, 16, device)
     lengths, offs = [3, 0, 5, 1], [0, 7, 2, 11]
     cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import rope
-from rope import fused_attention
+from rope import _fused_attention_plan, fused_attention
 from rope.reference import gather_tables, rotate_reference
 
 
@@ -185,7 +185,7 @@ def test_an_untuned_launch_covers_every_row_and_visible_key_once(device, monkeyp
     that cover the keys the last query sees with none empty, and a combine exactly where there are splits.
     Caches are broadcast views (nothing is launched)."""
     D, H, H_kv, B, L, T, dtype, positions = LAUNCH_CASES[case]
-    monkeypatch.setattr(fused_attention, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(_fused_attention_plan, "_sm_count", lambda device: 132)  # where _Plan looks it up
     monkeypatch.setattr(fused_attention, "_PLANS", {})
     r = rope.build("torch", D, L).to(device)
     cache = torch.zeros(B, H_kv, 1, D, dtype=dtype, device=device).expand(B, H_kv, L, D)
@@ -206,8 +206,8 @@ def test_an_untuned_launch_covers_every_row_and_visible_key_once(device, monkeyp
 def test_a_decode_launch_fits_a_gpu_of_less_shared_memory(device, monkeypatch):
     """On a GPU whose programs get 99 KB of shared memory (an RTX 4090's), the key and value tiles a decode launch
     keeps in flight fit it (where an H200's 227 KB take a fourth pair: such a launch would not compile there)."""
-    monkeypatch.setattr(fused_attention, "_sm_count", lambda device: 128)
-    monkeypatch.setattr(fused_attention, "_shared_memory", lambda device: 99 * 1024)
+    monkeypatch.setattr(_fused_attention_plan, "_sm_count", lambda device: 128)  # where _Plan looks them up
+    monkeypatch.setattr(_fused_attention_plan, "_shared_memory", lambda device: 99 * 1024)
     monkeypatch.setattr(fused_attention, "_PLANS", {})
     D, L = 128, 4097
     r = rope.build("torch", D, L).to(device)

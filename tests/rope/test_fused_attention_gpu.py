@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import rope
-from rope import fused_attention
+from rope import _fused_attention_plan, fused_attention
 
 from .test_fused_attention import position_rows, reference, rotated_cache
 
@@ -301,7 +301,8 @@ def test_a_triton_that_cannot_compile_the_hopper_kernel_falls_back_to_tl(monkeyp
 
     broken = types.SimpleNamespace(attend_ws_kernel=Uncompilable(), cache_descriptor=real.cache_descriptor,
                                    MAX_REGS=real.MAX_REGS, COMPILE_ERRORS=real.COMPILE_ERRORS)
-    monkeypatch.setattr(fused_attention, "_hopper_kernels", lambda: broken)
+    monkeypatch.setattr(fused_attention, "_hopper_kernels", lambda: broken)  # the launch's
+    monkeypatch.setattr(_fused_attention_plan, "_hopper_kernels", lambda: broken)  # the plan's (whether it applies)
     monkeypatch.setattr(fused_attention, "_PLANS", {})
     monkeypatch.setattr(fused_attention, "_HOPPER_FAILED", [])
     with pytest.warns(RuntimeWarning, match="the Hopper kernel does not compile"):

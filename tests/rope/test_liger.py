@@ -20,7 +20,7 @@ import torch
 
 import rope
 import rope.liger as liger_module
-from rope.numerics import ulp
+from rope._numerics import ulp
 
 from .cases import make_inputs, make_positions, output_grads
 

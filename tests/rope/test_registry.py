@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import rope
+from rope._numerics import ulp
 from rope.base import UnknownRopeError, UnknownRopeOptionError
-from rope.numerics import ulp
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,8 @@
 """Floating-point yardsticks shared by the tests and the benchmarks.
 
 One definition of "one ulp", so the precision bound the tests enforce and the error the benchmark
-reports are measured with the same ruler.
+reports are measured with the same ruler. Private (a leading underscore) because it registers no
+implementation: :func:`rope.registry.discover` skips it, so ``import rope`` does not import it.
 """
 
 from __future__ import annotations
