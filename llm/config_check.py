@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 import rope
+from llm.checks import positive_int
 from llm.config_keys import as_written
 from llm.config_schema import CONF_DIR, left_out_note, schema
 from llm.data import check_data_config
@@ -56,12 +57,11 @@ def _check_rope(cfg: DictConfig, head_dim: int, device: torch.device) -> None:
         raise ConfigError(f"rope.name={r.name!r} is not registered{left_out_note(r.name)}; allowed: "
                           f"{', '.join(rope.available())}")
     _check_preset_names_its_option(r.name)
-    given = r.get("max_seq_len")
     # rope_cache_len reads a falsy value as "unset" (0 would silently become model.seq_len) and compares the rest
     # with model.seq_len (a string fails there with a traceback): so only null or a positive integer gets that far.
-    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
-        raise ConfigError(f"rope.max_seq_len={given!r} must be a positive integer, at least "
-                          f"model.seq_len={cfg.model.seq_len} (the RoPE cache's rows), or null for model.seq_len")
+    positive_int(r.get("max_seq_len"), "rope.max_seq_len", allow_none=True,
+                 must_be=f"a positive integer, at least model.seq_len={cfg.model.seq_len} (the RoPE cache's rows), "
+                         "or null for model.seq_len")
     cache = rope_cache_len(cfg.model, r)
     if cache < cfg.model.seq_len:
         raise ConfigError(f"model.seq_len={cfg.model.seq_len} exceeds the RoPE cache rope.max_seq_len={cache}")
@@ -156,9 +156,7 @@ def rope_as_typed(name: str, preset: str | None) -> str:
 
 def check_jobs_per_gpu(per_gpu: object) -> int:
     """``sweep.jobs_per_gpu`` checked (a positive integer), for the sweep's launcher and for every run alike."""
-    if isinstance(per_gpu, bool) or not isinstance(per_gpu, int) or per_gpu < 1:
-        raise ConfigError(f"sweep.jobs_per_gpu={per_gpu!r} must be a positive integer")
-    return per_gpu
+    return positive_int(per_gpu, "sweep.jobs_per_gpu")
 
 
 def _typed(key: str) -> bool:

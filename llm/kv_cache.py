@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 import rope
+from llm.checks import is_positive_int
 
 #: How a cached step attends (see the module docstring).
 ATTENTIONS = ("sdpa", "fused_rope")
@@ -57,7 +58,7 @@ def attended(keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
 
 def _check_cache_args(n_layer: int, max_len: int, attention: str) -> None:
     for name, value in (("n_layer", n_layer), ("max_len", max_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if not is_positive_int(value):
             raise ValueError(f"KV cache {name} must be a positive int, got {value!r}")
     if attention not in ATTENTIONS:
         raise ValueError(f"KV cache attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")

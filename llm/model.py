@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import rope as rope_registry
+from llm.checks import positive_int
 from llm.config_schema import REFUSED_KEYS
 from llm.doc_attention import DocumentMask, document_attention
 from llm.kv_cache import KVCache, LayerKV, StaticKVCache, StaticLayerKV
@@ -58,17 +59,11 @@ class GPTConfig:
     def validate(self) -> None:
         """Refuse shapes the model cannot build, naming the config keys (positivity first: no division by 0)."""
         for key in ("seq_len", "n_layer", "n_head", "n_embd", "vocab_size"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"model.{key}={value!r} must be a positive integer")
+            positive_int(getattr(self, key), f"model.{key}", error=ValueError)
         # vocab_multiple divides the vocabulary's padding: 0 divides by zero, a negative one pads below vocab_size
-        value = self.vocab_multiple
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"model.vocab_multiple={value!r} must be a positive integer")
+        positive_int(self.vocab_multiple, "model.vocab_multiple", error=ValueError)
         for key in ("n_kv_head", "d_ff"):
-            value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-                raise ValueError(f"model.{key}={value!r} must be a positive integer or null")
+            positive_int(getattr(self, key), f"model.{key}", allow_none=True, error=ValueError)
         for key in ("bias", "tie_embeddings", "scale_embeddings"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"model.{key}={getattr(self, key)!r} must be true or false")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from llm.checks import positive_int
 from llm.errors import ConfigError
 
 #: ``data.packing``: random slices of the token stream (positions 0..T-1), or the same slices laid out by document
@@ -38,12 +39,7 @@ def setting(cfg: Mapping, key: str, default: Any = None) -> Any:
 
 def positive_int_or_none(cfg: Mapping, key: str) -> int | None:
     """``data.<key>`` as a positive int, or None when unset; anything else is a DataError naming the key."""
-    value = setting(cfg, key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise DataError(f"data.{key}={value} must be a positive integer or null")
-    return int(value)
+    return positive_int(setting(cfg, key), f"data.{key}", allow_none=True, error=DataError, shown=str)
 
 
 def val_fraction(cfg: Mapping) -> float:

@@ -51,6 +51,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import rope
+from llm.checks import is_positive_int, positive_int
 from llm.config_check import device_memory_bytes
 from llm.data import TokenData, prepare_data
 from llm.errors import ConfigError
@@ -111,15 +112,8 @@ class EvalSettings:
     baseline_stride: int | None = None  # None: half the window
 
 
-def _positive_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
 def _optional_positive(cfg: Mapping, key: str) -> int | None:
-    v = cfg.get(key)
-    if v is not None and not _positive_int(v):
-        raise ConfigError(f"{key}={v!r} must be a positive integer (or null for the default)")
-    return v
+    return positive_int(cfg.get(key), key, allow_none=True, must_be="a positive integer (or null for the default)")
 
 
 def read_lengths(value: object) -> tuple[int, ...] | None:
@@ -127,7 +121,7 @@ def read_lengths(value: object) -> tuple[int, ...] | None:
     if value is None:
         return None
     items = list(value) if isinstance(value, (list, tuple)) or OmegaConf.is_list(value) else [value]
-    if not items or not all(_positive_int(v) for v in items):
+    if not items or not all(is_positive_int(v) for v in items):
         shown = OmegaConf.to_container(value) if OmegaConf.is_list(value) else value
         raise ConfigError(f"lengths={shown!r} must be a list of positive integers, e.g. lengths=[512,1024,2048]")
     return tuple(sorted(set(items)))
@@ -135,9 +129,8 @@ def read_lengths(value: object) -> tuple[int, ...] | None:
 
 def read_settings(cfg: Mapping) -> EvalSettings:
     """Every setting checked before the run is opened; each problem is one line naming the key."""
-    batch_tokens = cfg.get("batch_tokens", 65536)
-    if not _positive_int(batch_tokens):
-        raise ConfigError(f"batch_tokens={batch_tokens!r} must be a positive integer (tokens per forward batch)")
+    batch_tokens = positive_int(cfg.get("batch_tokens", 65536), "batch_tokens",
+                                must_be="a positive integer (tokens per forward batch)")
     dtype = cfg.get("dtype", "auto")
     if dtype not in DTYPES:
         raise ConfigError(f"dtype={dtype!r}; allowed: {', '.join(DTYPES)}")

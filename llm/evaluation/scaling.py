@@ -21,6 +21,7 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from llm.checks import positive_int
 from llm.errors import ConfigError
 from rope.scaling import SCALING_PARAMS, SCALING_TYPES, ScalingError, normalize_scaling
 
@@ -111,9 +112,8 @@ def resolve_scaling(request: Mapping | None, run_rope: Mapping, train_len: int) 
         raise ConfigError(f"rope.scaling.type={kind!r}; allowed: {', '.join(SCALING_TYPES)}")
     takes = SCALING_PARAMS[kind]
     notes: list[str] = []
-    given = asked.pop("original_max_seq_len", None)
-    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given <= 0):
-        raise ConfigError(f"rope.scaling.original_max_seq_len={given!r} must be a positive integer")
+    given = positive_int(asked.pop("original_max_seq_len", None), "rope.scaling.original_max_seq_len",
+                         allow_none=True, must_be="a positive integer")
     if given is not None:
         reference = given
     elif run_scaling.get("original_max_seq_len"):

@@ -23,6 +23,7 @@ from typing import TextIO
 import torch
 
 import rope
+from llm.checks import positive_int
 from llm.errors import ConfigError
 from llm.generation.decode import Generated, cache_kind, fed_positions, generate, new_tokens_room
 from llm.generation.load import (
@@ -88,13 +89,6 @@ class Settings:
         return f"KV cache ({how}), attention {self.attention}"
 
 
-def _positive_int(cfg: Mapping, key: str) -> int:
-    v = cfg[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ConfigError(f"{key}={v!r} must be a positive integer")
-    return v
-
-
 def _number(v: object) -> object:
     """Hydra reads ``temperature=1`` as an int: fine; anything else is passed on for the check to name."""
     return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
@@ -141,9 +135,8 @@ def read_settings(cfg: Mapping) -> Settings:
         raise ConfigError(f"attention={attention!r}; allowed: {', '.join(ATTENTIONS)}")
     if attention == "fused_rope" and cache == "none":
         raise ConfigError("attention=fused_rope attends over a KV cache: it needs cache=static or cache=dynamic")
-    chunk = cfg["prefill_chunk"]
-    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0):
-        raise ConfigError(f"prefill_chunk={chunk!r} must be a positive integer, or null for the whole prompt at once")
+    chunk = positive_int(cfg["prefill_chunk"], "prefill_chunk", allow_none=True,
+                         must_be="a positive integer, or null for the whole prompt at once")
     if chunk is not None and cache != "static":
         raise ConfigError(f"prefill_chunk={chunk} feeds the prompt into a static cache: it needs cache=static")
     dtype = cfg["dtype"]
@@ -154,8 +147,8 @@ def read_settings(cfg: Mapping) -> Settings:
         reason = rope.attention_unavailable_reason(device)
         if reason:
             raise ConfigError(f"attention=fused_rope: {reason}")
-    return Settings(read_prompt(cfg), _positive_int(cfg, "max_new_tokens"), sampling, seed,
-                    _positive_int(cfg, "num_samples"), cache, capture, attention, chunk, device, dtype)
+    return Settings(read_prompt(cfg), positive_int(cfg["max_new_tokens"], "max_new_tokens"), sampling, seed,
+                    positive_int(cfg["num_samples"], "num_samples"), cache, capture, attention, chunk, device, dtype)
 
 
 class GenerationInterrupted(KeyboardInterrupt):

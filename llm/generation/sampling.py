@@ -12,11 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from llm.checks import positive_int
 from llm.errors import ConfigError
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -32,8 +29,7 @@ class Sampling:
         t, k, p = self.temperature, self.top_k, self.top_p
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise ConfigError(f"temperature={t!r} must be a finite number >= 0 (0: greedy)")
-        if k is not None and (not _is_int(k) or k <= 0):
-            raise ConfigError(f"top_k={k!r} must be a positive integer, or null for no top-k cut")
+        positive_int(k, "top_k", allow_none=True, must_be="a positive integer, or null for no top-k cut")
         if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1):
             raise ConfigError(f"top_p={p!r} must be in (0, 1], or null for no nucleus cut")
 

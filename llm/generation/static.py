@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 import rope
+from llm.checks import is_positive_int
 from llm.model import GPT
 
 #: Eager steps run before capture (on a side stream): lazy initialisations (cuBLAS workspaces, Triton
@@ -41,8 +42,7 @@ class StaticDecoder:
 
     def __init__(self, model: GPT, max_len: int, *, capture: bool = True, attention: str = "sdpa",
                  prefill_chunk: int | None = None) -> None:
-        if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int)
-                                          or prefill_chunk <= 0):
+        if prefill_chunk is not None and not is_positive_int(prefill_chunk):
             raise ValueError(f"prefill_chunk must be a positive int or None, got {prefill_chunk!r}")
         self.model, self.max_len, self.attention, self.prefill_chunk = model, max_len, attention, prefill_chunk
         self.cache = model.new_cache(max_len, static=True, attention=attention)

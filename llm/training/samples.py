@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 
 import torch
 
+from llm.checks import positive_int
 from llm.data import get_tokenizer
 from llm.errors import ConfigError
 from llm.generation import GREEDY, cut_at, encode_prompt, generate, never_written, new_tokens_room
@@ -22,12 +23,9 @@ from llm.model import GPT
 
 def check_sample_config(tc: Mapping) -> None:
     """Validate ``train.sample_every`` / ``sample_tokens`` / ``sample_prompts`` (absent in old runs' configs)."""
-    every = tc.get("sample_every")
-    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 0):
-        raise ConfigError(f"train.sample_every={every!r} must be an integer >= 0 (0 or null: no samples)")
-    tokens = tc.get("sample_tokens", 32)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
-        raise ConfigError(f"train.sample_tokens={tokens!r} must be a positive integer")
+    every = positive_int(tc.get("sample_every"), "train.sample_every", minimum=0, allow_none=True,
+                         must_be="an integer >= 0 (0 or null: no samples)")
+    positive_int(tc.get("sample_tokens", 32), "train.sample_tokens")
     prompts = tc.get("sample_prompts", ())
     if isinstance(prompts, str) or not isinstance(prompts, Sequence) or \
             not all(isinstance(p, str) for p in prompts):

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 import rope
+from llm.checks import as_typed, positive_int
 from llm.code_version import code_version
 from llm.data import TokenData, check_streams, data_fingerprint, prepare_data, sample_batch
 from llm.data.config import packing
@@ -95,29 +96,16 @@ class StopTraining(Exception):
         self.status, self.exit_code = status, exit_code
 
 
-def _as_typed(value: object) -> str:
-    """A refused value as the command line writes it: a string quoted (``'5'``: quotes made it no number), null."""
-    return "null" if value is None else repr(value) if isinstance(value, str) else str(value)
-
-
 def check_train_config(tc: DictConfig, world_size: int = 1, data_cfg: DictConfig | None = None) -> None:
     """Validate the ``train`` config group before any work; each message names the key. ``data_cfg`` (default:
     the ``data`` group of the config ``tc`` belongs to) is read for the settings the two groups must agree on."""
     for key in ("max_steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "log_every"):
-        v = tc[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ConfigError(f"train.{key}={_as_typed(v)} must be a positive integer")
+        positive_int(tc[key], f"train.{key}", shown=as_typed)
     for key in ("ckpt_every", "skip_nonfinite"):
-        v = tc.get(key, 0)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(f"train.{key}={_as_typed(v)} must be an integer >= 0")
-    keep = tc.get("keep_checkpoints", 2)
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise ConfigError(f"train.keep_checkpoints={_as_typed(keep)} must be an integer >= 1 (the newest checkpoint "
-                          "is what a resume, init_from and generation read)")
-    stop = tc.get("stop_at_step")
-    if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop <= 0):
-        raise ConfigError(f"train.stop_at_step={stop!r} must be a positive integer or null")
+        positive_int(tc.get(key, 0), f"train.{key}", minimum=0, shown=as_typed)
+    positive_int(tc.get("keep_checkpoints", 2), "train.keep_checkpoints", shown=as_typed,
+                 must_be="an integer >= 1 (the newest checkpoint is what a resume, init_from and generation read)")
+    positive_int(tc.get("stop_at_step"), "train.stop_at_step", allow_none=True)
     if tc.batch_size % world_size:
         raise ConfigError(f"train.batch_size={tc.batch_size} (global) must be divisible by the {world_size} "
                           "processes of torchrun")
