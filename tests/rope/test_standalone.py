@@ -120,6 +120,13 @@ def test_attention_with_the_kv_cache_equals_the_whole_sequence(impl):
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=0, atol=1e-5)
     assert full.shape == x.shape and cache.length == 9
 
+def _without_the_interpreter(code: str) -> subprocess.CompletedProcess:
+    """``code`` run in a fresh process without ``TRITON_INTERPRET`` (a CPU where no Triton kernel runs): what
+    ``import rope`` does there is decided at that import, so a test of it needs a process of its own."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
 
 def test_attention_is_causal_and_rotary():
     attn = _attention("torch")
@@ -181,8 +188,7 @@ def test_standalone_in_a_fresh_process_imports_nothing_of_llm_and_surfaces_the_k
             "print(sorted(m for m in sys.modules if m == 'llm' or m.startswith('llm.')))\n"
             "try:\n    rope.rope_triton(q, q, 16)\n"
             "except Exception as e:\n    print(type(e).__name__, e)\n")
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = _without_the_interpreter(code)
     compiler, *lines = proc.stdout.strip().splitlines() or [""]
     if not (torch.version.cuda or torch.version.hip):
         assert compiler == "[]", proc.stdout + proc.stderr[-2000:]
@@ -220,8 +226,7 @@ def test_a_standalone_caller_s_refusals_name_implementations_not_a_command_line(
             "    except Exception as e:\n        said.append(f'{type(e).__name__}: {e}')\n"
             "    else:\n        said.append(None)\n"
             "print(repr(said))\n")
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = _without_the_interpreter(code)
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
     refusals = [s for s in said[-9:] if s is not None]
@@ -249,7 +254,6 @@ def test_the_interpreter_counts_as_it_was_when_rope_was_imported():
             "before = answers()\n"
             "os.environ['TRITON_INTERPRET'] = '1'\n"
             "print(before, answers())\n")
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = _without_the_interpreter(code)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == f"{[False] * 5} {[False] * 5}", proc.stdout
