@@ -336,16 +336,50 @@ def resume_command(run_dir: Path) -> str:
     return f"{launcher} -m llm.train hydra.run.dir={run_dir} train.resume=auto"
 
 
-#: Hydra settings of the job that ``llm.train`` refuses on its command line, with why (:func:`check_launch`).
+#: Hydra settings of the job that ``llm.train`` refuses on its command line, the values it leaves them (what the run
+#: does anyway), and why (:func:`check_launch`).
 REFUSED_HYDRA_SETTINGS = {
-    "hydra.output_subdir": ("each run writes Hydra's record of its command (config.yaml, hydra.yaml, "
+    "hydra.output_subdir": ((None,), "each run writes Hydra's record of its command (config.yaml, hydra.yaml, "
                             "overrides.yaml) into <run dir>/.hydra/ itself once it owns the dir, a resume's into "
                             ".hydra/resume_<n>/; Hydra would write it before, over the record of the command that "
-                            "made the run, or into a dir another run holds: leave it unset"),
-    "hydra.job.chdir": ("llm.train reads every relative path (data files, train.init_from, a checkpoint) from the "
-                        "directory it is started in and writes into the run dir by its full path; changing into "
-                        "the run dir would make those paths resolve there: leave it unset (false)"),
+                            "made the run (or its config.yaml, with an empty name), or into a dir another run holds: "
+                            "leave it unset (null)"),
+    "hydra.job.chdir": ((None, False), "llm.train reads every relative path (data files, train.init_from, a "
+                        "checkpoint) from the directory it is started in and writes into the run dir by its full "
+                        "path; changing into the run dir would make those paths resolve there: leave it unset "
+                        "(false)"),
 }
+
+
+def _leaves(key: str, value: object) -> Iterator[tuple[str, object]]:
+    """(dotted key, value) of each leaf an override sets: ``hydra.job={chdir:true}`` sets ``hydra.job.chdir``."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(f"{key}.{k}", v)
+    else:
+        yield key, value
+
+
+def refused_hydra_setting(overrides: list[str]) -> str | None:
+    """The line refusing the first override that sets a :data:`REFUSED_HYDRA_SETTINGS` key to another value than
+    the run's own (in any form Hydra reads: ``+``/``++``, a dict of a parent key, each value of a sweep), or None.
+    An override Hydra cannot parse is left to Hydra, which refuses it in its own line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    parser = OverridesParser.create()
+    for text in overrides:
+        try:
+            override = parser.parse_override(text)
+            value = None if override.is_delete() else override.value()
+        except Exception:  # noqa: BLE001 (Hydra's grammar errors have no common base class)
+            continue
+        for one in value.list if isinstance(value, ChoiceSweep) else [value]:
+            for key, leaf in _leaves(override.key_or_group, one):
+                allowed, why = REFUSED_HYDRA_SETTINGS.get(key, ((leaf,), ""))
+                if not any(leaf is a for a in allowed):
+                    return f"{text}: {why}"
+    return None
 
 
 def check_launch(argv: list[str]) -> None:
@@ -357,10 +391,8 @@ def check_launch(argv: list[str]) -> None:
     own, each taking the sweep dir's lock: rank 0 would be refused as "in use by another sweep" (its own rank 1),
     after the sweep dir and a job dir are made."""
     args, _ = get_args_parser().parse_known_args(argv[1:])
-    for override in args.overrides:
-        key, _, value = override.lstrip("+~").partition("=")
-        if key in REFUSED_HYDRA_SETTINGS and value.strip().lower() not in ("", "null", "false"):
-            raise ConfigError(f"{override}: {REFUSED_HYDRA_SETTINGS[key]}")
+    if (line := refused_hydra_setting(args.overrides)) is not None:
+        raise ConfigError(line)
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
     if args.multirun:

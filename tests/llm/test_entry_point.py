@@ -269,12 +269,15 @@ def test_under_torchrun_only_rank_0_prints_the_config(tmp_path):
 
 
 @pytest.mark.parametrize("override", ["hydra.output_subdir=.hydra", "++hydra.output_subdir=meta",
-                                      "hydra.job.chdir=true", "+hydra.job.chdir=True"])
+                                      "hydra.output_subdir=", "hydra.output_subdir=false", "hydra={output_subdir:meta}",
+                                      "hydra.job.chdir=true", "+hydra.job.chdir=True", "hydra.job={chdir:true}",
+                                      "hydra.job.chdir=false,true"])
 def test_hydra_job_settings_the_run_manages_itself_are_refused_before_hydra_starts(override, tmp_path, monkeypatch,
                                                                                     capsys):
     """``hydra.output_subdir`` (Hydra would write the command's record before the run owns its dir: over the record
-    of the command that made a resumed run) and ``hydra.job.chdir`` (relative data and checkpoint paths would resolve
-    in the run dir): one line naming the override and why, exit 2, no dir made."""
+    of the command that made a resumed run, or, named empty, over the run's config.yaml) and ``hydra.job.chdir``
+    (relative data and checkpoint paths would resolve in the run dir), in every form Hydra reads: one line naming
+    the override and why, exit 2, no dir made."""
     from helpers import run_module_main
 
     from llm.errors import ConfigError
@@ -286,6 +289,11 @@ def test_hydra_job_settings_the_run_manages_itself_are_refused_before_hydra_star
     code, lines = run_module_main(monkeypatch, capsys, "llm.train", [f"--config-path={CONF}", "seed=3", override])
     assert code == 2 and len(lines) == 1 and lines[0].startswith(f"Error: {override}: "), lines
     assert "leave it unset" in lines[0] and not any(tmp_path.iterdir())
-    key = override.lstrip("+").partition("=")[0]
-    for harmless in (f"{key}=null", f"{key}=false", f"~{key}"):  # what the run does anyway
-        check_launch(["llm.train", harmless])
+
+
+def test_hydra_job_settings_at_the_run_s_own_values_pass():
+    """What the run does anyway (no record subdir, no chdir) is no reason to refuse a command."""
+    from llm.train import check_launch
+
+    check_launch(["llm.train", "hydra.output_subdir=null", "hydra.job.chdir=false", "++hydra.job.chdir=null",
+                  "hydra.job={chdir:false,name:x}", "hydra.run.dir=/tmp/x", "seed=1,2"])
