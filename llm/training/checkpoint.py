@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 import random
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,14 @@ def _first_line(e: BaseException) -> str:
     return one_line(e).split(". ")[0].rstrip(".") or type(e).__name__
 
 
+def _whole_zip(path: Path) -> bool:
+    """Whether ``path`` ends as a zip archive does (torch saves checkpoints as one): a file cut short does not."""
+    try:
+        return zipfile.is_zipfile(path)
+    except OSError:
+        return True  # unreadable: not evidence of damage
+
+
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu",
                     needs: tuple[str, ...] = ()) -> dict[str, Any]:
     """Load one checkpoint: a file that does not load as one holding ``needs`` raises :class:`DamagedCheckpoint`
@@ -133,7 +142,8 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu",
     try:
         state = torch.load(path, map_location=map_location, weights_only=False)
     except OSError as e:
-        if e.errno == errno.EINVAL:  # torch's zip reader on a file cut short (no end of archive): damage
+        # torch's zip reader on a file cut short raises EINVAL; only a file that is no whole zip archive is damage
+        if e.errno == errno.EINVAL and not _whole_zip(path):
             raise DamagedCheckpoint(f"checkpoint {path} is damaged ({_first_line(e)})") from None
         # not damage: the file may be whole, and falling back past it would train its steps again and replace it
         raise ResumeError(f"checkpoint {path} cannot be read ({e.strerror or _first_line(e)}): make it readable "

@@ -118,6 +118,16 @@ def test_an_unreadable_checkpoint_is_refused_not_skipped(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint_mod.torch, "load", load)
     with pytest.raises(ResumeError, match=r"step_0000004.pt cannot be read \(Permission denied\): make it readable"):
         find_resume_checkpoint("auto", ckpt)
+    real_error = OSError(22, "Invalid argument")  # a read the system failed on a whole file: not damage either
+
+    def failing_read(path, *args, **kwargs):
+        if Path(path).name == "step_0000004.pt":
+            raise real_error
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_mod.torch, "load", failing_read)
+    with pytest.raises(ResumeError, match=r"step_0000004.pt cannot be read \(Invalid argument\): make it readable"):
+        find_resume_checkpoint("auto", ckpt)
 
 
 def test_last_pt_pointing_at_a_removed_file_is_said(tmp_path, caplog):
