@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from llm.cli import INTERRUPTED, OneLineParser
 from llm.data import DataError
 from llm.data.sources.code_corpus import (
     DEFAULT_EXCLUDE,
@@ -44,7 +45,7 @@ def _names(text: str) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m scripts.code_corpus", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m scripts.code_corpus", description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="new directory to write the .txt documents and manifest.json into")
     ap.add_argument("--packages", type=_names, default=None, help="comma-separated distributions (default: all)")
     ap.add_argument("--exclude", type=_names, default=list(DEFAULT_EXCLUDE),
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         tmp.rename(args.out)
     except KeyboardInterrupt:
         print(f"interrupted: nothing written to {args.out}", file=sys.stderr)
-        raise SystemExit(130) from None
+        raise SystemExit(INTERRUPTED) from None
     except OSError as e:
         _refuse(f"error: argument out: cannot write {args.out}: {e}")
     finally:

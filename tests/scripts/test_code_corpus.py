@@ -80,6 +80,7 @@ def test_a_package_not_installed_is_named_by_the_flag_that_asked_for_it(tmp_path
     [
         (["--packages", ","], "--packages"),  # no name: read nothing, then blamed the installed packages
         (["--min-chars", "-5"], "--min-chars"),
+        (["--min-chars", "ten"], "--min-chars"),  # argparse's own refusal: one line too, not its usage text first
         (["--min-chars", "100", "--max-chars", "10"], "--max-chars"),  # no file can be both: an empty corpus
         (["--site-packages", "nosuchdir"], "--site-packages"),  # was blamed on the installed packages
         (["--manifest", "m.json", "--packages", "alpha"], "--packages"),  # the manifest's files were taken instead
