@@ -34,8 +34,8 @@ import warnings
 import torch
 from torch import Tensor
 
-# The launch planning lives in rope._fused_attention_plan, which never imports this module. Tuning and tuning are
-# re-exported: benchmarks and tests force launch settings through rope.fused_attention.tuning.
+# The launch planning lives in rope._fused_attention_plan, which never imports this module. The Tuning class and
+# the tuning block are re-exported: benchmarks and tests force launch settings through rope.fused_attention.tuning.
 from rope._fused_attention_plan import (
     _TUNING,
     _hopper_kernels,

@@ -189,9 +189,9 @@ def test_bad_config_fails_before_any_work_naming_the_key(overrides, message):
 def test_fused_loss_off_cuda_needs_the_interpreter(monkeypatch):
     """Liger's fused loss is Triton kernels: on the CPU without TRITON_INTERPRET=1 it is refused before any work.
 
-    The interpreter is switched off for rope.liger alone, not in the environment: the check imports Liger, and Liger
-    (with Triton) imported under TRITON_INTERPRET=0 leaves the later Triton tests of this process without the
-    interpreter ("0 active drivers")."""
+    The interpreter is switched off for rope's device rule alone (rope._launch.INTERPRETING), not in the
+    environment: the check imports Liger, and Liger (with Triton) imported under TRITON_INTERPRET=0 leaves the later
+    Triton tests of this process without the interpreter ("0 active drivers")."""
     monkeypatch.setattr("rope._launch.INTERPRETING", False)
     with pytest.raises(ValueError, match="train.fused_linear_ce=true runs Liger-Kernel's Triton kernels: on a CUDA "
                                          "GPU, or on the CPU with TRITON_INTERPRET=1"):
