@@ -148,8 +148,8 @@ def parse_head_dim(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description="Error of the float32 cos/sin cache, of float32 angles and of every RoPE "
-                                       "implementation at positions 2^10 ... 2^20, and RoPE's relative-position "
-                                       "property at large offsets (md + csv).")
+                                              "implementation at positions 2^10 ... 2^20, and RoPE's relative-position "
+                                              "property at large offsets (md + csv).")
     p.add_argument("--out", type=Path, default=Path("outputs/position_precision"),
                    help="directory for position_precision.md and .csv (default outputs/position_precision)")
     p.add_argument("--bases", type=parse_bases, default=parse_bases("1e4,5e5"), help="frequency bases (1e4,5e5)")

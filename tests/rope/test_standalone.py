@@ -120,12 +120,12 @@ def test_attention_with_the_kv_cache_equals_the_whole_sequence(impl):
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=0, atol=1e-5)
     assert full.shape == x.shape and cache.length == 9
 
+
 def _without_the_interpreter(code: str) -> subprocess.CompletedProcess:
     """``code`` run in a fresh process without ``TRITON_INTERPRET`` (a CPU where no Triton kernel runs): what
     ``import rope`` does there is decided at that import, so a test of it needs a process of its own."""
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-
 
 
 def test_attention_is_causal_and_rotary():
