@@ -120,6 +120,18 @@ def build(model_cfg, name: str, args: argparse.Namespace):
     return cast_weights(model, torch.bfloat16 if args.device.type == "cuda" else torch.float32)
 
 
+def point_line(head: dict, point) -> str:
+    """A measured point's progress line, true to its CSV row: a ``captured`` point whose step was not captured says
+    so, and its note (why not, or why the point was not measured) is shown with the rate or in its place."""
+    measured_eagerly = point.mode == "captured" and not point.captured and point.decode_tok_s
+    mode = f"{point.mode} (not captured)" if measured_eagerly else point.mode
+    rate = f"{point.decode_tok_s:,.0f} tok/s, first token {point.first_token_ms:.1f} ms" if point.decode_tok_s else ""
+    note = point.note or ""
+    said = f"{rate} ({note})" if rate and note else rate or note
+    return (f"{head['model']} {head['implementation']} B={point.batch} prompt {point.prompt_len} {mode} "
+            f"{point.attention}: {said}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log = harness.Progress()
@@ -150,10 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
             def record(point, head: dict = head) -> None:  # each point kept as it comes: a run cut short keeps them
                 results.append([{**head, **point.row()}])
-                rate = f"{point.decode_tok_s:,.0f} tok/s, first token {point.first_token_ms:.1f} ms" \
-                    if point.decode_tok_s else point.note
-                log(f"{head['model']} {head['implementation']} B={point.batch} prompt {point.prompt_len} "
-                    f"{point.mode} {point.attention}: {rate}")
+                log(point_line(head, point))
 
             with torch.no_grad():
                 decode_speed_table(model, batches=args.batches, prompt_lens=args.prompts, new_tokens=args.new_tokens,

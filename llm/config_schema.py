@@ -11,7 +11,7 @@ included), so there is no second list to keep in step by hand.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from llm.checks import as_typed
 from llm.config_keys import covered, flatten
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -39,21 +40,63 @@ RUN_READERS = {"generate": ("llm.generate decodes", FUNCTION_KEYS),
                "eval_lengths": ("llm.eval_lengths evaluates", tuple(k for k in FUNCTION_KEYS if k != "scaling"))}
 
 
-def rope_key_without_kernel(key: str, value: object, config_name: str) -> str | None:
+#: Where a user asking a trained run for a longer context goes: generation keeps the run's, so the answer names the
+#: commands that do take one (docs/usage.md, "Evaluate and fine-tune at other lengths").
+LONGER_CONTEXT = ("to evaluate longer contexts with a scaling: python -m llm.eval_lengths; to generate at a longer "
+                  "context, fine-tune the run at that length (python -m llm.train train.init_from=<run dir> "
+                  "model.seq_len=<length>) and generate from the new run")
+
+
+def rope_key_as_typed(key: str, value: object) -> str:
+    """``rope.<key>`` at the composed ``value`` as a user types it: a scaling as its ``rope.scaling.*`` keys that are
+    set (``rope.scaling=none`` for no scaling), anything else as :func:`~llm.checks.as_typed` writes it. Why: a
+    refusal is copied back to a command line, where a Python dict or ``None`` does not parse."""
+    if key == "scaling" and (value is None or isinstance(value, Mapping)):
+        typed = [f"rope.scaling.{k}={v}" for k, v in (value or {}).items() if v is not None]
+        return " ".join(typed) if typed not in ([], ["rope.scaling.type=none"]) else "rope.scaling=none"
+    return f"rope.{key}={as_typed(value)}"
+
+
+def context_kept(shown: str, positions: int | None = None, trained_max_seq_len: object = None) -> str:
+    """The line refusing a context other than the run's in generation (``shown``: the key as typed): what it keeps,
+    ``positions`` where the run is open (None: Hydra's refusal, before it is), and where to go instead."""
+    if positions is None:
+        kept = "(its rope.max_seq_len, by default its model.seq_len)"
+    else:
+        its = "model.seq_len" if trained_max_seq_len is None else "rope.max_seq_len"
+        kept = f"of {positions} positions (its {its})"
+    return f"{shown}: generation keeps the run's context {kept}; {LONGER_CONTEXT}"
+
+
+def rope_key_without_kernel(key: str, value: object, config_name: str, *, composed: bool = False,
+                            argv: Sequence[str] | None = None) -> str | None:
     """The line refusing ``rope.<key>=value`` with no ``rope=<name>`` in a command that reads a trained run (None
     for another command, or a key that command takes as its own). Why a line of its own: the config-key check
     would call it a key "not of the rope chosen", or say to choose a rope, while the key is the run's rotation,
-    which no rope= changes."""
+    which no rope= changes.
+
+    ``composed``: ``value`` is the composed config's (typed; a scaling as a mapping of its keys); else it is the
+    command line's text (Hydra refused the key before composing), and a scaling's keys are read from ``argv``, the
+    command's arguments (Hydra names only the first key it refused). In generation ``rope.max_seq_len`` is answered
+    with the run's context (:func:`context_kept`)."""
     if config_name not in RUN_READERS:
         return None
     does, kept = RUN_READERS[config_name]
+    if not composed and key == "scaling":
+        shown = " ".join(a.lstrip("+") for a in argv or () if a.lstrip("+").startswith("rope.scaling.")) or \
+            f"rope.scaling={value}"
+    else:
+        shown = rope_key_as_typed(key, value) if composed else f"rope.{key}={value}"
     if key in kept:
-        return (f"rope.{key}={value!r}: {does} with the run's rotation (its {', '.join(kept)} as trained); "
-                "rope=<name> swaps only the kernel")
+        pointer = f"; {LONGER_CONTEXT}" if key == "scaling" else ""
+        return (f"{shown}: {does} with the run's rotation (its {', '.join(kept)} as trained); rope=<name> swaps only "
+                f"the kernel{pointer}")
     if key == "scaling":
         return None
-    return (f"rope.{key}={value!r} without rope=<name>: rope.* options belong to the kernel a rope=<name> override "
-            "chooses (e.g. rope=torch rope.compute_dtype=bfloat16)")
+    if key == "max_seq_len" and config_name == "generate":
+        return context_kept(shown)
+    return (f"{shown} without rope=<name>: rope.* options belong to the kernel a rope=<name> override chooses (e.g. "
+            "rope=torch rope.compute_dtype=bfloat16)")
 
 
 def unknown_option_note(group: str, option: str) -> str:
@@ -148,6 +191,13 @@ class Schema:
     global_files: dict[str, frozenset[str]] = field(default_factory=dict)  # "recipe/seed004" -> the keys it sets
     global_includes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "experiment/x" -> files it includes
     default_options: dict[str, str] = field(default_factory=dict)  # group -> the option the defaults list chooses
+    config_name: str = "config"  # the primary config: conf/<config_name>.yaml
+
+    @property
+    def reader(self) -> str:
+        """Who reads this config's keys, for the line naming a missing one: a run (llm.train's config), else the
+        command (``llm.generate``), which makes no run."""
+        return "a run" if self.config_name == "config" else self.command.removeprefix("python -m ")
 
     def chosen_global_keys(self, choices: Mapping | None) -> dict[str, list[str]]:
         """Each key the ``_global_`` files of ``choices`` (Hydra's ``runtime.choices``: ``experiment: fidelity``)
@@ -241,13 +291,13 @@ class Schema:
         name = (tree.get(group) or {}).get("name") if isinstance(tree.get(group), Mapping) else None
         option = (choices or {}).get(group)
         if group in self.groups and isinstance(option, str) and option not in self.groups[group]:
-            return (f"{key} is missing: a run reads it, and {group}={option} (a config file of yours, not in conf/) "
-                    f"does not set it: set it there, or build the file on a preset of the project's by starting it "
-                    f"with `defaults: [{self._base_option(group, name)}]`")
+            return (f"{key} is missing: {self.reader} reads it, and {group}={option} (a config file of yours, not in "
+                    f"conf/) does not set it: set it there, or build the file on a preset of the project's by starting "
+                    f"it with `defaults: [{self._base_option(group, name)}]`")
         if group in self.groups and name is not None and key != f"{group}.name":
-            return (f"{key} is missing: a run reads it (was it removed with ~{key}, or {group}.name={name} set by "
-                    f"itself? choose the option whole with {group}={name})")
-        return f"{key} is missing: a run reads it (was it removed with ~{key}?)"
+            return (f"{key} is missing: {self.reader} reads it (was it removed with ~{key}, or {group}.name={name} set "
+                    f"by itself? choose the option whole with {group}={name})")
+        return f"{key} is missing: {self.reader} reads it (was it removed with ~{key}?)"
 
     def _base_option(self, group: str, name: object) -> str:
         """The project's option of ``group`` that a preset of the user's naming ``name`` builds on: the option of
@@ -289,6 +339,8 @@ class Schema:
         line chose for the key's group (``optim=muon``), named in the line."""
         if key in REFUSED_KEYS:
             return REFUSED_KEYS[key]
+        if key == "rope.max_seq_len" and self.config_name == "generate":  # rope=torch rope.max_seq_len=N: the run's
+            return context_kept(key)
         group = key.partition(".")[0]
         unchosen = group in self.groups and group not in self.required_groups and group not in self.own
         if unchosen and group not in chosen:  # a group left unchosen, whose keys the command's file sets neither
@@ -348,4 +400,5 @@ def schema(config_name: str = "config", command: str = "python -m llm.train", co
     return Schema(own=own, groups=groups, required_groups=frozenset(g for g, o in chosen.items() if o is not None),
                   global_keys=frozenset().union(*global_files.values()), command=command, global_files=global_files,
                   global_includes={name: _global_includes(p, global_groups) for name, p in files.items()},
-                  default_options={g: str(o) for g, o in chosen.items() if o is not None})
+                  default_options={g: str(o) for g, o in chosen.items() if o is not None},
+                  config_name=config_name)

@@ -124,7 +124,7 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
         chosen = chosen_groups(args)
         if key.startswith("rope.") and "rope" not in chosen:  # the run's rotation, in generate and eval_lengths
             value = next((a.partition("=")[2] for a in args if a.lstrip("+~").partition("=")[0] == key), "")
-            if (line := rope_key_without_kernel(key.split(".")[1], value, config_name)) is not None:
+            if (line := rope_key_without_kernel(key.split(".")[1], value, config_name, argv=args)) is not None:
                 return line
         group = key.partition(".")[0]
         option = next((a.partition("=")[2] for a in args if a.lstrip("+").partition("=")[0] == group), None)

@@ -318,7 +318,9 @@ class GPT(nn.Module):
 
     def next_logits(self, idx: Tensor, cache: KVCache | StaticKVCache | None = None) -> Tensor:
         """Logits (B, padded_vocab) of the token after ``idx``: the head runs on the last position only
-        (what decoding needs; the full head over a long prefix would dominate a step)."""
+        (what decoding needs; the full head over a long prefix would dominate a step). The rows past the tokenizer's
+        vocabulary (``model.vocab_multiple``'s padding) are untrained and may score highest: slice the logits to the
+        tokenizer's ``n_vocab`` before picking, as ``generate(vocab_size=...)`` does."""
         return self.head(self.hidden(idx, cache)[:, -1])
 
     def flops_per_token(self) -> float:

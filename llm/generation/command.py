@@ -32,6 +32,7 @@ from llm.generation.load import (
     load_run_model,
     open_run,
     rope_for_generation,
+    run_progress,
     run_tokenizer,
 )
 from llm.generation.sampling import Sampling
@@ -81,11 +82,26 @@ class Settings:
             notes.append(f"temperature=0 decodes greedily: the {self.num_samples} samples are identical")
         return notes
 
+    @property
+    def captures(self) -> bool:
+        """Whether the static cache's decode step is to be captured: asked for, and on a CUDA device (elsewhere the
+        step runs eagerly, which the header says: :meth:`describe_cache`)."""
+        return self.cache == "static" and self.capture and self.device.type == "cuda"
+
     def describe_cache(self) -> str:
+        """The cache as it will decode, for the header: each setting asked for that does not act here says so."""
         if self.cache == "none":
             return "no cache (prefix recomputed per token)"
-        how = "dynamic" if self.cache == "dynamic" else "static, " + (
-            "decode step captured as a CUDA graph" if self.capture and self.device.type == "cuda" else "eager")
+        if self.cache == "dynamic":
+            how = "dynamic"
+        elif self.captures:
+            how = "static, decode step captured as a CUDA graph"
+        elif self.capture:
+            how = f"static, eager: capture=true needs a CUDA device, not {self.device.type}"
+        else:
+            how = "static, eager"
+        if self.prefill_chunk is not None:  # read_settings allows it with the static cache only
+            how += f"; prompt in chunks of {_tokens(self.prefill_chunk)}"
         return f"KV cache ({how}), attention {self.attention}"
 
 
@@ -182,13 +198,16 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
     r = loaded.rope
     label = rope.label(r["name"], None if r["name"] == "none" else r.get("variant"), r.get("compute_dtype"))
     model = cast_weights(loaded.model, s.weights_dtype)
-    err.write(f"{opened.run_dir}: step {loaded.step}, rope={label}, {s.device}, {s.describe_cache()}, "
+    step = f"step {loaded.step}{run_progress(opened, loaded.checkpoint)}"
+    # checkpoint= may be any file of the model's shape (another run's): the header names the weights decoded
+    weights = step if cfg["checkpoint"] in (None, "") else f"{loaded.checkpoint} ({step})"
+    err.write(f"{opened.run_dir}: {weights}, rope={label}, {s.device}, {s.describe_cache()}, "
               f"{str(s.weights_dtype)[6:]} weights, context {context} positions\n")
     for note in s.notes():
         err.write(f"[note: {note}]\n")
     decoder = None
     if s.cache == "static":
-        decoder = StaticDecoder(model, fed_positions(len(ids), n_new), capture=s.capture, attention=s.attention,
+        decoder = StaticDecoder(model, fed_positions(len(ids), n_new), capture=s.captures, attention=s.attention,
                                 prefill_chunk=s.prefill_chunk)
     generator = torch.Generator(device=s.device).manual_seed(s.seed)
     never = never_written(enc)
@@ -196,6 +215,8 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
     texts: list[str] = []
     try:
         for i in range(s.num_samples):
+            # stdout and stderr are often read apart: each sample's lines on stderr say which sample they are of
+            which = f"sample {i + 1}/{s.num_samples}: " if s.num_samples > 1 else ""
             if s.num_samples > 1:
                 out.write(f"--- sample {i + 1}/{s.num_samples} ---\n")
             out.write(s.prompt)
@@ -216,16 +237,16 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
             out.flush()
             if decoder is not None and decoder.note and capturing:
                 err.write(f"[{decoder.note}]\n")
-            err.write(_speed_line(result, capturing and decoder.captured))
+            err.write(_speed_line(result, capturing and decoder.captured, which))
             tokens, ended = cut_at(result.tokens[0].tolist(), enc.eot_token)
             texts.append(enc.decode(tokens))
             if ended:
-                err.write(f"[end of text after {_tokens(len(tokens))}]\n")
+                err.write(f"[{which}end of text after {_tokens(len(tokens))}]\n")
             elif n_new < s.max_new_tokens:
-                err.write(f"[stopped after {_tokens(n_new)}: the sequence reached the model's context of {context} "
-                          "positions (the run's RoPE cache, rope.max_seq_len)]\n")
+                err.write(f"[{which}stopped after {_tokens(n_new)}: the sequence reached the model's context of "
+                          f"{context} positions (the run's RoPE cache, rope.max_seq_len)]\n")
             else:
-                err.write(f"[stopped after max_new_tokens={n_new} tokens]\n")
+                err.write(f"[{which}stopped after max_new_tokens={n_new} tokens]\n")
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (llm.entry): the text so far stays, the command says so
         out.write("\n")  # the stopped sample's line ends where it stopped; the command's line follows on stderr
         out.flush()
@@ -237,13 +258,13 @@ def _tokens(n: int) -> str:
     return f"{n} token" + ("" if n == 1 else "s")
 
 
-def _speed_line(result: Generated, captured_now: bool) -> str:
+def _speed_line(result: Generated, captured_now: bool, which: str = "") -> str:
     """How long the first token took (the prompt, and the capture of the decode step when it was made) and
-    how fast the rest came."""
+    how fast the rest came; ``which``: the sample's label (``sample 2/8: ``) where there are several."""
     what = "the prompt and the decode step's capture" if captured_now else "the prompt"
     rate = result.decode_tokens_per_s
     tail = f", then {_rate(rate)} tokens/s" if rate else ""
-    return f"[first token after {1e3 * result.first_token_s:.1f} ms ({what}){tail}]\n"
+    return f"[{which}first token after {1e3 * result.first_token_s:.1f} ms ({what}){tail}]\n"
 
 
 def _rate(per_s: float) -> str:

@@ -23,11 +23,18 @@ from omegaconf import DictConfig, OmegaConf
 
 import rope
 from llm.config_check import rope_as_typed
-from llm.config_schema import FUNCTION_KEYS, left_out_note, rope_key_without_kernel
+from llm.config_schema import (
+    FUNCTION_KEYS,
+    LONGER_CONTEXT,
+    context_kept,
+    left_out_note,
+    rope_key_as_typed,
+    rope_key_without_kernel,
+)
 from llm.data.tokenizer import get_tokenizer
 from llm.errors import ConfigError, one_line
 from llm.model import GPT, GPTConfig, build_model, rope_cache_len
-from llm.run_files import CONFIG_FILE
+from llm.run_files import CHECKPOINT_DIR, COMPLETED, CONFIG_FILE, read_summary
 from llm.training.checkpoint import checkpoint_files, dangling_last, load_checkpoint, load_newest_checkpoint
 from llm.training.outputs import holds_a_run
 from llm.training.resume import another_run_s_keys
@@ -180,6 +187,24 @@ def open_run(run: str | None, checkpoint: str | None = None, purpose: str = "gen
                      state)
 
 
+def run_progress(opened: OpenedRun, checkpoint: Path) -> str:
+    """What to add after ``step N`` of ``checkpoint`` where the run has not completed: `` of 300, still training (pid
+    123)`` (a live process holds the run dir) or `` of 3000, interrupted`` (the status its ``summary.json``
+    records); empty for a completed run, a run with no summary (a checkpoint-only dir) or a checkpoint from outside
+    the run's ``checkpoints/``. Why: text from a run half trained reads as the trained model's unless the command
+    says whose it is."""
+    if checkpoint.parent.resolve() != (opened.run_dir / CHECKPOINT_DIR).resolve():
+        return ""
+    if (pid := lock_holder(opened.run_dir)) is not None:  # its summary, if any, is a resumed run's stale one
+        state, max_steps = f"still training (pid {pid})", None
+    elif (summary := read_summary(opened.run_dir) or {}).get("status", COMPLETED) != COMPLETED:
+        state, max_steps = str(summary["status"]), summary.get("max_steps")
+    else:
+        return ""
+    max_steps = max_steps if max_steps is not None else OmegaConf.select(opened.config, "train.max_steps")
+    return ("" if max_steps is None else f" of {max_steps}") + f", {state}"
+
+
 def checkpoint_run_dir(checkpoint: str | None) -> Path | None:
     """The run dir a checkpoint file lies in (``<dir>/checkpoints/<file>`` beside ``<dir>/config.yaml``), else None.
     Why: a user holding a checkpoint path gives it as ``run=``, or as ``checkpoint=`` alone; the model, tokenizer
@@ -229,10 +254,13 @@ def _load_state(run_dir: Path, path: Path | None) -> tuple[Path, dict]:
 
 def refuse_rope_keys_without_a_kernel(override: Mapping | None, config_name: str = "generate") -> None:
     """``rope.<key>=...`` with no ``rope=<name>``: one line saying what ``rope`` does here
-    (:func:`llm.config_schema.rope_key_without_kernel`); a command that reads only ``rope.name`` would ignore it."""
+    (:func:`llm.config_schema.rope_key_without_kernel`); a command that reads only ``rope.name`` would ignore it.
+    Generation's ``rope.max_seq_len`` is left to :func:`rope_for_generation`, whose line names the run's context."""
     if override and "name" not in override:
         for key, value in _plain(override).items():
-            if (line := rope_key_without_kernel(key, value, config_name)) is not None:
+            if config_name == "generate" and key == "max_seq_len":
+                continue
+            if (line := rope_key_without_kernel(key, value, config_name, composed=True)) is not None:
                 raise ConfigError(line)
 
 
@@ -275,14 +303,6 @@ def command_line_rope_keys(cfg: Mapping) -> frozenset[str]:
     return frozenset(keys)
 
 
-def _shown(key: str, value: object) -> str:
-    """``rope.<key>`` at ``value`` as a user types it: a scaling as its ``rope.scaling.*`` keys (``none`` for no
-    scaling), so that a refusal can be copied to a command line rather than read as a Python dict."""
-    if key == "scaling" and isinstance(value, Mapping):
-        return " ".join(f"rope.scaling.{k}={v}" for k, v in value.items())
-    return f"rope.{key}={'none' if key == 'scaling' and value is None else repr(value)}"
-
-
 def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: torch.device,
                         context: int | None = None, explicit: Collection[str] = (), preset: str | None = None) -> dict:
     """The ``rope`` group to build: the run's, or ``override``'s implementation (and its own options,
@@ -297,7 +317,11 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
     (:func:`command_line_rope_preset`), where that is not the kernel's own name."""
     run_rope, override = _plain(run_rope), _plain(override)
     refuse_rope_keys_without_a_kernel(override)
-    if not override:
+    asked_len = override.get("max_seq_len", run_rope.get("max_seq_len"))
+    if asked_len not in (run_rope.get("max_seq_len"), context):  # it would be dropped: the context is the run's
+        raise ConfigError(context_kept(rope_key_as_typed("max_seq_len", asked_len), context,
+                                       run_rope.get("max_seq_len")))
+    if "name" not in override:  # no kernel chosen (a rope.max_seq_len restating the run's context at most)
         chosen = run_rope
     else:
         name, run_name = override.get("name"), run_rope["name"]
@@ -314,14 +338,10 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
                                        for d in (override, run_rope, defaults))
             # a key typed on the command line is asked for even at the default: never ignored silently
             if asked != trained and (key in explicit or asked != default):
-                raise ConfigError(f"{_shown(key, asked)}: the run was trained with {_shown(key, trained)}; a RoPE "
-                                  "override may change the kernel, not the rotation")
-        asked_len = override.get("max_seq_len", run_rope.get("max_seq_len"))
-        if asked_len not in (run_rope.get("max_seq_len"), context):  # it would be dropped: the context is the run's
-            positions = "" if context is None else f"{context} positions: "
-            raise ConfigError(f"rope.max_seq_len={asked_len}: generation keeps the run's context ({positions}"
-                              f"rope.max_seq_len={run_rope.get('max_seq_len')}, null: its model.seq_len); a RoPE "
-                              "override may change the kernel, not the positions it was trained for")
+                pointer = f"; {LONGER_CONTEXT}" if key == "scaling" else ""
+                raise ConfigError(f"{rope_key_as_typed(key, asked)}: the run was trained with "
+                                  f"{rope_key_as_typed(key, trained)}; a RoPE override may change the kernel, not the "
+                                  f"rotation{pointer}")
         chosen = {"name": name, **{k: v for k, v in run_rope.items() if k in options or k in ("base", "max_seq_len")},
                   **{k: v for k, v in override.items() if k in options and k not in FUNCTION_KEYS}}
     reason = rope.get(chosen["name"]).unavailable_reason(device)

@@ -48,9 +48,9 @@ class StaticDecoder:
         self.cache = model.new_cache(max_len, static=True, attention=attention)
         self.want_capture = capture
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.note: str | None = None  # why the step is not captured, when capture was asked for and failed
+        self.note: str | None = None  # why the step is not captured, when capture was asked for
         self._tokens: Tensor | None = None  # (B, 1) the step's input, a buffer the graph reads
-        self._logits: Tensor | None = None  # (B, V) the captured step's output, overwritten by each replay
+        self._logits: Tensor | None = None  # (B, padded_vocab) the captured step's output, overwritten by each replay
         self._batch: int | None = None
 
     @property
@@ -60,8 +60,9 @@ class StaticDecoder:
     @torch.no_grad()  # decoding needs no graph for a backward (and the fused attention has none)
     def prefill(self, prompt: Tensor) -> Tensor:
         """Start new sequences: run the (B, T) prompt through the model into the cache and return the logits
-        (B, V) of the token after it. The first call also captures the decode step (its cost belongs to the
-        first token's latency, not to the decoding)."""
+        (B, padded_vocab) of the token after it (:meth:`GPT.next_logits`: slice them to the tokenizer's ``n_vocab``
+        before picking, as ``generate(vocab_size=...)`` does). The first call also captures the decode step (its
+        cost belongs to the first token's latency, not to the decoding)."""
         B, T = prompt.shape
         if T == 0:  # no token to run: no logits to return (the chunk loop below would run nothing)
             raise ValueError("prompt must hold at least one token, got shape (B, 0)")
@@ -87,8 +88,9 @@ class StaticDecoder:
 
     @torch.no_grad()
     def step(self, token: Tensor) -> Tensor:
-        """Feed the (B,) tokens at the next position; the logits (B, V) of the token after them. A captured
-        step's logits live in the graph's buffer: read them before the next step."""
+        """Feed the (B,) tokens at the next position; the logits (B, padded_vocab) of the token after them (slice
+        them to the tokenizer's ``n_vocab`` before picking, as :meth:`prefill`'s). A captured step's logits live in
+        the graph's buffer: read them before the next step."""
         if self._tokens is None or self.cache.length == 0:
             raise ValueError("step() before prefill(): start the sequences with prefill(prompt) first")
         if not isinstance(token, Tensor) or token.shape != (self._batch,):
@@ -106,8 +108,9 @@ class StaticDecoder:
 
     def _capture(self, device: torch.device) -> None:
         """Capture one decode step (at the cache's current position, which the first real step rewrites)."""
-        if device.type != "cuda":
-            return  # nothing to capture: the eager step is the step
+        if device.type != "cuda":  # a CUDA graph is CUDA's: the eager step is the step, and the caller is told
+            self.note = f"capture needs a CUDA device; decoding eagerly on {device.type}"
+            return
         reason = capture_refusal(self.model)
         if reason:
             self.note = reason

@@ -124,7 +124,7 @@ def test_the_user_s_full_error_still_shows_hydra_s_traceback(monkeypatch, capsys
      "rope.scaling.factr is not in this config; did you mean rope.scaling.factor?"),
     ("eval_lengths", "python -m llm.eval_lengths", "rope=nope", "rope=nope is not an option of rope; allowed: "),
     ("generate", "python -m llm.generate", "rope.variant=full",  # the run's rotation, which no rope=<name> changes
-     "rope.variant='full': llm.generate decodes with the run's rotation (its variant, base, layout, rotary_dim, "
+     "rope.variant=full: llm.generate decodes with the run's rotation (its variant, base, layout, rotary_dim, "
      "scaling as trained); rope=<name> swaps only the kernel"),
     ("generate", "python -m llm.generate", "rope=torch rope.varint=full",  # a rope chosen: a typo of its key
      "rope.varint is not in this config; did you mean rope.variant?"),

@@ -18,6 +18,7 @@ from helpers import CONF, ROOT, float32_entries, run_inprocess, run_module_main
 from hydra import compose, initialize_config_dir
 
 import rope
+from llm.config_schema import LONGER_CONTEXT
 from llm.errors import ConfigError
 from llm.generate import quote_verbatim, verbatim_overrides
 from llm.generation import GREEDY, Sampling, StaticDecoder, TextStream, encode_prompt, generate, pick_next
@@ -164,7 +165,8 @@ def test_a_static_decoder_serves_many_sequences_and_batch_sizes():
     assert generate(model, a, 9, GREEDY, decoder=decoder).tokens.shape == (2, 9)  # the 9th is never fed: 12 fed
     with pytest.raises(ValueError, match="do not fit the decoder's 12 positions"):
         generate(model, a, 10, GREEDY, decoder=decoder)
-    assert not decoder.captured and decoder.note is None  # the CPU: the eager step is the step
+    # the CPU: the eager step is the step, and the decoder says why capture (asked for by default) did not happen
+    assert not decoder.captured and decoder.note == "capture needs a CUDA device; decoding eagerly on cpu"
 
 
 def test_dynamic_ntk_is_decoded_eagerly_saying_why():
@@ -185,7 +187,8 @@ def test_timed_generation_and_the_speed_table():
                                 attentions=("sdpa",), new_tokens_without_cache=2, on_point=seen.append)
     assert seen == points and [(p.batch, p.mode) for p in points] == [
         (b, m) for b in (1, 2) for m in ("captured", "eager", "dynamic", "none")]
-    assert all(p.first_token_ms > 0 and p.decode_tok_s > 0 and p.step_ms > 0 and p.note is None for p in points)
+    assert all(p.first_token_ms > 0 and p.decode_tok_s > 0 and p.step_ms > 0 for p in points)
+    assert [p.note for p in points[:4]] == ["capture needs a CUDA device; decoding eagerly on cpu", None, None, None]
     assert [p.new_tokens for p in points[:4]] == [4, 4, 4, 2] and not any(p.captured for p in points)
 
 
@@ -332,7 +335,8 @@ def test_cli_fused_attention_and_chunked_prefill(trained_run):
     greedy, _, _ = run_generate(gen_cfg(trained_run, *common))
     fused, _, err = run_generate(gen_cfg(trained_run, *common, "attention=fused_rope", "prefill_chunk=2"))
     assert fused == greedy
-    assert "cpu, KV cache (static, eager), attention fused_rope, float32 weights" in err
+    assert ("cpu, KV cache (static, eager: capture=true needs a CUDA device, not cpu; prompt in chunks of 2 tokens), "
+            "attention fused_rope, float32 weights") in err
     assert "[first token after " in err and "(the prompt), then " in err
 
 
@@ -361,7 +365,9 @@ def test_rope_override_takes_the_run_s_rotation_and_the_kernel_s_own_options(dev
     assert rope_for_generation(run, None, device) == run
     with pytest.raises(ConfigError, match="rope.base=250.0: the run was trained with rope.base=500.0"):
         rope_for_generation(run, {"name": "torch", "base": 250.0}, device)
-    with pytest.raises(ConfigError, match=r"rope.max_seq_len=64: generation keeps the run's context \(32 positions"):
+    with pytest.raises(ConfigError, match=r"^rope.max_seq_len=64: generation keeps the run's context of 32 positions "
+                                          r"\(its model.seq_len\); to evaluate longer contexts with a scaling: "
+                                          r"python -m llm.eval_lengths; to generate at a longer context"):
         rope_for_generation(run, {"name": "torch", "max_seq_len": 64}, device, 32)  # was dropped silently
     assert rope_for_generation(run, {"name": "torch", "max_seq_len": 32}, device, 32)["name"] == "torch"  # restated
     # a run from before rope.scaling existed, and a preset spelling "no scaling" out: the same function
@@ -462,8 +468,8 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
     ("rope=nope", "Error: rope=nope is not an option of rope; allowed: "),
     ("top_kk=3", "Error: top_kk is not a known key, so nothing would read it; did you mean top_k?"),
     # the run's rotation, typed without + (the form the docs use): what rope does here, not "choose a rope"
-    ("rope.variant=full", "Error: rope.variant='full': llm.generate decodes with the run's rotation (its variant, "),
-    ("rope.compute_dtype=bfloat16", "Error: rope.compute_dtype='bfloat16' without rope=<name>: "),
+    ("rope.variant=full", "Error: rope.variant=full: llm.generate decodes with the run's rotation (its variant, "),
+    ("rope.compute_dtype=bfloat16", "Error: rope.compute_dtype=bfloat16 without rope=<name>: "),
 ])
 def test_a_hydra_level_mistake_in_generate_is_one_line_and_exit_2(arg, line, monkeypatch, capsys):
     """The command's own __main__ in this process (refused before any work; the test above runs a process)."""
@@ -472,7 +478,7 @@ def test_a_hydra_level_mistake_in_generate_is_one_line_and_exit_2(arg, line, mon
 
 
 @pytest.mark.parametrize("arg,line", [
-    ("rope.variant=full", "Error: rope.variant='full': llm.eval_lengths evaluates with the run's rotation (its "
+    ("rope.variant=full", "Error: rope.variant=full: llm.eval_lengths evaluates with the run's rotation (its "
                           "variant, base, layout, rotary_dim as trained)"),
     ("rope.scaling.factorr=2", "Error: rope.scaling.factorr is not in this config; did you mean rope.scaling.factor?"),
 ])
@@ -609,8 +615,9 @@ def test_a_scaling_refused_is_named_as_typed_and_none_for_a_run_without():
     run = {"name": "torch", "variant": "partial", "base": 10000.0, "scaling": {"type": "none", "factor": None}}
     yarn = {"type": "yarn", "factor": 4.0, "original_max_seq_len": None}
     with pytest.raises(ConfigError, match=r"^rope.scaling.type=yarn rope.scaling.factor=4.0: the run was trained "
-                                          r"with rope.scaling=none; a RoPE"):
+                                          r"with rope.scaling=none; a RoPE") as refused:
         rope_for_generation(run, {"name": "torch", "scaling": yarn}, torch.device("cpu"))
+    assert str(refused.value).endswith(f"the rotation; {LONGER_CONTEXT}")  # where a longer context is to be had
     with pytest.raises(ConfigError, match=r"^rope.scaling=none: the run was trained with rope.scaling.type=yarn "
                                           r"rope.scaling.factor=4.0; a RoPE"):
         rope_for_generation({**run, "scaling": yarn}, {"name": "torch", "scaling": None}, torch.device("cpu"),
