@@ -72,9 +72,8 @@ from llm.generation.load import (
     with_checkpoint,
 )
 from llm.model import GPT, GPTConfig, build_model
-from llm.run_files import COMPLETED, read_summary
 from llm.training import runtime
-from llm.training.run_dir import lock_holder
+from llm.training.run_dir import unfinished_run
 
 OUT_DIR = "eval_lengths"
 #: Default evaluation lengths, as multiples of the run's training ``model.seq_len``.
@@ -641,16 +640,14 @@ def unfinished_run_warning(run_dir: Path) -> str | None:
     of a shorter training than the run asked for, and the length report leaves the run out until it completes.
     A run still training has no summary to say so: without the lock's check its checkpoint so far was evaluated
     as if it were the finished model."""
-    if (pid := lock_holder(run_dir)) is not None:
+    if (why := unfinished_run(run_dir)) is None:
+        return None
+    pid, summary = why
+    if pid is not None:
         return (f"warning: {run_dir} is still training (pid {pid}): its newest checkpoint so far is evaluated, not "
                 "the finished model; evaluate it again once the run completes (another checkpoint: the file of "
                 "this evaluation is then moved to superseded/)")
-    summary = read_summary(run_dir)
-    if summary is None:  # a checkpoint-only dir, or a summary this cannot read: nothing says it did not complete
-        return None
-    status = summary.get("status", COMPLETED)
-    if status == COMPLETED:
-        return None
+    status = summary["status"]
     of = f" of {summary['max_steps']}" if summary.get("max_steps") is not None else ""
     return (f"warning: {run_dir} did not complete: status {status} at step {summary.get('step', '?')}{of}; its "
             "checkpoint is evaluated, and python -m scripts.length_report leaves the run out until it "

@@ -34,11 +34,11 @@ from llm.config_schema import (
 from llm.data.tokenizer import get_tokenizer
 from llm.errors import ConfigError, one_line
 from llm.model import GPT, GPTConfig, build_model, rope_cache_len
-from llm.run_files import CHECKPOINT_DIR, COMPLETED, CONFIG_FILE, read_summary
+from llm.run_files import CHECKPOINT_DIR, CONFIG_FILE
 from llm.training.checkpoint import checkpoint_files, dangling_last, load_checkpoint, load_newest_checkpoint
 from llm.training.outputs import holds_a_run
 from llm.training.resume import another_run_s_keys
-from llm.training.run_dir import lock_holder
+from llm.training.run_dir import lock_holder, unfinished_run
 
 log = logging.getLogger(__name__)
 
@@ -195,12 +195,11 @@ def run_progress(opened: OpenedRun, checkpoint: Path) -> str:
     says whose it is."""
     if checkpoint.parent.resolve() != (opened.run_dir / CHECKPOINT_DIR).resolve():
         return ""
-    if (pid := lock_holder(opened.run_dir)) is not None:  # its summary, if any, is a resumed run's stale one
-        state, max_steps = f"still training (pid {pid})", None
-    elif (summary := read_summary(opened.run_dir) or {}).get("status", COMPLETED) != COMPLETED:
-        state, max_steps = str(summary["status"]), summary.get("max_steps")
-    else:
+    if (why := unfinished_run(opened.run_dir)) is None:
         return ""
+    pid, summary = why
+    state = f"still training (pid {pid})" if pid is not None else str(summary["status"])
+    max_steps = summary.get("max_steps")
     max_steps = max_steps if max_steps is not None else OmegaConf.select(opened.config, "train.max_steps")
     return ("" if max_steps is None else f" of {max_steps}") + f", {state}"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from llm.config_keys import covered, flatten, load_run_config
 from llm.errors import RunDirInUseError
 from llm.fileio import TMP_MARK, LockBusyError, lock_file, lock_text, remove_stale_temps, write_text_atomic
-from llm.run_files import CHECKPOINT_DIR, METRICS_FILE, SUMMARY_FILE
+from llm.run_files import CHECKPOINT_DIR, COMPLETED, METRICS_FILE, SUMMARY_FILE, read_summary
 from llm.training.checkpoint import checkpoint_files
 
 LOCK_FILE = ".run.lock"
@@ -52,6 +52,20 @@ def lock_holder(run_dir: Path, lock_name: str = LOCK_FILE) -> str | None:
         return None
     finally:
         os.close(fd)
+
+
+def unfinished_run(run_dir: Path) -> tuple[str | None, dict] | None:
+    """Why the run in ``run_dir`` has not completed: ``(pid, {})`` while a live process holds its dir (a summary
+    there is then a resumed run's stale one), or ``(None, summary)`` when its ``summary.json`` records a status
+    other than completed; None for a completed run, or one without a readable summary (a checkpoint-only dir:
+    nothing says it did not complete). Why one function: evaluation and generation both say whose model a
+    checkpoint of an unfinished run is, by the same rule."""
+    if (pid := lock_holder(run_dir)) is not None:
+        return pid, {}
+    summary = read_summary(run_dir)
+    if summary is None or summary.get("status", COMPLETED) == COMPLETED:
+        return None
+    return None, summary
 
 
 #: Directories this process created on the way to a run dir (:func:`make_dirs`): a discarded run dir takes its
