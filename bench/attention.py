@@ -53,6 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from bench import harness
+from llm.cli import OneLineParser
 
 NAME = "attention"
 COLUMNS = (*harness.ENV_COLUMNS, "shape", "implementation", "mode", "time_us", "pct_copy_bw", "speedup",
@@ -65,8 +66,8 @@ STREAM_CALLS, STREAM_MS, STREAMS = 40, 20.0, 3
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.attention", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m bench.attention", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--head-dims", default=None, help="comma-separated head dims (default 64,128; --smoke: 16)")
     p.add_argument("--heads", default=None, help="query/key-value head counts, comma-separated (default 32/8,32/32; "
                                                  "--smoke: 4/2,4/4)")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bench import harness
 from bench.kernel import COMMON_HEAD_DIMS
+from llm.cli import OneLineParser
 
 #: What makes two kernel rows the same measurement (``heads``: :func:`bench.harness.heads_of`, added on reading).
 CONFIG_KEYS = ("head_dim", "variant", "layout", "rotary_dim", "positions", "elements", "dtype", "heads")
@@ -114,8 +115,8 @@ def step_lines(rows: list[dict], base: str, head: str, gpu: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m bench.compare", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base", required=True, help="the older commit (a prefix of the commit column)")
     p.add_argument("--head", default=None, help="the newer commit (default: the newest other one on that GPU)")
     p.add_argument("--gpu", default=None, help="the GPU's name as the rows give it (default: the newest row's)")

@@ -23,6 +23,7 @@ import sys
 import torch
 
 from bench import harness
+from llm.cli import OneLineParser
 
 NAME = "generate"
 COLUMNS = (*harness.ENV_COLUMNS, "model", "implementation", "batch", "prompt_len", "new_tokens", "mode", "attention",
@@ -53,8 +54,8 @@ def choices(values: list[str], option: str, allowed: tuple[str, ...], parser: ar
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The options, checked before any work (the modes and attentions once ``rope`` is imported: :func:`main`)."""
-    p = argparse.ArgumentParser(prog="python -m bench.generate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m bench.generate", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="comma-separated conf/model presets (default small,gpt2_small; "
                                                  "--smoke: tiny)")
     p.add_argument("--impls", default=None, help="comma-separated RoPE implementations (default triton_v4; "

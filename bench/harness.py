@@ -360,9 +360,10 @@ def _cell(value: object) -> object:
 class ResultsCsv:
     """An append-only CSV with a fixed header: every run adds rows, none rewrites what is there.
 
-    A path no rows can go to (a folder, or under a file) and a file whose header differs (written by another
-    version of the benchmark) are refused before any work, in one line and exit 2, rather than failing at the first
-    row or mixing rows of another meaning.
+    A path no rows can go to (a folder, under a file, a folder or file this user cannot write, a read-only file
+    system) and a file whose header differs (written by another version of the benchmark) are refused before any
+    work, in one line and exit 2, rather than failing at the first row, after its measurement, or mixing rows of
+    another meaning.
     """
 
     def __init__(self, path: Path, columns: Sequence[str]) -> None:
@@ -378,6 +379,23 @@ class ResultsCsv:
             if header != self.columns:
                 _refuse(f"{self.path}: its columns are not the ones this benchmark writes "
                         f"({','.join(self.columns)}); append to another file with --out")
+        self._try_to_open()
+
+    def _try_to_open(self) -> None:
+        """Open the file for appending once, then leave the file system as it was: permission bits alone cannot say
+        whether a file can be made there (root passes them; a read-only mount or ``/proc`` still refuses)."""
+        made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # the file first, then its folders
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "ab"):
+                pass
+        except OSError as e:
+            _refuse(f"--out {self.path}: cannot be written ({e.strerror or e}); name a CSV file in a folder you can "
+                    "write")
+        finally:
+            for p in made:
+                with contextlib.suppress(OSError):
+                    p.unlink() if p == self.path else p.rmdir()
 
     def line_ending(self) -> str:
         """The line ending of the file's header (``\n`` or ``\r\n``; a new file: the csv module's ``\r\n``):

@@ -38,6 +38,7 @@ import torch
 
 from bench import harness
 from bench import liger as liger_native
+from llm.cli import OneLineParser
 
 NAME = "kernel"
 COLUMNS = (*harness.ENV_COLUMNS, "implementation", "direction", "head_dim", "variant", "layout", "rotary_dim",
@@ -354,8 +355,8 @@ def make_configs(args: argparse.Namespace, log: Callable[[str], None]) -> list[C
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.kernel", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m bench.kernel", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--impls", default=None,
                    help=f"comma-separated: registry names, {COMPILED}, {LIGER} (default: every one that runs here; "
                         f"--smoke: {SMOKE_IMPLS})")

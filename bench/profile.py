@@ -28,6 +28,7 @@ import torch
 
 from bench import harness
 from bench import step as bench_step
+from llm.cli import OneLineParser
 
 NAME = "profile"
 COLUMNS = (*harness.ENV_COLUMNS, "model", "shape", "implementation", "mode", "part", "time_us")
@@ -183,8 +184,8 @@ def report(rows: dict[str, dict], args: argparse.Namespace) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m bench.profile", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="a conf/model preset (default seed004; --smoke: tiny)")
     p.add_argument("--impls", default="none,torch,triton_v4", help="comma-separated; the first is the baseline")
     p.add_argument("--mode", default=None, choices=bench_step.MODES, help="default compile (--smoke: eager)")

@@ -38,6 +38,7 @@ from collections.abc import Callable
 import torch
 
 from bench import harness
+from llm.cli import OneLineParser
 from llm.data.config import PACKINGS
 
 NAME = "step"
@@ -256,8 +257,8 @@ def allow_compiled_models(count: int) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.step", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m bench.step", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="conf/model presets, comma-separated (default gpt2_small,seed004; "
                                                  "--smoke: tiny)")
     p.add_argument("--impls", default=None,

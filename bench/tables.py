@@ -26,6 +26,7 @@ from pathlib import Path
 from bench import harness
 from bench.compare import CONFIG_KEYS, latest
 from bench.kernel import COMMON_HEAD_DIMS, MAX_ERR
+from llm.cli import OneLineParser
 
 DOC = harness.ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench.tables: begin -->", "<!-- bench.tables: end -->"
@@ -308,8 +309,8 @@ def render(results: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.tables", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m bench.tables", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", type=Path, default=harness.RESULTS, help="the folder of the CSVs")
     p.add_argument("--doc", type=Path, default=DOC, help="the Markdown file whose marked part is rewritten")
     p.add_argument("--print", action="store_true", help="print the tables, write nothing")

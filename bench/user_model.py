@@ -27,6 +27,7 @@ from torch import nn
 
 from bench import harness
 from bench.step import allow_compiled_models, rotated, step_times
+from llm.cli import OneLineParser
 
 NAME = "user_model"
 COLUMNS = (*harness.ENV_COLUMNS, "head_dim", "shape", "implementation", "time_us", "min_us", "steps", "rounds",
@@ -147,8 +148,8 @@ def measure(head_dim: int, names: list[str], args: argparse.Namespace, env: dict
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.user_model", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m bench.user_model", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--head-dims", default=None, help="comma-separated head dims (default 48,64,128; --smoke 8)")
     p.add_argument("--impls", default="none,torch,triton_v4", help="registry names, and none (no RoPE)")
     #: each sized option's (default, --smoke default): a value given is kept, with --smoke too

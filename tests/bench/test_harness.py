@@ -25,6 +25,22 @@ def test_results_are_appended_under_one_header(tmp_path, capsys):
         results.append([{"a": 4, "z": 1}])
 
 
+def test_a_file_that_cannot_be_made_is_refused_before_any_work_and_the_check_leaves_nothing(tmp_path, capsys):
+    """A path no file can be opened at (``/proc`` refuses new files, even to root, whom permission bits let through)
+    is one line and exit 2 at construction: it failed with a traceback at the first row, after that row's
+    measurement. Trying to open a new file leaves no file or folder behind."""
+    with pytest.raises(SystemExit) as exit_:
+        harness.ResultsCsv("/proc/ropelab-results.csv", ("a", "b"))
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("--out /proc/ropelab-results.csv: cannot be written (")
+    assert err.count("\n") == 1
+    path = tmp_path / "new" / "folder" / "x.csv"
+    results = harness.ResultsCsv(path, ("a", "b"))
+    assert not (tmp_path / "new").exists(), "the check made nothing a run that measures nothing would leave"
+    results.append([{"a": 1, "b": 2}])
+    assert harness.read_rows(path) == [{"a": "1", "b": "2"}]
+
+
 def test_commit_comes_from_the_marker_else_from_the_folders_own_git(tmp_path):
     (tmp_path / "rope").mkdir()
     assert harness.code_commit(tmp_path) == "unknown"  # no git here at all

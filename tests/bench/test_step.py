@@ -139,7 +139,8 @@ def test_step_refuses_sizes_it_cannot_time_before_any_work(argv, message, capsys
     """A size given is checked, never silently replaced by the default nor left to fail every model later."""
     with pytest.raises(SystemExit) as exc:
         step.parse_args(["--smoke", *argv])
-    assert exc.value.code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and err.count("\n") == 1, err
 
 
 def test_generate_smoke_shrinks_whichever_preset_is_asked_for():

@@ -56,7 +56,8 @@ def test_tables_show_the_user_model_against_torch(tmp_path):
 def test_user_model_refuses_bad_options_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         user_model.parse_args(["--smoke", *argv])
-    assert exc.value.code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and err.count("\n") == 1, err
 
 
 def test_user_model_smoke_keeps_the_sizes_given():
