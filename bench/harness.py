@@ -412,15 +412,21 @@ class ResultsCsv:
         rows = list(rows)
         if not rows:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not (self.path.is_file() and self.path.stat().st_size)
         text = io.StringIO()
         writer = csv.DictWriter(text, fieldnames=self.columns, extrasaction="raise", lineterminator=self.line_ending())
         if new:
             writer.writeheader()
         writer.writerows([{k: _cell(v) for k, v in row.items()} for row in rows])
-        with open(self.path, "ab") as f:
-            f.write(text.getvalue().encode())
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "ab") as f:
+                f.write(text.getvalue().encode())
+        except OSError as e:  # a disk that filled up, a folder removed mid-run: the measurement is not lost
+            sys.stdout.write(text.getvalue())
+            print(f"{self.path}: {len(rows)} row(s) could not be appended ({e.strerror or e}); they are on stdout "
+                  "above, the rows before them are in the file", file=sys.stderr)
+            raise SystemExit(1) from None
 
 
 def _refuse(message: str) -> NoReturn:

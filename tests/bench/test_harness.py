@@ -41,6 +41,19 @@ def test_a_file_that_cannot_be_made_is_refused_before_any_work_and_the_check_lea
     assert harness.read_rows(path) == [{"a": "1", "b": "2"}]
 
 
+def test_rows_that_cannot_be_appended_mid_run_go_to_stdout_with_one_line(tmp_path, capsys):
+    """A folder gone (or a disk full) after the check: the rows just measured are printed, not lost in a
+    traceback, and the run ends with exit 1 and one line saying where they are."""
+    path = tmp_path / "gone" / "x.csv"
+    results = harness.ResultsCsv(path, ("a", "b"))
+    (tmp_path / "gone").write_text("a file where the folder was\n")
+    with pytest.raises(SystemExit) as exit_:
+        results.append([{"a": 1, "b": 0.5}, {"a": 2}])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 1 and out.splitlines() == ["a,b", "1,0.5", "2,"]
+    assert err.count("\n") == 1 and "2 row(s) could not be appended" in err
+
+
 def test_commit_comes_from_the_marker_else_from_the_folders_own_git(tmp_path):
     (tmp_path / "rope").mkdir()
     assert harness.code_commit(tmp_path) == "unknown"  # no git here at all
