@@ -82,6 +82,20 @@ def print_refusal(line: str) -> None:
     print(f"Error: {line}", file=sys.stderr)
 
 
+def refuse_multirun(argv: list[str], refusal: str) -> None:
+    """``-m`` refused in one line (``refusal``), exit 2, before Hydra starts: for the commands that work on a run
+    dir given to them (``llm.generate``, ``llm.eval_lengths``), not in a dir Hydra makes.
+
+    Why: Hydra's sweeper makes its sweep dir and writes ``multirun.yaml`` there before any job, in the current
+    directory by default (``multirun/<date>/<time>/``, one dir per job, left empty), over a file of the user's with
+    ``hydra.sweep.dir: .``; and a job's own refusal ends the sweep, after the jobs before it ran."""
+    from hydra.main import get_args_parser
+
+    if get_args_parser().parse_known_args(argv[1:])[0].multirun:
+        print_refusal(refusal)
+        sys.exit(2)
+
+
 def full_error_requested() -> bool:
     """Whether the user asked for tracebacks (``HYDRA_FULL_ERROR=1``), also inside :func:`run_entry`."""
     own = os.environ.get(USER_FULL_ERROR)

@@ -26,10 +26,23 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from llm.config_check import check_config_keys  # noqa: E402
-from llm.entry import full_error_requested, run_entry, sigterm_stops_like_ctrl_c, started, stopped  # noqa: E402
+from llm.entry import (  # noqa: E402
+    full_error_requested,
+    refuse_multirun,
+    run_entry,
+    sigterm_stops_like_ctrl_c,
+    started,
+    stopped,
+)
 from llm.errors import UserError  # noqa: E402
 from llm.evaluation.lengths import eval_lengths_from_config  # noqa: E402
 from llm.fileio import DiskFullError  # noqa: E402
+
+#: The line refusing ``-m``: what to do instead of a sweep.
+MULTIRUN_REFUSAL = ("-m (--multirun): llm.eval_lengths evaluates one run with one setting per command (a sweep would "
+                    "leave multirun/ dirs here); run it once per value (for s in linear ntk yarn; do python -m "
+                    "llm.eval_lengths run=... rope.scaling.type=$s rope.scaling.factor=auto; done), or train with "
+                    "+experiment=length_generalization, whose sweep evaluates each run at the end")
 
 
 def _print(line: str) -> None:
@@ -57,4 +70,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    refuse_multirun(sys.argv, MULTIRUN_REFUSAL)
     run_entry(main, "eval_lengths", "python -m llm.eval_lengths")

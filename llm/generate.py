@@ -30,7 +30,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 from llm.entry import (  # noqa: E402
     full_error_requested,
-    print_refusal,
+    refuse_multirun,
     run_entry,
     sigterm_stops_like_ctrl_c,
     started,
@@ -54,19 +54,6 @@ def quote_verbatim(value: str) -> str:
 MULTIRUN_REFUSAL = ("-m (--multirun): llm.generate runs one setting per command (a sweep would leave multirun/ dirs "
                     "here); give num_samples=N for several samples, or run the command once per value "
                     "(for s in 1 2; do python -m llm.generate ... seed=$s; done)")
-
-
-def refuse_multirun(argv: list[str]) -> None:
-    """``-m`` refused in one line, exit 2, before Hydra starts.
-
-    Why: generation writes no run dir (``hydra.run.dir: .``), but Hydra's sweeper makes its sweep dir and writes
-    ``multirun.yaml`` there before any job: ``multirun/<date>/<time>/`` in the current directory (with
-    ``hydra.sweep.dir: .``, over a file of the user's)."""
-    from hydra.main import get_args_parser
-
-    if get_args_parser().parse_known_args(argv[1:])[0].multirun:
-        print_refusal(MULTIRUN_REFUSAL)
-        sys.exit(2)
 
 
 def verbatim_overrides(argv: list[str]) -> list[str]:
@@ -114,6 +101,6 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    refuse_multirun(sys.argv)
+    refuse_multirun(sys.argv, MULTIRUN_REFUSAL)
     sys.argv = verbatim_overrides(sys.argv)
     run_entry(main, "generate", "python -m llm.generate")  # a stop while Hydra composes: the guard above

@@ -410,6 +410,20 @@ def test_the_command_line_is_one_line_and_exit_2_on_bad_input(trained_run):
     assert not (ROOT / ".hydra").exists() and not (ROOT / "eval_lengths.log").exists()
 
 
+def test_multirun_is_refused_in_one_line_leaving_nothing(trained_run, tmp_path, monkeypatch, capsys):
+    """-m ran the jobs one after another, left multirun/<date>/<time>/ (multirun.yaml, an empty dir per job) in the
+    current dir where the results go to the run's eval_lengths/, and a job's refusal (a scaling without its factor)
+    ended the sweep after the jobs before it: refused before Hydra starts, naming the loop to run instead."""
+    from llm.eval_lengths import MULTIRUN_REFUSAL as REFUSAL
+
+    monkeypatch.chdir(tmp_path)
+    before = sorted(trained_run.rglob("*"))
+    code, lines = run_module_main(monkeypatch, capsys, "llm.eval_lengths",
+                                  ["-m", f"run={trained_run}", "lengths=[32]", "rope.scaling.type=none,linear"])
+    assert (code, lines) == (2, [f"Error: {REFUSAL}"])
+    assert list(tmp_path.iterdir()) == [] and sorted(trained_run.rglob("*")) == before
+
+
 # -- fine-tuning at a longer length from a run's weights (train.init_from), then evaluating it ----------------
 FINETUNE = ["model.seq_len=64", "rope.scaling.type=yarn", "rope.scaling.factor=2"]
 
