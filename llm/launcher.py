@@ -19,7 +19,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,9 +73,19 @@ def launch_isolated(launcher: Any, job_overrides: Sequence[Sequence[str]], initi
         ended = True
     finally:
         # a third Ctrl-C (llm.sweep.StopParallelJobs) or an error leaves no worker behind; at the end they exit
-        for worker in idle + [w for w, *_ in running.values()]:
-            worker.shutdown(wait=ended, kill_workers=not ended)
+        _shut_down([*idle, *(w for w, *_ in running.values())], wait=ended)
     return [returns[idx] for idx in sorted(returns)]
+
+
+def _shut_down(workers: Sequence[Any], wait: bool) -> None:
+    """Shut the workers down side by side (killed where ``wait`` is False): each shutdown waits for its process
+    to exit, which tears down an interpreter holding torch (and a GPU's context), so one after another the sweep's
+    end would wait for the sum of them."""
+    if not workers:
+        return
+    with ThreadPoolExecutor(len(workers)) as pool:
+        for done in [pool.submit(w.shutdown, wait=wait, kill_workers=not wait) for w in workers]:
+            done.result()
 
 
 def how_it_died(error: BaseException) -> tuple[str, str]:

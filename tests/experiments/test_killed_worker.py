@@ -120,3 +120,31 @@ def test_a_killed_job_s_record_says_how_the_sweep_goes_on(tmp_path):
     (cut / "summary.json").write_text('{"status": "compl')
     assert "before its first step" in record_killed_job(cfg, cut, what, cause, started)
     assert json.loads((cut / "summary.json").read_text())["status"] == "failed"
+
+
+def test_the_sweep_s_workers_are_shut_down_side_by_side():
+    """At a sweep's end every worker is shut down at once: each shutdown waits for its process to exit (an
+    interpreter holding torch and a GPU's context), so one after another the sweep would wait for their sum. The
+    fakes meet at a barrier only if all are in their shutdown together; an error in one leaves the others shut
+    down, and a sweep stopped early kills its workers instead of waiting."""
+    from llm.launcher import _shut_down
+
+    class Worker:
+        def __init__(self, barrier: threading.Barrier, fails: bool = False) -> None:
+            self.barrier, self.fails, self.calls = barrier, fails, []
+
+        def shutdown(self, wait: bool, kill_workers: bool) -> None:
+            self.calls.append((wait, kill_workers))
+            self.barrier.wait(timeout=10)
+            if self.fails:
+                raise OSError("a worker that would not go")
+
+    barrier = threading.Barrier(3)
+    workers = [Worker(barrier), Worker(barrier, fails=True), Worker(barrier)]
+    with contextlib.suppress(OSError):
+        _shut_down(workers, wait=True)
+    assert [w.calls for w in workers] == [[(True, False)]] * 3 and not barrier.broken
+    pair = threading.Barrier(2)
+    killed = [Worker(pair), Worker(pair)]
+    _shut_down(killed, wait=False)
+    assert [w.calls for w in killed] == [[(False, True)]] * 2
