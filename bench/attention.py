@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import sys
 import time
 from collections.abc import Callable
 
@@ -443,4 +442,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.run_main(main, "bench.attention")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 from pathlib import Path
 
 from bench import harness
@@ -159,4 +158,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.run_main(main, "bench.compare")

@@ -18,7 +18,6 @@ A point that does not fit the GPU's memory is a row with the note ``out of memor
 from __future__ import annotations
 
 import argparse
-import sys
 
 import torch
 
@@ -177,4 +176,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.run_main(main, "bench.generate")

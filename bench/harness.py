@@ -160,8 +160,13 @@ def pick_device(smoke: bool, script: str) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def split_list(text: str | None) -> list[str]:
-    return [x.strip() for x in (text or "").split(",") if x.strip()]
+def split_list(text: str | None, option: str | None = None) -> list[str]:
+    """The comma-separated items of ``text``. With ``option`` named, an option given with no item in it (``--impls
+    ,``) is refused in one line: an empty list must not fall back to the option's default, every implementation."""
+    items = [x.strip() for x in (text or "").split(",") if x.strip()]
+    if option is not None and text is not None and not items:
+        _refuse(f"{option} takes a comma-separated list of one item or more, got {text!r}")
+    return items
 
 
 class Progress:
@@ -366,6 +371,9 @@ class ResultsCsv:
     another meaning.
     """
 
+    #: Rows each file got from this process, for the line a Ctrl-C ends with (:func:`run_main`).
+    appended: dict[Path, int] = {}
+
     def __init__(self, path: Path, columns: Sequence[str]) -> None:
         self.path, self.columns = Path(path), list(columns)
         above = next((p for p in self.path.parents if p.exists()), None)
@@ -422,11 +430,33 @@ class ResultsCsv:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "ab") as f:
                 f.write(text.getvalue().encode())
+            ResultsCsv.appended[self.path] = ResultsCsv.appended.get(self.path, 0) + len(rows)
         except OSError as e:  # a disk that filled up, a folder removed mid-run: the measurement is not lost
             sys.stdout.write(text.getvalue())
             print(f"{self.path}: {len(rows)} row(s) could not be appended ({e.strerror or e}); they are on stdout "
                   "above, the rows before them are in the file", file=sys.stderr)
             raise SystemExit(1) from None
+
+
+def run_main(main: Callable[[], int], tool: str) -> NoReturn:
+    """A benchmark's ``__main__``: its exit code, and a Ctrl-C (or the SIGINT a job scheduler sends) as one line,
+    exit 130, saying where the rows measured before it are (each was appended as it was measured), instead of a
+    traceback from wherever the interpreter was."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        kept = ", ".join(f"{n} row(s) in {path}" for path, n in ResultsCsv.appended.items() if n)
+        print(f"\n{tool}: interrupted; {kept or 'no rows were written'}", file=sys.stderr, flush=True)
+        code = 130
+    raise SystemExit(code)
+
+
+def ignore_ctrl_c() -> None:
+    """A worker process's initializer: a Ctrl-C at the terminal reaches every process of its group, and the parent
+    alone answers it (its pool ends the workers), so no worker prints a traceback of its own."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _refuse(message: str) -> NoReturn:
@@ -447,12 +477,31 @@ def heads_of(row: dict) -> str:
     return row["shape"].split("x")[-2]
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """Every row of a results CSV (an absent file: none)."""
+def read_rows(path: Path, numeric: Sequence[str] = ()) -> list[dict[str, str]]:
+    """Every row of a results CSV (an absent file: none). A row with fewer or more cells than the header (a line cut
+    short by a crash, an edit) or, in a ``numeric`` column, a cell that is not a number (empty allowed) is refused
+    in one line naming the file and line, exit 2: left out or read as another value, it would change a table or a
+    comparison without a word."""
     if not Path(path).is_file():
         return []
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        rows = []
+        for row in reader:
+            where = f"{path}, line {reader.line_num}"
+            if None in row or None in row.values():
+                cells = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or [])
+                _refuse(f"{where}: {cells} cells where the header has "
+                        f"{len(reader.fieldnames or [])}: a row cut short or edited; mend or remove that line")
+            for key in numeric:
+                value = row.get(key, "")
+                if value:
+                    try:
+                        float(value)
+                    except ValueError:
+                        _refuse(f"{where}: {key} is {value!r}, not a number; mend or remove that line")
+            rows.append(row)
+    return rows
 
 
 def rope_config(name: str):

@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import math
 import multiprocessing
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -475,4 +474,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.run_main(main, "bench.kernel")

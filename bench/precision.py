@@ -58,7 +58,7 @@ from pathlib import Path
 
 import torch
 
-from bench.harness import markdown_table
+from bench.harness import markdown_table, run_main
 from llm.cli import OneLineParser
 
 if not torch.cuda.is_available():  # before triton is imported (by rope): the kernels run interpreted
@@ -664,4 +664,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main, "bench.precision")

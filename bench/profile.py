@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -254,4 +253,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.run_main(main, "bench.profile")

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
-import sys
 from collections.abc import Callable
 
 import torch
@@ -351,4 +350,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.run_main(main, "bench.step")

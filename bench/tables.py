@@ -19,7 +19,6 @@ import functools
 import math
 import statistics
 import subprocess
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -332,4 +331,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.run_main(main, "bench.tables")

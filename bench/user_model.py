@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 
 import torch
 import torch.nn.functional as F
@@ -206,4 +205,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.run_main(main, "bench.user_model")

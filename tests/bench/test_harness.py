@@ -146,3 +146,47 @@ def test_the_log_names_the_package_and_version_of_a_plugins_kernel(monkeypatch):
     text = harness.plugin_versions(["torch", "plugin_rope", "torch_compiled"])
     assert text.startswith("; plugin_rope: package pytest") and text.endswith(f" {version}") and "torch" not in text
     assert harness.plugin_versions(["torch", "triton_v4"]) == ""
+
+
+def test_a_ctrl_c_is_one_line_naming_the_rows_kept(tmp_path, capsys, monkeypatch):
+    """A benchmark stopped by Ctrl-C ends with exit 130 and one line saying which rows it wrote before, not a
+    traceback from wherever the interpreter was (a Triton kernel, a compile)."""
+    path = tmp_path / "rows.csv"
+    monkeypatch.setattr(harness.ResultsCsv, "appended", {})  # this process's earlier tests appended rows too
+
+    def main() -> int:
+        harness.ResultsCsv(path, ("a",)).append([{"a": 1}, {"a": 2}])
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as exit_:
+        harness.run_main(main, "bench.test")
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 130 and err == f"bench.test: interrupted; 2 row(s) in {path}"
+    with pytest.raises(SystemExit) as exit_:
+        harness.run_main(lambda: 3, "bench.test")
+    assert exit_.value.code == 3
+
+
+@pytest.mark.parametrize(("text", "says"), [("a,b\n1,2\n3\n", "line 3: 1 cells where the header has 2: a row cut "
+                                                             "short or edited"),
+                                            ("a,b\n1,2,9\n", "line 2: 3 cells where the header has 2: a row cut "
+                                                              "short or edited"),
+                                            ("a,b\n1,x\n", "line 2: b is 'x', not a number")])
+def test_a_damaged_results_file_is_refused_naming_its_line(tmp_path, capsys, text, says):
+    """A row cut short, with a cell too many, or with text where a number belongs would be dropped or misread by a
+    table or a comparison without a word: one line naming the file and line, exit 2."""
+    path = tmp_path / "kernel.csv"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        harness.read_rows(path, numeric=("b",))
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.strip() == f"{path}, {says}; mend or remove that line"
+    path.write_text("a,b\n1,\n2,3.5\n")
+    assert harness.read_rows(path, numeric=("b",)) == [{"a": "1", "b": ""}, {"a": "2", "b": "3.5"}]
+
+
+def test_an_option_given_an_empty_list_is_refused_not_read_as_its_default(capsys):
+    assert harness.split_list(None, "--impls") == [] and harness.split_list("a, b,", "--impls") == ["a", "b"]
+    with pytest.raises(SystemExit) as exit_:
+        harness.split_list(",", "--impls")
+    assert exit_.value.code == 2 and "--impls takes a comma-separated list" in capsys.readouterr().err
