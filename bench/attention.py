@@ -67,15 +67,17 @@ STREAM_CALLS, STREAM_MS, STREAMS = 40, 20.0, 3
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="python -m bench.attention", description=__doc__,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--head-dims", default=None, help="comma-separated head dims (default 64,128; --smoke: 16)")
+    p.add_argument("--head-dims", default=None, help="comma-separated head dims, multiples of 4 (triton_v4's "
+                                                     "partial variant; default 64,128; --smoke: 16)")
     p.add_argument("--heads", default=None, help="query/key-value head counts, comma-separated (default 32/8,32/32; "
                                                  "--smoke: 4/2,4/4)")
     p.add_argument("--batches", default=None, help="default 1,8,32 (--smoke: 1)")
     p.add_argument("--cached", default=None, help="cached tokens before the new ones (default 1024,4096,16384,32768; "
                                                   "--smoke: 160)")
     p.add_argument("--queries", default=None, help="new queries per step (default 1,64; --smoke: 1,4)")
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
-    p.add_argument("--reps", type=int, default=10, help="timed replays per median (captured mode)")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                   help="of q and the cache (default bfloat16)")
+    p.add_argument("--reps", type=int, default=10, help="timed replays per median (captured mode; default 10)")
     p.add_argument("--candidates", action="store_true",
                    help="also time other launch settings of the fused call per shape (a row each, beside the rule's)")
     harness.add_common_args(p, NAME)
@@ -415,6 +417,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if not hasattr(rope, "attention_with_rope"):
         harness._refuse("bench.attention: the rope code imported has no attention_with_rope")
+    for D in args.head_dims:  # a head dim the module cannot take: said before any measurement, not at its turn
+        try:
+            rope.check_args("triton_v4", D, max(args.cached) + max(args.queries))
+        except rope.RopeArgumentError as exc:
+            harness._refuse(f"--head-dims {D}: {exc}")
     results = harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root, args.commit)
     timer = harness.make_timer(args.reps, args.device, flush="read")  # a decode step's L2: no other kernel's writes

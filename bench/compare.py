@@ -10,7 +10,9 @@ LIGER`` wherever it is under Liger's row of the same configuration, at any head 
 ``triton_v4`` step against ``rope=torch`` of its own run (paired rounds), and the head's ``SLOWER`` where its
 interval lies wholly above the base's. Rows timed under ``--tuning`` (launch candidates) are listed apart, beside
 the base's, the default plan's and Liger's. Where a configuration was measured more than once, its newest row counts.
-Only reads the CSVs; exit 0 whatever it finds (the flags are for a reader).
+``--base`` and ``--head`` take the start of one commit's hash (``d8fcb20`` also takes the rows of ``d8fcb20-dirty``);
+the start of several is refused, naming them. Only reads the CSVs; exit 0 whatever it finds (the flags are for a
+reader); a file or option it cannot compare (a row cut short, a word in a number's cell) is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -39,14 +41,32 @@ def latest(rows: list[dict], key: tuple[str, ...], age: dict[str, int] | None = 
     return out
 
 
+def commit_of(row: dict) -> str:
+    """A row's commit, ``-dirty`` left off: ``d8fcb20-dirty`` (its ``rope/`` edited) counts as ``d8fcb20``."""
+    return row["commit"].removesuffix("-dirty")
+
+
 def commit_rows(rows: list[dict], commit: str, gpu: str) -> list[dict]:
-    """Rows of ``gpu`` whose commit starts with ``commit`` (``d8fcb20`` matches ``d8fcb20-dirty``)."""
-    return [r for r in rows if r["gpu"] == gpu and r["commit"].startswith(commit)]
+    """Rows of ``gpu`` of ``commit`` (as :func:`resolve` names it; ``d8fcb20`` matches ``d8fcb20-dirty``)."""
+    return [r for r in rows if r["gpu"] == gpu and commit_of(r) == commit]
+
+
+def resolve(option: str, prefix: str, rows: list[dict], gpu: str, parser: argparse.ArgumentParser) -> str:
+    """The one commit of ``gpu``'s rows that ``prefix`` names: itself where a row has it whole, else the one it
+    starts. A prefix of several commits is the parser's one-line error listing them: their rows mixed under one
+    name would be no comparison of two commits."""
+    commits = sorted({commit_of(r) for r in rows if r["gpu"] == gpu and r["commit"].startswith(prefix)})
+    if prefix in commits:
+        return prefix
+    if len(commits) > 1:
+        parser.error(f"{option} {prefix} is the start of {len(commits)} commits of {gpu}: {', '.join(commits)}; "
+                     "give more of the hash")
+    return commits[0] if commits else prefix
 
 
 def pick_head(rows: list[dict], base: str, gpu: str) -> str | None:
-    others = sorted((r for r in rows if r["gpu"] == gpu and not r["commit"].startswith(base)), key=lambda r: r["date"])
-    return others[-1]["commit"] if others else None
+    others = sorted((r for r in rows if r["gpu"] == gpu and commit_of(r) != base), key=lambda r: r["date"])
+    return commit_of(others[-1]) if others else None
 
 
 def kernel_lines(rows: list[dict], base: str, head: str, gpu: str, points: float, flags_only: bool) -> list[str]:
@@ -98,62 +118,78 @@ def candidate_lines(rows: list[dict], base: str, head: str, gpu: str) -> list[st
 def step_lines(rows: list[dict], base: str, head: str, gpu: str) -> list[str]:
     key = ("model", "shape", "mode", "implementation")
     old, new = latest(commit_rows(rows, base, gpu), key), latest(commit_rows(rows, head, gpu), key)
-    lines = [f"training steps on {gpu}: triton_v4 against rope=torch of the same run [95% CI], {base} -> {head}", ""]
+    title = f"training steps on {gpu}: triton_v4 against rope=torch of the same run [95% CI], {base} -> {head}"
 
     def cell(r: dict) -> tuple[str, float, float]:
         pct, lo, hi = (float(r[c]) if r[c] else float("nan") for c in ("vs_torch_pct", "vs_torch_lo", "vs_torch_hi"))
         return f"{float(r['time_us']) / 1e3:8.2f} ms {pct:+6.2f}% [{lo:+.2f}, {hi:+.2f}]", lo, hi
 
+    lines = []
     for k in sorted(set(old) & set(new)):
         if k[3] != "triton_v4":
             continue
         (a, _, a_hi), (b, b_lo, _) = cell(old[k]), cell(new[k])
         flag = "  SLOWER" if b_lo > a_hi else ""
         lines.append(f"{k[0]:11s}{k[2]:8s} base {a}   head {b}{flag}")
-    return lines
+    # a heading with nothing under it would read as a comparison that found nothing wrong
+    return [title, "", *lines] if lines else [f"training steps on {gpu}: no triton_v4 step of both {base} and {head}"]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m bench.compare", description=__doc__,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--base", required=True, help="the older commit (a prefix of the commit column)")
+    p.add_argument("--base", required=True, help="the older commit (a prefix of the commit column naming one commit)")
     p.add_argument("--head", default=None, help="the newer commit (default: the newest other one on that GPU)")
     p.add_argument("--gpu", default=None, help="the GPU's name as the rows give it (default: the newest row's)")
     p.add_argument("--points", type=float, default=2.0, help="how far below the base is flagged (default 2)")
     p.add_argument("--flags-only", action="store_true", help="of the kernels' comparison, print the flagged lines only")
-    p.add_argument("--kernel-csv", type=Path, default=harness.RESULTS / "kernel.csv")
-    p.add_argument("--step-csv", type=Path, default=harness.RESULTS / "step.csv")
+    p.add_argument("--kernel-csv", type=Path, default=harness.RESULTS / "kernel.csv",
+                   help="bench.kernel's rows (default bench/results/kernel.csv)")
+    p.add_argument("--step-csv", type=Path, default=harness.RESULTS / "step.csv",
+                   help="bench.step's rows (default bench/results/step.csv)")
     args = p.parse_args(argv)
     from bench.kernel import COLUMNS as KERNEL_COLUMNS
     from bench.step import COLUMNS as STEP_COLUMNS
 
-    # a file that is not there, or of another benchmark, is a wrong option: said before reading it, not a traceback
-    # or an empty comparison
+    # a file that is not there, empty, or of another benchmark, is a wrong option: said before reading it, not a
+    # traceback or an empty comparison
     for option, path, columns in (("--kernel-csv", args.kernel_csv, KERNEL_COLUMNS),
                                   ("--step-csv", args.step_csv, STEP_COLUMNS)):
+        if path.is_dir():
+            p.error(f"{option} {path}: a folder; name bench.{option[2:-4]}'s CSV file")
         if not path.is_file():
             p.error(f"{option} {path}: no such file")
         with open(path, newline="") as f:
             header = next(csv.reader(f), [])
-        if header and header != list(columns):
+        if not header:
+            p.error(f"{option} {path}: an empty file, not even bench.{option[2:-4]}'s header")
+        if header != list(columns):
             p.error(f"{option} {path}: its columns are not bench.{option[2:-4]}'s")
     for option, commit in (("--base", args.base), ("--head", args.head)):
         if commit is not None and not commit.strip():
             p.error(f"{option} takes a commit (a prefix of the commit column), got an empty one")
-    kernel_rows, step_rows = harness.read_rows(args.kernel_csv), harness.read_rows(args.step_csv)
+    if not 0 <= args.points < float("inf"):
+        p.error(f"--points takes a number of points, 0 or more, got {args.points:g}")
+    # the cells read as numbers: a row cut short or a word in one is refused naming its line, not misread
+    kernel_rows = harness.read_rows(args.kernel_csv, numeric=("head_dim", "pct_copy_bw"))
+    step_rows = harness.read_rows(args.step_csv, numeric=("time_us", "vs_torch_pct", "vs_torch_lo", "vs_torch_hi"))
     kernel_rows = [{**r, "heads": harness.heads_of(r)} for r in kernel_rows]
     if not kernel_rows and not step_rows:
         p.error(f"no rows in {args.kernel_csv} or {args.step_csv}")
     measured = [r for r in kernel_rows + step_rows if r["gpu"] != harness.SMOKE_GPU] or kernel_rows + step_rows
     gpu = args.gpu or max(measured, key=lambda r: r["date"])["gpu"]
-    head = args.head or pick_head(kernel_rows + step_rows, args.base, gpu)
-    if head is None or not commit_rows(kernel_rows + step_rows, args.base, gpu):
+    base = resolve("--base", args.base, kernel_rows + step_rows, gpu, p)
+    head = resolve("--head", args.head, kernel_rows + step_rows, gpu, p) if args.head else \
+        pick_head(kernel_rows + step_rows, base, gpu)
+    if head is None or not commit_rows(kernel_rows + step_rows, base, gpu):
         p.error(f"{gpu} has no rows of both --base {args.base} and another commit")
+    if head == base:
+        p.error(f"--head {args.head} is --base's commit {base}: name two commits")
     if not commit_rows(kernel_rows + step_rows, head, gpu):
         p.error(f"--head {head}: {gpu} has no rows of that commit")
-    print("\n".join([*kernel_lines(kernel_rows, args.base, head, gpu, args.points, args.flags_only), "",
-                     *([] if args.flags_only else candidate_lines(kernel_rows, args.base, head, gpu)),
-                     *step_lines(step_rows, args.base, head, gpu)]))
+    print("\n".join([*kernel_lines(kernel_rows, base, head, gpu, args.points, args.flags_only), "",
+                     *([] if args.flags_only else candidate_lines(kernel_rows, base, head, gpu)),
+                     *step_lines(step_rows, base, head, gpu)]))
     return 0
 
 

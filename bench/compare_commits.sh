@@ -3,18 +3,20 @@
 # Triton entry became rope/triton/): kernels and training steps, appended to bench/results/{kernel,step}.csv,
 # then printed side by side (python -m bench.compare).
 #
-#   bash bench/compare_commits.sh prepare [COMMIT]   here, in a checkout with git history: .baseline/rope at COMMIT
-#   bash bench/compare_commits.sh run [kernel|step]  on a GPU machine (about 6 minutes; one part: the kernels or
-#                                                    the training steps alone)
-#   bash bench/compare_commits.sh summary            anywhere the CSVs are: the comparison again, every row
+#   bash bench/compare_commits.sh prepare [COMMIT]       here, in a checkout with git history: .baseline/rope at
+#                                                        COMMIT
+#   bash bench/compare_commits.sh run [all|kernel|step]  on a GPU machine (about 6 minutes; one part: the kernels
+#                                                        or the training steps alone)
+#   bash bench/compare_commits.sh summary                anywhere the CSVs are: the comparison again, every row
 #
 # A GPU machine needs this checkout with its .baseline folder (git history is not needed there: `prepare` writes
 # both commits' names into .baseline, git-ignored, and `run` passes them to the benchmarks) and the project's
-# dependencies, Liger-Kernel included (pip install -e '.[liger]'). Logs and the summary go to outputs/compare/;
-# with $OUT set to a folder, `run` also leaves there the two CSVs, docs/benchmarks.md rewritten from them,
-# summary.txt and logs.tgz.
+# dependencies, Liger-Kernel included (pip install -e '.[liger]'). Logs and the summary go to outputs/compare/ (a
+# previous run's are moved to outputs/compare-<its time>/ first); with $OUT set to a folder, `run` also leaves there
+# the two CSVs, docs/benchmarks.md rewritten from them, summary.txt and logs.tgz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+usage="usage: bash bench/compare_commits.sh prepare [COMMIT] | run [all|kernel|step] | summary"
 dir=.baseline
 kernel_cases=(--head-dims 64,80,96,128,160,192,256 --variants partial,full
               --cases plain,interleaved,rotary_half,positions,cu_seqlens --reps 10)
@@ -24,7 +26,9 @@ steps=(--model gpt2_small,seed004 --modes eager,compile --impls torch,triton_v4 
 
 case "${1:-}" in
   prepare)
-    base=$(git rev-parse --short "${2:-d8fcb20}")
+    # a name git does not know is one line naming it, not git's "Needed a single revision"
+    base=$(git rev-parse --quiet --verify --short "${2:-d8fcb20}^{commit}" 2>/dev/null) || {
+      echo "compare_commits.sh prepare: '${2:-d8fcb20}' is no commit of this checkout's git history" >&2; exit 2; }
     head=$(git rev-parse --short HEAD)
     [ -z "$(git status --porcelain -- rope)" ] || head="$head-dirty"
     rm -rf "$dir" && mkdir -p "$dir"
@@ -39,10 +43,20 @@ case "${1:-}" in
       exit 2; }
     parts=${2:-all}
     case "$parts" in all|kernel|step) ;; *) echo "compare_commits.sh run [all|kernel|step], got '$parts'" >&2; exit 2;; esac
+    # without a GPU every benchmark below would refuse, each in its own log: said once, before anything starts
+    python -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null || {
+      echo "compare_commits.sh run: no CUDA GPU here (torch.cuda.is_available() is False); run it on a GPU machine" >&2
+      exit 2; }
     want() { [ "$parts" = all ] || [ "$parts" = "$1" ]; }
     base=$(cat "$dir/.commit") head=$(cat "$dir/head.commit")
     work=outputs/compare logs=outputs/compare/logs
-    rm -rf "$work" && mkdir -p "$logs"
+    # a previous run's logs and summary are kept, moved aside under the time of their last change
+    if [ -e "$work" ]; then
+      aside="$work-$(date -u -r "$work" +%Y%m%dT%H%M%SZ)"
+      [ ! -e "$aside" ] || aside="$aside-$$"
+      mv "$work" "$aside" && echo "the previous run's $work is now $aside"
+    fi
+    mkdir -p "$logs"
     export PYTHONUNBUFFERED=1
     t0=$SECONDS
     say() { echo "[$((SECONDS - t0)) s] $*"; }
@@ -106,8 +120,11 @@ case "${1:-}" in
       exit 2; }
     python -m bench.compare --base "$(cat "$dir/.commit")" --head "$(cat "$dir/head.commit")"
     ;;
+  -h|--help|help)
+    echo "$usage"
+    ;;
   *)
-    echo "usage: bash bench/compare_commits.sh prepare [COMMIT] | run [kernel|step] | summary" >&2
+    echo "$usage" >&2
     exit 2
     ;;
 esac

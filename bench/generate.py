@@ -37,7 +37,7 @@ HEADER = (*COLUMNS, *EARLIER_COLUMNS)
 
 def positive_ints(text: str, option: str, parser: argparse.ArgumentParser) -> list[int]:
     try:
-        values = [int(x) for x in harness.split_list(text)]
+        values = [int(x) for x in harness.split_list(text, option)]
     except ValueError:
         values = []
     if not values or min(values) < 1:
@@ -49,6 +49,17 @@ def choices(values: list[str], option: str, allowed: tuple[str, ...], parser: ar
     unknown = [v for v in values if v not in allowed]
     if not values or unknown:
         parser.error(f"{option} takes comma-separated values of {', '.join(allowed)}, got {','.join(values)!r}")
+
+
+def check_none_mode(args: argparse.Namespace) -> None:
+    """Mode ``none`` (no cache) attends with SDPA only: asked without ``sdpa`` in ``--attentions``, or with only
+    ``none`` in ``--modes`` and ``fused_rope`` asked for, its rows would not be the ones asked for. One line, exit 2."""
+    if "none" in args.modes and "sdpa" not in args.attentions:
+        args.parser.error(f"--modes none decodes without a cache, which attends with sdpa only: add sdpa to "
+                          f"--attentions {','.join(args.attentions)} or leave none out of --modes")
+    if args.attentions_given and "fused_rope" in args.attentions and set(args.modes) == {"none"}:
+        args.parser.error("--attentions fused_rope: mode none (no cache) attends with sdpa only; add a mode with a "
+                          "cache to --modes (captured, eager, dynamic) or leave fused_rope out")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -68,7 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the same for mode none, which recomputes the prefix per token (default 8; --smoke: 2)")
     p.add_argument("--modes", default="captured,eager,dynamic,none",
                    help="comma-separated, of captured, eager, dynamic, none (default all)")
-    p.add_argument("--attentions", default="sdpa,fused_rope",
+    p.add_argument("--attentions", default=None,
                    help="comma-separated, of sdpa, fused_rope (default both; mode none: sdpa only)")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per point, after an untimed one; medians "
                                                              "(default 3; --smoke: 1)")
@@ -76,16 +87,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     harness.add_common_args(p, NAME)
     args = p.parse_args(argv)
     smoke = args.smoke
-    args.models = harness.split_list(args.model or ("tiny" if smoke else "small,gpt2_small"))
-    args.impls = harness.split_list(args.impls or ("torch" if smoke else "triton_v4"))
-    args.batches = positive_ints(args.batches or ("1,2" if smoke else "1,16"), "--batches", p)
-    args.prompts = positive_ints(args.prompts or ("4,8" if smoke else "128,2048,16384"), "--prompts", p)
-    args.modes, args.attentions = harness.split_list(args.modes), harness.split_list(args.attentions)
+    # an option given with an empty list is refused: it must not fall back to the default
+    args.models = harness.split_list(args.model, "--model") or (["tiny"] if smoke else ["small", "gpt2_small"])
+    args.impls = list(dict.fromkeys(harness.split_list(args.impls, "--impls"))) or \
+        (["torch"] if smoke else ["triton_v4"])
+    args.batches = positive_ints(("1,2" if smoke else "1,16") if args.batches is None else args.batches, "--batches", p)
+    args.prompts = positive_ints(("4,8" if smoke else "128,2048,16384") if args.prompts is None else args.prompts,
+                                 "--prompts", p)
+    # an --attentions given is the user's: mode none (sdpa only) must not stand for it silently (main)
+    args.attentions_given = args.attentions is not None
+    args.modes = harness.split_list(args.modes, "--modes")
+    args.attentions = harness.split_list("sdpa,fused_rope" if args.attentions is None else args.attentions,
+                                         "--attentions")
     args.new_tokens = args.new_tokens if args.new_tokens is not None else 3 if smoke else 128
     if args.new_tokens_without_cache is None:
         args.new_tokens_without_cache = 2 if smoke else 8
     args.repeats = args.repeats if args.repeats is not None else 1 if smoke else 3
-    args.vocab = args.vocab or (256 if smoke else 50257)
+    args.vocab = (256 if smoke else 50257) if args.vocab is None else args.vocab  # a value given is checked
     if min(args.new_tokens, args.new_tokens_without_cache) < 2:
         p.error("--new-tokens and --new-tokens-without-cache must be at least 2 (a first token, then decoding)")
     if args.repeats < 1 or args.vocab < 2:
@@ -142,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     choices(args.modes, "--modes", MODES, args.parser)
     choices(args.attentions, "--attentions", ATTENTIONS, args.parser)
+    check_none_mode(args)
     names = harness.registered(args.impls, args.device, args.parser, log)
     if not names:
         args.parser.error(f"--impls {','.join(args.impls)}: none of them runs on {args.device.type} here")
@@ -149,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     if "fused_rope" in attentions and (reason := fused_unavailable(args.device)):
         log(f"attention fused_rope left out: {reason}")
         attentions.remove("fused_rope")
+        if not attentions:
+            harness._refuse(f"bench.generate: nothing to measure: --attentions fused_rope cannot run here ({reason})")
     results = harness.ResultsCsv(harness.out_path(args, NAME), HEADER)
     env = harness.environment(args.device, rope_root, args.commit)
     log(f"{env['gpu']}, rope code {env['commit']}: {', '.join(args.models)} x {', '.join(names)}, batches "

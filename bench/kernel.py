@@ -47,6 +47,9 @@ COLUMNS = (*harness.ENV_COLUMNS, "implementation", "direction", "head_dim", "var
 COMMON_HEAD_DIMS = (64, 80, 96, 128, 160, 192, 256)
 CASES = ("plain", "interleaved", "rotary_half", "positions", "cu_seqlens")
 COMPILED, LIGER = "torch_compiled", liger_native.NAME
+#: The cases Liger-Kernel's kernels compute (half-split whole heads at positions 0..T-1): the others are not timed
+#: for it.
+LIGER_CASES = ("plain",)
 #: What ``--smoke`` times unless told otherwise (the compiled reference's compile alone would take seconds).
 SMOKE_IMPLS = f"torch,triton_v4,{LIGER}"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -183,7 +186,49 @@ def build_runner(name: str, cfg: Config, x: Inputs, compile_backend: str) -> Run
 def applies(name: str, cfg: Config) -> bool:
     """Whether ``name`` computes this configuration's function: Liger rotates half-split whole heads at positions
     0..T-1 only."""
-    return name != LIGER or cfg.case == "plain"
+    return name != LIGER or cfg.case in LIGER_CASES
+
+
+def computing(impls: list[str], configs: list[Config], log: Callable[[str], None]) -> list[str]:
+    """``impls`` less those that compute none of ``configs``; the cases an implementation is not timed on are named
+    in the log (a run asking Liger for another case only must not end with nothing measured and nothing said)."""
+    kept = []
+    for name in impls:
+        some = any(applies(name, c) for c in configs) or not configs
+        if skipped := list(dict.fromkeys(c.case for c in configs if not applies(name, c))):
+            log(f"{name}: computes the {', '.join(LIGER_CASES)} case only, not --cases {','.join(skipped)}: "
+                f"{'timed on the others' if some else 'left out'}")
+        if some:
+            kept.append(name)
+    return kept
+
+
+def tuned(name: str, spec: dict[str, object]) -> dict[str, object]:
+    """The ``--tuning`` fields that reach ``name``'s launches (:func:`bench.harness.tuning`): the Triton entries take
+    all but cutedsl's, the cutedsl entry its own, the others none."""
+    import rope
+
+    if not spec or name in (COMPILED, LIGER):
+        return {}
+    cls, cute, package = rope.get(name), harness._cutedsl_fields(), harness.triton_package()
+    if cls.__module__.split(".")[:2] == ["rope", "cutedsl"]:
+        return {k: v for k, v in spec.items() if k in cute}
+    if package is not None and issubclass(cls, package.TritonRotary):
+        return {k: v for k, v in spec.items() if k not in cute}
+    return {}
+
+
+def tuning_label(name: str, spec: dict[str, object]) -> str:
+    """The tuning column of ``name``'s rows, ``FIELD=VALUE,...`` of the fields that reached its launches: a row that
+    ran as without the option says none, or it reads as a tuning it did not have."""
+    return ",".join(f"{k}={v}" for k, v in tuned(name, spec).items())
+
+
+def check_tuning_reaches(spec: dict[str, object], impls: list[str]) -> None:
+    """A ``--tuning`` field that none of the implementations timed takes: one line and exit 2, before any work."""
+    if unused := [k for k in spec if not any(k in tuned(name, spec) for name in impls)]:
+        harness._refuse(f"--tuning {','.join(unused)}: no implementation of --impls ({', '.join(impls)}) takes it "
+                        f"(tiling, tile, num_warps, maxnreg: the Triton entries'; threads, rows_per_thread: cutedsl's)")
 
 
 def mismatch(got: tuple, want: tuple) -> str:
@@ -234,8 +279,8 @@ def measure_config(cfg: Config, impls: list[str], args: argparse.Namespace, time
                          "variant": cfg.variant, "layout": cfg.layout, "rotary_dim": cfg.rotary_dim,
                          "positions": cfg.positions, "shape": x.shape, "dtype": str(args.dtype).replace("torch.", ""),
                          "elements": x.q.numel(), "time_us": us, "gbps": gbps, "copy_gbps": copy_gbps,
-                         "pct_copy_bw": 100 * gbps / copy_gbps, "max_err": err, "tuning": args.tuning_text,
-                         "plan": plan})
+                         "pct_copy_bw": 100 * gbps / copy_gbps, "max_err": err,
+                         "tuning": tuning_label(name, args.tuning), "plan": plan})
         flag = f" WRONG ({wrong})" if wrong else "" if err <= MAX_ERR else f" WRONG (max_err {err:.3g})"
         if flag:
             problem(f"{cfg}: {name}{flag}")
@@ -278,7 +323,7 @@ def warm_in_workers(args: argparse.Namespace, configs: list[Config], impls: list
                     log: Callable[[str], None]) -> None:
     # one task per configuration, each logged as it ends: a compile of many minutes shows where it is
     done = 0
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+    with multiprocessing.get_context("spawn").Pool(args.jobs, initializer=harness.ignore_ctrl_c) as pool:
         for n in pool.imap_unordered(_warm_one, [(args, cfg, impls) for cfg in configs]):
             done += n
             log(f"compiled {done}/{len(configs)} configurations")
@@ -300,14 +345,18 @@ def default_impls(device: torch.device) -> list[str]:
 
 def select_impls(text: str | None, device: torch.device, parser: argparse.ArgumentParser,
                  log: Callable[[str], None]) -> list[str]:
-    """The implementations asked for (or every one), those that cannot run here left out with a note."""
+    """The implementations asked for (or every one), each once, those that cannot run here left out with a note."""
     import rope
 
-    names = harness.split_list(text) or default_impls(device)
+    names = list(dict.fromkeys(harness.split_list(text, "--impls"))) or default_impls(device)
+    timed = [n for n in rope.available() if n != "none"]  # none rotates nothing: no rotation to time
+    if "none" in names:
+        parser.error("--impls none: rotates nothing, so there is no rotation to time (bench.step times a model "
+                     "without RoPE); choose from " + ", ".join([*timed, COMPILED]))
     unknown = [n for n in names if n not in (COMPILED, LIGER) and n not in rope.available()]
     if unknown:
         parser.error(f"--impls: unknown {', '.join(unknown)}; choose from "
-                     f"{', '.join([*rope.available(), COMPILED])} (liger = Liger-Kernel's own kernels)")
+                     f"{', '.join([*timed, COMPILED])} (liger = Liger-Kernel's own kernels)")
     kept = []
     for name in names:
         if name == LIGER:
@@ -327,7 +376,7 @@ def parse_head_dims(text: str) -> list[int]:
     if text == "even":
         return list(range(16, 257, 2))
     try:
-        dims = [int(x) for x in harness.split_list(text)]
+        dims = [int(x) for x in harness.split_list(text, "--head-dims")]
     except ValueError:
         dims = []
     if not dims or min(dims) < 2:
@@ -357,14 +406,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="python -m bench.kernel", description=__doc__,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--impls", default=None,
-                   help=f"comma-separated: registry names, {COMPILED}, {LIGER} (default: every one that runs here; "
-                        f"--smoke: {SMOKE_IMPLS})")
+                   help=f"comma-separated: registry names but none (it rotates nothing), {COMPILED}, {LIGER} "
+                        f"(default: every one that runs here; --smoke: {SMOKE_IMPLS})")
     p.add_argument("--head-dims", default=None,
                    help=f"common ({','.join(map(str, COMMON_HEAD_DIMS))}; the default), even (16, 18, ..., 256) or a "
                         "comma-separated list (--smoke: 16)")
-    p.add_argument("--variants", default=None, help="partial, full or both, comma-separated (default both; --smoke: "
-                                                    "partial)")
-    p.add_argument("--cases", default="plain", help=f"comma-separated, of {', '.join(CASES)}")
+    p.add_argument("--variants", default=None,
+                   help="comma-separated, of partial, full (default partial,full; --smoke: partial)")
+    p.add_argument("--cases", default="plain",
+                   help=f"comma-separated, of {', '.join(CASES)} (default plain; {LIGER}: plain only)")
     p.add_argument("--elements", default="32M", help="elements per tensor (K/M = 2^10/2^20; default 32M; --smoke: 256)")
     p.add_argument("--seq-len", type=int, default=None, help="T of the shapes (default 2048; --smoke 8)")
     p.add_argument("--heads", default=None,
@@ -375,26 +425,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tuning", default=None, metavar="FIELD=VALUE,...",
                    help="launch settings (bench.harness.tuning): the Triton entries' eager launches' (tiling, tile, "
                         "num_warps, maxnreg; e.g. tiling=rows,tile=2048,num_warps=8) and cutedsl's (threads, "
-                        "rows_per_thread)")
+                        "rows_per_thread); a field none of --impls takes is refused, and a row's tuning column names "
+                        "the fields its launches took")
     p.add_argument("--jobs", type=int, default=1, help="processes compiling the configurations before the timing")
     p.add_argument("--warm-only", action="store_true", help="compile every configuration, time nothing, write nothing")
     harness.add_common_args(p, NAME)
     args = p.parse_args(argv)
     if args.smoke:  # the fewest calls that still take every path: the interpreter runs a launch in tens of ms
-        args.impls = args.impls or SMOKE_IMPLS
-        args.head_dims, args.variants = args.head_dims or "16", args.variants or "partial"
+        args.impls = SMOKE_IMPLS if args.impls is None else args.impls
+        args.head_dims = "16" if args.head_dims is None else args.head_dims
+        args.variants = "partial" if args.variants is None else args.variants
         args.reps = 1 if args.reps is None else args.reps
     try:
-        args.head_dims = parse_head_dims(args.head_dims or "common")
+        args.head_dims = parse_head_dims("common" if args.head_dims is None else args.head_dims)
         args.elements = parse_count("256" if args.smoke and args.elements == "32M" else args.elements)
-        args.tuning_text, args.tuning = args.tuning or "", harness.parse_tuning(args.tuning)
+        harness.split_list(args.tuning, "--tuning")  # an empty list is refused, not read as no setting
+        args.tuning = harness.parse_tuning(args.tuning)
     except ValueError as exc:
         p.error(str(exc))
-    args.variants = harness.split_list(args.variants or "partial,full")
-    args.cases = harness.split_list(args.cases)
-    bad = [v for v in args.variants if v not in ("partial", "full")] + [c for c in args.cases if c not in CASES]
-    if bad or not args.variants or not args.cases:
-        p.error(f"--variants takes partial/full and --cases {', '.join(CASES)}; got {', '.join(bad) or 'none'}")
+    args.variants = harness.split_list("partial,full" if args.variants is None else args.variants, "--variants")
+    args.cases = harness.split_list(args.cases, "--cases")
+    for option, values, allowed in (("--variants", args.variants, ("partial", "full")), ("--cases", args.cases, CASES)):
+        if bad := [v for v in values if v not in allowed]:
+            p.error(f"{option} takes comma-separated values of {', '.join(allowed)}, got {', '.join(bad)}")
     # a value given is checked, never replaced: only an option left out takes its default
     args.reps = 15 if args.reps is None else args.reps
     if args.jobs < 1 or args.reps < 1:
@@ -403,7 +456,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.seq_len < 1:
         p.error(f"--seq-len takes a positive number of tokens, got {args.seq_len}")
     try:
-        args.heads = parse_heads(args.heads or ("2" if args.smoke else "16"))
+        args.heads = parse_heads(("2" if args.smoke else "16") if args.heads is None else args.heads)
     except ValueError as exc:
         p.error(str(exc))
     args.dtype = DTYPES[args.dtype or ("fp32" if args.smoke else "bf16")]
@@ -446,8 +499,11 @@ def main(argv: list[str] | None = None) -> int:
     harness.check_tuning(args.tuning)
     args.compile_backend = "inductor" if args.device.type == "cuda" else "aot_eager"
     impls = select_impls(args.impls, args.device, parser, log)
-    keep_compiled_graphs(impls)
     configs = make_configs(args, log)
+    impls = computing(impls, configs, log)
+    keep_compiled_graphs(impls)
+    if impls and configs:
+        check_tuning_reaches(args.tuning, impls)
     if not impls or not configs:  # every implementation or shape asked for was left out, each said why above
         what = "--impls" if not impls else "--head-dims/--variants/--cases"
         harness._refuse(f"bench.kernel: nothing to measure: every choice of {what} was left out (the lines above "

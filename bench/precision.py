@@ -152,31 +152,54 @@ def _parser() -> argparse.ArgumentParser:
                                               "property at large offsets (md + csv).")
     p.add_argument("--out", type=Path, default=Path("outputs/position_precision"),
                    help="directory for position_precision.md and .csv (default outputs/position_precision)")
-    p.add_argument("--bases", type=parse_bases, default=parse_bases("1e4,5e5"), help="frequency bases (1e4,5e5)")
-    p.add_argument("--log2-positions", type=parse_log2, default=parse_log2("10..20"), metavar="K",
-                   help=f"exponents k of the positions 2^k: A..B or a list, in {list(LOG2_RANGE)} (10..20)")
+    p.add_argument("--bases", type=parse_bases, default=None,
+                   help="frequency bases, each > 1 (default 1e4,5e5; --smoke 1e4)")
+    p.add_argument("--log2-positions", type=parse_log2, default=None, metavar="K",
+                   help=f"exponents k of the positions 2^k: A..B or a list, in {list(LOG2_RANGE)} (default 10..20; "
+                        "--smoke 10)")
     p.add_argument("--head-dim", type=parse_head_dim, default=64, help="head dim D (64)")
-    p.add_argument("--variants", type=parse_variants, default=["partial", "full"], help="partial,full")
+    p.add_argument("--variants", type=parse_variants, default=None,
+                   help="of partial and full (default partial,full; --smoke partial)")
     p.add_argument("--impls", type=parse_impls, default=None,
-                   help="comma-separated registered implementations (default: every one that can run here)")
-    p.add_argument("--dtypes", type=parse_dtypes, default=["float32", "bfloat16"],
-                   help="input dtypes of the forward error (float32,bfloat16)")
+                   help="comma-separated registered implementations (default: every one that can run here; "
+                        "--smoke torch)")
+    p.add_argument("--dtypes", type=parse_dtypes, default=None,
+                   help="input dtypes of the forward error (default float32,bfloat16; --smoke float32)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cpu (default) or cuda")
     p.add_argument("--smoke", action="store_true",
-                   help="one base, variant, position range and dtype, torch alone: checks the script in seconds")
+                   help="defaults of one base, variant, position range and dtype, torch alone (an option given "
+                        "still stands): checks the script in seconds")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the random positions and inputs (default: a fresh one, written in the outputs)")
     return p
 
 
+def joined_negatives(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """``--bases -1e4`` as ``--bases=-1e4``: argparse takes a value starting with ``-`` that is not a plain number
+    for an option, and would answer "expected one argument"; joined, the option's own check says what it takes."""
+    out, rest = [], list(argv)
+    while rest:
+        arg = rest.pop(0)
+        action = parser._option_string_actions.get(arg)
+        if action is not None and action.nargs is None and rest and rest[0][:1] == "-" and \
+                rest[0][1:2] and rest[0][1:2] in "0123456789.":
+            arg = f"{arg}={rest.pop(0)}"
+        out.append(arg)
+    return out
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Parse and cross-check every option; a bad one exits 2 with one line, before any work."""
     p = _parser()
-    args = p.parse_args(argv)
+    args = p.parse_args(joined_negatives(p, sys.argv[1:] if argv is None else argv))
     args.device = torch.device(args.device)
-    if args.smoke:
-        args.bases, args.log2_positions, args.variants = [1e4], [10], ["partial"]
-        args.impls, args.dtypes = ["torch"], ["float32"]
+    # --smoke changes the defaults only: an option given is measured as given, as the report's command line says
+    defaults = {"bases": ([1e4, 5e5], [1e4]), "log2_positions": (parse_log2("10..20"), [10]),
+                "variants": (["partial", "full"], ["partial"]), "impls": (None, ["torch"]),
+                "dtypes": (["float32", "bfloat16"], ["float32"])}
+    for name, (default, smoke) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, smoke if args.smoke else default)
     if args.out.exists() and not args.out.is_dir():
         p.error(f"argument --out: {str(args.out)!r} exists and is not a directory")
     # a folder under a file cannot be made: said now, not as a traceback once the measurements are done

@@ -155,23 +155,24 @@ def report(rows: dict[str, dict], args: argparse.Namespace) -> None:
     base = rows[names[0]]
     print(f"\nper step, ms: wall (CUDA events, median) against {names[0]} [95% bootstrap CI over {args.rounds} "
           "rounds]; host = until step() returns; kernels, busy: the profiled steps; idle = wall - busy")
-    print(f"{'implementation':16s}{'wall':>9s}{'vs base % [CI]':>26s}{'host':>9s}{'kernels':>9s}{'busy':>9s}"
+    # a space before every column: a value wider than its column shifts the line, never runs into its neighbour
+    print(f"{'implementation':16s} {'wall':>9s} {'vs base % [CI]':>26s} {'host':>9s} {'kernels':>9s} {'busy':>9s} "
           f"{'idle':>9s}")
     for name, r in rows.items():
         pct, lo, hi = median_ratio_interval(r["walls"], base["walls"])
         ci = "(base)" if r is base else f"{pct:+.2f}" + (f" [{lo:+.2f}, {hi:+.2f}]" if lo is not None else "")
-        print(f"{name:16s}{r['wall']:9.3f}{ci:>26s}{r['host']:9.3f}{r['kernel_sum']:9.3f}{r['busy']:9.3f}"
+        print(f"{name:16s} {r['wall']:9.3f} {ci:>26s} {r['host']:9.3f} {r['kernel_sum']:9.3f} {r['busy']:9.3f} "
               f"{r['wall'] - r['busy']:9.3f}")
     print("\nper phase, ms: host time / GPU time of the kernels it launched (host above GPU: host-bound)")
     for name, r in rows.items():
-        print(f"{name:16s}" + "  ".join(f"{p}: {h / 1e3:.3f} / {g / 1e3:.3f}" for p, (h, g) in r["phases"].items()))
+        print(f"{name:16s} " + "  ".join(f"{p}: {h / 1e3:.3f} / {g / 1e3:.3f}" for p, (h, g) in r["phases"].items()))
     keys = set().union(*(r["kernels"] for r in rows.values()))
     diff = sorted(keys, key=lambda k: -max(abs(r["kernels"].get(k, 0) - base["kernels"].get(k, 0))
                                            for r in rows.values()))
     print(f"\nkernels whose time differs most from {names[0]}'s (us per step)")
-    print(f"{'kernel':62s}" + "".join(f"{n:>16s}" for n in names))
+    print(f"{'kernel':62s}" + "".join(f" {n:>16s}" for n in names))
     for k in diff[: args.top]:
-        print(f"{k:62s}" + "".join(f"{r['kernels'].get(k, 0.0):16.1f}" for r in rows.values()))
+        print(f"{k:62s}" + "".join(f" {r['kernels'].get(k, 0.0):16.1f}" for r in rows.values()))
     for name, r in rows.items():
         print(f"\n{name}: top kernels (us per step)")
         for k, t in sorted(r["kernels"].items(), key=lambda kv: -kv[1])[: args.top]:
@@ -186,7 +187,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="python -m bench.profile", description=__doc__,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="a conf/model preset (default seed004; --smoke: tiny)")
-    p.add_argument("--impls", default="none,torch,triton_v4", help="comma-separated; the first is the baseline")
+    p.add_argument("--impls", default="none,torch,triton_v4",
+                   help="comma-separated registry names; the first is the baseline (default none,torch,triton_v4)")
     p.add_argument("--mode", default=None, choices=bench_step.MODES, help="default compile (--smoke: eager)")
     p.add_argument("--batch", type=int, default=None, help="default: the preset's (bench.step)")
     p.add_argument("--vocab", type=int, default=None, help="default: the preset's (bench.step)")
@@ -197,16 +199,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
              "steps": "timed steps per round and implementation", "profiled": "profiled steps per implementation"}
     for name, (default, smoke) in counts.items():
         p.add_argument(f"--{name}", type=int, default=None, help=f"{helps[name]} (default {default}; --smoke {smoke})")
-    p.add_argument("--top", type=int, default=12, help="lines per listing")
+    p.add_argument("--top", type=int, default=12, help="lines per listing of kernels and idle gaps (default 12)")
     harness.add_common_args(p, NAME)
     args = p.parse_args(argv)
-    args.model = args.model or ("tiny" if args.smoke else "seed004")
+    args.model = ("tiny" if args.smoke else "seed004") if args.model is None else args.model
     args.mode = args.mode or ("eager" if args.smoke else "compile")
     for name, (default, smoke) in counts.items():
         if getattr(args, name) is None:
             setattr(args, name, smoke if args.smoke else default)
-    if args.smoke:
-        args.batch, args.vocab = args.batch or 2, args.vocab or 256
+    bench_step.check_model_options(p, args)
     if min(args.rounds, args.steps, args.profiled, args.top) < 1 or args.warmup < 0:
         p.error("--rounds, --steps, --profiled and --top must be at least 1, --warmup at least 0")
     harness.model_config(args.model, p)
@@ -219,7 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     log = harness.Progress()
     args.device = harness.pick_device(args.smoke, "bench.profile")
     rope_root = harness.import_rope(args.rope_path)
-    names = harness.registered(harness.split_list(args.impls), args.device, args.parser, log)
+    names = harness.registered(list(dict.fromkeys(harness.split_list(args.impls, "--impls"))), args.device,
+                               args.parser, log)
+    if not names:  # each left out with its reason above
+        harness._refuse("bench.profile: nothing to measure: every implementation of --impls was left out (the lines "
+                        "above say why)")
+    results = harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)  # a path no rows can go to: refused now
     env = harness.environment(args.device, rope_root, args.commit)
     if args.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -240,7 +246,6 @@ def main(argv: list[str] | None = None) -> int:
                  kernel_sum=sum(r["kernels"].values()) / 1e3, busy=r["busy"] / 1e3)
         rows[name] = r
     report(rows, args)
-    results = harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     for name, r in rows.items():
         parts = {"wall": r["wall"] * 1e3, "host": r["host"] * 1e3, "gpu kernels": r["kernel_sum"] * 1e3,
                  "gpu busy": r["busy"] * 1e3, "gpu idle": (r["wall"] - r["busy"]) * 1e3,

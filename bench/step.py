@@ -169,12 +169,13 @@ def build_steps(model_name: str, mode: str, names: list[str], args: argparse.Nam
     batch, vocab = PRESETS.get(model_name, DEFAULT_PRESET)
     batch, vocab = args.batch or batch, args.vocab or vocab
     steps, params = {}, {}
-    for name in names:
+    for i, name in enumerate(names, 1):
         try:
             steps[name], params[name] = make_step(model_cfg, name, mode, args, batch, vocab, phase)
             for _ in range(args.warmup):
                 steps[name]()
             harness.synchronize(args.device)
+            log(f"{model_name} {mode} {name}: built and warmed up ({i}/{len(names)})")  # a compile takes minutes
         except Exception as exc:  # one implementation failing (under compile, say) must not lose the others
             _problem(log, f"{model_name} {mode} {name} failed: {_first_line(exc)}")
             steps.pop(name, None)
@@ -255,6 +256,19 @@ def allow_compiled_models(count: int) -> None:
             setattr(torch._dynamo.config, key, max(getattr(torch._dynamo.config, key), 8 + count))
 
 
+def check_model_options(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--batch``, ``--vocab`` (``--smoke``'s defaults set) and ``--optim``, checked before any work: a size given
+    is never replaced by the preset's, nor an optimizer left to fail every model later (``bench.profile`` too)."""
+    if args.smoke:
+        args.batch = 2 if args.batch is None else args.batch
+        args.vocab = 256 if args.vocab is None else args.vocab
+    if args.batch is not None and args.batch < 1 or args.vocab is not None and args.vocab < 2:
+        p.error(f"--batch must be at least 1 and --vocab at least 2, got {args.batch} and {args.vocab}")
+    if not (harness.ROOT / "conf" / "optim" / f"{args.optim}.yaml").is_file():
+        p.error(f"--optim {args.optim}: no conf/optim/{args.optim}.yaml; the presets: "
+                f"{', '.join(sorted(f.stem for f in (harness.ROOT / 'conf' / 'optim').glob('*.yaml')))}")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="python -m bench.step", description=__doc__,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -263,7 +277,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--impls", default=None,
                    help="comma-separated registry names (default: every registered one that runs here; --smoke: "
                         "none,torch,triton_v4)")
-    p.add_argument("--modes", default=None, help="eager, compile or both (default both; --smoke: eager)")
+    p.add_argument("--modes", default=None,
+                   help="comma-separated, of eager, compile (default eager,compile; --smoke: eager)")
     p.add_argument("--packings", default="random",
                    help="data.packing layouts timed, comma-separated: random (today's, the default), documents "
                         "(positions restarting at each document, the document mask: rows <impl>+documents)")
@@ -286,23 +301,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     harness.add_common_args(p, NAME)
     args = p.parse_args(argv)
     smoke = args.smoke
-    args.models = harness.split_list(args.model or ("tiny" if smoke else "gpt2_small,seed004"))
-    args.modes = harness.split_list(args.modes or ("eager" if smoke else "eager,compile"))
-    args.impls = args.impls or ("none,torch,triton_v4" if smoke else None)
+    # an option given with an empty list is refused: it must not fall back to the default
+    args.models = harness.split_list(args.model, "--model") or (["tiny"] if smoke else ["gpt2_small", "seed004"])
+    args.modes = harness.split_list(args.modes, "--modes") or (["eager"] if smoke else ["eager", "compile"])
+    harness.split_list(args.impls, "--impls")
+    args.impls = ("none,torch,triton_v4" if smoke else None) if args.impls is None else args.impls
     args.warmup = 1 if smoke and args.warmup is None else 5 if args.warmup is None else args.warmup
     # a value given is checked, never replaced: only an option left out takes its default
     args.rounds = (2 if smoke else 10) if args.rounds is None else args.rounds
     args.steps = (1 if smoke else 4) if args.steps is None else args.steps
     args.doc_tokens = args.doc_tokens if args.doc_tokens is not None else (4 if smoke else DEFAULT_DOC_TOKENS)
-    if smoke:
-        args.batch = 2 if args.batch is None else args.batch
-        args.vocab = 256 if args.vocab is None else args.vocab
-    if args.batch is not None and args.batch < 1 or args.vocab is not None and args.vocab < 2:
-        p.error(f"--batch must be at least 1 and --vocab at least 2, got {args.batch} and {args.vocab}")
+    check_model_options(p, args)
     bad = [m for m in args.modes if m not in MODES]
     if bad or not args.modes:
         p.error(f"--modes takes {', '.join(MODES)} (comma-separated), got {', '.join(bad) or 'none'}")
-    args.packings = harness.split_list(args.packings)
+    args.packings = harness.split_list(args.packings, "--packings")
     bad = [k for k in args.packings if k not in PACKINGS]
     if bad or not args.packings:
         p.error(f"--packings takes {', '.join(PACKINGS)} (comma-separated), got {', '.join(bad) or 'none'}")
@@ -312,8 +325,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.warmup < 0 or min(args.rounds, args.steps) < 1:
         p.error("--rounds and --steps must be at least 1, --warmup at least 0")
-    if not (harness.ROOT / "conf" / "optim" / f"{args.optim}.yaml").is_file():
-        p.error(f"--optim {args.optim}: no conf/optim/{args.optim}.yaml")
     for model in args.models:
         harness.model_config(model, p)
     args.parser = p
@@ -327,7 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     rope_root = harness.import_rope(args.rope_path)
     import rope
 
-    impls = harness.registered(harness.split_list(args.impls) or rope.available(), args.device, args.parser, log)
+    asked = list(dict.fromkeys(harness.split_list(args.impls, "--impls"))) or rope.available()  # each once
+    impls = harness.registered(asked, args.device, args.parser, log)
+    if not impls:  # each left out with its reason above
+        harness._refuse("bench.step: nothing to measure: every implementation of --impls was left out (the lines "
+                        "above say why)")
     names = [impl + ("" if packing == "random" else DOCUMENTS) for packing in args.packings for impl in impls]
     results = None if args.warm_only else harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root, args.commit)

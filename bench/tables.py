@@ -9,13 +9,18 @@ does, never stands in for the current code), then the newest by date.
 Rows carry their GPU, commit and date, so each table says which code and machine its numbers come from. Rows
 timed with ``--tuning`` (forced launch settings) are experiments, not the product's numbers, and are left out; so
 are kernel rows whose output was far from the reference (``max_err`` above ``bench.kernel.MAX_ERR``, the log's
-WRONG): a wrong kernel's speed is no result.
+WRONG): a wrong kernel's speed is no result; so are ``--smoke`` rows (the CPU at tiny shapes).
+Nothing is written where a table could lose rows without a word: a CSV lacking a column of its benchmark, with a row
+cut short or a word in a number's cell, or with no GPU row, and a ``--results`` folder without the CSV of a section
+the page has, are each refused in one line (exit 2), the page left as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import functools
+import importlib
 import math
 import statistics
 import subprocess
@@ -293,15 +298,58 @@ def attention_section(rows: list[dict]) -> list[str]:
     return out
 
 
-SECTIONS = (("kernel", kernel_section), ("step", step_section), ("user_model", user_model_section),
-            ("attention", attention_section), ("generate", generate_section), ("profile", profile_section))
+#: Each results CSV: its section, and the columns its section reads as numbers (a cell of another kind is refused
+#: naming its line, not read as another value or a traceback).
+SECTIONS = (("kernel", kernel_section, ("head_dim", "elements", "pct_copy_bw", "max_err")),
+            ("step", step_section, ("time_us", "steps", "rounds", "vs_torch_pct", "vs_torch_lo", "vs_torch_hi")),
+            ("user_model", user_model_section, ("head_dim", "time_us", "vs_none_pct", "vs_torch_pct", "vs_torch_lo",
+                                                "vs_torch_hi", "kernels_per_step")),
+            ("attention", attention_section, ("time_us", "speedup", "head_dim", "batch", "cached", "queries",
+                                              "pct_copy_bw", "roof_speedup", "launch_floor_us")),
+            ("generate", generate_section, ("batch", "prompt_len", "new_tokens", "first_token_ms", "decode_tok_s",
+                                            "step_ms")),
+            ("profile", profile_section, ("time_us",)))
+
+
+@functools.cache
+def columns_of(name: str) -> tuple[str, ...]:
+    """The columns ``bench.<name>`` writes (imported when asked: each benchmark's module imports its own needs)."""
+    module = importlib.import_module(f"bench.{name}")
+    return tuple(getattr(module, "HEADER", None) or module.COLUMNS)
+
+
+def gpu_rows(path: Path, name: str, numeric: Sequence[str]) -> list[dict]:
+    """The rows of ``path`` measured on a GPU (a --smoke row, the CPU at tiny shapes, is no measurement: never a
+    table's number). A file without a column of ``bench.<name>`` (another tool's, an edit) and one that holds no
+    GPU row (empty, or only --smoke rows) are refused in one line, exit 2: the first would be a traceback, the
+    second a section of the page removed without a word."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+    missing = [c for c in columns_of(name) if c not in header]
+    if header and missing:
+        harness._refuse(f"{path}: no column {', '.join(missing)}: not the columns bench.{name} writes; name the "
+                        "folder of the benchmarks' CSVs with --results")
+    rows = harness.read_rows(path, numeric)
+    kept = [r for r in rows if r.get("gpu") != harness.SMOKE_GPU]
+    if not kept:
+        held = f"{len(rows)} --smoke row(s), which no table shows" if rows else "no rows"
+        harness._refuse(f"{path}: no row measured on a GPU ({held}): its section would be left out of the page; "
+                        "take that file out of the folder, or add its GPU rows")
+    return kept
+
+
+def shown(path: Path) -> str:
+    """``path`` as the page's comment names it: relative to the checkout where inside it."""
+    path = path.resolve()
+    return str(path.relative_to(harness.ROOT)) if path.is_relative_to(harness.ROOT) else str(path)
 
 
 def render(results: Path) -> str:
-    out = [BEGIN, "", "<!-- written by `python -m bench.tables` from bench/results/*.csv: edit those, not this -->"]
-    for name, fn in SECTIONS:
-        # a --smoke row (the CPU, tiny shapes) that was appended here is no measurement: never a table's number
-        rows = [r for r in harness.read_rows(results / f"{name}.csv") if r.get("gpu") != harness.SMOKE_GPU]
+    out = [BEGIN, "", f"<!-- written by `python -m bench.tables` from {shown(results)}/*.csv: edit those, not this -->"]
+    for name, fn, numeric in SECTIONS:
+        rows = gpu_rows(results / f"{name}.csv", name, numeric)
         if rows:
             out += ["", *fn(rows)]
     return "\n".join([*out, "", END]) + "\n"
@@ -310,21 +358,36 @@ def render(results: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m bench.tables", description=__doc__,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", type=Path, default=harness.RESULTS, help="the folder of the CSVs")
-    p.add_argument("--doc", type=Path, default=DOC, help="the Markdown file whose marked part is rewritten")
+    p.add_argument("--results", type=Path, default=harness.RESULTS,
+                   help="the folder of the benchmarks' CSVs (default bench/results)")
+    p.add_argument("--doc", type=Path, default=DOC,
+                   help="the Markdown file whose marked part is rewritten (default docs/benchmarks.md)")
     p.add_argument("--print", action="store_true", help="print the tables, write nothing")
     args = p.parse_args(argv)
+    names = [name for name, _, _ in SECTIONS]
     # a folder without the CSVs (a typo) would render no tables and wipe the page's: refused before any work
-    if not any((args.results / f"{name}.csv").is_file() for name, _ in SECTIONS):
-        p.error(f"--results {args.results}: no results CSV there ({', '.join(f'{n}.csv' for n, _ in SECTIONS)})")
+    if not any((args.results / f"{name}.csv").is_file() for name in names):
+        p.error(f"--results {args.results}: no results CSV there ({', '.join(f'{n}.csv' for n in names)})")
+    text = ""
+    if not args.print:
+        if args.doc.is_dir():
+            p.error(f"--doc {args.doc}: a folder; name the Markdown file to rewrite")
+        if not args.doc.is_file():
+            p.error(f"--doc {args.doc}: no such file")
+        text = args.doc.read_text()
+        if BEGIN not in text or END not in text:
+            p.error(f"--doc {args.doc}: has no {BEGIN} ... {END} part to rewrite")
     tables = render(args.results)
     if args.print:
         print(tables, end="")
         return 0
-    text = args.doc.read_text() if args.doc.is_file() else ""
-    if BEGIN not in text or END not in text:
-        p.error(f"{args.doc} has no {BEGIN} ... {END} part to rewrite")
     head, rest = text.split(BEGIN, 1)
+    # a section the page has and these CSVs do not fill (a --results folder of some benchmarks only) would vanish
+    for name, fn, _ in SECTIONS:
+        title = fn([])[0]
+        if title in rest.split(END, 1)[0] and title not in tables:
+            p.error(f"--results {args.results}: no {name}.csv there, yet {args.doc} has its section "
+                    f"{title.removeprefix('## ')!r}; name the folder of every benchmark's CSV")
     args.doc.write_text(head + tables.removesuffix("\n") + rest.split(END, 1)[1])
     print(f"rewrote the tables of {args.doc}")
     return 0

@@ -149,7 +149,9 @@ def measure(head_dim: int, names: list[str], args: argparse.Namespace, env: dict
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="python -m bench.user_model", description=__doc__,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--head-dims", default=None, help="comma-separated head dims (default 48,64,128; --smoke 8)")
+    p.add_argument("--head-dims", default=None, help="comma-separated even head dims, each one every entry takes "
+                                                     "(the partial variant: multiples of 4; default 48,64,128; "
+                                                     "--smoke 8)")
     p.add_argument("--impls", default="none,torch,triton_v4", help="registry names, and none (no RoPE)")
     #: each sized option's (default, --smoke default): a value given is kept, with --smoke too
     sizes = {"heads": (8, 2), "layers": (6, 1), "batch": (24, 2), "seq": (512, 8), "vocab": (50304, 64),
@@ -160,7 +162,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name, (default, smoke) in sizes.items():
         p.add_argument(f"--{name}", type=int, default=None,
                        help=f"{helps.get(name, name)} (default {default}; --smoke {smoke})")
-    p.add_argument("--profile", action="store_true", help="print each entry's GPU kernels by time")
+    p.add_argument("--profile", action="store_true", help="print each entry's GPU kernels by time (on a GPU)")
     harness.add_common_args(p, NAME, rope_path=False)
     args = p.parse_args(argv)
     head_dims_text = args.head_dims or ("8" if args.smoke else "48,64,128")
@@ -193,6 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in names if n == "none" or n in kept]
     if not names:
         args.parser.error(f"--impls {args.impls}: none of them runs on {args.device.type} here")
+    import rope
+
+    for head_dim in args.head_dims:  # a head dim an entry cannot take: said before any work, not at its turn
+        for name in kept:
+            try:
+                rope.check_args(name, head_dim, args.seq)
+            except rope.RopeArgumentError as exc:
+                args.parser.error(f"--head-dims {head_dim}: {name}: {exc}")
+    if args.profile and args.device.type != "cuda":
+        log("--profile: the GPU's kernels are listed on a GPU only; none here")
     results = harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root)
     log(f"{env['gpu']}, rope code {env['commit']}: head dims {args.head_dims} x {', '.join(names)}")

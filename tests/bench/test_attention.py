@@ -42,6 +42,16 @@ def test_attention_candidates_add_a_row_per_launch_setting(tmp_path, capsys):
     assert all(r["bound"] in ("memory", "compute", "latency") and float(r["roof_speedup"]) > 0 for r in fused)
 
 
+def test_a_head_dim_the_module_cannot_take_is_refused_before_any_work(tmp_path, capsys):
+    """D = 18 (not a multiple of 4: triton_v4's partial variant) is one line naming it, before D = 16 is measured."""
+    out = tmp_path / "attention.csv"
+    with pytest.raises(SystemExit) as exc:
+        attention.main(["--smoke", "--head-dims", "16,18", "--heads", "4/2", "--queries", "1", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--head-dims 18: head_dim must be a multiple of 4" in err, err
+    assert not out.exists()
+
+
 def test_heads_option_is_the_one_given():
     assert attention.parse_args(["--heads", "8/2,4/4"]).heads == [(8, 2), (4, 4)]
     assert attention.parse_args(["--smoke"]).heads == [(4, 2), (4, 4)]

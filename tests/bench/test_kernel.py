@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -15,9 +16,11 @@ from bench import harness, kernel
 
 
 @pytest.mark.interpreter
-def test_smoke_run_times_and_checks_every_case(tmp_path):
+def test_smoke_run_times_and_checks_every_case(tmp_path, capsys):
     out = tmp_path / "kernel.csv"
     assert kernel.main(["--smoke", "--cases", "plain,positions,cu_seqlens", "--out", str(out)]) == 0
+    assert "liger: computes the plain case only, not --cases positions,cu_seqlens: timed on the others" in \
+        capsys.readouterr().err  # the cases Liger is not timed on are said, not skipped in silence
     rows = harness.read_rows(out)
     got = {(r["implementation"], r["positions"], r["direction"]) for r in rows}
     expected = {(i, p, d) for i in ("torch", "triton_v4") for p in ("arange", "tensor", "cu_seqlens")
@@ -59,11 +62,14 @@ def test_grouped_query_inputs_and_heads_option():
 
 @pytest.mark.interpreter
 def test_tuning_reaches_the_triton_launch_and_is_recorded(tmp_path):
+    """The tuning column names the settings a row's launches took: none for torch, which --tuning does not reach."""
     out = tmp_path / "kernel.csv"
-    kernel.main(["--smoke", "--impls", "triton_v4", "--tuning", "tiling=chunks,tile=128", "--out", str(out)])
+    kernel.main(["--smoke", "--impls", "torch,triton_v4,torch", "--tuning", "tiling=chunks,tile=128",
+                 "--out", str(out)])
     rows = harness.read_rows(out)
-    assert len(rows) == 2 and all(r["tuning"] == "tiling=chunks,tile=128" for r in rows)
-    assert all(r["plan"].startswith("chunks:") for r in rows)
+    assert [(r["implementation"], r["tuning"]) for r in rows] == [
+        ("torch", ""), ("torch", ""), ("triton_v4", "tiling=chunks,tile=128"), ("triton_v4", "tiling=chunks,tile=128")]
+    assert all(r["plan"].startswith("chunks:") for r in rows if r["implementation"] == "triton_v4")
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -71,7 +77,17 @@ def test_tuning_reaches_the_triton_launch_and_is_recorded(tmp_path):
     (["--tuning", "tiling=sideways"], "tiling must be one of"),
     (["--elements", "0"], "--elements takes a positive count"),
     (["--heads", "8/3"], "--heads takes H or HQ/HK"),
-    (["--cases", "plain,diagonal"], "got diagonal"),
+    (["--cases", "plain,diagonal"], "--cases takes comma-separated values of plain, interleaved"),
+    (["--variants", "both"], "--variants takes comma-separated values of partial, full, got both"),
+    (["--impls", ","], "--impls takes a comma-separated list of one item or more"),  # not every implementation
+    (["--variants", ","], "--variants takes a comma-separated list of one item or more"),
+    (["--cases", ""], "--cases takes a comma-separated list of one item or more"),
+    (["--head-dims", ","], "--head-dims takes a comma-separated list of one item or more"),
+    (["--tuning", ","], "--tuning takes a comma-separated list of one item or more"),
+    (["--impls", "none"], "--impls none: rotates nothing"),  # it timed a WRONG row
+    (["--impls", "torch", "--tuning", "tiling=rows"], "--tuning tiling: no implementation of --impls (torch)"),
+    (["--impls", "triton_v4", "--tuning", "tile=128,threads=64"], "--tuning threads: no implementation"),
+    (["--impls", "liger", "--cases", "interleaved"], "nothing to measure: every choice of --impls"),
     (["--reps", "0"], "--reps must be at least 1"),  # given values are checked, not replaced by the default
     (["--seq-len", "0"], "--seq-len takes a positive number"),
     (["--seq-len", "-3"], "--seq-len takes a positive number"),
@@ -84,7 +100,43 @@ def test_bad_arguments_are_one_line_before_any_work(tmp_path, capsys, argv, mess
     err = capsys.readouterr().err
     assert exc.value.code == 2 and message in err.splitlines()[-1]
     assert err.count("\n") == 1 or "nothing to measure" in message, err  # argparse's usage text is not printed
+    assert "liger: computes the plain case only, not --cases interleaved: left out" in err or "liger" not in argv
     assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["--variants", "--cases"])
+def test_help_offers_only_values_the_option_takes(option):
+    """Each value --help names for a list option is accepted (``--variants both`` was offered and refused)."""
+    action = next(a for a in kernel.parse_args([]).parser._actions if option in a.option_strings)
+    offered = [w for w in re.split(r", | or ", action.help.split(" (")[0].removeprefix("comma-separated, of "))
+               if w != "comma-separated"]
+    assert len(offered) >= 2
+    for value in [*offered, ",".join(offered)]:
+        assert getattr(kernel.parse_args([option, value]), option[2:]) == value.split(",")
+
+
+def test_compile_workers_leave_a_ctrl_c_to_the_parent(monkeypatch):
+    """The --jobs workers ignore SIGINT (harness.ignore_ctrl_c): a Ctrl-C reaches the whole process group, and each
+    worker printed a traceback of its own beside the parent's one line."""
+    made = {}
+
+    class Pool:
+        def __init__(self, processes, initializer=None):
+            made.update(processes=processes, initializer=initializer)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def imap_unordered(self, fn, tasks):
+            return (1 for _ in tasks)
+
+    monkeypatch.setattr(kernel.multiprocessing, "get_context", lambda method: type("Ctx", (), {"Pool": Pool}))
+    args = kernel.parse_args(["--smoke", "--jobs", "2"])
+    kernel.warm_in_workers(args, [kernel.Config(16, "partial", "plain")], ["torch"], lambda message: None)
+    assert made == {"processes": 2, "initializer": harness.ignore_ctrl_c}
 
 
 def test_rope_path_times_another_copy_of_the_code_and_names_its_commit(tmp_path):

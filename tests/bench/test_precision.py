@@ -23,3 +23,29 @@ def test_an_out_folder_under_a_file_is_refused_before_any_work(tmp_path, capsys)
     with pytest.raises(SystemExit) as exc:
         precision.parse_args(["--smoke", "--out", str(tmp_path / "file" / "report")])
     assert exc.value.code == 2 and "--out" in capsys.readouterr().err
+
+
+def test_smoke_changes_the_defaults_only():
+    """--smoke measures little by default; an option given is measured as given, as the report's command line says."""
+    smoke = precision.parse_args(["--smoke"])
+    assert (smoke.bases, smoke.log2_positions, smoke.variants, smoke.impls, smoke.dtypes) == (
+        [1e4], [10], ["partial"], ["torch"], ["float32"])
+    given = precision.parse_args(["--smoke", "--impls", "triton_v4", "--bases", "5e5", "--variants", "full",
+                                  "--log2-positions", "12", "--dtypes", "bfloat16"])
+    assert (given.bases, given.log2_positions, given.variants, given.impls, given.dtypes) == (
+        [5e5], [12], ["full"], ["triton_v4"], ["bfloat16"])
+    full = precision.parse_args([])
+    assert (full.bases, full.log2_positions[0], full.variants, full.impls) == ([1e4, 5e5], 10, ["partial", "full"],
+                                                                              None)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--bases", "-1e4"], "argument --bases: each base must be a finite number > 1, got '-1e4'"),
+    (["--log2-positions", "-3..5"], "argument --log2-positions: expected a range"),
+])
+def test_a_negative_value_gets_its_options_check(argv, message, capsys):
+    """argparse reads ``-1e4`` as an option ("expected one argument"): the option's own check answers instead."""
+    with pytest.raises(SystemExit) as exc:
+        precision.parse_args(["--smoke", *argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and err.count("\n") == 1, err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import os
 import shutil
 import subprocess
 
@@ -142,7 +144,22 @@ def test_prepare_archives_the_base_commits_rope_with_both_names(tmp_path):
     assert (repo / ".baseline" / ".commit").read_text().strip() == base
     assert (repo / ".baseline" / "head.commit").read_text().strip() == f"{head}-dirty"
     proc = subprocess.run(["bash", "bench/compare_commits.sh", "sideways"], cwd=repo, capture_output=True, text=True)
-    assert proc.returncode == 2 and "usage" in proc.stderr
+    assert proc.returncode == 2 and "usage" in proc.stderr and "run [all|kernel|step]" in proc.stderr
+    proc = subprocess.run(["bash", "bench/compare_commits.sh", "--help"], cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage") and not proc.stderr
+    proc = subprocess.run(["bash", "bench/compare_commits.sh", "prepare", "zzzzzzz"], cwd=repo, capture_output=True,
+                          text=True)
+    assert proc.returncode == 2 and "'zzzzzzz' is no commit" in proc.stderr and proc.stderr.count("\n") == 1
+    assert (repo / ".baseline" / ".commit").read_text().strip() == base  # the prepared folder kept
+    # run without a GPU (a python whose torch finds none; never a real run, here or on a GPU machine): one line,
+    # before anything starts
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "bin" / "python").chmod(0o755)
+    proc = subprocess.run(["bash", "bench/compare_commits.sh", "run"], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}, timeout=30)
+    assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (repo / "outputs").exists()
 
 
 def test_tables_prefer_the_newest_commit_over_a_later_timed_older_one(results, monkeypatch):
@@ -224,18 +241,103 @@ def test_tables_refuse_a_results_folder_without_csvs(tmp_path, capsys):
     assert "kept" in doc.read_text()
 
 
+def damage(results):
+    """Beside the results, the files a crash or an edit leaves: an empty one, a last row cut short, a word where a
+    number goes."""
+    (results / "empty.csv").write_text("")
+    (results / "cut.csv").write_text((results / "kernel.csv").read_text()[:-60])
+    lines = (results / "step.csv").read_text().splitlines(keepends=True)
+    (results / "word.csv").write_text("".join([*lines[:-1], lines[-1].replace(",15000,", ",abc,", 1)]))
+
+
+def damage_results(results, how: str) -> None:
+    kernel_csv, step_csv = results / "kernel.csv", results / "step.csv"
+    if how == "missing":  # a column gone (an edit, another tool's file)
+        rows = list(csv.reader(kernel_csv.open(newline="")))
+        at = rows[0].index("pct_copy_bw")
+        with kernel_csv.open("w", newline="") as f:
+            csv.writer(f).writerows([r[:at] + r[at + 1:] for r in rows])
+    elif how == "cut":  # the last row cut short by a crash
+        kernel_csv.write_text(kernel_csv.read_text()[:-60])
+    elif how == "word":
+        lines = step_csv.read_text().splitlines(keepends=True)
+        step_csv.write_text("".join([*lines[:-1], lines[-1].replace(",15000,", ",abc,", 1)]))
+    elif how == "empty":
+        step_csv.write_text("")
+    elif how == "smoke":  # --smoke rows alone: none a table shows
+        kernel_csv.unlink()
+        harness.ResultsCsv(kernel_csv, kernel.COLUMNS).append([kernel_row("ccc3333", "torch", 16, 1.0,
+                                                                          gpu=harness.SMOKE_GPU)])
+    elif how == "absent":
+        step_csv.unlink()
+
+
+@pytest.mark.parametrize("how,message", [
+    ("missing", "kernel.csv: no column pct_copy_bw: not the columns bench.kernel writes"),
+    ("cut", "kernel.csv, line 9: "),
+    ("word", "step.csv, line 4: time_us is 'abc'"),
+    ("empty", "step.csv: no row measured on a GPU (no rows)"),
+    ("smoke", "kernel.csv: no row measured on a GPU (1 --smoke row(s)"),
+    ("absent", "no step.csv there, yet"),
+])
+def test_tables_refuse_rows_they_would_drop_or_misread(results, capsys, how, message):
+    """A CSV the tables cannot read whole, or that would leave a section of the page out, is one line and exit 2,
+    the page untouched: not a traceback, nor a page without that section."""
+    doc = results / "benchmarks.md"
+    page = f"{tables.BEGIN}\n## Training steps (`python -m bench.step`)\nkept\n{tables.END}\n"
+    doc.write_text(page)
+    damage_results(results, how)
+    with pytest.raises(SystemExit) as exc:
+        tables.main(["--results", str(results), "--doc", str(doc)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and err.count("\n") == 1, err
+    assert doc.read_text() == page
+
+
+@pytest.mark.parametrize("doc,message", [("nosuch.md", "--doc {}: no such file"), (".", "--doc {}: a folder"),
+                                         ("kernel.csv", "--doc {}: has no <!-- bench.tables: begin -->")])
+def test_tables_say_what_is_wrong_with_the_doc(results, capsys, doc, message):
+    with pytest.raises(SystemExit) as exc:
+        tables.main(["--results", str(results), "--doc", str(results / doc)])
+    assert exc.value.code == 2 and message.format(results / doc) in capsys.readouterr().err
+
+
+def test_tables_name_the_folder_they_read(results):
+    assert f"from {results}/*.csv: edit those" in tables.render(results)
+    assert tables.shown(harness.RESULTS) == "bench/results"
+
+
 @pytest.mark.parametrize("extra,message", [
     (["--head", "zzz9999"], "--head zzz9999: GPU X has no rows of that commit"),
     (["--kernel-csv", "step.csv"], "--kernel-csv"),  # another benchmark's file: not a KeyError
     (["--kernel-csv", "absent.csv"], "no such file"),
+    (["--kernel-csv", "DIR"], "a folder"),
+    (["--kernel-csv", "empty.csv"], "empty.csv: an empty file"),  # not "0 rows in both", a head from step.csv
+    (["--kernel-csv", "cut.csv"], "cut.csv, line 10: "),  # not left out, an older row standing in
+    (["--step-csv", "word.csv"], "word.csv, line 4: time_us is 'abc'"),
     (["--base", ""], "--base takes a commit"),
+    (["--base", "aa"], "--base aa is the start of 2 commits of GPU X: aaa1111, aab3333"),  # not both as one base
+    (["--head", "aaa"], "--head aaa is --base's commit aaa1111"),
+    (["--points", "-5"], "--points takes"),
 ])
 def test_compare_refuses_what_it_cannot_compare(results, capsys, extra, message):
+    harness.ResultsCsv(results / "kernel.csv", kernel.COLUMNS).append([kernel_row("aab3333", "liger", 96, 90.0)])
+    damage(results)
     argv = ["--base", "aaa1111", "--kernel-csv", str(results / "kernel.csv"), "--step-csv", str(results / "step.csv")]
-    argv += [str(results / x) if x.endswith(".csv") else x for x in extra]  # a file: one of the results folder's
+    argv += [str(results / x) if x.endswith(".csv") else str(results) if x == "DIR" else x for x in extra]
     with pytest.raises(SystemExit) as exc:
         compare.main(argv)
-    assert exc.value.code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_compare_says_when_no_step_is_in_both(results, capsys):
+    """Without the two commits' steps the steps' part is one line saying so, not a heading with nothing under it."""
+    (results / "step.csv").write_text((results / "step.csv").read_text().splitlines(keepends=True)[0])
+    assert compare.main(["--base", "aaa1111", "--kernel-csv", str(results / "kernel.csv"),
+                         "--step-csv", str(results / "step.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "training steps on GPU X: no triton_v4 step of both aaa1111 and bbb2222" in out and "95% CI" not in out
 
 
 def test_summary_without_prepare_says_so_in_one_line(tmp_path):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import re
+
 import pytest
 import torch
 
@@ -10,9 +13,12 @@ from bench import generate, harness, profile, step
 from rope import fused_attention
 
 
-def test_step_smoke_times_every_implementation_against_torch(tmp_path):
+def test_step_smoke_times_every_implementation_against_torch(tmp_path, capsys):
     out = tmp_path / "step.csv"
-    assert step.main(["--smoke", "--impls", "none,torch", "--out", str(out)]) == 0
+    assert step.main(["--smoke", "--impls", "none,torch,none", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    # a line per implementation built (compiling several takes minutes on a GPU), each asked for once
+    assert "tiny eager none: built and warmed up (1/2)" in err and "tiny eager torch: built and warmed up (2/2)" in err
     rows = harness.read_rows(out)
     assert [(r["model"], r["mode"], r["implementation"]) for r in rows] == [("tiny", "eager", "none"),
                                                                             ("tiny", "eager", "torch")]
@@ -82,11 +88,74 @@ def test_step_times_the_document_aligned_packing_as_training_lays_it_out(tmp_pat
 
 def test_step_refuses_an_unknown_mode_and_model(capsys):
     for argv, message in ((["--modes", "eager,jit"], "--modes takes eager, compile"),
+                          (["--modes", "both"], "--modes takes eager, compile"),
                           (["--packings", "random,shuffled"], "--packings takes random, documents"),
-                          (["--model", "huge"], "no conf/model/huge.yaml")):
+                          (["--model", "huge"], "no conf/model/huge.yaml"),
+                          (["--optim", "nosuch"], "--optim nosuch: no conf/optim/nosuch.yaml; the presets: adamw")):
         with pytest.raises(SystemExit) as exc:
             step.parse_args(["--smoke", *argv])
         assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--impls", "--model", "--modes", "--packings"])
+def test_step_refuses_an_empty_list(option, capsys):
+    """``--impls ,`` timed every implementation: an option given names one item or more, or is refused."""
+    with pytest.raises(SystemExit) as exc:
+        step.parse_args(["--smoke", option, ","])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"{option} takes a comma-separated list of one item or more" in err
+    assert err.count("\n") == 1
+
+
+def test_step_help_offers_only_the_modes_it_takes():
+    """Each value --help names for --modes is accepted (``both`` was offered and refused)."""
+    action = next(a for a in step.parse_args(["--smoke"]).parser._actions if "--modes" in a.option_strings)
+    offered = [w for w in re.split(r", | or ", action.help.split(" (")[0].removeprefix("comma-separated, of "))
+               if w != "comma-separated"]
+    assert len(offered) >= 2
+    for value in [*offered, ",".join(offered)]:
+        assert step.parse_args(["--smoke", "--modes", value]).modes == value.split(",")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--batch", "0"], "--batch must be at least 1"),  # the rows said the preset's batch
+    (["--vocab", "0"], "--vocab at least 2"),
+    (["--optim", "nosuch"], "--optim nosuch: no conf/optim/nosuch.yaml"),  # a traceback per implementation
+    (["--impls", ","], "--impls takes a comma-separated list of one item or more"),
+    (["--out", "{tmp}"], "not a file"),  # refused after the whole profile was printed
+    (["--out", "{tmp}/a.csv/b.csv"], "is a file, not a folder"),
+])
+def test_profile_refuses_bad_options_before_any_work(argv, message, tmp_path, capsys):
+    (tmp_path / "a.csv").write_text("")
+    with pytest.raises(SystemExit) as exc:
+        profile.main(["--smoke", *[a.format(tmp=tmp_path) for a in argv]])
+    captured = capsys.readouterr()
+    assert exc.value.code == 2 and message in captured.err and captured.err.count("\n") == 1, captured.err
+    assert captured.out == ""  # nothing was profiled
+
+
+@pytest.mark.parametrize("tool", [step, profile])
+def test_nothing_to_measure_is_refused(tool, tmp_path, capsys):
+    """Every implementation asked for left out (cutedsl needs a GPU): exit 2, not a run that measured nothing."""
+    out = tmp_path / "rows.csv"
+    with pytest.raises(SystemExit) as exc:
+        tool.main(["--smoke", "--impls", "cutedsl", "--out", str(out)])
+    err = capsys.readouterr().err.splitlines()
+    assert exc.value.code == 2 and "cutedsl left out" in err[0] and "nothing to measure" in err[-1]
+    assert not out.exists()
+
+
+def test_profile_table_columns_never_run_together(capsys):
+    """A wall far from the baseline's makes its [CI] wider than its column: it must still stand apart."""
+    def part(wall: float) -> dict:
+        return {"walls": [[wall]] * 3, "wall": wall, "host": 1.0, "kernel_sum": 2.0, "busy": 3.0,
+                "phases": {p: (1e3, 2e3) for p in profile.PHASES}, "kernels": {"k": 1.0}, "gaps": {}}
+
+    profile.report({"none": part(1.9), "a_long_name_here": part(158.12)}, argparse.Namespace(rounds=3, top=2))
+    line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("a_long_name_here "))
+    cells = line.split()
+    assert cells[:2] == ["a_long_name_here", "158.120"] and cells[2].startswith("+"), line
+    assert len(cells) == 9, line  # name, wall, pct, [lo, hi], host, kernels, busy, idle
 
 
 def test_profile_smoke_breaks_a_step_down(tmp_path, capsys):
@@ -119,10 +188,19 @@ def test_generate_smoke_writes_a_row_per_point(tmp_path):
     assert list(rows[0]) == list(generate.HEADER)
 
 
-@pytest.mark.parametrize(("argv", "message"), [(["--modes", "captured,graph"], "--modes takes"),
-                                               (["--attentions", "flash"], "--attentions takes"),
-                                               (["--prompts", "0"], "--prompts takes"),
-                                               (["--impls", "nope"], "unknown RoPE implementation")])
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--modes", "captured,graph"], "--modes takes"),
+    (["--attentions", "flash"], "--attentions takes"),
+    (["--prompts", "0"], "--prompts takes"),
+    (["--impls", "nope"], "unknown RoPE implementation"),
+    (["--vocab", "0"], "--vocab at least 2"),  # not replaced by the default
+    *[([option, ","], f"{option} takes a comma-separated list of one item or more")
+      for option in ("--impls", "--model", "--batches", "--prompts", "--modes", "--attentions")],
+    # mode none attends with sdpa only: its rows were all none sdpa, asked for fused_rope
+    (["--modes", "none", "--attentions", "fused_rope"], "--modes none decodes without a cache"),
+    (["--modes", "eager,none", "--attentions", "fused_rope"], "--modes none decodes without a cache"),
+    (["--modes", "none", "--attentions", "sdpa,fused_rope"], "--attentions fused_rope: mode none"),
+])
 def test_generate_refuses_bad_options_in_one_line(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         generate.main(["--smoke", *argv, "--out", str(tmp_path / "generate.csv")])
@@ -141,6 +219,13 @@ def test_step_refuses_sizes_it_cannot_time_before_any_work(argv, message, capsys
         step.parse_args(["--smoke", *argv])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_generate_takes_mode_none_with_the_default_attentions():
+    """The default attentions (both) stand for every mode, none's sdpa only, as --help says: not refused."""
+    args = generate.parse_args(["--smoke", "--modes", "none"])
+    generate.check_none_mode(args)
+    assert args.attentions == ["sdpa", "fused_rope"]
 
 
 def test_generate_smoke_shrinks_whichever_preset_is_asked_for():

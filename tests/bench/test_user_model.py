@@ -7,9 +7,11 @@ import pytest
 from bench import harness, tables, user_model
 
 
-def test_user_model_smoke_rows_against_none_and_torch(tmp_path):
+def test_user_model_smoke_rows_against_none_and_torch(tmp_path, capsys):
     out = tmp_path / "user_model.csv"
-    assert user_model.main(["--smoke", "--impls", "none,torch", "--head-dims", "8,12", "--out", str(out)]) == 0
+    assert user_model.main(["--smoke", "--impls", "none,torch", "--head-dims", "8,12", "--profile",
+                            "--out", str(out)]) == 0
+    assert "--profile: the GPU's kernels are listed on a GPU only" in capsys.readouterr().err  # not nothing at all
     rows = harness.read_rows(out)
     assert [(r["head_dim"], r["implementation"]) for r in rows] == [("8", "none"), ("8", "torch"),
                                                                     ("12", "none"), ("12", "torch")]
@@ -30,6 +32,11 @@ def test_user_model_refuses_odd_head_dims_and_unknown_entries(capsys):
     with pytest.raises(SystemExit) as exc:
         user_model.main(["--smoke", "--impls", "none,nope", "--out", "/dev/null"])
     assert exc.value.code == 2 and "unknown RoPE implementation(s) nope" in capsys.readouterr().err
+    # even, yet not a multiple of 4 (the partial variant's D/4): refused before D = 8 is measured
+    with pytest.raises(SystemExit) as exc:
+        user_model.main(["--smoke", "--head-dims", "8,6", "--out", "/dev/null"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--head-dims 6: torch: head_dim must be a multiple of 4" in err, err
 
 
 def test_tables_show_the_user_model_against_torch(tmp_path):
