@@ -40,6 +40,23 @@ def test_resume_reproduces_the_uninterrupted_curve_bitwise(tmp_path):
     assert steps_logged == list(range(1, 7)), "a resumed run must neither lose nor repeat metric lines"
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(("first", "then"), [("cpu", "cuda"), ("cuda", "cpu")])
+def test_a_run_resumes_on_the_other_device(tmp_path, first, then):
+    """``device`` is the command's, not the run's: a run stopped on the CPU resumes on the GPU and the other way
+    round (the checkpoint loads to the CPU and moves with the model, the optimizer state follows its parameters, a
+    device's RNG state is restored only where that device is) and completes, its metric lines neither lost nor
+    repeated, every loss finite."""
+    steps = ["train.max_steps=6", "train.eval_every=2", "train.log_every=1", "model.dropout=0.1"]
+    first_part = run_inprocess(tmp_path, [*steps, f"device={first}", "train.stop_at_step=3"])
+    assert first_part["status"] == "interrupted" and first_part["step"] == 3
+    rest = run_inprocess(tmp_path, [*steps, f"device={then}", "train.resume=auto"])
+    assert rest["status"] == "completed" and rest["step"] == 6
+    losses = train_losses(tmp_path)
+    assert sorted(losses) == list(range(1, 7)) and all(math.isfinite(x) for x in losses.values()), losses
+    assert all(math.isfinite(x) for x in val_losses(tmp_path).values())
+
+
 def test_checkpoint_holds_everything_a_resume_needs(tmp_path):
     run_inprocess(tmp_path, ["train.max_steps=6", "train.ckpt_every=2"])
     ckpts = sorted((tmp_path / "checkpoints").glob("step_*.pt"))
