@@ -91,12 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: {out} left as it was", file=sys.stderr)
         return INTERRUPTED
-    print(md.read_text())
-    for r in report.failures:
-        print(f"warning: {r.name}: {r.status}" + (f" - {r.message}" if r.message else ""), file=sys.stderr)
-    if report.failures:
-        print(report.left_out_line(), file=sys.stderr)
-    print(f"report: {md} (+ comparison.csv, loss_curves.png, speed.png, paired_delta.png in {md.parent})")
+    try:  # the report is written whole: a Ctrl-C from here on says so, as the exit code alone would not
+        print(md.read_text())
+        for r in report.failures:
+            print(f"warning: {r.name}: {r.status}" + (f" - {r.message}" if r.message else ""), file=sys.stderr)
+        if report.failures:
+            print(report.left_out_line(), file=sys.stderr)
+        print(f"report: {md} (+ comparison.csv, loss_curves.png, speed.png, paired_delta.png in {md.parent})")
+    except KeyboardInterrupt:
+        print(f"interrupted after the report was written: {md}", file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 

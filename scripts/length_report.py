@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import sys
 
+# Before the guarded imports: the exit code the guard returns is named there, in a leaf of the standard library.
 from llm.cli import INTERRUPTED, OneLineParser
-from llm.report import CompareError, cli_error_line, default_out_dir, out_dir_problem
-from llm.report.length import CSV_FILE, CURVES_FILE, POSITION_FILE, build_length_report
-from llm.report.length_writers import write_length_report
+
+# A Ctrl-C while the report's modules load (scipy, matplotlib) ends as one later does: one line, no traceback.
+try:
+    from llm.report import CompareError, cli_error_line, default_out_dir, out_dir_problem
+    from llm.report.length import CSV_FILE, CURVES_FILE, POSITION_FILE, build_length_report
+    from llm.report.length_writers import write_length_report
+except KeyboardInterrupt:
+    print("interrupted: no report written", file=sys.stderr)
+    sys.exit(INTERRUPTED)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CompareError, FileNotFoundError) as e:
         print(cli_error_line(e), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # while the evaluations load: nothing written
+        print("interrupted: no report written", file=sys.stderr)
+        return INTERRUPTED
     try:
         md = write_length_report(report, out)
     except OSError as e:
@@ -40,8 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: {out} left as it was", file=sys.stderr)
         return INTERRUPTED
-    print(md.read_text())
-    print(f"report: {md} (+ {CSV_FILE}, {CURVES_FILE}, {POSITION_FILE} in {md.parent})")
+    try:  # the report is written whole: a Ctrl-C from here on says so, as the exit code alone would not
+        print(md.read_text())
+        print(f"report: {md} (+ {CSV_FILE}, {CURVES_FILE}, {POSITION_FILE} in {md.parent})")
+    except KeyboardInterrupt:
+        print(f"interrupted after the report was written: {md}", file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 

@@ -157,16 +157,37 @@ def importing(name, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
     return real_import(name, *args, **kwargs)
 builtins.__import__ = importing
-sys.argv = ["scripts.compare", sys.argv[1]]
-runpy.run_module("scripts.compare", run_name="__main__", alter_sys=True)
+sys.argv = [sys.argv[2], sys.argv[1]]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """
 
 
-def test_ctrl_c_while_importing_is_one_line_and_exit_130(tmp_path: Path):
+@pytest.mark.parametrize("script", ["scripts.compare", "scripts.length_report"])
+def test_ctrl_c_while_importing_is_one_line_and_exit_130(tmp_path: Path, script: str):
     """Ctrl-C before the modules finished loading printed a traceback of the import; now one line and exit 130."""
-    child = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_IMPORTING, str(tmp_path)], cwd=REPO,
+    child = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_IMPORTING, str(tmp_path), script], cwd=REPO,
                            capture_output=True, text=True, timeout=60)
     assert (child.returncode, child.stderr, child.stdout) == (130, "interrupted: no report written\n", "")
+
+
+def test_ctrl_c_after_the_report_is_written_says_it_is(sweep: Path, tmp_path: Path, capsys, monkeypatch):
+    """A Ctrl-C once the new report is in place (as it is printed) ended with exit 130 and no line, so a caller took
+    it for no report while the earlier one had been replaced: one line names the report written."""
+    cli = _load_cli()
+    written = cli.write_report
+
+    class Printing(type(tmp_path)):  # the report's path, interrupted as its text is read for printing
+        def read_text(self, *args, **kwargs):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "write_report", lambda report, out: Printing(written(report, out)))
+    try:
+        code = cli.main([str(sweep), "--out", str(tmp_path / "out")])
+    except KeyboardInterrupt:  # a failure of this test, not an end of the whole test run
+        pytest.fail("Ctrl-C after the report was written escaped main: a traceback")
+    md = tmp_path / "out" / "comparison.md"
+    assert code == 130 and md.is_file()
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"interrupted after the report was written: {md}"
 
 
 @pytest.mark.parametrize(("margin", "acc_margin", "said"), [
