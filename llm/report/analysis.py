@@ -190,6 +190,21 @@ def _note_repeats(g: Group) -> None:
                         ", ".join(repr(v) for v in losses))  # every digit: they may differ in the last one
 
 
+def repeat_notes(groups: Sequence[Group], mixed: bool) -> list[str]:
+    """The report's notes on seeds that ran more than once and ended apart: each was averaged into one sample, which
+    the report must say as the log does (a reader of the file sees no log). Runs of different configs
+    (``mixed``: ``--allow-mixed``) with one seed are such runs too: their sample averages the configs."""
+    notes = []
+    for g in groups:
+        for seed, losses in g.repeated_seeds().items():
+            if max(losses) != min(losses):
+                why = ("runs of different configs (--allow-mixed) that share a seed are averaged alike" if mixed
+                       else "runs of one seed on a deterministic recipe should agree")
+                notes.append(f"**Repeated seed**: {g.label}, seed {seed}: {len(losses)} runs ended at different val "
+                             f"losses ({', '.join(f'{v:.4f}' for v in losses)}), averaged into one sample; {why}.")
+    return notes
+
+
 def _default_reference(groups: Sequence[Group]) -> Group | None:
     """The float32 ``torch`` group; with several variants or packings, ``partial`` on random windows (the project's
     defaults) before the one with the most seeds: a failed seed must not switch the reference and flip every Δ."""

@@ -31,6 +31,7 @@ from llm.report.analysis import (
     group_runs,
     margin_problem,
     reference_fallback_note,
+    repeat_notes,
     select_reference,
 )
 from llm.report.errors import NoRunsError
@@ -123,6 +124,7 @@ def build_report(
         statuses = ", ".join(dict.fromkeys(r.status for r in runs))
         raise NoRunsError(f"none of the {len(runs)} run(s) completed (statuses: {statuses})")
     groups = group_runs(runs)
+    data_notes += repeat_notes(groups, mixed=bool(diffs))
     ref = select_reference(groups, reference)
     if reference is None and (note := reference_fallback_note(groups, ref)):
         log.warning("%s", note.replace("**", ""))

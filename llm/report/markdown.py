@@ -401,7 +401,8 @@ def _paired_section(report: Report) -> list[str]:
         "",
         f"## Paired statistics against {ref.label}",
         "",
-        f"Δ = implementation − {ref.label} (n={ref.n}): per seed, then averaged, in a paired row; the difference of "
+        f"Δ = implementation − {ref.label} (its {ref.n} seed(s); each row's n says on how many its test ran): per "
+        "seed, then averaged, in a paired row; the difference of "
         "the two means over all their runs in an unpaired (Welch) row. Each column names its test. "
         f"95% CI and p: the {PAIRING_RULE}; the Pairing and n columns say which ran, on how many seeds or runs. "
         "Holm p: that p adjusted by Holm's method over the implementations "

@@ -28,6 +28,7 @@ from llm.report import (
     mean_std,
 )
 from llm.report.callback import CompareOnMultirunEnd
+from llm.report.markdown import render_markdown
 from llm.report.runs import load_run
 from llm.report.sharing import concurrent_runs
 from llm.report.stats import WELCH
@@ -380,6 +381,7 @@ def test_sweep_extended_by_more_seeds_counts_a_repeated_seed_once(tmp_path: Path
     assert report.comparisons[0].loss.n == 5
     assert "seed 0 ran 2 times, to the same val loss: one sample" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [n for n in report.data_notes if "Repeated seed" in n], "agreeing repeats need no note"
 
     write_run(tmp_path / "c" / "0_torch_s0", "torch", 0, SEED_LOSS[0] + 0.01)
     caplog.clear()
@@ -387,6 +389,14 @@ def test_sweep_extended_by_more_seeds_counts_a_repeated_seed_once(tmp_path: Path
     ref = next(g for g in report.groups if g.key[0] == "torch")
     assert ref.n == 3 and ref.per_seed("val_loss")[0] == pytest.approx(SEED_LOSS[0] + 0.005)
     assert "seed 0 ran 2 times and ended at different val losses" in caplog.text
+    # the report file says it too: a reader of comparison.md sees no log
+    note = next(n for n in report.data_notes if "Repeated seed" in n)
+    assert note.startswith(f"**Repeated seed**: {ref.label}, seed 0: 2 runs ended at different val losses (")
+    assert "averaged into one sample; runs of one seed on a deterministic recipe should agree" in note
+    text = render_markdown(report)
+    assert note in text
+    # the reference's own count, named as such: a row's test may pair on fewer seeds
+    assert f"Δ = implementation − {ref.label} (its 3 seed(s); each row's n says on how many its test ran)" in text
 
 
 def test_a_repeated_seed_is_one_sample_in_welch_too(tmp_path: Path):
