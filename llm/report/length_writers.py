@@ -205,7 +205,10 @@ def length_markdown(report: LengthReport) -> str:
     missing = report.unevaluated
     if missing or report.unreadable:
         lines += ["", "## Not evaluated", ""]
-        lines += [f"- `{r.name}` ({r.label}, seed {r.seed}): {r.status}, no {EVAL_DIR}/*.json" for r in missing]
+        # a run whose only evaluations do not read has files there: it is said so, not that it has none
+        lines += [f"- `{r.name}` ({r.label}, seed {r.seed}): {r.status}, "
+                  + (f"no {EVAL_DIR}/*.json that reads (below)" if any((r.path / EVAL_DIR).glob("*.json"))
+                     else f"no {EVAL_DIR}/*.json") for r in missing]
         lines += [f"- unreadable: `{u}`" for u in report.unreadable]
     lines += ["", "## Plots", "", f"![degradation, loss beyond T and perplexity against length]({CURVES_FILE})", "",
               f"![loss against position at the longest length]({POSITION_FILE})", ""]

@@ -520,6 +520,14 @@ def test_a_hand_edited_length_entry_names_the_file_unreadable(tmp_path: Path):
     assert report.cell(PARTIAL, "none", 64).n == 1
     assert sorted(u.split(" ")[0] for u in report.unreadable) == [str(p) for p in paths[:2]]
     assert all("is not an object with an integer length" in u for u in report.unreadable)
+    # a run whose only evaluation does not read is not said to have none: its file is listed just below
+    lone = paths[0].parent.parent
+    for other in lone.glob("eval_lengths/*.json"):
+        if other != paths[0]:
+            other.unlink()
+    report = build_length_report([sweep])
+    line = next(ln for ln in length_markdown(report).splitlines() if ln.startswith(f"- `{lone.name}`"))
+    assert line.endswith("no eval_lengths/*.json that reads (below)"), line
 
 
 def test_a_cell_over_fewer_seeds_than_its_row_says_its_own_n(tmp_path: Path):
