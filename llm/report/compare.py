@@ -125,6 +125,9 @@ def build_report(
         raise NoRunsError(f"none of the {len(runs)} run(s) completed (statuses: {statuses})")
     groups = group_runs(runs)
     data_notes += repeat_notes(groups, mixed=bool(diffs))
+    if damaged := [f"`{r.name}` ({r.skipped_metric_lines})" for r in runs if r.skipped_metric_lines]:
+        data_notes.append(f"**Damaged curves**: lines of metrics.jsonl that did not read, skipped: "
+                          f"{', '.join(damaged)}; the loss curves leave them out (the statistics read summary.json).")
     ref = select_reference(groups, reference)
     if reference is None and (note := reference_fallback_note(groups, ref)):
         log.warning("%s", note.replace("**", ""))

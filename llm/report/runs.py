@@ -117,6 +117,9 @@ class Run:
     #: record (:func:`llm.report.analysis.group_runs`): a job refused or killed before building its RoPE recorded no
     #: compute dtype, and a job a sweep never started only its ``rope=`` preset (``torch_full``).
     identity: tuple[str, str | None, str | None, str] | None = None
+    #: Lines of ``metrics.jsonl`` that did not read (a write cut short by a crash, an edit), skipped: the report names
+    #: them, as its curves and per-step numbers leave them out.
+    skipped_metric_lines: int = 0
 
     @property
     def rope(self) -> str:
@@ -297,12 +300,14 @@ def find_crashed_dirs(paths: Iterable[PathLike]) -> list[Path]:
     return sorted(d for d in found if not any(d in r.parents for r in runs))  # a parent of runs is no job
 
 
-def _load_metrics(run_dir: Path) -> list[dict[str, Any]]:
+def _load_metrics(run_dir: Path) -> tuple[list[dict[str, Any]], int]:
+    """The records of the run's ``metrics.jsonl`` and how many lines did not read (skipped, not fatal: a line cut
+    short by a killed run)."""
     path = run_dir / METRICS_FILE
-    out, bad = read_jsonl(path)  # a line cut short by a killed run is skipped, not fatal
+    out, bad = read_jsonl(path)
     if bad:
         log.warning("%s: skipped %d unreadable line(s)", path, bad)
-    return out
+    return out, bad
 
 
 def load_run(run_dir: PathLike) -> Run:
@@ -312,12 +317,13 @@ def load_run(run_dir: PathLike) -> Run:
         summary = load_summary(run_dir)
     except SummaryError as e:  # listed with the reason, never a traceback: the file is the user's
         summary = {"status": UNREADABLE, "message": str(e)}
-    metrics = _load_metrics(run_dir)
+    metrics, skipped = _load_metrics(run_dir)
     if (running := _still_running(run_dir, metrics)) is not None:  # a resumed job's earlier summary is not its end
         summary = running
     # a job refused or stopped before its first step records no config: nothing is missing there
     started = bool(metrics) or summary.get("status") in (COMPLETED, UNREADABLE)
-    return Run(path=run_dir, config=load_run_config(run_dir, warn=started), summary=summary, metrics=metrics)
+    return Run(path=run_dir, config=load_run_config(run_dir, warn=started), summary=summary, metrics=metrics,
+               skipped_metric_lines=skipped)
 
 
 def _last_step(metrics: list[dict[str, Any]]) -> int | None:
@@ -339,12 +345,13 @@ def load_crashed_run(job_dir: PathLike) -> Run:
     """A job dir without ``summary.json`` as a :data:`CRASHED` run (:data:`RUNNING` while its process holds the dir);
     the message says how far it got."""
     job_dir = Path(job_dir)
-    metrics = _load_metrics(job_dir)
+    metrics, skipped = _load_metrics(job_dir)
     step = _last_step(metrics)
     got = "nothing logged to metrics.jsonl" if step is None else f"last step logged: {step}"
     summary = _still_running(job_dir, metrics) or {
         "status": CRASHED, "step": step, "message": f"the job died before writing summary.json; {got}"}
-    return Run(path=job_dir, config=load_run_config(job_dir, warn=False), summary=summary, metrics=metrics)
+    return Run(path=job_dir, config=load_run_config(job_dir, warn=False), summary=summary, metrics=metrics,
+               skipped_metric_lines=skipped)
 
 
 def never_started(sweep_dir: Path) -> list[Run]:

@@ -506,3 +506,17 @@ def test_a_nonfinite_val_loss_is_left_out_and_named(tmp_path: Path, bad: float):
     with (sweep / CSV_FILE).open() as f:
         row = next(r for r in csv.DictReader(f) if r["implementation"].startswith("triton_v4"))
     assert (row["unmatched_seeds"], row["nonfinite_seeds"], row["reference_nonfinite_seeds"]) == ("", "2", "3")
+
+
+def test_a_metrics_line_that_does_not_read_is_a_note_in_the_report(tmp_path: Path):
+    """A line of metrics.jsonl cut short (a crash mid-write) is skipped: the log said so, the report file did not;
+    its notes now name the run and how many lines its curves lack."""
+    sweep = write_sweep(tmp_path / "s", {REF: reference((0, 1, 2)), V4: planted(0.003, seeds=(0, 1, 2))})
+    run = sorted(sweep.glob("*_s1"))[0]
+    metrics = run / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + '{"step": 99, "kind": "va')
+    report = build_report([sweep])
+    assert [n for n in report.data_notes if n.startswith("**Damaged curves**")] == [
+        f"**Damaged curves**: lines of metrics.jsonl that did not read, skipped: `{run.name}` (1); the loss curves "
+        "leave them out (the statistics read summary.json)."]
+    assert "**Damaged curves**" in render_markdown(report)
