@@ -488,9 +488,11 @@ def _budget_section(report: Report) -> list[str]:
     eps = f"{report.margin:g}"
     tested = [gc.loss for gc in report.comparisons if "val_loss" in gc.metrics and gc.loss.p is not None]
     alpha = tested[0].detect_alpha if tested else ALPHA_DIFFERENCE  # one Holm family: the same for every row
-    family = (f"α = {ALPHA_DIFFERENCE:g} / {tested[0].n_tests} implementations = {alpha:g}, Holm's first step: a p "
-              "below it is called better/worse whatever the others' p" if tested and tested[0].n_tests > 1
-              else f"α = {alpha:g}")
+    several = tested and tested[0].n_tests > 1
+    # a family's level as the fraction it is (0.01/3), not its decimals (0.00333333)
+    alpha_text = f"{ALPHA_DIFFERENCE:g}/{tested[0].n_tests}" if several else f"{alpha:g}"
+    family = (f"α = {ALPHA_DIFFERENCE:g} / {tested[0].n_tests} implementations = {alpha:.3g}, Holm's first step: a "
+              "p below it is called better/worse whatever the others' p" if several else f"α = {alpha:g}")
     lines = [
         "",
         "## Variance budget",
@@ -510,7 +512,7 @@ def _budget_section(report: Report) -> list[str]:
         "(train.eval_batches) matters as much as more seeds.",
     ]
     header = ["Implementation", "n", "Seed std (val loss)", "Paired std of Δ", "Paired std, 95% upper bound",
-              f"MDE (t-test, 80%, α={alpha:g})", "MDE at the upper bound", f"Seeds for MDE ≤ {eps} (t-test)",
+              f"MDE (t-test, 80%, α={alpha_text})", "MDE at the upper bound", f"Seeds for MDE ≤ {eps} (t-test)",
               f"Seeds for equivalence at ±{eps} (TOST, 80%)", "SE of Δ over seeds", "SE of Δ over val windows",
               "Val windows"]
     if with_eval:

@@ -416,7 +416,7 @@ def test_mde_is_at_the_level_of_the_better_worse_verdict(tmp_path: Path):
     assert t_test_power(gc.seeds_for_margin, sd, 0.01, 0.01 / 3) >= 0.8 > t_test_power(gc.seeds_for_margin - 1, sd,
                                                                                           0.01, 0.01 / 3)
     text = render_markdown(three)
-    assert "| MDE (t-test, 80%, α=0.00333333) |" in text and "at α = 0.01 / 3 implementations" in text
+    assert "| MDE (t-test, 80%, α=0.01/3) |" in text and "at α = 0.01 / 3 implementations = 0.00333" in text
 
 
 def test_seeds_needed_is_stated_for_a_true_delta_of_zero(tmp_path: Path):
