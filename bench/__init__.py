@@ -14,3 +14,12 @@ Every script takes ``--smoke`` (tiny shapes on the CPU, a few seconds: what CI r
 timer, environment columns and CSV writer are in :mod:`bench.harness`. This package is no part of the installed
 product: run it from a checkout.
 """
+
+import sys
+
+if sys.argv[:1] == ["-m"]:  # `python -m bench.<script>`, while Python finds the script: before torch imports
+    from llm.entry import stop_quietly_while_starting
+
+    # a Ctrl-C while the script's modules load (seconds: torch, triton) is one line, not an import's traceback;
+    # bench.harness.run_main hands the signals back once the script runs
+    stop_quietly_while_starting("before the benchmark began: nothing was measured")

@@ -442,6 +442,9 @@ def run_main(main: Callable[[], int], tool: str) -> NoReturn:
     """A benchmark's ``__main__``: its exit code, and a Ctrl-C (or the SIGINT a job scheduler sends) as one line,
     exit 130, saying where the rows measured before it are (each was appended as it was measured), instead of a
     traceback from wherever the interpreter was."""
+    from llm.entry import started
+
+    started()  # the signals bench/__init__.py held while the script's modules loaded come back
     try:
         code = main()
     except KeyboardInterrupt:
