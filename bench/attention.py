@@ -75,8 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cached", default=None, help="cached tokens before the new ones (default 1024,4096,16384,32768; "
                                                   "--smoke: 160)")
     p.add_argument("--queries", default=None, help="new queries per step (default 1,64; --smoke: 1,4)")
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
-                   help="of q and the cache (default bfloat16)")
+    p.add_argument("--dtype", default="bfloat16", choices=tuple(harness.DTYPES),
+                   help="of q and the cache: bfloat16 or bf16, float16 or fp16, float32 or fp32 (default bfloat16)")
     p.add_argument("--reps", type=int, default=10, help="timed replays per median (captured mode; default 10)")
     p.add_argument("--candidates", action="store_true",
                    help="also time other launch settings of the fused call per shape (a row each, beside the rule's)")
@@ -107,7 +107,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.heads.append((int(h), int(kv)))
     if args.reps < 1:
         p.error("--reps must be positive")
-    args.dtype = getattr(torch, args.dtype)
+    args.dtype = harness.DTYPES[args.dtype]
     return args
 
 

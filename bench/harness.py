@@ -124,6 +124,11 @@ def plugin_versions(names: Iterable[str]) -> str:
 
 
 # -- command line ------------------------------------------------------------------------------------------------
+#: ``--dtype``'s values, short and as torch spells them: every script takes both (they were one spelling each).
+DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+          "fp32": torch.float32, "float32": torch.float32}
+
+
 def add_common_args(parser: argparse.ArgumentParser, name: str, rope_path: bool = True) -> None:
     """``--out``, ``--smoke`` and (``rope_path``) ``--rope-path``/``--commit``, worded alike in every script."""
     parser.add_argument("--out", type=Path, default=None,

@@ -52,7 +52,6 @@ COMPILED, LIGER = "torch_compiled", liger_native.NAME
 LIGER_CASES = ("plain",)
 #: What ``--smoke`` times unless told otherwise (the compiled reference's compile alone would take seconds).
 SMOKE_IMPLS = f"torch,triton_v4,{LIGER}"
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 #: An output further than this from the float32 reference is wrong, not rounded (unit-variance bf16 inputs: one
 #: ulp is at most 2^-5 below 8).
 MAX_ERR = 0.25
@@ -419,7 +418,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=None, help="T of the shapes (default 2048; --smoke 8)")
     p.add_argument("--heads", default=None,
                    help="q's heads, or q's/k's for grouped-query attention: 16, 32/8 (default 16; --smoke 2)")
-    p.add_argument("--dtype", default=None, choices=tuple(DTYPES), help="default bf16 (--smoke: fp32)")
+    p.add_argument("--dtype", default=None, choices=tuple(harness.DTYPES),
+                   help="of q and k: bf16 or bfloat16, fp16 or float16, fp32 or float32 (default bf16; --smoke: fp32)")
     p.add_argument("--reps", type=int, default=None,
                    help="timed calls per median (default 15, two medians and the lower kept; --smoke: 1)")
     p.add_argument("--tuning", default=None, metavar="FIELD=VALUE,...",
@@ -459,7 +459,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.heads = parse_heads(("2" if args.smoke else "16") if args.heads is None else args.heads)
     except ValueError as exc:
         p.error(str(exc))
-    args.dtype = DTYPES[args.dtype or ("fp32" if args.smoke else "bf16")]
+    args.dtype = harness.DTYPES[args.dtype or ("fp32" if args.smoke else "bf16")]
     args.parser = p
     return args
 

@@ -218,3 +218,14 @@ def test_a_ctrl_c_while_the_script_loads_is_one_line():
                            timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
     assert (child.returncode, child.stderr, child.stdout) == (
         130, "Interrupted before the benchmark began: nothing was measured\n", "")
+
+
+@pytest.mark.parametrize("spelling", ["bf16", "bfloat16"])
+def test_every_script_takes_both_spellings_of_a_dtype(spelling):
+    """bench.kernel took only ``bf16`` and bench.attention only ``bfloat16``: each refused the other's spelling."""
+    import torch
+
+    from bench import attention, kernel
+
+    assert kernel.parse_args(["--smoke", "--dtype", spelling]).dtype is torch.bfloat16
+    assert attention.parse_args(["--smoke", "--dtype", spelling]).dtype is torch.bfloat16
