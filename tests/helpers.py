@@ -278,3 +278,29 @@ class FakeGpus:
             raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
         self.set_calls.append(device)
         self.current = device.index
+
+
+# The child sends itself a SIGINT as ``module`` starts importing ``trigger``: a real Ctrl-C while its modules load.
+_CTRL_C_WHILE_IMPORTING = """
+import builtins, json, os, runpy, signal, sys
+module, trigger, argv = json.loads(sys.argv[1])
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal starts it (a background job ignores Ctrl-C)
+real_import = builtins.__import__
+def importing(name, *args, **kwargs):
+    if name == trigger:
+        builtins.__import__ = real_import
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = importing
+sys.argv = argv
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def ctrl_c_while_importing(module: str, trigger: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """``python -m <module>`` in a child process of the checkout that gets a Ctrl-C as it starts importing
+    ``trigger``; ``argv`` is its ``sys.argv`` while the module is found (``python -m`` leaves ``["-m", ...]`` there
+    until then). Its exit code and output, for the commands' one-line stop while they load."""
+    return subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_IMPORTING, json.dumps([module, trigger, argv])],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})

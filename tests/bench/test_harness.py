@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from helpers import ctrl_c_while_importing
 
 from bench import harness
 
@@ -195,27 +193,9 @@ def test_an_option_given_an_empty_list_is_refused_not_read_as_its_default(capsys
     assert exit_.value.code == 2 and "--impls takes a comma-separated list" in capsys.readouterr().err
 
 
-# The child sends itself a SIGINT as the script starts importing torch: a real Ctrl-C while its modules load.
-_CTRL_C_WHILE_IMPORTING = """
-import builtins, os, runpy, signal, sys
-signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal starts it (a background job ignores Ctrl-C)
-real_import = builtins.__import__
-def importing(name, *args, **kwargs):
-    if name == "torch":
-        builtins.__import__ = real_import
-        os.kill(os.getpid(), signal.SIGINT)
-    return real_import(name, *args, **kwargs)
-builtins.__import__ = importing
-sys.argv = ["-m", "--smoke"]  # what `python -m` leaves in sys.argv while it finds the script
-runpy.run_module("bench.kernel", run_name="__main__", alter_sys=True)
-"""
-
-
 def test_a_ctrl_c_while_the_script_loads_is_one_line():
     """A Ctrl-C in the seconds torch and triton take to import was an import's traceback: one line, exit 130."""
-    root = Path(harness.__file__).resolve().parent.parent
-    child = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_IMPORTING], cwd=root, capture_output=True, text=True,
-                           timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    child = ctrl_c_while_importing("bench.kernel", "torch", ["-m", "--smoke"])
     assert (child.returncode, child.stderr, child.stdout) == (
         130, "Interrupted before the benchmark began: nothing was measured\n", "")
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import ctrl_c_while_importing
 
 from .synthetic import planted, reference, write_sweep
 
@@ -146,27 +145,10 @@ def test_ctrl_c_while_loading_the_runs_is_one_line(sweep: Path, tmp_path: Path, 
     assert not (tmp_path / "out").exists()
 
 
-# The child sends itself a SIGINT as scripts.compare starts importing llm.report: a real Ctrl-C during the imports.
-_CTRL_C_WHILE_IMPORTING = """
-import builtins, os, runpy, signal, sys
-signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal starts it (a background job ignores Ctrl-C)
-real_import = builtins.__import__
-def importing(name, *args, **kwargs):
-    if name == "llm.report":
-        builtins.__import__ = real_import
-        os.kill(os.getpid(), signal.SIGINT)
-    return real_import(name, *args, **kwargs)
-builtins.__import__ = importing
-sys.argv = [sys.argv[2], sys.argv[1]]
-runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-"""
-
-
 @pytest.mark.parametrize("script", ["scripts.compare", "scripts.length_report"])
 def test_ctrl_c_while_importing_is_one_line_and_exit_130(tmp_path: Path, script: str):
     """Ctrl-C before the modules finished loading printed a traceback of the import; now one line and exit 130."""
-    child = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_IMPORTING, str(tmp_path), script], cwd=REPO,
-                           capture_output=True, text=True, timeout=60)
+    child = ctrl_c_while_importing(script, "llm.report", [script, str(tmp_path)])
     assert (child.returncode, child.stderr, child.stdout) == (130, "interrupted: no report written\n", "")
 
 
