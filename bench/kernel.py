@@ -414,7 +414,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="comma-separated, of partial, full (default partial,full; --smoke: partial)")
     p.add_argument("--cases", default="plain",
                    help=f"comma-separated, of {', '.join(CASES)} (default plain; {LIGER}: plain only)")
-    p.add_argument("--elements", default="32M", help="elements per tensor (K/M = 2^10/2^20; default 32M; --smoke: 256)")
+    p.add_argument("--elements", default=None,
+                   help="elements per tensor (K/M = 2^10/2^20; default 32M; --smoke: 256)")
     p.add_argument("--seq-len", type=int, default=None, help="T of the shapes (default 2048; --smoke 8)")
     p.add_argument("--heads", default=None,
                    help="q's heads, or q's/k's for grouped-query attention: 16, 32/8 (default 16; --smoke 2)")
@@ -438,7 +439,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.reps = 1 if args.reps is None else args.reps
     try:
         args.head_dims = parse_head_dims("common" if args.head_dims is None else args.head_dims)
-        args.elements = parse_count("256" if args.smoke and args.elements == "32M" else args.elements)
+        args.elements = parse_count(("256" if args.smoke else "32M") if args.elements is None else args.elements)
         harness.split_list(args.tuning, "--tuning")  # an empty list is refused, not read as no setting
         args.tuning = harness.parse_tuning(args.tuning)
     except ValueError as exc:

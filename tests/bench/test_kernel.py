@@ -60,6 +60,14 @@ def test_grouped_query_inputs_and_heads_option():
     assert kernel.parse_args(["--heads", "12"]).heads == (12, 12)
 
 
+def test_smoke_keeps_the_elements_given():
+    """--smoke makes the default tiny; a count given on the command line stands, the default's spelling included."""
+    assert kernel.parse_args(["--smoke"]).elements == 256
+    assert kernel.parse_args(["--smoke", "--elements", "32M"]).elements == 32 * 2**20
+    assert kernel.parse_args(["--smoke", "--elements", "1K"]).elements == 1024
+    assert kernel.parse_args([]).elements == 32 * 2**20
+
+
 @pytest.mark.interpreter
 def test_tuning_reaches_the_triton_launch_and_is_recorded(tmp_path):
     """The tuning column names the settings a row's launches took: none for torch, which --tuning does not reach."""
