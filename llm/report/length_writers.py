@@ -249,6 +249,16 @@ def _other_targets_note(report: LengthReport, rows: Sequence[tuple[str, str, Tar
             "`reference_len=` and baseline to compare them."]
 
 
+def _comparison_tables(report: LengthReport, rows: Sequence[tuple[str, str, Targets]], attr: str,
+                       tables: Sequence[tuple[str, str, Sequence[int]]], counterpart: str) -> list[str]:
+    """One comparison's tables: each (caption, metric, lengths) of ``tables`` a caption over its table of the Δ
+    under ``attr``, then the note on rows whose ``counterpart`` was evaluated on other targets only."""
+    lines: list[str] = []
+    for i, (caption, metric, at) in enumerate(tables):
+        lines += [*([""] if i else []), caption, "", *_comparison_table(report, rows, attr, metric, at)]
+    return lines + _other_targets_note(report, rows, attr, counterpart)
+
+
 def _comparison_sections(report: LengthReport) -> list[str]:
     lengths, beyond = report.lengths, report.beyond_lengths
     pair = ("paired by seed (nats; negative: lower loss); 95% CI of the mean Δ; `(Welch, n vs n_ref runs)`: all runs "
@@ -258,13 +268,13 @@ def _comparison_sections(report: LengthReport) -> list[str]:
     scaled = [(v, s, t) for v, s, t in report.groups if s != NO_SCALING and _has(report, v, s, t, "vs_none")]
     lines += ["", "## Scaling − none, same variant and length", ""]
     if scaled:
-        lines += [f"Beyond T (Δ loss at positions >= T, equal to Δ degradation: the baseline is the run's): {pair}", ""]
-        lines += _comparison_table(report, scaled, "vs_none", "loss_beyond_train", beyond)
-        lines += ["", f"Inside T (Δ loss at positions < T: what the scaling costs the short context): {pair}", ""]
-        lines += _comparison_table(report, scaled, "vs_none", "loss_within_train", lengths)
-        lines += ["", f"Whole window (Δ mean loss over every position): {pair}", ""]
-        lines += _comparison_table(report, scaled, "vs_none", "val_loss", lengths)
-        lines += _other_targets_note(report, scaled, "vs_none", "without scaling of the same variant")
+        lines += _comparison_tables(report, scaled, "vs_none", [
+            (f"Beyond T (Δ loss at positions >= T, equal to Δ degradation: the baseline is the run's): {pair}",
+             "loss_beyond_train", beyond),
+            (f"Inside T (Δ loss at positions < T: what the scaling costs the short context): {pair}",
+             "loss_within_train", lengths),
+            (f"Whole window (Δ mean loss over every position): {pair}", "val_loss", lengths),
+        ], "without scaling of the same variant")
     elif any(s != NO_SCALING for _, s, _ in report.groups):  # evaluated, but never beside none at the same length
         lines.append("(no scaling shares a length with an evaluation without scaling of the same variant: evaluate "
                      "`scaling=none` at those lengths to compare them)")
@@ -273,30 +283,27 @@ def _comparison_sections(report: LengthReport) -> list[str]:
     against = [(v, s, t) for v, s, t in report.groups
                if v != reference_for(v) and _has(report, v, s, t, "vs_reference")]
     if against:
-        lines += ["", f"## Variant − {REFERENCE_VARIANT}, same packing, scaling and length", "",
-                  "Each variant against the reference rotation trained with the same packing (a variant named "
-                  f"`…{DOCUMENTS_SUFFIX}` against `{reference_for(DOCUMENTS_SUFFIX)}`, the others against "
-                  f"`{REFERENCE_VARIANT}`). Degradation (the headline: each run against its own level): {pair} A "
-                  "variant evaluated without some scaling (none rotates nothing to scale) has no row for it.", ""]
-        lines += _comparison_table(report, against, "vs_reference", "degradation", beyond)
-        lines += ["", f"Loss beyond T: {pair}", ""]
-        lines += _comparison_table(report, against, "vs_reference", "loss_beyond_train", beyond)
-        lines += ["", f"Whole window: {pair}", ""]
-        lines += _comparison_table(report, against, "vs_reference", "val_loss", lengths)
-        lines += _other_targets_note(report, against, "vs_reference", "of the reference variant with the same scaling")
+        lines += ["", f"## Variant − {REFERENCE_VARIANT}, same packing, scaling and length", ""]
+        lines += _comparison_tables(report, against, "vs_reference", [
+            ("Each variant against the reference rotation trained with the same packing (a variant named "
+             f"`…{DOCUMENTS_SUFFIX}` against `{reference_for(DOCUMENTS_SUFFIX)}`, the others against "
+             f"`{REFERENCE_VARIANT}`). Degradation (the headline: each run against its own level): {pair} A "
+             "variant evaluated without some scaling (none rotates nothing to scale) has no row for it.",
+             "degradation", beyond),
+            (f"Loss beyond T: {pair}", "loss_beyond_train", beyond),
+            (f"Whole window: {pair}", "val_loss", lengths),
+        ], "of the reference variant with the same scaling")
     packed = [(v, s, t) for v, s, t in report.groups if _has(report, v, s, t, "vs_random")]
     if packed:
-        lines += ["", "## Document-aligned − random training windows, same rotation and scaling", "",
-                  "Each run trained on windows laid out by document (positions restarting at each document, "
-                  "attention inside it) against the run of the same rotation and seed trained on random windows of "
-                  "the stream (the same windows at every step: the layout is the only difference). "
-                  f"Degradation (each run against its own sliding-window level): {pair}", ""]
-        lines += _comparison_table(report, packed, "vs_random", "degradation", beyond)
-        lines += ["", f"Loss beyond T (the runs' levels included): {pair}", ""]
-        lines += _comparison_table(report, packed, "vs_random", "loss_beyond_train", beyond)
-        lines += ["", f"Whole window: {pair}", ""]
-        lines += _comparison_table(report, packed, "vs_random", "val_loss", lengths)
-        lines += _other_targets_note(report, packed, "vs_random", "of the same rotation on random windows")
+        lines += ["", "## Document-aligned − random training windows, same rotation and scaling", ""]
+        lines += _comparison_tables(report, packed, "vs_random", [
+            ("Each run trained on windows laid out by document (positions restarting at each document, attention "
+             "inside it) against the run of the same rotation and seed trained on random windows of the stream (the "
+             "same windows at every step: the layout is the only difference). Degradation (each run against its own "
+             f"sliding-window level): {pair}", "degradation", beyond),
+            (f"Loss beyond T (the runs' levels included): {pair}", "loss_beyond_train", beyond),
+            (f"Whole window: {pair}", "val_loss", lengths),
+        ], "of the same rotation on random windows")
     return lines
 
 
