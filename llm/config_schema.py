@@ -329,18 +329,20 @@ class Schema:
         where = f"a key of {label}" if label else "a known key"
         return f"{key} is not {where}, so nothing would read it{guess} {lists}"
 
-    def absent_key(self, key: str, chosen: Collection[str] = (), option: str | None = None) -> str:
+    def absent_key(self, key: str, chosen: Collection[str] = (), option: str | None = None,
+                   typed: str | None = None) -> str:
         """The line for a key Hydra found absent from the composed config (``train.max_step=5``, no ``+``): a
         typo (the closest known key), a key of another option of its group, a key a config file sets elsewhere
         (an experiment's: add it with ``+``), or a setting a self-checking group reads beyond its file
         (``rope.max_seq_len``, or ``model.d_ff`` that only model=seed004 sets, as GPTConfig reads every preset's
         keys: add it with ``+``; the group refuses one it does not read). ``chosen``: the groups the command
         line chose (``rope=torch``), whose keys are then no group's left unchosen; ``option``: the option the command
-        line chose for the key's group (``optim=muon``), named in the line."""
+        line chose for the key's group (``optim=muon``), named in the line; ``typed``: the argument as typed
+        (``rope.max_seq_len=4096``), where a line names its value."""
         if key in REFUSED_KEYS:
             return REFUSED_KEYS[key]
         if key == "rope.max_seq_len" and self.config_name == "generate":  # rope=torch rope.max_seq_len=N: the run's
-            return context_kept(key)
+            return context_kept(typed or key)
         group = key.partition(".")[0]
         unchosen = group in self.groups and group not in self.required_groups and group not in self.own
         if unchosen and group not in chosen:  # a group left unchosen, whose keys the command's file sets neither

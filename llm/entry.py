@@ -142,7 +142,8 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
                 return line
         group = key.partition(".")[0]
         option = next((a.partition("=")[2] for a in args if a.lstrip("+").partition("=")[0] == group), None)
-        return schema(config_name, command).absent_key(key, chosen, option)
+        typed = next((a.lstrip("+") for a in args if a.lstrip("+~").partition("=")[0] == key), None)
+        return schema(config_name, command).absent_key(key, chosen, option, typed)
     if m := (re.search(r"Multiple values for (\S+)\. To override", text)
              or re.search(r"(\S+) appears more than once in the final defaults list", text)):
         return _group_twice_line(m.group(1), sys.argv[1:] if argv is None else argv)

@@ -88,7 +88,7 @@ KEPT_UNOPENED = "generation keeps the run's context (its rope.max_seq_len, by de
 
 @pytest.mark.parametrize("args,shown", [
     (["rope.max_seq_len=256"], "rope.max_seq_len=256"),  # Hydra refuses the key, before the run is opened
-    (["rope=torch", "rope.max_seq_len=256"], "rope.max_seq_len"),  # a key rope=torch's file does not hold
+    (["rope=torch", "rope.max_seq_len=256"], "rope.max_seq_len=256"),  # a key rope=torch's file does not hold
 ])
 def test_a_longer_context_typed_without_plus_is_answered_in_the_first_line(args, shown, monkeypatch, capsys):
     """It took three commands to learn that generation keeps the run's context (the first said to choose a rope=,
@@ -109,10 +109,11 @@ def test_a_longer_context_added_with_plus_names_the_run_s_positions(trained_run,
 
 
 def test_the_places_cited_for_a_longer_context_exist():
-    """The line sends the user to llm.eval_lengths and to fine-tuning with train.init_from: both are documented."""
-    usage = (CONF.parent / "docs" / "usage.md").read_text()
-    assert (CONF.parent / "llm" / "eval_lengths.py").is_file() and "python -m llm.eval_lengths run=" in usage
-    assert "python -m llm.train train.init_from=<run dir> model.seq_len=" in usage
+    """The line sends the user to llm.eval_lengths and to fine-tuning with train.init_from: the command exists and
+    the training config holds the key."""
+    assert (CONF.parent / "llm" / "eval_lengths.py").is_file() and "python -m llm.eval_lengths" in LONGER_CONTEXT
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        assert "init_from" in compose(config_name="config").train
     assert "python -m llm.train train.init_from=<run dir> model.seq_len=<length>" in LONGER_CONTEXT
 
 
