@@ -136,13 +136,13 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
             return f"{key}: {cause or text}"
         args = sys.argv[1:] if argv is None else argv
         chosen = chosen_groups(args)
+        typed = next((a.lstrip("+~") for a in args if a.lstrip("+~").partition("=")[0] == key), None)
         if key.startswith("rope.") and "rope" not in chosen:  # the run's rotation, in generate and eval_lengths
-            value = next((a.partition("=")[2] for a in args if a.lstrip("+~").partition("=")[0] == key), "")
+            value = "" if typed is None else typed.partition("=")[2]
             if (line := rope_key_without_kernel(key.split(".")[1], value, config_name, argv=args)) is not None:
                 return line
         group = key.partition(".")[0]
         option = next((a.partition("=")[2] for a in args if a.lstrip("+").partition("=")[0] == group), None)
-        typed = next((a.lstrip("+") for a in args if a.lstrip("+~").partition("=")[0] == key), None)
         return schema(config_name, command).absent_key(key, chosen, option, typed)
     if m := (re.search(r"Multiple values for (\S+)\. To override", text)
              or re.search(r"(\S+) appears more than once in the final defaults list", text)):
