@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from llm.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -31,10 +33,23 @@ def init_distributed(device: torch.device) -> DistInfo:
         return DistInfo()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if device.type == "cuda":  # before any collective: NCCL uses the current device of each rank
+        _check_a_gpu_per_process(local_rank)
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return DistInfo(rank=rank, world_size=world, local_rank=local_rank)
+
+
+def _check_a_gpu_per_process(local_rank: int) -> None:
+    """Each process of a node takes the GPU of its local rank. Checked by every rank against the node's process
+    count, so all refuse alike and rank 0 says it once; else the ranks past the last GPU failed with CUDA's
+    "invalid device ordinal" traceback while rank 0 waited for them in the process group."""
+    per_node = max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), local_rank + 1)
+    gpus = torch.cuda.device_count()
+    if per_node > gpus:
+        raise ConfigError(f"device: torchrun started {per_node} processes on this node, a GPU each, and it has "
+                          f"{gpus} GPU{'s' if gpus != 1 else ''}: run torchrun --nproc_per_node={gpus} or fewer, or "
+                          "device=cpu (processes on the CPU, gloo)")
 
 
 def all_reduce_sum(t: torch.Tensor, info: DistInfo) -> torch.Tensor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,6 +52,21 @@ class StartInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM (its :class:`llm.entry.Terminated` the cause) before the run's first step: a first stop,
     not the second Ctrl-C that aborts a training; the dir is left as a refused start leaves it
     (:func:`_interrupted_start`)."""
+
+
+def _join_process_group(device: torch.device, run_dir: Path) -> DistInfo:
+    """:func:`init_distributed`. It refuses a node of fewer GPUs than processes before any rank has claimed a run
+    dir, so rank 0 (the run dir's only owner) then discards the dir the command made for the run, as a later
+    refusal does."""
+    try:
+        return init_distributed(device)
+    except USER_ERRORS:
+        if int(os.environ.get("RANK", "0")) == 0:
+            try:
+                RunDirLock(run_dir).acquire().discard_if_unused()
+            except RunDirInUseError:  # another process's run: not this refusal's to touch
+                pass
+        raise
 
 
 def _shared_run_dir(run_dir: Path, dist_info) -> Path:
@@ -255,7 +271,7 @@ def run_training(cfg: DictConfig, run_dir: Path, overrides: Sequence[str] = (), 
     User errors (:class:`llm.errors.UserError`) propagate before any data or model work is done.
     """
     wants_cuda = cfg.get("device", "auto") != "cpu" and torch.cuda.is_available()
-    dist_info = init_distributed(torch.device("cuda" if wants_cuda else "cpu"))
+    dist_info = _join_process_group(torch.device("cuda" if wants_cuda else "cpu"), Path(run_dir))
     run_dir = _shared_run_dir(Path(run_dir), dist_info)
     lock = _claim(cfg, run_dir, dist_info, sweep_job) if dist_info.is_main else None
     trainer = None

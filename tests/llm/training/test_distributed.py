@@ -1,7 +1,7 @@
 """Training under torchrun: what a stop and a refusal print (once, from rank 0), and what torchrun cannot run.
 
-The two multi-process tests launch ``torchrun --standalone`` (gloo on the CPU); the others run the entry point in
-this process with the environment torchrun gives a process.
+The two multi-process tests launch ``torchrun --standalone`` with ``device=cpu`` (gloo on the CPU, a GPU machine
+too); the others run the entry point in this process with the environment torchrun gives a process.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import ROOT, SMALL, read_metrics, run_cli, run_module_main
 
@@ -44,7 +45,7 @@ def test_sigterm_to_torchrun_checkpoints_and_prints_the_torchrun_resume_once(tmp
     that resumes on as many processes (not ``python -m``: one process taking the whole global batch); no process
     is left behind."""
     run_dir = tmp_path / "run"
-    cmd = [*TORCHRUN, *SMALL, "train.max_steps=100000", "train.log_every=1", "model.dropout=0.1",
+    cmd = [*TORCHRUN, *SMALL, "device=cpu", "train.max_steps=100000", "train.log_every=1", "model.dropout=0.1",
            f"hydra.run.dir={run_dir}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **ENV, "WANDB_MODE": "offline"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -74,13 +75,33 @@ def test_a_refusal_under_torchrun_is_one_line_from_rank_0(tmp_path):
     """Every rank refuses the same config: one line is printed (then torchrun's own report of the failed processes),
     and rank 0 is not cut short by torchrun before it removed the run dir it made."""
     run_dir = tmp_path / "run"
-    done = run_cli(["train.batch_size=5", f"hydra.run.dir={run_dir}"], module=TORCHRUN[2:], extra_env=ENV,
+    done = run_cli(["device=cpu", "train.batch_size=5", f"hydra.run.dir={run_dir}"], module=TORCHRUN[2:], extra_env=ENV,
                    timeout=300)
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("Error:")]
     assert errors == ["Error: train.batch_size=5 (global) must be divisible by the 2 processes of torchrun"], \
         done.stderr[-3000:]
     assert done.returncode != 0
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])
+def test_more_processes_on_a_node_than_gpus_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, local_rank):
+    """torchrun --nproc_per_node=2 on a node of one GPU: each rank refuses alike, before selecting a GPU (rank 1
+    failed with CUDA's "invalid device ordinal" traceback while rank 0 waited for it in the process group)."""
+    for name, value in {"WORLD_SIZE": "2", "RANK": str(local_rank), "LOCAL_RANK": str(local_rank),
+                        "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(entry, "RANK0_GRACE_S", 0.0)  # rank 1's own refusal, printed at once
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    selected = []
+    monkeypatch.setattr(torch.cuda, "set_device", selected.append)
+    run_dir = tmp_path / "day" / "run"
+    code, err = run_module_main(monkeypatch, capsys, "llm.train", [*SMALL, f"hydra.run.dir={run_dir}"])
+    assert code == 2 and len(err) == 1, err
+    assert "torchrun started 2 processes on this node, a GPU each, and it has 1 GPU: run torchrun " \
+           "--nproc_per_node=1 or fewer, or device=cpu" in err[0], err
+    assert selected == [] and not run_dir.exists()
 
 
 def test_multirun_under_torchrun_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
