@@ -30,6 +30,9 @@ HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
+# wandb offline whatever the caller's shell says: no test logs to wandb's servers, and the tests that read a run's
+# offline files or its logger's mode (offline by default) hold under WANDB_MODE=disabled too
+os.environ["WANDB_MODE"] = "offline"
 #: Whether Triton kernels run on CPU tensors in this process: only under the interpreter, which is on where
 #: there is no GPU (it would also interpret the GPU tests, so a GPU machine runs without it).
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"

@@ -142,8 +142,9 @@ def test_processes_never_share_a_slot_and_reuse_freed_ones(tmp_path):
 
 
 def test_two_jobs_at_once_on_one_device_through_the_launcher(tmp_path, capfd, monkeypatch):
-    """On a machine without a GPU the CPU is the one device: sweep.jobs_per_gpu=2 runs three jobs two at a time
-    (the third starts when one ends), each in its own process and device slot; the third takes the slot freed.
+    """On a machine without a GPU the CPU is the one device (on a GPU machine, GPU 0): sweep.jobs_per_gpu=2 runs
+    three jobs two at a time (the third starts when one ends), each in its own process and device slot; the third
+    takes the slot freed.
     The preset is Hydra's joblib launcher: this is also the test of a sweep whose jobs run at once. The sweep's
     own command runs in this process (the jobs run in the launcher's worker processes all the same; the signal
     tests of test_faults.py run such a sweep as a process of its own)."""
@@ -162,7 +163,7 @@ def test_two_jobs_at_once_on_one_device_through_the_launcher(tmp_path, capfd, mo
     spans = [(r["started_at"], r["ended_at"]) for r in runs.values()]
     at_once = [sum(s <= t < e for s, e in spans) for t, _ in spans]
     assert max(at_once) == 2, spans  # two ran together, never three
-    slots = dict(re.findall(r"job (\d+): runs on the CPU \(slot (0\.[01])\), device=auto", err))
+    slots = dict(re.findall(r"job (\d+): runs on (?:the CPU|GPU 0) \(slot (0\.[01])\), device=auto", err))
     assert sorted(slots) == ["0", "1", "2"], err[-3000:]
     for (a, ra), (b, rb) in itertools.combinations(runs.items(), 2):
         if ra["started_at"] < rb["ended_at"] and rb["started_at"] < ra["ended_at"]:

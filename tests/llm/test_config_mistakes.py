@@ -459,7 +459,7 @@ def test_an_attention_kernel_that_cannot_run_the_model_is_one_line_before_the_da
     """SDPA's kernel forced by train.attention where it has none for this device, dtype or dropout: the run loaded its
     data, built the model and failed at step 0 with PyTorch's traceback ("No available kernel"), exit 1, a run dir
     left behind."""
-    code, err = run_main(monkeypatch, capsys, [*args, f"hydra.run.dir={tmp_path / 'day' / 'run'}"])
+    code, err = run_main(monkeypatch, capsys, [*args, "device=cpu", f"hydra.run.dir={tmp_path / 'day' / 'run'}"])
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(f"Error: {said}: ") and "train.attention=auto" in err[0], err
     assert not (tmp_path / "day").exists()

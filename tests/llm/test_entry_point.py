@@ -101,6 +101,7 @@ def test_a_failing_job_does_not_end_the_sweep(tmp_path):
     assert "nonfinite" in (sweep / "comparison.md").read_text()
 
 
+@pytest.mark.interpreter  # the second command runs triton_v4 on the CPU
 def test_one_printed_command_continues_an_interrupted_sweep(tmp_path, capsys, monkeypatch):
     """A job refused by its config is recorded in its summary and the sweep goes on; a sweep that ended with jobs
     not done prints one command that continues all of it: a job stopped early

@@ -36,7 +36,8 @@ def test_cli_run_writes_every_output(tmp_path):
     assert SUMMARY_KEYS <= set(summary)
     assert summary["status"] == "completed" and summary["step"] == 4 and summary["rope"] == "torch"
     assert isinstance(summary["torch_threads"], int) and summary["torch_threads"] >= 1
-    assert summary["autocast_dtype"] == "none"  # train.dtype=auto on a CPU: float32, no autocast
+    # train.dtype=auto: float32 without autocast on a CPU, bf16 autocast on a GPU (device=auto takes one)
+    assert summary["autocast_dtype"] == ("none" if summary["device"] == "cpu" else "bfloat16"), summary["device"]
     for key in ("val_loss", "val_acc", "val_ppl", "train_time_s", "wall_time_s", "tokens_per_s"):
         assert math.isfinite(summary[key]), key
     assert summary["val_ppl"] == pytest.approx(math.exp(summary["val_loss"]), rel=1e-6)
