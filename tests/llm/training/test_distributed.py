@@ -84,24 +84,47 @@ def test_a_refusal_under_torchrun_is_one_line_from_rank_0(tmp_path):
     assert not run_dir.exists()
 
 
-@pytest.mark.parametrize("local_rank", [0, 1])
-def test_more_processes_on_a_node_than_gpus_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, local_rank):
-    """torchrun --nproc_per_node=2 on a node of one GPU: each rank refuses alike, before selecting a GPU (rank 1
-    failed with CUDA's "invalid device ordinal" traceback while rank 0 waited for it in the process group)."""
-    for name, value in {"WORLD_SIZE": "2", "RANK": str(local_rank), "LOCAL_RANK": str(local_rank),
-                        "LOCAL_WORLD_SIZE": "2"}.items():
+def test_more_processes_on_a_node_than_gpus_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
+    """torchrun --nproc_per_node=2 on a node of one GPU: refused before a GPU is selected, and the run dir the command
+    made goes (rank 1 failed with CUDA's "invalid device ordinal" traceback while rank 0 waited for it in the
+    process group). Rank 0 here, through the entry point (Hydra's logging left out, as it would outlive the test);
+    the other ranks' own check below."""
+    for name, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(entry, "RANK0_GRACE_S", 0.0)  # rank 1's own refusal, printed at once
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     selected = []
     monkeypatch.setattr(torch.cuda, "set_device", selected.append)
     run_dir = tmp_path / "day" / "run"
-    code, err = run_module_main(monkeypatch, capsys, "llm.train", [*SMALL, f"hydra.run.dir={run_dir}"])
+    args = [*SMALL, f"hydra.run.dir={run_dir}", "hydra/job_logging=none", "hydra/hydra_logging=none"]
+    code, err = run_module_main(monkeypatch, capsys, "llm.train", args)
     assert code == 2 and len(err) == 1, err
-    assert "torchrun started 2 processes on this node, a GPU each, and it has 1 GPU: run torchrun " \
-           "--nproc_per_node=1 or fewer, or device=cpu" in err[0], err
-    assert selected == [] and not run_dir.exists()
+    assert err[0] == ("Error: device: torchrun started 2 processes on this node, a GPU each, and it has 1 GPU: run "
+                      "torchrun --nproc_per_node=1 or fewer, or device=cpu (processes on the CPU, gloo)"), err
+    assert selected == [] and not (tmp_path / "day").exists()
+
+
+@pytest.mark.parametrize("local_rank,per_node,gpus", [(1, "2", 1), (3, "4", 2), (1, "", 1)])
+def test_every_rank_of_a_node_refuses_more_processes_than_gpus(monkeypatch, local_rank, per_node, gpus):
+    """Each rank checks the node's process count (or, without LOCAL_WORLD_SIZE, its own local rank), so all refuse
+    alike and none selects a GPU; as many processes as GPUs select theirs."""
+    from llm.errors import ConfigError
+    from llm.training.distributed import init_distributed
+
+    env = {"WORLD_SIZE": "4", "RANK": str(local_rank), "LOCAL_RANK": str(local_rank), "LOCAL_WORLD_SIZE": per_node}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if not per_node:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    selected = []
+    monkeypatch.setattr(torch.cuda, "set_device", selected.append)
+    with pytest.raises(ConfigError, match=f"and it has {gpus} GPUs?: run torchrun --nproc_per_node={gpus} or fewer"):
+        init_distributed(torch.device("cuda"))
+    assert selected == []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: local_rank + 1 if not per_node else int(per_node))
+    monkeypatch.setattr("torch.distributed.is_initialized", lambda: True)  # the process group: not this test's
+    assert init_distributed(torch.device("cuda")).local_rank == local_rank and selected == [local_rank]
 
 
 def test_multirun_under_torchrun_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
