@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on a CUDA machine: GPU tests, the kernel benchmark, the training-step benchmark and an MFU
-# run of GPT-2 small. Everything lands in outputs/gpu_check/ (the benchmarks' rows in its kernel.csv and
+# run of GPT-2 small. Everything lands in outputs/gpu_check/, or the folder $ROPELAB_GPU_CHECK_DIR names (the
+# script's own tests write there, not over a real check's results) (the benchmarks' rows in its kernel.csv and
 # step.csv, not in bench/results/); with $OUT set to a folder, it also gets report.md (all tables) and
 # gpu_check.tar.gz (every file).
 #   bash scripts/gpu_check.sh [tests] [suite] [bench] [step] [mfu] [small] [presets]
@@ -9,7 +10,7 @@
 # benchmarks default to all of them, and `small` trains every one but `none`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-dest=outputs/gpu_check
+dest="${ROPELAB_GPU_CHECK_DIR:-outputs/gpu_check}"
 export PYTHONUNBUFFERED=1 ROPELAB_CACHE="${ROPELAB_CACHE:-$PWD/outputs/cache}" WANDB_MODE=offline
 parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(tests bench step mfu)
 known=" tests suite bench step mfu small presets "
@@ -89,7 +90,7 @@ PY
       run rope_quality +experiment=rope_quality hydra/launcher=gpus 'seed=range(2)' "${few[@]}"
       run length +experiment=length_generalization hydra/launcher=gpus seed=0 rope=torch,none "${few[@]}" \
         "${lengths[@]}" "$cb.scalings=[none,yarn]"
-      run finetune +experiment=length_finetune finetune.source="$PWD/$dest/presets/length" seed=0 rope=torch,none \
+      run finetune +experiment=length_finetune finetune.source="$(cd "$dest" && pwd)/presets/length" seed=0 rope=torch,none \
         train.max_steps=20 train.eval_every=10 logger=none "${lengths[@]}"
       python3 -m scripts.length_report "$dest/presets/length" "$dest/presets/finetune" \
         --out "$dest/presets/length_report" > "$dest/presets_length_report.log" 2>&1
@@ -106,7 +107,7 @@ fi
 cat "$report"
 if [ -n "${OUT:-}" ]; then
   cp "$report" "$OUT/report.md"
-  tar --exclude='*.pt' --exclude='wandb' -czf "$OUT/gpu_check.tar.gz" -C outputs gpu_check
+  tar --exclude='*.pt' --exclude='wandb' -czf "$OUT/gpu_check.tar.gz" -C "$(dirname "$dest")" "$(basename "$dest")"
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "gpu_check.sh: did not pass: $(IFS=,; echo "${failed[*]}") (report: $report)" >&2

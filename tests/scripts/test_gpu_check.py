@@ -47,12 +47,14 @@ def test_a_part_that_fails_makes_the_check_fail_and_says_which(tmp_path):
     for stub in stubs.iterdir():
         stub.chmod(0o755)
     # no GPU visible, as the stubbed check pretends: on a GPU machine bench.step would run the real benchmark
+    # its own folder: outputs/gpu_check/ may hold a real check's results (this test runs within `gpu_check.sh suite`)
+    check = tmp_path / "check"
     env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "ROPELAB_CACHE": str(tmp_path / "c"),
-           "CUDA_VISIBLE_DEVICES": ""}
-    env.pop("OUT", None)
+           "CUDA_VISIBLE_DEVICES": "", "ROPELAB_GPU_CHECK_DIR": str(check), "OUT": str(tmp_path)}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "step"], capture_output=True, text=True,
                           env=env, timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines()[-1] == ("gpu_check.sh: did not pass: step "
-                                                    "(report: outputs/gpu_check/report.md)")
-    assert "**step did not pass** (see outputs/gpu_check/bench_step.log)" in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == f"gpu_check.sh: did not pass: step (report: {check}/report.md)"
+    assert f"**step did not pass** (see {check}/bench_step.log)" in proc.stdout
+    assert (check / "report.md").read_text() == (tmp_path / "report.md").read_text()  # $OUT gets the report
+    assert (tmp_path / "gpu_check.tar.gz").is_file()
