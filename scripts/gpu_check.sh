@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One call on a CUDA machine: GPU tests, the kernel benchmark, the training-step benchmark and an MFU
-# run of GPT-2 small. Everything lands in outputs/gpu_check/, or the folder $ROPELAB_GPU_CHECK_DIR names (the
-# script's own tests write there, not over a real check's results) (the benchmarks' rows in its kernel.csv and
-# step.csv, not in bench/results/); with $OUT set to a folder, it also gets report.md (all tables) and
+# run of GPT-2 small. Everything lands in outputs/gpu_check/, or the folder $ROPELAB_GPU_CHECK_DIR names (where
+# the script's own tests write, not over a real check's results): the benchmarks' rows in its kernel.csv and
+# step.csv, not in bench/results/; with $OUT set to a folder, it also gets report.md (all tables) and
 # gpu_check.tar.gz (every file).
 #   bash scripts/gpu_check.sh [tests] [suite] [bench] [step] [mfu] [small] [presets]
 #   (no argument: tests bench step mfu)
