@@ -120,6 +120,8 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
 
     from llm.config_schema import rope_key_without_kernel, schema, unknown_option_note
 
+    if line := _launcher_plugin_missing(exc):
+        return line
     if isinstance(exc, MissingConfigException) and exc.options and "/" in str(exc.missing_cfg_file or ""):
         group, _, option = str(exc.missing_cfg_file).rpartition("/")
         return (f"{group}={option} is not an option of {group}; allowed: {', '.join(exc.options)}"
@@ -150,6 +152,21 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
     if m := re.search(r"An item is already at '([^']+)'", text):
         return f"{m.group(1)} is already in the config: set it without the leading +"
     return f"{text} ({cause})" if cause else text
+
+
+#: The packages of the Hydra launcher plugins conf/hydra/launcher builds on, by their configs' name.
+_LAUNCHER_PACKAGES = {"submitit_": "hydra-submitit-launcher", "joblib": "hydra-joblib-launcher"}
+
+
+def _launcher_plugin_missing(exc: BaseException) -> str | None:
+    """The line for a launcher preset whose Hydra plugin is not installed (Hydra names only the config it could not
+    load and its search path), else None."""
+    m = re.search(r"In 'hydra/launcher/(\w+)': Could not load 'hydra/launcher/(\w+)'", " ".join(_lines(exc)))
+    package = m and next((p for name, p in _LAUNCHER_PACKAGES.items() if m.group(2).startswith(name)), None)
+    if not package:
+        return None
+    return (f"hydra/launcher={m.group(1)} builds on Hydra's {m.group(2)} launcher, which is not installed here: "
+            f"pip install {package} (a dependency of ropelab, which pip install -e . installs)")
 
 
 def _group_twice_line(group: str, argv: list[str]) -> str:

@@ -117,6 +117,22 @@ def test_the_user_s_full_error_still_shows_hydra_s_traceback(monkeypatch, capsys
         runpy.run_module("llm.train", run_name="__main__")
 
 
+@pytest.mark.parametrize("plugin,package", [("submitit_slurm", "hydra-submitit-launcher"),
+                                            ("joblib", "hydra-joblib-launcher")])
+def test_a_launcher_preset_whose_plugin_is_not_installed_names_the_package(tmp_path, plugin, package):
+    """A launcher preset builds on a Hydra plugin's config (conf/hydra/launcher/slurm.yaml on submitit_slurm): without
+    the plugin Hydra named only the config it could not load, then its whole search path. Here a preset builds on a
+    config no plugin provides, as when the plugin is missing."""
+    (tmp_path / "hydra" / "launcher").mkdir(parents=True)
+    (tmp_path / "config.yaml").write_text("defaults:\n  - _self_\nseed: 0\n")
+    (tmp_path / "hydra" / "launcher" / "cluster.yaml").write_text(f"defaults:\n  - {plugin}_absent\n")
+    with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"), pytest.raises(Exception) as err:
+        compose("config", overrides=["hydra/launcher=cluster"], return_hydra_config=True)
+    assert hydra_error_line(err.value) == (
+        f"hydra/launcher=cluster builds on Hydra's {plugin}_absent launcher, which is not installed here: pip install "
+        f"{package} (a dependency of ropelab, which pip install -e . installs)")
+
+
 @pytest.mark.parametrize("config_name,command,override,line", [
     ("generate", "python -m llm.generate", "max_new_token=5",
      "max_new_token is not a known key, so nothing would read it; did you mean max_new_tokens?"),
