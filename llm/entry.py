@@ -120,13 +120,13 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
 
     from llm.config_schema import rope_key_without_kernel, schema, unknown_option_note
 
-    if line := _launcher_plugin_missing(exc):
+    text = " ".join(_lines(exc)) or type(exc).__name__
+    if line := _launcher_plugin_missing(text):
         return line
     if isinstance(exc, MissingConfigException) and exc.options and "/" in str(exc.missing_cfg_file or ""):
         group, _, option = str(exc.missing_cfg_file).rpartition("/")
         return (f"{group}={option} is not an option of {group}; allowed: {', '.join(exc.options)}"
                 f"{unknown_option_note(group, option)}")
-    text = " ".join(_lines(exc)) or type(exc).__name__
     if isinstance(exc, OverrideParseException):
         return f"cannot parse the override {exc.override!r}: {text}"
     if not isinstance(exc, ConfigCompositionException):
@@ -158,10 +158,10 @@ def hydra_error_line(exc: BaseException, config_name: str = "config", command: s
 _LAUNCHER_PACKAGES = {"submitit_": "hydra-submitit-launcher", "joblib": "hydra-joblib-launcher"}
 
 
-def _launcher_plugin_missing(exc: BaseException) -> str | None:
-    """The line for a launcher preset whose Hydra plugin is not installed (Hydra names only the config it could not
-    load and its search path), else None."""
-    m = re.search(r"In 'hydra/launcher/(\w+)': Could not load 'hydra/launcher/(\w+)'", " ".join(_lines(exc)))
+def _launcher_plugin_missing(text: str) -> str | None:
+    """The line for a launcher preset whose Hydra plugin is not installed, from Hydra's error ``text`` (which names
+    only the config it could not load and its search path), else None."""
+    m = re.search(r"In 'hydra/launcher/(\w+)': Could not load 'hydra/launcher/(\w+)'", text)
     package = m and next((p for name, p in _LAUNCHER_PACKAGES.items() if m.group(2).startswith(name)), None)
     if not package:
         return None
