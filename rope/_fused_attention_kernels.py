@@ -15,8 +15,8 @@ whatever the cache length):
   runs an online softmax over its keys. With one split it writes the output; with several it writes its
   normalised partial output and log-sum-exp into one float32 buffer (every partial output, then every
   log-sum-exp: one allocation, and no views of it to make, per call).
-* :func:`combine_splits_kernel`: one program per (batch row, query, head) weighs the partial outputs by their
-  log-sum-exps.
+* :func:`combine_splits_kernel`: one program per few (batch row, query, head) rows weighs the partial outputs
+  by their log-sum-exps.
 
 Why splits: a decode step has few (batch row, head) pairs; over a long cache one program each would leave
 most of the GPU idle while they stream their keys. Splitting the keys gives every SM work.
@@ -240,26 +240,28 @@ def attend_split_kernel(
 def combine_splits_kernel(
     PART, OUT,
     stride_ob, stride_ot, stride_oh,
-    T, H, n_splits,
-    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, ROUND_BF16: tl.constexpr,
+    T, H, n_splits, n_rows,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr, ROUND_BF16: tl.constexpr,
 ):
-    """Grid (B * T * H,): one (batch row, query, head) each. Its partial outputs weighted by exp2 of their
-    log-sum-exps less the largest: a split that saw no key weighs 0; a row that saw none (a position outside
-    the cache or the tables) comes out NaN."""
-    row = tl.program_id(0).to(tl.int64)
+    """Grid (cdiv(n_rows, ROWS),), n_rows = B * T * H: ``ROWS`` (batch row, query, head) rows each. A row's partial
+    outputs weighted by exp2 of their log-sum-exps less the largest: a split that saw no key weighs 0; a row that
+    saw none (a position outside the cache or the tables) comes out NaN."""
+    row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_ok = row < n_rows
     h = row % H
     t = (row // H) % T
     b = row // (H * T)
     s = tl.arange(0, BLOCK_S)
-    s_ok = s < n_splits
     d = tl.arange(0, BLOCK_D)
+    split_ok = row_ok[:, None] & (s < n_splits)[None, :]
     d_ok = d < D
-    lse_at = PART + tl.num_programs(0).to(tl.int64) * n_splits * D  # after the B T H n_splits partial outputs
-    lse = tl.load(lse_at + row * n_splits + s, mask=s_ok, other=float("-inf"))
-    weight = tl.math.exp2(lse - tl.max(lse, axis=0))
-    weight = tl.where(s_ok, weight, 0.0)
-    part = tl.load(PART + (row * n_splits + s)[:, None] * D + d[None, :], mask=s_ok[:, None] & d_ok[None, :],
+    lse = tl.load(PART + n_rows * n_splits * D + row[:, None] * n_splits + s[None, :], mask=split_ok,
+                  other=float("-inf"))  # after the B T H n_splits partial outputs
+    parts = (row[:, None] * n_splits + s[None, :]) * D
+    part = tl.load(PART + parts[:, :, None] + d[None, None, :], mask=split_ok[:, :, None] & d_ok[None, None, :],
                    other=0.0)
-    out = tl.sum(part * weight[:, None], axis=0) / tl.sum(weight, axis=0)
-    tl.store(OUT + b * stride_ob + t * stride_ot + h * stride_oh + d, _cast(out, OUT.dtype.element_ty, ROUND_BF16),
-             mask=d_ok)
+    weight = tl.where(split_ok, tl.math.exp2(lse - tl.max(lse, axis=1)[:, None]), 0.0)
+    out = tl.sum(part * weight[:, :, None], axis=1) / tl.sum(weight, axis=1)[:, None]
+    o_rows = OUT + b * stride_ob + t * stride_ot + h * stride_oh
+    tl.store(o_rows[:, None] + d[None, :], _cast(out, OUT.dtype.element_ty, ROUND_BF16),
+             mask=row_ok[:, None] & d_ok[None, :])

@@ -264,6 +264,17 @@ def _splits(programs: int, cache_len: int, block_n: int, sms: int, forced: int |
     return -(-cache_len // per_split), per_split
 
 
+@functools.cache
+def _combine_tiling(splits: int, block_d: int) -> tuple[int, int]:
+    """(rows, warps) of a combine program for ``splits`` partial outputs of ``block_d`` elements a row: rows up to
+    about 4096 partial elements a program (at most 64 rows), and a warp per 1024 of them (at most 8). Why: one row
+    a program of four warps left each thread a few elements, so that a chunk of many queries paid its thousands of
+    programs' fixed costs rather than the read (``bench.attention``)."""
+    per_row = _next_pow2(splits) * block_d
+    rows = min(64, max(1, 4096 // per_row))
+    return rows, min(8, max(1, rows * per_row // 1024))
+
+
 def _visible_keys(plan: _Plan, positions: Tensor | int, start: int) -> int:
     """The keys any query can see: up to the last position where it is known on the host, else the whole cache."""
     return plan.L if isinstance(positions, Tensor) else min(plan.L, start + plan.T)

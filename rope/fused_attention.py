@@ -38,6 +38,7 @@ from torch import Tensor
 # the tuning block are re-exported: benchmarks and tests force launch settings through rope.fused_attention.tuning.
 from rope._fused_attention_plan import (
     _TUNING,
+    _combine_tiling,
     _hopper_kernels,
     _next_pow2,
     _Plan,
@@ -371,9 +372,10 @@ def _launch_tl(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | 
     launches = [(kernels.attend_split_kernel, (plan.n_blocks, B * plan.H_kv, splits), args,
                  {"num_warps": plan.warps, "num_stages": plan.stages}, key)]
     if splits > 1:
-        launches.append((kernels.combine_splits_kernel, (B * T * H, 1, 1),
-                         (part, out, T * H * D, H * D, D, T, H, splits, D, plan.block_d, _next_pow2(splits),
-                          plan.dot_f32), {"num_warps": 4, "num_stages": 3}, None if key is None else ("combine", *key)))
+        rows, warps = _combine_tiling(splits, plan.block_d)
+        launches.append((kernels.combine_splits_kernel, (-(-B * T * H // rows), 1, 1),
+                         (part, out, T * H * D, H * D, D, T, H, splits, B * T * H, D, plan.block_d, _next_pow2(splits),
+                          rows, plan.dot_f32), {"num_warps": warps}, None if key is None else ("combine", *key)))
     with on_device_of(q):
         _run(plan, *launches)
     return out
