@@ -279,7 +279,7 @@ class GPT(nn.Module):
         # A fused_rope cache's step that needs what only SDPA gives (gradients: rope.attention_with_rope has no
         # backward; attention dropout: the kernel has none) runs with the cache switched to sdpa for the step, as the
         # cache's fused(T) decides both a layer's path and how a static cache lays the step out.
-        as_sdpa = cache is not None and cache.attention == "fused_rope" and self._step_needs_sdpa()
+        as_sdpa = cache is not None and cache.attention == "fused_rope" and self._step_needs_sdpa(cache)
         if as_sdpa:
             cache.attention = "sdpa"
         try:
@@ -298,12 +298,14 @@ class GPT(nn.Module):
             cache.advance(T)
         return self.norm(x)
 
-    def _step_needs_sdpa(self) -> bool:
-        """Whether a cached step must attend by SDPA: attention dropout is on, or the queries will ask for
-        gradients (grad mode on and a parameter that takes them)."""
+    def _step_needs_sdpa(self, cache: KVCache | StaticKVCache) -> bool:
+        """Whether a cached step must attend by SDPA: attention dropout is on, or autograd records the step (grad
+        mode on and a parameter that takes gradients, or a cache an earlier recorded step wrote into: its buffers
+        are then part of that graph, whatever the parameters ask now)."""
         if self.training and self.cfg.dropout > 0:
             return True
-        return torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        return torch.is_grad_enabled() and (any(p.requires_grad for p in self.parameters())
+                                            or bool(cache.keys is not None and cache.keys.requires_grad))
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *, cache: KVCache | StaticKVCache | None = None,
                 positions: Tensor | None = None, doc_mask: DocumentMask | None = None) -> tuple[Tensor, Tensor | None]:

@@ -235,7 +235,7 @@ class RoPEAttention(nn.Module):
         """The layer's output for ``x`` at positions ``start ..``, appending its keys and values to ``cache``."""
         B, T, _ = x.shape
         positions = None if cache is None else torch.arange(start, start + T, device=x.device)
-        if cache is not None and self._fused(start, T, x):
+        if cache is not None and self._fused(start, T, x, cache):
             q, k, v = split_qkv(self.qkv(x), self.n_heads, self.n_kv_heads, self.head_dim)
             keys, values = cache.append(self.rotary(k, positions=positions), v)
             y = _attention_with_rope(q, keys, values, start, self.rotary)
@@ -251,10 +251,12 @@ class RoPEAttention(nn.Module):
                                            enable_gqa=self.n_kv_heads != self.n_heads)
         return self.out(y.transpose(1, 2).reshape(B, T, self.d_model))
 
-    def _fused(self, start: int, T: int, x: Tensor) -> bool:
+    def _fused(self, start: int, T: int, x: Tensor, cache: KVCache) -> bool:
         """Whether a cached call of ``T`` new tokens after ``start`` goes through the fused kernel: not where
-        autograd records the call (the kernel has no backward; SDPA computes the same function with one)."""
-        records = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.qkv.parameters()))
+        autograd records the call (the kernel has no backward; SDPA computes the same function with one), which
+        includes a cache whose buffers an earlier recorded call made part of the graph."""
+        records = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.qkv.parameters())
+                                               or bool(cache.keys is not None and cache.keys.requires_grad))
         return (self.attention == "fused_rope" and start > 0 and T <= MAX_QUERIES and not records
                 and not (self.training and self.dropout > 0))
 

@@ -132,15 +132,15 @@ def _check(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int,
         if not isinstance(x, Tensor):
             raise RopeArgumentError(name, f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if isinstance(positions, Tensor):
-        pos_sig = (positions.shape, positions.stride(), positions.dtype, positions.get_device(), positions.is_cpu)
+        pos_sig = (positions.shape, positions.stride(), positions.dtype, _device_key(positions))
     else:
         pos_sig = type(positions)
-    # everything the checks and the plan read: shapes, strides, dtypes, devices (get_device: -1 on the CPU), the
-    # module (its id, and what could differ in a module built later at the same address), the scale
-    key = (q.shape, q.stride(), q.dtype, q.get_device(), q.is_cpu, k_cache.shape, k_cache.stride(), k_cache.dtype,
-           k_cache.get_device(), v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.get_device(), pos_sig,
+    # everything the checks and the plan read: shapes, strides, dtypes, devices, the module (its id, and what could
+    # differ in a module built later at the same address), the scale (its type too: True equals 1 but is refused)
+    key = (q.shape, q.stride(), q.dtype, _device_key(q), k_cache.shape, k_cache.stride(), k_cache.dtype,
+           _device_key(k_cache), v_cache.shape, v_cache.stride(), v_cache.dtype, _device_key(v_cache), pos_sig,
            id(rotary), type(rotary), rotary.head_dim, rotary.layout, rotary.rotary_dim, rotary.max_seq_len,
-           rotary._cos_sin[0].get_device(), scale, _TUNING.get())
+           _device_key(rotary._cos_sin[0]), type(scale), scale, _TUNING.get())
     plan = _PLANS.get(key)
     if plan is None:
         plan = _check_signature(q, k_cache, v_cache, positions, rotary, scale)
@@ -148,6 +148,12 @@ def _check(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int,
             _PLANS.clear()
         _PLANS[key] = plan
     return _check_position_values(positions, plan, k_cache.shape[2], rotary.max_seq_len), plan
+
+
+def _device_key(x: Tensor) -> int | str:
+    """A tensor's device in a plan's key: a CUDA tensor's index (cheap, on every decode step's path), else its
+    device type (``get_device()`` is -1 for every device but CUDA: the CPU, meta and others would share plans)."""
+    return x.get_device() if x.is_cuda else x.device.type
 
 
 def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor | int,
@@ -249,14 +255,27 @@ def _check_position_values(positions: Tensor | int, plan: _Plan, cache_len: int,
         if positions.is_cpu and not torch.compiler.is_compiling():
             lo, hi = int(positions.min()), int(positions.max())
             if lo < 0 or hi >= limit:
+                _refuse_transposed_cache(plan, lo, hi, table_len)
                 raise RopeArgumentError("positions", f"positions must lie in [0, {limit}) ({what}), got range "
                                                      f"[{lo}, {hi}]")
         return 0
     start = int(positions)
     if start < 0 or start + plan.T > limit:
+        _refuse_transposed_cache(plan, start, start + plan.T - 1, table_len)
         raise RopeArgumentError("positions", f"positions={start} puts the queries at {start}..{start + plan.T - 1}; "
                                              f"they must lie in [0, {limit}) ({what})")
     return start
+
+
+def _refuse_transposed_cache(plan: _Plan, lo: int, hi: int, table_len: int) -> None:
+    """Positions past the cache's L that its heads' dim would hold: most likely a cache in the (B, L, H_kv, D)
+    layout (FlashInfer's and vLLM's NHD) whose L happens to divide q's heads, so the shapes passed; named as the
+    cache's fault, not the positions'."""
+    if plan.H_kv > plan.L and 0 <= lo and hi < min(plan.H_kv, table_len):
+        raise RopeArgumentError("k_cache", f"k_cache must be (B, H_kv, L, D), got ({plan.B}, {plan.H_kv}, {plan.L}, "
+                                           f"{plan.D}): L={plan.L} keys, fewer than the queries' positions "
+                                           f"{lo}..{hi} need, with {plan.H_kv} heads: a (B, L, H_kv, D) cache? pass "
+                                           "cache.transpose(1, 2)")
 
 
 # Here, not in rope._fused_attention_plan: it runs the call's own checks (_check) and skips a Hopper kernel that

@@ -105,3 +105,23 @@ def test_gradients_through_cached_steps_equal_those_of_the_whole_sequence(static
         assert (g is None) == (w is None)
         if w is not None:
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("static", [False, True])
+def test_a_fused_cache_written_under_grad_then_stepped_with_frozen_weights_attends_by_sdpa(static):
+    """A fused_rope cache that a recorded step wrote into holds buffers of that graph; a later step with the weights
+    frozen (grad mode still on) is recorded through them, so it attends by SDPA, as a step with trainable weights
+    does, rather than handing the kernel keys that require grad (a refusal naming k_cache, which the caller never
+    passed): the logits of a cache filled under no_grad."""
+    model = tiny_model()
+    idx = torch.randint(0, 61, (2, 6))
+    cache = model.new_cache(static=static, attention="fused_rope")
+    model(idx[:, :5], cache=cache)
+    model.requires_grad_(False)
+    last, _ = model(idx[:, 5:], cache=cache)
+    with torch.no_grad():
+        clean = model.new_cache(static=static, attention="fused_rope")
+        model(idx[:, :5], cache=clean)
+        want, _ = model(idx[:, 5:], cache=clean)
+    torch.testing.assert_close(last, want, rtol=0, atol=1e-5)

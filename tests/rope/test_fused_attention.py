@@ -332,6 +332,21 @@ def test_rope_attention_layer_under_grad_or_after_a_failed_call_keeps_decoding_r
     torch.testing.assert_close(torch.cat([first, step.detach(), last], dim=1), whole, rtol=0, atol=1e-5)
 
 
+def test_rope_attention_layer_with_a_cache_written_under_grad_and_frozen_weights_attends_by_sdpa(device):
+    """A cache that a recorded call wrote into holds buffers of that graph: a later call with the layer frozen (grad
+    mode on) is recorded through them, so it attends by SDPA, the whole sequence's output, instead of a refusal
+    naming a k_cache the caller never passed."""
+    attn = rope.RoPEAttention(32, 2, dropout=0.0, impl="torch", max_seq_len=16, attention="fused_rope").to(device)
+    x = torch.randn(1, 5, 32, device=device)
+    with torch.no_grad():
+        whole = attn.eval()(x)
+    cache = attn.new_cache()
+    first = attn(x[:, :4], cache=cache)
+    attn.requires_grad_(False)
+    last = attn(x[:, 4:], cache=cache)
+    torch.testing.assert_close(torch.cat([first, last], dim=1).detach(), whole, rtol=0, atol=1e-5)
+
+
 # -- bad input: one line naming the argument, before any launch ----------------------------------------
 @pytest.fixture
 def no_launch(monkeypatch):
@@ -362,6 +377,10 @@ BAD = {
                            r"q \(2, 3, 4, 16\) has H=4 heads \(dim 2\), not a multiple of the H_kv=3 of k_cache"),
     "cache layout": ({"k_cache": torch.zeros(2, 40, 2, 16)}, "k_cache", r"a \(B, L, H_kv, D\) cache\? pass "
                                                                          r"cache.transpose\(1, 2\)"),
+    "cache layout, its L dividing q's heads": ({"q": torch.zeros(2, 1, 8, 16), "k_cache": torch.zeros(2, 4, 2, 16),
+                                                "v_cache": torch.zeros(2, 4, 2, 16), "positions": 3}, "k_cache",
+                                               r"L=2 keys, fewer than the queries' positions 3\.\.3 need, with 4 "
+                                               r"heads: a \(B, L, H_kv, D\) cache\? pass cache.transpose\(1, 2\)"),
     "cache dtype": ({"v_cache": torch.zeros(2, 2, 40, 16, dtype=torch.bfloat16)}, "v_cache",
                     "v_cache is torch.bfloat16 but q is torch.float32"),
     "cache last dim strided": ({"k_cache": lambda d: torch.zeros(2, 2, 40, 32, device=d)[..., ::2]}, "k_cache",
@@ -397,6 +416,24 @@ def test_bad_input_names_the_argument_before_any_launch(case, no_launch, device)
         rope.attention_with_rope(**_bad(device, **change))
     assert e.value.argument == argument and "\n" not in str(e.value)
     assert isinstance(e.value, ValueError)
+
+
+def test_a_signature_seen_on_one_device_is_checked_again_on_another(device):
+    """The checks run once per signature (shapes, strides, dtypes, devices, the module, the scale): a signature
+    that differs only in the caches' or the tables' device (meta here, which the CPU's plan must not cover) or in
+    a scale of True (equal to 1, refused) is checked, and refused, as a first call would be."""
+    args = _bad(device)
+    rope.attention_with_rope(**args, scale=1)
+    meta = {"k_cache": args["k_cache"].to("meta"), "v_cache": args["v_cache"].to("meta")}
+    with pytest.raises(rope.RopeArgumentError, match="k_cache is on meta") as e:
+        rope.attention_with_rope(**{**args, **meta}, scale=1)
+    assert e.value.argument == "k_cache"
+    with pytest.raises(rope.RopeArgumentError, match="scale must be a finite number > 0") as e:
+        rope.attention_with_rope(**args, scale=True)
+    args["rotary"].to("meta")
+    with pytest.raises(rope.RopeArgumentError, match="rotary's cos/sin tables are on meta") as e:
+        rope.attention_with_rope(**args, scale=1)
+    assert e.value.argument == "rotary"
 
 
 def test_bad_scale_is_refused(no_launch, device):
