@@ -315,20 +315,24 @@ def unresolved_line(cfg: DictConfig) -> str | None:
     Why: a single run read its interpolations only once it began, after Hydra had made its run dir: a typo in
     ``${...}`` on the command line was a 60-line traceback with exit code 1 and an empty run dir left behind. Checked
     before the run dir is made (:class:`llm.sweep.CheckRunDir`), with the job's Hydra config set, as ``${hydra:...}``
-    reads it."""
+    reads it. A task function's config (no ``hydra`` node: ``llm.generate``, ``llm.eval_lengths``, which read their
+    keys as they work) is checked under the Hydra config its run set."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, ListConfig, OmegaConf
     from omegaconf.errors import InterpolationResolutionError, InterpolationToMissingValueError
 
     hydra_config = HydraConfig.instance()
     saved = hydra_config.cfg  # put back after: the caller's (a sweep's), or none before a run's job sets it
-    hydra_config.set_config(cfg)
+    whole = "hydra" in cfg
+    if whole:
+        hydra_config.set_config(cfg)
     try:
         for key in cfg:
             value = None if key == "hydra" else OmegaConf.select(cfg, str(key))  # a scalar resolved; ??? is None
             if isinstance(value, (DictConfig, ListConfig)):
                 OmegaConf.to_container(value, resolve=True)
-        str(cfg.hydra.run.dir)
+        if whole:
+            str(cfg.hydra.run.dir)
     except InterpolationToMissingValueError as e:  # an experiment's input left unset (finetune.source)
         from llm.sweep_jobs import missing_value_line
 
@@ -339,6 +343,15 @@ def unresolved_line(cfg: DictConfig) -> str | None:
     finally:
         hydra_config.cfg = saved
     return None
+
+
+def refuse_unresolved(cfg: DictConfig) -> None:
+    """Raise :func:`unresolved_line`'s line as a :class:`UserError` (exit 2, one line): a command whose task reads
+    its keys as it works (``llm.generate``, ``llm.eval_lengths``) would otherwise meet a ``${...}`` typo at the key's
+    first read, as OmegaConf's traceback."""
+    line = unresolved_line(cfg)
+    if line is not None:
+        raise UserError(line)
 
 
 def printed_config_error_line(exc: BaseException, argv: list[str] | None = None) -> str | None:

@@ -29,6 +29,7 @@ from llm.config_check import check_config_keys  # noqa: E402
 from llm.entry import (  # noqa: E402
     full_error_requested,
     refuse_multirun,
+    refuse_unresolved,
     run_entry,
     sigterm_stops_like_ctrl_c,
     started,
@@ -54,6 +55,7 @@ def main(cfg: DictConfig) -> None:
     try:
         started()  # this handler takes the stops from here on
         with sigterm_stops_like_ctrl_c():  # a SIGTERM takes Ctrl-C's path: the lengths finished are kept
+            refuse_unresolved(cfg)  # lengths=${foo}: one line, before any key is read
             check_config_keys(cfg, "eval_lengths", "python -m llm.eval_lengths")  # +tokenz=5: refused first
             eval_lengths_from_config(cfg, emit=_print)
     except (UserError, DiskFullError) as e:

@@ -10,11 +10,13 @@ scheduler's stop, ``kill``), keeps the text printed so far and ends with one lin
 141 (128 + SIGPIPE), as a shell pipeline's commands end.
 
 ``prompt=`` and ``prompt_file=`` take the rest of their argument verbatim (``prompt=def main(`` needs no
-Hydra quoting): the entry point quotes them for Hydra's parser, unless they are quoted already.
+Hydra quoting): the entry point quotes them for Hydra's parser, unless the value is one Hydra quoted string already
+(``prompt="'text'"``, whose quotes Hydra removes).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -31,6 +33,7 @@ from omegaconf import DictConfig  # noqa: E402
 from llm.entry import (  # noqa: E402
     full_error_requested,
     refuse_multirun,
+    refuse_unresolved,
     run_entry,
     sigterm_stops_like_ctrl_c,
     started,
@@ -56,13 +59,25 @@ MULTIRUN_REFUSAL = ("-m (--multirun): llm.generate runs one setting per command 
                     "(for s in 1 2; do python -m llm.generate ... seed=$s; done)")
 
 
+def hydra_quoted(value: str) -> bool:
+    """Whether ``value`` is one whole Hydra quoted string (``'text'``, ``'it\\'s'``): a quote, then characters in
+    which every backslash escapes the one after it, so that no quote of its kind ends the string early, then the
+    same quote. ``'a' + 'b'``, a triple-quoted docstring or ``'''`` begin and end with a quote but are not one
+    string: they are prompts, taken verbatim."""
+    if len(value) < 2 or value[0] != value[-1] or value[0] not in "'\"":
+        return False
+    q = value[0]
+    return re.fullmatch(rf"(?:[^{q}\\]|\\.)*", value[1:-1], flags=re.DOTALL) is not None
+
+
 def verbatim_overrides(argv: list[str]) -> list[str]:
-    """``argv`` with the values of :data:`VERBATIM_KEYS` quoted for Hydra (already quoted ones kept)."""
+    """``argv`` with the values of :data:`VERBATIM_KEYS` quoted for Hydra, but for a value that is one Hydra quoted
+    string already (:func:`hydra_quoted`: quoted by the user for Hydra, which removes its quotes)."""
     out = []
     for arg in argv:
         key, eq, value = arg.partition("=")
-        quoted = len(value) >= 2 and value[0] == value[-1] and value[0] in "'\""
-        out.append(f"{key}={quote_verbatim(value)}" if eq and key in VERBATIM_KEYS and not quoted else arg)
+        verbatim = eq and key in VERBATIM_KEYS and not hydra_quoted(value)
+        out.append(f"{key}={quote_verbatim(value)}" if verbatim else arg)
     return out
 
 
@@ -78,6 +93,7 @@ def main(cfg: DictConfig) -> None:
             from llm.generation.command import generate_from_config
             from llm.generation.load import refuse_rope_keys_without_a_kernel
 
+            refuse_unresolved(cfg)  # top_k=${foo}: one line, before any key is read
             refuse_rope_keys_without_a_kernel(cfg.get("rope"))  # rope.variant=full: not a key of "the rope chosen"
             check_config_keys(cfg, "generate", "python -m llm.generate")  # +top_kk=3: refused first
             generate_from_config(cfg)
@@ -90,6 +106,14 @@ def main(cfg: DictConfig) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush of stdout must not fail again
         sys.exit(128 + signal.SIGPIPE)
+    except OSError as e:
+        # stdout that takes no more (a full disk, /dev/full): one line, not a traceback; any other OSError is a crash
+        if e.filename is not None or e.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG):
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush of stdout must not fail again
+        print(f"Error: writing the text to stdout failed: {e.strerror or e}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt as e:  # a stop asked for, not a crash: no traceback, the text printed so far stays
         word, code = stopped(e)
         command = sys.modules.get("llm.generation.command")  # not imported yet: stopped before decoding

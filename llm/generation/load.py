@@ -322,6 +322,10 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
                                        run_rope.get("max_seq_len")))
     if "name" not in override:  # no kernel chosen (a rope.max_seq_len restating the run's context at most)
         chosen = run_rope
+        if chosen["name"] not in rope.available():  # a plugin's kernel not installed here: another one computes it
+            raise ConfigError(f"the run was trained with rope={chosen['name']}, which is not registered here"
+                              f"{left_out_note(chosen['name'])}: give rope=<one that is> to compute its rotation "
+                              f"with another kernel ({', '.join(n for n in rope.available() if n != 'none')})")
     else:
         name, run_name = override.get("name"), run_rope["name"]
         if name not in rope.available():
@@ -331,6 +335,10 @@ def rope_for_generation(run_rope: Mapping, override: Mapping | None, device: tor
             raise ConfigError(f"rope={name}: the run was trained with rope={run_name}; a RoPE override swaps the "
                               "kernel, not the function (rope=none rotates nothing)")
         options = rope.get(name).option_defaults()
+        for key in override:  # +rope.compute_dtpye=...: a key no kernel reads, refused as a training run refuses it
+            if key not in options and key not in ("name", "base", "max_seq_len"):
+                raise ConfigError(f"{rope_key_as_typed(key, override[key])}: {name} has no option {key!r} (its "
+                                  f"options: {', '.join(options)})")
         defaults = {"base": 10000.0, **options}
         for key in FUNCTION_KEYS:  # a preset's default rotation defers to the run's; another one is refused
             asked, trained, default = (_function_value(key, d.get(key, defaults.get(key)))

@@ -275,7 +275,8 @@ def test_streamed_text_equals_the_decoded_text():
 
 
 @pytest.mark.parametrize("value", ["def main(", "it's", "a\\b", "ends\\", "\\'", "${x}", "\\${oops}", "x,y", "",
-                                   "two\nlines", 'say "hi"', "{[( ])}", "a=b"])
+                                   "two\nlines", 'say "hi"', "{[( ])}", "a=b", '"""docstring"""', "'a' + 'b'", "'''",
+                                   '"a" if x else "b"', "'ends\\'"])
 def test_verbatim_prompt_survives_hydra(value):
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
@@ -283,7 +284,9 @@ def test_verbatim_prompt_survives_hydra(value):
     (arg,) = verbatim_overrides([f"prompt={value}"])
     parsed = OverridesParser.create().parse_overrides([arg])[0].value()
     assert OmegaConf.create({"p": parsed}).p == value and arg == f"prompt={quote_verbatim(value)}"
+    # one Hydra quoted string is the user's quoting for Hydra, which removes its quotes
     assert verbatim_overrides(["prompt='quoted'", "top_k=5"]) == ["prompt='quoted'", "top_k=5"]
+    assert verbatim_overrides(["prompt='it\\'s'", 'prompt="a"']) == ["prompt='it\\'s'", 'prompt="a"']
 
 
 # -- python -m llm.generate on a trained run ----------------------------------------------------------
@@ -687,6 +690,18 @@ def test_a_reader_of_stdout_that_goes_away_ends_the_command_quietly(trained_run)
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 128 + signal.SIGPIPE, err[-2000:]
     assert "Traceback" not in err and "BrokenPipeError" not in err, err[-2000:]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_stdout_that_takes_no_more_is_one_line(trained_run):
+    """stdout on a full disk (``> /dev/full``): the write's OSError was a traceback; now one line naming stdout and
+    the reason, exit 1."""
+    cmd = [sys.executable, "-m", "llm.generate", f"run={trained_run}", "prompt=x", "max_new_tokens=2", "device=cpu"]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(cmd, cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1] == "Error: writing the text to stdout failed: No space left on device"
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.interpreter

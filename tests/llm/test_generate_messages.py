@@ -131,12 +131,45 @@ def test_the_places_cited_for_a_longer_context_exist():
     ("llm.generate", ["~cache"], "cache is missing: llm.generate reads it (was it removed with ~cache?)"),
     ("llm.eval_lengths", ["~batch_tokens"],
      "batch_tokens is missing: llm.eval_lengths reads it (was it removed with ~batch_tokens?)"),
+    # an interpolation read only as the command works: OmegaConf's traceback, exit 1, before
+    ("llm.generate", ["top_k=${foo}"],
+     "top_k: its interpolation cannot be resolved: Interpolation key 'foo' not found"),
+    ("llm.eval_lengths", ["batch_tokens=${oc.env:ROPELAB_UNSET_IN_TESTS}"],
+     "batch_tokens: its interpolation cannot be resolved: KeyError raised while resolving interpolation: "
+     "\"Environment variable 'ROPELAB_UNSET_IN_TESTS' not found\""),
 ])
 def test_refusals_show_what_was_typed_and_who_reads_the_key(module, args, line, monkeypatch, capsys):
     """``rope.base='500'`` (a Python repr), ``rope.scaling='yarn'`` (the factor dropped, the key not the one typed),
     and ``~cache``'s "a run reads it" for a command that makes no run."""
     code, lines = run_module_main(monkeypatch, capsys, module, ["run=x", *args])
     assert (code, lines) == (2, [f"Error: {line}"])
+
+
+@pytest.mark.parametrize("module", ["llm.generate", "llm.eval_lengths"])
+def test_a_run_of_a_kernel_not_registered_here_is_one_line_naming_the_way_out(module, trained_run, tmp_path,
+                                                                              monkeypatch, capsys):
+    """A run trained with a plugin's kernel that is not installed here: the registry's refusal was a traceback
+    (exit 1); it is one line naming the run's kernel and rope=, with which another kernel computes its rotation."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    config = OmegaConf.load(run / "config.yaml")
+    config.rope.name = "my_rope"
+    OmegaConf.save(config, run / "config.yaml")
+    code, lines = run_module_main(monkeypatch, capsys, module, [f"run={run}", "device=cpu"])
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("Error: the run was trained with rope=my_rope, which is not registered here: give "
+                               "rope=<one that is> to compute its rotation with another kernel (")
+    assert "torch" in lines[0] and "none" not in lines[0]
+
+
+@pytest.mark.parametrize("module", ["llm.generate", "llm.eval_lengths"])
+def test_a_rope_key_the_chosen_kernel_does_not_have_is_refused(module, trained_run, monkeypatch, capsys):
+    """``rope=torch +rope.compute_dtpye=...`` (Hydra's own hint for a key the preset's file lacks) was dropped
+    silently: the run decoded in float32. It is refused naming the key and the kernel's options."""
+    code, lines = run_module_main(monkeypatch, capsys, module, [f"run={trained_run}", "device=cpu", "rope=torch",
+                                                                "+rope.compute_dtpye=bfloat16"])
+    assert (code, lines) == (2, ["Error: rope.compute_dtpye='bfloat16': torch has no option 'compute_dtpye' (its "
+                                 "options: variant, layout, rotary_dim, scaling, compute_dtype)"])
 
 
 # -- the header and the per-sample lines ---------------------------------------------------------------------------
