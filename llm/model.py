@@ -255,6 +255,10 @@ class GPT(nn.Module):
         if max_len > self.context_len:
             raise ValueError(f"a KV cache of {max_len} positions exceeds the model's context of {self.context_len} "
                              "(the RoPE cache, rope.max_seq_len)")
+        if attention == "fused_rope" and self.cfg.head_dim > rope_registry.ATTENTION_MAX_HEAD_DIM:
+            raise ValueError(f"attention=fused_rope: heads of {self.cfg.head_dim}; the fused kernel takes heads up to "
+                             f"{rope_registry.ATTENTION_MAX_HEAD_DIM}, as flash-attention kernels do; attention=sdpa "
+                             "takes any")
         return (StaticKVCache if static else KVCache)(self.cfg.n_layer, max_len, attention)
 
     def hidden(self, idx: Tensor, cache: KVCache | StaticKVCache | None = None, *, positions: Tensor | None = None,

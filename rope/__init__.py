@@ -41,11 +41,14 @@ RoPEAttention = attention.RoPEAttention  # noqa: F821
 attention_with_rope = fused_attention.attention_with_rope  # noqa: F821
 #: The most new queries one ``attention_with_rope`` call takes (a decode step, or a chunk of a prefill).
 ATTENTION_MAX_QUERIES = fused_attention.MAX_QUERIES  # noqa: F821
+#: The widest head it takes.
+ATTENTION_MAX_HEAD_DIM = fused_attention.MAX_HEAD_DIM  # noqa: F821
 attention_unavailable_reason = fused_attention.unavailable_reason  # noqa: F821
 causal_mask = attention.causal_mask  # noqa: F821
 
 __all__ = [
     "ATTENTION_MAX_QUERIES",
+    "ATTENTION_MAX_HEAD_DIM",
     "RoPEAttention",
     "RopeArgumentError",
     "RopePluginWarning",

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from rope._launch import triton_runs_on
 from rope.base import RotaryEmbedding, split_qkv
 from rope.functional import build_named
-from rope.fused_attention import MAX_QUERIES, attention_with_rope
+from rope.fused_attention import MAX_HEAD_DIM, MAX_QUERIES, attention_with_rope
 
 #: How a call with a cache attends (see the module docstring).
 ATTENTIONS = ("sdpa", "fused_rope")
@@ -166,6 +166,10 @@ class RoPEAttention(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         if attention not in ATTENTIONS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
+        if attention == "fused_rope" and d_model // n_heads > MAX_HEAD_DIM:
+            raise ValueError(f'attention="fused_rope": heads of d_model/n_heads={d_model // n_heads}; the fused kernel '
+                             f'takes heads up to {MAX_HEAD_DIM}, as flash-attention kernels do; attention="sdpa" takes '
+                             "any")
         self.attention = attention
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.n_kv_heads = n_kv_heads

@@ -57,6 +57,10 @@ from rope.checks import RopeArgumentError, describe_value
 #: full-length prefill, for which SDPA over the rotated q and k is the faster path.
 MAX_QUERIES = 256
 
+#: The widest head the kernels take, the limit flash-attention kernels share: a program holds rows of a head in
+#: registers, and past 256 elements its tiles spill (a float32 chunk's compile then runs for minutes).
+MAX_HEAD_DIM = 256
+
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: CUDA's limit on a launch grid's second axis, which holds batch x key-value heads.
 _MAX_GRID_Y = 65535
@@ -100,6 +104,11 @@ def _check_no_grad(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> None:
             if x.requires_grad:
                 raise RopeArgumentError(name, f"{name} requires grad, but attention_with_rope has no backward (a "
                                               "decoding op; training keeps SDPA): call it under torch.no_grad()")
+
+
+#: What a head wider than :data:`MAX_HEAD_DIM` is told.
+_WIDEST = (f"attention_with_rope takes head dims up to {MAX_HEAD_DIM}, as flash-attention kernels do; attend with "
+           "SDPA over the rotated queries instead")
 
 
 def unavailable_reason(device: torch.device | str) -> str | None:
@@ -170,6 +179,8 @@ def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Ten
         raise RopeArgumentError("q", f"q must have at least one batch row and head, got shape {tuple(q.shape)}")
     if D != rotary.head_dim:
         raise RopeArgumentError("q", f"q has head dim {D}; rotary was built for head_dim={rotary.head_dim}")
+    if D > MAX_HEAD_DIM:
+        raise RopeArgumentError("q", f"q has head dim {D}; {_WIDEST}")
     if q.stride(-1) != 1:
         raise RopeArgumentError("q", f"q must be contiguous in its last dim (head_dim), got strides {q.stride()}")
     if not triton_runs_on(q.device):

@@ -187,6 +187,10 @@ def generate_from_config(cfg: Mapping, out: TextIO = sys.stdout, err: TextIO = s
     # rope is absent unless the command line chose one (generate.yaml's `rope: null`): the run's then applies
     rope_cfg = rope_for_generation(opened.config.rope, cfg.get("rope"), s.device, opened.context_len,
                                    command_line_rope_keys(cfg), command_line_rope_preset(cfg))
+    head_dim = opened.config.model.n_embd // opened.config.model.n_head
+    if s.attention == "fused_rope" and head_dim > rope.ATTENTION_MAX_HEAD_DIM:  # before the weights load
+        raise ConfigError(f"attention=fused_rope: the run's heads are {head_dim} wide; the fused kernel takes heads up "
+                          f"to {rope.ATTENTION_MAX_HEAD_DIM}, as flash-attention kernels do; attention=sdpa takes any")
     enc = run_tokenizer(opened)
     ids = encode_prompt(enc, s.prompt)
     context = rope_cache_len(opened.config.model, rope_cfg)

@@ -125,3 +125,13 @@ def test_a_fused_cache_written_under_grad_then_stepped_with_frozen_weights_atten
         model(idx[:, :5], cache=clean)
         want, _ = model(idx[:, 5:], cache=clean)
     torch.testing.assert_close(last, want, rtol=0, atol=1e-5)
+
+
+def test_a_fused_cache_for_heads_wider_than_the_kernel_takes_is_refused_when_made():
+    """Heads over 256 elements, which rope.attention_with_rope refuses: a fused_rope cache for them is refused when
+    the model makes it, naming the width and attention=sdpa, not at the first decode step."""
+    model = GPT(GPTConfig(vocab_size=61, seq_len=16, n_layer=1, n_head=2, n_embd=528, vocab_multiple=8),
+                rope.build("torch", 264, 16))
+    with pytest.raises(ValueError, match="attention=fused_rope: heads of 264; the fused kernel takes heads up to 256"):
+        model.new_cache(attention="fused_rope")
+    model.new_cache(attention="sdpa")

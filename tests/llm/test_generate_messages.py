@@ -172,6 +172,22 @@ def test_a_rope_key_the_chosen_kernel_does_not_have_is_refused(module, trained_r
                                  "options: variant, layout, rotary_dim, scaling, compute_dtype)"])
 
 
+@pytest.mark.interpreter
+def test_fused_attention_for_heads_wider_than_it_takes_is_refused_before_the_weights_load(trained_run, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """A run whose heads are over 256 elements with attention=fused_rope: one line naming the width and the
+    limit, before the weights load (its config says 2 heads of 264; the checkpoint's shapes are never read)."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    config = OmegaConf.load(run / "config.yaml")
+    config.model.n_embd, config.model.n_head = 528, 2
+    OmegaConf.save(config, run / "config.yaml")
+    code, lines = run_module_main(monkeypatch, capsys, "llm.generate", [f"run={run}", "device=cpu",
+                                                                        "attention=fused_rope"])
+    assert (code, lines) == (2, ["Error: attention=fused_rope: the run's heads are 264 wide; the fused kernel takes "
+                                 "heads up to 256, as flash-attention kernels do; attention=sdpa takes any"])
+
+
 # -- the header and the per-sample lines ---------------------------------------------------------------------------
 def test_the_header_says_capture_needs_cuda_and_shows_the_prompt_chunks(trained_run):
     """capture=true (the default) on a CPU read as capture=false, and prefill_chunk was not shown: the header says

@@ -381,6 +381,10 @@ BAD = {
                                                 "v_cache": torch.zeros(2, 4, 2, 16), "positions": 3}, "k_cache",
                                                r"L=2 keys, fewer than the queries' positions 3\.\.3 need, with 4 "
                                                r"heads: a \(B, L, H_kv, D\) cache\? pass cache.transpose\(1, 2\)"),
+    "head dim over 256": ({"q": torch.zeros(2, 3, 4, 264), "k_cache": torch.zeros(2, 2, 40, 264),
+                           "v_cache": torch.zeros(2, 2, 40, 264), "rotary": rope.build("torch", 264, 64)}, "q",
+                          "q has head dim 264; attention_with_rope takes head dims up to 256, as flash-attention "
+                          "kernels do; attend with SDPA over the rotated queries instead"),
     "cache dtype": ({"v_cache": torch.zeros(2, 2, 40, 16, dtype=torch.bfloat16)}, "v_cache",
                     "v_cache is torch.bfloat16 but q is torch.float32"),
     "cache last dim strided": ({"k_cache": lambda d: torch.zeros(2, 2, 40, 32, device=d)[..., ::2]}, "k_cache",
@@ -434,6 +438,15 @@ def test_a_signature_seen_on_one_device_is_checked_again_on_another(device):
     with pytest.raises(rope.RopeArgumentError, match="rotary's cos/sin tables are on meta") as e:
         rope.attention_with_rope(**args, scale=1)
     assert e.value.argument == "rotary"
+
+
+def test_heads_wider_than_the_kernel_takes_are_refused_before_a_decode_step(device):
+    """A head over 256 elements (its float32 chunk's compile ran for minutes; the call refuses it, BAD above): a
+    layer built to attend through the fused kernel is refused when built, not at its first cached call."""
+    assert rope.ATTENTION_MAX_HEAD_DIM == 256
+    with pytest.raises(ValueError, match=r"heads of d_model/n_heads=264; the fused kernel takes heads up to 256"):
+        rope.RoPEAttention(528, 2, impl="torch", attention="fused_rope")
+    rope.RoPEAttention(528, 2, impl="torch")  # SDPA takes any
 
 
 def test_bad_scale_is_refused(no_launch, device):
