@@ -420,7 +420,18 @@ def _paired_section(report: Report) -> list[str]:
         rows = [_paired_row(gc, metric, unit) for gc in report.comparisons]
         lines += [f"**{title.capitalize()}** (ε = ±{eps:g}{' ' + unit if unit else ''}):", ""]
         lines += md_table([h.format(m=title, eps=f"{eps:g}") for h in header], rows) + [""]
+        flat = [gc.group.label for gc in report.comparisons if _zero_width(gc.metrics.get(metric))]
+        if flat:
+            chance = ", which an accuracy, counted in whole tokens, can show by chance with few seeds" * (
+                metric == "val_acc")
+            lines += [f"Zero-width intervals ({', '.join(flat)}): every seed gave the same Δ, so no seed-to-seed noise "
+                      "was measured; p and the verdict are then the limit as the noise goes to 0 (p = 0 for a Δ that "
+                      f"is not 0){chance}.", ""]
     return lines[:-1]
+
+
+def _zero_width(c: Comparison | None) -> bool:
+    return c is not None and c.ci is not None and c.ci[0] == c.ci[1]
 
 
 def _pairing_section(report: Report) -> list[str]:

@@ -315,6 +315,8 @@ def load_run(run_dir: PathLike) -> Run:
     run_dir = Path(run_dir)
     try:
         summary = load_summary(run_dir)
+        if (problem := _summary_problem(summary)) is not None:
+            raise SummaryError(f"{run_dir / SUMMARY_FILE}: {problem}")
     except SummaryError as e:  # listed with the reason, never a traceback: the file is the user's
         summary = {"status": UNREADABLE, "message": str(e)}
     metrics, skipped = _load_metrics(run_dir)
@@ -324,6 +326,18 @@ def load_run(run_dir: PathLike) -> Run:
     started = bool(metrics) or summary.get("status") in (COMPLETED, UNREADABLE)
     return Run(path=run_dir, config=load_run_config(run_dir, warn=started), summary=summary, metrics=metrics,
                skipped_metric_lines=skipped)
+
+
+def _summary_problem(summary: dict[str, Any]) -> str | None:
+    """Why a JSON object is no summary the trainer writes, or None: every one records its status (without it the
+    run read as completed, its values missing, beside its implementation as a second row of the same label), and a
+    seed that is an integer (another grouped the run as seed None)."""
+    if not isinstance(summary.get("status"), str):
+        return "no status: not a summary.json the trainer writes"
+    seed = summary.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        return f"seed {seed!r} is not an integer"
+    return None
 
 
 def _last_step(metrics: list[dict[str, Any]]) -> int | None:

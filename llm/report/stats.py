@@ -418,7 +418,7 @@ def compare_paired(impl: Sequence[float], ref: Sequence[float], margin: float, l
     n, mean = len(d), float(np.mean(d))
     if n < 2:
         return Comparison(PAIRED, n, n, mean, None, None, None, None, margin, SINGLE, None, lower_is_better)
-    sd = float(np.std(d, ddof=1))
+    sd = 0.0 if _no_spread(d) else float(np.std(d, ddof=1))  # rounding's spread is none: the tests' own rule
     ci, p, p_tost = paired_test(d, margin)
     sd_upper = sd_upper_bound(sd, n)
     c = Comparison(PAIRED, n, n, mean, sd, ci, p, p_tost, margin, INCONCLUSIVE, None, lower_is_better,
@@ -439,7 +439,7 @@ def compare_unpaired(impl: Sequence[float], ref: Sequence[float], margin: float,
     n1, n2 = len(impl), len(ref)
     if n1 < 2 or n2 < 2:
         return Comparison(WELCH, n1, n2, delta, None, None, None, None, margin, SINGLE, None, lower_is_better)
-    s1, s2 = float(np.std(impl, ddof=1)), float(np.std(ref, ddof=1))
+    s1, s2 = (0.0 if _no_spread(x) else float(np.std(x, ddof=1)) for x in (impl, ref))
     sd = math.hypot(s1, s2)
     ci, p, p_tost = welch_test(impl, ref, margin)
     v1, v2 = s1**2 / n1, s2**2 / n2

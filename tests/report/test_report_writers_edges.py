@@ -194,11 +194,15 @@ def test_a_zero_width_interval_is_named_in_the_verdict(tmp_path: Path, delta: fl
     """Every seed with the same Δ (bit-equal training gives Δ = 0 on each): the verdict says the interval has zero
     width and that no seed-to-seed noise was measured; runs with ordinary spread read as before."""
     sweep = write_sweep(tmp_path / "s", {REF: reference(), V4: planted(delta, jitter=0.0)})
-    line = next(ln for ln in render_markdown(build_report([sweep])).splitlines() if ln.startswith("- triton_v4"))
+    md = render_markdown(build_report([sweep]))
+    line = next(ln for ln in md.splitlines() if ln.startswith("- triton_v4"))
     assert "every seed gave the same Δ, so the interval has zero width and no seed-to-seed noise was measured" in line
+    # and under the paired table (the val loss's here), where a row's p of 0 or 1 is read
+    assert "Zero-width intervals (triton_v4 (partial, float32)): every seed gave the same Δ" in md
     noisy = write_sweep(tmp_path / "n", {REF: reference(), V4: planted(delta)})
-    line = next(ln for ln in render_markdown(build_report([noisy])).splitlines() if ln.startswith("- triton_v4"))
-    assert "zero width" not in line
+    md = render_markdown(build_report([noisy]))
+    line = next(ln for ln in md.splitlines() if ln.startswith("- triton_v4"))
+    assert "zero width" not in line and "Zero-width" not in md
 
 
 def test_a_seed_run_in_two_sweeps_is_one_sample_of_the_loss_curve(tmp_path: Path, monkeypatch):

@@ -24,6 +24,7 @@ from llm.report.stats import (
     compare_unpaired,
     median_ratio_interval,
     minimum_detectable_effect,
+    seeds_for_effect,
     seeds_for_equivalence,
     t_test_power,
     tost_power,
@@ -394,6 +395,20 @@ def test_equal_values_unpaired_are_no_difference():
     assert float(np.mean([0.4] * 3)) != float(np.mean([0.4] * 5))  # the planted rounding
     assert c.p == 1.0 and c.ci == (0.0, 0.0) and c.verdict == EQUIVALENT
     assert compare_unpaired([0.4] * 3, [0.41] * 5, 0.005, lower_is_better=False).verdict == WORSE  # a real Δ still is
+
+
+def test_a_spread_of_rounding_is_no_spread_in_the_seed_counts_too():
+    """Δ = 0.005 on every seed up to the last bits (3.105 - 3.10 and 3.205 - 3.20 differ at 1e-16): the tests took it
+    as no spread (a zero-width interval), but the paired std (2.6e-16) went on to the seed counts, whose power
+    functions then gave nan or 0, and the budget read "more than 100,000" seeds beside an MDE of 0."""
+    ref = [3.10, 3.20, 3.05]
+    impl = [3.105, 3.205, 3.055]
+    assert float(np.std([a - b for a, b in zip(impl, ref, strict=True)], ddof=1)) > 0.0  # the planted rounding
+    c = compare_paired(impl, ref, 0.01, True)
+    assert c.ci[0] == c.ci[1] and c.sd == 0.0 and c.mde == 0.0
+    assert seeds_for_equivalence(c.sd, c.margin) == 2 and seeds_for_effect(c.sd, c.margin) == 2
+    u = compare_unpaired([0.4 + 1e-17, 0.4, 0.4], [0.41, 0.41 + 1e-17, 0.41], 0.005, lower_is_better=False)
+    assert u.sd == 0.0
 
 
 def test_mde_is_at_the_level_of_the_better_worse_verdict(tmp_path: Path):

@@ -20,7 +20,12 @@ from .synthetic import write_run
     (b'{"status": "\xff"}', "'utf-8' codec can't decode byte 0xff"),
     (b'["completed"]', "expected a JSON object"),
     (None, "No such file or directory"),
-], ids=["cut short", "empty", "not UTF-8", "a list", "gone"])
+    # JSON objects the trainer never writes: without a status one read as a completed run with no values, a second
+    # row of its implementation's label; a seed that is no integer grouped the run as seed None
+    (b"{}", "no status: not a summary.json the trainer writes"),
+    (b'{"val_loss": 3.0, "seed": 0}', "no status: not a summary.json the trainer writes"),
+    (b'{"status": "completed", "seed": "x", "val_loss": 3.0}', "seed 'x' is not an integer"),
+], ids=["cut short", "empty", "not UTF-8", "a list", "gone", "an empty object", "no status", "a seed in words"])
 def test_an_unreadable_summary_is_listed_with_why(tmp_path: Path, content, why):
     run = write_run(tmp_path / "0_run", "torch", 0, 3.0)
     if content is None:
