@@ -173,8 +173,12 @@ def _pair_plan(geo: Geometry, over: Overrides, tiling: str) -> Plan:
 
 def _flat_blocks(geo: Geometry) -> list[int]:
     """Flat block widths that tile a token's heads of q and k whole (none where D and the head counts are odd: a
-    pair tiling then, whose programs copy the tail in runs of the rotated width, masked at D)."""
+    pair tiling then, whose programs copy the tail in runs of the rotated width, masked at D). None for an odd D
+    interleaved either: a block pairs its elements by their offsets in the token, and every other head then starts
+    at an odd one, where those pairs straddle two heads."""
     D = geo.head_dim
+    if geo.interleaved and D % 2:
+        return []
     return [b for b in FLAT_BLOCKS if b <= D and (geo.q_heads * D) % b == 0 and (geo.k_heads * D) % b == 0]
 
 

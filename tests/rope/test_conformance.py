@@ -710,8 +710,11 @@ def test_layouts_and_rotary_dim(name, opts, case, device):
 
 # An odd head size rotating its first R elements: only the copied tail is odd (Gemma-style heads cut by a
 # rotary_dim); (D, R, variant, layout, memory, q heads, k heads): the Triton entries tile such heads by pairs.
+# interleaved with 2 and 4/2 heads: q's and k's H D even, so a flat tiling could take them, whose neighbour pairs
+# straddled the heads at odd offsets (the Triton entries gave another function there)
 ODD_HEADS = [(9, 4, "partial", "half", "contiguous", 3, 1), (13, 6, "full", "interleaved", "transposed", 3, 3),
-             (7, 2, "full", "half", "gqa", 3, 1)]
+             (7, 2, "full", "half", "gqa", 3, 1), (5, 4, "full", "interleaved", "contiguous", 2, 2),
+             (9, 4, "partial", "interleaved", "gqa", 4, 2)]
 
 
 @pytest.mark.parametrize("name,opts,case", with_entries(ODD_HEADS, lambda c: torch.float32,
