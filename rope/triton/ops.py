@@ -169,8 +169,11 @@ class RopeFunction(torch.autograd.Function):
 
 
 class RopeQKVFunction(torch.autograd.Function):
-    """qkv -> (rotated q, rotated k, v as the view it is); the backward returns d qkv as one buffer (not twice
-    differentiable). ``traced``: inside a compiled graph, through the ops of :func:`compiled_ops`."""
+    """qkv -> (rotated q, rotated k, v as the view it is); the backward returns d qkv as one buffer, from one launch.
+    ``traced``: inside a compiled graph, through the ops of :func:`compiled_ops`. Under ``create_graph=True`` (a
+    double backward, a gradient penalty) the eager backward is :class:`RopeFunction` inverted, which autograd
+    records and differentiates again: the one-launch kernel runs out of its sight, so its second derivative would
+    be lost without a word."""
 
     @staticmethod
     def forward(ctx, qkv, cos, sin, positions, hq, hk, partial, low_precision, interleaved, poison, traced):
@@ -189,6 +192,11 @@ class RopeQKVFunction(torch.autograd.Function):
     def backward(ctx, gq, gk, gv):
         cos, sin, positions = ctx.saved_tensors
         partial, low_precision, interleaved, poison, traced = ctx.args
+        if torch.is_grad_enabled() and not traced:
+            dq, dk = apply(RopeFunction, gq, gk, cos, sin, positions, partial, low_precision, interleaved, True,
+                           poison)
+            dqkv = torch.cat([g.flatten(-2) for g in (dq, dk, gv)], dim=-1)
+            return (dqkv,) + (None,) * 10
         if traced:
             dqkv = compiled_ops(gq).qkv_backward(gq, gk, gv, cos, sin, positions, partial, low_precision,
                                                  interleaved, poison)

@@ -951,6 +951,40 @@ def check_rotate_qkv(r: rope.RotaryEmbedding, dtype: torch.dtype, B: int, T: int
     return qkv, v
 
 
+@pytest.mark.parametrize("call", ["q_k", "rotate_qkv"])
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_second_derivatives_are_the_formula_s(name, opts, call, device):
+    """A Hessian-vector product (the gradient of a gradient taken with ``create_graph``, as a gradient penalty
+    does) through ``r(q, k)`` and ``r.rotate_qkv``: the formula's. The rotation is linear, so its backward is the
+    inverse rotation, which autograd must record to differentiate again; the Triton entries' ``rotate_qkv`` ran its
+    backward out of autograd's sight, and the RoPE part of the second derivative was lost without an error."""
+    B, T, D, HQ, HK = 2, 5, 16, 2, 1
+    r = build(name, opts, D, 8, device)
+    arith = arithmetic(r, torch.float32)
+    if arith is None:
+        pytest.skip("rotates nothing")
+
+    def loss_of(q, k, v):  # q enters squared: a second derivative in every direction
+        return (q.pow(2).sum((-2, -1)) * k.sum((-2, -1)) * v.sum((-2, -1))).sum()
+
+    x = torch.randn(B, T, (HQ + 2 * HK) * D, device=device, requires_grad=True)
+    if call == "rotate_qkv":
+        q, k, v = r.rotate_qkv(x, HQ, HK)
+    else:
+        q, k, v = _split(x, HQ, HK, D)
+        q, k = r(q, k)
+    (g,) = torch.autograd.grad(loss_of(q, k, v), x, create_graph=True)
+    (h,) = torch.autograd.grad(g.pow(2).sum(), x)
+    x64 = _leaf64(x)
+    q64, k64, v64 = _split(x64, HQ, HK, D)
+    rows = torch.arange(T, device=device)
+    rq, rk = formula64(q64, rows, r.base, "partial"), formula64(k64, rows, r.base, "partial")
+    (g64,) = torch.autograd.grad(loss_of(rq, rk, v64), x64, create_graph=True)
+    (h64,) = torch.autograd.grad(g64.pow(2).sum(), x64)
+    tol = 1e-4 if arith in (torch.float32, torch.float64) else 0.05  # relative to the largest element
+    assert (h.double() - h64).abs().max() <= tol * h64.abs().max(), f"{name} {call}"
+
+
 # -- another GPU than the current one -----------------------------------------------------------------
 @pytest.fixture
 def second_gpu():
