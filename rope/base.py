@@ -293,13 +293,18 @@ class RotaryEmbedding(nn.Module):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 4:
             raise ValueError(f"{name} must have shape (B, T, H, D), got {tuple(x.shape)}")
+        self._check_dtype_and_length(name, x, positions_given)
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"{name} has head dim {x.shape[-1]}, this RoPE was built for head_dim={self.head_dim}")
+
+    def _check_dtype_and_length(self, name: str, x: Tensor, positions_given: bool) -> None:
+        """The checks of ``x``'s dtype and T (dim 1) that q's and a fused projection's share: ``rotate_qkv`` runs
+        them on ``qkv``, so that its errors name what the caller passed, not the q view of it."""
         if not x.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor (float32/bfloat16/float16), got {x.dtype}")
         if x.dtype == torch.float64 and not self.supports_float64:
             raise TypeError(f"{self.registry_name} supports float32, bfloat16 and float16 inputs, got {name} of "
                             "dtype torch.float64 (the torch implementation computes float64 in float64)")
-        if x.shape[-1] != self.head_dim:
-            raise ValueError(f"{name} has head dim {x.shape[-1]}, this RoPE was built for head_dim={self.head_dim}")
         if not positions_given and x.shape[1] > self.max_seq_len:
             raise ValueError(f"{name} has T={x.shape[1]} > max_seq_len={self.max_seq_len} of the cos/sin cache")
 
@@ -393,7 +398,10 @@ class RotaryEmbedding(nn.Module):
             self._check_positions(positions, q.shape[0], q.shape[1])
             if positions.device != q.device:
                 raise ValueError(f"positions must be on q's device {q.device}, got {positions.device}")
-        self.check_inputs(q, k, positions)
+        self.check_inputs(q, k, positions)  # first: an entry's own word for a device it cannot run on
+        if self.cos.device != q.device and self.describe().get("compute_dtype") != "none":  # the identity reads none
+            raise ValueError(f"the cos/sin tables are on {self.cos.device} but q is on {q.device}: "
+                             "move the module with .to()")
 
     def check_inputs(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> None:
         """Hook: what an implementation needs beyond the shared checks (dtype, device, ...). Raise a
@@ -418,6 +426,7 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"qkv must have shape (B, T, (n_head + 2*n_kv_head) * head_dim) = (B, T, {width}) "
                              f"for n_head={n_head}, n_kv_head={n_kv}, head_dim={self.head_dim}; "
                              f"got {tuple(qkv.shape)}")
+        self._check_dtype_and_length("qkv", qkv, positions is not None)
         q, k, v = split_qkv(qkv, n_head, n_kv, self.head_dim)
         self._validate(q, k, positions)
         self._follow_length(q, positions)

@@ -347,7 +347,3 @@ class CuteDSLRotary(RotaryEmbedding):
                 if x is not None and not x.is_cuda:
                     raise ValueError(f"{name} is on {x.device}: cutedsl runs on CUDA tensors only "
                                      "(CuTeDSL has no CPU interpreter)")
-        if self.cos.device != q.device:
-            raise ValueError(
-                f"the cos/sin tables are on {self.cos.device} but q is on {q.device}: move the module with .to()"
-            )

@@ -218,10 +218,6 @@ class LigerRotary(RotaryEmbedding):
                 f"q is on {q.device}: Liger's Triton RoPE kernel needs CUDA tensors "
                 "(or TRITON_INTERPRET=1 set before triton is imported, to run it on the CPU interpreter)"
             )
-        if self.cos.device != q.device:
-            raise ValueError(
-                f"the cos/sin tables are on {self.cos.device} but q is on {q.device}: move the module with .to()"
-            )
 
     def _liger_tables(self, positions: Tensor | None, T: int) -> tuple[Tensor, Tensor]:
         """cos and -sin rows as Liger takes them, Hugging Face's full width: (1, T, R), or (B, T, R) for

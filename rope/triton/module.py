@@ -70,9 +70,6 @@ class TritonRotary(RotaryEmbedding):
                 raise ValueError(f"{name} is on {x.device}: the Triton RoPE kernels need CUDA tensors "
                                  "(or TRITON_INTERPRET=1 set before triton is imported, to run them on the CPU "
                                  "interpreter)")
-        if self.cos.device != q.device:
-            raise ValueError(f"the cos/sin tables are on {self.cos.device} but q is on {q.device}: "
-                             "move the module with .to()")
 
     def rotate(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> tuple[Tensor, Tensor | None]:
         poison = bool(self.poison_outputs)

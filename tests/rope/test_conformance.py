@@ -1063,6 +1063,11 @@ BAD_CALLS = {
     "qkv_n_head": (lambda r, d: r.rotate_qkv(_x(d, 1, 4, 128), 0, 1), ValueError, "n_head must be a positive int"),
     "qkv_n_kv_head": (lambda r, d: r.rotate_qkv(_x(d, 1, 4, 128), 2, 1.5), ValueError,
                       "n_kv_head must be a positive int"),
+    # named as the caller passed them: the projection, not the q view of it
+    "qkv_dtype": (lambda r, d: r.rotate_qkv(_x(d, 1, 4, 128).long(), 2, 1), TypeError,
+                  r"qkv must be a floating tensor \(float32/bfloat16/float16\), got torch.int64"),
+    "qkv_too_long": (lambda r, d: r.rotate_qkv(_x(d, 1, 17, 128), 2, 1), ValueError,
+                     "qkv has T=17 > max_seq_len=16"),
 }
 
 
@@ -1073,6 +1078,25 @@ def test_bad_calls_are_refused(name, opts, bad, device):
     r = build(name, opts, 32, 16, device)
     with pytest.raises(exc, match=match):
         call(r, device)
+
+
+@pytest.mark.parametrize("name,opts", ENTRIES)
+def test_tables_on_another_device_than_q_are_one_line(name, opts, device):
+    """A module never moved with ``.to()`` called on tensors elsewhere (meta here: any other device): one line,
+    the entry's own word for a device it cannot run on, else the shared one naming the tables (the reference failed
+    inside its arithmetic, with torch's device-mismatch error); the identity reads no table and returns q."""
+    r = build(name, opts, 32, 16, device)
+    q = torch.zeros(1, 4, 2, 32, device="meta")
+    if arithmetic(r, torch.float32) is None:
+        assert r(q) is q
+        return
+    with pytest.raises(ValueError) as e:
+        r(q)
+    said = str(e.value)
+    assert "\n" not in said and ("is on meta" in said or said == (
+        f"the cos/sin tables are on {r.cos.device} but q is on meta: move the module with .to()")), said
+    if name == "torch":
+        assert said.startswith("the cos/sin tables are on")
 
 
 # (build arguments over head_dim=32, max_seq_len=16; the argument named; message pattern)
