@@ -331,11 +331,12 @@ def load_run(run_dir: PathLike) -> Run:
 def _summary_problem(summary: dict[str, Any]) -> str | None:
     """Why a JSON object is no summary the trainer writes, or None: every one records its status (without it the
     run read as completed, its values missing, beside its implementation as a second row of the same label), and a
-    seed that is an integer (another grouped the run as seed None)."""
+    completed run's seed is an integer (another grouped the run as seed None; a job refused for its config records
+    the seed as typed, ``seed=abc``)."""
     if not isinstance(summary.get("status"), str):
         return "no status: not a summary.json the trainer writes"
     seed = summary.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+    if summary["status"] == COMPLETED and seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         return f"seed {seed!r} is not an integer"
     return None
 
