@@ -143,14 +143,10 @@ def check_not_mixed(runs: Sequence[Run]) -> None:
     diffs = config_differences(runs)
     if not diffs:
         return
-    msg = "\n".join(
-        [
-            f"refusing to compare runs that differ in more than rope and seed "
-            f"({len(diffs)} differing config key(s): {', '.join(diffs)}):",
-            *describe_differences(diffs),
-            "Pass --allow-mixed to compare them anyway.",
-        ]
-    )
+    # one line, as every refusal: the keys apart by " | ", each key's values by "; "
+    msg = (f"refusing to compare runs that differ in more than rope and seed ({len(diffs)} differing config "
+           f"key(s)): {' | '.join(line.strip() for line in describe_differences(diffs))}; pass --allow-mixed to "
+           "compare them anyway")
     raise MixedRunsError(msg, diffs)
 
 
@@ -185,15 +181,15 @@ def check_same_data(runs: Sequence[Run], allow_mixed: bool = False) -> list[str]
             groups.setdefault(str(fp["id"]), []).append(r)
     notes = []
     if len(groups) > 1:
-        lines = [f"  {describe_data(rs[0].data_fingerprint or {})}: {_names([r.name for r in rs])}"
-                 for rs in groups.values()]
-        head = (f"the runs trained on {len(groups)} different data sets (their data fingerprints differ), so "
-                "their seeds cannot be paired:")
+        sets = " | ".join(f"{describe_data(rs[0].data_fingerprint or {})}: {_names([r.name for r in rs])}"
+                          for rs in groups.values())
+        head = f"the runs trained on {len(groups)} different data sets (their data fingerprints differ)"
         if not allow_mixed:
-            raise DataMismatchError("\n".join([f"refusing to compare: {head}", *lines,
-                                               "Pass --allow-mixed to compare them anyway."]),
+            raise DataMismatchError(f"refusing to compare: {head}, so their seeds cannot be paired: {sets}; pass "
+                                    "--allow-mixed to compare them anyway",
                                     {k: [r.name for r in rs] for k, rs in groups.items()})
-        notes.append(f"**Different data (`--allow-mixed`)**: {head} " + "; ".join(line.strip() for line in lines))
+        notes.append(f"**Different data (`--allow-mixed`)**: {head}; their seeds are paired all the same, so each Δ "
+                     f"holds the data's difference too: {sets}")
     if unknown:
         notes.append(f"{len(unknown)} run(s) recorded no data fingerprint (they predate it), so whether they "
                      f"trained on the same data cannot be checked: {_names(unknown)}.")

@@ -303,7 +303,7 @@ def test_mixed_runs_refused_unless_allowed(tmp_path: Path, overrides: dict, key:
     with pytest.raises(MixedRunsError) as exc:
         compare_runs([sweep], sweep)
     msg = str(exc.value)
-    assert key in msg and "--allow-mixed" in msg
+    assert key in msg and "--allow-mixed" in msg and "\n" not in msg  # one line, as every refusal
     assert key in exc.value.differences
     assert not (sweep / MD_FILE).exists()
     text = compare_runs([sweep], sweep, allow_mixed=True).read_text()

@@ -215,9 +215,12 @@ def test_runs_on_different_data_are_not_paired(tmp_path: Path):
         build_report([sweep])
     message = str(err.value)
     assert "2 different data sets" in message and "v4_2" in message and "corpus ffffffffffff" in message
+    assert "\n" not in message  # one line, as every refusal
     assert err.value.groups["d" * 64] == ["v4_2"]
     report = build_report([sweep], allow_mixed=True)
-    assert any("Different data" in note and "v4_2" in note for note in report.data_notes)
+    # allowed, the seeds are paired all the same: the note says so (it said they could not be)
+    assert any("Different data" in note and "v4_2" in note and "paired all the same" in note
+               for note in report.data_notes)
 
 
 def test_runs_without_a_fingerprint_pair_with_a_warning(tmp_path: Path, caplog):
