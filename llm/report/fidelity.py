@@ -30,7 +30,7 @@ def fidelity_rows(runs: Sequence[Run]) -> list[list[str]]:
     for r in done:
         if is_reference(r) and (r.variant, r.packing, r.seed) not in refs:
             refs[(r.variant, r.packing, r.seed)] = (r, {s: v for s, v, _ in r.val_curve()})
-    rows = []
+    rows = []  # (label, seed, row): shown by implementation, then seed (run-dir names sort seed 10 before seed 2)
     for r in done:
         ref, theirs = refs.get((r.variant, r.packing, r.seed), (None, None))
         if ref is None or ref is r or theirs is None:
@@ -41,6 +41,7 @@ def fidelity_rows(runs: Sequence[Run]) -> list[list[str]]:
             continue
         deltas = [abs(mine[s] - theirs[s]) for s in steps]
         worst = max(range(len(steps)), key=deltas.__getitem__)
-        rows.append([r.label, str(r.seed), str(len(steps)), f"{deltas[worst]:.5f}", str(steps[worst]),
-                     f"{deltas[-1]:.5f}"])
-    return rows
+        rows.append((r.label, -1 if r.seed is None else r.seed,
+                     [r.label, str(r.seed), str(len(steps)), f"{deltas[worst]:.5f}", str(steps[worst]),
+                      f"{deltas[-1]:.5f}"]))
+    return [row for *_, row in sorted(rows, key=lambda x: x[:2])]

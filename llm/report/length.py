@@ -239,6 +239,8 @@ class Cell:
     random_seeds: list[int] = field(default_factory=list)
     #: comparison (``vs_none``, ...) -> the targets its counterpart was evaluated on, none of them this cell's: n/a
     other_targets: dict[str, list[Targets]] = field(default_factory=dict)
+    #: comparison -> the seeds of this cell and its counterpart together: a pairing on fewer left some out
+    seeds_of: dict[str, int] = field(default_factory=dict)
 
     @property
     def losses(self) -> dict[int | None, float]:
@@ -494,12 +496,15 @@ def build_length_report(paths: Sequence[PathLike]) -> LengthReport:
         ref = None if c.scaling == NO_SCALING else _counterpart(report, c, "vs_none", c.variant, NO_SCALING)
         if ref is not None:
             c.vs_none, c.none_seeds = _compare(c, ref, VS_NONE)
+            c.seeds_of["vs_none"] = len(set(c.losses) | set(ref.losses))
         reference = reference_for(c.variant)
         ref = None if c.variant == reference else _counterpart(report, c, "vs_reference", reference, c.scaling)
         if ref is not None:
             c.vs_reference, c.reference_seeds = _compare(c, ref, VS_VARIANT)
+            c.seeds_of["vs_reference"] = len(set(c.losses) | set(ref.losses))
         counterpart = random_counterpart(c.variant)
         ref = None if counterpart is None else _counterpart(report, c, "vs_random", counterpart, c.scaling)
         if ref is not None:
             c.vs_random, c.random_seeds = _compare(c, ref, VS_VARIANT)
+            c.seeds_of["vs_random"] = len(set(c.losses) | set(ref.losses))
     return report

@@ -76,7 +76,8 @@ def _summary_text(c: Cell | None, metric: str, n: int | None = None) -> str:
 
 def _delta_text(d: Comparison | None, n: int | None = None) -> str:
     """``+0.0123 [lo, hi]``; ``(Welch, 3 vs 5 runs)`` unpaired; ``(2 of 3 seeds paired)`` where the pairing used fewer
-    seeds than the cell holds (the counterpart lacks some), so a Δ is never read as over all of the cell's seeds."""
+    than the ``n`` seeds of the cell and its counterpart together (one side lacks some), so a Δ is never read as over
+    all of either side's seeds."""
     if d is None:
         return "-"
     ci = "n=1" if d.ci is None else f"[{signed(d.ci[0])}, {signed(d.ci[1])}]"
@@ -157,6 +158,7 @@ def length_markdown(report: LengthReport) -> str:
     baselines = {(b.get("window"), b.get("stride")) for r in report.results
                  if isinstance(b := r.data.get("baseline"), dict)}
     t = ", ".join(map(str, report.reference_lens)) or "n/a"
+    scalings = list(dict.fromkeys(s for _, s, _ in report.groups))
     lines = [
         "# Length generalization",
         "",
@@ -168,8 +170,8 @@ def length_markdown(report: LengthReport) -> str:
         f"- target tokens per length (budget): {', '.join(map(str, report.distinct('tokens'))) or 'n/a'}",
         "- sliding-window baseline: " + ("; ".join(f"windows of {w} tokens, stride {s}" for w, s in sorted(baselines))
                                          or "n/a"),
-        f"- scalings: {', '.join(dict.fromkeys(s for _, s, _ in report.groups))} "
-        "(`factor L/N`: the factor L/N at each length L, at least 1)",
+        f"- scalings: {', '.join(scalings)}"
+        + (" (`factor L/N`: the factor L/N at each length L, at least 1)" * any("(factor L/" in s for s in scalings)),
         "",
         *_warnings(report),
         "Cells: mean over seeds `± sd` (the seeds' standard deviation: the spread of single runs) `[lo, hi]` (the "
@@ -221,7 +223,9 @@ def _comparison_table(report: LengthReport, rows: Sequence[tuple[str, str, Targe
         c = report.cell(v, s, L, t)
         if c is not None and attr in c.other_targets and c.values.get(metric):
             return "n/a"
-        return _delta_text(None if c is None else getattr(c, attr).get(metric), None if c is None else c.n)
+        if c is None:
+            return _delta_text(None)
+        return _delta_text(getattr(c, attr).get(metric), c.seeds_of.get(attr))
 
     return md_table(["Variant", "Scaling", *map(str, lengths)],
                     [[v, report.row_label(s, t), *(text(v, s, t, L) for L in lengths)] for v, s, t in rows])

@@ -480,6 +480,18 @@ def test_fidelity_yardstick_is_the_reference_of_the_same_packing(tmp_path: Path)
     assert rows == [f"| triton_v4 (partial, float32) | {s} | 2 | 0.00100 | 50 | 0.00100 |" for s in (0, 1)]
 
 
+def test_fidelity_rows_are_in_seed_order(tmp_path: Path):
+    """Run-dir names sort seed 10 before seed 2 as text (and a sweep's job numbers put seeds in any order): the rows
+    go by implementation, then seed."""
+    for s in (2, 10):
+        write_run(tmp_path / f"torch_s{s}", "torch", s, 3.0)
+        write_run(tmp_path / f"v4_s{s}", "triton_v4", s, 3.001)
+    text = compare_runs([tmp_path], tmp_path).read_text()
+    section = text[text.index("## Fidelity"):text.index("## Per-seed runs")]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and "Implementation" not in ln]
+    assert [row.split(" | ")[1] for row in rows] == ["2", "10"]
+
+
 @pytest.mark.parametrize("bad", [float("inf"), float("nan")])
 def test_a_nonfinite_val_loss_is_left_out_and_named(tmp_path: Path, bad: float):
     """A completed run whose final val loss is inf or nan (an eval that diverged): no traceback (inf broke

@@ -256,6 +256,17 @@ def test_variants_are_compared_within_their_own_packing(written):
     assert f"| {PARTIAL_DOCS} |" not in md
 
 
+def test_the_per_length_factor_is_explained_only_where_a_scaling_has_one(sweep):
+    """The scalings line explained ``factor L/N`` under every report, one of fixed factors (``yarn x4``) or none
+    included; it does where a scaling's factor follows the length (``yarn (factor L/32)``)."""
+    line = next(ln for ln in length_markdown(build_length_report([sweep])).splitlines() if ln.startswith("- scalings"))
+    assert line == f"- scalings: none, {YARN} (`factor L/N`: the factor L/N at each length L, at least 1)"
+    for path in sweep.rglob("eval_lengths/yarn.json"):
+        path.unlink()
+    line = next(ln for ln in length_markdown(build_length_report([sweep])).splitlines() if ln.startswith("- scalings"))
+    assert line == "- scalings: none"
+
+
 def test_a_fine_tuned_run_is_its_own_row_beside_the_zero_shot_ones(sweep):
     run = sweep / "0_s0"
     data = eval_json(PARTIAL, "yarn x2", 0, {32: 1.4, 64: 1.7})
@@ -486,12 +497,15 @@ def test_a_nonfinite_evaluation_is_left_out_and_named(tmp_path: Path):
             "val_loss, loss_beyond_train, degradation") in text
 
 
-def test_a_comparison_paired_on_fewer_seeds_than_its_cell_says_how_many(tmp_path: Path):
-    """The reference lacks seed 2's evaluation without scaling: the full rotation (seeds 0-2) pairs with it on seeds
-    0 and 1, and its Δ says so (it read as a Δ over the row's three seeds); the CSV names the seeds paired."""
+@pytest.mark.parametrize("lacking", [PARTIAL, FULL])
+def test_a_comparison_paired_on_fewer_seeds_than_its_cell_says_how_many(tmp_path: Path, lacking: str):
+    """The reference (or the full rotation) lacks seed 2's evaluation without scaling: the full rotation pairs with
+    the reference on seeds 0 and 1, and its Δ says so (it read as a Δ over the row's three seeds; and with the
+    seed missing on the full row's own side, over its two, as if none were left out); the CSV names the seeds
+    paired."""
     sweep = planted_sweep(tmp_path)
     path = next(p for p in sweep.rglob("eval_lengths/none.json")
-                if (d := json.loads(p.read_text()))["seed"] == 2 and d["rope_label"] == PARTIAL
+                if (d := json.loads(p.read_text()))["seed"] == 2 and d["rope_label"] == lacking
                 and d["packing"] == "random")
     path.unlink()
     report = build_length_report([sweep])
@@ -500,7 +514,8 @@ def test_a_comparison_paired_on_fewer_seeds_than_its_cell_says_how_many(tmp_path
     row = next(ln for ln in table.splitlines() if ln.startswith(f"| {FULL} | none |"))
     assert row.count("(2 of 3 seeds paired)") == 1, row  # at 64, the one length beyond T
     r = rows(sweep / CSV_FILE)[(FULL, "none", 64)]
-    assert (r["n"], r["vs_reference_pairing"], r["vs_reference_seeds"]) == ("3", "paired", "0 1")
+    assert (r["n"], r["vs_reference_pairing"], r["vs_reference_seeds"]) == (
+        "3" if lacking == PARTIAL else "2", "paired", "0 1")
 
 
 def test_a_hand_edited_length_entry_names_the_file_unreadable(tmp_path: Path):
