@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="python -m bench.attention", description=__doc__,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--head-dims", default=None, help="comma-separated head dims, multiples of 4 (triton_v4's "
-                                                     "partial variant; default 64,128; --smoke: 16)")
+                                                     "partial variant) up to 256; default 64,128; --smoke: 16")
     p.add_argument("--heads", default=None, help="query/key-value head counts, comma-separated (default 32/8,32/32; "
                                                  "--smoke: 4/2,4/4)")
     p.add_argument("--batches", default=None, help="default 1,8,32 (--smoke: 1)")
@@ -417,11 +417,14 @@ def main(argv: list[str] | None = None) -> int:
 
     if not hasattr(rope, "attention_with_rope"):
         harness._refuse("bench.attention: the rope code imported has no attention_with_rope")
-    for D in args.head_dims:  # a head dim the module cannot take: said before any measurement, not at its turn
+    widest = getattr(rope, "ATTENTION_MAX_HEAD_DIM", None)  # (rope code of a --rope-path may predate the limit)
+    for D in args.head_dims:  # a head dim the module or the kernel cannot take: said before any measurement
         try:
             rope.check_args("triton_v4", D, max(args.cached) + max(args.queries))
         except rope.RopeArgumentError as exc:
             harness._refuse(f"--head-dims {D}: {exc}")
+        if widest is not None and D > widest:
+            harness._refuse(f"--head-dims {D}: attention_with_rope takes head dims up to {widest}")
     results = harness.ResultsCsv(harness.out_path(args, NAME), COLUMNS)
     env = harness.environment(args.device, rope_root, args.commit)
     timer = harness.make_timer(args.reps, args.device, flush="read")  # a decode step's L2: no other kernel's writes

@@ -47,6 +47,11 @@ case "${1:-}" in
     python -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null || {
       echo "compare_commits.sh run: no CUDA GPU here (torch.cuda.is_available() is False); run it on a GPU machine" >&2
       exit 2; }
+    # $OUT gets the rows, logs and tables at the end: a folder it cannot write is said now, not after the timing
+    if [ -n "${OUT:-}" ] && { [ ! -d "$OUT" ] || [ ! -w "$OUT" ]; }; then
+      echo "compare_commits.sh run: \$OUT=$OUT is not a folder this user can write (the rows and logs go there)" >&2
+      exit 2
+    fi
     want() { [ "$parts" = all ] || [ "$parts" = "$1" ]; }
     base=$(cat "$dir/.commit") head=$(cat "$dir/head.commit")
     work=outputs/compare logs=outputs/compare/logs

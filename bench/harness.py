@@ -392,6 +392,11 @@ class ResultsCsv:
             if header != self.columns:
                 _refuse(f"{self.path}: its columns are not the ones this benchmark writes "
                         f"({','.join(self.columns)}); append to another file with --out")
+            with open(self.path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":  # a row cut short, or an edit without a final newline: the next row joins it
+                    _refuse(f"{self.path}: its last line has no line end (a row cut short, or an edit): mend or "
+                            "remove it, or append to another file with --out")
         self._try_to_open()
 
     def _try_to_open(self) -> None:

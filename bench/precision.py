@@ -44,6 +44,7 @@ before any work.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import importlib.metadata
 import math
@@ -51,6 +52,7 @@ import os
 import platform
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -206,6 +208,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     above = next((d for d in args.out.parents if d.exists()), None)
     if above is not None and not above.is_dir():
         p.error(f"argument --out: {str(above)!r} is a file, not a directory")
+    _check_writable(p, args.out)
     for variant in args.variants:
         try:
             rope.check_args("torch", args.head_dim, 8, base=args.bases[0], variant=variant)
@@ -214,6 +217,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.seed is None:
         args.seed = int(torch.seed() % 2**31)
     return args
+
+
+def _check_writable(p: argparse.ArgumentParser, out: Path) -> None:
+    """A folder the report cannot be written in (``/proc``, a read-only mount: permission bits cannot tell) is said
+    now, not as a traceback once the measurements are done; the check leaves the file system as it was."""
+    made = [d for d in (out, *out.parents) if not d.exists()]  # the deepest first
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        p.error(f"argument --out: {str(out)!r} cannot be written ({e.strerror or e})")
+    finally:
+        for d in made:
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
 
 # -- positions and frequencies -----------------------------------------------------------------------

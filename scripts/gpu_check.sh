@@ -20,6 +20,11 @@ done
 # Without a GPU every part but the tests fails (and they skip the GPU tests), after minutes, with exit 0: refuse first.
 python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null || {
   echo "gpu_check.sh: no CUDA GPU here (torch sees none): run it on a CUDA machine" >&2; exit 2; }
+# $OUT gets the report and the tarball at the end: a folder it cannot write is said now, not after the parts ran
+if [ -n "${OUT:-}" ] && { [ ! -d "$OUT" ] || [ ! -w "$OUT" ]; }; then
+  echo "gpu_check.sh: \$OUT=$OUT is not a folder this user can write (report.md and gpu_check.tar.gz go there)" >&2
+  exit 2
+fi
 mkdir -p "$dest"
 report="$dest/report.md"
 echo "# GPU check $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" > "$report"

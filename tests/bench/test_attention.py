@@ -42,13 +42,16 @@ def test_attention_candidates_add_a_row_per_launch_setting(tmp_path, capsys):
     assert all(r["bound"] in ("memory", "compute", "latency") and float(r["roof_speedup"]) > 0 for r in fused)
 
 
-def test_a_head_dim_the_module_cannot_take_is_refused_before_any_work(tmp_path, capsys):
-    """D = 18 (not a multiple of 4: triton_v4's partial variant) is one line naming it, before D = 16 is measured."""
+@pytest.mark.parametrize("bad, says", [("18", "--head-dims 18: head_dim must be a multiple of 4"),
+                                       ("512", "--head-dims 512: attention_with_rope takes head dims up to 256")])
+def test_a_head_dim_the_module_cannot_take_is_refused_before_any_work(tmp_path, capsys, bad, says):
+    """D = 18 (not a multiple of 4: triton_v4's partial variant) or 512 (wider than the fused kernel takes: it ran
+    the separate path alone and wrote an empty summary) is one line naming it, before D = 16 is measured."""
     out = tmp_path / "attention.csv"
     with pytest.raises(SystemExit) as exc:
-        attention.main(["--smoke", "--head-dims", "16,18", "--heads", "4/2", "--queries", "1", "--out", str(out)])
+        attention.main(["--smoke", "--head-dims", f"16,{bad}", "--heads", "4/2", "--queries", "1", "--out", str(out)])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and "--head-dims 18: head_dim must be a multiple of 4" in err, err
+    assert exc.value.code == 2 and says in err, err
     assert not out.exists()
 
 

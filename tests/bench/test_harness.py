@@ -26,6 +26,19 @@ def test_results_are_appended_under_one_header(tmp_path, capsys):
         results.append([{"a": 4, "z": 1}])
 
 
+def test_a_file_whose_last_row_has_no_line_end_is_refused_before_any_work(tmp_path, capsys):
+    """A row cut short (or an edit without a final newline): the next append joined the first new row to it, so
+    both were unreadable and the tables later refused the whole file. Refused at the start, the file unchanged."""
+    path = tmp_path / "x.csv"
+    path.write_bytes(b"a,b\r\n1,0.5\r\n2,0.")
+    with pytest.raises(SystemExit) as exit_:
+        harness.ResultsCsv(path, ("a", "b"))
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err == (f"{path}: its last line has no line end (a row cut short, or an edit): "
+                                             "mend or remove it, or append to another file with --out\n")
+    assert path.read_bytes() == b"a,b\r\n1,0.5\r\n2,0."
+
+
 def test_a_file_that_cannot_be_made_is_refused_before_any_work_and_the_check_leaves_nothing(tmp_path, capsys):
     """A path no file can be opened at (``/proc`` refuses new files, even to root, whom permission bits let through)
     is one line and exit 2 at construction: it failed with a traceback at the first row, after that row's

@@ -25,6 +25,18 @@ def test_an_out_folder_under_a_file_is_refused_before_any_work(tmp_path, capsys)
     assert exc.value.code == 2 and "--out" in capsys.readouterr().err
 
 
+def test_an_out_folder_that_cannot_be_written_is_refused_before_any_work_and_the_check_leaves_nothing(tmp_path,
+                                                                                                       capsys):
+    """``/proc`` refuses new folders even to root: the report's mkdir failed with a traceback after every
+    measurement. Refused in one line at the start; a folder that can be made is made only by the run itself."""
+    with pytest.raises(SystemExit) as exc:
+        precision.parse_args(["--smoke", "--out", "/proc/ropelab-report/x"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --out: '/proc/ropelab-report/x' cannot be written (" in err, err
+    precision.parse_args(["--smoke", "--out", str(tmp_path / "new" / "report")])
+    assert not (tmp_path / "new").exists()
+
+
 def test_smoke_changes_the_defaults_only():
     """--smoke measures little by default; an option given is measured as given, as the report's command line says."""
     smoke = precision.parse_args(["--smoke"])

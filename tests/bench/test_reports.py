@@ -160,6 +160,16 @@ def test_prepare_archives_the_base_commits_rope_with_both_names(tmp_path):
                           env={**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}, timeout=30)
     assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not (repo / "outputs").exists()
+    # with a GPU (a python that says so), an $OUT that is no folder is said before anything starts: the run died
+    # at its first copy into it, after the first part's timing, and skipped every other part
+    (tmp_path / "bin" / "python").write_text("#!/bin/sh\nexit 0\n")
+    missing = tmp_path / "no-such-folder"
+    proc = subprocess.run(["bash", "bench/compare_commits.sh", "run"], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "OUT": str(missing)},
+                          timeout=30)
+    assert proc.returncode == 2 and proc.stderr == (f"compare_commits.sh run: $OUT={missing} is not a folder this "
+                                                    "user can write (the rows and logs go there)\n"), proc.stderr
+    assert not (repo / "outputs").exists() and not missing.exists()
 
 
 def test_tables_prefer_the_newest_commit_over_a_later_timed_older_one(results, monkeypatch):

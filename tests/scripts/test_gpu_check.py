@@ -58,3 +58,23 @@ def test_a_part_that_fails_makes_the_check_fail_and_says_which(tmp_path):
     assert f"**step did not pass** (see {check}/bench_step.log)" in proc.stdout
     assert (check / "report.md").read_text() == (tmp_path / "report.md").read_text()  # $OUT gets the report
     assert (tmp_path / "gpu_check.tar.gz").is_file()
+
+
+def test_an_out_that_is_no_writable_folder_is_one_line_before_any_work(tmp_path):
+    """$OUT gets the report and the tarball at the end: a folder that does not exist failed both copies after every
+    part had run, and the script still exited 0. Said first, exit 2, nothing written (the GPU check stubbed)."""
+    import sys
+
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "python3").write_text(f'#!/usr/bin/env bash\nif [ "$1" = -c ] && [[ "$2" == *cuda.is_available* ]]; '
+                                   f'then exit 0; fi\nexec {sys.executable} "$@"\n')
+    (stubs / "python3").chmod(0o755)
+    check, missing = tmp_path / "check", tmp_path / "no-such-folder"
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "ROPELAB_GPU_CHECK_DIR": str(check),
+           "OUT": str(missing)}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "step"], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == (f"gpu_check.sh: $OUT={missing} is not a folder this user can "
+                                                    "write (report.md and gpu_check.tar.gz go there)\n")
+    assert proc.stdout == "" and not check.exists() and not missing.exists()
