@@ -23,29 +23,17 @@ import functools
 import importlib
 import math
 import statistics
-import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from bench import harness
-from bench.compare import CONFIG_KEYS, latest
+from bench.compare import CONFIG_KEYS, commit_ages, latest
 from bench.kernel import COMMON_HEAD_DIMS, MAX_ERR
 from llm.cli import OneLineParser
 
 DOC = harness.ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench.tables: begin -->", "<!-- bench.tables: end -->"
 IMPL_ORDER = ("triton_v4", "triton_v2", "cutedsl", "liger", "torch_compiled", "torch", "none")
-
-
-@functools.cache
-def commit_ages() -> dict[str, int]:
-    """Short hash -> place in this checkout's history (larger newer); empty without git (the dates decide)."""
-    try:
-        out = subprocess.run(["git", "rev-list", "--reverse", "--abbrev=7", "--abbrev-commit", "HEAD"],
-                             cwd=harness.ROOT, capture_output=True, text=True, check=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return {h[:7]: i for i, h in enumerate(out.split())}
 
 
 def newest(rows: list[dict], key: tuple[str, ...]) -> dict[tuple, dict]:

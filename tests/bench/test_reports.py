@@ -56,6 +56,45 @@ def test_compare_flags_slower_public_head_sizes_and_below_liger(results, capsys)
         "against Liger-Kernel")[1]
 
 
+def test_compare_pairs_the_base_row_of_the_heads_run_and_picks_the_newest_commit_by_history(tmp_path, capsys,
+                                                                                               monkeypatch):
+    """The base timed with the head in one run, then again alone a day later (a later run on another machine):
+    each commit's newest row compared rows of two runs; the base's row nearest the head's is taken, and rows timed
+    more than an hour apart get a note. Without --head, the newest commit in the history with rows, not the commit
+    timed last (a later run can time an older commit again), and a head older than the base is said."""
+    k = harness.ResultsCsv(tmp_path / "kernel.csv", kernel.COLUMNS)
+    k.append([kernel_row("aaa1111", "triton_v4", 64, 91.0, date="2026-01-01T10:00Z"),  # one run: base, then head
+              kernel_row("bbb2222", "triton_v4", 64, 90.5, date="2026-01-01T10:05Z"),
+              kernel_row("bbb2222", "liger", 64, 90.0, date="2026-01-01T10:06Z"),
+              kernel_row("aaa1111", "triton_v4", 64, 95.0, date="2026-01-02T09:00Z"),  # the base again, elsewhere
+              kernel_row("bbb2222", "liger", 64, 92.0, date="2026-01-02T09:01Z")])
+    s = harness.ResultsCsv(tmp_path / "step.csv", step.COLUMNS)
+    s.append([step_row("aaa1111", "triton_v4", -0.5, -0.8, -0.2)])
+    args = ["--base", "aaa1111", "--kernel-csv", str(tmp_path / "kernel.csv"), "--step-csv", str(tmp_path / "step.csv")]
+    monkeypatch.setattr(compare, "commit_ages", lambda: {"aaa1111": 0, "bbb2222": 1})
+    assert compare.main([*args, "--head", "bbb2222"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("triton_v4   forward     64"))
+    assert row.endswith("   91.0   90.5   -0.5"), row  # the base's row of the head's run, not its later 95.0
+    assert "note: " not in out.split("against Liger-Kernel")[0]
+    assert "triton_v4 at bbb2222 against Liger-Kernel: 1 rows, 1 below it" not in out  # Liger's 90.0 of that run
+    # the head's only row is a day older than the base's newest: compared with that, the note says so
+    k.append([kernel_row("bbb2222", "triton_v4", 66, 90.0, date="2026-01-01T10:07Z"),
+              kernel_row("aaa1111", "triton_v4", 66, 91.0, date="2026-01-02T09:02Z")])
+    assert compare.main([*args, "--head", "bbb2222"]) == 0
+    assert "note: 1 of 2 compared rows of aaa1111 and bbb2222 were timed more than an hour apart" in \
+        capsys.readouterr().out
+    # the default head: bbb2222, the newest in the history, though an older commit (ccc3333) was timed last; a head
+    # named older than the base is said
+    monkeypatch.setattr(compare, "commit_ages", lambda: {"ccc3333": 0, "aaa1111": 1, "bbb2222": 2})
+    k.append([kernel_row("ccc3333", "triton_v4", 64, 89.0, date="2026-01-03T09:00Z")])
+    assert compare.main(args) == 0
+    assert "aaa1111 -> bbb2222" in capsys.readouterr().out
+    assert compare.main(["--base", "bbb2222", *args[2:], "--head", "aaa1111"]) == 0
+    assert capsys.readouterr().out.startswith("note: --head aaa1111 is older than --base bbb2222 in this checkout's "
+                                              "history")
+
+
 def test_compare_keeps_grouped_query_rows_apart(results, capsys):
     """A 32/8-heads row (as many q elements as a 16-head one) is compared with the base's 32/8 row, never in place
     of the 16-head row of the same head dim."""
