@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.points < float("inf"):
         p.error(f"--points takes a number of points, 0 or more, got {args.points:g}")
     # the cells read as numbers: a row cut short or a word in one is refused naming its line, not misread
-    kernel_rows = harness.read_rows(args.kernel_csv, numeric=("head_dim", "pct_copy_bw"))
+    kernel_rows = harness.read_rows(args.kernel_csv, numeric=("head_dim", "pct_copy_bw"), integer=("head_dim",),
+                                    forms=("shape",))
     step_rows = harness.read_rows(args.step_csv, numeric=("time_us", "vs_torch_pct", "vs_torch_lo", "vs_torch_hi"))
     kernel_rows = [{**r, "heads": harness.heads_of(r)} for r in kernel_rows]
     if not kernel_rows and not step_rows:

@@ -20,6 +20,7 @@ import importlib.metadata
 import io
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -490,11 +491,19 @@ def heads_of(row: dict) -> str:
     return row["shape"].split("x")[-2]
 
 
-def read_rows(path: Path, numeric: Sequence[str] = ()) -> list[dict[str, str]]:
+#: The form of the cells a reader splits: a kernel row's shape (B x T x H x D, or packed B T x H x D; the heads
+#: ``16`` or ``32/8``) and an attention row's heads (``32/8``).
+CELL_FORMS = {"shape": re.compile(r"(\d+x)+\d+(/\d+)?x\d+"), "heads": re.compile(r"\d+/\d+")}
+
+
+def read_rows(path: Path, numeric: Sequence[str] = (), integer: Sequence[str] = (), forms: Sequence[str] = (),
+              infinite_ok: Sequence[str] = ()) -> list[dict[str, str]]:
     """Every row of a results CSV (an absent file: none). A row with fewer or more cells than the header (a line cut
-    short by a crash, an edit) or, in a ``numeric`` column, a cell that is not a number (empty allowed) is refused
-    in one line naming the file and line, exit 2: left out or read as another value, it would change a table or a
-    comparison without a word."""
+    short by a crash, an edit), a cell that is not a finite number in a ``numeric`` column (the writer leaves a
+    missing value empty, never ``nan``; ``infinite_ok`` columns may hold ``inf``, such as the error of outputs that
+    overflowed), not a whole number in an ``integer`` one, or not of its :data:`CELL_FORMS` form in a ``forms`` one
+    is refused in one line naming the file, line and column, exit 2: left out or read as another value, it would
+    change a table or a comparison without a word, or end in a traceback."""
     if not Path(path).is_file():
         return []
     with open(path, newline="") as f:
@@ -510,9 +519,20 @@ def read_rows(path: Path, numeric: Sequence[str] = ()) -> list[dict[str, str]]:
                 value = row.get(key, "")
                 if value:
                     try:
-                        float(value)
+                        finite = math.isfinite(float(value)) or (key in infinite_ok and math.isinf(float(value)))
                     except ValueError:
-                        _refuse(f"{where}: {key} is {value!r}, not a number; mend or remove that line")
+                        finite = False
+                    if not finite:
+                        _refuse(f"{where}: {key} is {value!r}, not a finite number; mend or remove that line")
+            for key in integer:
+                value = row.get(key, "")
+                if value and not value.lstrip("-").isdigit():
+                    _refuse(f"{where}: {key} is {value!r}, not a whole number; mend or remove that line")
+            for key in forms:
+                value = row.get(key, "")
+                if value and not CELL_FORMS[key].fullmatch(value):
+                    _refuse(f"{where}: {key} is {value!r}, not of the form this benchmark writes; mend or remove "
+                            "that line")
             rows.append(row)
     return rows
 

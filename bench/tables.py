@@ -23,6 +23,7 @@ import functools
 import importlib
 import math
 import statistics
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -288,15 +289,19 @@ def attention_section(rows: list[dict]) -> list[str]:
 
 #: Each results CSV: its section, and the columns its section reads as numbers (a cell of another kind is refused
 #: naming its line, not read as another value or a traceback).
-SECTIONS = (("kernel", kernel_section, ("head_dim", "elements", "pct_copy_bw", "max_err")),
-            ("step", step_section, ("time_us", "steps", "rounds", "vs_torch_pct", "vs_torch_lo", "vs_torch_hi")),
+#: (benchmark, its section, its numeric columns, of them the whole numbers, the cells of a form: harness.read_rows)
+SECTIONS = (("kernel", kernel_section, ("head_dim", "elements", "pct_copy_bw", "max_err"), ("head_dim", "elements"),
+             ("shape",)),
+            ("step", step_section, ("time_us", "steps", "rounds", "vs_torch_pct", "vs_torch_lo", "vs_torch_hi"),
+             ("steps", "rounds"), ()),
             ("user_model", user_model_section, ("head_dim", "time_us", "vs_none_pct", "vs_torch_pct", "vs_torch_lo",
-                                                "vs_torch_hi", "kernels_per_step")),
+                                                "vs_torch_hi", "kernels_per_step"), ("head_dim",), ()),
             ("attention", attention_section, ("time_us", "speedup", "head_dim", "batch", "cached", "queries",
-                                              "pct_copy_bw", "roof_speedup", "launch_floor_us")),
+                                              "pct_copy_bw", "roof_speedup", "launch_floor_us"),
+             ("head_dim", "batch", "cached", "queries"), ("heads",)),
             ("generate", generate_section, ("batch", "prompt_len", "new_tokens", "first_token_ms", "decode_tok_s",
-                                            "step_ms")),
-            ("profile", profile_section, ("time_us",)))
+                                            "step_ms"), ("batch", "prompt_len", "new_tokens"), ()),
+            ("profile", profile_section, ("time_us",), (), ()))
 
 
 @functools.cache
@@ -306,7 +311,8 @@ def columns_of(name: str) -> tuple[str, ...]:
     return tuple(getattr(module, "HEADER", None) or module.COLUMNS)
 
 
-def gpu_rows(path: Path, name: str, numeric: Sequence[str]) -> list[dict]:
+def gpu_rows(path: Path, name: str, numeric: Sequence[str], integer: Sequence[str] = (),
+             forms: Sequence[str] = ()) -> list[dict]:
     """The rows of ``path`` measured on a GPU (a --smoke row, the CPU at tiny shapes, is no measurement: never a
     table's number). A file without a column of ``bench.<name>`` (another tool's, an edit) and one that holds no
     GPU row (empty, or only --smoke rows) are refused in one line, exit 2: the first would be a traceback, the
@@ -319,7 +325,7 @@ def gpu_rows(path: Path, name: str, numeric: Sequence[str]) -> list[dict]:
     if header and missing:
         harness._refuse(f"{path}: no column {', '.join(missing)}: not the columns bench.{name} writes; name the "
                         "folder of the benchmarks' CSVs with --results")
-    rows = harness.read_rows(path, numeric)
+    rows = harness.read_rows(path, numeric, integer, forms, infinite_ok=("max_err",))  # inf: a wrong kernel's row
     kept = [r for r in rows if r.get("gpu") != harness.SMOKE_GPU]
     if not kept:
         held = f"{len(rows)} --smoke row(s), which no table shows" if rows else "no rows"
@@ -336,8 +342,8 @@ def shown(path: Path) -> str:
 
 def render(results: Path) -> str:
     out = [BEGIN, "", f"<!-- written by `python -m bench.tables` from {shown(results)}/*.csv: edit those, not this -->"]
-    for name, fn, numeric in SECTIONS:
-        rows = gpu_rows(results / f"{name}.csv", name, numeric)
+    for name, fn, numeric, integer, forms in SECTIONS:
+        rows = gpu_rows(results / f"{name}.csv", name, numeric, integer, forms)
         if rows:
             out += ["", *fn(rows)]
     return "\n".join([*out, "", END]) + "\n"
@@ -352,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the Markdown file whose marked part is rewritten (default docs/benchmarks.md)")
     p.add_argument("--print", action="store_true", help="print the tables, write nothing")
     args = p.parse_args(argv)
-    names = [name for name, _, _ in SECTIONS]
+    names = [name for name, *_ in SECTIONS]
     # a folder without the CSVs (a typo) would render no tables and wipe the page's: refused before any work
     if not any((args.results / f"{name}.csv").is_file() for name in names):
         p.error(f"--results {args.results}: no results CSV there ({', '.join(f'{n}.csv' for n in names)})")
@@ -365,13 +371,16 @@ def main(argv: list[str] | None = None) -> int:
         text = args.doc.read_text()
         if BEGIN not in text or END not in text:
             p.error(f"--doc {args.doc}: has no {BEGIN} ... {END} part to rewrite")
+    if not commit_ages():  # (a GPU machine's copy of the checkout) said, as the page it writes differs by it
+        print("bench.tables: no git history here: each configuration's row is its newest by date, not the newest "
+              "commit's (a later run of an older commit shows)", file=sys.stderr)
     tables = render(args.results)
     if args.print:
         print(tables, end="")
         return 0
     head, rest = text.split(BEGIN, 1)
     # a section the page has and these CSVs do not fill (a --results folder of some benchmarks only) would vanish
-    for name, fn, _ in SECTIONS:
+    for name, fn, *_ in SECTIONS:
         title = fn([])[0]
         if title in rest.split(END, 1)[0] and title not in tables:
             p.error(f"--results {args.results}: no {name}.csv there, yet {args.doc} has its section "

@@ -185,7 +185,7 @@ def test_a_ctrl_c_is_one_line_naming_the_rows_kept(tmp_path, capsys, monkeypatch
                                                              "short or edited"),
                                             ("a,b\n1,2,9\n", "line 2: 3 cells where the header has 2: a row cut "
                                                               "short or edited"),
-                                            ("a,b\n1,x\n", "line 2: b is 'x', not a number")])
+                                            ("a,b\n1,x\n", "line 2: b is 'x', not a finite number")])
 def test_a_damaged_results_file_is_refused_naming_its_line(tmp_path, capsys, text, says):
     """A row cut short, with a cell too many, or with text where a number belongs would be dropped or misread by a
     table or a comparison without a word: one line naming the file and line, exit 2."""

@@ -280,6 +280,18 @@ def test_tables_leave_wrong_kernels_out(results):
     assert "| 96 | full | 91.5 / - |" in text
 
 
+def test_tables_say_when_no_history_orders_the_commits(results, capsys, monkeypatch):
+    """On a copy of the checkout without git (a GPU machine's), the rows are chosen by date alone, and the page
+    differs by it: said on stderr, not silently."""
+    monkeypatch.setattr(tables, "commit_ages", lambda: {})
+    assert tables.main(["--results", str(results), "--print"]) == 0
+    assert capsys.readouterr().err.startswith("bench.tables: no git history here: each configuration's row is its "
+                                              "newest by date")
+    monkeypatch.setattr(tables, "commit_ages", lambda: {"aaa1111": 0, "bbb2222": 1})
+    assert tables.main(["--results", str(results), "--print"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_tables_refuse_a_results_folder_without_csvs(tmp_path, capsys):
     """A mistyped --results must not rewrite the page with no tables at all."""
     doc = tmp_path / "benchmarks.md"
@@ -311,6 +323,16 @@ def damage_results(results, how: str) -> None:
     elif how == "word":
         lines = step_csv.read_text().splitlines(keepends=True)
         step_csv.write_text("".join([*lines[:-1], lines[-1].replace(",15000,", ",abc,", 1)]))
+    elif how in ("head_dim", "rounds", "nan", "shape"):  # a cell of another form (an edit): a traceback, or a "nan"
+        column, value = {"head_dim": ("head_dim", "80.0"), "rounds": ("rounds", "8.5"), "nan": ("pct_copy_bw", "nan"),
+                         "shape": ("shape", "foo")}[how]
+        path = step_csv if column == "rounds" else kernel_csv
+        rows = list(csv.DictReader(path.open(newline="")))
+        rows[-1][column] = value
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
     elif how == "empty":
         step_csv.write_text("")
     elif how == "smoke":  # --smoke rows alone: none a table shows
@@ -325,6 +347,10 @@ def damage_results(results, how: str) -> None:
     ("missing", "kernel.csv: no column pct_copy_bw: not the columns bench.kernel writes"),
     ("cut", "kernel.csv, line 9: "),
     ("word", "step.csv, line 4: time_us is 'abc'"),
+    ("head_dim", "kernel.csv, line 9: head_dim is '80.0', not a whole number"),
+    ("rounds", "step.csv, line 4: rounds is '8.5', not a whole number"),
+    ("nan", "kernel.csv, line 9: pct_copy_bw is 'nan', not a finite number"),
+    ("shape", "kernel.csv, line 9: shape is 'foo', not of the form this benchmark writes"),
     ("empty", "step.csv: no row measured on a GPU (no rows)"),
     ("smoke", "kernel.csv: no row measured on a GPU (1 --smoke row(s)"),
     ("absent", "no step.csv there, yet"),
