@@ -106,6 +106,11 @@ def check_train_config(tc: DictConfig, world_size: int = 1, data_cfg: DictConfig
     positive_int(tc.get("keep_checkpoints", 2), "train.keep_checkpoints", shown=as_typed,
                  must_be="an integer >= 1 (the newest checkpoint is what a resume, init_from and generation read)")
     positive_int(tc.get("stop_at_step"), "train.stop_at_step", allow_none=True)
+    for key, takes in (("init_from", "a run dir, or train.init_from=null for a new run from random weights"),
+                       ("resume", "auto or a checkpoint file, or train.resume=null for a new run")):
+        # `train.init_from=$SRC` with SRC unset: read as unset, it trained from scratch without a word
+        if isinstance(tc.get(key), str) and not tc.get(key).strip():
+            raise ConfigError(f"train.{key} is empty: give {takes}")
     if tc.batch_size % world_size:
         raise ConfigError(f"train.batch_size={tc.batch_size} (global) must be divisible by the {world_size} "
                           "processes of torchrun")
@@ -428,10 +433,12 @@ class Trainer:
         return bool(every) and self.step % every == 0 and self.step < self.tc.max_steps
 
     def should_stop(self) -> str | None:
-        """Why to stop early at this step (a signal, ``train.stop_at_step``), agreed by every rank; else None."""
+        """Why to stop early at this step (a signal, ``train.stop_at_step``), agreed by every rank; else None. A signal
+        at the last step or during the final eval stops too: ignored there, it let a sweep start its next jobs, and a
+        second Ctrl-C during the final eval aborted a run with no checkpoint (``ckpt_every=0``)."""
         stop_at = self.tc.get("stop_at_step")
-        asked = self.stopper.signum is not None or (stop_at is not None and self.step >= stop_at)
-        if self.step >= self.tc.max_steps or not any_rank(asked, self.dist, self.device):
+        at_stop = stop_at is not None and stop_at <= self.step < self.tc.max_steps
+        if not any_rank(self.stopper.signum is not None or at_stop, self.dist, self.device):
             return None
         return signal.Signals(self.stopper.signum).name if self.stopper.signum else f"train.stop_at_step={stop_at}"
 
@@ -569,6 +576,9 @@ class Trainer:
                 self._stop(why)
         if self.last_val_step != self.step:  # resumed at the end from a checkpoint without this step's eval
             self.run_eval()
+        why = self.should_stop()  # a signal during the final eval: checkpointed and stopped as mid-run
+        if why:
+            self._stop(why)
         self.checkpoint()
 
     def fit(self) -> TrainOutcome:

@@ -83,6 +83,41 @@ def test_train_time_and_tokens_add_up_across_a_resume(tmp_path):
     assert ckpt["totals"]["timed_tokens"] == 6 * tokens_per_step
 
 
+@pytest.mark.parametrize("when", ["last step", "final eval"])
+def test_a_signal_at_the_end_checkpoints_and_stops_as_mid_run(tmp_path, monkeypatch, whole, when):
+    """A Ctrl-C during the last step or the final eval was ignored: the run went on to complete (a sweep started its
+    next jobs), and a second Ctrl-C during the final eval aborted a run that had saved no checkpoint (ckpt_every=0).
+    It now stops as mid-run: the final step checkpointed, status interrupted, exit 130; the resume completes with
+    the uninterrupted run's val loss."""
+    from llm.training import trainer as trainer_module
+
+    train_step, run_eval = trainer_module.Trainer.train_step, trainer_module.Trainer.run_eval
+
+    def step_then_signal(self):  # the signal handler's flag, as a Ctrl-C during that part sets it
+        out = train_step(self)
+        if when == "last step" and self.step == self.tc.max_steps:
+            self.stopper.signum = signal.SIGINT
+        return out
+
+    def eval_then_signal(self, *args, **kwargs):
+        out = run_eval(self, *args, **kwargs)
+        if when == "final eval" and self.step == self.tc.max_steps:
+            self.stopper.signum = signal.SIGINT
+        return out
+
+    monkeypatch.setattr(trainer_module.Trainer, "train_step", step_then_signal)
+    monkeypatch.setattr(trainer_module.Trainer, "run_eval", eval_then_signal)
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as stopped:
+        run_inprocess(run, STEPS)
+    assert stopped.value.code == 128 + signal.SIGINT
+    assert _summary(run)["status"] == "interrupted" and _summary(run)["step"] == 6
+    assert torch.load(run / "checkpoints" / "last.pt", weights_only=False)["step"] == 6
+    monkeypatch.undo()
+    resumed = run_inprocess(run, [*STEPS, "train.resume=auto"])
+    assert resumed["status"] == "completed" and resumed["val_loss"] == whole[1]["val_loss"]
+
+
 def test_a_resume_at_or_past_stop_at_step_trains_no_step(tmp_path):
     """Stopped at step 3, resumed with train.stop_at_step=2: it stops at step 3 again without training step 4."""
     run = tmp_path / "run"

@@ -174,6 +174,9 @@ def test_skip_nonfinite_tolerates_k_bad_steps(tmp_path, monkeypatch):
         (["model.tie_embeddings=maybe"], "model.tie_embeddings='maybe' must be true or false"),
         (["train.compile=yes"], "train.compile='yes' must be true or false"),
         (["train.keep_checkpoints=0"], "train.keep_checkpoints=0 must be an integer >= 1"),
+        # `train.init_from=$SRC` with SRC unset: read as unset, it trained from scratch without a word
+        (["train.init_from="], "train.init_from is empty: give a run dir, or train.init_from=null for a new run"),
+        (["train.resume="], "train.resume is empty: give auto or a checkpoint file, or train.resume=null"),
         (["train.max_steps='5'"], "train.max_steps='5' must be a positive integer"),  # quoted: no number
         (["train.ckpt_every=null"], "train.ckpt_every=null must be an integer >= 0"),
         (["sweep.jobs_per_gpu=0"], "sweep.jobs_per_gpu=0 must be a positive integer"),
