@@ -519,7 +519,8 @@ def read_rows(path: Path, numeric: Sequence[str] = (), integer: Sequence[str] = 
                 value = row.get(key, "")
                 if value:
                     try:
-                        finite = math.isfinite(float(value)) or (key in infinite_ok and math.isinf(float(value)))
+                        number = float(value)
+                        finite = math.isfinite(number) or (key in infinite_ok and math.isinf(number))
                     except ValueError:
                         finite = False
                     if not finite:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from rope._launch import interpreting
-from rope.base import RotaryEmbedding
+from rope.base import RotaryEmbedding, is_identity
 from rope.checks import describe_value
 
 _MAX_SPLITS = 128
@@ -111,7 +111,7 @@ class _Plan:
         self.B, self.T, self.H, self.D = q.shape
         self.H_kv, self.L = k_cache.shape[1], k_cache.shape[2]
         self.G = self.H // self.H_kv
-        self.rotate = not _is_identity(rotary)
+        self.rotate = not is_identity(rotary)
         self.rotary_dim = rotary.rotary_dim if self.rotate else 0
         self.half = self.rotary_dim // 2
         self.interleaved = rotary.layout == "interleaved"
@@ -163,12 +163,6 @@ class _Plan:
 
     def programs(self) -> int:
         return self.n_blocks * self.B * self.H_kv
-
-
-def _is_identity(rotary: RotaryEmbedding) -> bool:
-    """Whether the module rotates nothing (the ``none`` implementation): its ``describe()`` declares the arithmetic
-    ``"none"``, the base class's contract for the identity."""
-    return rotary.describe().get("compute_dtype") == "none"
 
 
 def _next_pow2(n: int) -> int:

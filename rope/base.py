@@ -399,7 +399,7 @@ class RotaryEmbedding(nn.Module):
             if positions.device != q.device:
                 raise ValueError(f"positions must be on q's device {q.device}, got {positions.device}")
         self.check_inputs(q, k, positions)  # first: an entry's own word for a device it cannot run on
-        if self.cos.device != q.device and self.describe().get("compute_dtype") != "none":  # the identity reads none
+        if self.cos.device != q.device and not is_identity(self):  # the identity reads no table
             raise ValueError(f"the cos/sin tables are on {self.cos.device} but q is on {q.device}: "
                              "move the module with .to()")
 
@@ -461,6 +461,12 @@ class RotaryEmbedding(nn.Module):
         want = (f"(q rotated, None) for k None, q rotated a {dtype} tensor of shape {tuple(q.shape)}" if k is None
                 else f"(q rotated, k rotated), {dtype} tensors of shapes {tuple(q.shape)} and {tuple(k.shape)}")
         raise TypeError(f"{type(self).__name__}.rotate must return the pair {want}; got {_describe_output(out)}")
+
+
+def is_identity(rotary: RotaryEmbedding) -> bool:
+    """Whether the module rotates nothing (the ``none`` implementation): its ``describe()`` declares the arithmetic
+    ``"none"``, the base class's contract for the identity."""
+    return rotary.describe().get("compute_dtype") == "none"
 
 
 def split_qkv(qkv: Tensor, n_head: int, n_kv_head: int, head_dim: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -106,11 +106,6 @@ def _check_no_grad(q: Tensor, k_cache: Tensor, v_cache: Tensor) -> None:
                                               "decoding op; training keeps SDPA): call it under torch.no_grad()")
 
 
-#: What a head wider than :data:`MAX_HEAD_DIM` is told.
-_WIDEST = (f"attention_with_rope takes head dims up to {MAX_HEAD_DIM}, as flash-attention kernels do; attend with "
-           "SDPA over the rotated queries instead")
-
-
 def unavailable_reason(device: torch.device | str) -> str | None:
     """Why :func:`attention_with_rope` cannot run on ``device`` here (one line), or None when it can: it needs
     triton, and a CUDA device or the CPU under Triton's interpreter."""
@@ -180,7 +175,8 @@ def _check_signature(q: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Ten
     if D != rotary.head_dim:
         raise RopeArgumentError("q", f"q has head dim {D}; rotary was built for head_dim={rotary.head_dim}")
     if D > MAX_HEAD_DIM:
-        raise RopeArgumentError("q", f"q has head dim {D}; {_WIDEST}")
+        raise RopeArgumentError("q", f"q has head dim {D}; attention_with_rope takes head dims up to {MAX_HEAD_DIM}, "
+                                     "as flash-attention kernels do; attend with SDPA over the rotated queries instead")
     if q.stride(-1) != 1:
         raise RopeArgumentError("q", f"q must be contiguous in its last dim (head_dim), got strides {q.stride()}")
     if not triton_runs_on(q.device):
